@@ -1,0 +1,198 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+// Config is osm-server's configuration. Its YAML keys are a user-facing
+// contract: docs and scripts depend on them.
+type Config struct {
+	DataDir      string           `yaml:"dataDir"`
+	PluginDir    string           `yaml:"pluginDir"`
+	DebugAddress string           `yaml:"debugAddress"`
+	APIAddress   string           `yaml:"apiAddress"`
+	XDSAddress   string           `yaml:"xdsAddress"`
+	Providers    []ProviderConfig `yaml:"providers"`
+}
+
+// ProviderConfig is one `providers:` entry.
+type ProviderConfig struct {
+	Name   string         `yaml:"name"`
+	Plugin string         `yaml:"plugin"`
+	SHA256 string         `yaml:"sha256"`
+	Config map[string]any `yaml:"config"`
+}
+
+// defaultConfig returns the configuration `osm-server serve` uses with no
+// config file.
+func defaultConfig() Config {
+	return Config{
+		DataDir:      defaultDataDir(),
+		PluginDir:    defaultPluginDir(),
+		DebugAddress: "127.0.0.1:15090",
+		APIAddress:   "0.0.0.0:15443",
+		XDSAddress:   "0.0.0.0:15128",
+	}
+}
+
+// defaultDataDir is /var/lib/osm for root and the user's state directory
+// otherwise ($XDG_STATE_HOME/osm or ~/.local/state/osm).
+func defaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/osm"
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "osm")
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(home, ".local", "state", "osm")
+	}
+	return filepath.Join(os.TempDir(), "osm")
+}
+
+// defaultPluginDir is /usr/lib/osm/plugins where the packages install
+// plugins; when that does not exist (a build tree, a tarball), the directory
+// holding the osm-server executable.
+func defaultPluginDir() string {
+	const packaged = "/usr/lib/osm/plugins"
+	if _, err := os.Stat(packaged); err == nil {
+		return packaged
+	}
+	if exe, err := os.Executable(); err == nil {
+		return filepath.Dir(exe)
+	}
+	return packaged
+}
+
+var (
+	configKeys   = []string{"dataDir", "pluginDir", "debugAddress", "apiAddress", "xdsAddress", "providers"}
+	providerKeys = []string{"name", "plugin", "sha256", "config"}
+)
+
+// loadConfig reads the YAML file at path over the defaults. Unknown keys,
+// wrong types and bad values are errors naming the file, line and key.
+func loadConfig(path string) (Config, error) {
+	cfg := defaultConfig()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, fmt.Errorf("read config: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	if len(doc.Content) == 0 {
+		return cfg, nil // empty file: defaults
+	}
+	root := doc.Content[0]
+	if err := checkKeys(path, root, "", configKeys); err != nil {
+		return cfg, err
+	}
+	for _, kv := range pairs(root) {
+		if kv[0].Value != "providers" {
+			continue
+		}
+		if kv[1].Kind != yaml.SequenceNode {
+			return cfg, fmt.Errorf("config %s:%d: providers must be a list of {name, plugin, sha256, config}", path, kv[1].Line)
+		}
+		for i, p := range kv[1].Content {
+			if err := checkKeys(path, p, fmt.Sprintf("providers[%d].", i), providerKeys); err != nil {
+				return cfg, err
+			}
+		}
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	return cfg, nil
+}
+
+// checkKeys fails on any key of mapping node n not in known.
+func checkKeys(path string, n *yaml.Node, prefix string, known []string) error {
+	if n.Kind != yaml.MappingNode {
+		return fmt.Errorf("config %s:%d: %s must be a mapping of keys to values", path, n.Line, cmpOr(strings.TrimSuffix(prefix, "."), "the document"))
+	}
+	for _, kv := range pairs(n) {
+		if !slices.Contains(known, kv[0].Value) {
+			hint := ""
+			for _, k := range known {
+				if strings.EqualFold(k, kv[0].Value) {
+					hint = fmt.Sprintf(" (did you mean %q?)", k)
+				}
+			}
+			return fmt.Errorf("config %s:%d: unknown key %q%s; known keys are %s", path, kv[0].Line, prefix+kv[0].Value, hint, strings.Join(known, ", "))
+		}
+	}
+	return nil
+}
+
+func pairs(n *yaml.Node) [][2]*yaml.Node {
+	var out [][2]*yaml.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		out = append(out, [2]*yaml.Node{n.Content[i], n.Content[i+1]})
+	}
+	return out
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// validate checks values, naming the key and the fix.
+func (c Config) validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("dataDir is empty: set it to a directory osm-server may own, e.g. /var/lib/osm"))
+	}
+	if c.PluginDir == "" {
+		errs = append(errs, errors.New("pluginDir is empty: set it to the directory holding the provider plugins, e.g. /usr/lib/osm/plugins"))
+	}
+	for _, a := range [][2]string{{"debugAddress", c.DebugAddress}, {"apiAddress", c.APIAddress}, {"xdsAddress", c.XDSAddress}} {
+		if _, port, err := net.SplitHostPort(a[1]); err != nil || port == "" {
+			errs = append(errs, fmt.Errorf("%s %q is not host:port (for example 127.0.0.1:15090)", a[0], a[1]))
+		}
+	}
+	names := map[string]bool{}
+	for i, p := range c.Providers {
+		where := fmt.Sprintf("providers[%d]", i)
+		if err := mesh.ValidateLabel(where+".name", p.Name); err != nil {
+			errs = append(errs, err)
+		} else if names[p.Name] {
+			errs = append(errs, fmt.Errorf("%s.name %q is used twice: instance names must be unique", where, p.Name))
+		}
+		names[p.Name] = true
+		switch {
+		case p.Plugin == "":
+			errs = append(errs, fmt.Errorf("%s.plugin is empty: name the executable in pluginDir, e.g. osm-provider-static", where))
+		case p.Plugin != filepath.Base(p.Plugin) || p.Plugin == "." || p.Plugin == "..":
+			errs = append(errs, fmt.Errorf("%s.plugin %q must be a file name in pluginDir, not a path", where, p.Plugin))
+		}
+		if p.SHA256 != "" {
+			if b, err := hex.DecodeString(p.SHA256); err != nil || len(b) != 32 {
+				errs = append(errs, fmt.Errorf("%s.sha256 %q is not 64 hex digits (compute it with sha256sum)", where, p.SHA256))
+			}
+		}
+		if _, err := json.Marshal(p.Config); err != nil {
+			errs = append(errs, fmt.Errorf("%s.config cannot be passed to the plugin as JSON: %w", where, err))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,62 @@
+package pluginhost
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+)
+
+// stderrRelogger re-logs a plugin's stderr lines through the host's logger.
+// JSON lines from provider.Logger keep their level, message and attributes;
+// other lines (a panic, a plugin's own printing) are logged as they are.
+// go-plugin writes from one goroutine, so no lock is needed.
+type stderrRelogger struct {
+	log *slog.Logger
+	buf []byte
+}
+
+func (w *stderrRelogger) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	for {
+		i := bytes.IndexByte(w.buf, '\n')
+		if i < 0 {
+			break
+		}
+		w.logLine(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+func (w *stderrRelogger) logLine(line string) {
+	line = strings.TrimRight(line, "\r")
+	if strings.TrimSpace(line) == "" {
+		return
+	}
+	var rec map[string]any
+	if json.Unmarshal([]byte(line), &rec) != nil {
+		w.log.Info(line, "stream", "stderr")
+		return
+	}
+	level := slog.LevelInfo
+	if s, ok := rec[slog.LevelKey].(string); ok {
+		_ = level.UnmarshalText([]byte(s))
+	}
+	msg, _ := rec[slog.MessageKey].(string)
+	if msg == "" {
+		msg, _ = rec["@message"].(string) // hclog JSON
+	}
+	delete(rec, slog.TimeKey)
+	delete(rec, slog.LevelKey)
+	delete(rec, slog.MessageKey)
+	attrs := make([]slog.Attr, 0, len(rec))
+	for k, v := range rec {
+		if strings.HasPrefix(k, "@") {
+			continue
+		}
+		attrs = append(attrs, slog.Any(k, v))
+	}
+	w.log.LogAttrs(context.Background(), level, msg, attrs...)
+}
