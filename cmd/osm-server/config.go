@@ -1,11 +1,11 @@
 package main
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -77,11 +77,6 @@ func defaultPluginDir() string {
 	return packaged
 }
 
-var (
-	configKeys   = []string{"dataDir", "pluginDir", "debugAddress", "apiAddress", "xdsAddress", "providers"}
-	providerKeys = []string{"name", "plugin", "sha256", "config"}
-)
-
 // loadConfig reads the YAML file at path over the defaults. Unknown keys,
 // wrong types and bad values are errors naming the file, line and key.
 func loadConfig(path string) (Config, error) {
@@ -92,40 +87,73 @@ func loadConfig(path string) (Config, error) {
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return cfg, fmt.Errorf("config %s: %w", path, err)
+		return cfg, fmt.Errorf("config %s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
 	}
 	if len(doc.Content) == 0 {
 		return cfg, nil // empty file: defaults
 	}
-	root := doc.Content[0]
-	if err := checkKeys(path, root, "", configKeys); err != nil {
-		return cfg, err
+	fields := map[string]any{
+		"dataDir": &cfg.DataDir, "pluginDir": &cfg.PluginDir, "debugAddress": &cfg.DebugAddress,
+		"apiAddress": &cfg.APIAddress, "xdsAddress": &cfg.XDSAddress,
 	}
-	for _, kv := range pairs(root) {
-		if kv[0].Value != "providers" {
-			continue
+	err = decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers"), func(key string, v *yaml.Node) error {
+		if key != "providers" {
+			return v.Decode(fields[key])
 		}
-		if kv[1].Kind != yaml.SequenceNode {
-			return cfg, fmt.Errorf("config %s:%d: providers must be a list of {name, plugin, sha256, config}", path, kv[1].Line)
+		if v.Kind != yaml.SequenceNode {
+			return errors.New("providers must be a list of {name, plugin, sha256, config}")
 		}
-		for i, p := range kv[1].Content {
-			if err := checkKeys(path, p, fmt.Sprintf("providers[%d].", i), providerKeys); err != nil {
-				return cfg, err
+		cfg.Providers = make([]ProviderConfig, len(v.Content))
+		for i, item := range v.Content {
+			p := &cfg.Providers[i]
+			pf := map[string]any{"name": &p.Name, "plugin": &p.Plugin, "sha256": &p.SHA256, "config": &p.Config}
+			if err := decodeMapping(path, item, fmt.Sprintf("providers[%d].", i), keysOf(pf), func(key string, v *yaml.Node) error {
+				return v.Decode(pf[key])
+			}); err != nil {
+				return err
 			}
 		}
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf("config %s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	return cfg, nil
+		return nil
+	})
+	return cfg, err
 }
+
+func keysOf(m map[string]any, extra ...string) []string {
+	keys := append(slices.Collect(maps.Keys(m)), extra...)
+	slices.Sort(keys)
+	return keys
+}
+
+// decodeMapping calls decode for each key of mapping node n, failing on
+// keys not in known and naming file, line and key in every error.
+func decodeMapping(path string, n *yaml.Node, prefix string, known []string, decode func(key string, v *yaml.Node) error) error {
+	if err := checkKeys(path, n, prefix, known); err != nil {
+		return err
+	}
+	for _, kv := range pairs(n) {
+		if err := decode(kv[0].Value, kv[1]); err != nil {
+			var te *yaml.TypeError
+			msg := err.Error()
+			if errors.As(err, &te) {
+				msg = strings.Join(te.Errors, "; ")
+			}
+			if de := new(configError); errors.As(err, &de) {
+				return err
+			}
+			return &configError{fmt.Sprintf("config %s:%d: %s%s: %s", path, kv[1].Line, prefix, kv[0].Value, msg)}
+		}
+	}
+	return nil
+}
+
+type configError struct{ msg string }
+
+func (e *configError) Error() string { return e.msg }
 
 // checkKeys fails on any key of mapping node n not in known.
 func checkKeys(path string, n *yaml.Node, prefix string, known []string) error {
 	if n.Kind != yaml.MappingNode {
-		return fmt.Errorf("config %s:%d: %s must be a mapping of keys to values", path, n.Line, cmpOr(strings.TrimSuffix(prefix, "."), "the document"))
+		return &configError{fmt.Sprintf("config %s:%d: %s must be a mapping of keys to values", path, n.Line, cmpOr(strings.TrimSuffix(prefix, "."), "the document"))}
 	}
 	for _, kv := range pairs(n) {
 		if !slices.Contains(known, kv[0].Value) {
@@ -135,7 +163,7 @@ func checkKeys(path string, n *yaml.Node, prefix string, known []string) error {
 					hint = fmt.Sprintf(" (did you mean %q?)", k)
 				}
 			}
-			return fmt.Errorf("config %s:%d: unknown key %q%s; known keys are %s", path, kv[0].Line, prefix+kv[0].Value, hint, strings.Join(known, ", "))
+			return &configError{fmt.Sprintf("config %s:%d: unknown key %q%s; known keys are %s", path, kv[0].Line, prefix+kv[0].Value, hint, strings.Join(known, ", "))}
 		}
 	}
 	return nil

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func writeConfig(t *testing.T, content string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "server.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestLoadConfigExample(t *testing.T) {
+	cfg, err := loadConfig("../../examples/server.yaml")
+	if err != nil {
+		t.Fatalf("examples/server.yaml: %v", err)
+	}
+	want := Config{
+		DataDir:      "/var/lib/osm",
+		PluginDir:    "/usr/lib/osm/plugins",
+		DebugAddress: "127.0.0.1:15090",
+		APIAddress:   "0.0.0.0:15443",
+		XDSAddress:   "0.0.0.0:15128",
+		Providers: []ProviderConfig{{
+			Name: "onprem", Plugin: "osm-provider-static",
+			Config: map[string]any{"file": "/etc/osm/endpoints.yaml"},
+		}},
+	}
+	if diff := cmp.Diff(want, cfg); diff != "" {
+		t.Errorf("loadConfig (-want +got):\n%s", diff)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Errorf("validate: %v", err)
+	}
+}
+
+func TestLoadConfigKeepsDefaults(t *testing.T) {
+	cfg, err := loadConfig(writeConfig(t, "debugAddress: 127.0.0.1:1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := defaultConfig()
+	want.DebugAddress = "127.0.0.1:1"
+	if diff := cmp.Diff(want, cfg); diff != "" {
+		t.Errorf("loadConfig (-want +got):\n%s", diff)
+	}
+	if cfg, err := loadConfig(writeConfig(t, "")); err != nil || cfg.DataDir == "" {
+		t.Errorf("empty file: %+v, %v; want the defaults", cfg, err)
+	}
+}
+
+func TestLoadConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, content string
+		want          []string
+	}{
+		{"unknown key", "dataDir: /x\npluginDirectory: /y\n", []string{":2:", `"pluginDirectory"`, "known keys"}},
+		{"wrong case hint", "datadir: /x\n", []string{`did you mean "dataDir"`}},
+		{"unknown provider key", "providers:\n  - name: a\n    plugin: p\n    conifg: {}\n", []string{":4:", `"providers[0].conifg"`}},
+		{"providers not a list", "providers: {name: a}\n", []string{"providers must be a list"}},
+		{"wrong type", "dataDir: [a, b]\n", []string{"line 1", "dataDir"}},
+		{"not yaml", "dataDir: [\n", []string{"server.yaml"}},
+		{"not a mapping", "- a\n", []string{"mapping"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadConfig(writeConfig(t, tc.content))
+			if err == nil {
+				t.Fatalf("loadConfig succeeded; want an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+		})
+	}
+	if _, err := loadConfig(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
+		t.Errorf("missing file error = %v; want it to name the file", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	good := defaultConfig()
+	good.Providers = []ProviderConfig{{Name: "onprem", Plugin: "osm-provider-static"}}
+	for _, tc := range []struct {
+		name string
+		edit func(*Config)
+		want string
+	}{
+		{"bad address", func(c *Config) { c.XDSAddress = "15128" }, "xdsAddress"},
+		{"empty data dir", func(c *Config) { c.DataDir = "" }, "dataDir is empty"},
+		{"duplicate name", func(c *Config) { c.Providers = append(c.Providers, c.Providers[0]) }, "used twice"},
+		{"bad name", func(c *Config) { c.Providers[0].Name = "On Prem" }, "providers[0].name"},
+		{"plugin path", func(c *Config) { c.Providers[0].Plugin = "../bin/evil" }, "not a path"},
+		{"empty plugin", func(c *Config) { c.Providers[0].Plugin = "" }, "providers[0].plugin is empty"},
+		{"bad pin", func(c *Config) { c.Providers[0].SHA256 = "abc" }, "64 hex digits"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := good
+			cfg.Providers = append([]ProviderConfig(nil), good.Providers...)
+			tc.edit(&cfg)
+			err := cfg.validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("validate() = %v; want an error containing %q", err, tc.want)
+			}
+		})
+	}
+	if err := good.validate(); err != nil {
+		t.Errorf("good config: %v", err)
+	}
+}
