@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/osm-vm/osm-vm/provider"
+)
+
+// meshIndex indexes Services and EndpointSlices by the mesh service they
+// belong to ("mesh-namespace/name").
+const meshIndex = "mesh-service"
+
+// cluster watches one Kubernetes cluster's Services and EndpointSlices with
+// shared informers and keeps hub up to date. It never polls: a change
+// reaches the hub in the informer's event handler.
+type cluster struct {
+	log    *slog.Logger
+	cfg    config
+	host   string // API server address, for messages
+	client kubernetes.Interface
+	hub    *hub
+
+	services []cache.SharedIndexInformer // one per watched namespace
+	slices   []cache.SharedIndexInformer // one per watched namespace
+
+	// mu serialises recomputes so that the last one to commit read the
+	// newest informer caches; synced says the initial lists are in.
+	mu     sync.Mutex
+	synced bool
+}
+
+func newCluster(log *slog.Logger, cfg config, client kubernetes.Interface, host string, h *hub) (*cluster, error) {
+	c := &cluster{log: log, cfg: cfg, host: host, client: client, hub: h}
+	for _, ns := range cfg.watchNamespaces() {
+		where := "all namespaces"
+		if ns != "" {
+			where = "namespace " + ns
+		}
+		svcInf := cache.NewSharedIndexInformer(c.listWatch("services in "+where,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.LabelSelector = cfg.LabelSelector
+				return client.CoreV1().Services(ns).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.LabelSelector = cfg.LabelSelector
+				return client.CoreV1().Services(ns).Watch(ctx, o)
+			}), &corev1.Service{}, 0, cache.Indexers{meshIndex: c.serviceIndex})
+		sliceInf := cache.NewSharedIndexInformer(c.listWatch("endpointslices in "+where,
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return client.DiscoveryV1().EndpointSlices(ns).List(ctx, o)
+			},
+			func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				return client.DiscoveryV1().EndpointSlices(ns).Watch(ctx, o)
+			}), &discoveryv1.EndpointSlice{}, 0, cache.Indexers{meshIndex: c.sliceIndex})
+		for _, inf := range []struct {
+			informer cache.SharedIndexInformer
+			source   string
+			keys     func(obj any) []provider.Service
+		}{
+			{svcInf, "services in " + where, c.serviceKeys},
+			{sliceInf, "endpointslices in " + where, c.sliceKeys},
+		} {
+			if err := inf.informer.SetWatchErrorHandlerWithContext(c.watchErrorHandler(inf.source)); err != nil {
+				return nil, fmt.Errorf("watch error handler for %s: %w", inf.source, err)
+			}
+			keys := inf.keys
+			if _, err := inf.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(obj any) { c.recompute(keys(obj)...) },
+				UpdateFunc: func(old, obj any) { c.recompute(append(keys(old), keys(obj)...)...) },
+				DeleteFunc: func(obj any) { c.recompute(keys(obj)...) },
+			}); err != nil {
+				return nil, fmt.Errorf("event handler for %s: %w", inf.source, err)
+			}
+		}
+		c.services = append(c.services, svcInf)
+		c.slices = append(c.slices, sliceInf)
+	}
+	return c, nil
+}
+
+// listWatch wraps list and watch calls so that a successful one clears the
+// source's health problem: the informer has reached the API server again.
+// The client's own WatchList support decision is kept.
+func (c *cluster) listWatch(source string,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
+) cache.ListerWatcher {
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			obj, err := list(ctx, o)
+			if err == nil {
+				c.hub.setProblem(source, nil)
+			}
+			return obj, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			w, err := watchFn(ctx, o)
+			if err == nil {
+				c.hub.setProblem(source, nil)
+			}
+			return w, err
+		},
+	}
+	return cache.ToListWatcherWithWatchListSemantics(lw, c.client)
+}
+
+// watchErrorHandler reports a broken list or watch as unhealthy. The
+// informer keeps its cache (the last good endpoints stay served) and
+// retries with backoff; the next successful call clears the problem.
+func (c *cluster) watchErrorHandler(source string) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, r *cache.Reflector, err error) {
+		switch {
+		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), apierrors.IsResourceExpired(err), apierrors.IsGone(err):
+			// A watch ending is routine; the informer re-lists or re-watches,
+			// and a failure to do so comes back here as a real error.
+			c.log.Debug("kubernetes watch closed; resuming", "source", source, "error", err)
+			return
+		}
+		fix := "check that the API server is up and reachable from this host; the provider keeps serving the last known endpoints and retries"
+		switch {
+		case apierrors.IsUnauthorized(err):
+			fix = "the credentials in the provider's kubeconfig or service account were refused; renew them (the provider keeps serving the last known endpoints and retries)"
+		case apierrors.IsForbidden(err):
+			fix = "grant the provider's identity get, list and watch on services and discovery.k8s.io endpointslices (see docs/plugins/kubernetes.md); the provider keeps serving the last known endpoints and retries"
+		}
+		c.hub.setProblem(source, fmt.Errorf("kubernetes API %s: cannot list or watch %s: %v; %s", c.host, source, err, fix))
+	}
+}
+
+// run runs the informers until ctx is done. Once all have synced it
+// computes every service, marks the hub synced and from then on recomputes
+// the services each event touches.
+func (c *cluster) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	var synced []cache.InformerSynced
+	for _, inf := range append(append([]cache.SharedIndexInformer{}, c.services...), c.slices...) {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+		synced = append(synced, inf.HasSynced)
+	}
+	if cache.WaitForCacheSync(ctx.Done(), synced...) {
+		c.mu.Lock()
+		c.synced = true
+		c.recomputeLocked(c.allKeys()...)
+		c.mu.Unlock()
+		c.hub.markSynced()
+		c.hub.setProblem(sourceInitialSync, nil)
+		c.log.Info("synced with kubernetes cluster", "api", c.host)
+	}
+	wg.Wait()
+}
+
+const sourceInitialSync = "initial sync"
+
+// recompute recomputes the given mesh services from the informer caches
+// and tells the hub. Before the initial sync it does nothing: run computes
+// everything once the caches are complete.
+func (c *cluster) recompute(keys ...provider.Service) {
+	if len(keys) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.synced {
+		return
+	}
+	c.recomputeLocked(keys...)
+}
+
+func (c *cluster) recomputeLocked(keys ...provider.Service) {
+	done := map[provider.Service]bool{}
+	for _, key := range keys {
+		if done[key] {
+			continue
+		}
+		done[key] = true
+		var svcs []*corev1.Service
+		for _, inf := range c.services {
+			objs, _ := inf.GetIndexer().ByIndex(meshIndex, key.String())
+			for _, o := range objs {
+				svcs = append(svcs, o.(*corev1.Service))
+			}
+		}
+		bySvc := map[string][]*discoveryv1.EndpointSlice{}
+		for _, inf := range c.slices {
+			objs, _ := inf.GetIndexer().ByIndex(meshIndex, key.String())
+			for _, o := range objs {
+				s := o.(*discoveryv1.EndpointSlice)
+				k := s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]
+				bySvc[k] = append(bySvc[k], s)
+			}
+		}
+		lists := make([][]provider.Endpoint, 0, len(svcs))
+		for _, svc := range svcs {
+			lists = append(lists, serviceEndpoints(svc, bySvc[svc.Namespace+"/"+svc.Name]))
+		}
+		c.hub.set(key, mergeEndpoints(lists...), len(svcs) > 0)
+	}
+}
+
+// allKeys returns the mesh service of every cached Service.
+func (c *cluster) allKeys() []provider.Service {
+	var keys []provider.Service
+	for _, inf := range c.services {
+		for _, o := range inf.GetStore().List() {
+			keys = append(keys, c.serviceKeys(o)...)
+		}
+	}
+	return keys
+}
+
+// meshService returns the mesh service for a Kubernetes namespace and
+// name, and whether it is a valid mesh service name.
+func (c *cluster) meshService(ns, name string) (provider.Service, bool) {
+	svc := provider.Service{Namespace: c.cfg.meshNamespace(ns), Name: name}
+	return svc, svc.Validate() == nil
+}
+
+// serviceKeys returns the mesh service an event on a Service touches,
+// whether or not the Service is selected (a relabelled Service leaves the
+// mesh).
+func (c *cluster) serviceKeys(obj any) []provider.Service {
+	svc, ok := unwrap[*corev1.Service](obj)
+	if !ok {
+		return nil
+	}
+	if key, ok := c.meshService(svc.Namespace, svc.Name); ok {
+		return []provider.Service{key}
+	}
+	return nil
+}
+
+// sliceKeys returns the mesh service an event on an EndpointSlice touches.
+func (c *cluster) sliceKeys(obj any) []provider.Service {
+	s, ok := unwrap[*discoveryv1.EndpointSlice](obj)
+	if !ok {
+		return nil
+	}
+	name := s.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return nil
+	}
+	if key, ok := c.meshService(s.Namespace, name); ok {
+		return []provider.Service{key}
+	}
+	return nil
+}
+
+// serviceIndex indexes the Services that become mesh services: selected by
+// the label selector, with a valid mesh name, not ExternalName. The
+// selector is also applied here, not only in the list options, so a
+// relabelled Service leaves the mesh whatever the watch reports.
+func (c *cluster) serviceIndex(obj any) ([]string, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok || !c.cfg.selector.Matches(labels.Set(svc.Labels)) || svc.Spec.Type == corev1.ServiceTypeExternalName {
+		return nil, nil
+	}
+	key, ok := c.meshService(svc.Namespace, svc.Name)
+	if !ok {
+		return nil, nil
+	}
+	return []string{key.String()}, nil
+}
+
+func (c *cluster) sliceIndex(obj any) ([]string, error) {
+	keys := c.sliceKeys(obj)
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	return []string{keys[0].String()}, nil
+}
+
+// unwrap returns the object of an informer event, looking inside the
+// tombstone a delete missed during a disconnect leaves.
+func unwrap[T any](obj any) (T, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	t, ok := obj.(T)
+	return t, ok
+}
