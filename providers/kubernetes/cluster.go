@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -138,8 +139,23 @@ func (c *cluster) watchErrorHandler(source string) cache.WatchErrorHandlerWithCo
 		case apierrors.IsForbidden(err):
 			fix = "grant the provider's identity get, list and watch on services and discovery.k8s.io endpointslices (see docs/plugins/kubernetes.md); the provider keeps serving the last known endpoints and retries"
 		}
-		c.hub.setProblem(source, fmt.Errorf("kubernetes API %s: cannot list or watch %s: %v; %s", c.host, source, err, fix))
+		c.hub.setProblem(source, fmt.Errorf("kubernetes API %s: %v; %s", c.host, cause(err), fix))
 	}
+}
+
+// cause returns the part of a list or watch error that names what went
+// wrong, without the request URL or the reflector's prefix, so that one
+// outage reads as one problem for every informer.
+func cause(err error) error {
+	var status *apierrors.StatusError
+	if errors.As(err, &status) {
+		return status
+	}
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return uerr.Err
+	}
+	return err
 }
 
 // run runs the informers until ctx is done. Once all have synced it

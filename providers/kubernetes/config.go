@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 
@@ -124,18 +125,21 @@ func restConfig(c config) (*rest.Config, error) {
 	if _, err := os.Stat(c.Kubeconfig); err != nil {
 		return nil, fmt.Errorf("%w: kubeconfig %q: %v; set kubeconfig to a readable kubeconfig file", provider.ErrInvalidConfig, c.Kubeconfig, err)
 	}
-	rules := &clientcmd.ClientConfigLoadingRules{ExplicitPath: c.Kubeconfig}
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: c.Context}
-	rc, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	file, err := clientcmd.LoadFromFile(c.Kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kubeconfig %q: %v; check the file with `kubectl --kubeconfig FILE config view`", provider.ErrInvalidConfig, c.Kubeconfig, err)
+	}
+	if c.Context != "" && file.Contexts[c.Context] == nil {
+		return nil, fmt.Errorf("%w: context %q is not in kubeconfig %q, which has %q; set context to one of them", provider.ErrInvalidConfig, c.Context, c.Kubeconfig, slices.Sorted(maps.Keys(file.Contexts)))
+	}
+	rc, err := clientcmd.NewNonInteractiveClientConfig(*file, c.Context, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 	if err != nil {
 		what := fmt.Sprintf("kubeconfig %q", c.Kubeconfig)
 		if c.Context != "" {
-			what += fmt.Sprintf(" with context %q", c.Context)
+			what += fmt.Sprintf(" context %q", c.Context)
 		}
 		fix := "check the file with `kubectl --kubeconfig FILE config view`"
-		if clientcmd.IsContextNotFound(err) {
-			fix = "set context to one listed by `kubectl --kubeconfig FILE config get-contexts`"
-		} else if errors.Is(err, clientcmd.ErrEmptyConfig) {
+		if errors.Is(err, clientcmd.ErrEmptyConfig) {
 			fix = "the file defines no cluster; point kubeconfig at a complete kubeconfig file"
 		}
 		return nil, fmt.Errorf("%w: %s: %v; %s", provider.ErrInvalidConfig, what, err, fix)

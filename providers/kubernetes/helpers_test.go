@@ -39,7 +39,7 @@ type fakeCluster struct {
 	watches atomic.Int32
 
 	mu      sync.Mutex
-	failing error           // when set, list and watch calls fail with it
+	failing error             // when set, list and watch calls fail with it
 	open    []watch.Interface // watches handed out, to break them
 }
 

@@ -108,10 +108,18 @@ func (h *hub) setProblem(source string, err error) {
 	}
 }
 
+// healthMessageLocked describes the current problems, naming each cause
+// once with the sources it affects, for example
+// "kubernetes API https://10.0.0.1:6443: dial tcp ...: connection refused; check ...
+// (failing: endpointslices in all namespaces, services in all namespaces)".
 func (h *hub) healthMessageLocked() string {
+	bySource := map[string][]string{}
+	for src, err := range h.problems {
+		bySource[err.Error()] = append(bySource[err.Error()], src)
+	}
 	var msgs []string
-	for _, src := range slices.Sorted(maps.Keys(h.problems)) {
-		msgs = append(msgs, h.problems[src].Error())
+	for _, detail := range slices.Sorted(maps.Keys(bySource)) {
+		msgs = append(msgs, fmt.Sprintf("%s (failing: %s)", detail, strings.Join(slices.Sorted(slices.Values(bySource[detail])), ", ")))
 	}
 	return strings.Join(msgs, "; also ")
 }

@@ -92,11 +92,7 @@ func (p *kubeProvider) Configure(ctx context.Context, instance string, raw []byt
 		case <-ctx.Done():
 			return nil // the host gave up waiting; the informers keep going
 		case <-wait.C:
-			err := fmt.Errorf("kubernetes API %s: not synced %v after start; serving nothing until it is (the provider keeps retrying)", host, p.syncTimeout)
-			if health := h.health(); health != nil {
-				err = fmt.Errorf("%w: %v", err, health)
-			}
-			h.setProblem(sourceInitialSync, err)
+			h.setProblem(sourceInitialSync, fmt.Errorf("kubernetes API %s: no complete list of services and endpointslices within %v of start; the provider serves nothing until it has one and keeps retrying", host, p.syncTimeout))
 			return nil
 		case <-tick.C:
 		}
