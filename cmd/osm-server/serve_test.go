@@ -1,0 +1,213 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildBinaries builds osm-server and the static plugin into one directory,
+// as `make build` lays them out.
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for out, pkg := range map[string]string{
+		"osm-server":          "github.com/osm-vm/osm-vm/cmd/osm-server",
+		"osm-provider-static": "github.com/osm-vm/osm-vm/providers/static",
+	} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+		}
+	}
+	return dir
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type runningServer struct {
+	cmd    *exec.Cmd
+	base   string
+	log    string
+	exited chan error
+}
+
+func startServer(t *testing.T, bin string) *runningServer {
+	t.Helper()
+	dir := t.TempDir()
+	endpoints := filepath.Join(dir, "endpoints.yaml")
+	if err := os.WriteFile(endpoints, []byte("services:\n  - name: bookstore\n    namespace: default\n    endpoints:\n      - {ip: 10.0.0.5, port: 14001}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	debug := freeAddr(t)
+	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n  - {name: second, plugin: osm-provider-static, config: {file: %s}}\n",
+		filepath.Join(dir, "data"), bin, debug, endpoints, endpoints)
+	configFile := filepath.Join(dir, "server.yaml")
+	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logFile := filepath.Join(dir, "server.log")
+	out, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { out.Close() })
+	cmd := exec.Command(filepath.Join(bin, "osm-server"), "serve", "--config", configFile)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s := &runningServer{cmd: cmd, base: "http://" + debug, log: logFile, exited: make(chan error, 1)}
+	go func() { s.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-s.exited
+		if t.Failed() {
+			b, _ := os.ReadFile(logFile)
+			t.Logf("server log:\n%s", b)
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if resp, err := http.Get(s.base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("osm-server not ready within 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *runningServer) pluginPIDs(t *testing.T) []int {
+	t.Helper()
+	resp, err := http.Get(s.base + "/api/v1/providers")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Providers []struct {
+			Name string
+			PID  int
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, p := range body.Providers {
+		if p.PID == 0 {
+			t.Fatalf("provider %s has no pid", p.Name)
+		}
+		pids = append(pids, p.PID)
+	}
+	if len(pids) != 2 {
+		t.Fatalf("got %d providers, want 2", len(pids))
+	}
+	return pids
+}
+
+func waitGone(t *testing.T, pids []int, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, pid := range pids {
+		for !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			if time.Now().After(deadline) {
+				t.Errorf("plugin pid %d still running %v after the server stopped", pid, within)
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestServeEndToEnd(t *testing.T) {
+	bin := buildBinaries(t)
+
+	t.Run("serves the static provider's endpoints", func(t *testing.T) {
+		s := startServer(t, bin)
+		resp, err := http.Get(s.base + "/api/v1/services/default/bookstore/endpoints")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var got struct {
+			Endpoints []struct {
+				IP       string
+				Port     int
+				Provider string
+			}
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+			t.Fatal(err)
+		}
+		var summary []string
+		for _, e := range got.Endpoints {
+			summary = append(summary, fmt.Sprintf("%s:%d@%s", e.IP, e.Port, e.Provider))
+		}
+		if want := "10.0.0.5:14001@onprem,10.0.0.5:14001@second"; strings.Join(summary, ",") != want {
+			t.Errorf("endpoints = %v, want %s", summary, want)
+		}
+	})
+
+	t.Run("SIGKILL of the server leaves no plugin running", func(t *testing.T) {
+		s := startServer(t, bin)
+		pids := s.pluginPIDs(t)
+		if err := s.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-s.exited
+		s.exited <- nil
+		waitGone(t, pids, 3*time.Second)
+	})
+
+	t.Run("SIGTERM stops the server and its plugins cleanly", func(t *testing.T) {
+		s := startServer(t, bin)
+		pids := s.pluginPIDs(t)
+		if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-s.exited:
+			s.exited <- err
+			if err != nil {
+				t.Errorf("osm-server exited with %v after SIGTERM; want status 0", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("osm-server did not exit within 10s of SIGTERM")
+		}
+		waitGone(t, pids, time.Second)
+	})
+}
+
+func TestServeRejectsBadConfig(t *testing.T) {
+	path := writeConfig(t, "providers:\n  - {name: a, plugin: ../x}\n")
+	cmd := newRootCmd(&strings.Builder{}, &strings.Builder{})
+	cmd.SetArgs([]string{"serve", "--config", path})
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), "providers[0].plugin") {
+		t.Errorf("serve with a bad config: %v; want an error naming providers[0].plugin", err)
+	}
+}

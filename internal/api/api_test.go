@@ -1,0 +1,101 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/catalog"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/pluginhost"
+)
+
+type fakeProviders struct {
+	status []pluginhost.Status
+	ready  bool
+}
+
+func (f fakeProviders) Status() []pluginhost.Status { return f.status }
+func (f fakeProviders) Ready() bool                 { return f.ready }
+
+func newTestServer(t *testing.T, ready bool) *httptest.Server {
+	t.Helper()
+	cat := catalog.New()
+	svc := mesh.MeshService{Namespace: "default", Name: "bookstore"}
+	cat.SetEndpoints("onprem", svc, []mesh.Endpoint{{IP: netip.MustParseAddr("10.0.0.5"), Port: 14001, Labels: map[string]string{"version": "v1"}}})
+	cat.SetEndpoints("lab", svc, []mesh.Endpoint{{IP: netip.MustParseAddr("10.0.0.6"), Port: 14001}})
+	since := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	providers := fakeProviders{ready: ready, status: []pluginhost.Status{
+		{Name: "onprem", State: pluginhost.StateRunning, LastSync: since},
+		{Name: "lab", State: pluginhost.StateRestarting, StaleSince: &since, Restarts: 2},
+	}}
+	srv := httptest.NewServer(New(slog.New(slog.DiscardHandler), "test", cat, providers).Handler())
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestEndpointsMarkStaleProviders(t *testing.T) {
+	srv := newTestServer(t, true)
+	code, body := get(t, srv.URL+"/api/v1/services/default/bookstore/endpoints")
+	if code != http.StatusOK {
+		t.Fatalf("status %d: %s", code, body)
+	}
+	var got ServiceEndpointsView
+	if err := json.Unmarshal([]byte(body), &got); err != nil {
+		t.Fatal(err)
+	}
+	var summary []string
+	for _, e := range got.Endpoints {
+		s := e.AddrPort().String() + "@" + e.Provider
+		if e.Stale {
+			s += " stale"
+		}
+		summary = append(summary, s)
+	}
+	if diff := cmp.Diff([]string{"10.0.0.5:14001@onprem", "10.0.0.6:14001@lab stale"}, summary); diff != "" {
+		t.Errorf("endpoints (-want +got):\n%s", diff)
+	}
+}
+
+func TestRoutes(t *testing.T) {
+	srv := newTestServer(t, false)
+	for _, tc := range []struct {
+		path     string
+		wantCode int
+		wantBody string
+	}{
+		{"/healthz", 200, "ok"},
+		{"/readyz", 503, "waiting for the first list from providers [lab]"},
+		{"/api/v1/services", 200, `"name": "bookstore"`},
+		{"/api/v1/services/default/nope/endpoints", 404, "service default/nope is not known"},
+		{"/api/v1/providers", 200, `"staleSince": "2026-01-01T00:00:00Z"`},
+		{"/metrics", 200, `osm_provider_stale{provider="lab"} 1`},
+		{"/nope", 404, "no route GET /nope"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			code, body := get(t, srv.URL+tc.path)
+			if code != tc.wantCode || !strings.Contains(body, tc.wantBody) {
+				t.Errorf("GET %s = %d %q; want %d containing %q", tc.path, code, body, tc.wantCode, tc.wantBody)
+			}
+		})
+	}
+}
