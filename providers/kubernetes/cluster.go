@@ -94,9 +94,13 @@ func newCluster(log *slog.Logger, cfg config, client kubernetes.Interface, host 
 	return c, nil
 }
 
-// listWatch wraps list and watch calls so that a successful one clears the
-// source's health problem: the informer has reached the API server again.
-// The client's own WatchList support decision is kept.
+// listWatch wraps list and watch calls so that they report the source's
+// health: a failed call makes it unhealthy, a successful one (the informer
+// has reached the API server again) healthy. Reporting here, not only in
+// the watch error handler, matters: the reflector retries a watch that
+// fails with "connection refused" by itself, with backoff, and never calls
+// the handler, so a stopped API server would otherwise go unreported. The
+// client's own WatchList support decision is kept.
 func (c *cluster) listWatch(source string,
 	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
@@ -104,43 +108,50 @@ func (c *cluster) listWatch(source string,
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			obj, err := list(ctx, o)
-			if err == nil {
-				c.hub.setProblem(source, nil)
-			}
+			c.report(ctx, source, err)
 			return obj, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			w, err := watchFn(ctx, o)
-			if err == nil {
-				c.hub.setProblem(source, nil)
-			}
+			c.report(ctx, source, err)
 			return w, err
 		},
 	}
 	return cache.ToListWatcherWithWatchListSemantics(lw, c.client)
 }
 
-// watchErrorHandler reports a broken list or watch as unhealthy. The
-// informer keeps its cache (the last good endpoints stay served) and
-// retries with backoff; the next successful call clears the problem.
+// watchErrorHandler reports what ends a list-and-watch cycle with an
+// error. The informer keeps its cache (the last good endpoints stay
+// served) and retries with backoff; the next successful call clears the
+// problem.
 func (c *cluster) watchErrorHandler(source string) cache.WatchErrorHandlerWithContext {
-	return func(ctx context.Context, r *cache.Reflector, err error) {
-		switch {
-		case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), apierrors.IsResourceExpired(err), apierrors.IsGone(err):
-			// A watch ending is routine; the informer re-lists or re-watches,
-			// and a failure to do so comes back here as a real error.
-			c.log.Debug("kubernetes watch closed; resuming", "source", source, "error", err)
-			return
-		}
-		fix := "check that the API server is up and reachable from this host; the provider keeps serving the last known endpoints and retries"
-		switch {
-		case apierrors.IsUnauthorized(err):
-			fix = "the credentials in the provider's kubeconfig or service account were refused; renew them (the provider keeps serving the last known endpoints and retries)"
-		case apierrors.IsForbidden(err):
-			fix = "grant the provider's identity get, list and watch on services and discovery.k8s.io endpointslices (see docs/plugins/kubernetes.md); the provider keeps serving the last known endpoints and retries"
-		}
-		c.hub.setProblem(source, fmt.Errorf("kubernetes API %s: %v; %s", c.host, cause(err), fix))
+	return func(ctx context.Context, _ *cache.Reflector, err error) {
+		c.report(ctx, source, err)
 	}
+}
+
+// report records the outcome of a call to the API server for source.
+func (c *cluster) report(ctx context.Context, source string, err error) {
+	switch {
+	case err == nil:
+		c.hub.setProblem(source, nil)
+		return
+	case ctx.Err() != nil:
+		return // shutting down
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), apierrors.IsResourceExpired(err), apierrors.IsGone(err):
+		// A watch ending is routine; the informer re-lists or re-watches,
+		// and a failure to do so is reported then.
+		c.log.Debug("kubernetes watch closed; resuming", "source", source, "error", err)
+		return
+	}
+	fix := "check that the API server is up and reachable from this host; the provider keeps serving the last known endpoints and retries"
+	switch {
+	case apierrors.IsUnauthorized(err):
+		fix = "the credentials in the provider's kubeconfig or service account were refused; renew them (the provider keeps serving the last known endpoints and retries)"
+	case apierrors.IsForbidden(err):
+		fix = "grant the provider's identity get, list and watch on services and discovery.k8s.io endpointslices (see docs/plugins/kubernetes.md); the provider keeps serving the last known endpoints and retries"
+	}
+	c.hub.setProblem(source, fmt.Errorf("kubernetes API %s: %v; %s", c.host, cause(err), fix))
 }
 
 // cause returns the part of a list or watch error that names what went

@@ -438,12 +438,13 @@ func TestLostConnection(t *testing.T) {
 	fc := newFakeCluster()
 	p := fc.start(ctx, t, `{}`)
 	events := watchEvents(ctx, t, p)
-	for _, o := range []runtime.Object{webSvc, slice("default", "web-1", "web", http8080, endpoint("10.0.0.1"))} {
+	dbSvc := service("default", "db", svcPort("", 5432, intstr.FromInt32(5432)))
+	for _, o := range []runtime.Object{webSvc, slice("default", "web-1", "web", http8080, endpoint("10.0.0.1")), dbSvc} {
 		if err := apply(ctx, fc.client, o, false); err != nil {
 			t.Fatal(err)
 		}
 	}
-	want := map[string][]string{"default/web": {"10.0.0.1:8080 port-name=http"}}
+	want := map[string][]string{"default/web": {"10.0.0.1:8080 port-name=http"}, "default/db": {}}
 	waitFor(t, "endpoints before the outage", func() string {
 		got, err := snapshot(ctx, p, false)
 		if err != nil {
@@ -477,8 +478,13 @@ func TestLostConnection(t *testing.T) {
 		return ""
 	})
 
-	// The cluster changes while the provider cannot see it.
+	// The cluster changes while the provider cannot see it: a scale-out,
+	// and a Service deleted (the informer learns of it from the re-list,
+	// as a tombstone).
 	if err := apply(ctx, fc.client, slice("default", "web-1", "web", http8080, endpoint("10.0.0.1"), endpoint("10.0.0.2")), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := apply(ctx, fc.client, dbSvc, true); err != nil {
 		t.Fatal(err)
 	}
 	fc.fail(nil)
