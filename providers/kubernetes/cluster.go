@@ -76,6 +76,9 @@ func newCluster(log *slog.Logger, cfg config, client kubernetes.Interface, host 
 			{svcInf, "services in " + where, c.serviceKeys},
 			{sliceInf, "endpointslices in " + where, c.sliceKeys},
 		} {
+			if err := inf.informer.SetTransform(stripObject); err != nil {
+				return nil, fmt.Errorf("transform for %s: %w", inf.source, err)
+			}
 			if err := inf.informer.SetWatchErrorHandlerWithContext(c.watchErrorHandler(inf.source)); err != nil {
 				return nil, fmt.Errorf("watch error handler for %s: %w", inf.source, err)
 			}
@@ -185,13 +188,10 @@ func (c *cluster) run(ctx context.Context) {
 		c.recomputeLocked(c.allKeys()...)
 		c.mu.Unlock()
 		c.hub.markSynced()
-		c.hub.setProblem(sourceInitialSync, nil)
 		c.log.Info("synced with kubernetes cluster", "api", c.host)
 	}
 	wg.Wait()
 }
-
-const sourceInitialSync = "initial sync"
 
 // recompute recomputes the given mesh services from the informer caches
 // and tells the hub. Before the initial sync it does nothing: run computes
@@ -309,6 +309,17 @@ func (c *cluster) sliceIndex(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{keys[0].String()}, nil
+}
+
+// stripObject drops what the provider never reads (managed fields and
+// annotations, which can be most of an object's size) before the informer
+// caches it: all Services and EndpointSlices of a cluster stay in memory.
+func stripObject(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+		m.SetAnnotations(nil)
+	}
+	return obj, nil
 }
 
 // unwrap returns the object of an informer event, looking inside the

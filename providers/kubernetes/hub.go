@@ -22,6 +22,8 @@ import (
 type hub struct {
 	log *slog.Logger
 
+	syncedC chan struct{} // closed by markSynced
+
 	mu       sync.Mutex
 	synced   bool
 	services map[provider.Service][]provider.Endpoint
@@ -41,6 +43,7 @@ type watcher struct {
 func newHub(log *slog.Logger) *hub {
 	return &hub{
 		log:      log,
+		syncedC:  make(chan struct{}),
 		services: map[provider.Service][]provider.Endpoint{},
 		problems: map[string]error{},
 		watchers: map[*watcher]struct{}{},
@@ -79,14 +82,34 @@ func (h *hub) set(svc provider.Service, eps []provider.Endpoint, present bool) {
 func (h *hub) markSynced() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.synced = true
+	if !h.synced {
+		h.synced = true
+		close(h.syncedC)
+	}
+	h.setProblemLocked(sourceInitialSync, nil)
 }
+
+// notSyncedInTime records that the first complete list is late, unless it
+// has arrived meanwhile.
+func (h *hub) notSyncedInTime(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.synced {
+		h.setProblemLocked(sourceInitialSync, err)
+	}
+}
+
+const sourceInitialSync = "initial sync"
 
 // setProblem records (err != nil) or clears (err == nil) the problem of one
 // source and tells watchers when the overall health changed.
 func (h *hub) setProblem(source string, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.setProblemLocked(source, err)
+}
+
+func (h *hub) setProblemLocked(source string, err error) {
 	if err == nil {
 		delete(h.problems, source)
 	} else {

@@ -60,18 +60,20 @@ func (p *kubeProvider) Configure(ctx context.Context, instance string, raw []byt
 		return err
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if p.hub != nil {
+		p.mu.Unlock()
 		return fmt.Errorf("kubernetes provider instance %q is already configured; restart the plugin to change its config", instance)
 	}
 	log := p.log.With("instance", instance)
 	client, host, err := p.newClient(cfg, "osm-provider-kubernetes/"+instance)
 	if err != nil {
+		p.mu.Unlock()
 		return err
 	}
 	h := newHub(log)
 	c, err := newCluster(log, cfg, client, host, h)
 	if err != nil {
+		p.mu.Unlock()
 		return err
 	}
 	// The informers outlive this call: they run until Close (or the
@@ -79,24 +81,18 @@ func (p *kubeProvider) Configure(ctx context.Context, instance string, raw []byt
 	runCtx, cancel := context.WithCancel(context.Background())
 	p.wg.Go(func() { c.run(runCtx) })
 	p.hub, p.cancel = h, cancel
+	p.mu.Unlock()
 
 	wait := time.NewTimer(p.syncTimeout)
 	defer wait.Stop()
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		if _, err := h.listServices(); err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil // the host gave up waiting; the informers keep going
-		case <-wait.C:
-			h.setProblem(sourceInitialSync, fmt.Errorf("kubernetes API %s: no complete list of services and endpointslices within %v of start; the provider serves nothing until it has one and keeps retrying", host, p.syncTimeout))
-			return nil
-		case <-tick.C:
-		}
+	select {
+	case <-h.syncedC:
+	case <-ctx.Done():
+		// The host gave up waiting; the informers keep going.
+	case <-wait.C:
+		h.notSyncedInTime(fmt.Errorf("kubernetes API %s: no complete list of services and endpointslices within %v of start; the provider serves nothing until it has one and keeps retrying", host, p.syncTimeout))
 	}
+	return nil
 }
 
 func (p *kubeProvider) configured() (*hub, error) {
