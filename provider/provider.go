@@ -14,10 +14,12 @@
 package provider
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"regexp"
 	"strings"
 )
@@ -28,18 +30,26 @@ import (
 type Provider interface {
 	// Describe says what the plugin is. It may be called before Configure.
 	Describe(ctx context.Context) (Info, error)
-	// Configure receives the instance's `config` block as JSON. Return an
-	// error wrapping ErrInvalidConfig for bad configuration; DecodeConfig
-	// does the strict decoding for you.
+	// Configure receives the instance's `config` block as JSON, once per
+	// plugin process. Return an error wrapping ErrInvalidConfig for bad
+	// configuration; DecodeConfig does the strict decoding for you. The host
+	// allows it 30 seconds: a slow backend should be reported through
+	// Watch health events rather than by blocking here.
 	Configure(ctx context.Context, instance string, config []byte) error
-	// ListServices returns every service the provider knows now.
+	// ListServices returns every service the provider knows now. Before the
+	// first complete read of the backend, return ErrUnavailable rather than
+	// an empty list: the host then keeps the instance's previous endpoints
+	// and restarts the plugin with backoff, where an empty list would
+	// withdraw them.
 	ListServices(ctx context.Context) ([]Service, error)
 	// ListEndpoints returns the endpoints of one service now. Unknown
 	// services return an error wrapping ErrNotFound.
 	ListEndpoints(ctx context.Context, svc Service) ([]Endpoint, error)
 	// Watch calls send for every change until ctx is done, then returns
 	// nil. An error from send means the receiver is gone: return it. Any
-	// number of Watch calls may run at once.
+	// number of Watch calls may run at once. Watch sends changes only, not
+	// the initial state (the host lists after subscribing); it may send the
+	// current health first.
 	Watch(ctx context.Context, send func(Event) error) error
 }
 
@@ -139,17 +149,101 @@ func (e Endpoint) Validate() error {
 	return nil
 }
 
-// DecodeConfig decodes a provider's JSON config strictly into v: unknown
-// fields are errors. The returned error wraps ErrInvalidConfig and names the
-// offending field.
+// DecodeConfig decodes a provider's JSON config strictly into v (a pointer
+// to a struct): unknown fields are errors, and so are keys that match a
+// field only when case is ignored (encoding/json would accept "kubeConfig"
+// for "kubeconfig" silently). The returned error wraps ErrInvalidConfig and
+// names the offending key.
 func DecodeConfig(config []byte, v any) error {
 	if len(config) == 0 || string(config) == "null" {
 		config = []byte("{}")
 	}
-	dec := json.NewDecoder(strings.NewReader(string(config)))
+	var raw any
+	if err := json.Unmarshal(config, &raw); err != nil {
+		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if err := checkKeyCase(raw, reflect.TypeOf(v), ""); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(config))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("%w: %s", ErrInvalidConfig, strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return nil
+}
+
+// checkKeyCase walks decoded JSON alongside the Go type it decodes into and
+// fails on an object key that names a struct field with different case.
+func checkKeyCase(raw any, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch val := raw.(type) {
+	case map[string]any:
+		switch t.Kind() {
+		case reflect.Struct:
+			fields := jsonFields(t)
+			for key, child := range val {
+				if ft, ok := fields[key]; ok {
+					if err := checkKeyCase(child, ft, path+key+"."); err != nil {
+						return err
+					}
+					continue
+				}
+				for name := range fields {
+					if strings.EqualFold(name, key) {
+						return fmt.Errorf("unknown field %q (did you mean %q? keys are case-sensitive)", path+key, path+name)
+					}
+				}
+			}
+		case reflect.Map:
+			for key, child := range val {
+				if err := checkKeyCase(child, t.Elem(), path+key+"."); err != nil {
+					return err
+				}
+			}
+		}
+	case []any:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for i, child := range val {
+				if err := checkKeyCase(child, t.Elem(), fmt.Sprintf("%s[%d].", strings.TrimSuffix(path, "."), i)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// jsonFields maps the JSON names of a struct's fields (including embedded
+// structs' promoted fields) to their types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name == "-" {
+			continue
+		}
+		if f.Anonymous && name == "" {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				for k, v := range jsonFields(ft) {
+					out[k] = v
+				}
+				continue
+			}
+		}
+		if name == "" {
+			name = f.Name
+		}
+		out[name] = f.Type
+	}
+	return out
 }

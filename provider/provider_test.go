@@ -56,18 +56,28 @@ func TestEventsRoundTrip(t *testing.T) {
 }
 
 func TestDecodeConfig(t *testing.T) {
+	type inner struct {
+		PollInterval string `json:"pollInterval"`
+	}
 	type conf struct {
-		File string `json:"file"`
+		File  string           `json:"file"`
+		Inner *inner           `json:"inner,omitempty"`
+		Tags  map[string]inner `json:"tags,omitempty"`
 	}
 	for _, tc := range []struct {
 		name, in, wantErr string
-		want             conf
+		want              conf
 	}{
 		{name: "ok", in: `{"file":"/x"}`, want: conf{File: "/x"}},
 		{name: "empty", in: ``, want: conf{}},
 		{name: "null", in: `null`, want: conf{}},
 		{name: "unknown field", in: `{"fiel":"/x"}`, wantErr: `unknown field "fiel"`},
 		{name: "wrong type", in: `{"file":3}`, wantErr: "file"},
+		{name: "wrong case", in: `{"File":"/x"}`, wantErr: `unknown field "File" (did you mean "file"?`},
+		{name: "wrong case nested", in: `{"inner":{"pollinterval":"1s"}}`, wantErr: `unknown field "inner.pollinterval" (did you mean "inner.pollInterval"?`},
+		{name: "wrong case in map value", in: `{"tags":{"a":{"PollInterval":"1s"}}}`, wantErr: `"tags.a.PollInterval"`},
+		{name: "nested ok", in: `{"inner":{"pollInterval":"1s"}}`, want: conf{Inner: &inner{PollInterval: "1s"}}},
+		{name: "not json", in: `{`, wantErr: "unexpected end"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got conf
@@ -81,8 +91,8 @@ func TestDecodeConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tc.want {
-				t.Errorf("DecodeConfig(%s) = %+v, want %+v", tc.in, got, tc.want)
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("DecodeConfig(%s) (-want +got):\n%s", tc.in, diff)
 			}
 		})
 	}
