@@ -309,8 +309,27 @@ func (h *Host) runOnce(ctx context.Context, in *instance) error {
 		<-watchDone
 	}()
 
-	if err := h.resync(ctx, in, p); err != nil {
-		return err
+	// A backend that is not reachable yet (ErrUnavailable) is no reason to
+	// kill the plugin: keep the previous endpoints and retry the list.
+	for delay := h.opts.MinBackoff; ; delay = min(2*delay, h.opts.MaxBackoff) {
+		err := h.resync(ctx, in, p)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, provider.ErrUnavailable) {
+			return err
+		}
+		in.recordError(err)
+		in.update(func(s *Status) { s.State = StateUnhealthy })
+		in.log.Warn("provider backend unavailable; keeping previous endpoints and retrying the list", "error", err, "retry_in", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-watchDone:
+			watchDone <- err
+			return fmt.Errorf("watch: %w", cmpErr(err, errors.New("watch stream ended")))
+		case <-time.After(delay):
+		}
 	}
 	in.log.Info("provider plugin running", "plugin", info.Name, "version", info.Version, "pid", cmd.Process.Pid)
 
@@ -324,14 +343,14 @@ func (h *Host) runOnce(ctx context.Context, in *instance) error {
 			return nil
 		case err := <-watchDone:
 			watchDone <- err // for the deferred wait
-			if err == nil {
-				err = errors.New("watch stream ended")
-			}
-			return fmt.Errorf("watch: %w", err)
+			return fmt.Errorf("watch: %w", cmpErr(err, errors.New("watch stream ended")))
 		case ev := <-events:
 			h.apply(in, ev)
 		case <-resyncTick.C:
-			if err := h.resync(ctx, in, p); err != nil {
+			if err := h.resync(ctx, in, p); errors.Is(err, provider.ErrUnavailable) {
+				in.recordError(err)
+				in.log.Warn("periodic resync: provider backend unavailable; keeping current endpoints", "error", err)
+			} else if err != nil {
 				return err
 			}
 		case <-healthTick.C:
@@ -499,4 +518,12 @@ func checkExecutable(path, pin string) (*plugin.SecureConfig, error) {
 		return nil, fmt.Errorf("plugin %s has sha256 %s but the server config pins %s: reinstall the plugin you meant, or update `sha256` if this build is trusted", path, got, pin)
 	}
 	return &plugin.SecureConfig{Checksum: want, Hash: sha256.New()}, nil
+}
+
+// cmpErr returns err, or def when err is nil.
+func cmpErr(err, def error) error {
+	if err != nil {
+		return err
+	}
+	return def
 }
