@@ -249,9 +249,10 @@ func (h *Host) runOnce(ctx context.Context, in *instance) error {
 	cfg.SecureConfig = secure
 	cfg.Stderr = &stderrRelogger{log: in.log}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{
-		Name:   "go-plugin",
-		Level:  hclog.Error,
-		Output: &stderrRelogger{log: in.log.With("component", "go-plugin")},
+		Name:       "go-plugin",
+		Level:      hclog.Error,
+		JSONFormat: true,
+		Output:     &stderrRelogger{log: in.log.With("component", "go-plugin")},
 	})
 	client := plugin.NewClient(cfg)
 	defer stop(client, cmd)
@@ -361,6 +362,9 @@ func (h *Host) runOnce(ctx context.Context, in *instance) error {
 			_, err := health.Check(hctx, &grpc_health_v1.HealthCheckRequest{Service: plugin.GRPCServiceName})
 			cancel()
 			if err != nil && ctx.Err() == nil {
+				// A hung process cannot shut down gracefully: kill it now
+				// so the restart does not wait for go-plugin's grace period.
+				_ = cmd.Process.Kill()
 				return fmt.Errorf("plugin did not answer its health check within %v (hung or overloaded); killing it: %w", h.opts.HealthTimeout, err)
 			}
 		}

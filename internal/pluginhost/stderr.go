@@ -41,8 +41,10 @@ func (w *stderrRelogger) logLine(line string) {
 		return
 	}
 	level := slog.LevelInfo
-	if s, ok := rec[slog.LevelKey].(string); ok {
-		_ = level.UnmarshalText([]byte(s))
+	for _, key := range []string{slog.LevelKey, "@level"} { // slog JSON, hclog JSON
+		if s, ok := rec[key].(string); ok {
+			_ = level.UnmarshalText([]byte(s))
+		}
 	}
 	msg, _ := rec[slog.MessageKey].(string)
 	if msg == "" {

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/osm-vm/osm-vm/provider"
+)
+
+// staticProvider serves the services listed in one YAML file and follows
+// edits to it. A malformed edit is reported through health and the last
+// good content stays in force.
+//
+// Lifetime: Configure starts the file watcher, which runs until close (the
+// plugin process serves one instance and ends with the host; tests call
+// close).
+type staticProvider struct {
+	log *slog.Logger
+	// debounce is how long edits settle before the file is re-read; poll is
+	// the safety-net re-read interval for filesystems without inotify.
+	debounce, poll time.Duration
+
+	mu      sync.Mutex
+	file    string
+	state   map[provider.Service][]provider.Endpoint // last good content
+	sum     [32]byte                                 // hash of the last content read, good or bad
+	health  error                                    // nil when the file is good
+	subs    map[*subscriber]struct{}
+	stop    context.CancelFunc
+	stopped sync.WaitGroup
+}
+
+var _ provider.Provider = (*staticProvider)(nil)
+
+func newStaticProvider(log *slog.Logger) *staticProvider {
+	return &staticProvider{log: log, debounce: 100 * time.Millisecond, poll: 10 * time.Second, subs: map[*subscriber]struct{}{}}
+}
+
+type staticConfig struct {
+	File string `json:"file"`
+}
+
+func (p *staticProvider) Describe(context.Context) (provider.Info, error) {
+	version := "dev"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		version = bi.Main.Version
+	}
+	return provider.Info{Name: "static", Version: version, Description: "endpoints listed in a watched YAML file"}, nil
+}
+
+func (p *staticProvider) Configure(_ context.Context, instance string, raw []byte) error {
+	var cfg staticConfig
+	if err := provider.DecodeConfig(raw, &cfg); err != nil {
+		return err
+	}
+	if cfg.File == "" {
+		return fmt.Errorf("%w: `file` is missing: set config: {file: /etc/osm/endpoints.yaml} for provider %q", provider.ErrInvalidConfig, instance)
+	}
+	file, err := filepath.Abs(cfg.File)
+	if err != nil {
+		return fmt.Errorf("%w: file %q: %w", provider.ErrInvalidConfig, cfg.File, err)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("%w: %w (create the file or fix `file` in the provider config)", provider.ErrInvalidConfig, err)
+	}
+	state, err := parseFile(file, data)
+	if err != nil {
+		return fmt.Errorf("%w: %w", provider.ErrInvalidConfig, err)
+	}
+	watcher, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", file, err)
+	}
+	// Watch the directory: editors and config tools replace files by
+	// rename, and Kubernetes swaps a symlinked directory.
+	if err := watcher.Add(filepath.Dir(file)); err != nil {
+		watcher.Close()
+		return fmt.Errorf("watch directory of %s: %w", file, err)
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stop != nil {
+		watcher.Close()
+		return fmt.Errorf("static provider %q is already configured; restart the plugin to change its config", instance)
+	}
+	p.file, p.state, p.sum = file, state, sha256.Sum256(data)
+	ctx, cancel := context.WithCancel(context.Background())
+	p.stop = cancel
+	p.stopped.Go(func() { p.follow(ctx, watcher) })
+	p.log.Info("static provider configured", "instance", instance, "file", file, "services", len(state))
+	return nil
+}
+
+// close stops the file watcher and waits for it.
+func (p *staticProvider) close() {
+	p.mu.Lock()
+	stop := p.stop
+	p.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	p.stopped.Wait()
+}
+
+func (p *staticProvider) ListServices(context.Context) ([]provider.Service, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == nil {
+		return nil, provider.ErrNotConfigured
+	}
+	svcs := slices.Collect(maps.Keys(p.state))
+	slices.SortFunc(svcs, func(a, b provider.Service) int { return strings.Compare(a.String(), b.String()) })
+	return svcs, nil
+}
+
+func (p *staticProvider) ListEndpoints(_ context.Context, svc provider.Service) ([]provider.Endpoint, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state == nil {
+		return nil, provider.ErrNotConfigured
+	}
+	eps, ok := p.state[svc]
+	if !ok {
+		return nil, fmt.Errorf("service %s is not in %s: %w", svc, p.file, provider.ErrNotFound)
+	}
+	return slices.Clone(eps), nil
+}
+
+// subscriber is one Watch call. Changes mark services dirty and signal;
+// the Watch loop reads the current state, so a slow reader coalesces
+// changes instead of blocking the file watcher.
+type subscriber struct {
+	notify chan struct{}
+	dirty  map[provider.Service]struct{}
+	health bool // health changed since last sent
+}
+
+func (p *staticProvider) Watch(ctx context.Context, send func(provider.Event) error) error {
+	sub := &subscriber{notify: make(chan struct{}, 1), dirty: map[provider.Service]struct{}{}}
+	p.mu.Lock()
+	p.subs[sub] = struct{}{}
+	if p.health != nil {
+		sub.health = true
+		sub.notify <- struct{}{}
+	}
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.subs, sub)
+		p.mu.Unlock()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sub.notify:
+		}
+		for _, ev := range p.pending(sub) {
+			if err := send(ev); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+		}
+	}
+}
+
+// pending returns the events owed to sub and clears its dirty state.
+func (p *staticProvider) pending(sub *subscriber) []provider.Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []provider.Event
+	if sub.health {
+		out = append(out, provider.HealthChanged(p.health))
+		sub.health = false
+	}
+	for svc := range sub.dirty {
+		if eps, ok := p.state[svc]; ok {
+			out = append(out, provider.Updated(svc, slices.Clone(eps)))
+		} else {
+			out = append(out, provider.Deleted(svc))
+		}
+	}
+	clear(sub.dirty)
+	return out
+}
+
+// follow re-reads the file after filesystem events settle, and on a slow
+// timer, until ctx is done.
+func (p *staticProvider) follow(ctx context.Context, watcher *fsnotify.Watcher) {
+	defer watcher.Close()
+	poll := time.NewTicker(p.poll)
+	defer poll.Stop()
+	var settle <-chan time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-watcher.Events:
+			if !ok {
+				return
+			}
+			// Any change in the directory may be ours (renames, symlink
+			// swaps); reading an unchanged file is a no-op.
+			_ = ev.Name
+			settle = time.After(p.debounce)
+		case err, ok := <-watcher.Errors:
+			if !ok {
+				return
+			}
+			p.log.Warn("file watcher error; relying on the periodic re-read", "error", err)
+		case <-settle:
+			settle = nil
+			p.reload()
+		case <-poll.C:
+			p.reload()
+		}
+	}
+}
+
+// reload reads the file and, when it is good and different, publishes the
+// changes; when it is bad, reports it and keeps the last good content.
+func (p *staticProvider) reload() {
+	p.mu.Lock()
+	file := p.file
+	p.mu.Unlock()
+	data, err := os.ReadFile(file)
+	var state map[provider.Service][]provider.Endpoint
+	if err == nil {
+		state, err = parseFile(file, data)
+	} else {
+		err = fmt.Errorf("%w; the last good content stays in force until the file is back", err)
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err != nil {
+		if p.health == nil || p.health.Error() != err.Error() {
+			p.log.Error("endpoints file rejected; keeping the last good content", "file", file, "error", err)
+			p.health = err
+			p.sum = [32]byte{}
+			p.markHealth()
+		}
+		return
+	}
+	sum := sha256.Sum256(data)
+	if sum == p.sum && p.health == nil {
+		return
+	}
+	p.sum = sum
+	if p.health != nil {
+		p.log.Info("endpoints file good again", "file", file)
+		p.health = nil
+		p.markHealth()
+	}
+	var changed []provider.Service
+	for svc, eps := range state {
+		if old, ok := p.state[svc]; !ok || !slices.EqualFunc(old, eps, endpointEqual) {
+			changed = append(changed, svc)
+		}
+	}
+	for svc := range p.state {
+		if _, ok := state[svc]; !ok {
+			changed = append(changed, svc)
+		}
+	}
+	p.state = state
+	if len(changed) == 0 {
+		return
+	}
+	p.log.Info("endpoints file changed", "file", file, "services_changed", len(changed))
+	for sub := range p.subs {
+		for _, svc := range changed {
+			sub.dirty[svc] = struct{}{}
+		}
+		signal(sub)
+	}
+}
+
+// markHealth tells every subscriber the health changed. p.mu is held.
+func (p *staticProvider) markHealth() {
+	for sub := range p.subs {
+		sub.health = true
+		signal(sub)
+	}
+}
+
+func signal(sub *subscriber) {
+	select {
+	case sub.notify <- struct{}{}:
+	default:
+	}
+}
+
+func endpointEqual(a, b provider.Endpoint) bool {
+	return a.IP == b.IP && a.Port == b.Port && maps.Equal(a.Labels, b.Labels)
+}
