@@ -247,7 +247,11 @@ func describe(err error, cfg config, wait time.Duration) string {
 			}
 			return fmt.Sprintf("%s: not found (%s); check that resourceGroups names resource groups of subscription %s; %s", op, status, cfg.SubscriptionID, keep)
 		case http.StatusTooManyRequests:
-			return fmt.Sprintf("%s: ARM is throttling this subscription's reads (%s); waiting as ARM asked; raise pollInterval if this persists; %s", op, status, keep)
+			wait := "backing off"
+			if ra := retryAfter(err); ra > 0 {
+				wait = fmt.Sprintf("waiting the %v ARM asked for (Retry-After)", ra.Round(time.Second))
+			}
+			return fmt.Sprintf("%s: ARM is throttling this subscription's reads (%s); %s; raise pollInterval if this persists; %s", op, status, wait, keep)
 		}
 		return fmt.Sprintf("%s: ARM answered %s; %s", op, status, keep)
 	}

@@ -96,6 +96,20 @@ type VirtualMachine struct {
 	Instance
 }
 
+// clone returns a deep copy, so the fake servers never share memory with
+// the test that changes the model.
+func (f Fixture) clone() Fixture {
+	b, err := json.Marshal(f)
+	if err != nil {
+		panic(fmt.Sprintf("fakearm: marshal fixture: %v", err)) // plain data: cannot happen
+	}
+	var out Fixture
+	if err := json.Unmarshal(b, &out); err != nil {
+		panic(fmt.Sprintf("fakearm: unmarshal fixture: %v", err))
+	}
+	return out
+}
+
 // ReadFixture reads a fixture file strictly (unknown keys are errors).
 func ReadFixture(path string) (Fixture, error) {
 	b, err := os.ReadFile(path)
@@ -136,7 +150,7 @@ type fault struct {
 func New(sub string, fx Fixture) *Model {
 	m := &Model{
 		sub:      sub,
-		fx:       fx,
+		fx:       fx.clone(),
 		faults:   map[string][]fault{},
 		throttle: map[string][]time.Duration{},
 		calls:    map[string]int{},
@@ -160,10 +174,10 @@ func (m *Model) Transport() policy.Transporter { return m.transport }
 // Credential is the token credential that goes with the model.
 func (m *Model) Credential() *Credential { return m.cred }
 
-// Set replaces the whole fixture.
+// Set replaces the whole fixture with a copy of fx.
 func (m *Model) Set(fx Fixture) {
 	m.mu.Lock()
-	m.fx = fx
+	m.fx = fx.clone()
 	m.mu.Unlock()
 	m.applyCredentialError()
 }
@@ -263,13 +277,12 @@ func (m *Model) takeFaultLocked(op string) *fault {
 	return nil
 }
 
-// begin counts a request to op and returns a snapshot of the fixture and
+// begin returns a snapshot of the fixture and
 // the fault to answer with, if any.
 func (m *Model) begin(op string) (Fixture, *fault) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.calls[op]++
-	return m.fx, m.takeFaultLocked(op)
+	return m.fx.clone(), m.takeFaultLocked(op)
 }
 
 // ---- resource IDs
@@ -762,6 +775,7 @@ type resettingTransport struct {
 }
 
 func (t *resettingTransport) Do(req *http.Request) (*http.Response, error) {
+	t.m.count(req)
 	if resp := t.m.throttled(req); resp != nil {
 		return resp, nil
 	}
@@ -771,7 +785,15 @@ func (t *resettingTransport) Do(req *http.Request) (*http.Response, error) {
 	}
 	cur := t.cur
 	t.mu.Unlock()
-	resp, err := cur.Do(req)
+	// The SDK fakes answer from memory at once, so they get a context
+	// that is never cancelled: armnetwork/v9 v9.0.0's fake dispatcher
+	// closes its result channel when the request's context ends while its
+	// worker goroutine may still send on it ("send on closed channel").
+	resp, err := cur.Do(req.WithContext(context.WithoutCancel(req.Context())))
+	if err == nil && req.Context().Err() != nil {
+		resp.Body.Close()
+		resp, err = nil, req.Context().Err()
+	}
 	if err != nil {
 		t.mu.Lock()
 		if t.cur == cur {
@@ -780,6 +802,14 @@ func (t *resettingTransport) Do(req *http.Request) (*http.Response, error) {
 		t.mu.Unlock()
 	}
 	return resp, err
+}
+
+// count counts a request (a page of a list counts as one).
+func (m *Model) count(req *http.Request) {
+	op, _ := req.Context().Value(runtime.CtxAPINameKey{}).(string)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls[op]++
 }
 
 func (m *Model) throttled(req *http.Request) *http.Response {
@@ -798,7 +828,6 @@ func (m *Model) throttled(req *http.Request) *http.Response {
 	if !found {
 		return nil
 	}
-	m.calls[op]++
 	h := http.Header{}
 	h.Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
 	h.Set("x-ms-error-code", "TooManyRequests")
