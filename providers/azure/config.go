@@ -67,16 +67,17 @@ const (
 )
 
 // duration is a time.Duration written as a Go duration string ("30s").
+// pollInterval is the only key of this type, so its errors name it.
 type duration time.Duration
 
 func (d *duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration string such as \"30s\" or \"2m\", got %s", b)
+		return fmt.Errorf("pollInterval: want a duration string such as \"30s\" or \"2m\", got %s", b)
 	}
 	v, err := time.ParseDuration(s)
 	if err != nil {
-		return fmt.Errorf("want a duration string such as \"30s\" or \"2m\": %w", err)
+		return fmt.Errorf("pollInterval: want a duration string such as \"30s\" or \"2m\": %w", err)
 	}
 	*d = duration(v)
 	return nil

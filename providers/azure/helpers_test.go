@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 
 	"github.com/osm-vm/osm-vm/provider"
 	"github.com/osm-vm/osm-vm/providers/azure/internal/fakearm"
@@ -267,4 +269,14 @@ func writeFixture(path string, fx fakearm.Fixture) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// responseError is the *azcore.ResponseError azcore returns for an HTTP
+// error response carrying one header.
+func responseError(status int, header, value string) error {
+	h := http.Header{}
+	h.Set(header, value)
+	h.Set("x-ms-error-code", "TooManyRequests")
+	req, _ := http.NewRequest(http.MethodGet, "https://management.azure.com/subscriptions/x", nil)
+	return runtime.NewResponseError(&http.Response{StatusCode: status, Header: h, Body: http.NoBody, Request: req})
 }
