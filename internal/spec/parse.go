@@ -1,0 +1,421 @@
+package spec
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+// Document is one parsed, defaulted and individually validated document,
+// with where it came from.
+type Document struct {
+	Object Object
+	// Source names the file ("-" for stdin, "" when unknown).
+	Source string
+	// Index is the document's 1-based position in its source.
+	Index int
+	// Line is the line the document starts on, 0 when unknown.
+	Line int
+}
+
+// Key names the document.
+func (d Document) Key() Key { return d.Object.Key() }
+
+// describe returns `Service default/bookstore (mesh.yaml document 2, line 14)`.
+func (d Document) describe() string {
+	return describe(d.Key(), d.Source, d.Index, d.Line)
+}
+
+func describe(k Key, source string, index, line int) string {
+	s := k.String()
+	if k.Name == "" {
+		s = k.Kind + " (unnamed)"
+		if k.Kind == "" {
+			s = "document"
+		}
+	}
+	var where []string
+	if source != "" {
+		where = append(where, source)
+	}
+	if index > 0 {
+		where = append(where, fmt.Sprintf("document %d", index))
+	}
+	if line > 0 {
+		where = append(where, fmt.Sprintf("line %d", line))
+	}
+	if len(where) > 0 {
+		if source != "" && len(where) > 1 {
+			s += " (" + where[0] + " " + strings.Join(where[1:], ", ") + ")"
+		} else {
+			s += " (" + strings.Join(where, ", ") + ")"
+		}
+	}
+	return s
+}
+
+// ErrInvalid is wrapped by every ValidationError.
+var ErrInvalid = errors.New("invalid mesh specification")
+
+// FieldError is one problem with one document.
+type FieldError struct {
+	// Document names the document: kind, namespace/name and position.
+	Document string `json:"document"`
+	// Field is the field path, such as spec.ports[0].port; empty for the
+	// whole document.
+	Field string `json:"field,omitempty"`
+	// Message says what is wrong and how to fix it.
+	Message string `json:"message"`
+}
+
+func (e FieldError) Error() string {
+	if e.Field == "" {
+		return e.Document + ": " + e.Message
+	}
+	return e.Document + ": " + e.Field + ": " + e.Message
+}
+
+// ValidationError lists every problem found in a batch.
+type ValidationError struct {
+	Errors []FieldError `json:"errors"`
+}
+
+func (e *ValidationError) Error() string {
+	msgs := make([]string, len(e.Errors))
+	for i, fe := range e.Errors {
+		msgs[i] = fe.Error()
+	}
+	return strings.Join(msgs, "\n")
+}
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *ValidationError) Unwrap() error { return ErrInvalid }
+
+// validator collects the errors and warnings of one document.
+type validator struct {
+	doc      string
+	errs     []FieldError
+	warnings []string
+}
+
+func (v *validator) errorf(field, format string, args ...any) {
+	v.errs = append(v.errs, FieldError{Document: v.doc, Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) warnf(field, format string, args ...any) {
+	fe := FieldError{Document: v.doc, Field: field, Message: fmt.Sprintf(format, args...)}
+	v.warnings = append(v.warnings, fe.Error())
+}
+
+// Parse reads YAML (several documents separated by "---") or JSON (one
+// object, an array of objects, or a List with items) and returns the
+// documents, defaulted and validated on their own. source names the input
+// in errors. All document errors are returned together in a
+// *ValidationError; references between documents are checked on apply.
+func Parse(data []byte, source string) ([]Document, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var (
+		docs  []Document
+		errs  []FieldError
+		index int
+	)
+	for {
+		var node yaml.Node
+		err := dec.Decode(&node)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		index++
+		if err != nil {
+			errs = append(errs, FieldError{Document: describe(Key{}, source, index, 0), Message: fmt.Sprintf("cannot parse YAML: %v", err)})
+			break
+		}
+		root := &node
+		if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+			root = root.Content[0]
+		}
+		items := []*yaml.Node{root}
+		if root.Kind == yaml.SequenceNode {
+			items = root.Content
+		} else if isList(root) {
+			items = listItems(root)
+		}
+		for _, n := range items {
+			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" || n.Kind == 0 {
+				continue // empty document
+			}
+			d, fes := parseOne(n, source, index)
+			errs = append(errs, fes...)
+			if d != nil {
+				docs = append(docs, *d)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return docs, &ValidationError{Errors: errs}
+	}
+	return docs, nil
+}
+
+func isList(n *yaml.Node) bool {
+	if n.Kind != yaml.MappingNode {
+		return false
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "kind" && strings.HasSuffix(n.Content[i+1].Value, "List") {
+			return true
+		}
+	}
+	return false
+}
+
+func listItems(n *yaml.Node) []*yaml.Node {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == "items" && n.Content[i+1].Kind == yaml.SequenceNode {
+			return n.Content[i+1].Content
+		}
+	}
+	return nil
+}
+
+func supportedKinds() string {
+	var s []string
+	for _, k := range kinds {
+		s = append(s, k.apiVersion+" "+k.kind)
+	}
+	return strings.Join(s, ", ")
+}
+
+func parseOne(n *yaml.Node, source string, index int) (*Document, []FieldError) {
+	line := n.Line
+	bad := func(k Key, field, format string, args ...any) []FieldError {
+		return []FieldError{{Document: describe(k, source, index, line), Field: field, Message: fmt.Sprintf(format, args...)}}
+	}
+	if n.Kind != yaml.MappingNode {
+		return nil, bad(Key{}, "", "want a mapping with apiVersion, kind, metadata and spec")
+	}
+	var raw any
+	if err := n.Decode(&raw); err != nil {
+		return nil, bad(Key{}, "", "cannot decode: %v", err)
+	}
+	m, ok := raw.(map[string]any)
+	if !ok {
+		return nil, bad(Key{}, "", "want a mapping with string keys")
+	}
+	kind, _ := m["kind"].(string)
+	apiVersion, _ := m["apiVersion"].(string)
+	var name, namespace string
+	if md, ok := m["metadata"].(map[string]any); ok {
+		name, _ = md["name"].(string)
+		namespace, _ = md["namespace"].(string)
+	}
+	k := Key{Kind: kind, Namespace: namespace, Name: name}
+	if kind == "" {
+		return nil, bad(k, "kind", "missing: want one of %s", supportedKinds())
+	}
+	ki, ok := lookupKind(kind)
+	if !ok {
+		var names []string
+		for _, k := range kinds {
+			names = append(names, k.kind)
+		}
+		return nil, bad(k, "kind", "unsupported kind %q: want one of %s%s", kind, supportedKinds(), didYouMean(kind, names))
+	}
+	if apiVersion != ki.apiVersion {
+		return nil, bad(k, "apiVersion", "%s needs apiVersion %q, not %q", kind, ki.apiVersion, apiVersion)
+	}
+	obj := ki.newObject()
+	var fes []FieldError
+	for _, u := range unknownFields(raw, reflect.TypeOf(obj).Elem(), "") {
+		fes = append(fes, FieldError{Document: describe(k, source, index, line), Field: u.path, Message: u.msg})
+	}
+	if len(fes) > 0 {
+		return nil, fes
+	}
+	js, err := json.Marshal(raw)
+	if err != nil {
+		return nil, bad(k, "", "cannot convert to JSON: %v", err)
+	}
+	if err := json.Unmarshal(js, obj); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return nil, bad(k, te.Field, "got a %s, want a %s", te.Value, jsonTypeName(te.Type))
+		}
+		return nil, bad(k, "", "%v", err)
+	}
+	if ki.namespaced && obj.meta().Namespace == "" {
+		obj.meta().Namespace = DefaultNamespace
+	}
+	obj.setDefaults()
+	d := &Document{Object: obj, Source: source, Index: index, Line: line}
+	v := &validator{doc: d.describe()}
+	validateMeta(v, ki, obj.meta())
+	obj.validate(v)
+	if len(v.errs) > 0 {
+		return nil, v.errs
+	}
+	return d, nil
+}
+
+func jsonTypeName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint16:
+		return "whole number"
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean (true or false)"
+	case reflect.Slice:
+		return "list"
+	case reflect.Map, reflect.Struct:
+		return "mapping"
+	}
+	return t.String()
+}
+
+func validateMeta(v *validator, ki kindInfo, m *ObjectMeta) {
+	if err := mesh.ValidateLabel("name", m.Name); err != nil {
+		v.errorf("metadata.name", "%v", err)
+	}
+	if !ki.namespaced {
+		if m.Namespace != "" {
+			v.errorf("metadata.namespace", "%s is mesh-wide: remove metadata.namespace", ki.kind)
+		}
+		return
+	}
+	if err := mesh.ValidateLabel("namespace", m.Namespace); err != nil {
+		v.errorf("metadata.namespace", "%v", err)
+	}
+}
+
+type unknownField struct{ path, msg string }
+
+// unknownFields walks a decoded YAML value against the Go type it will be
+// decoded into and reports keys that match no field.
+func unknownFields(v any, t reflect.Type, path string) []unknownField {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil // type errors are reported by the JSON decoder
+		}
+		fields := jsonFields(t)
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		var out []unknownField
+		for _, k := range keys {
+			ft, ok := fields[k]
+			p := joinPath(path, k)
+			if !ok {
+				names := make([]string, 0, len(fields))
+				for n := range fields {
+					names = append(names, n)
+				}
+				slices.Sort(names)
+				out = append(out, unknownField{p, fmt.Sprintf("unknown field %q: remove it or use one of %s%s", k, strings.Join(names, ", "), didYouMean(k, names))})
+				continue
+			}
+			out = append(out, unknownFields(m[k], ft, p)...)
+		}
+		return out
+	case reflect.Slice:
+		s, ok := v.([]any)
+		if !ok {
+			return nil
+		}
+		var out []unknownField
+		for i, e := range s {
+			out = append(out, unknownFields(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
+		}
+		return out
+	}
+	return nil
+}
+
+func joinPath(path, k string) string {
+	if path == "" {
+		return k
+	}
+	return path + "." + k
+}
+
+// jsonFields maps JSON names to field types, flattening embedded structs.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.Anonymous && name == "" {
+			for k, v := range jsonFields(f.Type) {
+				out[k] = v
+			}
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		if name == "-" {
+			continue
+		}
+		out[name] = f.Type
+	}
+	return out
+}
+
+// didYouMean returns ` (did you mean "x"?)` for the closest candidate
+// within a small edit distance, or "".
+func didYouMean(s string, candidates []string) string {
+	best, bestD := "", 0
+	for _, c := range candidates {
+		if c == s {
+			continue
+		}
+		d := editDistance(strings.ToLower(s), strings.ToLower(c))
+		if best == "" || d < bestD {
+			best, bestD = c, d
+		}
+	}
+	limit := max(1, min(3, len(s)/3))
+	if best == "" || bestD > limit {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
+}
+
+func editDistance(a, b string) int {
+	if len(a) > 64 || len(b) > 64 {
+		return max(len(a), len(b))
+	}
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

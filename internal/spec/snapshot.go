@@ -1,0 +1,317 @@
+package spec
+
+import (
+	"encoding/json"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+// Snapshot is an immutable, versioned view of the mesh specification with
+// the queries the xDS layer needs. Values it returns must not be modified.
+type Snapshot struct {
+	version  uint64
+	st       *state
+	config   *MeshConfig
+	services map[mesh.MeshService]ServiceInfo
+	ordered  []ServiceInfo
+}
+
+// ServiceInfo is a Service with its virtual IP.
+type ServiceInfo struct {
+	Service        mesh.MeshService    `json:"service"`
+	ServiceAccount mesh.ServiceAccount `json:"serviceAccount"`
+	Ports          []ServicePort       `json:"ports"`
+	VIP            netip.Addr          `json:"vip"`
+}
+
+// Hostname returns <service>.<namespace>.mesh, the name agents write into
+// the hosts file for the VIP.
+func (s ServiceInfo) Hostname() string { return s.Service.Name + "." + s.Service.Namespace + ".mesh" }
+
+func newSnapshot(st *state, version uint64) *Snapshot {
+	s := &Snapshot{version: version, st: st, config: st.meshConfig(), services: map[mesh.MeshService]ServiceInfo{}}
+	for _, k := range sortedObjectKeys(st.objects) {
+		svc, ok := st.objects[k].(*Service)
+		if !ok {
+			continue
+		}
+		ms := mesh.MeshService{Namespace: k.Namespace, Name: k.Name}
+		info := ServiceInfo{
+			Service:        ms,
+			ServiceAccount: mesh.ServiceAccount{Namespace: k.Namespace, Name: svc.Spec.ServiceAccount},
+			Ports:          svc.Spec.Ports,
+			VIP:            st.vips[ms],
+		}
+		s.services[ms] = info
+		s.ordered = append(s.ordered, info)
+	}
+	return s
+}
+
+// Version increases with every change to the specification.
+func (s *Snapshot) Version() uint64 { return s.version }
+
+// Services returns every Service, ordered by namespace and name.
+func (s *Snapshot) Services() []ServiceInfo { return s.ordered }
+
+// Service returns one Service.
+func (s *Snapshot) Service(svc mesh.MeshService) (ServiceInfo, bool) {
+	info, ok := s.services[svc]
+	return info, ok
+}
+
+// ServicesOf returns the Services whose workloads run as account.
+func (s *Snapshot) ServicesOf(account mesh.ServiceAccount) []mesh.MeshService {
+	var out []mesh.MeshService
+	for _, info := range s.ordered {
+		if info.ServiceAccount == account {
+			out = append(out, info.Service)
+		}
+	}
+	return out
+}
+
+// Permissive reports whether every service may reach every other.
+func (s *Snapshot) Permissive() bool { return s.config.Spec.Traffic.Permissive }
+
+// ServiceCertLifetime is the lifetime of service (proxy-to-proxy) certificates.
+func (s *Snapshot) ServiceCertLifetime() time.Duration {
+	return time.Duration(s.config.Spec.Certificate.ServiceLifetime)
+}
+
+// ProxyCertLifetime is the lifetime of proxy (xDS client) certificates.
+func (s *Snapshot) ProxyCertLifetime() time.Duration {
+	return time.Duration(s.config.Spec.Certificate.ProxyLifetime)
+}
+
+// VIPRange is the outbound virtual IP range.
+func (s *Snapshot) VIPRange() netip.Prefix { return s.config.vipRange() }
+
+// RequireConnectedProxy reports whether an endpoint is sent to other
+// proxies only while its own proxy is connected.
+func (s *Snapshot) RequireConnectedProxy() bool {
+	return *s.config.Spec.Endpoints.RequireConnectedProxy
+}
+
+// MeshConfig returns the MeshConfig in effect (defaults when none applied).
+func (s *Snapshot) MeshConfig() MeshConfigSpec { return s.config.Spec }
+
+// HTTPRouteMatch is one resolved HTTPRouteGroup match.
+type HTTPRouteMatch struct {
+	// Group is the HTTPRouteGroup's name, Name the match's.
+	Group     string            `json:"group"`
+	Name      string            `json:"name"`
+	PathRegex string            `json:"pathRegex,omitempty"`
+	Methods   []string          `json:"methods,omitempty"`
+	Headers   map[string]string `json:"headers,omitempty"`
+}
+
+// InboundRule is what one TrafficTarget allows into a destination.
+type InboundRule struct {
+	// Policy names the TrafficTarget.
+	Policy Key `json:"policy"`
+	// Sources are the service accounts allowed in.
+	Sources []mesh.ServiceAccount `json:"sources"`
+	// Port restricts the rule to one destination port; 0 means all.
+	Port int `json:"port,omitempty"`
+	// HTTP lists the allowed HTTP requests (from HTTPRouteGroup rules).
+	HTTP []HTTPRouteMatch `json:"http,omitempty"`
+	// TCPPorts lists allowed TCP ports (from TCPRoute rules); TCPAllPorts
+	// is set by a TCPRoute without ports.
+	TCPPorts    []int `json:"tcpPorts,omitempty"`
+	TCPAllPorts bool  `json:"tcpAllPorts,omitempty"`
+}
+
+// Inbound returns the TrafficTargets whose destination is the service
+// account of dst, resolved against their route groups. Rules naming route
+// groups that do not exist contribute nothing. In permissive mode the
+// caller allows everything and need not ask.
+func (s *Snapshot) Inbound(dst mesh.MeshService) []InboundRule {
+	info, ok := s.services[dst]
+	if !ok {
+		return nil
+	}
+	var out []InboundRule
+	for _, k := range sortedObjectKeys(s.st.objects) {
+		tt, ok := s.st.objects[k].(*TrafficTarget)
+		if !ok {
+			continue
+		}
+		d := tt.Spec.Destination
+		if (mesh.ServiceAccount{Namespace: d.Namespace, Name: d.Name}) != info.ServiceAccount {
+			continue
+		}
+		r := InboundRule{Policy: k}
+		if d.Port != nil {
+			r.Port = *d.Port
+		}
+		for _, src := range tt.Spec.Sources {
+			r.Sources = append(r.Sources, mesh.ServiceAccount{Namespace: src.Namespace, Name: src.Name})
+		}
+		for _, rule := range tt.Spec.Rules {
+			switch g := s.st.objects[Key{Kind: rule.Kind, Namespace: k.Namespace, Name: rule.Name}].(type) {
+			case *HTTPRouteGroup:
+				for _, m := range g.Spec.Matches {
+					if len(rule.Matches) > 0 && !slices.Contains(rule.Matches, m.Name) {
+						continue
+					}
+					r.HTTP = append(r.HTTP, HTTPRouteMatch{Group: g.Metadata.Name, Name: m.Name, PathRegex: m.PathRegex, Methods: m.Methods, Headers: m.Headers})
+				}
+			case *TCPRoute:
+				if len(rule.Matches) > 0 && !slices.Contains(rule.Matches, g.Spec.Matches.Name) {
+					continue
+				}
+				if len(g.Spec.Matches.Ports) == 0 {
+					r.TCPAllPorts = true
+				}
+				r.TCPPorts = append(r.TCPPorts, g.Spec.Matches.Ports...)
+			}
+		}
+		slices.Sort(r.TCPPorts)
+		r.TCPPorts = slices.Compact(r.TCPPorts)
+		out = append(out, r)
+	}
+	return out
+}
+
+// AllowedSources returns the service accounts any TrafficTarget lets into
+// dst (every service account in the mesh when permissive).
+func (s *Snapshot) AllowedSources(dst mesh.MeshService) []mesh.ServiceAccount {
+	var out []mesh.ServiceAccount
+	if s.Permissive() {
+		for _, info := range s.ordered {
+			out = append(out, info.ServiceAccount)
+		}
+	} else {
+		for _, r := range s.Inbound(dst) {
+			out = append(out, r.Sources...)
+		}
+	}
+	slices.SortFunc(out, func(a, b mesh.ServiceAccount) int {
+		return mesh.MeshService(a).Compare(mesh.MeshService(b))
+	})
+	return slices.Compact(out)
+}
+
+// Upstreams returns the services src may call: every other service when
+// permissive; otherwise the services running as a TrafficTarget
+// destination that lists src, plus the root of any TrafficSplit with such
+// a backend (clients call the root's VIP and the split picks a backend).
+func (s *Snapshot) Upstreams(src mesh.ServiceAccount) []mesh.MeshService {
+	allowed := map[mesh.MeshService]bool{}
+	if s.Permissive() {
+		for _, info := range s.ordered {
+			allowed[info.Service] = true
+		}
+	} else {
+		for _, obj := range s.st.objects {
+			tt, ok := obj.(*TrafficTarget)
+			if !ok || !slices.ContainsFunc(tt.Spec.Sources, func(b IdentityBindingSubject) bool {
+				return b.Namespace == src.Namespace && b.Name == src.Name
+			}) {
+				continue
+			}
+			d := tt.Spec.Destination
+			for _, svc := range s.ServicesOf(mesh.ServiceAccount{Namespace: d.Namespace, Name: d.Name}) {
+				allowed[svc] = true
+			}
+		}
+		for _, obj := range s.st.objects {
+			ts, ok := obj.(*TrafficSplit)
+			if !ok {
+				continue
+			}
+			for _, b := range ts.Spec.Backends {
+				if allowed[mesh.MeshService{Namespace: ts.Metadata.Namespace, Name: b.Service}] {
+					allowed[mesh.MeshService{Namespace: ts.Metadata.Namespace, Name: ts.Spec.Service}] = true
+				}
+			}
+		}
+	}
+	var out []mesh.MeshService
+	for _, info := range s.ordered {
+		if allowed[info.Service] && info.ServiceAccount != src {
+			out = append(out, info.Service)
+		}
+	}
+	return out
+}
+
+// WeightedService is one TrafficSplit backend.
+type WeightedService struct {
+	Service mesh.MeshService `json:"service"`
+	Weight  int              `json:"weight"`
+}
+
+// Split is the TrafficSplit of a root service.
+type Split struct {
+	Policy   Key               `json:"policy"`
+	Root     mesh.MeshService  `json:"root"`
+	Backends []WeightedService `json:"backends"`
+	// Matches name the HTTPRouteGroups the split is limited to (all
+	// traffic when empty).
+	Matches []HTTPRouteMatch `json:"matches,omitempty"`
+}
+
+// Split returns the TrafficSplit for root; when several name the same root
+// the first by name wins.
+func (s *Snapshot) Split(root mesh.MeshService) (Split, bool) {
+	for _, k := range sortedObjectKeys(s.st.objects) {
+		ts, ok := s.st.objects[k].(*TrafficSplit)
+		if !ok || k.Namespace != root.Namespace || ts.Spec.Service != root.Name {
+			continue
+		}
+		sp := Split{Policy: k, Root: root}
+		for _, b := range ts.Spec.Backends {
+			sp.Backends = append(sp.Backends, WeightedService{Service: mesh.MeshService{Namespace: k.Namespace, Name: b.Service}, Weight: b.Weight})
+		}
+		for _, m := range ts.Spec.Matches {
+			if g, ok := s.st.objects[Key{Kind: KindHTTPRouteGroup, Namespace: k.Namespace, Name: m.Name}].(*HTTPRouteGroup); ok && m.Kind == KindHTTPRouteGroup {
+				for _, hm := range g.Spec.Matches {
+					sp.Matches = append(sp.Matches, HTTPRouteMatch{Group: g.Metadata.Name, Name: hm.Name, PathRegex: hm.PathRegex, Methods: hm.Methods, Headers: hm.Headers})
+				}
+			}
+		}
+		return sp, true
+	}
+	return Split{}, false
+}
+
+// Objects returns copies of the stored documents of the given kinds (all
+// when none), ordered by kind, namespace and name; Services carry their VIP
+// in status.
+func (s *Snapshot) Objects(kinds ...string) []Object {
+	var out []Object
+	for _, k := range sortedObjectKeys(s.st.objects) {
+		if len(kinds) > 0 && !slices.Contains(kinds, k.Kind) {
+			continue
+		}
+		out = append(out, s.withStatus(s.st.objects[k]))
+	}
+	return out
+}
+
+// Object returns a copy of one stored document.
+func (s *Snapshot) Object(k Key) (Object, bool) {
+	o, ok := s.st.objects[k]
+	if !ok {
+		return nil, false
+	}
+	return s.withStatus(o), true
+}
+
+func (s *Snapshot) withStatus(o Object) Object {
+	ki, _ := lookupKind(o.Key().Kind)
+	c := ki.newObject()
+	b, _ := json.Marshal(o)
+	_ = json.Unmarshal(b, c)
+	if svc, ok := c.(*Service); ok {
+		if ip, ok := s.st.vips[mesh.MeshService{Namespace: svc.Metadata.Namespace, Name: svc.Metadata.Name}]; ok {
+			svc.Status = &ServiceStatus{VIP: ip.String()}
+		}
+	}
+	return c
+}

@@ -1,0 +1,507 @@
+package spec
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/pmezard/go-difflib/difflib"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+// StoreKey is the store key holding the whole specification.
+const StoreKey = "spec/v1/state"
+
+// casAttempts bounds retries when another writer wins the race.
+const casAttempts = 16
+
+var (
+	// ErrConflict is wrapped by errors that a retry with other input, not
+	// the same request, can fix (HTTP 409).
+	ErrConflict = errors.New("conflict")
+	// ErrNotFound is wrapped when a named document does not exist (404).
+	ErrNotFound = errors.New("not found")
+)
+
+// Action says what applying or deleting did to one document.
+type Action string
+
+// Actions, as kubectl prints them.
+const (
+	Created    Action = "created"
+	Configured Action = "configured"
+	Unchanged  Action = "unchanged"
+	Deleted    Action = "deleted"
+)
+
+// Result is the outcome for one document.
+type Result struct {
+	Key      Key      `json:"key"`
+	Action   Action   `json:"action"`
+	Warnings []string `json:"warnings,omitempty"`
+	// Diff is a unified diff of the canonical YAML, filled by Diff.
+	Diff string `json:"diff,omitempty"`
+}
+
+// BatchResult is the outcome of one apply, diff or delete.
+type BatchResult struct {
+	Results []Result `json:"results"`
+	// Warnings concern the batch as a whole, such as VIPs that moved.
+	Warnings []string `json:"warnings,omitempty"`
+	DryRun   bool     `json:"dryRun,omitempty"`
+	// Version is the snapshot version after the batch.
+	Version uint64 `json:"version"`
+}
+
+// Changed reports whether any document was created, configured or deleted.
+func (b BatchResult) Changed() bool {
+	return slices.ContainsFunc(b.Results, func(r Result) bool { return r.Action != Unchanged })
+}
+
+// Spec stores the mesh specification and publishes snapshots of it.
+type Spec struct {
+	log   *slog.Logger
+	store Store
+
+	writeMu sync.Mutex // serializes this process's writers; the CAS guards against others
+	snap    atomic.Pointer[Snapshot]
+
+	subsMu sync.Mutex
+	subs   map[chan struct{}]struct{}
+}
+
+// New loads the specification from store and publishes its first snapshot.
+func New(ctx context.Context, log *slog.Logger, store Store) (*Spec, error) {
+	s := &Spec{log: log, store: store, subs: map[chan struct{}]struct{}{}}
+	st, ver, err := s.load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s.snap.Store(newSnapshot(st, ver))
+	return s, nil
+}
+
+// Snapshot returns the current immutable snapshot.
+func (s *Spec) Snapshot() *Snapshot { return s.snap.Load() }
+
+// Subscribe returns a channel that receives a value whenever a new snapshot
+// is published. Notifications coalesce: a slow reader sees one signal for
+// many changes and reads the latest Snapshot. Call cancel when done.
+func (s *Spec) Subscribe() (notify <-chan struct{}, cancel func()) {
+	ch := make(chan struct{}, 1)
+	s.subsMu.Lock()
+	s.subs[ch] = struct{}{}
+	s.subsMu.Unlock()
+	return ch, func() {
+		s.subsMu.Lock()
+		delete(s.subs, ch)
+		s.subsMu.Unlock()
+	}
+}
+
+// Refresh reloads the specification from the store and publishes a new
+// snapshot if another server changed it.
+func (s *Spec) Refresh(ctx context.Context) error {
+	st, ver, err := s.load(ctx)
+	if err != nil {
+		return err
+	}
+	s.publish(st, ver)
+	return nil
+}
+
+func (s *Spec) publish(st *state, ver uint64) {
+	for {
+		old := s.snap.Load()
+		if old != nil && old.version >= ver {
+			return
+		}
+		if s.snap.CompareAndSwap(old, newSnapshot(st, ver)) {
+			break
+		}
+	}
+	s.subsMu.Lock()
+	for ch := range s.subs {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	s.subsMu.Unlock()
+}
+
+// state is the decoded specification.
+type state struct {
+	objects map[Key]Object
+	vips    map[mesh.MeshService]netip.Addr
+}
+
+type storedState struct {
+	Objects []json.RawMessage `json:"objects"`
+	VIPs    map[string]string `json:"vips"`
+}
+
+func (st *state) clone() *state {
+	return &state{objects: maps.Clone(st.objects), vips: maps.Clone(st.vips)}
+}
+
+func (st *state) meshConfig() *MeshConfig {
+	if c, ok := st.objects[Key{Kind: KindMeshConfig, Name: MeshConfigName}].(*MeshConfig); ok {
+		return c
+	}
+	return DefaultMeshConfig()
+}
+
+func (s *Spec) load(ctx context.Context) (*state, uint64, error) {
+	raw, ver, err := s.store.Get(ctx, StoreKey)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read mesh specification from the store: %w", err)
+	}
+	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}}
+	if raw == nil {
+		return st, ver, nil
+	}
+	var ss storedState
+	if err := json.Unmarshal(raw, &ss); err != nil {
+		return nil, 0, fmt.Errorf("decode mesh specification at store key %s: %w", StoreKey, err)
+	}
+	for i, r := range ss.Objects {
+		var tm TypeMeta
+		if err := json.Unmarshal(r, &tm); err != nil {
+			return nil, 0, fmt.Errorf("decode stored document %d: %w", i, err)
+		}
+		ki, ok := lookupKind(tm.Kind)
+		if !ok {
+			return nil, 0, fmt.Errorf("stored document %d has kind %q, which this version does not know: upgrade osm-server", i, tm.Kind)
+		}
+		obj := ki.newObject()
+		if err := json.Unmarshal(r, obj); err != nil {
+			return nil, 0, fmt.Errorf("decode stored %s: %w", tm.Kind, err)
+		}
+		st.objects[obj.Key()] = obj
+	}
+	for k, v := range ss.VIPs {
+		ns, name, _ := strings.Cut(k, "/")
+		ip, err := netip.ParseAddr(v)
+		if err != nil {
+			return nil, 0, fmt.Errorf("stored VIP of %s: %w", k, err)
+		}
+		st.vips[mesh.MeshService{Namespace: ns, Name: name}] = ip
+	}
+	return st, ver, nil
+}
+
+func encodeState(st *state) ([]byte, error) {
+	ss := storedState{VIPs: map[string]string{}}
+	for _, k := range sortedObjectKeys(st.objects) {
+		b, err := json.Marshal(st.objects[k])
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", k, err)
+		}
+		ss.Objects = append(ss.Objects, b)
+	}
+	for svc, ip := range st.vips {
+		ss.VIPs[svc.String()] = ip.String()
+	}
+	return json.Marshal(ss)
+}
+
+func sortedObjectKeys(m map[Key]Object) []Key {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, Key.compare)
+	return keys
+}
+
+// ApplyOptions modify Apply.
+type ApplyOptions struct {
+	// DryRun validates and reports what would change without writing.
+	DryRun bool
+	// Diff fills each Result's Diff; it implies DryRun.
+	Diff bool
+}
+
+// Apply creates or updates docs atomically: either every document is
+// stored, with its Services' VIPs, or none is. Invalid documents return a
+// *ValidationError listing every problem.
+func (s *Spec) Apply(ctx context.Context, docs []Document, opts ApplyOptions) (BatchResult, error) {
+	if opts.Diff {
+		opts.DryRun = true
+	}
+	return s.mutate(ctx, opts.DryRun, func(st *state) (BatchResult, error) {
+		return applyDocs(st, docs, opts.Diff)
+	})
+}
+
+// Delete removes the named documents atomically. A missing document is an
+// error wrapping ErrNotFound; deleting a Service a TrafficSplit still names
+// is an error wrapping ErrConflict.
+func (s *Spec) Delete(ctx context.Context, keys []Key, dryRun bool) (BatchResult, error) {
+	return s.mutate(ctx, dryRun, func(st *state) (BatchResult, error) {
+		return deleteKeys(st, keys)
+	})
+}
+
+func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (BatchResult, error)) (BatchResult, error) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	for range casAttempts {
+		cur, ver, err := s.load(ctx)
+		if err != nil {
+			return BatchResult{}, err
+		}
+		next := cur.clone()
+		res, err := change(next)
+		if err != nil {
+			return BatchResult{}, err
+		}
+		moved, err := allocateVIPs(next, next.meshConfig().vipRange())
+		if err != nil {
+			return BatchResult{}, err
+		}
+		if len(moved) > 0 {
+			slices.SortFunc(moved, mesh.MeshService.Compare)
+			names := make([]string, len(moved))
+			for i, m := range moved {
+				names[i] = m.String()
+			}
+			res.Warnings = append(res.Warnings, fmt.Sprintf("the outbound vipRange changed: %d services get new virtual IPs (%s); agents rewrite their hosts files on the next update", len(moved), strings.Join(names, ", ")))
+		}
+		res.Version = ver
+		if dryRun {
+			res.DryRun = true
+			return res, nil
+		}
+		if !res.Changed() && maps.Equal(cur.vips, next.vips) {
+			s.publish(cur, ver)
+			return res, nil
+		}
+		value, err := encodeState(next)
+		if err != nil {
+			return BatchResult{}, err
+		}
+		nv, ok, err := s.store.CompareAndSwap(ctx, StoreKey, ver, value)
+		if err != nil {
+			return BatchResult{}, fmt.Errorf("write mesh specification to the store: %w", err)
+		}
+		if !ok {
+			continue // another server wrote first: redo on its state
+		}
+		res.Version = nv
+		s.publish(next, nv)
+		for _, r := range res.Results {
+			s.log.Info("mesh specification changed", "document", r.Key.String(), "action", r.Action, "version", nv)
+		}
+		return res, nil
+	}
+	return BatchResult{}, fmt.Errorf("%w: the mesh specification kept changing during %d attempts to write it: retry", ErrConflict, casAttempts)
+}
+
+func applyDocs(st *state, docs []Document, withDiff bool) (BatchResult, error) {
+	var (
+		res   BatchResult
+		errs  []FieldError
+		seen  = map[Key]int{}
+		batch = map[Key]Document{}
+	)
+	for i, d := range docs {
+		k := d.Key()
+		if j, ok := seen[k]; ok {
+			errs = append(errs, FieldError{Document: d.describe(), Message: fmt.Sprintf("%s appears twice in this batch (also %s): keep one", k, docs[j].describe())})
+			continue
+		}
+		seen[k] = i
+		batch[k] = d
+	}
+	if len(errs) > 0 {
+		return res, &ValidationError{Errors: errs}
+	}
+	old := st.clone()
+	for _, d := range docs {
+		st.objects[d.Key()] = d.Object
+	}
+	for _, d := range docs {
+		v := &validator{doc: d.describe()}
+		checkReferences(v, st, d.Object)
+		errs = append(errs, v.errs...)
+		r := Result{Key: d.Key(), Warnings: v.warnings}
+		was, existed := old.objects[d.Key()]
+		switch {
+		case !existed:
+			r.Action = Created
+		case canonicalEqual(was, d.Object):
+			r.Action = Unchanged
+		default:
+			r.Action = Configured
+		}
+		if withDiff && r.Action != Unchanged {
+			var before Object
+			if existed {
+				before = was
+			}
+			r.Diff = diffObjects(d.Key(), before, d.Object)
+		}
+		if r.Action == Unchanged {
+			st.objects[d.Key()] = was // keep the stored form
+		}
+		res.Results = append(res.Results, r)
+	}
+	if len(errs) > 0 {
+		return BatchResult{}, &ValidationError{Errors: errs}
+	}
+	return res, nil
+}
+
+func deleteKeys(st *state, keys []Key) (BatchResult, error) {
+	var res BatchResult
+	gone := map[Key]bool{}
+	for _, k := range keys {
+		if _, ok := st.objects[k]; !ok {
+			return BatchResult{}, fmt.Errorf("%w: %s does not exist%s", ErrNotFound, k, didYouMean(k.Name, namesOfKind(st, k.Kind, k.Namespace)))
+		}
+		gone[k] = true
+	}
+	for _, k := range keys {
+		if k.Kind != KindService {
+			continue
+		}
+		for _, ok := range sortedObjectKeys(st.objects) {
+			ts, isSplit := st.objects[ok].(*TrafficSplit)
+			if !isSplit || gone[ok] || ts.Metadata.Namespace != k.Namespace {
+				continue
+			}
+			if ts.Spec.Service == k.Name || slices.ContainsFunc(ts.Spec.Backends, func(b TrafficSplitBackend) bool { return b.Service == k.Name }) {
+				return BatchResult{}, fmt.Errorf("%w: %s is used by %s: delete or change the TrafficSplit first, or in the same batch", ErrConflict, k, ok)
+			}
+		}
+	}
+	for _, k := range keys {
+		delete(st.objects, k)
+		res.Results = append(res.Results, Result{Key: k, Action: Deleted})
+	}
+	return res, nil
+}
+
+func namesOfKind(st *state, kind, namespace string) []string {
+	var out []string
+	for k := range st.objects {
+		if k.Kind == kind && k.Namespace == namespace {
+			out = append(out, k.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkReferences validates obj against the state it is applied into:
+// missing Services are errors for TrafficSplits, while missing identities
+// and route groups are warnings because apply order should not matter.
+func checkReferences(v *validator, st *state, obj Object) {
+	switch o := obj.(type) {
+	case *TrafficSplit:
+		ns := o.Metadata.Namespace
+		svcs := namesOfKind(st, KindService, ns)
+		missing := func(field, name string) {
+			if !slices.Contains(svcs, name) {
+				v.errorf(field, "service %q not found in namespace %q: apply a Service named %q first or in the same batch%s", name, ns, name, didYouMean(name, svcs))
+			}
+		}
+		missing("spec.service", o.Spec.Service)
+		for i, b := range o.Spec.Backends {
+			missing(fmt.Sprintf("spec.backends[%d].service", i), b.Service)
+		}
+		for i, m := range o.Spec.Matches {
+			if _, ok := st.objects[Key{Kind: m.Kind, Namespace: ns, Name: m.Name}]; !ok {
+				v.warnf(fmt.Sprintf("spec.matches[%d]", i), "%s %q not found in namespace %q yet: the split applies to no traffic until it exists%s", m.Kind, m.Name, ns, didYouMean(m.Name, namesOfKind(st, m.Kind, ns)))
+			}
+		}
+	case *TrafficTarget:
+		accounts := map[string][]string{} // namespace -> service accounts of Services
+		for _, obj := range st.objects {
+			if s, ok := obj.(*Service); ok {
+				accounts[s.Metadata.Namespace] = append(accounts[s.Metadata.Namespace], s.Spec.ServiceAccount)
+			}
+		}
+		for _, a := range accounts {
+			slices.Sort(a)
+		}
+		subject := func(field string, s IdentityBindingSubject) {
+			if !slices.Contains(accounts[s.Namespace], s.Name) {
+				v.warnf(field, "no Service runs as service account %q in namespace %q yet%s", s.Name, s.Namespace, didYouMean(s.Name, slices.Compact(accounts[s.Namespace])))
+			}
+		}
+		subject("spec.destination", o.Spec.Destination)
+		for i, s := range o.Spec.Sources {
+			subject(fmt.Sprintf("spec.sources[%d]", i), s)
+		}
+		ns := o.Metadata.Namespace
+		for i, r := range o.Spec.Rules {
+			f := fmt.Sprintf("spec.rules[%d]", i)
+			ro, ok := st.objects[Key{Kind: r.Kind, Namespace: ns, Name: r.Name}]
+			if !ok {
+				v.warnf(f, "%s %q not found in namespace %q yet: the rule allows nothing until it exists%s", r.Kind, r.Name, ns, didYouMean(r.Name, namesOfKind(st, r.Kind, ns)))
+				continue
+			}
+			var names []string
+			switch g := ro.(type) {
+			case *HTTPRouteGroup:
+				for _, m := range g.Spec.Matches {
+					names = append(names, m.Name)
+				}
+			case *TCPRoute:
+				names = append(names, g.Spec.Matches.Name)
+			}
+			for j, m := range r.Matches {
+				if !slices.Contains(names, m) {
+					v.warnf(fmt.Sprintf("%s.matches[%d]", f, j), "%s %q has no match named %q%s", r.Kind, r.Name, m, didYouMean(m, names))
+				}
+			}
+		}
+	}
+}
+
+func canonicalJSON(o Object) []byte {
+	b, _ := json.Marshal(o)
+	return b
+}
+
+func canonicalEqual(a, b Object) bool { return bytes.Equal(canonicalJSON(a), canonicalJSON(b)) }
+
+// CanonicalYAML renders o as YAML with sorted keys and defaults filled.
+func CanonicalYAML(o Object) string {
+	if o == nil {
+		return ""
+	}
+	var v any
+	_ = json.Unmarshal(canonicalJSON(o), &v)
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+func diffObjects(k Key, before, after Object) string {
+	d := difflib.UnifiedDiff{
+		A:        difflib.SplitLines(CanonicalYAML(before)),
+		B:        difflib.SplitLines(CanonicalYAML(after)),
+		FromFile: "live/" + k.String(),
+		ToFile:   "applied/" + k.String(),
+		Context:  3,
+	}
+	s, err := difflib.GetUnifiedDiffString(d)
+	if err != nil {
+		return err.Error()
+	}
+	return s
+}

@@ -1,0 +1,64 @@
+package spec
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"net/netip"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+// allocateVIPs gives every service in st a virtual IP from prefix, keeping
+// the ones already allocated inside it, and drops allocations of services
+// that no longer exist. It returns the services whose VIP moved because it
+// fell outside prefix (a range change).
+func allocateVIPs(st *state, prefix netip.Prefix) (moved []mesh.MeshService, err error) {
+	used := map[netip.Addr]mesh.MeshService{}
+	for svc, ip := range st.vips {
+		if _, ok := st.objects[serviceKey(svc)]; !ok {
+			delete(st.vips, svc)
+			continue
+		}
+		if !prefix.Contains(ip) {
+			delete(st.vips, svc)
+			moved = append(moved, svc)
+			continue
+		}
+		used[ip] = svc
+	}
+	base := binary.BigEndian.Uint32(prefix.Addr().AsSlice())
+	size := uint64(1) << (32 - prefix.Bits())
+	usable := size - 2 // network and broadcast addresses are never handed out
+	for _, k := range sortedObjectKeys(st.objects) {
+		if k.Kind != KindService {
+			continue
+		}
+		svc := mesh.MeshService{Namespace: k.Namespace, Name: k.Name}
+		if _, ok := st.vips[svc]; ok {
+			continue
+		}
+		if uint64(len(used)) >= usable {
+			return nil, fmt.Errorf("%w: outbound vipRange %s has no free address for service %s (%d in use): widen spec.outbound.vipRange in MeshConfig", ErrConflict, prefix, svc, len(used))
+		}
+		h := fnv.New32a()
+		h.Write([]byte(svc.String()))
+		off := uint64(h.Sum32()) % usable
+		for {
+			var b [4]byte
+			binary.BigEndian.PutUint32(b[:], base+uint32(1+off))
+			ip := netip.AddrFrom4(b)
+			if _, taken := used[ip]; !taken {
+				st.vips[svc] = ip
+				used[ip] = svc
+				break
+			}
+			off = (off + 1) % usable
+		}
+	}
+	return moved, nil
+}
+
+func serviceKey(svc mesh.MeshService) Key {
+	return Key{Kind: KindService, Namespace: svc.Namespace, Name: svc.Name}
+}
