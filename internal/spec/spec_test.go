@@ -1,7 +1,6 @@
 package spec
 
 import (
-
 	"io"
 	"log/slog"
 	"net/netip"
@@ -147,4 +146,3 @@ func TestBookstoreApplyTwiceDelete(t *testing.T) {
 		t.Errorf("services after delete = %v, want none", got)
 	}
 }
-

@@ -315,8 +315,8 @@ type TrafficSplit struct {
 
 // TrafficSplitSpec is the spec of a TrafficSplit.
 type TrafficSplitSpec struct {
-	Service  string                       `json:"service"`
-	Backends []TrafficSplitBackend        `json:"backends"`
+	Service  string                      `json:"service"`
+	Backends []TrafficSplitBackend       `json:"backends"`
 	Matches  []TypedLocalObjectReference `json:"matches,omitempty"`
 }
 
