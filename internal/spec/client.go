@@ -162,4 +162,3 @@ func (c *Client) do(ctx context.Context, method, path, contentType string, body 
 	}
 	return nil
 }
-

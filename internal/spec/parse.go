@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -37,11 +38,13 @@ func (d Document) describe() string {
 
 func describe(k Key, source string, index, line int) string {
 	s := k.String()
-	if k.Name == "" {
+	switch {
+	case k.Kind == "" && k.Name == "":
+		s = "document"
+	case k.Kind == "":
+		s = "document " + k.Name
+	case k.Name == "":
 		s = k.Kind + " (unnamed)"
-		if k.Kind == "" {
-			s = "document"
-		}
 	}
 	var where []string
 	if source != "" {
@@ -223,6 +226,9 @@ func parseOne(n *yaml.Node, source string, index int) (*Document, []FieldError) 
 		return nil, bad(k, "kind", "missing: want one of %s", supportedKinds())
 	}
 	ki, ok := lookupKind(kind)
+	if ok && ki.namespaced && k.Namespace == "" {
+		k.Namespace = DefaultNamespace
+	}
 	if !ok {
 		var names []string
 		for _, k := range kinds {
@@ -305,11 +311,49 @@ func unknownFields(v any, t reflect.Type, path string) []unknownField {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t == reflect.TypeFor[Duration]() {
+		str, ok := v.(string)
+		if !ok {
+			return []unknownField{{path, fmt.Sprintf("got %s, want a duration such as \"24h\" or \"90m\"", describeValue(v))}}
+		}
+		if _, err := time.ParseDuration(str); err != nil {
+			return []unknownField{{path, fmt.Sprintf("%q is not a duration: want a value such as \"24h\" or \"90m\"", str)}}
+		}
+		return nil
+	}
+	if v == nil {
+		return nil // null leaves the zero value
+	}
 	switch t.Kind() {
+	case reflect.Int:
+		if _, ok := v.(int); !ok {
+			return []unknownField{{path, fmt.Sprintf("got %s, want a whole number", describeValue(v))}}
+		}
+		return nil
+	case reflect.String:
+		if _, ok := v.(string); !ok {
+			return []unknownField{{path, fmt.Sprintf("got %s, want a string (quote it)", describeValue(v))}}
+		}
+		return nil
+	case reflect.Bool:
+		if _, ok := v.(bool); !ok {
+			return []unknownField{{path, fmt.Sprintf("got %s, want true or false", describeValue(v))}}
+		}
+		return nil
+	case reflect.Map:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return []unknownField{{path, fmt.Sprintf("got %s, want a mapping", describeValue(v))}}
+		}
+		var out []unknownField
+		for _, k := range sortedKeys(m) {
+			out = append(out, unknownFields(m[k], t.Elem(), path+"."+k)...)
+		}
+		return out
 	case reflect.Struct:
 		m, ok := v.(map[string]any)
 		if !ok {
-			return nil // type errors are reported by the JSON decoder
+			return []unknownField{{path, fmt.Sprintf("got %s, want a mapping", describeValue(v))}}
 		}
 		fields := jsonFields(t)
 		keys := make([]string, 0, len(m))
@@ -336,6 +380,9 @@ func unknownFields(v any, t reflect.Type, path string) []unknownField {
 	case reflect.Slice:
 		s, ok := v.([]any)
 		if !ok {
+			if v != nil {
+				return []unknownField{{path, fmt.Sprintf("got %s, want a list", describeValue(v))}}
+			}
 			return nil
 		}
 		var out []unknownField
@@ -345,6 +392,22 @@ func unknownFields(v any, t reflect.Type, path string) []unknownField {
 		return out
 	}
 	return nil
+}
+
+func describeValue(v any) string {
+	switch x := v.(type) {
+	case string:
+		return fmt.Sprintf("the string %q", x)
+	case int, int64, uint64, float64:
+		return fmt.Sprintf("the number %v", x)
+	case bool:
+		return fmt.Sprintf("%v", x)
+	case []any:
+		return "a list"
+	case map[string]any:
+		return "a mapping"
+	}
+	return fmt.Sprintf("a %T", v)
 }
 
 func joinPath(path, k string) string {
