@@ -484,17 +484,20 @@ func CanonicalYAML(o Object) string {
 	}
 	var v any
 	_ = json.Unmarshal(canonicalJSON(o), &v)
-	b, err := yaml.Marshal(v)
-	if err != nil {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(v); err != nil {
 		return ""
 	}
-	return string(b)
+	_ = enc.Close()
+	return b.String()
 }
 
 func diffObjects(k Key, before, after Object) string {
 	d := difflib.UnifiedDiff{
-		A:        difflib.SplitLines(CanonicalYAML(before)),
-		B:        difflib.SplitLines(CanonicalYAML(after)),
+		A:        splitLines(CanonicalYAML(before)),
+		B:        splitLines(CanonicalYAML(after)),
 		FromFile: "live/" + k.String(),
 		ToFile:   "applied/" + k.String(),
 		Context:  3,
@@ -504,4 +507,11 @@ func diffObjects(k Key, before, after Object) string {
 		return err.Error()
 	}
 	return s
+}
+
+func splitLines(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return difflib.SplitLines(strings.TrimSuffix(s, "\n"))
 }
