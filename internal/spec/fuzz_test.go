@@ -1,0 +1,42 @@
+package spec
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// FuzzParse checks that the parser never panics and that every document it
+// accepts survives a round trip through its canonical YAML unchanged.
+func FuzzParse(f *testing.F) {
+	if b, err := os.ReadFile(filepath.Join("..", "..", "examples", "bookstore", "mesh.yaml")); err == nil {
+		f.Add(b)
+	}
+	for _, s := range []string{
+		svcHead + "spec: {ports: [{port: 80, targetPort: 8080, appProtocol: grpc}], serviceAccount: sa}\n",
+		`{"apiVersion":"osm-vm.io/v1alpha1","kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"port":1}]}}`,
+		`[{"apiVersion":"specs.smi-spec.io/v1alpha4","kind":"TCPRoute","metadata":{"name":"t"},"spec":{"matches":{"ports":[1,2]}}}]`,
+		"apiVersion: v1\nkind: List\nitems:\n- apiVersion: osm-vm.io/v1alpha1\n  kind: MeshConfig\n  metadata: {name: mesh}\n  spec: {certificate: {serviceLifetime: 1h}}\n",
+		"---\n---\n",
+		"a: &a [*a, *a]\n",
+		"apiVersion: specs.smi-spec.io/v1alpha4\nkind: HTTPRouteGroup\nmetadata: {name: r}\nspec:\n  matches:\n    - {name: m, pathRegex: \"/a(\", headers: {x: \"[\"}}\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		docs, err := Parse(data, "fuzz")
+		if err != nil {
+			return
+		}
+		for _, d := range docs {
+			y := CanonicalYAML(d.Object)
+			again, err := Parse([]byte(y), "canonical")
+			if err != nil {
+				t.Fatalf("canonical YAML of %s does not parse: %v\n%s", d.Key(), err, y)
+			}
+			if len(again) != 1 || !canonicalEqual(again[0].Object, d.Object) {
+				t.Fatalf("round trip changed %s:\n%s", d.Key(), y)
+			}
+		}
+	})
+}
