@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/spf13/cobra"
+
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+const testAdminToken = "s3cret"
+
+func newSpecTestServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := spec.New(t.Context(), log, spec.NewMemoryStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := spec.NewHandler(log, s)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+testAdminToken {
+			http.Error(w, `{"reason":"Unauthorized","error":"missing or wrong admin token"}`, http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// runCmd runs one spec command against srv and returns stdout, stderr, error.
+func runCmd(t *testing.T, srv *httptest.Server, stdin string, newCmd func() *cobra.Command, args ...string) (string, string, error) {
+	t.Helper()
+	cmd := newCmd()
+	var out, errw bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errw)
+	cmd.SetIn(strings.NewReader(stdin))
+	cmd.SetArgs(append(args, "--server", srv.URL, "--data-dir", "", "--admin-token", testAdminToken))
+	cmd.SilenceUsage, cmd.SilenceErrors = true, true
+	err := cmd.ExecuteContext(t.Context())
+	return out.String(), errw.String(), err
+}
+
+var bookstoreFile = filepath.Join("..", "..", "examples", "bookstore", "mesh.yaml")
+
+func TestApplyGetDiffDeleteCommands(t *testing.T) {
+	srv := newSpecTestServer(t)
+
+	out, _, err := runCmd(t, srv, "", newApplyCmd, "-f", bookstoreFile)
+	if err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+	want := `meshconfig/mesh created
+service/bookbuyer created
+service/bookthief created
+service/bookstore created
+service/bookstore-v1 created
+service/bookstore-v2 created
+service/bookwarehouse created
+httproutegroup/bookstore-service-routes created
+traffictarget/bookstore created
+httproutegroup/bookwarehouse-service-routes created
+traffictarget/bookstore-access-bookwarehouse created
+trafficsplit/bookstore-split created
+`
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("apply output (-want +got):\n%s", diff)
+	}
+
+	out, _, err = runCmd(t, srv, "", newApplyCmd, "-f", bookstoreFile)
+	if err != nil {
+		t.Fatalf("second apply: %v", err)
+	}
+	if got, want := strings.Count(out, " unchanged\n"), 12; got != want {
+		t.Errorf("second apply: %d unchanged, want %d:\n%s", got, want, out)
+	}
+
+	// diff: no change exits cleanly; a change returns errDiffFound.
+	if out, _, err := runCmd(t, srv, "", newDiffCmd, "-f", bookstoreFile); err != nil || out != "" {
+		t.Errorf("diff of applied file = %q, %v; want no output, nil", out, err)
+	}
+	data, err := os.ReadFile(bookstoreFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(data), "weight: 20", "weight: 30", 1)
+	out, _, err = runCmd(t, srv, changed, newDiffCmd, "-f", "-")
+	if !errors.Is(err, errDiffFound) || !strings.Contains(out, "-      weight: 20\n+      weight: 30\n") {
+		t.Errorf("diff of changed file: err %v, output:\n%s", err, out)
+	}
+
+	out, _, err = runCmd(t, srv, "", newGetCmd, "services", "-o", "json")
+	if err != nil {
+		t.Fatalf("get services: %v", err)
+	}
+	var list struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Status   struct{ VIP string }
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("get -o json output: %v\n%s", err, out)
+	}
+	if got, want := len(list.Items), 6; got != want {
+		t.Errorf("services = %d, want %d", got, want)
+	}
+	for _, it := range list.Items {
+		if !strings.HasPrefix(it.Status.VIP, "127.77.") {
+			t.Errorf("service %s vip = %q, want one in 127.77.0.0/16", it.Metadata.Name, it.Status.VIP)
+		}
+	}
+
+	out, _, err = runCmd(t, srv, "", newGetCmd, "policies")
+	if err != nil {
+		t.Fatalf("get policies: %v", err)
+	}
+	wantTable := `KIND             NAMESPACE   NAME
+HTTPRouteGroup   default     bookstore-service-routes
+HTTPRouteGroup   default     bookwarehouse-service-routes
+TrafficTarget    default     bookstore
+TrafficTarget    default     bookstore-access-bookwarehouse
+TrafficSplit     default     bookstore-split
+`
+	if diff := cmp.Diff(wantTable, out); diff != "" {
+		t.Errorf("get policies (-want +got):\n%s", diff)
+	}
+
+	out, _, err = runCmd(t, srv, "", newGetCmd, "trafficsplit", "bookstore-split", "-o", "yaml")
+	if err != nil || !strings.Contains(out, "service: bookstore\n") {
+		t.Errorf("get trafficsplit -o yaml = %v\n%s", err, out)
+	}
+
+	// One document by kind and name; a Service still used by the split is a conflict.
+	if _, _, err := runCmd(t, srv, "", newDeleteCmd, "service", "bookstore-v2"); err == nil || !strings.Contains(err.Error(), "is used by TrafficSplit default/bookstore-split") {
+		t.Errorf("delete service bookstore-v2: %v, want a conflict", err)
+	}
+	if out, _, err := runCmd(t, srv, "", newDeleteCmd, "trafficsplit", "bookstore-split", "-n", "default"); err != nil || out != "trafficsplit/bookstore-split deleted\n" {
+		t.Errorf("delete trafficsplit = %q, %v", out, err)
+	}
+	if _, _, err := runCmd(t, srv, "", newDeleteCmd, "trafficsplit", "bookstore-split"); !errors.Is(err, spec.ErrNotFound) {
+		t.Errorf("second delete: %v, want not found", err)
+	}
+
+	// delete -f removes the rest (the split is already gone).
+	rest := strings.Split(string(data), "---\n")
+	out, _, err = runCmd(t, srv, strings.Join(rest[:len(rest)-1], "---\n"), newDeleteCmd, "-f", "-")
+	if err != nil || strings.Count(out, " deleted\n") != 11 {
+		t.Errorf("delete -f = %v\n%s", err, out)
+	}
+	if out, _, err := runCmd(t, srv, "", newGetCmd, "all"); err != nil || out != "No resources found.\n" {
+		t.Errorf("get all after delete = %q, %v", out, err)
+	}
+}
+
+func TestApplyCommandErrors(t *testing.T) {
+	srv := newSpecTestServer(t)
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: web}\nspec: {ports: [{port: 80, appProtocol: htp}]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"invalid file", []string{"-f", bad}, "1 problem(s) in the mesh specification; nothing was changed\n  Service default/web (" + bad + ` document 1, line 1): spec.ports[0].appProtocol: unsupported appProtocol "htp": want http, tcp or grpc (did you mean "http"?)`},
+		{"directory", []string{"-f", dir}, "1 problem(s) in the mesh specification; nothing was changed\n  Service default/web (" + bad + ` document 1, line 1): spec.ports[0].appProtocol: unsupported appProtocol "htp": want http, tcp or grpc (did you mean "http"?)`},
+		{"no input", nil, "no input: pass -f FILE, -f DIR or -f -"},
+		{"missing file", []string{"-f", filepath.Join(dir, "nope.yaml")}, "-f " + filepath.Join(dir, "nope.yaml") + ": stat " + filepath.Join(dir, "nope.yaml") + ": no such file or directory"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := runCmd(t, srv, "", newApplyCmd, tc.args...)
+			if err == nil {
+				t.Fatal("apply succeeded, want an error")
+			}
+			if got := err.Error(); got != tc.want {
+				t.Errorf("error\n got: %s\nwant: %s", got, tc.want)
+			}
+		})
+	}
+	cmd := newApplyCmd()
+	cmd.SetArgs([]string{"-f", bad, "--server", srv.URL, "--data-dir", "", "--admin-token", "wrong"})
+	cmd.SetOut(io.Discard)
+	if err := cmd.ExecuteContext(t.Context()); err == nil || !strings.Contains(err.Error(), "missing or wrong admin token") {
+		t.Errorf("apply with a wrong token: %v, want the server's 401", err)
+	}
+}
