@@ -124,3 +124,39 @@ func TestRetryAfterHeader(t *testing.T) {
 		})
 	}
 }
+
+func TestNewCredential(t *testing.T) {
+	for _, k := range []string{"AZURE_TENANT_ID", "AZURE_CLIENT_ID", "AZURE_CLIENT_SECRET", "AZURE_CLIENT_CERTIFICATE_PATH", "AZURE_FEDERATED_TOKEN_FILE", "AZURE_USERNAME"} {
+		t.Setenv(k, "")
+	}
+	cases := []struct {
+		cfg     credentialConfig
+		wantErr []string
+	}{
+		{cfg: credentialConfig{Mode: modeManagedIdentity}},
+		{cfg: credentialConfig{Mode: modeManagedIdentity, ClientID: "11111111-2222-3333-4444-555555555555"}},
+		{cfg: credentialConfig{Mode: modeAzureCLI}},
+		{cfg: credentialConfig{Mode: modeDefault}},
+		{cfg: credentialConfig{Mode: modeEnvironment}, wantErr: []string{"credential.mode environment", "AZURE_TENANT_ID", "osm-server's environment"}},
+		{cfg: credentialConfig{Mode: modeWorkloadIdentity}, wantErr: []string{"credential.mode workloadIdentity", "AZURE_FEDERATED_TOKEN_FILE"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.cfg.Mode+tc.cfg.ClientID, func(t *testing.T) {
+			cred, err := newCredential(tc.cfg)
+			if len(tc.wantErr) == 0 {
+				if err != nil || cred == nil {
+					t.Fatalf("newCredential(%+v) = %v, %v; want a credential (tokens are only fetched when polling)", tc.cfg, cred, err)
+				}
+				return
+			}
+			if !errors.Is(err, provider.ErrInvalidConfig) {
+				t.Fatalf("newCredential(%+v) error %v; want ErrInvalidConfig", tc.cfg, err)
+			}
+			for _, want := range tc.wantErr {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q; want it to contain %q", err, want)
+				}
+			}
+		})
+	}
+}

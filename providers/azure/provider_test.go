@@ -272,6 +272,17 @@ func TestScaleOutAndScaleIn(t *testing.T) {
 				}
 			}
 			waitFor(t, "initial endpoints", endpointsAre("10.0.0.4:80", "10.0.0.5:80"))
+			// lastEvent waits for the watcher to have received want, so
+			// that the next change cannot coalesce with this one.
+			lastEvent := func(want string) {
+				t.Helper()
+				waitFor(t, "event "+want, func() string {
+					if u := events.updates(); len(u) == 0 || u[len(u)-1] != want {
+						return fmt.Sprintf("updates %q", u)
+					}
+					return ""
+				})
+			}
 
 			m.Update(func(fx *fakearm.Fixture) {
 				fx.ScaleSets[0].Instances = append(fx.ScaleSets[0].Instances,
@@ -279,13 +290,16 @@ func TestScaleOutAndScaleIn(t *testing.T) {
 					fakearm.Instance{Name: "web_4", PrivateIP: "10.0.0.7", PowerState: "starting"})
 			})
 			waitFor(t, "scale-out", endpointsAre("10.0.0.4:80", "10.0.0.5:80", "10.0.0.6:80"))
+			lastEvent("default/web: 10.0.0.4:80,10.0.0.5:80,10.0.0.6:80")
 			m.Update(func(fx *fakearm.Fixture) { fx.ScaleSets[0].Instances[3].PowerState = "running" })
 			waitFor(t, "started instance", endpointsAre("10.0.0.4:80", "10.0.0.5:80", "10.0.0.6:80", "10.0.0.7:80"))
+			lastEvent("default/web: 10.0.0.4:80,10.0.0.5:80,10.0.0.6:80,10.0.0.7:80")
 			m.Update(func(fx *fakearm.Fixture) {
 				fx.ScaleSets[0].Instances = fx.ScaleSets[0].Instances[2:]
 				fx.ScaleSets[0].Instances[1].PowerState = "deallocated"
 			})
 			waitFor(t, "scale-in", endpointsAre("10.0.0.6:80"))
+			lastEvent("default/web: 10.0.0.6:80")
 			m.Update(func(fx *fakearm.Fixture) { fx.ScaleSets = nil })
 			waitFor(t, "scale set deleted", func() string {
 				if _, err := p.ListEndpoints(ctx, svc); !errors.Is(err, provider.ErrNotFound) {
@@ -293,12 +307,7 @@ func TestScaleOutAndScaleIn(t *testing.T) {
 				}
 				return ""
 			})
-			waitFor(t, "delete event", func() string {
-				if u := events.updates(); len(u) == 0 || u[len(u)-1] != "default/web: deleted" {
-					return fmt.Sprintf("updates %q", u)
-				}
-				return ""
-			})
+			lastEvent("default/web: deleted")
 			want := []string{
 				"default/web: 10.0.0.4:80,10.0.0.5:80,10.0.0.6:80",
 				"default/web: 10.0.0.4:80,10.0.0.5:80,10.0.0.6:80,10.0.0.7:80",
