@@ -1,0 +1,134 @@
+package spec
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+func TestSnapshotQueries(t *testing.T) {
+	s := newTestSpec(t, NewMemoryStore())
+	y := `apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: db}
+spec: {ports: [{port: 3306, appProtocol: tcp}, {port: 9104, appProtocol: http}]}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: app}
+spec: {serviceAccount: app-sa, ports: [{port: 8080}]}
+---
+apiVersion: specs.smi-spec.io/v1alpha4
+kind: TCPRoute
+metadata: {name: mysql}
+spec: {matches: {name: mysql, ports: [3306]}}
+---
+apiVersion: access.smi-spec.io/v1alpha3
+kind: TrafficTarget
+metadata: {name: app-to-db}
+spec:
+  destination: {kind: ServiceAccount, name: db}
+  sources: [{kind: ServiceAccount, name: app-sa}]
+  rules: [{kind: TCPRoute, name: mysql}]
+`
+	if _, err := s.Apply(t.Context(), mustParse(t, y), ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	snap := s.Snapshot()
+	db := mesh.MeshService{Namespace: "default", Name: "db"}
+	app := mesh.MeshService{Namespace: "default", Name: "app"}
+	appSA := mesh.ServiceAccount{Namespace: "default", Name: "app-sa"}
+	want := []InboundRule{{
+		Policy:   Key{Kind: KindTrafficTarget, Namespace: "default", Name: "app-to-db"},
+		Sources:  []mesh.ServiceAccount{appSA},
+		TCPPorts: []int{3306},
+	}}
+	if diff := cmp.Diff(want, snap.Inbound(db)); diff != "" {
+		t.Errorf("Inbound(db) (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]mesh.MeshService{db}, snap.Upstreams(appSA)); diff != "" {
+		t.Errorf("Upstreams(app-sa) (-want +got):\n%s", diff)
+	}
+	if got := snap.Upstreams(mesh.ServiceAccount{Namespace: "default", Name: "db"}); len(got) != 0 {
+		t.Errorf("Upstreams(db) = %v, want none", got)
+	}
+	info, _ := snap.Service(app)
+	if got, want := info.Hostname(), "app.default.mesh"; got != want {
+		t.Errorf("Hostname = %q, want %q", got, want)
+	}
+	if snap.Permissive() || !snap.RequireConnectedProxy() || snap.VIPRange() != netip.MustParsePrefix(DefaultVIPRange) {
+		t.Errorf("defaults: permissive %v, requireConnectedProxy %v, vipRange %v", snap.Permissive(), snap.RequireConnectedProxy(), snap.VIPRange())
+	}
+
+	mc := "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {traffic: {permissive: true}, endpoints: {requireConnectedProxy: false}, certificate: {serviceLifetime: 12h}}\n"
+	if _, err := s.Apply(t.Context(), mustParse(t, mc), ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	snap = s.Snapshot()
+	if !snap.Permissive() || snap.RequireConnectedProxy() || snap.ServiceCertLifetime().String() != "12h0m0s" || snap.ProxyCertLifetime().String() != "168h0m0s" {
+		t.Errorf("after MeshConfig: permissive %v, requireConnectedProxy %v, lifetimes %v %v", snap.Permissive(), snap.RequireConnectedProxy(), snap.ServiceCertLifetime(), snap.ProxyCertLifetime())
+	}
+	if diff := cmp.Diff([]mesh.MeshService{db}, snap.Upstreams(appSA)); diff != "" {
+		t.Errorf("permissive Upstreams(app-sa) (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]mesh.ServiceAccount{appSA, {Namespace: "default", Name: "db"}}, snap.AllowedSources(db)); diff != "" {
+		t.Errorf("permissive AllowedSources(db) (-want +got):\n%s", diff)
+	}
+}
+
+func TestSubscribeCoalesces(t *testing.T) {
+	s := newTestSpec(t, NewMemoryStore())
+	notify, cancel := s.Subscribe()
+	defer cancel()
+	for i := range 3 {
+		if _, err := s.Apply(t.Context(), mustParse(t, svcYAML(fmt.Sprintf("s%d", i))), ApplyOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-notify
+	select {
+	case <-notify:
+		t.Error("second notification pending, want one coalesced signal")
+	default:
+	}
+	if got, want := len(s.Snapshot().Services()), 3; got != want {
+		t.Errorf("services = %d, want %d", got, want)
+	}
+}
+
+// Two servers sharing one store (as with Consul) never hand out the same VIP.
+func TestTwoServersShareStore(t *testing.T) {
+	st := NewMemoryStore()
+	a, b := newTestSpec(t, st), newTestSpec(t, st)
+	var wg sync.WaitGroup
+	for i := range 20 {
+		srv := a
+		if i%2 == 1 {
+			srv = b
+		}
+		wg.Go(func() {
+			if _, err := srv.Apply(t.Context(), mustParse(t, svcYAML(fmt.Sprintf("svc-%d", i))), ApplyOptions{}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := a.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[netip.Addr]bool{}
+	for _, info := range a.Snapshot().Services() {
+		if seen[info.VIP] {
+			t.Errorf("VIP %s given twice", info.VIP)
+		}
+		seen[info.VIP] = true
+	}
+	if got, want := len(seen), 20; got != want {
+		t.Errorf("services seen by server a after Refresh = %d, want %d", got, want)
+	}
+}
