@@ -17,6 +17,7 @@ type Snapshot struct {
 	config   *MeshConfig
 	services map[mesh.MeshService]ServiceInfo
 	ordered  []ServiceInfo
+	keys     []Key // every document, in kind, namespace, name order
 }
 
 // ServiceInfo is a Service with its virtual IP.
@@ -32,8 +33,8 @@ type ServiceInfo struct {
 func (s ServiceInfo) Hostname() string { return s.Service.Name + "." + s.Service.Namespace + ".mesh" }
 
 func newSnapshot(st *state, version uint64) *Snapshot {
-	s := &Snapshot{version: version, st: st, config: st.meshConfig(), services: map[mesh.MeshService]ServiceInfo{}}
-	for _, k := range sortedObjectKeys(st.objects) {
+	s := &Snapshot{version: version, st: st, config: st.meshConfig(), services: map[mesh.MeshService]ServiceInfo{}, keys: sortedObjectKeys(st.objects)}
+	for _, k := range s.keys {
 		svc, ok := st.objects[k].(*Service)
 		if !ok {
 			continue
@@ -135,7 +136,7 @@ func (s *Snapshot) Inbound(dst mesh.MeshService) []InboundRule {
 		return nil
 	}
 	var out []InboundRule
-	for _, k := range sortedObjectKeys(s.st.objects) {
+	for _, k := range s.keys {
 		tt, ok := s.st.objects[k].(*TrafficTarget)
 		if !ok {
 			continue
@@ -259,7 +260,7 @@ type Split struct {
 // Split returns the TrafficSplit for root; when several name the same root
 // the first by name wins.
 func (s *Snapshot) Split(root mesh.MeshService) (Split, bool) {
-	for _, k := range sortedObjectKeys(s.st.objects) {
+	for _, k := range s.keys {
 		ts, ok := s.st.objects[k].(*TrafficSplit)
 		if !ok || k.Namespace != root.Namespace || ts.Spec.Service != root.Name {
 			continue
@@ -285,7 +286,7 @@ func (s *Snapshot) Split(root mesh.MeshService) (Split, bool) {
 // in status.
 func (s *Snapshot) Objects(kinds ...string) []Object {
 	var out []Object
-	for _, k := range sortedObjectKeys(s.st.objects) {
+	for _, k := range s.keys {
 		if len(kinds) > 0 && !slices.Contains(kinds, k.Kind) {
 			continue
 		}
