@@ -1,10 +1,12 @@
 package spec
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -130,5 +132,30 @@ func TestTwoServersShareStore(t *testing.T) {
 	}
 	if got, want := len(seen), 20; got != want {
 		t.Errorf("services seen by server a after Refresh = %d, want %d", got, want)
+	}
+}
+
+func TestRunPicksUpOtherServersChanges(t *testing.T) {
+	st := NewMemoryStore()
+	a, b := newTestSpec(t, st), newTestSpec(t, st)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- b.Run(ctx, 5*time.Millisecond) }()
+	notify, unsub := b.Subscribe()
+	defer unsub()
+	if _, err := a.Apply(t.Context(), mustParse(t, svcYAML("web")), ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-notify:
+	case <-time.After(5 * time.Second):
+		t.Fatal("server b saw no change within 5s")
+	}
+	if _, ok := b.Snapshot().Service(mesh.MeshService{Namespace: "default", Name: "web"}); !ok {
+		t.Error("server b's snapshot lacks the service applied on a")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v, want nil after cancel", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/pmezard/go-difflib/difflib"
 	"go.yaml.in/yaml/v3"
@@ -119,6 +120,25 @@ func (s *Spec) Refresh(ctx context.Context) error {
 	}
 	s.publish(st, ver)
 	return nil
+}
+
+// Run refreshes the snapshot from the store every poll until ctx ends, so
+// changes written by other servers sharing the store (Consul) reach this
+// one. A single server with the embedded store does not need it. It
+// returns nil when ctx is cancelled.
+func (s *Spec) Run(ctx context.Context, poll time.Duration) error {
+	t := time.NewTicker(poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("refresh mesh specification from the store; retrying", "err", err, "retry_in", poll)
+			}
+		}
+	}
 }
 
 func (s *Spec) publish(st *state, ver uint64) {
