@@ -195,7 +195,7 @@ func (pl *poller) poll(ctx context.Context) error {
 		return err
 	}
 	pl.hub.replace(d.services)
-	pl.hub.setProblem(sourceTags, strings.Join(d.problems, "; "))
+	pl.hub.setProblem(sourceTags, summarize(d.problems))
 	pl.log.Debug("polled Azure Resource Manager", "services", len(d.services), "took", time.Since(start))
 	return nil
 }
@@ -213,4 +213,16 @@ func nextPoll(interval time.Duration, err error, throttledInARow int) time.Durat
 		wait = interval << min(throttledInARow-1, maxThrottleBackoff)
 	}
 	return max(wait, retryAfter(err))
+}
+
+// maxReportedProblems bounds how many bad resources the health message
+// names, so one mis-tagged fleet does not make a megabyte of status.
+const maxReportedProblems = 10
+
+// summarize joins per-resource problems into one health message.
+func summarize(problems []string) string {
+	if len(problems) <= maxReportedProblems {
+		return strings.Join(problems, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more resources with unusable tags", strings.Join(problems[:maxReportedProblems], "; "), len(problems)-maxReportedProblems)
 }

@@ -660,3 +660,26 @@ func TestTwoInstancesIndependent(t *testing.T) {
 		t.Errorf("second instance: %v, %v; want no services", got, err)
 	}
 }
+
+func TestSummarizeProblems(t *testing.T) {
+	var many []string
+	for i := range 12 {
+		many = append(many, fmt.Sprintf("p%d", i))
+	}
+	cases := []struct {
+		name     string
+		problems []string
+		want     string
+	}{
+		{"none", nil, ""},
+		{"two", []string{"a", "b"}, "a; b"},
+		{"more than ten", many, "p0; p1; p2; p3; p4; p5; p6; p7; p8; p9; and 2 more resources with unusable tags"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := summarize(tc.problems); got != tc.want {
+				t.Errorf("summarize = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
