@@ -385,12 +385,18 @@ func applyDocs(st *state, docs []Document, withDiff bool) (BatchResult, error) {
 func deleteKeys(st *state, keys []Key) (BatchResult, error) {
 	var res BatchResult
 	gone := map[Key]bool{}
+	var uniq []Key
 	for _, k := range keys {
+		if gone[k] {
+			continue // named twice
+		}
 		if _, ok := st.objects[k]; !ok {
 			return BatchResult{}, fmt.Errorf("%w: %s does not exist%s", ErrNotFound, k, didYouMean(k.Name, namesOfKind(st, k.Kind, k.Namespace)))
 		}
 		gone[k] = true
+		uniq = append(uniq, k)
 	}
+	keys = uniq
 	for _, k := range keys {
 		if k.Kind != KindService {
 			continue
