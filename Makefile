@@ -29,6 +29,8 @@ build:
 # integration tests, then the slower suites.
 test: fmt-check vet
 	$(GO) test -race -count=1 -timeout 20m ./...
+	@echo "== Azure provider built with its fake-ARM test mode, over real plugin subprocesses"
+	$(GO) test -race -count=1 -timeout 10m -tags azurefake ./providers/azure/
 	@echo "== Kubernetes provider against a real etcd + kube-apiserver (built once into $(CACHE))"
 	dir=$$(./hack/build-kube-apiserver.sh | tail -n 1) && \
 		OSM_KUBE_BIN_DIR=$$dir $(GO) test -race -count=1 -timeout 10m -tags k8sintegration ./providers/kubernetes/
