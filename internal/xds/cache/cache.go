@@ -1,0 +1,629 @@
+// Package cache is an xDS resource cache for go-control-plane's server that
+// marshals each resource version once and shares it between every proxy that
+// receives it.
+//
+// # Model
+//
+// A [Resource] is an immutable xDS resource: a name, a content-hash version
+// and its marshalled Any, computed once by [Cache.NewResource]. A [Set] is an
+// immutable collection of resources of one type URL; it too is shared by
+// pointer, and its version is derived from the names and versions it holds.
+//
+// A proxy's view is, per type URL, the Set the producer has published for it
+// with [Cache.Publish]. Publishing the Set a node already has, or one with the
+// same version, pushes nothing; publishing a changed Set evaluates only that
+// node's open watches of that type. Producers keep unchanged resources (and
+// unchanged Sets) by pointer, so publishing the same change to many proxies
+// costs one marshal per changed resource and O(1) per proxy sharing a Set.
+//
+// # Serving
+//
+// Cache implements go-control-plane's cache.Cache (SotW and Delta, ADS or
+// not). The response to a SotW request is the requested subset of the view
+// (all of it for a wildcard request); a request naming resources the view
+// does not hold is answered with those it does hold, and again when the
+// missing ones appear. Nothing is sent for a type until the producer has
+// published a Set of that type for the node. A SotW response version is the
+// digest of the names and versions sent, so an unchanged view is never resent.
+//
+// # NACKs
+//
+// A request carrying error_detail is recorded (see [Cache.NACKs]); the
+// rejected version is not sent again, only a newer one. A node's NACK records
+// are dropped by [Cache.Forget].
+//
+// # Concurrency
+//
+// All methods are safe for concurrent use. Watches answer by a non-blocking
+// send on the server's buffered channel and are removed when they answer or
+// when the server cancels them (at every request and at the end of a stream).
+// A node's entry is removed once it has no watches and no published view.
+//
+// The package knows node IDs, type URLs and resources; it must not import
+// osm-vm business packages (catalog, mesh, spec).
+package cache
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Resource is an immutable, marshalled xDS resource. Create it with
+// [Cache.NewResource]; share it by pointer.
+type Resource struct {
+	name    string
+	version string
+	typeURL string
+	msg     proto.Message
+	any     *anypb.Any
+	delta   *discovery.Resource
+	digest  uint64
+}
+
+// Name returns the resource name.
+func (r *Resource) Name() string { return r.name }
+
+// Version returns the resource's content-hash version.
+func (r *Resource) Version() string { return r.version }
+
+// TypeURL returns the resource's type URL.
+func (r *Resource) TypeURL() string { return r.typeURL }
+
+// Message returns the resource message. It must not be modified.
+func (r *Resource) Message() proto.Message { return r.msg }
+
+// Set is an immutable set of resources of one type URL, keyed by name.
+type Set struct {
+	typeURL string
+	byName  map[string]*Resource
+	sorted  []*Resource
+	digest  uint64
+	anys    []*anypb.Any
+}
+
+// NewSet returns a Set of resources, which must share one type URL and have
+// distinct names.
+func NewSet(resources ...*Resource) (*Set, error) {
+	byName := make(map[string]*Resource, len(resources))
+	for _, r := range resources {
+		if r == nil {
+			return nil, errors.New("cache: nil resource in set")
+		}
+		if _, dup := byName[r.name]; dup {
+			return nil, fmt.Errorf("cache: resource %q appears twice in a set; give each resource a distinct name", r.name)
+		}
+		byName[r.name] = r
+	}
+	return newSet(byName)
+}
+
+func newSet(byName map[string]*Resource) (*Set, error) {
+	s := &Set{byName: byName, sorted: make([]*Resource, 0, len(byName))}
+	for _, r := range byName {
+		if s.typeURL == "" {
+			s.typeURL = r.typeURL
+		} else if r.typeURL != s.typeURL {
+			return nil, fmt.Errorf("cache: resource %q is a %s but the set holds %s", r.name, r.typeURL, s.typeURL)
+		}
+		s.digest += r.digest
+		s.sorted = append(s.sorted, r)
+	}
+	slices.SortFunc(s.sorted, func(a, b *Resource) int { return compareStrings(a.name, b.name) })
+	s.anys = make([]*anypb.Any, len(s.sorted))
+	for i, r := range s.sorted {
+		s.anys[i] = r.any
+	}
+	return s, nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// With returns a copy of s in which resources replace those of the same name
+// and are added otherwise. s is unchanged.
+func (s *Set) With(resources ...*Resource) (*Set, error) {
+	byName := make(map[string]*Resource, len(s.byName)+len(resources))
+	for n, r := range s.byName {
+		byName[n] = r
+	}
+	for _, r := range resources {
+		if r == nil {
+			return nil, errors.New("cache: nil resource in set")
+		}
+		byName[r.name] = r
+	}
+	return newSet(byName)
+}
+
+// Without returns a copy of s without the named resources.
+func (s *Set) Without(names ...string) *Set {
+	byName := make(map[string]*Resource, len(s.byName))
+	for n, r := range s.byName {
+		byName[n] = r
+	}
+	for _, n := range names {
+		delete(byName, n)
+	}
+	out, _ := newSet(byName) // cannot fail: a subset of a valid set
+	return out
+}
+
+// Version returns the set's version, a digest of its names and versions.
+func (s *Set) Version() string { return digestString(s.digest) }
+
+// TypeURL returns the type URL of the set's resources ("" when empty).
+func (s *Set) TypeURL() string { return s.typeURL }
+
+// Len returns the number of resources.
+func (s *Set) Len() int { return len(s.sorted) }
+
+// Get returns the named resource, or nil.
+func (s *Set) Get(name string) *Resource { return s.byName[name] }
+
+// Resources returns the resources sorted by name. The slice must not be modified.
+func (s *Set) Resources() []*Resource { return s.sorted }
+
+// NACK records a request that rejected a response.
+type NACK struct {
+	Node    string
+	TypeURL string
+	// Version is the version the proxy rejected.
+	Version string
+	Nonce   string
+	Error   string
+	Time    time.Time
+}
+
+// Stats are counters for tests, metrics and the debug API.
+type Stats struct {
+	// Marshals counts resources marshalled by NewResource.
+	Marshals uint64
+	// Nodes and Watches count the entries currently held.
+	Nodes, Watches int
+}
+
+// Cache holds the published views and the open watches. Create it with New.
+type Cache struct {
+	log      *slog.Logger
+	marshals atomic.Uint64
+
+	mu    sync.Mutex
+	nodes map[string]*node
+}
+
+type node struct {
+	id    string
+	view  map[string]*Set
+	sotw  map[*sotwWatch]struct{}
+	delta map[*deltaWatch]struct{}
+	nacks map[string]NACK
+}
+
+type sotwWatch struct {
+	req *gcpcache.Request
+	sub gcpcache.Subscription
+	ch  chan gcpcache.Response
+}
+
+type deltaWatch struct {
+	req *gcpcache.DeltaRequest
+	sub gcpcache.Subscription
+	ch  chan gcpcache.DeltaResponse
+}
+
+var _ gcpcache.Cache = (*Cache)(nil)
+
+// New returns an empty Cache.
+func New(log *slog.Logger) *Cache {
+	return &Cache{log: log, nodes: make(map[string]*node)}
+}
+
+// NewResource marshals msg once (deterministically) and returns it as an
+// immutable Resource whose version is a hash of its content.
+func (c *Cache) NewResource(name string, msg proto.Message) (*Resource, error) {
+	if name == "" {
+		return nil, errors.New("cache: resource name is empty")
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		return nil, fmt.Errorf("cache: marshalling resource %q: %w", name, err)
+	}
+	c.marshals.Add(1)
+	typeURL := "type.googleapis.com/" + string(msg.ProtoReflect().Descriptor().FullName())
+	version := digestString(fnv(fnvOffset, b))
+	a := &anypb.Any{TypeUrl: typeURL, Value: b}
+	return &Resource{
+		name:    name,
+		version: version,
+		typeURL: typeURL,
+		msg:     msg,
+		any:     a,
+		delta:   &discovery.Resource{Name: name, Version: version, Resource: a},
+		digest:  entryDigest(name, version),
+	}, nil
+}
+
+// Stats returns the current counters.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := Stats{Marshals: c.marshals.Load(), Nodes: len(c.nodes)}
+	for _, n := range c.nodes {
+		s.Watches += len(n.sotw) + len(n.delta)
+	}
+	return s
+}
+
+// Publish sets node's view of typeURL to set and answers that node's open
+// watches of that type if the set's version changed.
+func (c *Cache) Publish(nodeID, typeURL string, set *Set) error {
+	if set == nil {
+		return fmt.Errorf("cache: publishing a nil set of %s for node %q; publish an empty set instead", typeURL, nodeID)
+	}
+	if set.typeURL != "" && set.typeURL != typeURL {
+		return fmt.Errorf("cache: publishing a set of %s as %s for node %q", set.typeURL, typeURL, nodeID)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.node(nodeID)
+	if old := n.view[typeURL]; old == set || (old != nil && old.digest == set.digest && len(old.sorted) == len(set.sorted)) {
+		n.view[typeURL] = set
+		return nil
+	}
+	n.view[typeURL] = set
+	for w := range n.sotw {
+		if w.req.GetTypeUrl() == typeURL && c.answerSotw(n, w) {
+			delete(n.sotw, w)
+		}
+	}
+	for w := range n.delta {
+		if w.req.GetTypeUrl() == typeURL && c.answerDelta(n, w) {
+			delete(n.delta, w)
+		}
+	}
+	return nil
+}
+
+// Forget removes node's view and NACK records. Open watches stay open and
+// are answered if the node is published again.
+func (c *Cache) Forget(nodeID string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[nodeID]
+	if !ok {
+		return
+	}
+	clear(n.view)
+	clear(n.nacks)
+	c.gc(n)
+}
+
+// NACKs returns the last NACK recorded per node and type, sorted by node and type.
+func (c *Cache) NACKs() []NACK {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []NACK
+	for _, n := range c.nodes {
+		for _, k := range n.nacks {
+			out = append(out, k)
+		}
+	}
+	slices.SortFunc(out, func(a, b NACK) int {
+		if r := compareStrings(a.Node, b.Node); r != 0 {
+			return r
+		}
+		return compareStrings(a.TypeURL, b.TypeURL)
+	})
+	return out
+}
+
+func (c *Cache) node(id string) *node {
+	n, ok := c.nodes[id]
+	if !ok {
+		n = &node{
+			id:    id,
+			view:  make(map[string]*Set),
+			sotw:  make(map[*sotwWatch]struct{}),
+			delta: make(map[*deltaWatch]struct{}),
+			nacks: make(map[string]NACK),
+		}
+		c.nodes[id] = n
+	}
+	return n
+}
+
+// gc drops n when nothing refers to it any more. Caller holds c.mu.
+func (c *Cache) gc(n *node) {
+	if len(n.view) == 0 && len(n.sotw) == 0 && len(n.delta) == 0 && len(n.nacks) == 0 {
+		delete(c.nodes, n.id)
+	}
+}
+
+// CreateWatch implements cache.ConfigWatcher for SotW streams.
+func (c *Cache) CreateWatch(req *gcpcache.Request, sub gcpcache.Subscription, ch chan gcpcache.Response) (func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.node(req.GetNode().GetId())
+	if req.GetErrorDetail() != nil {
+		c.recordNACK(n, req.GetTypeUrl(), digestString(returnedDigest(sub.ReturnedResources())), req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
+	}
+	w := &sotwWatch{req: req, sub: sub, ch: ch}
+	if c.answerSotw(n, w) {
+		c.gc(n)
+		return func() {}, nil
+	}
+	n.sotw[w] = struct{}{}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(n.sotw, w)
+		c.gc(n)
+	}, nil
+}
+
+// CreateDeltaWatch implements cache.ConfigWatcher for Delta streams.
+func (c *Cache) CreateDeltaWatch(req *gcpcache.DeltaRequest, sub gcpcache.Subscription, ch chan gcpcache.DeltaResponse) (func(), error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.node(req.GetNode().GetId())
+	if req.GetErrorDetail() != nil {
+		c.recordNACK(n, req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
+	}
+	w := &deltaWatch{req: req, sub: sub, ch: ch}
+	if c.answerDelta(n, w) {
+		c.gc(n)
+		return func() {}, nil
+	}
+	n.delta[w] = struct{}{}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(n.delta, w)
+		c.gc(n)
+	}, nil
+}
+
+// Fetch implements cache.ConfigFetcher; REST xDS is not served.
+func (c *Cache) Fetch(context.Context, *gcpcache.Request) (gcpcache.Response, error) {
+	return nil, errors.New("cache: REST fetch is not supported; use ADS")
+}
+
+func (c *Cache) recordNACK(n *node, typeURL, version, nonce, msg string) {
+	k := NACK{Node: n.id, TypeURL: typeURL, Version: version, Nonce: nonce, Error: msg, Time: time.Now()}
+	n.nacks[typeURL] = k
+	c.log.Warn("proxy rejected xDS response", "node", n.id, "type", typeURL, "version", version, "nonce", nonce, "error", msg)
+}
+
+// answerSotw sends w its response if the view differs from what the stream
+// holds. It reports whether w has been answered. Caller holds c.mu.
+func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
+	set := n.view[w.req.GetTypeUrl()]
+	if set == nil {
+		return false
+	}
+	returned := w.sub.ReturnedResources()
+	var resp *sotwResponse
+	if w.sub.IsWildcard() {
+		if sameAsReturned(set.sorted, returned) && (w.req.GetResponseNonce() != "" || len(returned) > 0) {
+			return false
+		}
+		resp = &sotwResponse{req: w.req, version: set.Version(), anys: set.anys, returned: versionMap(set.sorted)}
+	} else {
+		var sel []*Resource
+		for name := range w.sub.SubscribedResources() {
+			if r := set.byName[name]; r != nil {
+				sel = append(sel, r)
+			}
+		}
+		if sameAsReturned(sel, returned) {
+			return false
+		}
+		slices.SortFunc(sel, func(a, b *Resource) int { return compareStrings(a.name, b.name) })
+		var d uint64
+		anys := make([]*anypb.Any, len(sel))
+		for i, r := range sel {
+			d += r.digest
+			anys[i] = r.any
+		}
+		resp = &sotwResponse{req: w.req, version: digestString(d), anys: anys, returned: versionMap(sel)}
+	}
+	select {
+	case w.ch <- resp:
+		return true
+	default:
+		c.log.Error("xDS response channel full; will retry at the next publish", "node", n.id, "type", w.req.GetTypeUrl())
+		return false
+	}
+}
+
+// answerDelta sends w the resources whose versions differ from what the
+// stream holds, and the names removed. Caller holds c.mu.
+func (c *Cache) answerDelta(n *node, w *deltaWatch) bool {
+	set := n.view[w.req.GetTypeUrl()]
+	if set == nil {
+		return false
+	}
+	returned := w.sub.ReturnedResources()
+	wildcard := w.sub.IsWildcard()
+	subscribed := w.sub.SubscribedResources()
+	var changed []*discovery.Resource
+	var removed []string
+	if wildcard {
+		for _, r := range set.sorted {
+			if v, ok := returned[r.name]; !ok || v != r.version {
+				changed = append(changed, r.delta)
+			}
+		}
+	} else {
+		for name := range subscribed {
+			if r := set.byName[name]; r != nil {
+				if v, ok := returned[name]; !ok || v != r.version {
+					changed = append(changed, r.delta)
+				}
+			}
+		}
+		slices.SortFunc(changed, func(a, b *discovery.Resource) int { return compareStrings(a.Name, b.Name) })
+	}
+	for name := range returned {
+		_, sub := subscribed[name]
+		if (wildcard || sub) && set.byName[name] == nil {
+			removed = append(removed, name)
+		}
+	}
+	first := w.req.GetResponseNonce() == "" && len(returned) == 0 && wildcard
+	if len(changed) == 0 && len(removed) == 0 && !first {
+		return false
+	}
+	slices.Sort(removed)
+	next := make(map[string]string, len(returned)+len(changed))
+	for k, v := range returned {
+		next[k] = v
+	}
+	for _, r := range changed {
+		next[r.Name] = r.Version
+	}
+	for _, name := range removed {
+		delete(next, name)
+	}
+	resp := &deltaResponse{
+		req:  w.req,
+		next: next,
+		out: discovery.DeltaDiscoveryResponse{
+			SystemVersionInfo: set.Version(),
+			Resources:         changed,
+			RemovedResources:  removed,
+			TypeUrl:           w.req.GetTypeUrl(),
+		},
+	}
+	select {
+	case w.ch <- resp:
+		return true
+	default:
+		c.log.Error("xDS delta response channel full; will retry at the next publish", "node", n.id, "type", w.req.GetTypeUrl())
+		return false
+	}
+}
+
+func sameAsReturned(sel []*Resource, returned map[string]string) bool {
+	if len(sel) != len(returned) {
+		return false
+	}
+	for _, r := range sel {
+		if v, ok := returned[r.name]; !ok || v != r.version {
+			return false
+		}
+	}
+	return true
+}
+
+func versionMap(rs []*Resource) map[string]string {
+	m := make(map[string]string, len(rs))
+	for _, r := range rs {
+		m[r.name] = r.version
+	}
+	return m
+}
+
+func returnedDigest(m map[string]string) uint64 {
+	var d uint64
+	for n, v := range m {
+		d += entryDigest(n, v)
+	}
+	return d
+}
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+)
+
+func fnv(h uint64, b []byte) uint64 {
+	for _, c := range b {
+		h ^= uint64(c)
+		h *= fnvPrime
+	}
+	return h
+}
+
+func fnvString(h uint64, s string) uint64 {
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= fnvPrime
+	}
+	return h
+}
+
+// entryDigest hashes one name/version pair; a set's digest is the sum of its
+// entries' digests, so it does not depend on order.
+func entryDigest(name, version string) uint64 {
+	h := fnvString(fnvOffset, name)
+	h = fnv(h, []byte{0})
+	h = fnvString(h, version)
+	// splitmix64 finalizer spreads the bits before summing.
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+func digestString(d uint64) string {
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(d >> (56 - 8*i))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+type sotwResponse struct {
+	req      *gcpcache.Request
+	version  string
+	anys     []*anypb.Any
+	returned map[string]string
+}
+
+func (r *sotwResponse) GetDiscoveryResponse() (*discovery.DiscoveryResponse, error) {
+	// A fresh message each call: the server sets its nonce. The Anys are shared.
+	return &discovery.DiscoveryResponse{VersionInfo: r.version, Resources: r.anys, TypeUrl: r.req.GetTypeUrl()}, nil
+}
+func (r *sotwResponse) GetRequest() *discovery.DiscoveryRequest { return r.req }
+func (r *sotwResponse) GetVersion() (string, error)             { return r.version, nil }
+func (r *sotwResponse) GetResponseVersion() string              { return r.version }
+func (r *sotwResponse) GetReturnedResources() map[string]string { return r.returned }
+func (r *sotwResponse) GetContext() context.Context             { return context.Background() }
+
+type deltaResponse struct {
+	req  *gcpcache.DeltaRequest
+	next map[string]string
+	out  discovery.DeltaDiscoveryResponse
+}
+
+func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discovery.DeltaDiscoveryResponse, error) {
+	return &r.out, nil
+}
+func (r *deltaResponse) GetDeltaRequest() *discovery.DeltaDiscoveryRequest { return r.req }
+func (r *deltaResponse) GetSystemVersion() (string, error)                 { return r.out.SystemVersionInfo, nil }
+func (r *deltaResponse) GetResponseVersion() string                        { return r.out.SystemVersionInfo }
+func (r *deltaResponse) GetNextVersionMap() map[string]string              { return r.next }
+func (r *deltaResponse) GetReturnedResources() map[string]string           { return r.next }
+func (r *deltaResponse) GetContext() context.Context                       { return context.Background() }
