@@ -36,7 +36,7 @@ type specClientFlags struct {
 func (f *specClientFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.server, "server", "https://127.0.0.1:15443", "URL of the osm-server API")
-	fs.StringVar(&f.token, "admin-token", "", "admin token (default $OSM_ADMIN_TOKEN, then <data-dir>/admin-token)")
+	fs.StringVar(&f.token, "admin-token", "", "admin token (default $OSM_ADMIN_TOKEN, then <data-dir>/admin.token)")
 	fs.StringVar(&f.caFile, "ca-file", "", "PEM file of the mesh CA that signs the server's certificate (default <data-dir>/ca.crt when it exists)")
 	fs.StringVar(&f.dataDir, "data-dir", defaultDataDir(), "server data directory, read for the admin token and CA when run on the server host")
 }
@@ -47,7 +47,7 @@ func (f *specClientFlags) client() (*spec.Client, error) {
 		token = os.Getenv("OSM_ADMIN_TOKEN")
 	}
 	if token == "" && f.dataDir != "" {
-		if b, err := os.ReadFile(filepath.Join(f.dataDir, "admin-token")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(f.dataDir, "admin.token")); err == nil {
 			token = strings.TrimSpace(string(b))
 		}
 	}
