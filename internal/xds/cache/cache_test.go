@@ -1,0 +1,409 @@
+package cache
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}
+
+// startServer serves c over go-control-plane's ADS server on 127.0.0.1 and
+// returns a client connection to it.
+func startServer(t testing.TB, c *Cache) *grpc.ClientConn {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, server.NewServer(ctx, c, nil))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_ = g.Serve(lis)
+	}()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		cancel()
+		g.Stop()
+		wg.Wait()
+	})
+	return conn
+}
+
+// adsClient is a raw SotW ADS client: it sends what the test tells it and
+// queues every response.
+type adsClient struct {
+	t      testing.TB
+	node   *corev3.Node
+	stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	resps  chan *discovery.DiscoveryResponse
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newADSClient(t testing.TB, conn *grpc.ClientConn, nodeID string) *adsClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	a := &adsClient{t: t, node: &corev3.Node{Id: nodeID}, stream: st, resps: make(chan *discovery.DiscoveryResponse, 100), cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		for {
+			r, err := st.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case a.resps <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	t.Cleanup(a.close)
+	return a
+}
+
+func (a *adsClient) close() {
+	a.cancel()
+	<-a.done
+}
+
+func (a *adsClient) send(typeURL string, names []string, version, nonce string, nack error) {
+	a.t.Helper()
+	req := &discovery.DiscoveryRequest{Node: a.node, TypeUrl: typeURL, ResourceNames: names, VersionInfo: version, ResponseNonce: nonce}
+	if nack != nil {
+		req.ErrorDetail = &status.Status{Code: 3, Message: nack.Error()}
+	}
+	if err := a.stream.Send(req); err != nil {
+		a.t.Fatalf("send: %v", err)
+	}
+}
+
+func (a *adsClient) recv() *discovery.DiscoveryResponse {
+	a.t.Helper()
+	select {
+	case r := <-a.resps:
+		return r
+	case <-time.After(5 * time.Second):
+		a.t.Fatal("no response within 5s")
+		return nil
+	}
+}
+
+func (a *adsClient) expectNothing(d time.Duration) {
+	a.t.Helper()
+	select {
+	case r := <-a.resps:
+		a.t.Fatalf("unexpected response: type %s version %s names %v", r.GetTypeUrl(), r.GetVersionInfo(), respNames(a.t, r))
+	case <-time.After(d):
+	}
+}
+
+// ack acknowledges r, keeping the subscription names.
+func (a *adsClient) ack(r *discovery.DiscoveryResponse, names []string) {
+	a.send(r.GetTypeUrl(), names, r.GetVersionInfo(), r.GetNonce(), nil)
+}
+
+func respNames(t testing.TB, r *discovery.DiscoveryResponse) []string {
+	var out []string
+	for _, a := range r.GetResources() {
+		m, err := anypb.UnmarshalNew(a, proto.UnmarshalOptions{})
+		if err != nil {
+			t.Fatalf("unpack %s: %v", a.GetTypeUrl(), err)
+		}
+		switch m := m.(type) {
+		case *clusterv3.Cluster:
+			out = append(out, m.GetName())
+		case *endpointv3.ClusterLoadAssignment:
+			out = append(out, fmt.Sprintf("%s/%d", m.GetClusterName(), len(m.GetEndpoints()[0].GetLbEndpoints())))
+		default:
+			t.Fatalf("unexpected %T", m)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func mustResource(t testing.TB, c *Cache, name string, m proto.Message) *Resource {
+	t.Helper()
+	r, err := c.NewResource(name, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func cluster(name string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{
+		Name:                 name,
+		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: &corev3.ConfigSource{
+			ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+		}},
+	}
+}
+
+// cla is a load assignment for name with n endpoints on 127.0.0.1 starting at port.
+func cla(name string, port, n int) *endpointv3.ClusterLoadAssignment {
+	var eps []*endpointv3.LbEndpoint
+	for i := range n {
+		eps = append(eps, &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+			Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+				Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port + i)},
+			}}},
+		}}})
+	}
+	return &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{
+		Locality: &corev3.Locality{}, LbEndpoints: eps, LoadBalancingWeight: wrapperspb.UInt32(1),
+	}}}
+}
+
+func mustSet(t testing.TB, rs ...*Resource) *Set {
+	t.Helper()
+	s, err := NewSet(rs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func mustPublish(t testing.TB, c *Cache, node, typeURL string, s *Set) {
+	t.Helper()
+	if err := c.Publish(node, typeURL, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSotWWildcardAndNamed(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a")), mustResource(t, c, "b", cluster("b"))))
+	eds := mustSet(t, mustResource(t, c, "a", cla("a", 1000, 1)), mustResource(t, c, "b", cla("b", 2000, 1)))
+	mustPublish(t, c, "n1", resource.EndpointType, eds)
+
+	a := newADSClient(t, conn, "n1")
+	// Envoy: wildcard CDS.
+	a.send(resource.ClusterType, nil, "", "", nil)
+	r := a.recv()
+	if diff := cmp.Diff([]string{"a", "b"}, respNames(t, r)); diff != "" {
+		t.Errorf("wildcard CDS (-want +got):\n%s", diff)
+	}
+	a.ack(r, nil)
+	// Named EDS for a subset of the view: answered with the subset.
+	a.send(resource.EndpointType, []string{"a"}, "", "", nil)
+	e := a.recv()
+	if diff := cmp.Diff([]string{"a/1"}, respNames(t, e)); diff != "" {
+		t.Errorf("named EDS (-want +got):\n%s", diff)
+	}
+	a.ack(e, []string{"a"})
+	a.expectNothing(200 * time.Millisecond)
+
+	// A change to b, which this stream did not ask for, pushes nothing.
+	eds2, err := eds.With(mustResource(t, c, "b", cla("b", 2000, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPublish(t, c, "n1", resource.EndpointType, eds2)
+	a.expectNothing(200 * time.Millisecond)
+	// A change to a does.
+	eds3, _ := eds2.With(mustResource(t, c, "a", cla("a", 1000, 3)))
+	mustPublish(t, c, "n1", resource.EndpointType, eds3)
+	e2 := a.recv()
+	if diff := cmp.Diff([]string{"a/3"}, respNames(t, e2)); diff != "" {
+		t.Errorf("EDS after change (-want +got):\n%s", diff)
+	}
+	if e2.GetVersionInfo() == e.GetVersionInfo() {
+		t.Errorf("version did not change: %s", e2.GetVersionInfo())
+	}
+	a.ack(e2, []string{"a"})
+	// Removing a cluster pushes the wildcard CDS stream the smaller set.
+	cds2 := mustSet(t, mustResource(t, c, "a", cluster("a")))
+	mustPublish(t, c, "n1", resource.ClusterType, cds2)
+	r2 := a.recv()
+	if diff := cmp.Diff([]string{"a"}, respNames(t, r2)); diff != "" {
+		t.Errorf("CDS after removal (-want +got):\n%s", diff)
+	}
+}
+
+func TestSotWNamedResourceAnsweredWhenItAppears(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	eds := mustSet(t, mustResource(t, c, "a", cla("a", 1000, 1)))
+	mustPublish(t, c, "n1", resource.EndpointType, eds)
+	a := newADSClient(t, conn, "n1")
+	a.send(resource.EndpointType, []string{"c"}, "", "", nil)
+	a.expectNothing(200 * time.Millisecond)
+	eds2, _ := eds.With(mustResource(t, c, "c", cla("c", 3000, 1)))
+	mustPublish(t, c, "n1", resource.EndpointType, eds2)
+	if diff := cmp.Diff([]string{"c/1"}, respNames(t, a.recv())); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestSotWNothingBeforePublish(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	a := newADSClient(t, conn, "n1")
+	a.send(resource.ClusterType, nil, "", "", nil)
+	a.expectNothing(200 * time.Millisecond)
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t)) // empty: "no clusters"
+	r := a.recv()
+	if len(r.GetResources()) != 0 {
+		t.Errorf("got %d resources, want 0", len(r.GetResources()))
+	}
+}
+
+func TestSotWNACKNotResent(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a"))))
+	a := newADSClient(t, conn, "n1")
+	a.send(resource.ClusterType, nil, "", "", nil)
+	r := a.recv()
+	a.ack(r, nil)
+	bad := mustSet(t, mustResource(t, c, "bad", cluster("bad")))
+	mustPublish(t, c, "n1", resource.ClusterType, bad)
+	r2 := a.recv()
+	// NACK, keeping the last good version as version_info.
+	a.send(resource.ClusterType, nil, r.GetVersionInfo(), r2.GetNonce(), fmt.Errorf("cluster bad: invalid"))
+	a.expectNothing(300 * time.Millisecond)
+
+	got := c.NACKs()
+	if len(got) != 1 {
+		t.Fatalf("got %d NACKs, want 1", len(got))
+	}
+	if got[0].Time.IsZero() {
+		t.Error("NACK time not set")
+	}
+	got[0].Time = time.Time{}
+	want := NACK{Node: "n1", TypeURL: resource.ClusterType, Version: r2.GetVersionInfo(), Nonce: r2.GetNonce(), Error: "cluster bad: invalid"}
+	if diff := cmp.Diff(want, got[0]); diff != "" {
+		t.Errorf("NACK (-want +got):\n%s", diff)
+	}
+	// Only a newer version is sent.
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "good", cluster("good"))))
+	if diff := cmp.Diff([]string{"good"}, respNames(t, a.recv())); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	c.Forget("n1")
+	if n := len(c.NACKs()); n != 0 {
+		t.Errorf("after Forget: %d NACKs, want 0", n)
+	}
+}
+
+func TestPushOnlyToChangedNodes(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	cds := mustSet(t, mustResource(t, c, "a", cluster("a")))
+	mustPublish(t, c, "n1", resource.ClusterType, cds)
+	mustPublish(t, c, "n2", resource.ClusterType, cds)
+	var clients []*adsClient
+	for _, id := range []string{"n1", "n2"} {
+		a := newADSClient(t, conn, id)
+		a.send(resource.ClusterType, nil, "", "", nil)
+		a.ack(a.recv(), nil)
+		clients = append(clients, a)
+	}
+	// Same set again, and an equal set built anew: no push.
+	mustPublish(t, c, "n1", resource.ClusterType, cds)
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a"))))
+	clients[0].expectNothing(200 * time.Millisecond)
+	// A change for n2 only.
+	mustPublish(t, c, "n2", resource.ClusterType, mustSet(t, mustResource(t, c, "b", cluster("b"))))
+	if diff := cmp.Diff([]string{"b"}, respNames(t, clients[1].recv())); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	clients[0].expectNothing(200 * time.Millisecond)
+}
+
+func TestConnectDisconnectNoLeak(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a"))))
+	for i := range 200 {
+		id := fmt.Sprintf("n%d", i%3) // n1 has a view; n0 and n2 never get one
+		a := newADSClient(t, conn, id)
+		a.send(resource.ClusterType, nil, "", "", nil)
+		a.send(resource.EndpointType, []string{"x"}, "", "", nil)
+		if id == "n1" {
+			a.ack(a.recv(), nil)
+		}
+		d := newDeltaClient(t, conn, id)
+		d.send(resource.ClusterType, nil, nil, "", nil)
+		if id == "n1" {
+			d.recv()
+		}
+		a.close()
+		d.close()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s := c.Stats()
+		c.mu.Lock()
+		_, hasN1 := c.nodes["n1"]
+		c.mu.Unlock()
+		if s.Watches == 0 && s.Nodes == 1 && hasN1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after disconnects: %+v, want 0 watches and only n1", s)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.Forget("n1")
+	if s := c.Stats(); s.Nodes != 0 || s.Watches != 0 {
+		t.Errorf("after Forget: %+v, want empty", s)
+	}
+}
+
+func TestSetErrors(t *testing.T) {
+	c := New(testLogger(t))
+	a := mustResource(t, c, "a", cluster("a"))
+	if _, err := NewSet(a, a); err == nil {
+		t.Error("duplicate names: no error")
+	}
+	if _, err := NewSet(a, mustResource(t, c, "e", cla("e", 1, 1))); err == nil {
+		t.Error("mixed types: no error")
+	}
+	if err := c.Publish("n", resource.EndpointType, mustSet(t, a)); err == nil {
+		t.Error("publishing clusters as endpoints: no error")
+	}
+	if got, want := c.Stats().Marshals, uint64(2); got != want {
+		t.Errorf("marshals = %d, want %d", got, want)
+	}
+}
