@@ -72,9 +72,6 @@ func BenchmarkPublishOneEndpointChange(b *testing.B) {
 func BenchmarkFanOut(b *testing.B) {
 	for _, mode := range []string{"named", "wildcard"} {
 		for _, n := range []int{100, 1000, 10000} {
-			if mode == "wildcard" && n > 1000 {
-				continue
-			}
 			b.Run(fmt.Sprintf("%s/watches=%d", mode, n), func(b *testing.B) {
 				benchFanOut(b, mode == "wildcard", n)
 			})

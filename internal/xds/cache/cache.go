@@ -364,7 +364,11 @@ func (c *Cache) CreateWatch(req *gcpcache.Request, sub gcpcache.Subscription, ch
 	defer c.mu.Unlock()
 	n := c.node(req.GetNode().GetId())
 	if req.GetErrorDetail() != nil {
-		c.recordNACK(n, req.GetTypeUrl(), digestString(returnedDigest(sub.ReturnedResources())), req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
+		version, ok := sub.ReturnedResources()[wildcardKey]
+		if !ok {
+			version = digestString(returnedDigest(sub.ReturnedResources()))
+		}
+		c.recordNACK(n, req.GetTypeUrl(), version, req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
 	}
 	w := &sotwWatch{req: req, sub: sub, ch: ch}
 	if c.answerSotw(n, w) {
@@ -413,6 +417,10 @@ func (c *Cache) recordNACK(n *node, typeURL, version, nonce, msg string) {
 	c.log.Warn("proxy rejected xDS response", "node", n.id, "type", typeURL, "version", version, "nonce", nonce, "error", msg)
 }
 
+// wildcardKey is the one entry of the returned-resources map of a SotW
+// wildcard response; no resource name starts with a NUL byte.
+const wildcardKey = "\x00wildcard-version"
+
 // answerSotw sends w its response if the view differs from what the stream
 // holds. It reports whether w has been answered. Caller holds c.mu.
 func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
@@ -423,10 +431,15 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 	returned := w.sub.ReturnedResources()
 	var resp *sotwResponse
 	if w.sub.IsWildcard() {
-		if sameAsReturned(set.sorted, returned) && (w.req.GetResponseNonce() != "" || len(returned) > 0) {
+		v, ok := returned[wildcardKey]
+		if ok && v == set.Version() && len(returned) == 1 {
 			return false
 		}
-		resp = &sotwResponse{req: w.req, version: set.Version(), anys: set.anys, returned: versionMap(set.sorted)}
+		// The stream's record of what it holds is one entry naming the set's
+		// version rather than a map of every resource: a wildcard response
+		// then costs O(1) per proxy. If the stream later narrows to names,
+		// the server drops the entry and the named subset is sent afresh.
+		resp = &sotwResponse{req: w.req, version: set.Version(), anys: set.anys, returned: map[string]string{wildcardKey: set.Version()}}
 	} else {
 		var sel []*Resource
 		for name := range w.sub.SubscribedResources() {

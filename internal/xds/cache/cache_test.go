@@ -407,3 +407,23 @@ func TestSetErrors(t *testing.T) {
 		t.Errorf("marshals = %d, want %d", got, want)
 	}
 }
+
+// A stream that starts as a wildcard and then names resources gets the named
+// subset, and is not resent what it holds.
+func TestSotWWildcardThenNamed(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a")), mustResource(t, c, "b", cluster("b"))))
+	a := newADSClient(t, conn, "n1")
+	a.send(resource.ClusterType, nil, "", "", nil)
+	r := a.recv()
+	a.ack(r, nil)
+	a.expectNothing(100 * time.Millisecond)
+	a.send(resource.ClusterType, []string{"b"}, r.GetVersionInfo(), r.GetNonce(), nil)
+	r2 := a.recv()
+	if diff := cmp.Diff([]string{"b"}, respNames(t, r2)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	a.ack(r2, []string{"b"})
+	a.expectNothing(200 * time.Millisecond)
+}
