@@ -427,3 +427,55 @@ func TestSotWWildcardThenNamed(t *testing.T) {
 	a.ack(r2, []string{"b"})
 	a.expectNothing(200 * time.Millisecond)
 }
+
+// Many streams acknowledging while the producer publishes concurrently all
+// converge on the last version.
+func TestConcurrentPublishConverges(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	const clients, versions = 20, 50
+	id := func(i int) string { return fmt.Sprintf("n%d", i) }
+	set := mustSet(t, mustResource(t, c, "a", cla("a", 1, 1)))
+	for i := range clients {
+		mustPublish(t, c, id(i), resource.EndpointType, set)
+	}
+	last := mustSet(t, mustResource(t, c, "a", cla("a", 1, versions)))
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for i := range clients {
+		a := newADSClient(t, conn, id(i))
+		a.send(resource.EndpointType, []string{"a"}, "", "", nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.After(10 * time.Second)
+			for {
+				select {
+				case r := <-a.resps:
+					if r.GetVersionInfo() == last.Version() {
+						return
+					}
+					// Not a.ack: t.Fatal may not be called off the test goroutine.
+					if err := a.stream.Send(&discovery.DiscoveryRequest{Node: a.node, TypeUrl: r.GetTypeUrl(), ResourceNames: []string{"a"}, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
+						errs <- fmt.Errorf("%s: ack: %w", a.node.GetId(), err)
+						return
+					}
+				case <-deadline:
+					errs <- fmt.Errorf("%s never got version %s", a.node.GetId(), last.Version())
+					return
+				}
+			}
+		}()
+	}
+	for v := 2; v <= versions; v++ {
+		s := mustSet(t, mustResource(t, c, "a", cla("a", 1, v)))
+		for i := range clients {
+			mustPublish(t, c, id(i), resource.EndpointType, s)
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}
