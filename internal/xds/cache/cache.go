@@ -193,6 +193,21 @@ type NACK struct {
 	Time    time.Time
 }
 
+// TypeStatus is what the cache knows of one type of one node's view, for the
+// debug API.
+type TypeStatus struct {
+	TypeURL string
+	// Published is the version of the set the producer published.
+	Published string
+	// Sent is the version of the last response sent, and ACKed the last
+	// version the proxy acknowledged. For Delta streams the versions are set
+	// versions, and an ACK is taken to acknowledge the last response sent.
+	Sent, ACKed     string
+	SentAt, ACKedAt time.Time
+	// NACK is the last rejection of this type, if any.
+	NACK *NACK
+}
+
 // Stats are counters for tests, metrics and the debug API.
 type Stats struct {
 	// Marshals counts resources marshalled by NewResource.
@@ -216,6 +231,12 @@ type node struct {
 	sotw  map[*sotwWatch]struct{}
 	delta map[*deltaWatch]struct{}
 	nacks map[string]NACK
+	sent  map[string]*sentState
+}
+
+type sentState struct {
+	sent, acked     string
+	sentAt, ackedAt time.Time
 }
 
 type sotwWatch struct {
@@ -314,6 +335,7 @@ func (c *Cache) Forget(nodeID string) {
 	}
 	clear(n.view)
 	clear(n.nacks)
+	clear(n.sent)
 	c.gc(n)
 }
 
@@ -345,6 +367,7 @@ func (c *Cache) node(id string) *node {
 			sotw:  make(map[*sotwWatch]struct{}),
 			delta: make(map[*deltaWatch]struct{}),
 			nacks: make(map[string]NACK),
+			sent:  make(map[string]*sentState),
 		}
 		c.nodes[id] = n
 	}
@@ -369,6 +392,8 @@ func (c *Cache) CreateWatch(req *gcpcache.Request, sub gcpcache.Subscription, ch
 			version = digestString(returnedDigest(sub.ReturnedResources()))
 		}
 		c.recordNACK(n, req.GetTypeUrl(), version, req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
+	} else if req.GetResponseNonce() != "" {
+		n.recordACK(req.GetTypeUrl(), req.GetVersionInfo())
 	}
 	w := &sotwWatch{req: req, sub: sub, ch: ch}
 	if c.answerSotw(n, w) {
@@ -391,6 +416,10 @@ func (c *Cache) CreateDeltaWatch(req *gcpcache.DeltaRequest, sub gcpcache.Subscr
 	n := c.node(req.GetNode().GetId())
 	if req.GetErrorDetail() != nil {
 		c.recordNACK(n, req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
+	} else if req.GetResponseNonce() != "" {
+		if st := n.sent[req.GetTypeUrl()]; st != nil {
+			n.recordACK(req.GetTypeUrl(), st.sent)
+		}
 	}
 	w := &deltaWatch{req: req, sub: sub, ch: ch}
 	if c.answerDelta(n, w) {
@@ -409,6 +438,58 @@ func (c *Cache) CreateDeltaWatch(req *gcpcache.DeltaRequest, sub gcpcache.Subscr
 // Fetch implements cache.ConfigFetcher; REST xDS is not served.
 func (c *Cache) Fetch(context.Context, *gcpcache.Request) (gcpcache.Response, error) {
 	return nil, errors.New("cache: REST fetch is not supported; use ADS")
+}
+
+func (n *node) recordSent(typeURL, version string) {
+	st := n.sent[typeURL]
+	if st == nil {
+		st = &sentState{}
+		n.sent[typeURL] = st
+	}
+	st.sent, st.sentAt = version, time.Now()
+}
+
+func (n *node) recordACK(typeURL, version string) {
+	if st := n.sent[typeURL]; st != nil {
+		st.acked, st.ackedAt = version, time.Now()
+	}
+}
+
+// Status returns what the cache knows of node's view, per type URL, sorted by
+// type URL; nil for a node it does not hold.
+func (c *Cache) Status(nodeID string) []TypeStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[nodeID]
+	if !ok {
+		return nil
+	}
+	types := make(map[string]bool)
+	for t := range n.view {
+		types[t] = true
+	}
+	for t := range n.sent {
+		types[t] = true
+	}
+	for t := range n.nacks {
+		types[t] = true
+	}
+	out := make([]TypeStatus, 0, len(types))
+	for t := range types {
+		ts := TypeStatus{TypeURL: t}
+		if s := n.view[t]; s != nil {
+			ts.Published = s.Version()
+		}
+		if st := n.sent[t]; st != nil {
+			ts.Sent, ts.SentAt, ts.ACKed, ts.ACKedAt = st.sent, st.sentAt, st.acked, st.ackedAt
+		}
+		if k, ok := n.nacks[t]; ok {
+			ts.NACK = &k
+		}
+		out = append(out, ts)
+	}
+	slices.SortFunc(out, func(a, b TypeStatus) int { return compareStrings(a.TypeURL, b.TypeURL) })
+	return out
 }
 
 func (c *Cache) recordNACK(n *node, typeURL, version, nonce, msg string) {
@@ -461,6 +542,7 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 	}
 	select {
 	case w.ch <- resp:
+		n.recordSent(w.req.GetTypeUrl(), resp.version)
 		return true
 	default:
 		c.log.Error("xDS response channel full; will retry at the next publish", "node", n.id, "type", w.req.GetTypeUrl())
@@ -529,6 +611,7 @@ func (c *Cache) answerDelta(n *node, w *deltaWatch) bool {
 	}
 	select {
 	case w.ch <- resp:
+		n.recordSent(w.req.GetTypeUrl(), resp.out.SystemVersionInfo)
 		return true
 	default:
 		c.log.Error("xDS delta response channel full; will retry at the next publish", "node", n.id, "type", w.req.GetTypeUrl())

@@ -315,6 +315,15 @@ func TestSotWNACKNotResent(t *testing.T) {
 	if diff := cmp.Diff(want, got[0]); diff != "" {
 		t.Errorf("NACK (-want +got):\n%s", diff)
 	}
+	st := c.Status("n1")
+	if len(st) != 1 || st[0].NACK == nil {
+		t.Fatalf("Status = %+v, want one type with a NACK", st)
+	}
+	gotSt := TypeStatus{TypeURL: st[0].TypeURL, Published: st[0].Published, Sent: st[0].Sent, ACKed: st[0].ACKed}
+	wantSt := TypeStatus{TypeURL: resource.ClusterType, Published: bad.Version(), Sent: r2.GetVersionInfo(), ACKed: r.GetVersionInfo()}
+	if diff := cmp.Diff(wantSt, gotSt); diff != "" {
+		t.Errorf("Status (-want +got):\n%s", diff)
+	}
 	// Only a newer version is sent.
 	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "good", cluster("good"))))
 	if diff := cmp.Diff([]string{"good"}, respNames(t, a.recv())); diff != "" {
