@@ -28,16 +28,23 @@
 //
 // # NACKs
 //
-// A request carrying error_detail is recorded (see [Cache.NACKs]); the
-// rejected version is not sent again, only a newer one. A node's NACK records
-// are dropped by [Cache.Forget].
+// A request carrying error_detail is recorded (see [Cache.NACKs] and
+// [Cache.Status]); the rejected version is not sent again, only a newer one,
+// and the proxy keeps its last good config. A node's records are dropped by
+// [Cache.Forget].
+//
+// Delta responses carry only the resources whose versions differ from those
+// the stream holds (including initial_resource_versions after a reconnect)
+// and the names removed from the view.
+//
+// Not supported: resource TTLs and heartbeats, and REST (Fetch).
 //
 // # Concurrency
 //
 // All methods are safe for concurrent use. Watches answer by a non-blocking
 // send on the server's buffered channel and are removed when they answer or
 // when the server cancels them (at every request and at the end of a stream).
-// A node's entry is removed once it has no watches and no published view.
+// A node's entry is removed once it has no watches, no published view and no records.
 //
 // The package knows node IDs, type URLs and resources; it must not import
 // osm-vm business packages (catalog, mesh, spec).
@@ -61,7 +68,8 @@ import (
 )
 
 // Resource is an immutable, marshalled xDS resource. Create it with
-// [Cache.NewResource]; share it by pointer.
+// [Cache.NewResource]; share it by pointer. Its Any is shared by every
+// response that carries it and must never be modified.
 type Resource struct {
 	name    string
 	version string
@@ -415,7 +423,11 @@ func (c *Cache) CreateDeltaWatch(req *gcpcache.DeltaRequest, sub gcpcache.Subscr
 	defer c.mu.Unlock()
 	n := c.node(req.GetNode().GetId())
 	if req.GetErrorDetail() != nil {
-		c.recordNACK(n, req.GetTypeUrl(), "", req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
+		var version string
+		if st := n.sent[req.GetTypeUrl()]; st != nil {
+			version = st.sent // Delta requests carry no version; take the last sent.
+		}
+		c.recordNACK(n, req.GetTypeUrl(), version, req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
 	} else if req.GetResponseNonce() != "" {
 		if st := n.sent[req.GetTypeUrl()]; st != nil {
 			n.recordACK(req.GetTypeUrl(), st.sent)
