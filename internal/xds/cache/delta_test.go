@@ -150,3 +150,25 @@ func TestDeltaWildcardAndNamed(t *testing.T) {
 		t.Errorf("late EDS (-want +got):\n%s", diff)
 	}
 }
+
+// A Delta stream that reconnects declaring the versions it holds is sent only
+// what changed since.
+func TestDeltaReconnectWithInitialVersions(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	a := mustResource(t, c, "a", cla("a", 1000, 1))
+	b := mustResource(t, c, "b", cla("b", 2000, 1))
+	mustPublish(t, c, "n1", resource.EndpointType, mustSet(t, a, b))
+	d := newDeltaClient(t, conn, "n1")
+	req := &discovery.DeltaDiscoveryRequest{Node: d.node, TypeUrl: resource.EndpointType, ResourceNamesSubscribe: []string{"a", "b"},
+		InitialResourceVersions: map[string]string{"a": a.Version(), "b": "stale"}}
+	if err := d.stream.Send(req); err != nil {
+		t.Fatal(err)
+	}
+	r := d.recv()
+	if diff := cmp.Diff([]string{"b"}, deltaNames(r)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	d.send(resource.EndpointType, nil, nil, r.GetNonce(), nil)
+	d.expectNothing(200 * time.Millisecond)
+}
