@@ -35,6 +35,8 @@ var rules = []rule{
 		why: "core value types import nothing of ours"},
 	{pkg: module + "/internal/catalog", forbid: []string{module + "/..."}, allow: []string{module + "/internal/catalog", module + "/internal/mesh", module + "/internal/spec"},
 		why: "the catalog joins mesh data and knows nothing of plugins, xDS or HTTP"},
+	{pkg: module + "/internal/xds/cache", forbid: []string{module + "/..."}, allow: []string{module + "/internal/xds/cache"},
+		why: "the xDS cache knows node IDs, type URLs and resources, not services or policies"},
 	{pkg: module + "/internal/spec/...", forbid: []string{"github.com/envoyproxy/...", module + "/internal/xds/...", module + "/internal/catalog/..."},
 		why: "the mesh specification stays free of Envoy so other front ends can be added"},
 	{pkg: module + "/internal/...", forbid: []string{module + "/cmd/...", module + "/providers/..."},
