@@ -1,0 +1,188 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// FileName is the bbolt file's name inside the data directory.
+const FileName = "osm.db"
+
+var bucket = []byte("kv")
+
+// Bolt is the embedded store: one bbolt file, written with fsync'd
+// transactions, so a process killed at any moment reopens to the last
+// committed state. Versions come from one store-wide counter, so they
+// increase across keys as Consul's ModifyIndex does.
+type Bolt struct {
+	db *bolt.DB
+
+	mu       sync.Mutex
+	watchers watchers
+}
+
+// OpenBolt opens (creating if needed) the store in dataDir, which is
+// created 0700. Only one process may hold it: a second one fails after a
+// second with an error saying so.
+func OpenBolt(dataDir string) (*Bolt, error) {
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create data dir: %w (set --data-dir to a writable directory)", err)
+	}
+	if err := os.Chmod(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", dataDir, err)
+	}
+	path := filepath.Join(dataDir, FileName)
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("open %s: the file is locked by another process (is another osm-server running with this data dir?)", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucket)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialise %s: %w", path, err)
+	}
+	return &Bolt{db: db}, nil
+}
+
+// Close closes the file.
+func (b *Bolt) Close() error { return b.db.Close() }
+
+// A stored value is an 8-byte big-endian version followed by the value.
+func decode(raw []byte) ([]byte, uint64) {
+	if len(raw) < 8 {
+		return nil, 0
+	}
+	return bytes.Clone(raw[8:]), binary.BigEndian.Uint64(raw[:8])
+}
+
+func encode(version uint64, value []byte) []byte {
+	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(value)), version), value...)
+}
+
+// Get implements Store.
+func (b *Bolt) Get(ctx context.Context, key string) (value []byte, version uint64, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	err = b.db.View(func(tx *bolt.Tx) error {
+		value, version = decode(tx.Bucket(bucket).Get([]byte(key)))
+		return nil
+	})
+	return value, version, err
+}
+
+// List implements Store.
+func (b *Bolt) List(ctx context.Context, prefix string) ([]KV, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []KV
+	err := b.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucket).Cursor()
+		p := []byte(prefix)
+		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
+			val, ver := decode(v)
+			out = append(out, KV{Key: string(k), Value: val, Version: ver})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// CompareAndSwap implements Store.
+func (b *Bolt) CompareAndSwap(ctx context.Context, key string, version uint64, value []byte) (uint64, bool, error) {
+	var newVersion uint64
+	ok, err := b.txn(ctx, []Op{Set(key, version, value)}, &newVersion)
+	return newVersion, ok, err
+}
+
+// Txn implements Store.
+func (b *Bolt) Txn(ctx context.Context, ops ...Op) (bool, error) {
+	return b.txn(ctx, ops, nil)
+}
+
+func (b *Bolt) txn(ctx context.Context, ops []Op, newVersion *uint64) (bool, error) {
+	if err := validateOps(ops); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	ok := false
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bucket)
+		for _, op := range ops {
+			_, cur := decode(bk.Get([]byte(op.Key)))
+			if !versionMatches(cur, op.Version) {
+				return nil
+			}
+		}
+		seq, err := bk.NextSequence()
+		if err != nil {
+			return err
+		}
+		for _, op := range ops {
+			switch op.Kind {
+			case OpSet:
+				err = bk.Put([]byte(op.Key), encode(seq, op.Value))
+			case OpDelete:
+				err = bk.Delete([]byte(op.Key))
+			}
+			if err != nil {
+				return err
+			}
+		}
+		if newVersion != nil {
+			*newVersion = seq
+		}
+		ok = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("store: write %s: %w", b.db.Path(), err)
+	}
+	if ok {
+		b.notify(ops)
+	}
+	return ok, nil
+}
+
+func (b *Bolt) notify(ops []Op) {
+	keys := make([]string, 0, len(ops))
+	for _, op := range ops {
+		if op.Kind != OpCheck {
+			keys = append(keys, op.Key)
+		}
+	}
+	b.mu.Lock()
+	b.watchers.notify(keys)
+	b.mu.Unlock()
+}
+
+// Watch implements Store. Only commits made through this Bolt are seen;
+// the file has one writer.
+func (b *Bolt) Watch(ctx context.Context, prefix string) <-chan struct{} {
+	b.mu.Lock()
+	w := b.watchers.add(prefix)
+	b.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		b.watchers.remove(w)
+		b.mu.Unlock()
+	})
+	return w.ch
+}

@@ -1,0 +1,107 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Memory is an in-memory Store with the same semantics as Bolt, for tests
+// and for packages that need a store without a file.
+type Memory struct {
+	mu       sync.Mutex
+	kv       map[string]KV
+	seq      uint64
+	watchers watchers
+}
+
+// NewMemory returns an empty Memory store.
+func NewMemory() *Memory { return &Memory{kv: map[string]KV{}} }
+
+// Get implements Store.
+func (m *Memory) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	kv := m.kv[key]
+	return bytes.Clone(kv.Value), kv.Version, nil
+}
+
+// List implements Store.
+func (m *Memory) List(ctx context.Context, prefix string) ([]KV, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []KV
+	for _, k := range slices.Sorted(maps.Keys(m.kv)) {
+		if strings.HasPrefix(k, prefix) {
+			kv := m.kv[k]
+			kv.Value = bytes.Clone(kv.Value)
+			out = append(out, kv)
+		}
+	}
+	return out, nil
+}
+
+// CompareAndSwap implements Store.
+func (m *Memory) CompareAndSwap(ctx context.Context, key string, version uint64, value []byte) (uint64, bool, error) {
+	ok, err := m.Txn(ctx, Set(key, version, value))
+	if !ok || err != nil {
+		return 0, ok, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.kv[key].Version, true, nil
+}
+
+// Txn implements Store.
+func (m *Memory) Txn(ctx context.Context, ops ...Op) (bool, error) {
+	if err := validateOps(ops); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, op := range ops {
+		if !versionMatches(m.kv[op.Key].Version, op.Version) {
+			return false, nil
+		}
+	}
+	m.seq++
+	var keys []string
+	for _, op := range ops {
+		switch op.Kind {
+		case OpSet:
+			m.kv[op.Key] = KV{Key: op.Key, Value: bytes.Clone(op.Value), Version: m.seq}
+		case OpDelete:
+			delete(m.kv, op.Key)
+		default:
+			continue
+		}
+		keys = append(keys, op.Key)
+	}
+	m.watchers.notify(keys)
+	return true, nil
+}
+
+// Watch implements Store.
+func (m *Memory) Watch(ctx context.Context, prefix string) <-chan struct{} {
+	m.mu.Lock()
+	w := m.watchers.add(prefix)
+	m.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		m.mu.Lock()
+		m.watchers.remove(w)
+		m.mu.Unlock()
+	})
+	return w.ch
+}

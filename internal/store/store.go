@@ -1,0 +1,155 @@
+// Package store persists osm-server's state: the mesh CA, certificates,
+// join tokens, proxy records and the mesh specification. It owns one small
+// contract, [Store], with two implementations: [Bolt], an embedded bbolt
+// file in the data directory (the default; nothing else to install), and
+// [Memory] for tests. The contract is shaped so a Consul KV implementation
+// can follow: every value has a version (like Consul's ModifyIndex), writes
+// can be conditional on it (check-and-set), several writes can commit as one
+// transaction, and a prefix can be watched.
+//
+// Consumers declare the subset they need as their own interface; the types
+// here (KV, Op) are the vocabulary they share.
+//
+// The package imports nothing of osm-vm.
+package store
+
+import (
+	"context"
+	"errors"
+	"strings"
+)
+
+// KV is a key, its value and its version. A missing key has version 0.
+type KV struct {
+	Key     string
+	Value   []byte
+	Version uint64
+}
+
+// OpKind says what an Op does.
+type OpKind int
+
+// The kinds of Op.
+const (
+	// OpSet writes Value to Key.
+	OpSet OpKind = iota + 1
+	// OpDelete removes Key (deleting a missing key is not an error).
+	OpDelete
+	// OpCheck writes nothing; it only makes the transaction conditional.
+	OpCheck
+)
+
+// AnyVersion in an Op's Version skips the version check.
+const AnyVersion = ^uint64(0)
+
+// Op is one step of a transaction.
+type Op struct {
+	Kind  OpKind
+	Key   string
+	Value []byte
+	// Version is the version Key must be at for the transaction to commit:
+	// 0 means "must not exist", AnyVersion means "don't care".
+	Version uint64
+}
+
+// Set returns an Op writing value to key if key is at version.
+func Set(key string, version uint64, value []byte) Op {
+	return Op{Kind: OpSet, Key: key, Value: value, Version: version}
+}
+
+// Delete returns an Op deleting key if key is at version.
+func Delete(key string, version uint64) Op {
+	return Op{Kind: OpDelete, Key: key, Version: version}
+}
+
+// Check returns an Op that only requires key to be at version.
+func Check(key string, version uint64) Op {
+	return Op{Kind: OpCheck, Key: key, Version: version}
+}
+
+// Store is the full contract both implementations meet. Consumers should
+// declare the methods they use as their own interface.
+type Store interface {
+	// Get returns key's value and version; a missing key has a nil value
+	// and version 0.
+	Get(ctx context.Context, key string) (value []byte, version uint64, err error)
+	// List returns every key with the prefix, in key order.
+	List(ctx context.Context, prefix string) ([]KV, error)
+	// CompareAndSwap writes value if key is at version (0: absent) and
+	// returns the new version; ok is false, with a nil error, when the
+	// version did not match.
+	CompareAndSwap(ctx context.Context, key string, version uint64, value []byte) (newVersion uint64, ok bool, err error)
+	// Txn commits every op or none. ok is false, with a nil error, when a
+	// version condition failed.
+	Txn(ctx context.Context, ops ...Op) (ok bool, err error)
+	// Watch returns a channel that receives a value after every commit
+	// that touches a key with the prefix, until ctx is done. Signals
+	// coalesce: a slow reader sees one signal for many commits.
+	Watch(ctx context.Context, prefix string) <-chan struct{}
+}
+
+// validateOps checks the ops of a transaction before anything is applied.
+func validateOps(ops []Op) error {
+	if len(ops) == 0 {
+		return errors.New("store: empty transaction")
+	}
+	seen := make(map[string]bool, len(ops))
+	for _, op := range ops {
+		if op.Key == "" {
+			return errors.New("store: empty key in transaction")
+		}
+		switch op.Kind {
+		case OpSet, OpDelete:
+			if seen[op.Key] {
+				return errors.New("store: key " + op.Key + " written twice in one transaction")
+			}
+			seen[op.Key] = true
+		case OpCheck:
+		default:
+			return errors.New("store: unknown op kind")
+		}
+	}
+	return nil
+}
+
+// versionMatches reports whether a key at cur satisfies want.
+func versionMatches(cur, want uint64) bool { return want == AnyVersion || cur == want }
+
+// watchers fans out commit notifications by prefix.
+type watchers struct {
+	list []*watcher
+}
+
+type watcher struct {
+	prefix string
+	ch     chan struct{}
+}
+
+func (w *watchers) add(prefix string) *watcher {
+	wt := &watcher{prefix: prefix, ch: make(chan struct{}, 1)}
+	w.list = append(w.list, wt)
+	return wt
+}
+
+func (w *watchers) remove(wt *watcher) {
+	for i, x := range w.list {
+		if x == wt {
+			w.list = append(w.list[:i], w.list[i+1:]...)
+			return
+		}
+	}
+}
+
+func (w *watchers) notify(keys []string) {
+	for _, wt := range w.list {
+		for _, k := range keys {
+			if strings.HasPrefix(k, wt.prefix) {
+				select {
+				case wt.ch <- struct{}{}:
+				default:
+				}
+				break
+			}
+		}
+	}
+}
