@@ -16,7 +16,10 @@ PLUGINS  := $(notdir $(wildcard providers/*))
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build test demo proto bench fmt-check vet clean
+.PHONY: all build test test-deps demo proto bench fmt-check vet clean
+
+# apt-get as root, or through sudo.
+APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
 
 all: build
 
@@ -27,13 +30,18 @@ build:
 
 # The one test command: formatting, vet, the race-enabled unit and
 # integration tests, then the slower suites.
-test: fmt-check vet
+test: fmt-check vet test-deps
 	$(GO) test -race -count=1 -timeout 20m ./...
 	@echo "== Azure provider built with its fake-ARM test mode, over real plugin subprocesses"
 	$(GO) test -race -count=1 -timeout 10m -tags azurefake ./providers/azure/
 	@echo "== Kubernetes provider against a real etcd + kube-apiserver (built once into $(CACHE))"
 	dir=$$(./hack/build-kube-apiserver.sh | tail -n 1) && \
 		OSM_KUBE_BIN_DIR=$$dir $(GO) test -race -count=1 -timeout 10m -tags k8sintegration ./providers/kubernetes/
+
+# Debian packages the tests use (they fail, not skip, without them).
+test-deps:
+	@command -v systemd-analyze >/dev/null || { echo "installing systemd-analyze (Debian systemd) for the unit-file tests"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends systemd; }
 
 fmt-check:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.tools/*')); \
