@@ -70,19 +70,8 @@ func (s *Server) Serve(ctx context.Context, addr string, ready chan<- net.Addr) 
 		ready <- ln.Addr()
 	}
 	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
 	s.log.Info("debug API listening", "address", ln.Addr().String())
-	select {
-	case err := <-errc:
-		return fmt.Errorf("debug listener: %w", err)
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err = srv.Shutdown(shutdownCtx)
-	<-errc
-	return err
+	return serve(ctx, "debug listener", srv, ln)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
