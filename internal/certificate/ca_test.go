@@ -1,0 +1,145 @@
+package certificate
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+func TestRootCreatedOnceAndKeptAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := newTestManager(t, st, Options{})
+	root := m.RootPEM()
+	again := newTestManager(t, st, Options{})
+	if !bytes.Equal(again.RootPEM(), root) {
+		t.Errorf("second manager on the same store has another root")
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	st, err = store.OpenBolt(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	restarted := newTestManager(t, st, Options{})
+	if !bytes.Equal(restarted.RootPEM(), root) {
+		t.Errorf("root changed across a restart")
+	}
+
+	c := restarted.GetRootCertificate().X509()
+	if !c.IsCA || c.MaxPathLen != 0 || !c.MaxPathLenZero {
+		t.Errorf("root IsCA=%v MaxPathLen=%d MaxPathLenZero=%v, want a CA that signs only leaves", c.IsCA, c.MaxPathLen, c.MaxPathLenZero)
+	}
+	pub, ok := c.PublicKey.(*ecdsa.PublicKey)
+	if !ok || pub.Curve != elliptic.P256() {
+		t.Errorf("root key is %T, want ECDSA P-256", c.PublicKey)
+	}
+	if got, want := c.URIs[0].String(), "spiffe://osm.local"; got != want {
+		t.Errorf("root URI SAN = %q, want %q", got, want)
+	}
+	if k := restarted.GetRootCertificate().GetPrivateKey(); len(k) != 0 {
+		t.Errorf("GetRootCertificate exposes the CA key")
+	}
+}
+
+// gateStore makes every caller's first Get of the CA wait until n callers
+// have made it, so all of them see an empty store and race to create the
+// root.
+type gateStore struct {
+	*store.Memory
+	wg   sync.WaitGroup
+	seen sync.Map
+}
+
+func (g *gateStore) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	v, ver, err := g.Memory.Get(ctx, key)
+	if key == caKey {
+		if _, loaded := g.seen.LoadOrStore(ctx, true); !loaded {
+			g.wg.Done()
+			g.wg.Wait()
+		}
+	}
+	return v, ver, err
+}
+
+func TestRootCreationRace(t *testing.T) {
+	const replicas = 4
+	g := &gateStore{Memory: store.NewMemory()}
+	g.wg.Add(replicas)
+	roots := make([][]byte, replicas)
+	var wg sync.WaitGroup
+	for i := range replicas {
+		wg.Go(func() {
+			// Each replica its own ctx, so the gate counts them apart.
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			m, err := New(ctx, testLogger(t), g, Options{})
+			if err != nil {
+				t.Errorf("replica %d: New: %v", i, err)
+				return
+			}
+			roots[i] = m.RootPEM()
+		})
+	}
+	wg.Wait()
+	for i := 1; i < replicas; i++ {
+		if !bytes.Equal(roots[i], roots[0]) {
+			t.Errorf("replica %d has another root than replica 0", i)
+		}
+	}
+	_, ver, _ := g.Memory.Get(t.Context(), caKey)
+	if ver != 1 {
+		t.Errorf("CA record version = %d, want 1 (written once)", ver)
+	}
+}
+
+func TestTrustDomain(t *testing.T) {
+	st := store.NewMemory()
+	m := newTestManager(t, st, Options{TrustDomain: "example.org"})
+	if got, want := m.GetRootCertificate().GetURISANs(), "spiffe://example.org"; len(got) != 1 || got[0] != want {
+		t.Errorf("root URI SANs = %q, want [%q]", got, want)
+	}
+	_, err := New(t.Context(), testLogger(t), st, Options{TrustDomain: "osm.local"})
+	if err == nil || !strings.Contains(err.Error(), `trust domain "example.org"`) {
+		t.Errorf("New with another trust domain: err = %v, want one naming the stored trust domain", err)
+	}
+	for _, bad := range []string{"Upper.Case", "has space", "-dash", "a/b"} {
+		if _, err := New(t.Context(), testLogger(t), store.NewMemory(), Options{TrustDomain: bad}); err == nil {
+			t.Errorf("New(TrustDomain %q) succeeded; want an error", bad)
+		}
+	}
+}
+
+func TestCAHash(t *testing.T) {
+	m := newTestManager(t, store.NewMemory(), Options{})
+	root := m.GetRootCertificate().X509()
+	sum := sha256.Sum256(root.RawSubjectPublicKeyInfo)
+	want := "sha256:" + hex.EncodeToString(sum[:])
+	if got := CAHash(root.Raw); got != want {
+		t.Errorf("CAHash = %q, want %q", got, want)
+	}
+	if got := m.CAHash(); got != want {
+		t.Errorf("Manager.CAHash = %q, want %q", got, want)
+	}
+	if got := CAHash([]byte("not a certificate")); got != "" {
+		t.Errorf("CAHash(garbage) = %q, want \"\"", got)
+	}
+	other := newTestManager(t, store.NewMemory(), Options{})
+	if other.CAHash() == m.CAHash() {
+		t.Errorf("two meshes have the same CA hash")
+	}
+}

@@ -1,0 +1,117 @@
+package certificate
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+)
+
+// clock is a settable clock for Options.Now.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)} }
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func newTestManager(t *testing.T, st Store, opts Options) *Manager {
+	t.Helper()
+	m, err := New(t.Context(), testLogger(t), st, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return m
+}
+
+// runManager runs m.Run until the test ends and waits for it to return.
+func runManager(t *testing.T, m *Manager) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+func ecKey(t *testing.T, c elliptic.Curve) crypto.Signer {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(c, rand.Reader)
+	if err != nil {
+		t.Fatalf("generate key: %v", err)
+	}
+	return k
+}
+
+// csrFor returns a DER CSR signed by key asking for tmpl's names.
+func csrFor(t *testing.T, key crypto.Signer, tmpl *x509.CertificateRequest) []byte {
+	t.Helper()
+	if tmpl == nil {
+		tmpl = &x509.CertificateRequest{Subject: pkix.Name{CommonName: "agent"}}
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		t.Fatalf("create CSR: %v", err)
+	}
+	return der
+}
+
+// nextAnnouncement waits for the first announcement of kind, skipping
+// others.
+func nextAnnouncement(t *testing.T, ch <-chan Announcement, kind AnnouncementKind, timeout time.Duration) Announcement {
+	t.Helper()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case a, ok := <-ch:
+			if !ok {
+				t.Fatalf("announcement channel closed while waiting for %s", kind)
+			}
+			if a.Kind == kind {
+				return a
+			}
+		case <-deadline:
+			t.Fatalf("no %s announcement within %s", kind, timeout)
+		}
+	}
+}
+
+// drain returns the announcements queued on ch without waiting.
+func drain(ch <-chan Announcement) []Announcement {
+	var out []Announcement
+	for {
+		select {
+		case a := <-ch:
+			out = append(out, a)
+		default:
+			return out
+		}
+	}
+}

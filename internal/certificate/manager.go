@@ -1,0 +1,430 @@
+// Package certificate owns the mesh certificate authority and every
+// certificate osm-server issues (the seed's certificate.Manager):
+//
+//   - the root: ECDSA P-256, self-signed for the trust domain (default
+//     osm.local), created on first start and kept in the store at
+//     certificate/ca, so restarts and every server replica share it. Two
+//     replicas racing to create it both end up with the first one written.
+//   - service certificates, for proxy-to-proxy mTLS: one per service
+//     account, common name <sa>.<namespace>.<trust-domain> and URI SAN
+//     spiffe://<trust-domain>/ns/<namespace>/sa/<sa>, about 48h with up to
+//     10% random jitter subtracted. The certificate and its key are kept at
+//     certificate/service/<namespace>/<sa> so all proxies of the account and
+//     all replicas share them. Run rotates each one when less than a third
+//     of its lifetime is left; every replica running Run announces a
+//     rotation, whoever made it.
+//   - proxy certificates, for a proxy's xDS client mTLS only: common name
+//     <proxy-uuid>.<service>.<namespace> and URI SAN
+//     spiffe://<trust-domain>/ns/<namespace>/sa/<sa>/proxy/<proxy-uuid>,
+//     client-auth only, 7 days by default. They are issued only from a
+//     CSR, so the key never leaves the machine; the server chooses the
+//     subject and SANs and ignores what the CSR asks for. A record per proxy
+//     (certificate/proxy/<cn>) keeps its state (unclaimed, claimed, revoked)
+//     and the serials it may present.
+//   - serving certificates for the HTTPS API and the xDS server
+//     (ServingCertificate), held in memory by each replica.
+//
+// Multi-key changes are single store transactions with version checks; a
+// lost race is reloaded, or reported as ErrConflict where the caller must
+// decide. Private keys of the CA and of service certificates are stored in
+// the store unencrypted (the bbolt file is 0600).
+//
+// Not done yet: root rotation, pruning revoked proxy records, and
+// proxy-to-proxy certificates for identities other than service accounts.
+//
+// The package imports internal/mesh and internal/store (for the KV and Op
+// vocabulary) only; it must not import catalog, spec, xds, enroll, api or
+// anything that serves a protocol.
+package certificate
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// Store keys.
+const (
+	caKey         = "certificate/ca"
+	servicePrefix = "certificate/service/"
+	proxyPrefix   = "certificate/proxy/"
+)
+
+// Defaults for Options.
+const (
+	DefaultTrustDomain     = "osm.local"
+	DefaultServiceLifetime = 48 * time.Hour
+	DefaultProxyLifetime   = 7 * 24 * time.Hour
+)
+
+// subscriberBuffer is how many announcements a subscriber may fall behind
+// before its backlog is replaced by one Resync.
+const subscriberBuffer = 1024
+
+// Sentinel errors, wrapped with context.
+var (
+	// ErrNotFound: no such certificate or proxy.
+	ErrNotFound = errors.New("not found")
+	// ErrRevoked: the proxy is revoked, or presented a certificate that is
+	// no longer one of its own.
+	ErrRevoked = errors.New("revoked")
+	// ErrConflict: a version condition of the transaction failed; reload
+	// and retry.
+	ErrConflict = errors.New("conflict")
+	// ErrExpired: the presented certificate has expired.
+	ErrExpired = errors.New("expired")
+	// ErrInvalidCSR: the CSR does not parse, its signature does not verify
+	// or its key is too weak.
+	ErrInvalidCSR = errors.New("invalid certificate signing request")
+)
+
+// Store is what the manager needs from internal/store.
+type Store interface {
+	Get(ctx context.Context, key string) ([]byte, uint64, error)
+	List(ctx context.Context, prefix string) ([]store.KV, error)
+	Txn(ctx context.Context, ops ...store.Op) (bool, error)
+	Watch(ctx context.Context, prefix string) <-chan struct{}
+}
+
+// Options configure a Manager. Zero values take the defaults.
+type Options struct {
+	// TrustDomain names the mesh in SPIFFE IDs; default "osm.local". It
+	// must match the trust domain of a CA already in the store.
+	TrustDomain string
+	// ServiceLifetime of service certificates; default 48h. Each one is
+	// issued with up to 10% of it subtracted at random, so rotations of
+	// many certificates spread out.
+	ServiceLifetime time.Duration
+	// ProxyLifetime of proxy certificates; default 7 days.
+	ProxyLifetime time.Duration
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// AnnouncementKind says what changed.
+type AnnouncementKind int
+
+// The kinds of Announcement.
+const (
+	// Issued: a service certificate was issued for an account that had
+	// none.
+	Issued AnnouncementKind = iota + 1
+	// Rotated: a service certificate was replaced by a new one.
+	Rotated
+	// Released: a service certificate was released (deleted).
+	Released
+	// ProxyIssued: a proxy was enrolled and its first certificate issued.
+	ProxyIssued
+	// ProxyRenewed: a proxy's certificate was renewed.
+	ProxyRenewed
+	// ProxyClaimed: a proxy connected for the first time.
+	ProxyClaimed
+	// ProxyRevoked: a proxy was revoked; close its streams.
+	ProxyRevoked
+	// Resync: the subscriber fell more than 1024 announcements behind and
+	// some were dropped; reload everything it depends on.
+	Resync
+)
+
+func (k AnnouncementKind) String() string {
+	switch k {
+	case Issued:
+		return "Issued"
+	case Rotated:
+		return "Rotated"
+	case Released:
+		return "Released"
+	case ProxyIssued:
+		return "ProxyIssued"
+	case ProxyRenewed:
+		return "ProxyRenewed"
+	case ProxyClaimed:
+		return "ProxyClaimed"
+	case ProxyRevoked:
+		return "ProxyRevoked"
+	case Resync:
+		return "Resync"
+	}
+	return fmt.Sprintf("AnnouncementKind(%d)", int(k))
+}
+
+// Announcement tells subscribers that a certificate or proxy changed.
+// Service kinds set CommonName and ServiceAccount; proxy kinds set ProxyCN
+// and ServiceAccount.
+type Announcement struct {
+	Kind           AnnouncementKind
+	CommonName     CommonName
+	ServiceAccount mesh.ServiceAccount
+	ProxyCN        string
+}
+
+// Manager is the mesh CA and certificate manager. Its methods are safe for
+// concurrent use.
+type Manager struct {
+	log  *slog.Logger
+	st   Store
+	opts Options
+	ca   *authority
+	root *Certificate
+
+	// issueMu serialises this replica's service-certificate writes, so
+	// concurrent callers for one account wait for one issuance.
+	issueMu sync.Mutex
+	// syncMu serialises syncServices (a List and its diff).
+	syncMu sync.Mutex
+
+	mu       sync.Mutex
+	services map[CommonName]*serviceState
+	proxies  map[string]proxyKnown
+	subs     map[chan Announcement]struct{}
+	// kick wakes Run to recompute its rotation timer.
+	kick chan struct{}
+}
+
+var trustDomainRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`)
+
+// New loads the mesh CA from the store, creating it if the store has none,
+// and loads the current service certificates and proxy records. Run keeps
+// them rotated and announced.
+func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manager, error) {
+	if opts.TrustDomain == "" {
+		opts.TrustDomain = DefaultTrustDomain
+	}
+	if len(opts.TrustDomain) > 255 || !trustDomainRE.MatchString(opts.TrustDomain) {
+		return nil, fmt.Errorf("trust domain %q: use lower-case letters, digits, '.', '-' and '_' (for example %q)", opts.TrustDomain, DefaultTrustDomain)
+	}
+	if opts.ServiceLifetime == 0 {
+		opts.ServiceLifetime = DefaultServiceLifetime
+	}
+	if opts.ProxyLifetime == 0 {
+		opts.ProxyLifetime = DefaultProxyLifetime
+	}
+	if opts.ServiceLifetime < time.Second || opts.ProxyLifetime < time.Second {
+		return nil, fmt.Errorf("certificate lifetimes must be at least 1s (service %s, proxy %s)", opts.ServiceLifetime, opts.ProxyLifetime)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	m := &Manager{
+		log:      log,
+		st:       st,
+		opts:     opts,
+		services: map[CommonName]*serviceState{},
+		proxies:  map[string]proxyKnown{},
+		subs:     map[chan Announcement]struct{}{},
+		kick:     make(chan struct{}, 1),
+	}
+	ca, err := m.loadOrCreateCA(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.ca = ca
+	m.root = newCertificate(ca.cert, ca.certPEM, nil, ca.certPEM)
+	if err := m.syncServices(ctx, false); err != nil {
+		return nil, err
+	}
+	if err := m.syncProxies(ctx, false); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// loadOrCreateCA returns the stored CA, creating it with a must-not-exist
+// write; when another replica wins that race, its CA is loaded.
+func (m *Manager) loadOrCreateCA(ctx context.Context) (*authority, error) {
+	for range 3 {
+		raw, ver, err := m.st.Get(ctx, caKey)
+		if err != nil {
+			return nil, fmt.Errorf("load mesh CA from store key %s: %w", caKey, err)
+		}
+		if ver != 0 {
+			var rec caRecord
+			if err := json.Unmarshal(raw, &rec); err != nil {
+				return nil, fmt.Errorf("mesh CA at store key %s does not decode (restore the store from a backup): %w", caKey, err)
+			}
+			if rec.TrustDomain != m.opts.TrustDomain {
+				return nil, fmt.Errorf("the store holds the mesh CA of trust domain %q, not %q: start with trust domain %q, or use a new store for a new mesh", rec.TrustDomain, m.opts.TrustDomain, rec.TrustDomain)
+			}
+			a, err := loadAuthority(rec)
+			if err != nil {
+				return nil, fmt.Errorf("mesh CA at store key %s (restore the store from a backup): %w", caKey, err)
+			}
+			return a, nil
+		}
+		rec, err := newCARecord(m.opts.TrustDomain, m.now())
+		if err != nil {
+			return nil, err
+		}
+		val, err := json.Marshal(rec)
+		if err != nil {
+			return nil, fmt.Errorf("encode mesh CA: %w", err)
+		}
+		ok, err := m.st.Txn(ctx, store.Set(caKey, 0, val))
+		if err != nil {
+			return nil, fmt.Errorf("store mesh CA at %s: %w", caKey, err)
+		}
+		if ok {
+			m.log.Info("created mesh CA", "trustDomain", m.opts.TrustDomain)
+		}
+		// Either ours or another replica's is stored now: load it.
+	}
+	return nil, fmt.Errorf("mesh CA at store key %s: created and deleted concurrently: %w", caKey, ErrConflict)
+}
+
+func (m *Manager) now() time.Time { return m.opts.Now() }
+
+// TrustDomain returns the mesh's trust domain.
+func (m *Manager) TrustDomain() string { return m.opts.TrustDomain }
+
+// GetRootCertificate returns the mesh root (without its key).
+func (m *Manager) GetRootCertificate() *Certificate { return m.root }
+
+// RootPEM returns the mesh root as PEM.
+func (m *Manager) RootPEM() []byte { return append([]byte(nil), m.ca.certPEM...) }
+
+// CertPool returns a pool holding the mesh root, for verifying peers.
+func (m *Manager) CertPool() *x509.CertPool { return m.ca.pool.Clone() }
+
+// CAHash returns CAHash of the mesh root.
+func (m *Manager) CAHash() string { return CAHash(m.ca.cert.Raw) }
+
+// Subscribe returns a channel of announcements and a function that ends the
+// subscription and closes the channel. The manager never waits for a
+// subscriber: one that falls more than 1024 announcements behind has its
+// backlog replaced by a single Resync.
+func (m *Manager) Subscribe() (<-chan Announcement, func()) {
+	ch := make(chan Announcement, subscriberBuffer)
+	m.mu.Lock()
+	m.subs[ch] = struct{}{}
+	m.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			m.mu.Lock()
+			delete(m.subs, ch)
+			close(ch)
+			m.mu.Unlock()
+		})
+	}
+}
+
+// announceLocked sends a to every subscriber; m.mu is held, so only this
+// goroutine sends and a full buffer can be emptied without blocking.
+func (m *Manager) announceLocked(a Announcement) {
+	m.log.Debug("announce", "kind", a.Kind, "cn", a.CommonName, "proxy", a.ProxyCN)
+	for ch := range m.subs {
+		select {
+		case ch <- a:
+			continue
+		default:
+		}
+	drain:
+		for {
+			select {
+			case <-ch:
+			default:
+				break drain
+			}
+		}
+		for _, x := range []Announcement{{Kind: Resync}, a} {
+			select {
+			case ch <- x:
+			default:
+			}
+		}
+	}
+}
+
+// wake asks Run to recompute its timer.
+func (m *Manager) wake() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run rotates service certificates before they expire and follows changes
+// other replicas make in the store, announcing them. It returns nil when
+// ctx is done. Store errors are logged and retried with backoff: a
+// rotation loop that gives up takes the mesh down when the certificates
+// expire.
+func (m *Manager) Run(ctx context.Context) error {
+	svcCh := m.st.Watch(ctx, servicePrefix)
+	proxyCh := m.st.Watch(ctx, proxyPrefix)
+	const minBackoff, maxBackoff = 500 * time.Millisecond, time.Minute
+	var backoff time.Duration
+	fail := func(what string, err error) {
+		backoff = min(max(2*backoff, minBackoff), maxBackoff)
+		m.log.Error(what, "err", err, "retryIn", backoff)
+	}
+	// Catch up with commits made between New and the watches.
+	if err := m.syncServices(ctx, true); err != nil {
+		fail("load service certificates", err)
+	}
+	if err := m.syncProxies(ctx, true); err != nil {
+		fail("load proxy records", err)
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		wait := m.untilNextRotation()
+		if backoff > 0 && wait < backoff {
+			wait = backoff
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.kick:
+		case <-svcCh:
+			if err := m.syncServices(ctx, true); err != nil && ctx.Err() == nil {
+				fail("follow service certificates", err)
+			}
+		case <-proxyCh:
+			if err := m.syncProxies(ctx, true); err != nil && ctx.Err() == nil {
+				fail("follow proxy records", err)
+			}
+		case <-timer.C:
+			err := errors.Join(m.syncServices(ctx, true), m.syncProxies(ctx, true), m.rotateDue(ctx))
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case err != nil:
+				fail("rotate service certificates", err)
+			default:
+				backoff = 0
+			}
+		}
+	}
+}
+
+// untilNextRotation returns how long until the earliest service
+// certificate is due for rotation (an hour when there are none).
+func (m *Manager) untilNextRotation() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	wait := time.Hour
+	now := m.now()
+	for _, s := range m.services {
+		wait = min(wait, s.rec.rotateAt().Sub(now))
+	}
+	return max(wait, 0)
+}
+
+// jitter subtracts up to 10% of d at random.
+func jitter(d time.Duration) time.Duration {
+	return d - rand.N(d/10+1)
+}

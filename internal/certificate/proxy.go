@@ -1,0 +1,417 @@
+package certificate
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// ProxyState is where a proxy is in its life.
+type ProxyState string
+
+// The proxy states: unclaimed (issued, never connected), claimed (has
+// connected to xDS), revoked (refused from now on).
+const (
+	StateUnclaimed ProxyState = "unclaimed"
+	StateClaimed   ProxyState = "claimed"
+	StateRevoked   ProxyState = "revoked"
+)
+
+// ProxyRecord is what the server keeps about one enrolled proxy.
+type ProxyRecord struct {
+	CN             string              `json:"cn"`
+	Service        mesh.MeshService    `json:"service"`
+	ServiceAccount mesh.ServiceAccount `json:"serviceAccount"`
+	State          ProxyState          `json:"state"`
+	// Serial of the current certificate, lower-case hex.
+	Serial   string    `json:"serial"`
+	Issued   time.Time `json:"issued"`
+	Expires  time.Time `json:"expires"`
+	LastSeen time.Time `json:"lastSeen,omitzero"`
+}
+
+// proxyEntry is the stored form: the record plus the earlier certificates
+// that stay valid until they expire (the renewal overlap).
+type proxyEntry struct {
+	ProxyRecord
+	Previous []priorCert `json:"previous,omitempty"`
+}
+
+type priorCert struct {
+	Serial  string    `json:"serial"`
+	Expires time.Time `json:"expires"`
+}
+
+// proxyKnown is what this replica last saw of a proxy record, to announce
+// changes once.
+type proxyKnown struct {
+	version uint64
+	state   ProxyState
+	serial  string
+}
+
+func proxyKey(cn string) string { return proxyPrefix + cn }
+
+// ProxySPIFFEID returns the URI SAN of a proxy certificate:
+// spiffe://<trust-domain>/ns/<namespace>/sa/<sa>/proxy/<proxy-uuid>.
+func (m *Manager) ProxySPIFFEID(sa mesh.ServiceAccount, id mesh.ProxyIdentity) string {
+	return sa.SPIFFEID(m.opts.TrustDomain) + "/proxy/" + id.UUID.String()
+}
+
+// checkCSR parses a DER CSR, verifies its signature and refuses weak keys.
+// Only the public key is used: the server decides the subject and SANs.
+func checkCSR(der []byte) (crypto.PublicKey, error) {
+	csr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		return nil, fmt.Errorf("%w: not a DER PKCS#10 request: %v", ErrInvalidCSR, err)
+	}
+	const accepted = "use ECDSA P-256 or P-384, or RSA of at least 2048 bits"
+	switch k := csr.PublicKey.(type) {
+	case *ecdsa.PublicKey:
+		if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {
+			return nil, fmt.Errorf("%w: key is ECDSA %s; %s", ErrInvalidCSR, k.Curve.Params().Name, accepted)
+		}
+	case *rsa.PublicKey:
+		if k.N.BitLen() < 2048 {
+			return nil, fmt.Errorf("%w: key is RSA %d bits; %s", ErrInvalidCSR, k.N.BitLen(), accepted)
+		}
+	default:
+		return nil, fmt.Errorf("%w: key type %s is not accepted; %s", ErrInvalidCSR, csr.PublicKeyAlgorithm, accepted)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("%w: signature does not verify (the request was altered, or signed by another key): %v", ErrInvalidCSR, err)
+	}
+	return csr.PublicKey, nil
+}
+
+// signProxy issues a proxy certificate for pub.
+func (m *Manager) signProxy(id mesh.ProxyIdentity, sa mesh.ServiceAccount, pub crypto.PublicKey, now time.Time) (*x509.Certificate, []byte, error) {
+	u, err := url.Parse(m.ProxySPIFFEID(sa, id))
+	if err != nil {
+		return nil, nil, fmt.Errorf("SPIFFE ID of proxy %s: %w", id, err)
+	}
+	return m.ca.sign(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: id.CommonName(), Organization: []string{"osm-vm"}},
+		NotBefore:   now.Add(-time.Minute),
+		NotAfter:    now.Add(m.opts.ProxyLifetime),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		URIs:        []*url.URL{u},
+	}, pub)
+}
+
+// IssueProxy enrolls a new proxy of svc running as sa: it picks a fresh
+// proxy UUID, issues a certificate for the CSR's public key with common
+// name <proxy-uuid>.<service>.<namespace> and the proxy SPIFFE ID, and
+// stores an unclaimed record. ops commit in the same transaction as the
+// record (the enrollment code spends its join token there); if one of
+// their version conditions fails nothing is stored and the error wraps
+// ErrConflict. A bad or weak CSR is refused with an error wrapping
+// ErrInvalidCSR.
+func (m *Manager) IssueProxy(ctx context.Context, csrDER []byte, svc mesh.MeshService, sa mesh.ServiceAccount, ops ...store.Op) ([]byte, string, error) {
+	if err := svc.Validate(); err != nil {
+		return nil, "", fmt.Errorf("issue proxy certificate: %w", err)
+	}
+	if err := validateServiceAccount(sa); err != nil {
+		return nil, "", fmt.Errorf("issue proxy certificate: %w", err)
+	}
+	pub, err := checkCSR(csrDER)
+	if err != nil {
+		return nil, "", fmt.Errorf("issue proxy certificate for %s: %w", svc, err)
+	}
+	id := mesh.NewProxyIdentity(svc)
+	cn := id.CommonName()
+	if _, err := mesh.ParseProxyIdentity(cn); err != nil {
+		return nil, "", fmt.Errorf("issue proxy certificate: %w", err)
+	}
+	now := m.now()
+	cert, certPEM, err := m.signProxy(id, sa, pub, now)
+	if err != nil {
+		return nil, "", err
+	}
+	e := proxyEntry{ProxyRecord: ProxyRecord{
+		CN: cn, Service: svc, ServiceAccount: sa, State: StateUnclaimed,
+		Serial: serialString(cert.SerialNumber), Issued: now, Expires: cert.NotAfter,
+	}}
+	val, err := json.Marshal(e)
+	if err != nil {
+		return nil, "", fmt.Errorf("encode proxy record %s: %w", cn, err)
+	}
+	ok, err := m.st.Txn(ctx, slices.Concat([]store.Op{store.Set(proxyKey(cn), 0, val)}, ops)...)
+	if err != nil {
+		return nil, "", fmt.Errorf("store proxy record %s: %w", cn, err)
+	}
+	if !ok {
+		return nil, "", fmt.Errorf("issue proxy certificate for %s: a version condition failed (reload and retry): %w", svc, ErrConflict)
+	}
+	m.log.Info("issued proxy certificate", "cn", cn, "serial", e.Serial, "expires", e.Expires)
+	m.observeProxy(ctx, cn)
+	return certPEM, cn, nil
+}
+
+// RenewProxy issues a new certificate for the proxy that presented peer (a
+// certificate the TLS layer verified), for the CSR's key, with the same
+// subject and SANs. It is refused when the proxy is revoked (ErrRevoked),
+// when peer has expired (ErrExpired) or when peer is not a current
+// certificate of the proxy. The replaced certificate stays valid for
+// VerifyProxy until it expires.
+func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER []byte) ([]byte, error) {
+	if peer == nil {
+		return nil, fmt.Errorf("renew proxy certificate: no client certificate presented")
+	}
+	cn := peer.Subject.CommonName
+	pub, err := checkCSR(csrDER)
+	if err != nil {
+		return nil, fmt.Errorf("renew proxy certificate %s: %w", cn, err)
+	}
+	id, err := mesh.ParseProxyIdentity(cn)
+	if err != nil {
+		return nil, fmt.Errorf("renew proxy certificate: %w", err)
+	}
+	for range 5 {
+		e, ver, err := m.loadProxy(ctx, cn)
+		if err != nil {
+			return nil, fmt.Errorf("renew proxy certificate: %w", err)
+		}
+		now := m.now()
+		if err := m.checkPeer(e, peer, now); err != nil {
+			return nil, fmt.Errorf("renew proxy certificate: %w", err)
+		}
+		cert, certPEM, err := m.signProxy(id, e.ServiceAccount, pub, now)
+		if err != nil {
+			return nil, err
+		}
+		prev := slices.DeleteFunc(append(e.Previous, priorCert{Serial: e.Serial, Expires: e.Expires}),
+			func(p priorCert) bool { return !now.Before(p.Expires) })
+		e.Previous = prev
+		e.Serial, e.Issued, e.Expires = serialString(cert.SerialNumber), now, cert.NotAfter
+		val, err := json.Marshal(e)
+		if err != nil {
+			return nil, fmt.Errorf("encode proxy record %s: %w", cn, err)
+		}
+		ok, err := m.st.Txn(ctx, store.Set(proxyKey(cn), ver, val))
+		if err != nil {
+			return nil, fmt.Errorf("store proxy record %s: %w", cn, err)
+		}
+		if ok {
+			m.log.Info("renewed proxy certificate", "cn", cn, "serial", e.Serial, "expires", e.Expires)
+			m.observeProxy(ctx, cn)
+			return certPEM, nil
+		}
+	}
+	return nil, fmt.Errorf("renew proxy certificate %s: the record keeps changing: %w", cn, ErrConflict)
+}
+
+// checkPeer checks a presented certificate against the proxy's record.
+func (m *Manager) checkPeer(e proxyEntry, peer *x509.Certificate, now time.Time) error {
+	serial := serialString(peer.SerialNumber)
+	if err := peer.CheckSignatureFrom(m.ca.cert); err != nil {
+		return fmt.Errorf("certificate %s of proxy %s was not issued by this mesh's CA: %w", serial, e.CN, err)
+	}
+	if e.State == StateRevoked {
+		return fmt.Errorf("proxy %s: %w (enroll the machine again with a new join token)", e.CN, ErrRevoked)
+	}
+	if now.After(peer.NotAfter) {
+		return fmt.Errorf("certificate %s of proxy %s expired at %s: %w (enroll the machine again with a new join token)", serial, e.CN, peer.NotAfter.UTC().Format(time.RFC3339), ErrExpired)
+	}
+	if serial == e.Serial {
+		return nil
+	}
+	for _, p := range e.Previous {
+		if p.Serial == serial && now.Before(p.Expires) {
+			return nil
+		}
+	}
+	return fmt.Errorf("certificate %s is not a current certificate of proxy %s: %w", serial, e.CN, ErrRevoked)
+}
+
+// VerifyProxy checks a peer certificate the TLS layer verified against the
+// records: the CN is a known proxy, not revoked, the certificate has not
+// expired, was issued by the mesh CA, and is the proxy's current
+// certificate or an earlier one that has not expired (renewal overlap).
+func (m *Manager) VerifyProxy(ctx context.Context, peer *x509.Certificate) (ProxyRecord, error) {
+	if peer == nil {
+		return ProxyRecord{}, fmt.Errorf("verify proxy: no client certificate presented")
+	}
+	e, _, err := m.loadProxy(ctx, peer.Subject.CommonName)
+	if err != nil {
+		return ProxyRecord{}, fmt.Errorf("verify proxy: %w", err)
+	}
+	if err := m.checkPeer(e, peer, m.now()); err != nil {
+		return ProxyRecord{}, fmt.Errorf("verify proxy: %w", err)
+	}
+	return e.ProxyRecord, nil
+}
+
+// Proxy returns the record of the proxy cn, or an error wrapping
+// ErrNotFound.
+func (m *Manager) Proxy(ctx context.Context, cn string) (ProxyRecord, error) {
+	e, _, err := m.loadProxy(ctx, cn)
+	return e.ProxyRecord, err
+}
+
+// ListProxies returns every proxy record, ordered by CN.
+func (m *Manager) ListProxies(ctx context.Context) ([]ProxyRecord, error) {
+	kvs, err := m.st.List(ctx, proxyPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("list proxy records: %w", err)
+	}
+	out := make([]ProxyRecord, 0, len(kvs))
+	for _, kv := range kvs {
+		var e proxyEntry
+		if err := json.Unmarshal(kv.Value, &e); err != nil {
+			m.log.Warn("skipping undecodable proxy record", "key", kv.Key, "err", err)
+			continue
+		}
+		out = append(out, e.ProxyRecord)
+	}
+	slices.SortFunc(out, func(a, b ProxyRecord) int { return strings.Compare(a.CN, b.CN) })
+	return out, nil
+}
+
+// ClaimProxy records that the proxy cn connected: unclaimed becomes
+// claimed (announced once as ProxyClaimed) and LastSeen is updated. A
+// revoked proxy is refused with an error wrapping ErrRevoked.
+func (m *Manager) ClaimProxy(ctx context.Context, cn string) error {
+	return m.updateProxy(ctx, cn, "claim", func(e *proxyEntry, now time.Time) error {
+		if e.State == StateRevoked {
+			return fmt.Errorf("proxy %s: %w (enroll the machine again with a new join token)", cn, ErrRevoked)
+		}
+		e.State = StateClaimed
+		e.LastSeen = now
+		return nil
+	})
+}
+
+// RevokeProxy marks the proxy cn revoked and announces ProxyRevoked: its
+// certificates are refused from now on and its streams should be closed.
+// Revoking a revoked proxy is not an error.
+func (m *Manager) RevokeProxy(ctx context.Context, cn string) error {
+	return m.updateProxy(ctx, cn, "revoke", func(e *proxyEntry, _ time.Time) error {
+		e.State = StateRevoked
+		return nil
+	})
+}
+
+// updateProxy applies change to the record with a versioned write,
+// retrying when the record changed meanwhile.
+func (m *Manager) updateProxy(ctx context.Context, cn, what string, change func(*proxyEntry, time.Time) error) error {
+	for range 10 {
+		e, ver, err := m.loadProxy(ctx, cn)
+		if err != nil {
+			return fmt.Errorf("%s proxy: %w", what, err)
+		}
+		if err := change(&e, m.now()); err != nil {
+			return fmt.Errorf("%s proxy: %w", what, err)
+		}
+		val, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("encode proxy record %s: %w", cn, err)
+		}
+		ok, err := m.st.Txn(ctx, store.Set(proxyKey(cn), ver, val))
+		if err != nil {
+			return fmt.Errorf("%s proxy %s: %w", what, cn, err)
+		}
+		if ok {
+			m.observeProxy(ctx, cn)
+			return nil
+		}
+	}
+	return fmt.Errorf("%s proxy %s: the record keeps changing: %w", what, cn, ErrConflict)
+}
+
+func (m *Manager) loadProxy(ctx context.Context, cn string) (proxyEntry, uint64, error) {
+	if cn == "" || strings.Contains(cn, "/") {
+		return proxyEntry{}, 0, fmt.Errorf("proxy %q: %w", cn, ErrNotFound)
+	}
+	raw, ver, err := m.st.Get(ctx, proxyKey(cn))
+	if err != nil {
+		return proxyEntry{}, 0, fmt.Errorf("load proxy record %s: %w", cn, err)
+	}
+	if ver == 0 {
+		return proxyEntry{}, 0, fmt.Errorf("proxy %s: %w (was it enrolled on this mesh?)", cn, ErrNotFound)
+	}
+	var e proxyEntry
+	if err := json.Unmarshal(raw, &e); err != nil {
+		return proxyEntry{}, 0, fmt.Errorf("proxy record %s does not decode: %w", cn, err)
+	}
+	return e, ver, nil
+}
+
+// observeProxy reads the proxy's record after a local write and announces
+// what changed, unless a sync announced it already.
+func (m *Manager) observeProxy(ctx context.Context, cn string) {
+	raw, ver, err := m.st.Get(ctx, proxyKey(cn))
+	if err != nil || ver == 0 {
+		return // the watch in Run catches up
+	}
+	var e proxyEntry
+	if err := json.Unmarshal(raw, &e); err != nil {
+		return
+	}
+	m.mu.Lock()
+	m.observeProxyLocked(e.ProxyRecord, ver, true)
+	m.mu.Unlock()
+}
+
+// observeProxyLocked records a proxy record seen at version ver and, when
+// announce is set, announces its changes. Older observations are ignored.
+func (m *Manager) observeProxyLocked(r ProxyRecord, ver uint64, announce bool) {
+	old, seen := m.proxies[r.CN]
+	if seen && ver <= old.version {
+		return
+	}
+	m.proxies[r.CN] = proxyKnown{version: ver, state: r.State, serial: r.Serial}
+	if !announce {
+		return
+	}
+	a := Announcement{ProxyCN: r.CN, ServiceAccount: r.ServiceAccount}
+	if !seen {
+		a.Kind = ProxyIssued
+		m.announceLocked(a)
+	} else if old.serial != r.Serial {
+		a.Kind = ProxyRenewed
+		m.announceLocked(a)
+	}
+	if r.State != old.state || !seen {
+		switch r.State {
+		case StateClaimed:
+			a.Kind = ProxyClaimed
+			m.announceLocked(a)
+		case StateRevoked:
+			a.Kind = ProxyRevoked
+			m.announceLocked(a)
+		}
+	}
+}
+
+// syncProxies reloads every proxy record and announces changes.
+func (m *Manager) syncProxies(ctx context.Context, announce bool) error {
+	kvs, err := m.st.List(ctx, proxyPrefix)
+	if err != nil {
+		return fmt.Errorf("list proxy records: %w", err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, kv := range kvs {
+		var e proxyEntry
+		if err := json.Unmarshal(kv.Value, &e); err != nil {
+			continue
+		}
+		m.observeProxyLocked(e.ProxyRecord, kv.Version, announce)
+	}
+	return nil
+}

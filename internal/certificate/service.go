@@ -1,0 +1,395 @@
+package certificate
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"maps"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// serviceRecord is the stored form of a service certificate.
+type serviceRecord struct {
+	CommonName     CommonName          `json:"commonName"`
+	ServiceAccount mesh.ServiceAccount `json:"serviceAccount"`
+	CertPEM        string              `json:"certPEM"`
+	KeyPEM         string              `json:"keyPEM"`
+	Serial         string              `json:"serial"`
+	Issued         time.Time           `json:"issued"`
+	Expires        time.Time           `json:"expires"`
+	// Lifetime is the lifetime asked for, before jitter; rotations keep it.
+	Lifetime time.Duration `json:"lifetime"`
+}
+
+// rotateAt is when less than a third of the lifetime is left.
+func (r serviceRecord) rotateAt() time.Time {
+	return r.Expires.Add(-r.Expires.Sub(r.Issued) / 3)
+}
+
+// serviceState is what this replica last saw of one service certificate.
+type serviceState struct {
+	version uint64
+	rec     serviceRecord
+	cert    *Certificate
+}
+
+func serviceKey(sa mesh.ServiceAccount) string {
+	return servicePrefix + sa.Namespace + "/" + sa.Name
+}
+
+// ServiceCommonName returns the common name of sa's service certificate:
+// <sa>.<namespace>.<trust-domain>.
+func (m *Manager) ServiceCommonName(sa mesh.ServiceAccount) CommonName {
+	return CommonName(sa.Name + "." + sa.Namespace + "." + m.opts.TrustDomain)
+}
+
+// serviceAccount parses a service certificate common name.
+func (m *Manager) serviceAccount(cn CommonName) (mesh.ServiceAccount, error) {
+	rest, ok := strings.CutSuffix(string(cn), "."+m.opts.TrustDomain)
+	name, ns, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return mesh.ServiceAccount{}, fmt.Errorf("common name %q: want <service-account>.<namespace>.%s (proxy certificates are issued from a CSR with IssueProxy)", cn, m.opts.TrustDomain)
+	}
+	sa := mesh.ServiceAccount{Namespace: ns, Name: name}
+	if err := validateServiceAccount(sa); err != nil {
+		return mesh.ServiceAccount{}, fmt.Errorf("common name %q: %w", cn, err)
+	}
+	return sa, nil
+}
+
+func validateServiceAccount(sa mesh.ServiceAccount) error {
+	if err := mesh.ValidateLabel("service account namespace", sa.Namespace); err != nil {
+		return err
+	}
+	return mesh.ValidateLabel("service account name", sa.Name)
+}
+
+// ServiceCertificate returns sa's service certificate, issuing it if there
+// is none and rotating it if it is due (less than a third of its lifetime
+// left). All proxies of the account, on every replica, share it.
+func (m *Manager) ServiceCertificate(ctx context.Context, sa mesh.ServiceAccount) (*Certificate, error) {
+	if err := validateServiceAccount(sa); err != nil {
+		return nil, fmt.Errorf("service certificate: %w", err)
+	}
+	cn := m.ServiceCommonName(sa)
+	if c := m.cachedFresh(cn); c != nil {
+		return c, nil
+	}
+	return m.issueService(ctx, sa, 0, false)
+}
+
+// cachedFresh returns the cached certificate for cn if it is not yet due
+// for rotation.
+func (m *Manager) cachedFresh(cn CommonName) *Certificate {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if s := m.services[cn]; s != nil && m.now().Before(s.rec.rotateAt()) {
+		return s.cert
+	}
+	return nil
+}
+
+// IssueCertificate returns the service certificate for cn, a name of the
+// form ServiceCommonName returns, issuing it with lifetime (0: the default
+// ServiceLifetime, less jitter) when there is none or it is due for
+// rotation. A certificate that is still fresh is returned as is, whatever
+// lifetime it was issued with; the lifetime of a new one is kept for its
+// rotations. Proxy certificates are issued from a CSR by IssueProxy.
+func (m *Manager) IssueCertificate(ctx context.Context, cn CommonName, lifetime time.Duration) (*Certificate, error) {
+	sa, err := m.serviceAccount(cn)
+	if err != nil {
+		return nil, fmt.Errorf("issue certificate: %w", err)
+	}
+	if lifetime < 0 || (lifetime > 0 && lifetime < time.Second) {
+		return nil, fmt.Errorf("issue certificate %s: lifetime %s is too short (at least 1s)", cn, lifetime)
+	}
+	if c := m.cachedFresh(cn); c != nil {
+		return c, nil
+	}
+	return m.issueService(ctx, sa, lifetime, false)
+}
+
+// GetCertificate returns the stored service certificate for cn, or an
+// error wrapping ErrNotFound.
+func (m *Manager) GetCertificate(ctx context.Context, cn CommonName) (*Certificate, error) {
+	sa, err := m.serviceAccount(cn)
+	if err != nil {
+		return nil, fmt.Errorf("get certificate: %w", err)
+	}
+	m.mu.Lock()
+	s := m.services[cn]
+	m.mu.Unlock()
+	if s != nil {
+		return s.cert, nil
+	}
+	rec, _, err := m.loadService(ctx, serviceKey(sa))
+	if err != nil {
+		return nil, fmt.Errorf("get certificate %s: %w", cn, err)
+	}
+	if rec == nil {
+		return nil, fmt.Errorf("certificate %s: %w", cn, ErrNotFound)
+	}
+	return m.serviceCertificate(*rec)
+}
+
+// RotateCertificate replaces the service certificate for cn with a new one
+// and announces Rotated. When another replica rotates it at the same time,
+// its certificate is returned instead.
+func (m *Manager) RotateCertificate(ctx context.Context, cn CommonName) (*Certificate, error) {
+	sa, err := m.serviceAccount(cn)
+	if err != nil {
+		return nil, fmt.Errorf("rotate certificate: %w", err)
+	}
+	return m.issueService(ctx, sa, 0, true)
+}
+
+// ListCertificates returns every stored service certificate, ordered by
+// common name. Proxy certificates are listed by ListProxies.
+func (m *Manager) ListCertificates(ctx context.Context) ([]*Certificate, error) {
+	kvs, err := m.st.List(ctx, servicePrefix)
+	if err != nil {
+		return nil, fmt.Errorf("list service certificates: %w", err)
+	}
+	var out []*Certificate
+	for _, kv := range kvs {
+		var rec serviceRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			m.log.Warn("skipping undecodable service certificate", "key", kv.Key, "err", err)
+			continue
+		}
+		c, err := m.serviceCertificate(rec)
+		if err != nil {
+			m.log.Warn("skipping unparsable service certificate", "key", kv.Key, "err", err)
+			continue
+		}
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b *Certificate) int { return strings.Compare(string(a.commonName), string(b.commonName)) })
+	return out, nil
+}
+
+// ReleaseCertificate deletes the service certificate for cn and announces
+// Released. Releasing a certificate that does not exist is not an error.
+// The next ServiceCertificate call for the account issues a new one.
+func (m *Manager) ReleaseCertificate(ctx context.Context, cn CommonName) error {
+	sa, err := m.serviceAccount(cn)
+	if err != nil {
+		return fmt.Errorf("release certificate: %w", err)
+	}
+	m.issueMu.Lock()
+	defer m.issueMu.Unlock()
+	if _, err := m.st.Txn(ctx, store.Delete(serviceKey(sa), store.AnyVersion)); err != nil {
+		return fmt.Errorf("release certificate %s: %w", cn, err)
+	}
+	if err := m.syncServices(ctx, true); err != nil {
+		m.log.Warn("reload service certificates after release", "err", err)
+	}
+	return nil
+}
+
+// loadService reads one service record; rec is nil when absent.
+func (m *Manager) loadService(ctx context.Context, key string) (*serviceRecord, uint64, error) {
+	raw, ver, err := m.st.Get(ctx, key)
+	if err != nil || ver == 0 {
+		return nil, ver, err
+	}
+	var rec serviceRecord
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		// Overwritten by the next issuance.
+		m.log.Warn("service certificate record does not decode; issuing a new one", "key", key, "err", err)
+		return nil, ver, nil
+	}
+	return &rec, ver, nil
+}
+
+// issueService is get-or-issue (force false) or rotate (force true) for sa,
+// as one versioned write; a lost race reloads and returns the winner's
+// certificate when it is fresh.
+func (m *Manager) issueService(ctx context.Context, sa mesh.ServiceAccount, lifetime time.Duration, force bool) (*Certificate, error) {
+	cn := m.ServiceCommonName(sa)
+	key := serviceKey(sa)
+	m.issueMu.Lock()
+	defer m.issueMu.Unlock()
+	for attempt := 0; attempt < 5; attempt++ {
+		cur, ver, err := m.loadService(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("load certificate %s: %w", cn, err)
+		}
+		if force && attempt == 0 && ver == 0 {
+			return nil, fmt.Errorf("rotate certificate %s: %w", cn, ErrNotFound)
+		}
+		if cur != nil && !force && m.now().Before(cur.rotateAt()) {
+			return m.serviceCertificate(*cur)
+		}
+		lt := lifetime
+		if lt == 0 && cur != nil {
+			lt = cur.Lifetime
+		}
+		if lt == 0 {
+			lt = m.opts.ServiceLifetime
+		}
+		rec, err := m.newServiceRecord(sa, lt)
+		if err != nil {
+			return nil, err
+		}
+		val, err := json.Marshal(rec)
+		if err != nil {
+			return nil, fmt.Errorf("encode certificate %s: %w", cn, err)
+		}
+		ok, err := m.st.Txn(ctx, store.Set(key, ver, val))
+		if err != nil {
+			return nil, fmt.Errorf("store certificate %s: %w", cn, err)
+		}
+		if !ok {
+			// Another replica wrote it first; its certificate will do
+			// unless it is due already.
+			force = false
+			continue
+		}
+		m.log.Info("issued service certificate", "cn", cn, "serial", rec.Serial, "expires", rec.Expires, "rotation", cur != nil)
+		if err := m.syncServices(ctx, true); err != nil {
+			m.log.Warn("reload service certificates after issuing", "err", err)
+		}
+		return m.serviceCertificate(rec)
+	}
+	return nil, fmt.Errorf("issue certificate %s: the stored record keeps changing: %w", cn, ErrConflict)
+}
+
+// newServiceRecord issues a certificate and key for sa.
+func (m *Manager) newServiceRecord(sa mesh.ServiceAccount, lifetime time.Duration) (serviceRecord, error) {
+	cn := m.ServiceCommonName(sa)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return serviceRecord{}, fmt.Errorf("generate key for %s: %w", cn, err)
+	}
+	spiffe, err := url.Parse(sa.SPIFFEID(m.opts.TrustDomain))
+	if err != nil {
+		return serviceRecord{}, fmt.Errorf("SPIFFE ID of %s: %w", sa, err)
+	}
+	now := m.now()
+	cert, certPEM, err := m.ca.sign(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: string(cn), Organization: []string{"osm-vm"}},
+		NotBefore:   now.Add(-time.Minute),
+		NotAfter:    now.Add(jitter(lifetime)),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		URIs:        []*url.URL{spiffe},
+	}, &key.PublicKey)
+	if err != nil {
+		return serviceRecord{}, err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return serviceRecord{}, fmt.Errorf("encode key for %s: %w", cn, err)
+	}
+	return serviceRecord{
+		CommonName:     cn,
+		ServiceAccount: sa,
+		CertPEM:        string(certPEM),
+		KeyPEM:         string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})),
+		Serial:         serialString(cert.SerialNumber),
+		Issued:         now,
+		Expires:        cert.NotAfter,
+		Lifetime:       lifetime,
+	}, nil
+}
+
+func (m *Manager) serviceCertificate(rec serviceRecord) (*Certificate, error) {
+	leaf, err := parseCertPEM([]byte(rec.CertPEM))
+	if err != nil {
+		return nil, fmt.Errorf("stored certificate %s: %w", rec.CommonName, err)
+	}
+	return newCertificate(leaf, []byte(rec.CertPEM), []byte(rec.KeyPEM), m.ca.certPEM), nil
+}
+
+// syncServices reloads every service certificate from the store and, when
+// announce is set, announces what changed since the last sync: Issued,
+// Rotated or Released. Store versions only grow, and syncs are
+// serialised, so each sync sees at least what the previous one saw.
+func (m *Manager) syncServices(ctx context.Context, announce bool) error {
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
+	kvs, err := m.st.List(ctx, servicePrefix)
+	if err != nil {
+		return fmt.Errorf("list service certificates: %w", err)
+	}
+	m.mu.Lock()
+	known := maps.Clone(m.services)
+	m.mu.Unlock()
+
+	next := make(map[CommonName]*serviceState, len(kvs))
+	var events []Announcement
+	for _, kv := range kvs {
+		var rec serviceRecord
+		if err := json.Unmarshal(kv.Value, &rec); err != nil {
+			m.log.Warn("skipping undecodable service certificate", "key", kv.Key, "err", err)
+			continue
+		}
+		old := known[rec.CommonName]
+		if old != nil && old.version == kv.Version {
+			next[rec.CommonName] = old
+			continue
+		}
+		c, err := m.serviceCertificate(rec)
+		if err != nil {
+			m.log.Warn("skipping unparsable service certificate", "key", kv.Key, "err", err)
+			continue
+		}
+		next[rec.CommonName] = &serviceState{version: kv.Version, rec: rec, cert: c}
+		switch {
+		case old == nil:
+			events = append(events, Announcement{Kind: Issued, CommonName: rec.CommonName, ServiceAccount: rec.ServiceAccount})
+		case old.rec.Serial != rec.Serial:
+			events = append(events, Announcement{Kind: Rotated, CommonName: rec.CommonName, ServiceAccount: rec.ServiceAccount})
+		}
+	}
+	for cn, old := range known {
+		if next[cn] == nil {
+			events = append(events, Announcement{Kind: Released, CommonName: cn, ServiceAccount: old.rec.ServiceAccount})
+		}
+	}
+	m.mu.Lock()
+	m.services = next
+	if announce {
+		for _, a := range events {
+			m.announceLocked(a)
+		}
+	}
+	m.mu.Unlock()
+	m.wake()
+	return nil
+}
+
+// rotateDue rotates every service certificate due for rotation. Another
+// replica rotating the same one first is not an error.
+func (m *Manager) rotateDue(ctx context.Context) error {
+	now := m.now()
+	m.mu.Lock()
+	var due []mesh.ServiceAccount
+	for _, s := range m.services {
+		if !now.Before(s.rec.rotateAt()) {
+			due = append(due, s.rec.ServiceAccount)
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, sa := range due {
+		if _, err := m.issueService(ctx, sa, 0, false); err != nil && !errors.Is(err, ErrConflict) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,83 @@
+package certificate
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// ServingCertificate returns a tls.Config.GetCertificate function that
+// serves a server certificate from the mesh CA for hosts (DNS names or IP
+// addresses; the first is also the common name). The certificate lives
+// ProxyLifetime and is replaced on the first handshake after two thirds of
+// it has passed; if that fails the old one is served while it is valid.
+// The chain sent is the leaf and the mesh root, so a client that pins the
+// root by CAHash (an enrolling agent) finds it in the handshake.
+// Each replica holds its own serving certificate in memory.
+func (m *Manager) ServingCertificate(hosts []string) func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	var (
+		mu      sync.Mutex
+		cur     *tls.Certificate
+		renewAt time.Time
+	)
+	return func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		now := m.now()
+		if cur != nil && now.Before(renewAt) {
+			return cur, nil
+		}
+		c, err := m.issueServing(hosts, now)
+		if err != nil {
+			if cur != nil && now.Before(cur.Leaf.NotAfter) {
+				m.log.Error("renew serving certificate; serving the old one", "hosts", hosts, "err", err)
+				return cur, nil
+			}
+			return nil, err
+		}
+		cur = c
+		renewAt = now.Add(c.Leaf.NotAfter.Sub(now) * 2 / 3)
+		return cur, nil
+	}
+}
+
+func (m *Manager) issueServing(hosts []string, now time.Time) (*tls.Certificate, error) {
+	if len(hosts) == 0 {
+		return nil, errors.New("serving certificate: no host names or addresses given")
+	}
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: hosts[0], Organization: []string{"osm-vm"}},
+		NotBefore:   now.Add(-time.Minute),
+		NotAfter:    now.Add(m.opts.ProxyLifetime),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate: generate key: %w", err)
+	}
+	leaf, _, err := m.ca.sign(tmpl, &key.PublicKey)
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate for %v: %w", hosts, err)
+	}
+	return &tls.Certificate{
+		Certificate: [][]byte{leaf.Raw, m.ca.cert.Raw},
+		PrivateKey:  key,
+		Leaf:        leaf,
+	}, nil
+}
