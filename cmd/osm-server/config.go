@@ -25,7 +25,14 @@ type Config struct {
 	DebugAddress string           `yaml:"debugAddress"`
 	APIAddress   string           `yaml:"apiAddress"`
 	XDSAddress   string           `yaml:"xdsAddress"`
-	Providers    []ProviderConfig `yaml:"providers"`
+	// TrustDomain is the SPIFFE trust domain of the mesh CA; it is fixed
+	// when the CA is created on first start.
+	TrustDomain string `yaml:"trustDomain"`
+	// ServerNames are extra DNS names or IPs agents use to reach this
+	// server; the serving certificate covers them, the host name and
+	// every local address.
+	ServerNames []string         `yaml:"serverNames"`
+	Providers   []ProviderConfig `yaml:"providers"`
 }
 
 // ProviderConfig is one `providers:` entry.
@@ -45,6 +52,7 @@ func defaultConfig() Config {
 		DebugAddress: "127.0.0.1:15090",
 		APIAddress:   "0.0.0.0:15443",
 		XDSAddress:   "0.0.0.0:15128",
+		TrustDomain:  "osm.local",
 	}
 }
 
@@ -95,6 +103,7 @@ func loadConfig(path string) (Config, error) {
 	fields := map[string]any{
 		"dataDir": &cfg.DataDir, "pluginDir": &cfg.PluginDir, "debugAddress": &cfg.DebugAddress,
 		"apiAddress": &cfg.APIAddress, "xdsAddress": &cfg.XDSAddress,
+		"trustDomain": &cfg.TrustDomain, "serverNames": &cfg.ServerNames,
 	}
 	err = decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers"), func(key string, v *yaml.Node) error {
 		if key != "providers" {
@@ -196,6 +205,14 @@ func (c Config) validate() error {
 	for _, a := range [][2]string{{"debugAddress", c.DebugAddress}, {"apiAddress", c.APIAddress}, {"xdsAddress", c.XDSAddress}} {
 		if _, port, err := net.SplitHostPort(a[1]); err != nil || port == "" {
 			errs = append(errs, fmt.Errorf("%s %q is not host:port (for example 127.0.0.1:15090)", a[0], a[1]))
+		}
+	}
+	if c.TrustDomain == "" || strings.ContainsAny(c.TrustDomain, "/:@ ") || strings.ToLower(c.TrustDomain) != c.TrustDomain {
+		errs = append(errs, fmt.Errorf("trustDomain %q must be a lower-case DNS name such as osm.local", c.TrustDomain))
+	}
+	for i, n := range c.ServerNames {
+		if n == "" || strings.ContainsAny(n, "/: ") && net.ParseIP(n) == nil {
+			errs = append(errs, fmt.Errorf("serverNames[%d] %q must be a DNS name or an IP address", i, n))
 		}
 	}
 	names := map[string]bool{}

@@ -29,6 +29,8 @@ func TestLoadConfigExample(t *testing.T) {
 		DebugAddress: "127.0.0.1:15090",
 		APIAddress:   "0.0.0.0:15443",
 		XDSAddress:   "0.0.0.0:15128",
+		TrustDomain:  "osm.local",
+		ServerNames:  []string{"osm.example.com"},
 		Providers: []ProviderConfig{{
 			Name: "onprem", Plugin: "osm-provider-static",
 			Config: map[string]any{"file": "/etc/osm/endpoints.yaml"},
@@ -102,6 +104,9 @@ func TestValidate(t *testing.T) {
 		{"plugin path", func(c *Config) { c.Providers[0].Plugin = "../bin/evil" }, "not a path"},
 		{"empty plugin", func(c *Config) { c.Providers[0].Plugin = "" }, "providers[0].plugin is empty"},
 		{"bad pin", func(c *Config) { c.Providers[0].SHA256 = "abc" }, "64 hex digits"},
+		{"trust domain with a path", func(c *Config) { c.TrustDomain = "osm.local/x" }, "trustDomain"},
+		{"upper-case trust domain", func(c *Config) { c.TrustDomain = "OSM.local" }, "lower-case DNS name"},
+		{"server name with a port", func(c *Config) { c.ServerNames = []string{"osm.example.com:15443"} }, "serverNames[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good

@@ -42,7 +42,9 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServeCmd(stderr), newVersionCmd(stdout))
+	root.AddCommand(newServeCmd(stderr), newVersionCmd(stdout),
+		newApplyCmd(), newGetCmd(), newDeleteCmd(), newDiffCmd(),
+		newTokenCmd(), newProxyCmd(), newCACmd())
 	return root
 }
 

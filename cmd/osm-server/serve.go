@@ -2,18 +2,28 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
 	"os"
+	"path/filepath"
+	"slices"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/osm-vm/osm-vm/internal/api"
 	"github.com/osm-vm/osm-vm/internal/catalog"
+	"github.com/osm-vm/osm-vm/internal/certificate"
+	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
+	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 func newServeCmd(stderr io.Writer) *cobra.Command {
@@ -77,9 +87,6 @@ override the matching keys of the config file.`,
 
 // serve runs every component until ctx is done or one of them fails.
 func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w (set dataDir / --data-dir to a writable directory)", err)
-	}
 	instances := make([]pluginhost.Instance, len(cfg.Providers))
 	for i, p := range cfg.Providers {
 		conf, err := json.Marshal(p.Config)
@@ -93,14 +100,109 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	}
 	log.Info("osm-server starting", "version", buildVersion(), "data_dir", cfg.DataDir, "plugin_dir", cfg.PluginDir, "providers", len(instances))
 
+	st, err := store.OpenBolt(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	adminToken, err := loadOrCreateAdminToken(cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	sp, err := spec.New(ctx, log.With("component", "spec"), st)
+	if err != nil {
+		return err
+	}
+	meshCfg := sp.Snapshot()
+	certs, err := certificate.New(ctx, log.With("component", "certificate"), st, certificate.Options{
+		TrustDomain:     cfg.TrustDomain,
+		ServiceLifetime: meshCfg.ServiceCertLifetime(),
+		ProxyLifetime:   meshCfg.ProxyCertLifetime(),
+	})
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(cfg.DataDir, caCertFile), certs.RootPEM(), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", caCertFile, err)
+	}
+	log.Info("mesh CA ready", "trust_domain", certs.TrustDomain(), "ca_cert_hash", certs.CAHash())
+
 	cat := catalog.New()
 	host := pluginhost.New(log, pluginhost.Options{PluginDir: cfg.PluginDir, Instances: instances}, cat)
 	debugAPI := api.New(log, buildVersion(), cat, host)
 
+	xdsFor := xdsAddressFor(cfg.XDSAddress)
+	tokens := enroll.NewTokens(st, nil)
+	identity := api.NewIdentityRoutes(log.With("component", "identity"), certs, sp, xdsFor)
+	admin := http.NewServeMux()
+	admin.Handle("/api/v1/tokens", enroll.NewTokenAdminHandler(log, tokens))
+	admin.Handle("/api/v1/tokens/", enroll.NewTokenAdminHandler(log, tokens))
+	identity.Admin(admin)
+	admin.Handle("/", spec.NewHandler(log.With("component", "spec"), sp))
+	enrollHandler := enroll.NewHandler(log.With("component", "enroll"), tokens, certs, xdsFor(""), certificate.ErrNotFound, certificate.ErrRevoked)
+	public := append(identity.Public(),
+		api.Route{Pattern: "POST /api/v1/enroll", Handler: enrollHandler},
+		api.Route{Pattern: "POST /api/v1/renew", Handler: enrollHandler})
+	httpsHandler := api.NewHTTPSHandler(log, adminToken, public, admin)
+	httpsTLS := &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: certs.ServingCertificate(servingNames(cfg)),
+		ClientAuth:     tls.VerifyClientCertIfGiven,
+		ClientCAs:      certs.CertPool(),
+	}
+
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return certs.Run(ctx) })
 	g.Go(func() error { return host.Run(ctx) })
 	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, nil) })
-	err := g.Wait()
+	g.Go(func() error { return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, nil) })
+	err = g.Wait()
 	log.Info("osm-server stopped")
 	return err
+}
+
+// xdsAddressFor returns the xDS address to give an agent that reached the
+// API as host: the configured address, with a wildcard host replaced by
+// the host the agent used (it reached us there).
+func xdsAddressFor(xdsAddress string) func(host string) string {
+	h, port, _ := net.SplitHostPort(xdsAddress)
+	return func(reqHost string) string {
+		if ip, err := netip.ParseAddr(h); h != "" && (err != nil || !ip.IsUnspecified()) {
+			return xdsAddress
+		}
+		if rh, _, err := net.SplitHostPort(reqHost); err == nil {
+			reqHost = rh
+		}
+		if reqHost == "" {
+			reqHost = "127.0.0.1"
+		}
+		return net.JoinHostPort(reqHost, port)
+	}
+}
+
+// servingNames are the names and addresses the serving certificate covers:
+// the configured serverNames, the host name, localhost and every local
+// address.
+func servingNames(cfg Config) []string {
+	names := append([]string(nil), cfg.ServerNames...)
+	if hn, err := os.Hostname(); err == nil && hn != "" {
+		names = append(names, hn)
+	}
+	names = append(names, "localhost")
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok {
+				names = append(names, ipn.IP.String())
+			}
+		}
+	}
+	for _, a := range []string{cfg.APIAddress, cfg.XDSAddress} {
+		if h, _, err := net.SplitHostPort(a); err == nil && h != "" {
+			if ip, err := netip.ParseAddr(h); err != nil || !ip.IsUnspecified() {
+				names = append(names, h)
+			}
+		}
+	}
+	slices.Sort(names[len(cfg.ServerNames):])
+	return slices.Compact(names)
 }

@@ -57,7 +57,7 @@ func startServer(t *testing.T, bin string) *runningServer {
 		t.Fatal(err)
 	}
 	debug := freeAddr(t)
-	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n  - {name: second, plugin: osm-provider-static, config: {file: %s}}\n",
+	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: 127.0.0.1:0\nxdsAddress: 127.0.0.1:0\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n  - {name: second, plugin: osm-provider-static, config: {file: %s}}\n",
 		filepath.Join(dir, "data"), bin, debug, endpoints, endpoints)
 	configFile := filepath.Join(dir, "server.yaml")
 	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {

@@ -4,19 +4,15 @@ package main
 // clients of a running server's REST API (internal/spec.NewHandler).
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 	"go.yaml.in/yaml/v3"
@@ -27,55 +23,6 @@ import (
 // errDiffFound is returned by diff when the files differ from the live
 // specification, so the process exits 1 as kubectl diff does.
 var errDiffFound = errors.New("the files differ from the live mesh specification")
-
-// specClientFlags are the flags every admin client subcommand takes.
-type specClientFlags struct {
-	server, token, caFile, dataDir string
-}
-
-func (f *specClientFlags) register(cmd *cobra.Command) {
-	fs := cmd.Flags()
-	fs.StringVar(&f.server, "server", "https://127.0.0.1:15443", "URL of the osm-server API")
-	fs.StringVar(&f.token, "admin-token", "", "admin token (default $OSM_ADMIN_TOKEN, then <data-dir>/admin.token)")
-	fs.StringVar(&f.caFile, "ca-file", "", "PEM file of the mesh CA that signs the server's certificate (default <data-dir>/ca.crt when it exists)")
-	fs.StringVar(&f.dataDir, "data-dir", defaultDataDir(), "server data directory, read for the admin token and CA when run on the server host")
-}
-
-func (f *specClientFlags) client() (*spec.Client, error) {
-	token := f.token
-	if token == "" {
-		token = os.Getenv("OSM_ADMIN_TOKEN")
-	}
-	if token == "" && f.dataDir != "" {
-		if b, err := os.ReadFile(filepath.Join(f.dataDir, "admin.token")); err == nil {
-			token = strings.TrimSpace(string(b))
-		}
-	}
-	caFile := f.caFile
-	if caFile == "" && f.dataDir != "" {
-		if p := filepath.Join(f.dataDir, "ca.crt"); fileExists(p) {
-			caFile = p
-		}
-	}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
-		if err != nil {
-			return nil, fmt.Errorf("--ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--ca-file %s: no PEM certificate found: pass the mesh CA certificate", caFile)
-		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
-	}
-	return spec.NewClient(f.server, &http.Client{Transport: tr, Timeout: time.Minute}, token), nil
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
 
 // readSpecFiles reads -f arguments: files, directories (their *.yaml,
 // *.yml and *.json files, not recursive) and "-" for stdin.
@@ -157,7 +104,7 @@ func printResults(w, errw io.Writer, res spec.BatchResult) error {
 
 func newApplyCmd() *cobra.Command {
 	var (
-		cf     specClientFlags
+		cf     adminClientFlags
 		paths  []string
 		dryRun bool
 	)
@@ -174,7 +121,7 @@ unchanged for each document.`,
 			if err != nil {
 				return err
 			}
-			c, err := cf.client()
+			c, err := cf.specClient()
 			if err != nil {
 				return err
 			}
@@ -193,7 +140,7 @@ unchanged for each document.`,
 
 func newDiffCmd() *cobra.Command {
 	var (
-		cf    specClientFlags
+		cf    adminClientFlags
 		paths []string
 	)
 	cmd := &cobra.Command{
@@ -208,7 +155,7 @@ something would, and reports other errors as usual.`,
 			if err != nil {
 				return err
 			}
-			c, err := cf.client()
+			c, err := cf.specClient()
 			if err != nil {
 				return err
 			}
@@ -237,7 +184,7 @@ something would, and reports other errors as usual.`,
 
 func newDeleteCmd() *cobra.Command {
 	var (
-		cf        specClientFlags
+		cf        adminClientFlags
 		paths     []string
 		namespace string
 		dryRun    bool
@@ -256,7 +203,7 @@ a conflict: delete the TrafficSplit first or in the same batch.`,
 			if len(args) == 1 {
 				return fmt.Errorf("delete %s: name the document: delete %s NAME [-n NAMESPACE]", args[0], args[0])
 			}
-			c, err := cf.client()
+			c, err := cf.specClient()
 			if err != nil {
 				return err
 			}
@@ -285,7 +232,7 @@ a conflict: delete the TrafficSplit first or in the same batch.`,
 
 func newGetCmd() *cobra.Command {
 	var (
-		cf        specClientFlags
+		cf        adminClientFlags
 		namespace string
 		output    string
 	)
@@ -301,7 +248,7 @@ reachable as <service>.<namespace>.mesh on every VM.`,
 			if !slices.Contains([]string{"", "yaml", "json"}, output) {
 				return fmt.Errorf("-o %q: want yaml or json", output)
 			}
-			c, err := cf.client()
+			c, err := cf.specClient()
 			if err != nil {
 				return err
 			}

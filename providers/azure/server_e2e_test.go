@@ -62,6 +62,8 @@ func TestThroughOSMServer(t *testing.T) {
 	config := fmt.Sprintf(`dataDir: %s
 pluginDir: %s
 debugAddress: %s
+apiAddress: 127.0.0.1:0
+xdsAddress: 127.0.0.1:0
 providers:
   - name: azure-fake
     plugin: osm-provider-azure

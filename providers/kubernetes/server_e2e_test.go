@@ -47,6 +47,8 @@ func TestThroughOSMServer(t *testing.T) {
 	config := fmt.Sprintf(`dataDir: %s
 pluginDir: %s
 debugAddress: %s
+apiAddress: 127.0.0.1:0
+xdsAddress: 127.0.0.1:0
 providers:
   - name: cluster-a
     plugin: osm-provider-kubernetes

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Files osm-server keeps in its data directory besides the store.
+const (
+	adminTokenFile = "admin.token" // 0600: the admin API's bearer token
+	caCertFile     = "ca.crt"      // the mesh root, for CLI clients on this host
+)
+
+// loadOrCreateAdminToken returns the admin token in dataDir, creating a
+// random 256-bit one (0600) on first start.
+func loadOrCreateAdminToken(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, adminTokenFile)
+	if b, err := os.ReadFile(path); err == nil {
+		tok := strings.TrimSpace(string(b))
+		if len(tok) < 32 {
+			return "", fmt.Errorf("%s holds %d characters, too short for an admin token: delete it and restart osm-server to create a new one", path, len(tok))
+		}
+		return tok, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("read admin token: %w", err)
+	}
+	buf := make([]byte, 32)
+	if _, err := rand.Read(buf); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(buf)
+	if err := writeFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write admin token: %w", err)
+	}
+	return tok, nil
+}
+
+// writeFileAtomic writes data to path through a synced temporary file and
+// a rename, so a crash leaves either the old or the new content.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,162 @@
+package main
+
+// The join token subcommands: token create, list and revoke. Like every
+// admin subcommand they are clients of the HTTPS API.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/osm-vm/osm-vm/internal/api"
+	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+func newTokenCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Create, list and revoke join tokens for enrolling machines",
+	}
+	cmd.AddCommand(newTokenCreateCmd(), newTokenListCmd(), newTokenRevokeCmd())
+	return cmd
+}
+
+func newTokenCreateCmd() *cobra.Command {
+	var (
+		cf         adminClientFlags
+		svc        mesh.MeshService
+		account    string
+		ttl        time.Duration
+		uses       int
+		joinServer string
+	)
+	cmd := &cobra.Command{
+		Use:   "create --service S [--namespace N]",
+		Short: "Create a join token and print the osm-agent command that uses it",
+		Long: `Create a join token bound to one mesh service and print a ready-to-paste
+osm-agent enroll command (like kubeadm join). The token is shown once; the
+server keeps only its hash. It expires after --ttl and allows --uses
+enrollments.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := svc.Validate(); err != nil {
+				return fmt.Errorf("--service/--namespace: %w", err)
+			}
+			c, err := cf.tokenClient()
+			if err != nil {
+				return err
+			}
+			ca, err := fetchCA(cmd.Context(), &cf)
+			if err != nil {
+				return err
+			}
+			secret, tok, err := c.Create(cmd.Context(), enroll.TokenRequest{Service: svc, ServiceAccount: account, TTL: ttl, Uses: uses})
+			if err != nil {
+				return err
+			}
+			if joinServer == "" {
+				joinServer = cf.server
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(cmd.ErrOrStderr(), "Token %s for %s: %d use(s), expires %s. Run on the machine to enroll:\n", tok.ID, tok.Service, tok.UsesTotal, tok.Expires.Format(time.RFC3339))
+			_, err = fmt.Fprintln(w, enroll.JoinCommand(joinServer, secret, ca.Hash, svc))
+			return err
+		},
+	}
+	cf.register(cmd)
+	f := cmd.Flags()
+	f.StringVar(&svc.Name, "service", "", "mesh service the enrolled machines run (required)")
+	f.StringVar(&svc.Namespace, "namespace", "default", "namespace of the service")
+	f.StringVar(&account, "service-account", "", "service account the machines run as (default: the service name)")
+	f.DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token stays valid")
+	f.IntVar(&uses, "uses", 1, "how many machines may enroll with the token")
+	f.StringVar(&joinServer, "join-server", "", "server URL written into the join command, as the machines reach it (default: --server)")
+	_ = cmd.MarkFlagRequired("service")
+	return cmd
+}
+
+func newTokenListCmd() *cobra.Command {
+	var (
+		cf     adminClientFlags
+		output string
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List join tokens and their state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := cf.tokenClient()
+			if err != nil {
+				return err
+			}
+			items, err := c.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			switch output {
+			case "json":
+				return writeIndentedJSON(w, items)
+			case "", "table":
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tSERVICE\tSERVICE ACCOUNT\tSTATE\tUSES LEFT\tEXPIRES")
+				for _, t := range items {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\n", t.ID, t.Service, t.ServiceAccount, t.State, t.UsesLeft, t.UsesTotal, t.Expires.Format(time.RFC3339))
+				}
+				return tw.Flush()
+			default:
+				return fmt.Errorf("-o %q: want table or json", output)
+			}
+		},
+	}
+	cf.register(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+	return cmd
+}
+
+func newTokenRevokeCmd() *cobra.Command {
+	var cf adminClientFlags
+	cmd := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke a join token (machines already enrolled keep their identity)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.tokenClient()
+			if err != nil {
+				return err
+			}
+			tok, err := c.Revoke(cmd.Context(), args[0])
+			if errors.Is(err, enroll.ErrTokenNotFound) {
+				return fmt.Errorf("no join token with ID %q (osm-server token list shows the IDs)", args[0])
+			}
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked\n", tok.ID)
+			return err
+		},
+	}
+	cf.register(cmd)
+	return cmd
+}
+
+// fetchCA reads the mesh CA from the server.
+func fetchCA(ctx context.Context, cf *adminClientFlags) (api.CAInfo, error) {
+	var out api.CAInfo
+	err := adminCall(ctx, cf, http.MethodGet, "/api/v1/ca", &out)
+	return out, err
+}
+
+func writeIndentedJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
