@@ -20,11 +20,11 @@ import (
 // Config is osm-server's configuration. Its YAML keys are a user-facing
 // contract: docs and scripts depend on them.
 type Config struct {
-	DataDir      string           `yaml:"dataDir"`
-	PluginDir    string           `yaml:"pluginDir"`
-	DebugAddress string           `yaml:"debugAddress"`
-	APIAddress   string           `yaml:"apiAddress"`
-	XDSAddress   string           `yaml:"xdsAddress"`
+	DataDir      string `yaml:"dataDir"`
+	PluginDir    string `yaml:"pluginDir"`
+	DebugAddress string `yaml:"debugAddress"`
+	APIAddress   string `yaml:"apiAddress"`
+	XDSAddress   string `yaml:"xdsAddress"`
 	// TrustDomain is the SPIFFE trust domain of the mesh CA; it is fixed
 	// when the CA is created on first start.
 	TrustDomain string `yaml:"trustDomain"`
