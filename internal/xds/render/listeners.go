@@ -1,0 +1,179 @@
+package render
+
+import (
+	"net/netip"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+// Listeners returns the proxy's listeners, sorted by name.
+//
+// Envoy: an inbound listener per port of the proxy's service on
+// Address:port (mTLS, RBAC, forwarding to the local cluster) and an outbound
+// listener on VIP:port for every upstream port the service may call.
+// gRPC: an API listener per upstream HTTP/gRPC port and a server listener
+// per HTTP/gRPC port of the proxy's service on Address:port.
+func Listeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
+	self, err := m.check(p)
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{}
+	var out []*listenerv3.Listener
+	for _, port := range sortedPorts(self) {
+		if p.Flavor == GRPC {
+			if isHTTP(port) {
+				out = append(out, b.grpcServerListener(m, p, self, port))
+			}
+			continue
+		}
+		out = append(out, b.inboundListener(m, p, self, port))
+	}
+	for _, o := range plan(m, p, self) {
+		if p.Flavor == GRPC {
+			out = append(out, b.apiListener(o))
+			continue
+		}
+		out = append(out, b.outboundListener(o))
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	sortByName(out, (*listenerv3.Listener).GetName)
+	return out, nil
+}
+
+func socketAddress(ip netip.Addr, port int) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Address:       ip.String(),
+		PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port)},
+	}}}
+}
+
+func (b *builder) routerFilter() *hcmv3.HttpFilter {
+	return &hcmv3.HttpFilter{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: b.any(&routerv3.Router{})}}
+}
+
+func (b *builder) httpRBACFilter(rules *rbacv3.RBAC) *hcmv3.HttpFilter {
+	return &hcmv3.HttpFilter{Name: httpRBACFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: b.any(&rbachttpv3.RBAC{Rules: rules})}}
+}
+
+func (b *builder) networkFilter(name string, m proto.Message) *listenerv3.Filter {
+	return &listenerv3.Filter{Name: name, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: b.any(m)}}
+}
+
+func rdsHCM(statPrefix, routeName string, filters ...*hcmv3.HttpFilter) *hcmv3.HttpConnectionManager {
+	return &hcmv3.HttpConnectionManager{
+		StatPrefix: statPrefix,
+		CodecType:  hcmv3.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			RouteConfigName: routeName,
+			ConfigSource:    ads(),
+		}},
+		HttpFilters: filters,
+	}
+}
+
+func (b *builder) inboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) *listenerv3.Listener {
+	name := InboundName(self.Service, port.Port)
+	rules := inboundRBAC(m, self.Service, port)
+	var filters []*listenerv3.Filter
+	if isHTTP(port) {
+		filters = append(filters, b.networkFilter(hcmFilter, rdsHCM(name, name, b.httpRBACFilter(rules), b.routerFilter())))
+	} else {
+		filters = append(filters,
+			b.networkFilter(networkRBACFilter, &rbacnetv3.RBAC{StatPrefix: name, Rules: rules}),
+			b.networkFilter(tcpProxyFilter, &tcpproxyv3.TcpProxy{
+				StatPrefix:       name,
+				ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: LocalClusterName(self.Service, port.Port)},
+			}))
+	}
+	return &listenerv3.Listener{
+		Name:             name,
+		Address:          socketAddress(p.Address, port.Port),
+		TrafficDirection: corev3.TrafficDirection_INBOUND,
+		FilterChains: []*listenerv3.FilterChain{{
+			Filters:         filters,
+			TransportSocket: b.transportSocket(downstreamTLS(Envoy)),
+		}},
+	}
+}
+
+func (b *builder) outboundListener(o outbound) *listenerv3.Listener {
+	name := o.routeName(Envoy)
+	var filter *listenerv3.Filter
+	if isHTTP(o.port) {
+		filter = b.networkFilter(hcmFilter, rdsHCM(name, name, b.routerFilter()))
+	} else {
+		tp := &tcpproxyv3.TcpProxy{StatPrefix: name}
+		if len(o.split) > 0 {
+			var ws []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight
+			for _, bk := range o.split {
+				ws = append(ws, &tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{Name: ClusterName(bk.svc, Envoy), Weight: bk.weight})
+			}
+			tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: &tcpproxyv3.TcpProxy_WeightedCluster{Clusters: ws}}
+		} else {
+			tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: ClusterName(o.info.Service, Envoy)}
+		}
+		filter = b.networkFilter(tcpProxyFilter, tp)
+	}
+	return &listenerv3.Listener{
+		Name:             name,
+		Address:          socketAddress(o.info.VIP, o.port.Port),
+		TrafficDirection: corev3.TrafficDirection_OUTBOUND,
+		FilterChains:     []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{filter}}},
+	}
+}
+
+func (b *builder) apiListener(o outbound) *listenerv3.Listener {
+	name := APIListenerName(o.info, o.port.Port)
+	return &listenerv3.Listener{
+		Name:        name,
+		ApiListener: &listenerv3.ApiListener{ApiListener: b.any(rdsHCM(name, o.routeName(GRPC), b.routerFilter()))},
+	}
+}
+
+// grpcServerListener is what an xDS-enabled gRPC server on Address:port
+// asks for: mTLS requiring a client certificate, the inbound RBAC and a
+// non-forwarding route (gRPC serves the RPC itself).
+func (b *builder) grpcServerListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) *listenerv3.Listener {
+	addr := netip.AddrPortFrom(p.Address, uint16(port.Port))
+	name := InboundName(self.Service, port.Port)
+	hcm := &hcmv3.HttpConnectionManager{
+		StatPrefix: name,
+		CodecType:  hcmv3.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+			Name: name,
+			VirtualHosts: []*routev3.VirtualHost{{
+				Name:    name,
+				Domains: []string{"*"},
+				Routes: []*routev3.Route{{
+					Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &routev3.Route_NonForwardingAction{NonForwardingAction: &routev3.NonForwardingAction{}},
+				}},
+			}},
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{b.httpRBACFilter(inboundRBAC(m, self.Service, port)), b.routerFilter()},
+	}
+	return &listenerv3.Listener{
+		Name:             GRPCServerListenerName(addr),
+		Address:          socketAddress(p.Address, port.Port),
+		TrafficDirection: corev3.TrafficDirection_INBOUND,
+		FilterChains: []*listenerv3.FilterChain{{
+			Filters:         []*listenerv3.Filter{b.networkFilter(hcmFilter, hcm)},
+			TransportSocket: b.transportSocket(downstreamTLS(GRPC)),
+		}},
+	}
+}

@@ -1,0 +1,112 @@
+package render
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+// inboundRBAC returns the ALLOW rules of one port of the proxy's service:
+// one policy per TrafficTarget that allows something on this port (none:
+// everything is denied), or one policy allowing any peer of the trust
+// domain in permissive mode.
+func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort) *rbacv3.RBAC {
+	rules := &rbacv3.RBAC{Action: rbacv3.RBAC_ALLOW, Policies: map[string]*rbacv3.Policy{}}
+	if m.Spec.Permissive() {
+		rules.Policies["permissive"] = &rbacv3.Policy{
+			Permissions: []*rbacv3.Permission{{Rule: &rbacv3.Permission_Any{Any: true}}},
+			Principals: []*rbacv3.Principal{{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{
+				PrincipalName: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: "spiffe://" + m.TrustDomain + "/"}},
+			}}}},
+		}
+		return rules
+	}
+	for _, r := range m.Spec.Inbound(svc) {
+		if r.Port != 0 && r.Port != port.Port || len(r.Sources) == 0 {
+			continue
+		}
+		tcpAllowed := r.TCPAllPorts || slices.Contains(r.TCPPorts, port.Port)
+		var perms []*rbacv3.Permission
+		switch {
+		case !isHTTP(port):
+			if tcpAllowed {
+				perms = append(perms, &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}})
+			}
+		case tcpAllowed:
+			// A TCPRoute allowing this port allows every request on it.
+			perms = append(perms, &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}})
+		default:
+			for _, hm := range r.HTTP {
+				perms = append(perms, httpPermission(hm))
+			}
+		}
+		if len(perms) == 0 {
+			continue
+		}
+		accounts := slices.Clone(r.Sources)
+		slices.SortFunc(accounts, func(a, b mesh.ServiceAccount) int { return mesh.MeshService(a).Compare(mesh.MeshService(b)) })
+		accounts = slices.Compact(accounts)
+		var principals []*rbacv3.Principal
+		for _, a := range accounts {
+			principals = append(principals, &rbacv3.Principal{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{
+				PrincipalName: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: a.SPIFFEID(m.TrustDomain)}},
+			}}})
+		}
+		rules.Policies[r.Policy.Namespace+"/"+r.Policy.Name] = &rbacv3.Policy{Permissions: perms, Principals: principals}
+	}
+	return rules
+}
+
+// httpPermission allows the requests one HTTPRouteGroup match describes.
+func httpPermission(hm spec.HTTPRouteMatch) *rbacv3.Permission {
+	var and []*rbacv3.Permission
+	if hm.PathRegex != "" {
+		and = append(and, &rbacv3.Permission{Rule: &rbacv3.Permission_UrlPath{UrlPath: &matcherv3.PathMatcher{
+			Rule: &matcherv3.PathMatcher_Path{Path: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: hm.PathRegex}}}},
+		}}})
+	}
+	if methods := methodsOf(hm); len(methods) > 0 {
+		var or []*rbacv3.Permission
+		for _, meth := range methods {
+			or = append(or, &rbacv3.Permission{Rule: &rbacv3.Permission_Header{Header: &routev3.HeaderMatcher{
+				Name:                 ":method",
+				HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: meth}}},
+			}}})
+		}
+		and = append(and, &rbacv3.Permission{Rule: &rbacv3.Permission_OrRules{OrRules: &rbacv3.Permission_Set{Rules: or}}})
+	}
+	for _, name := range slices.Sorted(maps.Keys(hm.Headers)) {
+		and = append(and, &rbacv3.Permission{Rule: &rbacv3.Permission_Header{Header: regexHeader(name, hm.Headers[name])}})
+	}
+	if len(and) == 0 {
+		return &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}}
+	}
+	return &rbacv3.Permission{Rule: &rbacv3.Permission_AndRules{AndRules: &rbacv3.Permission_Set{Rules: and}}}
+}
+
+// methodsOf returns the match's methods, sorted; none when any is allowed.
+func methodsOf(hm spec.HTTPRouteMatch) []string {
+	if len(hm.Methods) == 0 || slices.Contains(hm.Methods, "*") {
+		return nil
+	}
+	out := make([]string, len(hm.Methods))
+	for i, meth := range hm.Methods {
+		out[i] = strings.ToUpper(meth)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func regexHeader(name, regex string) *routev3.HeaderMatcher {
+	return &routev3.HeaderMatcher{
+		Name:                 strings.ToLower(name),
+		HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: regex}}}},
+	}
+}

@@ -1,0 +1,344 @@
+// Package render turns the mesh (the specification snapshot, the endpoints
+// of each service and the trust domain) into the xDS resources one proxy
+// receives: listeners, routes, clusters, endpoints and secrets. It is pure:
+// no I/O, no globals, no serving. The xDS server (internal/xds) calls it and
+// publishes the result through internal/xds/cache after [Validate] passes.
+//
+// It imports only internal/mesh and internal/spec (and Envoy's and gRPC's
+// protos); it must not import the store, the catalog's live state, the cache
+// or anything that does I/O.
+//
+// # Flavours
+//
+// [Envoy] output is for the Envoy sidecar the agent runs: inbound listeners
+// on the VM's address, outbound listeners on each allowed upstream's virtual
+// IP, TLS material by SDS, and a STATIC cluster for the local application.
+// [GRPC] output is for proxyless gRPC (gRPC's xDS resolver and xDS-enabled
+// servers): API listeners named <service>.<namespace>.mesh:<port>, server
+// listeners named [GRPCServerListenerName], TLS from the certificate provider
+// instance named "osm" in the gRPC bootstrap (gRPC has no SDS), only EDS
+// clusters, the router filter last, and ADS config sources.
+//
+// # Resource names
+//
+// Resources are named after what they contain, so every resource that does
+// not depend on the individual proxy is byte-identical for every proxy that
+// receives it and the cache marshals it once:
+//
+//	EDS     <ns>/<svc>                         ClusterLoadAssignment of a service (both flavours)
+//	CDS     <ns>/<svc>                         Envoy EDS cluster of an upstream service
+//	        <ns>/<svc>|grpc                    gRPC EDS cluster (EDS service_name <ns>/<svc>)
+//	        local|<ns>/<svc>|<port>            Envoy STATIC cluster 127.0.0.1:<targetPort> of the proxy's own service
+//	RDS     outbound|<ns>/<svc>|<port>[|to=<ns>/<b1>,<ns>/<b2>][|grpc]
+//	                                           routes to an upstream; "to=" lists the split backends
+//	                                           when the caller may reach only some of them
+//	        inbound|<ns>/<svc>|<port>          Envoy: routes to the local cluster
+//	LDS     outbound|... (as its RDS name)     Envoy listener on <VIP>:<port>
+//	        inbound|<ns>/<svc>|<port>          Envoy listener on <proxy address>:<port> (the only
+//	                                           resource that depends on the proxy's address)
+//	        <svc>.<ns>.mesh:<port>             gRPC API listener
+//	        grpc/server?xds.resource.listening_address=<ip>:<port>
+//	                                           gRPC server listener (depends on the address)
+//	SDS     service-cert                       the proxy's own service certificate and key
+//	        root-ca                            the mesh CA
+//
+// The SDS name of a proxy's own certificate is the same for every service so
+// that clusters (which reference it) are shared by all callers of an
+// upstream; its content is per service, identical for all proxies of one
+// service. Certificate rotation changes the secrets' content, never a name,
+// so it reaches Envoy by SDS without draining listeners.
+//
+// Every name depends on the specification snapshot only, except EDS content,
+// which depends on the endpoints of the service it is named after:
+// [Dependencies] lists the services whose endpoint changes affect a proxy.
+//
+// # Policy
+//
+// In SMI mode a proxy gets outbound listeners, routes and clusters only for
+// the services spec.Snapshot.Upstreams allows its service account to call,
+// and split backends only when it may call that backend. A service's inbound
+// RBAC allows the SPIFFE IDs of the allowed source accounts, per port,
+// restricted to the TrafficTarget's HTTPRouteGroup matches (RE2 path regex,
+// :method, headers) on HTTP and gRPC ports and to its TCPRoute ports on TCP
+// ports; no policy means deny. Outbound routes do not repeat the
+// HTTPRouteGroup restrictions (the destination enforces them, and repeating
+// them would make each upstream's routes differ per caller); they use only
+// the TrafficSplit's matches and weights. In permissive mode any peer with a
+// certificate from the mesh's trust domain is allowed.
+package render
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+// Flavor selects the kind of xDS client the output is for.
+type Flavor int
+
+const (
+	// Envoy is the Envoy sidecar: SDS, STATIC local clusters, VIP listeners.
+	Envoy Flavor = iota
+	// GRPC is proxyless gRPC: certificate provider instances, API
+	// listeners, EDS clusters only.
+	GRPC
+)
+
+// String returns "envoy" or "grpc".
+func (f Flavor) String() string {
+	switch f {
+	case Envoy:
+		return "envoy"
+	case GRPC:
+		return "grpc"
+	}
+	return "flavor(" + strconv.Itoa(int(f)) + ")"
+}
+
+// Names of the SDS secrets and the gRPC certificate provider instance.
+const (
+	ServiceCertSecret = "service-cert"
+	RootCASecret      = "root-ca"
+	// CertProviderInstance is the certificate_providers entry the agent
+	// writes into the gRPC bootstrap (file_watcher plugin holding the
+	// service certificate, its key and the mesh CA).
+	CertProviderInstance = "osm"
+	// GRPCServerListenerTemplate is the server_listener_resource_name_template
+	// of the gRPC bootstraps the agent writes.
+	GRPCServerListenerTemplate = "grpc/server?xds.resource.listening_address=%s"
+)
+
+// Mesh is everything rendering reads.
+type Mesh struct {
+	Spec *spec.Snapshot
+	// Endpoints returns a service's endpoints, already filtered by the
+	// server's participant rule; rendering never decides who participates.
+	Endpoints func(mesh.MeshService) []mesh.Endpoint
+	// TrustDomain is the SPIFFE trust domain of service certificates.
+	TrustDomain string
+}
+
+// Proxy is the client the resources are for.
+type Proxy struct {
+	Service mesh.MeshService
+	Flavor  Flavor
+	// Address is the VM's advertise address: inbound (and gRPC server)
+	// listeners bind it, since 0.0.0.0 would clash with the VIP listeners
+	// on the same port.
+	Address netip.Addr
+}
+
+// EDSName is the EDS resource name of svc's endpoints (both flavours).
+func EDSName(svc mesh.MeshService) string { return svc.String() }
+
+// ClusterName is the name of the cluster for calls to svc.
+func ClusterName(svc mesh.MeshService, f Flavor) string {
+	if f == GRPC {
+		return svc.String() + "|grpc"
+	}
+	return svc.String()
+}
+
+// LocalClusterName is the Envoy cluster for the local application behind
+// svc's port.
+func LocalClusterName(svc mesh.MeshService, port int) string {
+	return "local|" + svc.String() + "|" + strconv.Itoa(port)
+}
+
+// InboundName names the inbound listener and route configuration of svc's port.
+func InboundName(svc mesh.MeshService, port int) string {
+	return "inbound|" + svc.String() + "|" + strconv.Itoa(port)
+}
+
+// GRPCServerListenerName is the listener name a gRPC xDS server on addr
+// asks for (GRPCServerListenerTemplate applied to ip:port).
+func GRPCServerListenerName(addr netip.AddrPort) string {
+	return fmt.Sprintf(GRPCServerListenerTemplate, addr.String())
+}
+
+// APIListenerName is the gRPC API listener of svc's port: the host and
+// port of the target xds:///<svc>.<ns>.mesh:<port>.
+func APIListenerName(info spec.ServiceInfo, port int) string {
+	return info.Hostname() + ":" + strconv.Itoa(port)
+}
+
+func (m Mesh) check(p Proxy) (spec.ServiceInfo, error) {
+	if m.Spec == nil {
+		return spec.ServiceInfo{}, fmt.Errorf("render: no mesh specification snapshot")
+	}
+	if m.TrustDomain == "" {
+		return spec.ServiceInfo{}, fmt.Errorf("render: empty trust domain: set the mesh trust domain (e.g. osm.local)")
+	}
+	if p.Flavor != Envoy && p.Flavor != GRPC {
+		return spec.ServiceInfo{}, fmt.Errorf("render: proxy of %s: unknown flavor %d", p.Service, p.Flavor)
+	}
+	info, ok := m.Spec.Service(p.Service)
+	if !ok {
+		return spec.ServiceInfo{}, fmt.Errorf("render: proxy of %s: no Service %q in namespace %q in the mesh specification: apply one", p.Service, p.Service.Name, p.Service.Namespace)
+	}
+	if !p.Address.IsValid() {
+		return spec.ServiceInfo{}, fmt.Errorf("render: proxy of %s: no address: inbound listeners need the VM's advertise address", p.Service)
+	}
+	return info, nil
+}
+
+// backend is one weighted target of an outbound route.
+type backend struct {
+	svc    mesh.MeshService
+	weight uint32
+}
+
+// outbound is one upstream port the proxy may call.
+type outbound struct {
+	info spec.ServiceInfo
+	port spec.ServicePort
+	// direct is set when the upstream is called without a split.
+	direct bool
+	// split lists the allowed, non-zero split backends (sorted by
+	// service); splitMatches limit the split to some requests, the others
+	// going to the root directly (when direct is also set).
+	split        []backend
+	subset       bool
+	splitMatches []spec.HTTPRouteMatch
+}
+
+func isHTTP(p spec.ServicePort) bool { return p.AppProtocol != "tcp" }
+
+// routeName is the RDS (and Envoy outbound listener) name.
+func (o outbound) routeName(f Flavor) string {
+	var b strings.Builder
+	b.WriteString("outbound|" + o.info.Service.String() + "|" + strconv.Itoa(o.port.Port))
+	if o.subset {
+		names := make([]string, len(o.split))
+		for i, s := range o.split {
+			names[i] = s.svc.String()
+		}
+		b.WriteString("|to=" + strings.Join(names, ","))
+	}
+	if f == GRPC {
+		b.WriteString("|grpc")
+	}
+	return b.String()
+}
+
+// services returns the services the outbound's routes send to.
+func (o outbound) services() []mesh.MeshService {
+	var out []mesh.MeshService
+	if o.direct {
+		out = append(out, o.info.Service)
+	}
+	for _, b := range o.split {
+		out = append(out, b.svc)
+	}
+	return out
+}
+
+// allows reports whether src may call dst at all.
+func allows(s *spec.Snapshot, dst mesh.MeshService, src mesh.ServiceAccount) bool {
+	if s.Permissive() {
+		return true
+	}
+	for _, r := range s.Inbound(dst) {
+		if slices.Contains(r.Sources, src) {
+			return true
+		}
+	}
+	return false
+}
+
+// plan returns the upstream ports the proxy's service may call, ordered by
+// service and port. The gRPC flavour skips TCP ports.
+func plan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
+	src := self.ServiceAccount
+	var out []outbound
+	for _, svc := range m.Spec.Upstreams(src) {
+		if svc == p.Service {
+			continue
+		}
+		info, ok := m.Spec.Service(svc)
+		if !ok {
+			continue
+		}
+		base := outbound{info: info, direct: allows(m.Spec, svc, src)}
+		if sp, ok := m.Spec.Split(svc); ok {
+			total := 0
+			for _, b := range sp.Backends {
+				if b.Weight > 0 {
+					total++
+				}
+				if b.Weight <= 0 || !allows(m.Spec, b.Service, src) {
+					continue
+				}
+				if _, ok := m.Spec.Service(b.Service); !ok {
+					continue
+				}
+				base.split = append(base.split, backend{svc: b.Service, weight: uint32(b.Weight)})
+			}
+			slices.SortFunc(base.split, func(a, b backend) int { return a.svc.Compare(b.svc) })
+			base.subset = len(base.split) < total
+			if len(base.split) > 0 {
+				base.splitMatches = sp.Matches
+				// Without matches the split takes all traffic and the
+				// root is not called directly.
+				if len(sp.Matches) == 0 {
+					base.direct = false
+				}
+			}
+		}
+		if !base.direct && len(base.split) == 0 {
+			continue
+		}
+		for _, port := range sortedPorts(info) {
+			if p.Flavor == GRPC && !isHTTP(port) {
+				continue
+			}
+			o := base
+			o.port = port
+			if !isHTTP(port) && len(o.split) > 0 {
+				// tcp_proxy cannot match requests: the split takes all.
+				o.direct, o.splitMatches = false, nil
+			}
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// upstreamServices returns the sorted, distinct services the proxy's
+// clusters and EDS resources are for.
+func upstreamServices(outs []outbound) []mesh.MeshService {
+	var svcs []mesh.MeshService
+	for _, o := range outs {
+		svcs = append(svcs, o.services()...)
+	}
+	slices.SortFunc(svcs, mesh.MeshService.Compare)
+	return slices.Compact(svcs)
+}
+
+// Dependencies returns the services whose endpoints the proxy receives (the
+// EDS resources named EDSName(svc)), sorted. An endpoint change of any
+// other service does not affect the proxy. Everything else the proxy
+// receives depends on the specification snapshot, the trust domain, the
+// proxy's address and (for SDS) its own service's certificate.
+func Dependencies(m Mesh, p Proxy) ([]mesh.MeshService, error) {
+	self, err := m.check(p)
+	if err != nil {
+		return nil, err
+	}
+	return upstreamServices(plan(m, p, self)), nil
+}
+
+func sortedPorts(info spec.ServiceInfo) []spec.ServicePort {
+	ports := slices.Clone(info.Ports)
+	slices.SortFunc(ports, func(a, b spec.ServicePort) int { return a.Port - b.Port })
+	return ports
+}
+
+func sortByName[T any](s []T, name func(T) string) {
+	slices.SortFunc(s, func(a, b T) int { return strings.Compare(name(a), name(b)) })
+}

@@ -1,0 +1,113 @@
+package render
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+// Routes returns the proxy's route configurations, sorted by name: one per
+// upstream HTTP/gRPC port (a TrafficSplit root gets weighted clusters over
+// its backends, limited to the split's matches when it has some), and for
+// Envoy one per inbound HTTP/gRPC port, routing to the local application.
+// Outbound route configurations depend only on the upstream (and on which
+// of its split backends the caller may reach), never on the caller.
+func Routes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
+	self, err := m.check(p)
+	if err != nil {
+		return nil, err
+	}
+	var out []*routev3.RouteConfiguration
+	if p.Flavor == Envoy {
+		for _, port := range sortedPorts(self) {
+			if !isHTTP(port) {
+				continue
+			}
+			name := InboundName(self.Service, port.Port)
+			out = append(out, routeConfig(name, &routev3.Route{
+				Match:  prefixMatch(),
+				Action: &routev3.Route_Route{Route: routeAction(port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: LocalClusterName(self.Service, port.Port)}})},
+			}))
+		}
+	}
+	for _, o := range plan(m, p, self) {
+		if !isHTTP(o.port) {
+			continue
+		}
+		out = append(out, outboundRoutes(o, p.Flavor))
+	}
+	sortByName(out, (*routev3.RouteConfiguration).GetName)
+	return out, nil
+}
+
+func routeConfig(name string, routes ...*routev3.Route) *routev3.RouteConfiguration {
+	return &routev3.RouteConfiguration{
+		Name:         name,
+		VirtualHosts: []*routev3.VirtualHost{{Name: name, Domains: []string{"*"}, Routes: routes}},
+	}
+}
+
+func prefixMatch() *routev3.RouteMatch {
+	return &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}}
+}
+
+// routeAction disables the 15 s route timeout on gRPC ports (streams).
+func routeAction(port spec.ServicePort, a *routev3.RouteAction) *routev3.RouteAction {
+	if port.AppProtocol == "grpc" {
+		a.Timeout = durationpb.New(0)
+	}
+	return a
+}
+
+func outboundRoutes(o outbound, f Flavor) *routev3.RouteConfiguration {
+	var routes []*routev3.Route
+	if len(o.split) > 0 {
+		var ws []*routev3.WeightedCluster_ClusterWeight
+		for _, b := range o.split {
+			ws = append(ws, &routev3.WeightedCluster_ClusterWeight{Name: ClusterName(b.svc, f), Weight: wrapperspb.UInt32(b.weight)})
+		}
+		weighted := func() *routev3.Route_Route {
+			return &routev3.Route_Route{Route: routeAction(o.port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: ws}}})}
+		}
+		for _, hm := range o.splitMatches {
+			routes = append(routes, &routev3.Route{Name: hm.Group + "/" + hm.Name, Match: httpRouteMatch(hm), Action: weighted()})
+		}
+		if len(o.splitMatches) == 0 {
+			routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: weighted()})
+		}
+	}
+	if o.direct {
+		routes = append(routes, &routev3.Route{
+			Match:  prefixMatch(),
+			Action: &routev3.Route_Route{Route: routeAction(o.port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: ClusterName(o.info.Service, f)}})},
+		})
+	}
+	return routeConfig(o.routeName(f), routes...)
+}
+
+// httpRouteMatch matches the requests of one HTTPRouteGroup match.
+func httpRouteMatch(hm spec.HTTPRouteMatch) *routev3.RouteMatch {
+	rm := prefixMatch()
+	if hm.PathRegex != "" {
+		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: hm.PathRegex}}
+	}
+	if methods := methodsOf(hm); len(methods) == 1 {
+		rm.Headers = append(rm.Headers, &routev3.HeaderMatcher{
+			Name:                 ":method",
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: methods[0]}}},
+		})
+	} else if len(methods) > 1 {
+		rm.Headers = append(rm.Headers, regexHeader(":method", strings.Join(methods, "|")))
+	}
+	for _, name := range slices.Sorted(maps.Keys(hm.Headers)) {
+		rm.Headers = append(rm.Headers, regexHeader(name, hm.Headers[name]))
+	}
+	return rm
+}

@@ -1,0 +1,145 @@
+package render
+
+import (
+	"errors"
+	"fmt"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Extension names Envoy and gRPC know the typed configs by.
+const (
+	tlsTransportSocket = "envoy.transport_sockets.tls"
+	hcmFilter          = "envoy.filters.network.http_connection_manager"
+	tcpProxyFilter     = "envoy.filters.network.tcp_proxy"
+	networkRBACFilter  = "envoy.filters.network.rbac"
+	httpRBACFilter     = "envoy.filters.http.rbac"
+	routerFilter       = "envoy.filters.http.router"
+	httpProtocolOpts   = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions"
+)
+
+var alpn = []string{"h2", "http/1.1"}
+
+// builder collects the first error of marshalling typed configs, so the
+// rendering code stays a tree of literals.
+type builder struct{ err error }
+
+func (b *builder) any(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil && b.err == nil {
+		b.err = fmt.Errorf("render: marshal %T: %w", m, err)
+	}
+	return a
+}
+
+func ads() *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+		ResourceApiVersion:    corev3.ApiVersion_V3,
+	}
+}
+
+func sds(name string) *tlsv3.SdsSecretConfig {
+	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: ads()}
+}
+
+func certProvider() *tlsv3.CertificateProviderPluginInstance {
+	return &tlsv3.CertificateProviderPluginInstance{InstanceName: CertProviderInstance}
+}
+
+// downstreamTLS terminates mTLS on inbound listeners with the service
+// certificate, requiring a client certificate from the mesh CA. Who may
+// connect is decided by RBAC.
+func downstreamTLS(f Flavor) *tlsv3.DownstreamTlsContext {
+	ctx := &tlsv3.DownstreamTlsContext{RequireClientCertificate: wrapperspb.Bool(true)}
+	if f == GRPC {
+		ctx.CommonTlsContext = &tlsv3.CommonTlsContext{
+			TlsCertificateProviderInstance: certProvider(),
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+				CaCertificateProviderInstance: certProvider(),
+			}},
+		}
+		return ctx
+	}
+	ctx.CommonTlsContext = &tlsv3.CommonTlsContext{
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sds(ServiceCertSecret)},
+		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sds(RootCASecret)},
+		AlpnProtocols:                  alpn,
+	}
+	return ctx
+}
+
+// upstreamTLS originates mTLS to an upstream with the proxy's service
+// certificate and accepts only peers presenting one of spiffeIDs.
+func upstreamTLS(f Flavor, spiffeIDs []string, sni string) *tlsv3.UpstreamTlsContext {
+	if f == GRPC {
+		var sans []*matcherv3.StringMatcher
+		for _, id := range spiffeIDs {
+			sans = append(sans, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: id}})
+		}
+		return &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsCertificateProviderInstance: certProvider(),
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+				CaCertificateProviderInstance: certProvider(),
+				MatchSubjectAltNames:          sans,
+			}},
+		}}
+	}
+	var sans []*tlsv3.SubjectAltNameMatcher
+	for _, id := range spiffeIDs {
+		sans = append(sans, &tlsv3.SubjectAltNameMatcher{
+			SanType: tlsv3.SubjectAltNameMatcher_URI,
+			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: id}},
+		})
+	}
+	return &tlsv3.UpstreamTlsContext{
+		Sni: sni,
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sds(ServiceCertSecret)},
+			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sans},
+				ValidationContextSdsSecretConfig: sds(RootCASecret),
+			}},
+			AlpnProtocols: alpn,
+		},
+	}
+}
+
+func (b *builder) transportSocket(m proto.Message) *corev3.TransportSocket {
+	return &corev3.TransportSocket{Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: b.any(m)}}
+}
+
+// Secrets returns the SDS secrets of a proxy (Envoy flavour): its service's
+// certificate chain and private key as ServiceCertSecret and the mesh CA as
+// RootCASecret, all PEM. The secrets of one service are identical for all
+// its proxies; the root is identical for every proxy. gRPC clients read the
+// same material from files (certificate provider "osm") and get no secrets.
+func Secrets(certChainPEM, keyPEM, rootPEM []byte) ([]*tlsv3.Secret, error) {
+	var errs []error
+	for _, x := range []struct {
+		what string
+		pem  []byte
+	}{{"service certificate chain", certChainPEM}, {"service private key", keyPEM}, {"mesh root certificate", rootPEM}} {
+		if len(x.pem) == 0 {
+			errs = append(errs, fmt.Errorf("render: secrets: empty %s: pass the PEM issued for the proxy's service", x.what))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	inline := func(b []byte) *corev3.DataSource {
+		return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
+	}
+	return []*tlsv3.Secret{
+		{Name: RootCASecret, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{TrustedCa: inline(rootPEM)}}},
+		{Name: ServiceCertSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+			CertificateChain: inline(certChainPEM),
+			PrivateKey:       inline(keyPEM),
+		}}},
+	}, nil
+}

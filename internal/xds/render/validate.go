@@ -1,0 +1,369 @@
+package render
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"slices"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+func nameOf(m proto.Message) protoreflect.FullName { return proto.MessageName(m) }
+
+var (
+	networkFilterTypes = []protoreflect.FullName{nameOf(&hcmv3.HttpConnectionManager{}), nameOf(&tcpproxyv3.TcpProxy{}), nameOf(&rbacnetv3.RBAC{})}
+	httpFilterTypes    = []protoreflect.FullName{nameOf(&routerv3.Router{}), nameOf(&rbachttpv3.RBAC{})}
+)
+
+// Validate checks one proxy's complete set of resources (listeners, route
+// configurations, clusters, load assignments and, for Envoy, secrets) of
+// flavour f before they are published. It reports every problem found,
+// each naming the resource:
+//
+//   - ValidateAll on every resource and on every Any inside it (unpacked
+//     with anypb.UnmarshalNew, recursively); an Any of an unexpected type
+//     where a network filter, HTTP filter, transport socket, protocol
+//     options or API listener is configured;
+//   - every RDS, cluster (routes, weighted clusters, tcp_proxy), EDS and
+//     SDS name referenced exists in the set; names are unique per type;
+//   - no two listeners on one address:port; weighted clusters sum to more
+//     than 0; every regex compiles as RE2 (Go's regexp); EDS clusters have
+//     eds_cluster_config; HCM filters end in the router; no endpoint
+//     address twice in one load assignment;
+//   - gRPC: no STATIC clusters, only ADS config sources, TLS from
+//     certificate provider instances (gRPC has no SDS); Envoy: TLS from
+//     SDS (no certificate provider instances).
+func Validate(f Flavor, resources ...proto.Message) error {
+	v := &validation{flavor: f, listeners: map[string]bool{}, routes: map[string]bool{}, clusters: map[string]bool{}, eds: map[string]bool{}, secrets: map[string]bool{}, addrs: map[string]string{}}
+	for _, r := range resources {
+		v.index(r)
+	}
+	for _, r := range resources {
+		v.label = labelOf(r)
+		if r == nil || v.label == "" {
+			continue
+		}
+		v.validateAll(r)
+		v.walk(r.ProtoReflect())
+	}
+	for _, ref := range v.refs {
+		var have map[string]bool
+		switch ref.kind {
+		case "route configuration":
+			have = v.routes
+		case "cluster":
+			have = v.clusters
+		case "load assignment":
+			have = v.eds
+		case "secret":
+			have = v.secrets
+		}
+		if !have[ref.name] {
+			v.errs = append(v.errs, fmt.Errorf("%s: references %s %q, which is not in the set: render and publish it with the referrer", ref.from, ref.kind, ref.name))
+		}
+	}
+	return errors.Join(v.errs...)
+}
+
+type reference struct{ from, kind, name string }
+
+type validation struct {
+	flavor                                    Flavor
+	listeners, routes, clusters, eds, secrets map[string]bool
+	addrs                                     map[string]string // listener address -> listener
+	refs                                      []reference
+	errs                                      []error
+	label                                     string // the resource being walked
+}
+
+func labelOf(r proto.Message) string {
+	switch r := r.(type) {
+	case *listenerv3.Listener:
+		return fmt.Sprintf("listener %q", r.GetName())
+	case *routev3.RouteConfiguration:
+		return fmt.Sprintf("route configuration %q", r.GetName())
+	case *clusterv3.Cluster:
+		return fmt.Sprintf("cluster %q", r.GetName())
+	case *endpointv3.ClusterLoadAssignment:
+		return fmt.Sprintf("load assignment %q", r.GetClusterName())
+	case *tlsv3.Secret:
+		return fmt.Sprintf("secret %q", r.GetName())
+	}
+	return ""
+}
+
+func (v *validation) fail(format string, args ...any) {
+	v.errs = append(v.errs, fmt.Errorf("%s: %s", v.label, fmt.Sprintf(format, args...)))
+}
+
+func (v *validation) ref(kind, name string) {
+	v.refs = append(v.refs, reference{from: v.label, kind: kind, name: name})
+}
+
+func (v *validation) index(r proto.Message) {
+	add := func(m map[string]bool, kind, name string) {
+		switch {
+		case name == "":
+			v.errs = append(v.errs, fmt.Errorf("%s without a name", kind))
+		case m[name]:
+			v.errs = append(v.errs, fmt.Errorf("%s %q appears twice in the set", kind, name))
+		}
+		m[name] = true
+	}
+	switch r := r.(type) {
+	case *listenerv3.Listener:
+		add(v.listeners, "listener", r.GetName())
+	case *routev3.RouteConfiguration:
+		add(v.routes, "route configuration", r.GetName())
+	case *clusterv3.Cluster:
+		add(v.clusters, "cluster", r.GetName())
+	case *endpointv3.ClusterLoadAssignment:
+		add(v.eds, "load assignment", r.GetClusterName())
+	case *tlsv3.Secret:
+		if v.flavor == GRPC {
+			v.errs = append(v.errs, fmt.Errorf("secret %q: gRPC has no SDS; its TLS comes from certificate provider %q", r.GetName(), CertProviderInstance))
+		}
+		add(v.secrets, "secret", r.GetName())
+	default:
+		v.errs = append(v.errs, fmt.Errorf("unexpected resource type %T: want a listener, route configuration, cluster, load assignment or secret", r))
+	}
+}
+
+func (v *validation) validateAll(m proto.Message) {
+	if va, ok := m.(interface{ ValidateAll() error }); ok {
+		if err := va.ValidateAll(); err != nil {
+			v.fail("%s: %v", proto.MessageName(m), err)
+		}
+	}
+}
+
+// walk visits m and every message below it, unpacking Anys.
+func (v *validation) walk(m protoreflect.Message) {
+	if !m.IsValid() {
+		return
+	}
+	if a, ok := m.Interface().(*anypb.Any); ok {
+		inner, err := a.UnmarshalNew()
+		if err != nil {
+			v.fail("Any %q: %v", a.GetTypeUrl(), err)
+			return
+		}
+		v.validateAll(inner)
+		v.walk(inner.ProtoReflect())
+		return
+	}
+	v.visit(m.Interface())
+	m.Range(func(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
+		if fd.Message() == nil {
+			return true
+		}
+		switch {
+		case fd.IsList():
+			for i, l := 0, val.List(); i < l.Len(); i++ {
+				v.walk(l.Get(i).Message())
+			}
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				val.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					v.walk(mv.Message())
+					return true
+				})
+			}
+		default:
+			v.walk(val.Message())
+		}
+		return true
+	})
+}
+
+func anyIs(a *anypb.Any, want ...protoreflect.FullName) bool {
+	return a != nil && slices.Contains(want, a.MessageName())
+}
+
+// visit checks one message on its own and records its references.
+func (v *validation) visit(m proto.Message) {
+	switch m := m.(type) {
+	case *listenerv3.Listener:
+		v.listener(m)
+	case *listenerv3.ApiListener:
+		if !anyIs(m.GetApiListener(), nameOf(&hcmv3.HttpConnectionManager{})) {
+			v.fail("api_listener holds %q, want an HttpConnectionManager", m.GetApiListener().GetTypeUrl())
+		}
+	case *listenerv3.FilterChain:
+		if ts := m.GetTransportSocket(); ts != nil && !anyIs(ts.GetTypedConfig(), nameOf(&tlsv3.DownstreamTlsContext{})) {
+			v.fail("filter chain transport socket holds %q, want a DownstreamTlsContext", ts.GetTypedConfig().GetTypeUrl())
+		}
+	case *listenerv3.Filter:
+		if !anyIs(m.GetTypedConfig(), networkFilterTypes...) {
+			v.fail("network filter %q holds %q, want one of %v", m.GetName(), m.GetTypedConfig().GetTypeUrl(), networkFilterTypes)
+		}
+	case *hcmv3.HttpConnectionManager:
+		fs := m.GetHttpFilters()
+		if len(fs) == 0 || !anyIs(fs[len(fs)-1].GetTypedConfig(), nameOf(&routerv3.Router{})) {
+			v.fail("HTTP connection manager %q: http_filters must end in the router filter", m.GetStatPrefix())
+		}
+	case *hcmv3.HttpFilter:
+		if !anyIs(m.GetTypedConfig(), httpFilterTypes...) {
+			v.fail("HTTP filter %q holds %q, want one of %v", m.GetName(), m.GetTypedConfig().GetTypeUrl(), httpFilterTypes)
+		}
+	case *hcmv3.Rds:
+		v.ref("route configuration", m.GetRouteConfigName())
+	case *corev3.ConfigSource:
+		if v.flavor == GRPC && m.GetAds() == nil && m.GetSelf() == nil {
+			v.fail("config source %v: gRPC accepts only ads or self", m)
+		}
+	case *routev3.RouteAction:
+		if c := m.GetCluster(); c != "" {
+			v.ref("cluster", c)
+		}
+	case *routev3.WeightedCluster:
+		var sum uint64
+		for _, c := range m.GetClusters() {
+			v.ref("cluster", c.GetName())
+			sum += uint64(c.GetWeight().GetValue())
+		}
+		if sum == 0 {
+			v.fail("weighted clusters %v sum to 0: drop the route or give a backend weight", clusterNames(m.GetClusters()))
+		}
+	case *tcpproxyv3.TcpProxy:
+		if c := m.GetCluster(); c != "" {
+			v.ref("cluster", c)
+		}
+	case *tcpproxyv3.TcpProxy_WeightedCluster:
+		var sum uint64
+		for _, c := range m.GetClusters() {
+			v.ref("cluster", c.GetName())
+			sum += uint64(c.GetWeight())
+		}
+		if sum == 0 {
+			v.fail("tcp_proxy weighted clusters sum to 0: give a backend weight")
+		}
+	case *tlsv3.SdsSecretConfig:
+		v.ref("secret", m.GetName())
+	case *tlsv3.CommonTlsContext:
+		v.commonTLS(m)
+	case *matcherv3.RegexMatcher:
+		if _, err := regexp.Compile(m.GetRegex()); err != nil {
+			v.fail("regex %q is not RE2: %v", m.GetRegex(), err)
+		}
+	case *clusterv3.Cluster:
+		v.cluster(m)
+	case *endpointv3.ClusterLoadAssignment:
+		seen := map[string]bool{}
+		for _, loc := range m.GetEndpoints() {
+			for _, e := range loc.GetLbEndpoints() {
+				sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+				a := fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue())
+				if seen[a] {
+					v.fail("endpoint %s appears twice (gRPC rejects duplicate endpoint addresses)", a)
+				}
+				seen[a] = true
+			}
+			if v.flavor == GRPC && loc.GetLoadBalancingWeight().GetValue() == 0 {
+				v.fail("locality without load_balancing_weight (gRPC ignores it)")
+			}
+		}
+	}
+}
+
+func clusterNames(ws []*routev3.WeightedCluster_ClusterWeight) []string {
+	var out []string
+	for _, w := range ws {
+		out = append(out, w.GetName())
+	}
+	return out
+}
+
+func (v *validation) listener(l *listenerv3.Listener) {
+	if l.GetApiListener() != nil {
+		if v.flavor == Envoy {
+			v.fail("api_listener is for gRPC clients; Envoy needs an address")
+		}
+		return
+	}
+	sa := l.GetAddress().GetSocketAddress()
+	if sa == nil {
+		v.fail("no socket address and no api_listener")
+		return
+	}
+	ip, err := netip.ParseAddr(sa.GetAddress())
+	if err != nil {
+		v.fail("address %q is not an IP address", sa.GetAddress())
+		return
+	}
+	addr := netip.AddrPortFrom(ip, uint16(sa.GetPortValue())).String()
+	if other, ok := v.addrs[addr]; ok {
+		v.fail("listens on %s like listener %q: give each listener its own address and port", addr, other)
+		return
+	}
+	v.addrs[addr] = l.GetName()
+}
+
+func (v *validation) commonTLS(c *tlsv3.CommonTlsContext) {
+	usesSDS := len(c.GetTlsCertificateSdsSecretConfigs()) > 0 || c.GetValidationContextSdsSecretConfig() != nil ||
+		c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig() != nil
+	usesProvider := c.GetTlsCertificateProviderInstance() != nil || c.GetValidationContext().GetCaCertificateProviderInstance() != nil ||
+		c.GetCombinedValidationContext().GetDefaultValidationContext().GetCaCertificateProviderInstance() != nil
+	switch v.flavor {
+	case GRPC:
+		if usesSDS || c.GetTlsCertificateProviderInstance() == nil {
+			v.fail("gRPC TLS must use certificate provider instance %q for its certificate and CA (gRPC has no SDS)", CertProviderInstance)
+		}
+	case Envoy:
+		if usesProvider || !usesSDS {
+			v.fail("Envoy TLS must take its certificate and CA by SDS (%q, %q), not certificate provider instances", ServiceCertSecret, RootCASecret)
+		}
+	}
+}
+
+func (v *validation) cluster(c *clusterv3.Cluster) {
+	if ts := c.GetTransportSocket(); ts != nil && !anyIs(ts.GetTypedConfig(), nameOf(&tlsv3.UpstreamTlsContext{})) {
+		v.fail("transport socket holds %q, want an UpstreamTlsContext", ts.GetTypedConfig().GetTypeUrl())
+	}
+	for k, a := range c.GetTypedExtensionProtocolOptions() {
+		if k != httpProtocolOpts || !anyIs(a, nameOf(&httpv3.HttpProtocolOptions{})) {
+			v.fail("typed_extension_protocol_options[%q] holds %q, want %s", k, a.GetTypeUrl(), httpProtocolOpts)
+		}
+	}
+	switch c.GetType() {
+	case clusterv3.Cluster_EDS:
+		if c.GetEdsClusterConfig() == nil {
+			v.fail("EDS cluster without eds_cluster_config")
+			return
+		}
+		name := c.GetEdsClusterConfig().GetServiceName()
+		if name == "" {
+			name = c.GetName()
+		}
+		v.ref("load assignment", name)
+	case clusterv3.Cluster_STATIC:
+		if v.flavor == GRPC {
+			v.fail("STATIC cluster: gRPC accepts only EDS, LOGICAL_DNS and aggregate clusters")
+		}
+		if len(c.GetLoadAssignment().GetEndpoints()) == 0 {
+			v.fail("STATIC cluster without load_assignment")
+		}
+	default:
+		v.fail("cluster type %s is not rendered here: want EDS or STATIC", c.GetType())
+	}
+	if v.flavor == GRPC && c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN && c.GetLbPolicy() != clusterv3.Cluster_RING_HASH && c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST {
+		v.fail("lb_policy %s is not supported by gRPC", c.GetLbPolicy())
+	}
+}
