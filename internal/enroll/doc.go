@@ -1,0 +1,47 @@
+// Package enroll owns joining a machine to the mesh, modelled on `kubeadm
+// join`: join tokens (create, list, revoke, spend), the enrollment and
+// renewal HTTPS endpoints of osm-server, the client side of both used by
+// osm-agent, and the agent's identity files in its data directory.
+//
+// # Tokens
+//
+// A join token is 256 random bits, shown once as 64 hex characters and
+// stored only as its SHA-256 hash under enroll/token/<hex of the hash>. It is
+// bound to one mesh service (and the service account its proxies run as),
+// expires (default 24h) and has a number of uses (default 1). A token's
+// public ID is the first 8 hex characters of its hash. Spending a use is a
+// version-checked store write handed to [Issuer.IssueProxy] so that the
+// spend and the new proxy record commit in one transaction: a token is never
+// spent without a proxy being issued, or the reverse, and with a single-use
+// token exactly one of many concurrent enrollments succeeds.
+//
+// # Endpoints
+//
+// [NewHandler] serves POST /api/v1/enroll (authenticated by the join token)
+// and POST /api/v1/renew (authenticated by the current proxy certificate
+// over mTLS). [NewTokenAdminHandler] serves the token admin endpoints and
+// does no authentication itself: mount it behind the admin-token middleware.
+//
+// # How the server must be configured
+//
+// The agent pins the server by the hash of the mesh root (--ca-cert-hash,
+// [CAHash]) during the TLS handshake, before it sends the token. It finds the
+// root in the certificate chain the server presents, so the HTTPS server's
+// tls.Certificate must carry the full chain: the serving leaf, any
+// intermediates and the mesh root itself. The serving certificate must be
+// issued by the mesh root for the host names and IPs agents use in --server
+// and carry the ServerAuth extended key usage. For renewal the server must
+// ask for client certificates: tls.Config{ClientAuth:
+// tls.VerifyClientCertIfGiven, ClientCAs: <pool with the mesh root>}; the
+// renew handler reads the verified chain and refuses requests without one.
+//
+// # Agent files
+//
+// [SaveIdentity] writes proxy.key (0600), proxy.crt and ca.crt into the
+// agent's data directory (0700), each by write to a temporary file, fsync and
+// rename; [LoadIdentity] reads them back and checks they belong together.
+//
+// The package imports internal/mesh and internal/store only; it must not
+// import internal/certificate (the certificate manager satisfies [Issuer]),
+// internal/agent, internal/api or anything under cmd/.
+package enroll

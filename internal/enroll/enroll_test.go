@@ -1,0 +1,424 @@
+package enroll
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+func TestEnroll(t *testing.T) {
+	e := newTestEnv(t)
+	secret, _ := e.token(t, TokenRequest{Service: bookstore})
+	key := newKey(t)
+
+	res, err := Enroll(context.Background(), nil, e.join(secret), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	id, err := mesh.ParseProxyIdentity(res.Identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := id.Service, bookstore; got != want {
+		t.Errorf("identity service = %v, want %v", got, want)
+	}
+	cert, err := parseCertPEM(res.CertificatePEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cert.Subject.CommonName, res.Identity; got != want {
+		t.Errorf("certificate CN = %q, want %q", got, want)
+	}
+	if !key.PublicKey.Equal(cert.PublicKey) {
+		t.Error("certificate is not for the agent's key")
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: e.ca.pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("certificate does not verify under the mesh root: %v", err)
+	}
+	if got, want := string(res.CAPEM), string(e.ca.pem()); got != want {
+		t.Errorf("CA bundle = %q, want the mesh root %q", got, want)
+	}
+	if got, want := res.XDSAddress, testXDS; got != want {
+		t.Errorf("xDS address = %q, want %q", got, want)
+	}
+	if got, want := e.storedToken(t, secret).UsesLeft, 0; got != want {
+		t.Errorf("token uses left = %d, want %d", got, want)
+	}
+	if got, want := e.proxies(t), 1; got != want {
+		t.Errorf("proxy records = %d, want %d", got, want)
+	}
+}
+
+func TestEnrollRefusesServerBeforeSendingToken(t *testing.T) {
+	other := newTestCA(t, "someone else's root")
+	for _, tc := range []struct {
+		name string
+		// server changes the server before it starts; join the request.
+		server func(t *testing.T, e *testEnv)
+		join   func(req *JoinRequest)
+		want   error
+	}{
+		{
+			name: "wrong CA hash",
+			join: func(req *JoinRequest) { req.CACertHash = other.hash() },
+			want: ErrCAHashMismatch,
+		},
+		{
+			name: "server from another CA presenting the pinned root in its chain",
+			server: func(t *testing.T, e *testEnv) {
+				c := other.serving(t)
+				c.Certificate = [][]byte{c.Certificate[0], e.ca.cert.Raw}
+				e.srv.TLS.Certificates = []tls.Certificate{c}
+			},
+		},
+		{
+			name: "server sends no root in its chain",
+			server: func(t *testing.T, e *testEnv) {
+				c := e.ca.serving(t)
+				c.Certificate = c.Certificate[:1]
+				e.srv.TLS.Certificates = []tls.Certificate{c}
+			},
+			want: ErrCAHashMismatch,
+		},
+		{
+			name: "pinned CA but a client-only certificate (a proxy's) serving",
+			server: func(t *testing.T, e *testEnv) {
+				key := newKey(t)
+				leaf := e.ca.sign(t, &x509.Certificate{
+					Subject:     pkix.Name{CommonName: mesh.NewProxyIdentity(bookstore).CommonName()},
+					IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+					NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+					ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+				}, key.Public())
+				e.srv.TLS.Certificates = []tls.Certificate{{Certificate: [][]byte{leaf.Raw, e.ca.cert.Raw}, PrivateKey: key}}
+			},
+		},
+		{
+			name: "pinned CA but a certificate for another host",
+			server: func(t *testing.T, e *testEnv) {
+				key := newKey(t)
+				leaf := e.ca.sign(t, &x509.Certificate{
+					Subject:   pkix.Name{CommonName: "elsewhere"},
+					DNSNames:  []string{"elsewhere.example"},
+					NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+					ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+				}, key.Public())
+				e.srv.TLS.Certificates = []tls.Certificate{{Certificate: [][]byte{leaf.Raw, e.ca.cert.Raw}, PrivateKey: key}}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t, func(e *testEnv) {
+				if tc.server != nil {
+					tc.server(t, e)
+				}
+			})
+			secret, _ := e.token(t, TokenRequest{Service: bookstore})
+			req := e.join(secret)
+			if tc.join != nil {
+				tc.join(&req)
+			}
+
+			_, err := Enroll(context.Background(), nil, req, newKey(t))
+			if err == nil {
+				t.Fatal("Enroll succeeded, want the server refused")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Errorf("Enroll error = %v, want %v", err, tc.want)
+			}
+			if got := e.requests.Load(); got != 0 {
+				t.Errorf("%d requests reached the server, want 0 (the token must not be sent)", got)
+			}
+			if got, want := e.storedToken(t, secret).UsesLeft, 1; got != want {
+				t.Errorf("token uses left = %d, want %d", got, want)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestEnrollTokenRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// token returns the secret to send after preparing the env.
+		token      func(t *testing.T, e *testEnv) string
+		service    mesh.MeshService
+		wantStatus int
+		wantReason string
+		wantText   string
+	}{
+		{
+			name:       "unknown",
+			token:      func(*testing.T, *testEnv) string { return strings.Repeat("ab", 32) },
+			wantStatus: http.StatusUnauthorized, wantReason: ReasonTokenUnknown, wantText: "join token unknown",
+		},
+		{
+			name:       "malformed",
+			token:      func(*testing.T, *testEnv) string { return "not-a-token" },
+			wantStatus: http.StatusUnauthorized, wantReason: ReasonTokenUnknown, wantText: "join token unknown",
+		},
+		{
+			name: "expired",
+			token: func(t *testing.T, e *testEnv) string {
+				secret, tok := e.token(t, TokenRequest{Service: bookstore, TTL: time.Hour})
+				e.setNow(tok.Expires.Add(time.Second))
+				return secret
+			},
+			wantStatus: http.StatusUnauthorized, wantReason: ReasonTokenExpired, wantText: "expired at",
+		},
+		{
+			name: "revoked",
+			token: func(t *testing.T, e *testEnv) string {
+				secret, tok := e.token(t, TokenRequest{Service: bookstore})
+				if _, err := e.tokens.Revoke(context.Background(), tok.ID); err != nil {
+					t.Fatal(err)
+				}
+				return secret
+			},
+			wantStatus: http.StatusUnauthorized, wantReason: ReasonTokenRevoked, wantText: "was revoked",
+		},
+		{
+			name: "used up",
+			token: func(t *testing.T, e *testEnv) string {
+				secret, _ := e.token(t, TokenRequest{Service: bookstore})
+				if _, err := Enroll(context.Background(), nil, e.join(secret), newKey(t)); err != nil {
+					t.Fatal(err)
+				}
+				return secret
+			},
+			wantStatus: http.StatusUnauthorized, wantReason: ReasonTokenUsedUp, wantText: "used up",
+		},
+		{
+			name: "token for another service",
+			token: func(t *testing.T, e *testEnv) string {
+				secret, _ := e.token(t, TokenRequest{Service: mesh.MeshService{Namespace: "default", Name: "bookstore"}})
+				return secret
+			},
+			service:    mesh.MeshService{Namespace: "default", Name: "bookbuyer"},
+			wantStatus: http.StatusForbidden, wantReason: ReasonServiceMismatch, wantText: "is for service default/bookstore, not default/bookbuyer",
+		},
+		{
+			name: "token for the service in another namespace",
+			token: func(t *testing.T, e *testEnv) string {
+				secret, _ := e.token(t, TokenRequest{Service: bookstore})
+				return secret
+			},
+			service:    mesh.MeshService{Namespace: "prod", Name: "bookstore"},
+			wantStatus: http.StatusForbidden, wantReason: ReasonServiceMismatch, wantText: "not prod/bookstore",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t)
+			secret := tc.token(t, e)
+			issued, proxies := e.iss.issued.Load(), e.proxies(t)
+			req := e.join(secret)
+			if tc.service != (mesh.MeshService{}) {
+				req.Service = tc.service
+			}
+
+			_, err := Enroll(context.Background(), nil, req, newKey(t))
+
+			var apiErr *APIError
+			if !errors.As(err, &apiErr) {
+				t.Fatalf("Enroll error = %v, want an *APIError", err)
+			}
+			if got, want := apiErr.Status, tc.wantStatus; got != want {
+				t.Errorf("status = %d, want %d", got, want)
+			}
+			if got, want := apiErr.Body.Reason, tc.wantReason; got != want {
+				t.Errorf("reason = %q, want %q", got, want)
+			}
+			if !strings.Contains(err.Error(), tc.wantText) || !strings.Contains(err.Error(), "osm-server token create") {
+				t.Errorf("error %q does not say %q and how to get a new token", err, tc.wantText)
+			}
+			if got, want := e.iss.issued.Load(), issued; got != want {
+				t.Errorf("certificates issued = %d, want %d", got, want)
+			}
+			if got, want := e.proxies(t), proxies; got != want {
+				t.Errorf("proxy records = %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+func TestEnrollServiceMismatchDoesNotSpendToken(t *testing.T) {
+	e := newTestEnv(t)
+	secret, _ := e.token(t, TokenRequest{Service: bookstore})
+	req := e.join(secret)
+	req.Service.Name = "bookbuyer"
+	if _, err := Enroll(context.Background(), nil, req, newKey(t)); err == nil {
+		t.Fatal("Enroll with another service succeeded")
+	}
+	if _, err := Enroll(context.Background(), nil, e.join(secret), newKey(t)); err != nil {
+		t.Fatalf("Enroll with the token's service after a refused attempt: %v", err)
+	}
+}
+
+func TestEnrollCSRIdentityIgnored(t *testing.T) {
+	e := newTestEnv(t)
+	secret, _ := e.token(t, TokenRequest{Service: bookstore})
+	key := newKey(t)
+	evil, _ := url.Parse("spiffe://osm.local/ns/kube-system/sa/admin")
+	csr := csrFor(t, key, &x509.CertificateRequest{
+		Subject:  pkix.Name{CommonName: mesh.NewProxyIdentity(mesh.MeshService{Namespace: "kube-system", Name: "admin"}).CommonName()},
+		DNSNames: []string{"admin.kube-system"},
+		URIs:     []*url.URL{evil},
+	})
+
+	var resp CertificateResponse
+	status, body := e.postJSON(t, e.client(), "/api/v1/enroll", EnrollRequest{Token: secret, Service: bookstore, CSR: csr}, &resp)
+	if status != http.StatusOK {
+		t.Fatalf("status = %d %+v, want 200", status, body)
+	}
+	cert, err := parseCertPEM([]byte(resp.Certificate))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := mesh.ParseProxyIdentity(cert.Subject.CommonName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := id.Service, bookstore; got != want {
+		t.Errorf("issued for %v, want %v (the server decides the identity)", got, want)
+	}
+	if len(cert.DNSNames) != 0 {
+		t.Errorf("issued DNS SANs %v, want none", cert.DNSNames)
+	}
+	for _, u := range cert.URIs {
+		if !strings.HasPrefix(u.String(), "spiffe://osm.local/ns/default/sa/bookstore/") {
+			t.Errorf("issued URI SAN %s, want only bookstore's", u)
+		}
+	}
+}
+
+func TestEnrollBadCSR(t *testing.T) {
+	rsaKey, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := func() string {
+		// Flip a bit of the signature (the last byte of the DER): proof of
+		// possession fails.
+		der := pemBytes(t, csrFor(t, newKey(t), &x509.CertificateRequest{}))
+		der[len(der)-1] ^= 1
+		return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+	}
+	for _, tc := range []struct {
+		name       string
+		csr        func() string
+		wantStatus int
+		wantReason string
+		wantText   string
+	}{
+		{"RSA 1024", func() string { return csrFor(t, rsaKey, &x509.CertificateRequest{}) }, http.StatusBadRequest, ReasonWeakKey, "RSA key of 1024 bits is too weak"},
+		{"not PEM", func() string { return "hello" }, http.StatusBadRequest, ReasonBadRequest, "CERTIFICATE REQUEST"},
+		{"bad signature", forged, http.StatusBadRequest, ReasonBadRequest, "bad signature"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTestEnv(t)
+			secret, _ := e.token(t, TokenRequest{Service: bookstore})
+			status, body := e.postJSON(t, e.client(), "/api/v1/enroll", EnrollRequest{Token: secret, Service: bookstore, CSR: tc.csr()}, &CertificateResponse{})
+			if got, want := status, tc.wantStatus; got != want {
+				t.Errorf("status = %d, want %d", got, want)
+			}
+			if got, want := body.Reason, tc.wantReason; got != want {
+				t.Errorf("reason = %q, want %q", got, want)
+			}
+			if !strings.Contains(body.Error, tc.wantText) {
+				t.Errorf("error %q does not say %q", body.Error, tc.wantText)
+			}
+			if got, want := e.storedToken(t, secret).UsesLeft, 1; got != want {
+				t.Errorf("token uses left = %d, want %d", got, want)
+			}
+		})
+	}
+
+	t.Run("client refuses a weak key before sending", func(t *testing.T) {
+		e := newTestEnv(t)
+		secret, _ := e.token(t, TokenRequest{Service: bookstore})
+		_, err := Enroll(context.Background(), nil, e.join(secret), rsaKey)
+		if err == nil || !strings.Contains(err.Error(), "too weak") {
+			t.Errorf("Enroll with RSA 1024 = %v, want a weak key error", err)
+		}
+		if got := e.requests.Load(); got != 0 {
+			t.Errorf("%d requests reached the server, want 0", got)
+		}
+	})
+}
+
+func TestEnrollChecksIssuerResult(t *testing.T) {
+	e := newTestEnv(t)
+	e.iss.tamper = func(c *x509.Certificate) {
+		c.Subject.CommonName = mesh.NewProxyIdentity(mesh.MeshService{Namespace: "default", Name: "other"}).CommonName()
+	}
+	secret, _ := e.token(t, TokenRequest{Service: bookstore})
+	_, err := Enroll(context.Background(), nil, e.join(secret), newKey(t))
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusInternalServerError {
+		t.Fatalf("Enroll with an issuer returning another identity = %v, want a 500", err)
+	}
+}
+
+func TestEnrollConcurrentSingleUse(t *testing.T) {
+	for _, uses := range []int{1, 3} {
+		t.Run(fmt.Sprint("uses=", uses), func(t *testing.T) {
+			e := newTestEnv(t)
+			secret, _ := e.token(t, TokenRequest{Service: bookstore, Uses: uses})
+			const n = 20
+			errs := make([]error, n)
+			var (
+				wg    sync.WaitGroup
+				start = make(chan struct{})
+			)
+			for i := range n {
+				key := newKey(t)
+				wg.Go(func() {
+					<-start
+					_, errs[i] = Enroll(context.Background(), nil, e.join(secret), key)
+				})
+			}
+			close(start)
+			wg.Wait()
+
+			reasons := map[string]int{}
+			for _, err := range errs {
+				var apiErr *APIError
+				switch {
+				case err == nil:
+					reasons["ok"]++
+				case errors.As(err, &apiErr):
+					reasons[apiErr.Body.Reason]++
+				default:
+					t.Errorf("Enroll: %v", err)
+				}
+			}
+			if diff := cmp.Diff(map[string]int{"ok": uses, ReasonTokenUsedUp: n - uses}, reasons); diff != "" {
+				t.Errorf("outcomes (-want +got):\n%s", diff)
+			}
+			if got, want := e.proxies(t), uses; got != want {
+				t.Errorf("proxy records = %d, want %d", got, want)
+			}
+			if got, want := e.storedToken(t, secret).UsesLeft, 0; got != want {
+				t.Errorf("token uses left = %d, want %d", got, want)
+			}
+		})
+	}
+}

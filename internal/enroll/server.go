@@ -1,0 +1,356 @@
+package enroll
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// Issuer signs proxy certificates; *certificate.Manager satisfies it.
+type Issuer interface {
+	// IssueProxy signs csrDER for a new proxy of svc running as sa, deciding
+	// the CN and SANs itself. ops commit in the same store transaction as
+	// the new proxy record; when one of their version conditions fails it
+	// returns an error and issues nothing.
+	IssueProxy(ctx context.Context, csrDER []byte, svc mesh.MeshService, sa mesh.ServiceAccount, ops ...store.Op) (certPEM []byte, cn string, err error)
+	// RenewProxy signs csrDER for the proxy identified by peer, its
+	// current, verified certificate.
+	RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER []byte) (certPEM []byte, err error)
+	// RootPEM returns the mesh CA bundle.
+	RootPEM() []byte
+}
+
+// EnrollRequest is the body of POST /api/v1/enroll.
+type EnrollRequest struct {
+	Token string `json:"token"`
+	// Service is the service the machine joins; it must be the one the
+	// token is bound to.
+	Service mesh.MeshService `json:"service"`
+	// CSR is a PEM "CERTIFICATE REQUEST". Its subject and SANs are
+	// ignored: the server decides the identity.
+	CSR string `json:"csr"`
+}
+
+// RenewRequest is the body of POST /api/v1/renew.
+type RenewRequest struct {
+	CSR string `json:"csr"`
+}
+
+// CertificateResponse is the body of a successful enrollment or renewal.
+type CertificateResponse struct {
+	// Identity is the proxy certificate's CN, <uuid>.<service>.<namespace>.
+	Identity string `json:"identity"`
+	// Certificate is the proxy certificate, PEM.
+	Certificate string `json:"certificate"`
+	// CA is the mesh CA bundle, PEM.
+	CA string `json:"ca"`
+	// XDSAddress is the host:port of the xDS server.
+	XDSAddress string `json:"xdsAddress"`
+}
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	// Reason is one of the Reason constants.
+	Reason string `json:"reason"`
+	Error  string `json:"error"`
+}
+
+// Reasons of error responses.
+const (
+	ReasonBadRequest          = "BadRequest"                // 400
+	ReasonWeakKey             = "WeakKey"                   // 400
+	ReasonTokenUnknown        = "TokenUnknown"              // 401
+	ReasonTokenExpired        = "TokenExpired"              // 401
+	ReasonTokenRevoked        = "TokenRevoked"              // 401
+	ReasonTokenUsedUp         = "TokenUsedUp"               // 401
+	ReasonServiceMismatch     = "ServiceMismatch"           // 403
+	ReasonClientCertRequired  = "ClientCertificateRequired" // 401
+	ReasonCertificateExpired  = "CertificateExpired"        // 401
+	ReasonNotProxyCertificate = "NotProxyCertificate"       // 401
+	ReasonRefused             = "Refused"                   // 403
+	ReasonConflict            = "Conflict"                  // 503, retry
+	ReasonNotFound            = "NotFound"                  // 404
+	ReasonInternal            = "Internal"                  // 500
+)
+
+// maxBody bounds a request body; a CSR is about 500 bytes.
+const maxBody = 64 << 10
+
+// maxSpendAttempts bounds the retries when concurrent enrollments spend
+// the same multi-use token.
+const maxSpendAttempts = 5
+
+// NewHandler returns the enrollment API, authenticated by join tokens and
+// proxy certificates (mount it without the admin-token middleware):
+//
+//	POST /api/v1/enroll  EnrollRequest -> CertificateResponse
+//	POST /api/v1/renew   RenewRequest  -> CertificateResponse (mTLS: the current proxy certificate)
+//
+// xdsAddress is returned to enrolled agents. refused lists the Issuer's
+// sentinel errors (such as certificate.ErrRevoked and
+// certificate.ErrNotFound) that mean "this proxy may not renew": RenewProxy
+// errors matching one of them answer 403 Refused, others 500.
+func NewHandler(log *slog.Logger, tokens *Tokens, iss Issuer, xdsAddress string, refused ...error) http.Handler {
+	h := &handler{log: log, tokens: tokens, iss: iss, xds: xdsAddress, refused: refused}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /api/v1/enroll", h.enroll)
+	mux.HandleFunc("POST /api/v1/renew", h.renew)
+	return mux
+}
+
+type handler struct {
+	log     *slog.Logger
+	tokens  *Tokens
+	iss     Issuer
+	xds     string
+	refused []error
+}
+
+func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var req EnrollRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	if req.Token == "" {
+		writeError(w, http.StatusUnauthorized, ReasonTokenUnknown, "the request has no join token: pass --token from `osm-server token create`")
+		return
+	}
+	if err := req.Service.Validate(); err != nil {
+		writeError(w, http.StatusBadRequest, ReasonBadRequest, "service: "+err.Error())
+		return
+	}
+	csr, reason, err := parseCSR(req.CSR)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, reason, err.Error())
+		return
+	}
+
+	for attempt := 1; ; attempt++ {
+		tok, key, version, err := h.tokens.lookup(ctx, req.Token)
+		if err != nil {
+			h.internal(w, "read join token", err)
+			return
+		}
+		if status, reason, msg := h.check(tok, version, req.Service); status != 0 {
+			h.log.Info("enrollment refused", "reason", reason, "token", tok.ID, "service", req.Service.String(), "remote", r.RemoteAddr)
+			writeError(w, status, reason, msg)
+			return
+		}
+		if attempt > maxSpendAttempts {
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, ReasonConflict, fmt.Sprintf("join token %s: other enrollments spent it %d times while this one tried; try again", tok.ID, maxSpendAttempts))
+			return
+		}
+		spent := tok
+		spent.UsesLeft--
+		val, err := json.Marshal(spent)
+		if err != nil {
+			h.internal(w, "encode join token", err)
+			return
+		}
+		certPEM, cn, issueErr := h.iss.IssueProxy(ctx, csr.Raw, tok.Service, tok.MeshServiceAccount(), store.Set(key, version, val))
+		if issueErr == nil {
+			if err := checkIssued(certPEM, cn, csr, tok.Service); err != nil {
+				h.internal(w, "issue proxy certificate", err)
+				return
+			}
+			h.log.Info("proxy enrolled", "identity", cn, "token", tok.ID, "usesLeft", spent.UsesLeft, "remote", r.RemoteAddr)
+			writeJSON(w, http.StatusOK, CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds})
+			return
+		}
+		// Someone may have spent the token first: if its version moved,
+		// evaluate it again; otherwise the failure was the issuer's own.
+		_, _, current, err := h.tokens.lookup(ctx, req.Token)
+		if err != nil {
+			h.internal(w, "read join token", err)
+			return
+		}
+		if current == version {
+			h.internal(w, "issue proxy certificate", issueErr)
+			return
+		}
+	}
+}
+
+// check decides whether the token at version may enroll a proxy of svc.
+// status is 0 when it may.
+func (h *handler) check(tok Token, version uint64, svc mesh.MeshService) (status int, reason, msg string) {
+	const create = "create a new one with `osm-server token create --service %s --namespace %s`"
+	switch version {
+	case 0:
+		return http.StatusUnauthorized, ReasonTokenUnknown, fmt.Sprintf("join token unknown: check that the whole token was pasted, or "+create, svc.Name, svc.Namespace)
+	}
+	switch tok.State(h.tokens.now()) {
+	case StateRevoked:
+		return http.StatusUnauthorized, ReasonTokenRevoked, fmt.Sprintf("join token %s was revoked: "+create, tok.ID, svc.Name, svc.Namespace)
+	case StateExpired:
+		return http.StatusUnauthorized, ReasonTokenExpired, fmt.Sprintf("join token %s expired at %s: "+create, tok.ID, tok.Expires.Format(time.RFC3339), svc.Name, svc.Namespace)
+	case StateUsedUp:
+		return http.StatusUnauthorized, ReasonTokenUsedUp, fmt.Sprintf("join token %s is used up (%d of %d uses): "+create, tok.ID, tok.UsesTotal, tok.UsesTotal, svc.Name, svc.Namespace)
+	}
+	if tok.Service != svc {
+		return http.StatusForbidden, ReasonServiceMismatch, fmt.Sprintf("join token %s is for service %s, not %s: use --service %s --namespace %s, or "+create,
+			tok.ID, tok.Service, svc, tok.Service.Name, tok.Service.Namespace, svc.Name, svc.Namespace)
+	}
+	return 0, "", ""
+}
+
+func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		writeError(w, http.StatusUnauthorized, ReasonClientCertRequired, "renewal is authenticated by the current proxy certificate: connect with it as the TLS client certificate")
+		return
+	}
+	peer := r.TLS.VerifiedChains[0][0]
+	cn := peer.Subject.CommonName
+	if now := h.tokens.now(); now.After(peer.NotAfter) {
+		writeError(w, http.StatusUnauthorized, ReasonCertificateExpired, fmt.Sprintf("proxy certificate %s expired at %s: enroll again with a new join token", cn, peer.NotAfter.Format(time.RFC3339)))
+		return
+	}
+	if _, err := mesh.ParseProxyIdentity(cn); err != nil {
+		writeError(w, http.StatusUnauthorized, ReasonNotProxyCertificate, fmt.Sprintf("the client certificate is not a proxy certificate: %v", err))
+		return
+	}
+	var req RenewRequest
+	if !decode(w, r, &req) {
+		return
+	}
+	csr, reason, err := parseCSR(req.CSR)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, reason, err.Error())
+		return
+	}
+	certPEM, err := h.iss.RenewProxy(r.Context(), peer, csr.Raw)
+	if err != nil {
+		for _, e := range h.refused {
+			if errors.Is(err, e) {
+				h.log.Info("renewal refused", "identity", cn, "error", err, "remote", r.RemoteAddr)
+				writeError(w, http.StatusForbidden, ReasonRefused, fmt.Sprintf("renewal of %s refused: %v; enroll again with a new join token", cn, err))
+				return
+			}
+		}
+		h.internal(w, "renew proxy certificate "+cn, err)
+		return
+	}
+	id, _ := mesh.ParseProxyIdentity(cn)
+	if err := checkIssued(certPEM, cn, csr, id.Service); err != nil {
+		h.internal(w, "renew proxy certificate "+cn, err)
+		return
+	}
+	h.log.Info("proxy certificate renewed", "identity", cn, "remote", r.RemoteAddr)
+	writeJSON(w, http.StatusOK, CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds})
+}
+
+func (h *handler) internal(w http.ResponseWriter, what string, err error) {
+	h.log.Error(what, "error", err)
+	writeError(w, http.StatusInternalServerError, ReasonInternal, fmt.Sprintf("%s: %v", what, err))
+}
+
+// parseCSR decodes a PEM CSR, checks its signature (proof that the sender
+// holds the key) and the key's strength. reason names the failure.
+func parseCSR(csrPEM string) (*x509.CertificateRequest, string, error) {
+	block, _ := pem.Decode([]byte(csrPEM))
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		return nil, ReasonBadRequest, errors.New(`csr: want a PEM "CERTIFICATE REQUEST" block`)
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, ReasonBadRequest, fmt.Errorf("csr: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, ReasonBadRequest, fmt.Errorf("csr: bad signature: %w", err)
+	}
+	if err := checkKey(csr.PublicKey); err != nil {
+		return nil, ReasonWeakKey, fmt.Errorf("csr: %w", err)
+	}
+	return csr, "", nil
+}
+
+// checkKey accepts ECDSA P-256 and P-384 and RSA of 2048 bits or more.
+func checkKey(pub any) error {
+	const use = "generate an ECDSA P-256 key (osm-agent does)"
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		if k.Curve == elliptic.P256() || k.Curve == elliptic.P384() {
+			return nil
+		}
+		return fmt.Errorf("ECDSA curve %s is not accepted (P-256 or P-384): %s", k.Curve.Params().Name, use)
+	case *rsa.PublicKey:
+		if k.N.BitLen() >= 2048 {
+			return nil
+		}
+		return fmt.Errorf("RSA key of %d bits is too weak (2048 or more): %s", k.N.BitLen(), use)
+	}
+	return fmt.Errorf("%T keys are not accepted: %s", pub, use)
+}
+
+// checkIssued makes sure the issuer's certificate is what was asked for:
+// the CSR's key, the CN it reported, for the service.
+func checkIssued(certPEM []byte, cn string, csr *x509.CertificateRequest, svc mesh.MeshService) error {
+	cert, err := parseCertPEM(certPEM)
+	if err != nil {
+		return fmt.Errorf("issuer returned a bad certificate: %w", err)
+	}
+	if cert.Subject.CommonName != cn {
+		return fmt.Errorf("issuer returned a certificate for %q, reported %q", cert.Subject.CommonName, cn)
+	}
+	id, err := mesh.ParseProxyIdentity(cn)
+	if err != nil {
+		return fmt.Errorf("issuer returned a certificate that is not a proxy certificate: %w", err)
+	}
+	if id.Service != svc {
+		return fmt.Errorf("issuer returned a certificate for service %s, want %s", id.Service, svc)
+	}
+	type equaler interface{ Equal(x crypto.PublicKey) bool }
+	if k, ok := cert.PublicKey.(equaler); !ok || !k.Equal(csr.PublicKey) {
+		return errors.New("issuer returned a certificate for another key than the CSR's")
+	}
+	return nil
+}
+
+func parseCertPEM(b []byte) (*x509.Certificate, error) {
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New(`want a PEM "CERTIFICATE" block`)
+	}
+	return x509.ParseCertificate(block.Bytes)
+}
+
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, ReasonBadRequest, fmt.Sprintf("request body is larger than %d bytes", maxBody))
+			return false
+		}
+		writeError(w, http.StatusBadRequest, ReasonBadRequest, fmt.Sprintf("decode request body: %v", err))
+		return false
+	}
+	return true
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, reason, msg string) {
+	writeJSON(w, status, ErrorBody{Reason: reason, Error: msg})
+}

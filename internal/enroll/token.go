@@ -1,0 +1,277 @@
+package enroll
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// Store is what enrollment needs from internal/store.
+type Store interface {
+	Get(ctx context.Context, key string) (value []byte, version uint64, err error)
+	List(ctx context.Context, prefix string) ([]store.KV, error)
+	Txn(ctx context.Context, ops ...store.Op) (ok bool, err error)
+}
+
+// TokenPrefix is the store prefix of join tokens; each key is TokenPrefix
+// followed by the hex SHA-256 of the token's secret.
+const TokenPrefix = "enroll/token/"
+
+// Defaults of a TokenRequest.
+const (
+	DefaultTokenTTL  = 24 * time.Hour
+	DefaultTokenUses = 1
+)
+
+// secretLen is the length of a token secret: 32 random bytes in hex.
+const secretLen = 64
+
+// Errors of token operations, wrapped with the detail.
+var (
+	// ErrTokenNotFound: no token has the ID (Revoke).
+	ErrTokenNotFound = errors.New("join token not found")
+	// ErrTokenInvalid: a token request is invalid (Create).
+	ErrTokenInvalid = errors.New("invalid join token request")
+)
+
+// Token is a join token as stored and listed. The secret is never stored.
+type Token struct {
+	// ID is the public short ID: the first 8 hex characters of the hash.
+	ID             string           `json:"id"`
+	Service        mesh.MeshService `json:"service"`
+	ServiceAccount string           `json:"serviceAccount"`
+	Created        time.Time        `json:"created"`
+	Expires        time.Time        `json:"expires"`
+	UsesTotal      int              `json:"usesTotal"`
+	UsesLeft       int              `json:"usesLeft"`
+	Revoked        bool             `json:"revoked,omitempty"`
+	RevokedAt      *time.Time       `json:"revokedAt,omitempty"`
+}
+
+// Token states, as returned by [Token.State].
+const (
+	StateValid   = "valid"
+	StateExpired = "expired"
+	StateRevoked = "revoked"
+	StateUsedUp  = "used up"
+)
+
+// State returns valid, expired, revoked or used up at now. A revoked
+// token reports revoked even when it has also expired.
+func (t Token) State(now time.Time) string {
+	switch {
+	case t.Revoked:
+		return StateRevoked
+	case !now.Before(t.Expires):
+		return StateExpired
+	case t.UsesLeft <= 0:
+		return StateUsedUp
+	}
+	return StateValid
+}
+
+// MeshServiceAccount returns the service account proxies enrolled with the
+// token run as.
+func (t Token) MeshServiceAccount() mesh.ServiceAccount {
+	return mesh.ServiceAccount{Namespace: t.Service.Namespace, Name: t.ServiceAccount}
+}
+
+// TokenRequest asks for a new join token.
+type TokenRequest struct {
+	Service mesh.MeshService
+	// ServiceAccount defaults to the service's name.
+	ServiceAccount string
+	// TTL defaults to DefaultTokenTTL.
+	TTL time.Duration
+	// Uses defaults to DefaultTokenUses.
+	Uses int
+}
+
+// Tokens creates, lists, revokes and spends join tokens kept in a Store.
+type Tokens struct {
+	st  Store
+	now func() time.Time
+}
+
+// NewTokens returns the join tokens kept in st; now defaults to time.Now.
+func NewTokens(st Store, now func() time.Time) *Tokens {
+	if now == nil {
+		now = time.Now
+	}
+	return &Tokens{st: st, now: now}
+}
+
+// Create makes a new token and returns its secret (shown once, never
+// stored) and its record.
+func (t *Tokens) Create(ctx context.Context, req TokenRequest) (string, Token, error) {
+	if err := req.Service.Validate(); err != nil {
+		return "", Token{}, fmt.Errorf("%w: %w", ErrTokenInvalid, err)
+	}
+	sa := cmp.Or(req.ServiceAccount, req.Service.Name)
+	if err := mesh.ValidateLabel("service account", sa); err != nil {
+		return "", Token{}, fmt.Errorf("%w: %w", ErrTokenInvalid, err)
+	}
+	if req.TTL < 0 {
+		return "", Token{}, fmt.Errorf("%w: ttl %s is negative: give a positive duration such as 24h", ErrTokenInvalid, req.TTL)
+	}
+	if req.Uses < 0 {
+		return "", Token{}, fmt.Errorf("%w: uses %d is negative: give 1 or more", ErrTokenInvalid, req.Uses)
+	}
+	ttl := cmp.Or(req.TTL, DefaultTokenTTL)
+	uses := cmp.Or(req.Uses, DefaultTokenUses)
+
+	existing, err := t.List(ctx)
+	if err != nil {
+		return "", Token{}, err
+	}
+	for range 5 {
+		var raw [32]byte
+		if _, err := rand.Read(raw[:]); err != nil {
+			return "", Token{}, fmt.Errorf("generate join token: %w", err)
+		}
+		secret := hex.EncodeToString(raw[:])
+		hash := hashSecret(secret)
+		id := hash[:8]
+		if slices.ContainsFunc(existing, func(x Token) bool { return x.ID == id }) {
+			continue // keep short IDs unique so Revoke is unambiguous
+		}
+		now := t.now().UTC().Truncate(time.Second)
+		tok := Token{
+			ID:             id,
+			Service:        req.Service,
+			ServiceAccount: sa,
+			Created:        now,
+			Expires:        now.Add(ttl),
+			UsesTotal:      uses,
+			UsesLeft:       uses,
+		}
+		val, err := json.Marshal(tok)
+		if err != nil {
+			return "", Token{}, fmt.Errorf("encode join token: %w", err)
+		}
+		ok, err := t.st.Txn(ctx, store.Set(TokenPrefix+hash, 0, val))
+		if err != nil {
+			return "", Token{}, fmt.Errorf("store join token: %w", err)
+		}
+		if ok {
+			return secret, tok, nil
+		}
+	}
+	return "", Token{}, errors.New("create join token: could not find an unused token ID after 5 tries")
+}
+
+// List returns every token, newest first.
+func (t *Tokens) List(ctx context.Context) ([]Token, error) {
+	kvs, err := t.st.List(ctx, TokenPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("list join tokens: %w", err)
+	}
+	out := make([]Token, 0, len(kvs))
+	for _, kv := range kvs {
+		var tok Token
+		if err := json.Unmarshal(kv.Value, &tok); err != nil {
+			return nil, fmt.Errorf("join token %s: decode: %w", kv.Key, err)
+		}
+		out = append(out, tok)
+	}
+	slices.SortFunc(out, func(a, b Token) int {
+		if c := b.Created.Compare(a.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+// Revoke marks the token with the ID revoked; revoking a revoked token is
+// not an error. Proxies already enrolled with it keep their certificates.
+func (t *Tokens) Revoke(ctx context.Context, id string) (Token, error) {
+	for range 5 {
+		kvs, err := t.st.List(ctx, TokenPrefix)
+		if err != nil {
+			return Token{}, fmt.Errorf("list join tokens: %w", err)
+		}
+		var (
+			found   bool
+			tok     Token
+			key     string
+			version uint64
+		)
+		for _, kv := range kvs {
+			var x Token
+			if err := json.Unmarshal(kv.Value, &x); err != nil {
+				return Token{}, fmt.Errorf("join token %s: decode: %w", kv.Key, err)
+			}
+			if x.ID == id {
+				found, tok, key, version = true, x, kv.Key, kv.Version
+				break
+			}
+		}
+		if !found {
+			return Token{}, fmt.Errorf("%w: no join token has ID %q (list them with `osm-server token list`)", ErrTokenNotFound, id)
+		}
+		if tok.Revoked {
+			return tok, nil
+		}
+		now := t.now().UTC().Truncate(time.Second)
+		tok.Revoked, tok.RevokedAt = true, &now
+		val, err := json.Marshal(tok)
+		if err != nil {
+			return Token{}, fmt.Errorf("encode join token: %w", err)
+		}
+		ok, err := t.st.Txn(ctx, store.Set(key, version, val))
+		if err != nil {
+			return Token{}, fmt.Errorf("revoke join token %s: %w", id, err)
+		}
+		if ok {
+			return tok, nil
+		}
+	}
+	return Token{}, fmt.Errorf("revoke join token %s: it kept changing under us (5 tries); try again", id)
+}
+
+// lookup returns the token with the secret, its store key and version;
+// version 0 means there is none.
+func (t *Tokens) lookup(ctx context.Context, secret string) (Token, string, uint64, error) {
+	if !validSecret(secret) {
+		return Token{}, "", 0, nil
+	}
+	key := TokenPrefix + hashSecret(secret)
+	val, version, err := t.st.Get(ctx, key)
+	if err != nil || version == 0 {
+		return Token{}, key, 0, err
+	}
+	var tok Token
+	if err := json.Unmarshal(val, &tok); err != nil {
+		return Token{}, key, 0, fmt.Errorf("join token %s: decode: %w", key, err)
+	}
+	return tok, key, version, nil
+}
+
+func hashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+func validSecret(s string) bool {
+	if len(s) != secretLen {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
