@@ -1,0 +1,218 @@
+package render
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// set is a mutable copy of one proxy's resources.
+type set []proto.Message
+
+func (s set) find(t *testing.T, label string) proto.Message {
+	t.Helper()
+	for _, m := range s {
+		if labelOf(m) == label {
+			return m
+		}
+	}
+	t.Fatalf("no %s in the set", label)
+	return nil
+}
+
+func (s set) without(t *testing.T, label string) set {
+	t.Helper()
+	s.find(t, label)
+	var out set
+	for _, m := range s {
+		if labelOf(m) != label {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func cloneSet(ms []proto.Message) set {
+	out := make(set, len(ms))
+	for i, m := range ms {
+		out[i] = proto.Clone(m)
+	}
+	return out
+}
+
+// hcmOf returns the (copied) HCM of a listener and a function storing it back.
+func hcmOf(t *testing.T, l *listenerv3.Listener) (*hcmv3.HttpConnectionManager, func()) {
+	t.Helper()
+	a := l.GetApiListener().GetApiListener()
+	if a == nil {
+		a = l.GetFilterChains()[0].GetFilters()[0].GetTypedConfig()
+	}
+	m, err := a.UnmarshalNew()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hcm := m.(*hcmv3.HttpConnectionManager)
+	return hcm, func() {
+		b, err := anypb.New(hcm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proto.Reset(a)
+		proto.Merge(a, b)
+	}
+}
+
+func mustAnyT(t *testing.T, m proto.Message) *anypb.Any {
+	t.Helper()
+	a, err := anypb.New(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func TestValidateRejects(t *testing.T) {
+	m := meshOf(bookstoreSpec(t, false).Snapshot(), bookstoreEndpoints(t))
+	envoy := renderAll(t, m, Proxy{Service: svc("bookbuyer"), Address: netip.MustParseAddr("127.0.10.1")}).all()
+	grpc := renderAll(t, m, Proxy{Service: svc("bookbuyer"), Flavor: GRPC, Address: netip.MustParseAddr("127.0.10.1")}).all()
+	const (
+		splitRoute   = `route configuration "outbound|default/bookstore|14001"`
+		v1Listener   = `listener "outbound|default/bookstore-v1|14001"`
+		v1Cluster    = `cluster "default/bookstore-v1"`
+		grpcAPI      = `listener "bookstore.default.mesh:14001"`
+		grpcV1       = `cluster "default/bookstore-v1|grpc"`
+		grpcV1Assign = `load assignment "default/bookstore-v1"`
+	)
+	for _, tc := range []struct {
+		name   string
+		flavor Flavor
+		base   []proto.Message
+		break_ func(t *testing.T, s set) set
+		want   string
+	}{
+		{"dangling RDS name", Envoy, envoy, func(t *testing.T, s set) set { return s.without(t, splitRoute) },
+			`references route configuration "outbound|default/bookstore|14001", which is not in the set`},
+		{"dangling weighted cluster", Envoy, envoy, func(t *testing.T, s set) set {
+			rc := s.find(t, splitRoute).(*routev3.RouteConfiguration)
+			rc.VirtualHosts[0].Routes[0].GetRoute().GetWeightedClusters().Clusters[0].Name = "default/bookstore-v9"
+			return s
+		}, `references cluster "default/bookstore-v9"`},
+		{"dangling route cluster", Envoy, envoy, func(t *testing.T, s set) set { return s.without(t, `cluster "local|default/bookbuyer|14001"`) },
+			`route configuration "inbound|default/bookbuyer|14001": references cluster "local|default/bookbuyer|14001"`},
+		{"dangling EDS name", Envoy, envoy, func(t *testing.T, s set) set { return s.without(t, grpcV1Assign) },
+			`cluster "default/bookstore-v1": references load assignment "default/bookstore-v1"`},
+		{"dangling SDS name", Envoy, envoy, func(t *testing.T, s set) set { return s.without(t, `secret "root-ca"`) },
+			`references secret "root-ca"`},
+		{"duplicate listener address", Envoy, envoy, func(t *testing.T, s set) set {
+			l := proto.Clone(s.find(t, v1Listener)).(*listenerv3.Listener)
+			l.Name = "copy"
+			return append(s, l)
+		}, `listener "copy": listens on 127.77.`},
+		{"duplicate name", Envoy, envoy, func(t *testing.T, s set) set { return append(s, proto.Clone(s.find(t, v1Cluster))) },
+			`cluster "default/bookstore-v1" appears twice`},
+		{"weights sum to 0", Envoy, envoy, func(t *testing.T, s set) set {
+			rc := s.find(t, splitRoute).(*routev3.RouteConfiguration)
+			for _, c := range rc.VirtualHosts[0].Routes[0].GetRoute().GetWeightedClusters().Clusters {
+				c.Weight = wrapperspb.UInt32(0)
+			}
+			return s
+		}, "sum to 0"},
+		{"Perl-only regex", Envoy, envoy, func(t *testing.T, s set) set {
+			rc := s.find(t, splitRoute).(*routev3.RouteConfiguration)
+			rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: `/books(?=/new)`}}
+			return s
+		}, `regex "/books(?=/new)" is not RE2`},
+		{"EDS cluster without eds_cluster_config", Envoy, envoy, func(t *testing.T, s set) set {
+			s.find(t, v1Cluster).(*clusterv3.Cluster).EdsClusterConfig = nil
+			return s
+		}, `cluster "default/bookstore-v1": EDS cluster without eds_cluster_config`},
+		{"ValidateAll inside an Any", Envoy, envoy, func(t *testing.T, s set) set {
+			l := s.find(t, v1Listener).(*listenerv3.Listener)
+			l.FilterChains[0].Filters[0] = &listenerv3.Filter{Name: tcpProxyFilter, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAnyT(t, &tcpproxyv3.TcpProxy{
+				ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: "default/bookstore-v1"},
+			})}}
+			return s
+		}, "TcpProxy.StatPrefix"},
+		{"ValidateAll on the resource", Envoy, envoy, func(t *testing.T, s set) set {
+			s.find(t, splitRoute).(*routev3.RouteConfiguration).VirtualHosts[0].Domains = nil
+			return s
+		}, "VirtualHost.Domains"},
+		{"Any of the wrong type", Envoy, envoy, func(t *testing.T, s set) set {
+			l := s.find(t, v1Listener).(*listenerv3.Listener)
+			l.FilterChains[0].Filters[0].ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: mustAnyT(t, &routerv3.Router{})}
+			return s
+		}, `network filter "envoy.filters.network.http_connection_manager" holds "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"`},
+		{"Any of an unknown type", Envoy, envoy, func(t *testing.T, s set) set {
+			l := s.find(t, v1Listener).(*listenerv3.Listener)
+			l.FilterChains[0].Filters[0].ConfigType = &listenerv3.Filter_TypedConfig{TypedConfig: &anypb.Any{TypeUrl: "type.googleapis.com/no.such.Filter"}}
+			return s
+		}, `Any "type.googleapis.com/no.such.Filter"`},
+		{"upstream TLS by certificate provider in Envoy", Envoy, envoy, func(t *testing.T, s set) set {
+			c := s.find(t, v1Cluster).(*clusterv3.Cluster)
+			c.TransportSocket.ConfigType = &corev3.TransportSocket_TypedConfig{TypedConfig: mustAnyT(t, upstreamTLS(GRPC, []string{"spiffe://osm.local/ns/default/sa/bookstore"}, ""))}
+			return s
+		}, "Envoy TLS must take its certificate and CA by SDS"},
+		{"api listener in Envoy", Envoy, envoy, func(t *testing.T, s set) set {
+			return append(s, proto.Clone(grpcSetFind(t, grpc, grpcAPI)))
+		}, "api_listener is for gRPC clients"},
+		{"gRPC: router not last", GRPC, grpc, func(t *testing.T, s set) set {
+			hcm, store := hcmOf(t, s.find(t, grpcAPI).(*listenerv3.Listener))
+			hcm.HttpFilters = append(hcm.HttpFilters, &hcmv3.HttpFilter{Name: httpRBACFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAnyT(t, &rbachttpv3.RBAC{})}})
+			store()
+			return s
+		}, "http_filters must end in the router filter"},
+		{"gRPC: STATIC cluster", GRPC, grpc, func(t *testing.T, s set) set {
+			c := s.find(t, grpcV1).(*clusterv3.Cluster)
+			c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
+			c.LoadAssignment = &endpointv3.ClusterLoadAssignment{ClusterName: c.Name, Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{lbEndpoint(netip.MustParseAddrPort("127.0.0.1:1"))}}}}
+			return s
+		}, "STATIC cluster: gRPC accepts only"},
+		{"gRPC: duplicate endpoint addresses", GRPC, grpc, func(t *testing.T, s set) set {
+			cla := s.find(t, grpcV1Assign).(*endpointv3.ClusterLoadAssignment)
+			cla.Endpoints[0].LbEndpoints = append(cla.Endpoints[0].LbEndpoints, proto.Clone(cla.Endpoints[0].LbEndpoints[0]).(*endpointv3.LbEndpoint))
+			return s
+		}, "endpoint 127.0.10.3:14001 appears twice"},
+		{"gRPC: SDS", GRPC, grpc, func(t *testing.T, s set) set {
+			c := s.find(t, grpcV1).(*clusterv3.Cluster)
+			c.TransportSocket.ConfigType = &corev3.TransportSocket_TypedConfig{TypedConfig: mustAnyT(t, upstreamTLS(Envoy, []string{"spiffe://osm.local/ns/default/sa/bookstore"}, ""))}
+			return s
+		}, "gRPC TLS must use certificate provider instance"},
+		{"gRPC: secrets", GRPC, grpc, func(t *testing.T, s set) set {
+			return append(s, &tlsv3.Secret{Name: RootCASecret})
+		}, "gRPC has no SDS"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := cloneSet(tc.base)
+			if err := Validate(tc.flavor, s...); err != nil {
+				t.Fatalf("the unbroken set fails: %v", err)
+			}
+			err := Validate(tc.flavor, tc.break_(t, s)...)
+			if err == nil {
+				t.Fatalf("Validate accepted the broken set, want an error containing %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate error:\n%v\nwant one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func grpcSetFind(t *testing.T, ms []proto.Message, label string) proto.Message {
+	t.Helper()
+	return set(ms).find(t, label)
+}
