@@ -78,4 +78,3 @@ func (c *Certificate) TLS() (tls.Certificate, error) {
 	tc.Leaf = c.leaf
 	return tc, nil
 }
-

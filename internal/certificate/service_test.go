@@ -1,0 +1,311 @@
+package certificate
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+var bookstore = mesh.ServiceAccount{Namespace: "default", Name: "bookstore"}
+
+func TestServiceCertificate(t *testing.T) {
+	clk := newClock()
+	m := newTestManager(t, store.NewMemory(), Options{Now: clk.Now})
+	c, err := m.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatalf("ServiceCertificate: %v", err)
+	}
+	if got, want := c.GetURISANs(), []string{"spiffe://osm.local/ns/default/sa/bookstore"}; !cmp.Equal(got, want) {
+		t.Errorf("URI SANs = %q, want %q", got, want)
+	}
+	if got, want := c.GetCommonName(), CommonName("bookstore.default.osm.local"); got != want {
+		t.Errorf("CN = %q, want %q", got, want)
+	}
+	leaf := c.X509()
+	if len(leaf.DNSNames)+len(leaf.IPAddresses)+len(leaf.EmailAddresses) != 0 {
+		t.Errorf("service certificate has SANs besides the SPIFFE ID: %v %v %v", leaf.DNSNames, leaf.IPAddresses, leaf.EmailAddresses)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots:       m.CertPool(),
+		CurrentTime: clk.Now(),
+		KeyUsages:   []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}); err != nil {
+		t.Errorf("service certificate does not verify against the mesh root: %v", err)
+	}
+	if !cmp.Equal(c.GetIssuingCA(), m.RootPEM()) {
+		t.Errorf("GetIssuingCA is not the mesh root")
+	}
+	if got := c.GetSerialNumber(); got != leaf.SerialNumber.Text(16) {
+		t.Errorf("GetSerialNumber = %q, want %q", got, leaf.SerialNumber.Text(16))
+	}
+
+	again, err := m.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.GetSerialNumber() != c.GetSerialNumber() {
+		t.Errorf("second ServiceCertificate issued a new certificate; want the shared one")
+	}
+	got, err := m.GetCertificate(t.Context(), c.GetCommonName())
+	if err != nil || got.GetSerialNumber() != c.GetSerialNumber() {
+		t.Errorf("GetCertificate = %v, %v; want the issued certificate", got, err)
+	}
+}
+
+func TestServiceLifetimeJitter(t *testing.T) {
+	clk := newClock()
+	const lifetime = 48 * time.Hour
+	m := newTestManager(t, store.NewMemory(), Options{Now: clk.Now})
+	expiries := map[time.Time]bool{}
+	for i := range 10 {
+		c, err := m.ServiceCertificate(t.Context(), mesh.ServiceAccount{Namespace: "default", Name: fmt.Sprintf("sa%d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := c.GetExpiration().Sub(clk.Now())
+		// NotAfter has whole seconds.
+		if lo := lifetime - lifetime/10 - time.Second; got < lo || got > lifetime {
+			t.Errorf("lifetime = %s, want within [%s, %s]", got, lo, lifetime)
+		}
+		expiries[c.GetExpiration()] = true
+	}
+	if len(expiries) < 2 {
+		t.Errorf("10 certificates issued at one instant share %d expiry; want jitter to spread them", len(expiries))
+	}
+}
+
+func TestIssueCertificateNames(t *testing.T) {
+	m := newTestManager(t, store.NewMemory(), Options{})
+	for _, cn := range []CommonName{
+		"bookstore.default",
+		"bookstore.default.other.domain",
+		"2f1d4c1e-6b0a-4f5e-9d1c-0a1b2c3d4e5f.bookstore.default",
+		"Book.default.osm.local",
+		"a.b.c.osm.local",
+	} {
+		if _, err := m.IssueCertificate(t.Context(), cn, 0); err == nil {
+			t.Errorf("IssueCertificate(%q) succeeded; want an error", cn)
+		}
+	}
+	c, err := m.IssueCertificate(t.Context(), "reviews.shop.osm.local", time.Hour)
+	if err != nil {
+		t.Fatalf("IssueCertificate: %v", err)
+	}
+	if got, want := c.GetURISANs(), []string{"spiffe://osm.local/ns/shop/sa/reviews"}; !cmp.Equal(got, want) {
+		t.Errorf("URI SANs = %q, want %q", got, want)
+	}
+	if _, err := m.GetCertificate(t.Context(), "missing.shop.osm.local"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetCertificate(missing) err = %v, want ErrNotFound", err)
+	}
+	if _, err := m.RotateCertificate(t.Context(), "missing.shop.osm.local"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("RotateCertificate(missing) err = %v, want ErrNotFound", err)
+	}
+}
+
+// Without Run, a certificate due for rotation is replaced on the next
+// request, and the replacement is announced.
+func TestRotationOnDemand(t *testing.T) {
+	clk := newClock()
+	m := newTestManager(t, store.NewMemory(), Options{Now: clk.Now, ServiceLifetime: 30 * time.Hour})
+	ch, cancel := m.Subscribe()
+	defer cancel()
+	old, err := m.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := nextAnnouncement(t, ch, Issued, time.Second); got.CommonName != old.GetCommonName() || got.ServiceAccount != bookstore {
+		t.Errorf("Issued announcement = %+v", got)
+	}
+	clk.Advance(17 * time.Hour) // more than two thirds of 27h..30h left: not due
+	if c, _ := m.ServiceCertificate(t.Context(), bookstore); c.GetSerialNumber() != old.GetSerialNumber() {
+		t.Errorf("rotated with more than a third of the lifetime left")
+	}
+	clk.Advance(4 * time.Hour) // 21h of at most 30h passed: due
+	c, err := m.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GetSerialNumber() == old.GetSerialNumber() {
+		t.Fatalf("not rotated with less than a third of the lifetime left")
+	}
+	if !clk.Now().Before(old.GetExpiration()) {
+		t.Errorf("rotated only after the old certificate expired")
+	}
+	nextAnnouncement(t, ch, Rotated, time.Second)
+	if got := drain(ch); len(got) != 0 {
+		t.Errorf("extra announcements %+v", got)
+	}
+
+	forced, err := m.RotateCertificate(t.Context(), c.GetCommonName())
+	if err != nil || forced.GetSerialNumber() == c.GetSerialNumber() {
+		t.Fatalf("RotateCertificate = %v, %v; want a new certificate", forced, err)
+	}
+	nextAnnouncement(t, ch, Rotated, time.Second)
+
+	if err := m.ReleaseCertificate(t.Context(), c.GetCommonName()); err != nil {
+		t.Fatal(err)
+	}
+	if a := nextAnnouncement(t, ch, Released, time.Second); a.ServiceAccount != bookstore {
+		t.Errorf("Released announcement = %+v", a)
+	}
+	if _, err := m.GetCertificate(t.Context(), c.GetCommonName()); !errors.Is(err, ErrNotFound) {
+		t.Errorf("GetCertificate after release: err = %v, want ErrNotFound", err)
+	}
+	if err := m.ReleaseCertificate(t.Context(), c.GetCommonName()); err != nil {
+		t.Errorf("second release: %v", err)
+	}
+	list, err := m.ListCertificates(t.Context())
+	if err != nil || len(list) != 0 {
+		t.Errorf("ListCertificates after release = %d certificates, %v", len(list), err)
+	}
+}
+
+// With Run, a short-lived certificate is replaced before it expires, and
+// both replicas announce the rotation whichever of them made it.
+func TestRotationByRunAcrossReplicas(t *testing.T) {
+	st := store.NewMemory()
+	const lifetime = 6 * time.Second
+	m1 := newTestManager(t, st, Options{ServiceLifetime: lifetime})
+	m2 := newTestManager(t, st, Options{ServiceLifetime: lifetime})
+	ch1, cancel1 := m1.Subscribe()
+	defer cancel1()
+	ch2, cancel2 := m2.Subscribe()
+	defer cancel2()
+	runManager(t, m1)
+	runManager(t, m2)
+
+	old, err := m1.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextAnnouncement(t, ch2, Issued, 5*time.Second)
+	if c, err := m2.ServiceCertificate(t.Context(), bookstore); err != nil || c.GetSerialNumber() != old.GetSerialNumber() {
+		t.Fatalf("replica 2 ServiceCertificate = %v, %v; want the shared certificate", c, err)
+	}
+
+	for i, ch := range []<-chan Announcement{ch1, ch2} {
+		a := nextAnnouncement(t, ch, Rotated, 2*lifetime)
+		if a.CommonName != old.GetCommonName() || a.ServiceAccount != bookstore {
+			t.Errorf("replica %d: Rotated announcement = %+v", i+1, a)
+		}
+	}
+	n1, err := m1.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, err := m2.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n1.GetSerialNumber() == old.GetSerialNumber() {
+		t.Fatalf("certificate not rotated")
+	}
+	if n1.GetSerialNumber() != n2.GetSerialNumber() {
+		t.Errorf("replicas serve different certificates after the rotation (%s, %s)", n1.GetSerialNumber(), n2.GetSerialNumber())
+	}
+	if issued := n1.X509().NotBefore.Add(time.Minute); !issued.Before(old.GetExpiration()) {
+		t.Errorf("new certificate issued at %s, after the old one expired at %s", issued, old.GetExpiration())
+	}
+}
+
+// A replica that did not make a change learns it from the store watch.
+func TestReplicaAnnouncesOthersRotation(t *testing.T) {
+	st := store.NewMemory()
+	m1 := newTestManager(t, st, Options{})
+	m2 := newTestManager(t, st, Options{})
+	runManager(t, m2)
+	ch, cancel := m2.Subscribe()
+	defer cancel()
+	c, err := m1.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextAnnouncement(t, ch, Issued, 5*time.Second)
+	rot, err := m1.RotateCertificate(t.Context(), c.GetCommonName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nextAnnouncement(t, ch, Rotated, 5*time.Second)
+	got, err := m2.ServiceCertificate(t.Context(), bookstore)
+	if err != nil || got.GetSerialNumber() != rot.GetSerialNumber() {
+		t.Errorf("replica 2 serves %v, %v after replica 1 rotated; want %s", got, err, rot.GetSerialNumber())
+	}
+	if err := m1.ReleaseCertificate(t.Context(), c.GetCommonName()); err != nil {
+		t.Fatal(err)
+	}
+	nextAnnouncement(t, ch, Released, 5*time.Second)
+}
+
+// Two proxies' service certificates authenticate each other over real mTLS
+// with only the mesh root as trust anchor.
+func TestServiceCertificatesMutualTLS(t *testing.T) {
+	m := newTestManager(t, store.NewMemory(), Options{})
+	server, err := m.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := m.ServiceCertificate(t.Context(), mesh.ServiceAccount{Namespace: "default", Name: "bookbuyer"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serverTLS, err := server.TLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientTLS, err := client.TLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{
+		Certificates: []tls.Certificate{serverTLS},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    m.CertPool(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	peerURI := make(chan string, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			peerURI <- err.Error()
+			return
+		}
+		defer conn.Close()
+		tc := conn.(*tls.Conn)
+		if err := tc.Handshake(); err != nil {
+			peerURI <- err.Error()
+			return
+		}
+		peerURI <- tc.ConnectionState().PeerCertificates[0].URIs[0].String()
+	}()
+	conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{
+		Certificates: []tls.Certificate{clientTLS},
+		RootCAs:      m.CertPool(),
+		// Peers check SPIFFE IDs, not host names.
+		InsecureSkipVerify: true,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			leaf, err := x509.ParseCertificate(raw[0])
+			if err != nil {
+				return err
+			}
+			_, err = leaf.Verify(x509.VerifyOptions{Roots: m.CertPool()})
+			return err
+		},
+	})
+	if err != nil {
+		t.Fatalf("mTLS handshake: %v", err)
+	}
+	conn.Close()
+	if got, want := <-peerURI, "spiffe://osm.local/ns/default/sa/bookbuyer"; got != want {
+		t.Errorf("server saw client %q, want %q", got, want)
+	}
+}
