@@ -313,7 +313,8 @@ func checkResponse(resp CertificateResponse, key crypto.Signer, svc mesh.MeshSer
 	if !pool.AppendCertsFromPEM([]byte(resp.CA)) {
 		return Result{}, errors.New("the answer has no CA bundle")
 	}
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+	opts := x509.VerifyOptions{Roots: pool, CurrentTime: withinValidity(cert, time.Now()), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
+	if _, err := cert.Verify(opts); err != nil {
 		return Result{}, fmt.Errorf("the certificate in the answer does not verify against its CA bundle: %w", err)
 	}
 	return Result{CertificatePEM: []byte(resp.Certificate), CAPEM: []byte(resp.CA), XDSAddress: resp.XDSAddress, Identity: resp.Identity}, nil
@@ -331,4 +332,18 @@ func bundleHas(bundle []byte, pin string) bool {
 			return true
 		}
 	}
+}
+
+// withinValidity returns now clamped into the certificate's validity, the
+// time to verify its chain at when only the chain matters: a machine whose
+// clock is off should not throw away a certificate it spent a token on
+// (expiry is the renewal loop's business).
+func withinValidity(cert *x509.Certificate, now time.Time) time.Time {
+	switch {
+	case now.Before(cert.NotBefore):
+		return cert.NotBefore
+	case now.After(cert.NotAfter):
+		return cert.NotAfter
+	}
+	return now
 }

@@ -219,7 +219,7 @@ func (f *fakeIssuer) signProxy(id mesh.ProxyIdentity, sa mesh.ServiceAccount, pu
 	tmpl := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: id.CommonName()},
 		URIs:        []*url.URL{u},
-		NotBefore:   time.Now().Add(-2 * time.Hour),
+		NotBefore:   time.Now().Add(-time.Minute),
 		NotAfter:    notAfter,
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},

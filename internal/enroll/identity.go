@@ -1,6 +1,7 @@
 package enroll
 
 import (
+	"cmp"
 	"crypto"
 	"crypto/tls"
 	"crypto/x509"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"time"
 )
 
 // Names of the identity files in the agent's data directory.
@@ -63,19 +65,21 @@ func MarshalKey(key crypto.Signer) ([]byte, error) {
 // when running as root, otherwise $XDG_STATE_HOME/osm-agent or
 // ~/.local/state/osm-agent; on Windows %ProgramData%\osm-agent.
 func DefaultDataDir() string {
-	if runtime.GOOS == "windows" {
-		if pd := os.Getenv("ProgramData"); pd != "" {
-			return filepath.Join(pd, "osm-agent")
-		}
-		return `C:\ProgramData\osm-agent`
+	home, _ := os.UserHomeDir()
+	return defaultDataDir(runtime.GOOS, os.Geteuid(), os.Getenv, home)
+}
+
+func defaultDataDir(goos string, euid int, getenv func(string) string, home string) string {
+	if goos == "windows" {
+		return filepath.Join(cmp.Or(getenv("ProgramData"), `C:\ProgramData`), "osm-agent")
 	}
-	if os.Geteuid() == 0 {
+	if euid == 0 {
 		return "/var/lib/osm-agent"
 	}
-	if st := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(st) {
+	if st := getenv("XDG_STATE_HOME"); filepath.IsAbs(st) {
 		return filepath.Join(st, "osm-agent")
 	}
-	if home, err := os.UserHomeDir(); err == nil {
+	if home != "" {
 		return filepath.Join(home, ".local", "state", "osm-agent")
 	}
 	return filepath.Join(os.TempDir(), "osm-agent")
@@ -215,7 +219,7 @@ func parseIdentity(id Identity) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("%s is corrupt: no PEM certificate", CAFile)
 	}
 	// Expiry is the renewal loop's business; here only the chain counts.
-	opts := x509.VerifyOptions{Roots: pool, CurrentTime: cert.NotBefore, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
+	opts := x509.VerifyOptions{Roots: pool, CurrentTime: withinValidity(cert, time.Now()), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
 	if _, err := cert.Verify(opts); err != nil {
 		return nil, fmt.Errorf("%s is not issued by a CA in %s: %w", CertFile, CAFile, err)
 	}

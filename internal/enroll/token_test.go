@@ -1,0 +1,194 @@
+package enroll
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+func TestTokensCreate(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	st := store.NewMemory()
+	tokens := NewTokens(st, func() time.Time { return now })
+	ctx := context.Background()
+
+	for _, tc := range []struct {
+		name string
+		req  TokenRequest
+		want Token
+	}{
+		{
+			name: "defaults",
+			req:  TokenRequest{Service: bookstore},
+			want: Token{Service: bookstore, ServiceAccount: "bookstore", Created: now, Expires: now.Add(24 * time.Hour), UsesTotal: 1, UsesLeft: 1},
+		},
+		{
+			name: "everything given",
+			req:  TokenRequest{Service: bookstore, ServiceAccount: "books", TTL: time.Hour, Uses: 10},
+			want: Token{Service: bookstore, ServiceAccount: "books", Created: now, Expires: now.Add(time.Hour), UsesTotal: 10, UsesLeft: 10},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			secret, tok, err := tokens.Create(ctx, tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(secret) != 64 || !validSecret(secret) {
+				t.Errorf("secret %q: want 64 lower-case hex characters (256 bits)", secret)
+			}
+			sum := sha256.Sum256([]byte(secret))
+			hash := hex.EncodeToString(sum[:])
+			tc.want.ID = hash[:8]
+			if diff := cmp.Diff(tc.want, tok); diff != "" {
+				t.Errorf("token (-want +got):\n%s", diff)
+			}
+			val, version, err := st.Get(ctx, TokenPrefix+hash)
+			if err != nil || version == 0 {
+				t.Fatalf("token not stored under its hash: %v", err)
+			}
+			if strings.Contains(string(val), secret) {
+				t.Errorf("stored token %s contains the secret", val)
+			}
+		})
+	}
+
+	// The secret is nowhere in the store, only its hash.
+	kvs, err := st.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(kvs), 2; got != want {
+		t.Errorf("store keys = %d, want %d", got, want)
+	}
+}
+
+func TestTokensCreateInvalid(t *testing.T) {
+	tokens := NewTokens(store.NewMemory(), nil)
+	for _, tc := range []struct {
+		name string
+		req  TokenRequest
+		want string
+	}{
+		{"no service", TokenRequest{}, "namespace is empty"},
+		{"bad service name", TokenRequest{Service: mesh.MeshService{Namespace: "default", Name: "Book_Store"}}, "not a DNS-1123 label"},
+		{"bad service account", TokenRequest{Service: bookstore, ServiceAccount: "a/b"}, "service account"},
+		{"negative ttl", TokenRequest{Service: bookstore, TTL: -time.Hour}, "ttl -1h0m0s is negative"},
+		{"negative uses", TokenRequest{Service: bookstore, Uses: -1}, "uses -1 is negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := tokens.Create(context.Background(), tc.req)
+			if !errors.Is(err, ErrTokenInvalid) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Create = %v, want ErrTokenInvalid saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTokenState(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	valid := Token{Expires: now.Add(time.Minute), UsesLeft: 1}
+	for _, tc := range []struct {
+		name string
+		tok  func(Token) Token
+		want string
+	}{
+		{"valid", func(t Token) Token { return t }, StateValid},
+		{"expires now", func(t Token) Token { t.Expires = now; return t }, StateExpired},
+		{"used up", func(t Token) Token { t.UsesLeft = 0; return t }, StateUsedUp},
+		{"revoked and expired", func(t Token) Token { t.Revoked = true; t.Expires = now.Add(-time.Hour); return t }, StateRevoked},
+	} {
+		if got := tc.tok(valid).State(now); got != tc.want {
+			t.Errorf("%s: State = %q, want %q", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestTokenAdminAPI(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	c := NewTokenAdminClient(e.srv.URL, e.client(), "admin-token")
+
+	secret, created, err := c.Create(ctx, TokenRequest{Service: bookstore, TTL: 2 * time.Hour, Uses: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := created.Expires.Sub(created.Created), 2*time.Hour; got != want {
+		t.Errorf("token lifetime = %s, want %s", got, want)
+	}
+	// The secret the API returned works.
+	if _, err := Enroll(ctx, nil, e.join(secret), newKey(t)); err != nil {
+		t.Fatalf("Enroll with the created token: %v", err)
+	}
+	_, other, err := c.Create(ctx, TokenRequest{Service: mesh.MeshService{Namespace: "default", Name: "bookbuyer"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	revoked, err := c.Revoke(ctx, other.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !revoked.Revoked || revoked.RevokedAt == nil {
+		t.Errorf("Revoke returned %+v, want it revoked with a time", revoked)
+	}
+	if _, err := c.Revoke(ctx, other.ID); err != nil {
+		t.Errorf("revoking twice: %v, want no error", err)
+	}
+
+	list, err := c.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, ts := range list {
+		got[ts.ID] = ts.State + " " + ts.Service.String()
+	}
+	want := map[string]string{created.ID: "valid default/bookstore", other.ID: "revoked default/bookbuyer"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("listed tokens (-want +got):\n%s", diff)
+	}
+	for _, ts := range list {
+		if ts.ID == created.ID && ts.UsesLeft != 1 {
+			t.Errorf("token %s uses left = %d, want 1", ts.ID, ts.UsesLeft)
+		}
+	}
+
+	if _, err := c.Revoke(ctx, "deadbeef"); !errors.Is(err, ErrTokenNotFound) {
+		t.Errorf("Revoke of an unknown ID = %v, want ErrTokenNotFound", err)
+	}
+	for _, tc := range []struct {
+		name string
+		body any
+		want string
+	}{
+		{"bad ttl", map[string]any{"service": bookstore, "ttl": "tomorrow"}, `ttl "tomorrow"`},
+		{"zero ttl", map[string]any{"service": bookstore, "ttl": "0s"}, "positive duration"},
+		{"bad service", map[string]any{"service": map[string]string{"name": "x"}}, "namespace is empty"},
+		{"unknown field", map[string]any{"service": bookstore, "usez": 3}, `unknown field "usez"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := e.postJSON(t, e.client(), "/api/v1/tokens", tc.body, &CreatedToken{})
+			if status != http.StatusBadRequest || !strings.Contains(body.Error, tc.want) {
+				t.Errorf("POST /api/v1/tokens = %d %q, want 400 saying %q", status, body.Error, tc.want)
+			}
+		})
+	}
+}
+
+func TestJoinCommand(t *testing.T) {
+	got := JoinCommand("https://10.0.0.1:15443", "abc", "sha256:00", bookstore)
+	want := "osm-agent enroll --server https://10.0.0.1:15443 --token abc --ca-cert-hash sha256:00 --service bookstore --namespace default"
+	if got != want {
+		t.Errorf("JoinCommand = %q, want %q", got, want)
+	}
+}
