@@ -232,6 +232,9 @@ func (m *Manager) issueService(ctx context.Context, sa mesh.ServiceAccount, life
 			return nil, fmt.Errorf("rotate certificate %s: %w", cn, ErrNotFound)
 		}
 		if cur != nil && !force && m.now().Before(cur.rotateAt()) {
+			// Another replica's (or an older) certificate: bring the
+			// cache up to date so the next call is served from it.
+			m.observeService(ctx, key)
 			return m.serviceCertificate(*cur)
 		}
 		lt := lifetime
@@ -260,9 +263,7 @@ func (m *Manager) issueService(ctx context.Context, sa mesh.ServiceAccount, life
 			continue
 		}
 		m.log.Info("issued service certificate", "cn", cn, "serial", rec.Serial, "expires", rec.Expires, "rotation", cur != nil)
-		if err := m.syncServices(ctx, true); err != nil {
-			m.log.Warn("reload service certificates after issuing", "err", err)
-		}
+		m.observeService(ctx, key)
 		return m.serviceCertificate(rec)
 	}
 	return nil, fmt.Errorf("issue certificate %s: the stored record keeps changing: %w", cn, ErrConflict)
@@ -316,9 +317,9 @@ func (m *Manager) serviceCertificate(rec serviceRecord) (*Certificate, error) {
 }
 
 // syncServices reloads every service certificate from the store and, when
-// announce is set, announces what changed since the last sync: Issued,
-// Rotated or Released. Store versions only grow, and syncs are
-// serialised, so each sync sees at least what the previous one saw.
+// announce is set, announces what changed since this replica last looked:
+// Issued, Rotated or Released. Store versions only grow and syncs are
+// serialised by syncMu, so each one sees at least what the previous saw.
 func (m *Manager) syncServices(ctx context.Context, announce bool) error {
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
@@ -333,28 +334,12 @@ func (m *Manager) syncServices(ctx context.Context, announce bool) error {
 	next := make(map[CommonName]*serviceState, len(kvs))
 	var events []Announcement
 	for _, kv := range kvs {
-		var rec serviceRecord
-		if err := json.Unmarshal(kv.Value, &rec); err != nil {
-			m.log.Warn("skipping undecodable service certificate", "key", kv.Key, "err", err)
+		s, ev := m.serviceChange(kv, known)
+		if s == nil {
 			continue
 		}
-		old := known[rec.CommonName]
-		if old != nil && old.version == kv.Version {
-			next[rec.CommonName] = old
-			continue
-		}
-		c, err := m.serviceCertificate(rec)
-		if err != nil {
-			m.log.Warn("skipping unparsable service certificate", "key", kv.Key, "err", err)
-			continue
-		}
-		next[rec.CommonName] = &serviceState{version: kv.Version, rec: rec, cert: c}
-		switch {
-		case old == nil:
-			events = append(events, Announcement{Kind: Issued, CommonName: rec.CommonName, ServiceAccount: rec.ServiceAccount})
-		case old.rec.Serial != rec.Serial:
-			events = append(events, Announcement{Kind: Rotated, CommonName: rec.CommonName, ServiceAccount: rec.ServiceAccount})
-		}
+		next[s.rec.CommonName] = s
+		events = append(events, ev...)
 	}
 	for cn, old := range known {
 		if next[cn] == nil {
@@ -371,6 +356,61 @@ func (m *Manager) syncServices(ctx context.Context, announce bool) error {
 	m.mu.Unlock()
 	m.wake()
 	return nil
+}
+
+// observeService reloads one service certificate after a local write and
+// announces its change, without listing the others. A deletion is left to
+// the next syncServices.
+func (m *Manager) observeService(ctx context.Context, key string) {
+	m.syncMu.Lock()
+	defer m.syncMu.Unlock()
+	raw, ver, err := m.st.Get(ctx, key)
+	if err != nil || ver == 0 {
+		return
+	}
+	m.mu.Lock()
+	known := maps.Clone(m.services)
+	m.mu.Unlock()
+	s, events := m.serviceChange(store.KV{Key: key, Value: raw, Version: ver}, known)
+	if s == nil {
+		return
+	}
+	m.mu.Lock()
+	if old := m.services[s.rec.CommonName]; old == nil || old.version < s.version {
+		m.services[s.rec.CommonName] = s
+		for _, a := range events {
+			m.announceLocked(a)
+		}
+	}
+	m.mu.Unlock()
+	m.wake()
+}
+
+// serviceChange decodes a stored service certificate and compares it with
+// what this replica knew. It returns nil for a record that does not decode.
+func (m *Manager) serviceChange(kv store.KV, known map[CommonName]*serviceState) (*serviceState, []Announcement) {
+	var rec serviceRecord
+	if err := json.Unmarshal(kv.Value, &rec); err != nil {
+		m.log.Warn("skipping undecodable service certificate", "key", kv.Key, "err", err)
+		return nil, nil
+	}
+	old := known[rec.CommonName]
+	if old != nil && old.version >= kv.Version {
+		return old, nil
+	}
+	c, err := m.serviceCertificate(rec)
+	if err != nil {
+		m.log.Warn("skipping unparsable service certificate", "key", kv.Key, "err", err)
+		return nil, nil
+	}
+	s := &serviceState{version: kv.Version, rec: rec, cert: c}
+	switch {
+	case old == nil:
+		return s, []Announcement{{Kind: Issued, CommonName: rec.CommonName, ServiceAccount: rec.ServiceAccount}}
+	case old.rec.Serial != rec.Serial:
+		return s, []Announcement{{Kind: Rotated, CommonName: rec.CommonName, ServiceAccount: rec.ServiceAccount}}
+	}
+	return s, nil
 }
 
 // rotateDue rotates every service certificate due for rotation. Another
