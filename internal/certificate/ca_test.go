@@ -22,6 +22,10 @@ func TestRootCreatedOnceAndKeptAcrossRestart(t *testing.T) {
 	}
 	m := newTestManager(t, st, Options{})
 	root := m.RootPEM()
+	svc, err := m.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
 	again := newTestManager(t, st, Options{})
 	if !bytes.Equal(again.RootPEM(), root) {
 		t.Errorf("second manager on the same store has another root")
@@ -38,6 +42,9 @@ func TestRootCreatedOnceAndKeptAcrossRestart(t *testing.T) {
 	restarted := newTestManager(t, st, Options{})
 	if !bytes.Equal(restarted.RootPEM(), root) {
 		t.Errorf("root changed across a restart")
+	}
+	if c, err := restarted.ServiceCertificate(t.Context(), bookstore); err != nil || c.GetSerialNumber() != svc.GetSerialNumber() {
+		t.Errorf("after a restart ServiceCertificate = %v, %v; want the stored certificate %s", c, err, svc.GetSerialNumber())
 	}
 
 	c := restarted.GetRootCertificate().X509()

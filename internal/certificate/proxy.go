@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/url"
 	"slices"
@@ -301,10 +302,16 @@ func (m *Manager) ClaimProxy(ctx context.Context, cn string) error {
 // Revoking a revoked proxy is not an error.
 func (m *Manager) RevokeProxy(ctx context.Context, cn string) error {
 	return m.updateProxy(ctx, cn, "revoke", func(e *proxyEntry, _ time.Time) error {
+		if e.State == StateRevoked {
+			return errUnchanged
+		}
 		e.State = StateRevoked
 		return nil
 	})
 }
+
+// errUnchanged from a change function means there is nothing to write.
+var errUnchanged = errors.New("unchanged")
 
 // updateProxy applies change to the record with a versioned write,
 // retrying when the record changed meanwhile.
@@ -314,7 +321,10 @@ func (m *Manager) updateProxy(ctx context.Context, cn, what string, change func(
 		if err != nil {
 			return fmt.Errorf("%s proxy: %w", what, err)
 		}
-		if err := change(&e, m.now()); err != nil {
+		switch err := change(&e, m.now()); {
+		case errors.Is(err, errUnchanged):
+			return nil
+		case err != nil:
 			return fmt.Errorf("%s proxy: %w", what, err)
 		}
 		val, err := json.Marshal(e)
