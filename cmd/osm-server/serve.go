@@ -24,6 +24,8 @@ import (
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/xds"
+	xdscache "github.com/osm-vm/osm-vm/internal/xds/cache"
 )
 
 func newServeCmd(stderr io.Writer) *cobra.Command {
@@ -151,8 +153,23 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		ClientCAs:      certs.CertPool(),
 	}
 
+	xdsCache := xdscache.New(log.With("component", "xds-cache"))
+	xdsServer := xds.NewServer(log.With("component", "xds"), xdsCache, certs)
+	publisher := xds.NewPublisher(log.With("component", "xds-publisher"), xdsCache, sp, cat, certs, certs.TrustDomain())
+	xdsServer.SetWatcher(publisher)
+	debugAPI.ServeXDSDebug(xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}})
+	xdsTLS := &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: httpsTLS.GetCertificate,
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      certs.CertPool(),
+	}
+
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return certs.Run(ctx) })
+	g.Go(func() error { return publisher.Run(ctx) })
+	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
+	g.Go(func() error { return xdsServer.Serve(ctx, cfg.XDSAddress, xdsTLS, nil) })
 	g.Go(func() error { return host.Run(ctx) })
 	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, nil) })
 	g.Go(func() error { return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, nil) })
@@ -160,6 +177,11 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	log.Info("osm-server stopped")
 	return err
 }
+
+// xdsDebug adapts the xDS debug views to the debug API.
+type xdsDebug struct{ xds.Debug }
+
+func (d xdsDebug) Proxies() any { return d.Debug.Proxies() }
 
 // xdsAddressFor returns the xDS address to give an agent that reached the
 // API as host: the configured address, with a wildcard host replaced by

@@ -56,6 +56,31 @@ func New(log *slog.Logger, version string, cat Catalog, providers Providers) *Se
 	return s
 }
 
+// XDSDebug is the view of the xDS server the debug routes read.
+type XDSDebug interface {
+	// Proxies is the body of GET /debug/proxies.
+	Proxies() any
+	// Config is the body of GET /debug/config/{proxy}.
+	Config(proxy string) (json.RawMessage, error)
+}
+
+// ServeXDSDebug adds GET /debug/proxies (connected proxies, identity,
+// versions sent, ACKed and NACKed, last NACK error) and GET
+// /debug/config/{proxy} (that proxy's full configuration as JSON).
+func (s *Server) ServeXDSDebug(d XDSDebug) {
+	s.mux.HandleFunc("GET /debug/proxies", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"proxies": d.Proxies()})
+	})
+	s.mux.HandleFunc("GET /debug/config/{proxy}", func(w http.ResponseWriter, r *http.Request) {
+		cfg, err := d.Config(r.PathValue("proxy"))
+		if err != nil {
+			writeError(w, http.StatusNotFound, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, cfg)
+	})
+}
+
 // Handler returns the server's routes.
 func (s *Server) Handler() http.Handler { return s.mux }
 
@@ -157,7 +182,7 @@ func (s *Server) listProviders(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, fmt.Errorf("no route %s %s on the debug API (routes: /healthz, /readyz, /metrics, /version, /api/v1/services, /api/v1/services/{namespace}/{name}/endpoints, /api/v1/providers)", r.Method, r.URL.Path))
+	writeError(w, http.StatusNotFound, fmt.Errorf("no route %s %s on the debug API (routes: /healthz, /readyz, /metrics, /version, /api/v1/services, /api/v1/services/{namespace}/{name}/endpoints, /api/v1/providers, /debug/proxies, /debug/config/{proxy})", r.Method, r.URL.Path))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -467,6 +467,22 @@ func (n *node) recordACK(typeURL, version string) {
 	}
 }
 
+// View returns the sets published for node, by type URL (nil for a node it
+// does not hold). The sets are immutable and may be read freely.
+func (c *Cache) View(nodeID string) map[string]*Set {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n, ok := c.nodes[nodeID]
+	if !ok {
+		return nil
+	}
+	out := make(map[string]*Set, len(n.view))
+	for t, s := range n.view {
+		out[t] = s
+	}
+	return out
+}
+
 // Status returns what the cache knows of node's view, per type URL, sorted by
 // type URL; nil for a node it does not hold.
 func (c *Cache) Status(nodeID string) []TypeStatus {

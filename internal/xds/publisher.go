@@ -1,0 +1,617 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/osm-vm/osm-vm/internal/catalog"
+	"github.com/osm-vm/osm-vm/internal/certificate"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/xds/cache"
+	"github.com/osm-vm/osm-vm/internal/xds/render"
+)
+
+// SpecSource is the mesh specification the publisher renders from.
+type SpecSource interface {
+	Snapshot() *spec.Snapshot
+	Subscribe() (notify <-chan struct{}, cancel func())
+}
+
+// EndpointSource is the catalog of discovered endpoints.
+type EndpointSource interface {
+	Snapshot() *catalog.Snapshot
+	Subscribe() (notify <-chan struct{}, cancel func())
+}
+
+// CertSource gives the service certificates proxies receive by SDS.
+type CertSource interface {
+	ServiceCertificate(ctx context.Context, sa mesh.ServiceAccount) (*certificate.Certificate, error)
+	RootPEM() []byte
+	Subscribe() (<-chan certificate.Announcement, func())
+}
+
+// Publisher renders what each connected proxy receives and publishes it
+// into the cache. It is event-driven: a specification change re-renders
+// every group of proxies, an endpoint change rebuilds the changed services'
+// ClusterLoadAssignments once and publishes them only to the proxies that
+// depend on them, a certificate rotation republishes the secrets of that
+// service account, and a connecting proxy gets its group's resources.
+//
+// Proxies of one service and flavour form a group: they share every
+// resource except their inbound listeners (bound to each proxy's address),
+// so each resource is rendered and marshalled once per version and shared.
+type Publisher struct {
+	log         *slog.Logger
+	cache       *cache.Cache
+	spec        SpecSource
+	endpoints   EndpointSource
+	certs       CertSource
+	trustDomain string
+
+	mu      sync.Mutex
+	pending []proxyEvent
+	wake    chan struct{}
+
+	// Owned by Run.
+	specSnap  *spec.Snapshot
+	catSnap   *catalog.Snapshot
+	groups    map[groupKey]*group
+	nodes     map[string]*node
+	connected map[mesh.MeshService]map[netip.Addr]int // advertise addresses of connected proxies
+	eds       map[mesh.MeshService]*edsEntry
+	secrets   map[mesh.ServiceAccount]*cache.Set
+
+	statusMu sync.Mutex
+	errs     map[string]string // node ID -> last render error
+}
+
+type proxyEvent struct {
+	proxy     Proxy
+	connected bool
+}
+
+type groupKey struct {
+	service mesh.MeshService
+	flavor  render.Flavor
+}
+
+type group struct {
+	key    groupKey
+	nodes  map[string]*node
+	shared map[string]*cache.Resource // listeners that do not depend on the address
+	rds    *cache.Set
+	cds    *cache.Set
+	deps   []mesh.MeshService
+	err    error
+}
+
+type node struct {
+	proxy Proxy
+	group *group
+	lds   *cache.Set
+}
+
+type edsEntry struct {
+	key string // what it was built from
+	res *cache.Resource
+}
+
+// NewPublisher returns a publisher; Run starts it.
+func NewPublisher(log *slog.Logger, c *cache.Cache, sp SpecSource, eps EndpointSource, certs CertSource, trustDomain string) *Publisher {
+	return &Publisher{
+		log: log, cache: c, spec: sp, endpoints: eps, certs: certs, trustDomain: trustDomain,
+		wake:      make(chan struct{}, 1),
+		groups:    map[groupKey]*group{},
+		nodes:     map[string]*node{},
+		connected: map[mesh.MeshService]map[netip.Addr]int{},
+		eds:       map[mesh.MeshService]*edsEntry{},
+		secrets:   map[mesh.ServiceAccount]*cache.Set{},
+		errs:      map[string]string{},
+	}
+}
+
+// ProxyConnected implements Watcher.
+func (p *Publisher) ProxyConnected(px Proxy) { p.enqueue(proxyEvent{px, true}) }
+
+// ProxyDisconnected implements Watcher.
+func (p *Publisher) ProxyDisconnected(px Proxy) { p.enqueue(proxyEvent{px, false}) }
+
+func (p *Publisher) enqueue(e proxyEvent) {
+	p.mu.Lock()
+	p.pending = append(p.pending, e)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// RenderError returns the last error rendering or validating a node's
+// configuration ("" when its last render was good).
+func (p *Publisher) RenderError(nodeID string) string {
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+	return p.errs[nodeID]
+}
+
+func (p *Publisher) setErr(nodeID string, err error) {
+	p.statusMu.Lock()
+	defer p.statusMu.Unlock()
+	if err == nil {
+		delete(p.errs, nodeID)
+	} else {
+		p.errs[nodeID] = err.Error()
+	}
+}
+
+// Run publishes until ctx is done. Bursts of changes coalesce: each pass
+// handles everything that arrived since the previous one.
+func (p *Publisher) Run(ctx context.Context) error {
+	specCh, cancelSpec := p.spec.Subscribe()
+	defer cancelSpec()
+	catCh, cancelCat := p.endpoints.Subscribe()
+	defer cancelCat()
+	certCh, cancelCerts := p.certs.Subscribe()
+	defer cancelCerts()
+
+	p.specSnap = p.spec.Snapshot()
+	p.catSnap = p.endpoints.Snapshot()
+	for {
+		var specChanged, catChanged bool
+		rotated := map[mesh.ServiceAccount]bool{}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-specCh:
+			specChanged = true
+		case <-catCh:
+			catChanged = true
+		case a := <-certCh:
+			noteRotation(rotated, a)
+		case <-p.wake:
+		}
+		// Take everything else that is already waiting, so a burst is one pass.
+	drain:
+		for {
+			select {
+			case <-specCh:
+				specChanged = true
+			case <-catCh:
+				catChanged = true
+			case a := <-certCh:
+				noteRotation(rotated, a)
+			default:
+				break drain
+			}
+		}
+		p.pass(ctx, specChanged, catChanged, rotated)
+	}
+}
+
+// allAccounts in a rotation set means "every service account" (after a
+// Resync announcement some rotations may have been missed).
+var allAccounts = mesh.ServiceAccount{}
+
+func noteRotation(rotated map[mesh.ServiceAccount]bool, a certificate.Announcement) {
+	switch a.Kind {
+	case certificate.Rotated, certificate.Issued, certificate.Released:
+		rotated[a.ServiceAccount] = true
+	case certificate.Resync:
+		rotated[allAccounts] = true
+	}
+}
+
+// pass applies one batch of changes.
+func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rotated map[mesh.ServiceAccount]bool) {
+	p.mu.Lock()
+	events := p.pending
+	p.pending = nil
+	p.mu.Unlock()
+
+	// Which services' endpoints (as sent) may have changed.
+	changedEDS := map[mesh.MeshService]bool{}
+	if catChanged {
+		next := p.endpoints.Snapshot()
+		for _, svc := range next.Changed(p.catSnap) {
+			changedEDS[svc] = true
+		}
+		p.catSnap = next
+	}
+	var joined []*node
+	for _, e := range events {
+		if p.applyProxyEvent(e) {
+			changedEDS[e.proxy.Service] = true
+		}
+		if n := p.nodes[e.proxy.NodeID]; n != nil && e.connected {
+			joined = append(joined, n)
+		}
+	}
+	if specChanged {
+		next := p.spec.Snapshot()
+		if next.Version() != p.specSnap.Version() {
+			p.specSnap = next
+			// The participant rule may have changed: rebuild every EDS.
+			clear(p.eds)
+			p.renderAll(ctx)
+			return
+		}
+	}
+	if rotated[allAccounts] {
+		clear(p.secrets)
+	}
+	for sa := range rotated {
+		delete(p.secrets, sa)
+	}
+	if len(changedEDS) > 0 {
+		p.publishEDS(changedEDS)
+	}
+	if len(rotated) > 0 {
+		for _, g := range p.groups {
+			if g.key.flavor != render.Envoy {
+				continue
+			}
+			if info, ok := p.specSnap.Service(g.key.service); rotated[allAccounts] || ok && rotated[info.ServiceAccount] {
+				for _, n := range g.nodes {
+					p.publishSecrets(ctx, n)
+				}
+			}
+		}
+	}
+	for _, n := range joined {
+		if p.nodes[n.proxy.NodeID] == n { // still connected at the end of the batch
+			p.publishNode(ctx, n)
+		}
+	}
+}
+
+// applyProxyEvent updates the connected set; it reports whether the
+// service's participating endpoints may have changed.
+func (p *Publisher) applyProxyEvent(e proxyEvent) bool {
+	px := e.proxy
+	addrs := p.connected[px.Service]
+	if e.connected {
+		if old := p.nodes[px.NodeID]; old != nil {
+			p.dropNode(old)
+		}
+		k := groupKey{px.Service, px.Flavor}
+		g := p.groups[k]
+		if g == nil {
+			g = &group{key: k, nodes: map[string]*node{}}
+			p.groups[k] = g
+		}
+		n := &node{proxy: px, group: g}
+		g.nodes[px.NodeID] = n
+		p.nodes[px.NodeID] = n
+		if addrs == nil {
+			addrs = map[netip.Addr]int{}
+			p.connected[px.Service] = addrs
+		}
+		addrs[px.Address]++
+		return addrs[px.Address] == 1
+	}
+	n := p.nodes[px.NodeID]
+	if n == nil {
+		return false
+	}
+	p.dropNode(n)
+	p.cache.Forget(px.NodeID)
+	p.setErr(px.NodeID, nil)
+	return addrs[px.Address] == 0
+}
+
+func (p *Publisher) dropNode(n *node) {
+	delete(p.nodes, n.proxy.NodeID)
+	delete(n.group.nodes, n.proxy.NodeID)
+	if len(n.group.nodes) == 0 {
+		delete(p.groups, n.group.key)
+	}
+	if addrs := p.connected[n.proxy.Service]; addrs != nil {
+		addrs[n.proxy.Address]--
+		if addrs[n.proxy.Address] <= 0 {
+			delete(addrs, n.proxy.Address)
+		}
+		if len(addrs) == 0 {
+			delete(p.connected, n.proxy.Service)
+		}
+	}
+}
+
+// participants returns the endpoints of svc that are sent to others: all
+// discovered ones, or with RequireConnectedProxy only those whose proxy is
+// connected (issued ∩ connected ∩ discovered).
+func (p *Publisher) participants(svc mesh.MeshService) []mesh.Endpoint {
+	se, ok := p.catSnap.Endpoints(svc)
+	if !ok {
+		return nil
+	}
+	if !p.specSnap.RequireConnectedProxy() {
+		return se.Endpoints
+	}
+	addrs := p.connected[svc]
+	var out []mesh.Endpoint
+	for _, e := range se.Endpoints {
+		if addrs[e.IP] > 0 {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (p *Publisher) mesh() render.Mesh {
+	return render.Mesh{Spec: p.specSnap, Endpoints: p.participants, TrustDomain: p.trustDomain}
+}
+
+// edsResource returns the (shared) ClusterLoadAssignment of svc.
+func (p *Publisher) edsResource(svc mesh.MeshService) (*cache.Resource, error) {
+	key := fmt.Sprint(p.catalogVersion(svc), p.specSnap.RequireConnectedProxy(), p.connectedKey(svc))
+	if e := p.eds[svc]; e != nil && e.key == key {
+		return e.res, nil
+	}
+	cla, err := render.ClusterLoadAssignment(p.mesh(), svc)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.cache.NewResource(render.EDSName(svc), cla)
+	if err != nil {
+		return nil, err
+	}
+	p.eds[svc] = &edsEntry{key: key, res: res}
+	return res, nil
+}
+
+func (p *Publisher) catalogVersion(svc mesh.MeshService) uint64 {
+	if se, ok := p.catSnap.Endpoints(svc); ok {
+		return se.Version
+	}
+	return 0
+}
+
+func (p *Publisher) connectedKey(svc mesh.MeshService) string {
+	if !p.specSnap.RequireConnectedProxy() {
+		return ""
+	}
+	addrs := slices.SortedFunc(maps.Keys(p.connected[svc]), netip.Addr.Compare)
+	var b strings.Builder
+	for _, a := range addrs {
+		b.WriteString(a.String())
+		b.WriteByte(',')
+	}
+	return b.String()
+}
+
+// publishEDS rebuilds the changed services' endpoints and publishes them
+// to the proxies that depend on them.
+func (p *Publisher) publishEDS(changed map[mesh.MeshService]bool) {
+	for _, g := range p.groups {
+		if g.err != nil || g.cds == nil {
+			continue
+		}
+		hit := false
+		for _, d := range g.deps {
+			if changed[d] {
+				hit = true
+				break
+			}
+		}
+		if !hit {
+			continue
+		}
+		set, err := p.edsSet(g)
+		if err != nil {
+			p.log.Error("render endpoints", "service", g.key.service, "err", err)
+			continue
+		}
+		for id := range g.nodes {
+			p.publish(id, resource.EndpointType, set)
+		}
+	}
+}
+
+func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
+	rs := make([]*cache.Resource, 0, len(g.deps))
+	for _, d := range g.deps {
+		r, err := p.edsResource(d)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, r)
+	}
+	return cache.NewSet(rs...)
+}
+
+// renderAll re-renders every group after a specification change.
+func (p *Publisher) renderAll(ctx context.Context) {
+	clear(p.secrets)
+	for _, g := range p.groups {
+		g.rds, g.cds, g.shared, g.err = nil, nil, nil, nil
+		for _, n := range g.nodes {
+			p.publishNode(ctx, n)
+		}
+	}
+}
+
+// renderGroup renders the resources shared by the group's proxies, using
+// n as the representative.
+func (p *Publisher) renderGroup(g *group, n *node) error {
+	m := p.mesh()
+	px := renderProxy(n.proxy)
+	routes, err := render.Routes(m, px)
+	if err != nil {
+		return err
+	}
+	clusters, err := render.Clusters(m, px)
+	if err != nil {
+		return err
+	}
+	deps, err := render.Dependencies(m, px)
+	if err != nil {
+		return err
+	}
+	rds, err := newSet(p.cache, routes)
+	if err != nil {
+		return err
+	}
+	cds, err := newSet(p.cache, clusters)
+	if err != nil {
+		return err
+	}
+	g.rds, g.cds, g.deps, g.shared = rds, cds, deps, map[string]*cache.Resource{}
+	return nil
+}
+
+func renderProxy(px Proxy) render.Proxy {
+	return render.Proxy{Service: px.Service, Flavor: px.Flavor, Address: px.Address}
+}
+
+// publishNode renders and publishes everything one proxy receives.
+func (p *Publisher) publishNode(ctx context.Context, n *node) {
+	err := p.renderNode(ctx, n)
+	p.setErr(n.proxy.NodeID, err)
+	if err != nil {
+		p.log.Error("proxy configuration not published; the proxy keeps its last good configuration", "node", n.proxy.NodeID, "err", err)
+	}
+}
+
+func (p *Publisher) renderNode(ctx context.Context, n *node) error {
+	g := n.group
+	if g.cds == nil {
+		if err := p.renderGroup(g, n); err != nil {
+			g.err = err
+			return err
+		}
+		g.err = nil
+	}
+	listeners, err := render.Listeners(p.mesh(), renderProxy(n.proxy))
+	if err != nil {
+		return err
+	}
+	lds := make([]*cache.Resource, 0, len(listeners))
+	for _, l := range listeners {
+		if r := g.shared[l.GetName()]; r != nil && !perAddress(l.GetName()) {
+			lds = append(lds, r)
+			continue
+		}
+		r, err := p.cache.NewResource(l.GetName(), l)
+		if err != nil {
+			return err
+		}
+		if !perAddress(l.GetName()) {
+			g.shared[l.GetName()] = r
+		}
+		lds = append(lds, r)
+	}
+	ldsSet, err := cache.NewSet(lds...)
+	if err != nil {
+		return err
+	}
+	eds, err := p.edsSet(g)
+	if err != nil {
+		return err
+	}
+	var sds *cache.Set
+	if n.proxy.Flavor == render.Envoy {
+		if sds, err = p.secretSet(ctx, n.proxy.Service); err != nil {
+			return err
+		}
+	}
+	if err := p.validate(n.proxy.Flavor, ldsSet, g.rds, g.cds, eds, sds); err != nil {
+		return fmt.Errorf("generated configuration failed validation (a bug: please report it with GET /debug/config/%s): %w", n.proxy.NodeID, err)
+	}
+	n.lds = ldsSet
+	id := n.proxy.NodeID
+	// Publish in the order xDS wants: clusters and endpoints before the
+	// listeners and routes that use them.
+	p.publish(id, resource.ClusterType, g.cds)
+	p.publish(id, resource.EndpointType, eds)
+	if sds != nil {
+		p.publish(id, resource.SecretType, sds)
+	}
+	p.publish(id, resource.ListenerType, ldsSet)
+	p.publish(id, resource.RouteType, g.rds)
+	return nil
+}
+
+// perAddress reports whether a listener depends on the proxy's address.
+func perAddress(name string) bool {
+	return strings.HasPrefix(name, "inbound|") || strings.HasPrefix(name, "grpc/server?")
+}
+
+func (p *Publisher) validate(f render.Flavor, sets ...*cache.Set) error {
+	var msgs []proto.Message
+	for _, s := range sets {
+		if s == nil {
+			continue
+		}
+		for _, r := range s.Resources() {
+			msgs = append(msgs, r.Message())
+		}
+	}
+	return render.Validate(f, msgs...)
+}
+
+// secretSet returns the SDS secrets of svc's service account.
+func (p *Publisher) secretSet(ctx context.Context, svc mesh.MeshService) (*cache.Set, error) {
+	info, ok := p.specSnap.Service(svc)
+	sa := mesh.ServiceAccount{Namespace: svc.Namespace, Name: svc.Name}
+	if ok {
+		sa = info.ServiceAccount
+	}
+	if s := p.secrets[sa]; s != nil {
+		return s, nil
+	}
+	cert, err := p.certs.ServiceCertificate(ctx, sa)
+	if err != nil {
+		return nil, fmt.Errorf("service certificate of %s: %w", sa, err)
+	}
+	secrets, err := render.Secrets(cert.GetCertificateChain(), cert.GetPrivateKey(), p.certs.RootPEM())
+	if err != nil {
+		return nil, err
+	}
+	set, err := newSet(p.cache, secrets)
+	if err != nil {
+		return nil, err
+	}
+	p.secrets[sa] = set
+	return set, nil
+}
+
+func (p *Publisher) publishSecrets(ctx context.Context, n *node) {
+	set, err := p.secretSet(ctx, n.proxy.Service)
+	if err != nil {
+		p.log.Error("service certificate not published", "node", n.proxy.NodeID, "err", err)
+		return
+	}
+	p.publish(n.proxy.NodeID, resource.SecretType, set)
+}
+
+func (p *Publisher) publish(nodeID, typeURL string, set *cache.Set) {
+	if err := p.cache.Publish(nodeID, typeURL, set); err != nil {
+		p.log.Error("publish", "node", nodeID, "type", typeURL, "err", err)
+	}
+}
+
+// newSet marshals each message once into a Set.
+func newSet[T interface {
+	proto.Message
+	GetName() string
+}](c *cache.Cache, msgs []T) (*cache.Set, error) {
+	rs := make([]*cache.Resource, 0, len(msgs))
+	for _, m := range msgs {
+		r, err := c.NewResource(m.GetName(), m)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, r)
+	}
+	return cache.NewSet(rs...)
+}

@@ -1,0 +1,462 @@
+// Package xds serves Envoy xDS v3 to the mesh's proxies: ADS state of the
+// world and Delta over gRPC with mutual TLS, on go-control-plane's server
+// and the marshal-once cache in internal/xds/cache.
+//
+// Every stream is bound to the proxy certificate it was opened with: the
+// certificate must verify against the mesh CA (the TLS config does that),
+// the proxy must be known and not revoked (Identities), and every request
+// that carries a node must name that certificate's common name as node.id.
+// Anything else ends the stream with PermissionDenied. Disconnect ends a
+// proxy's live streams, which is how a revocation takes effect at once.
+//
+// What a proxy is sent is decided by the Publisher in this package, which
+// renders with internal/xds/render and publishes into the cache; the
+// server only tells it who is connected.
+package xds
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	gcpserver "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/osm-vm/osm-vm/internal/certificate"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/xds/cache"
+	"github.com/osm-vm/osm-vm/internal/xds/render"
+)
+
+// Node metadata keys the agent writes into its bootstraps.
+const (
+	MetadataFlavor  = "osm.flavor"            // "envoy" (default) or "grpc"
+	MetadataAddress = "osm.advertise_address" // the VM's address; inbound listeners bind it
+)
+
+// Identities is what the server needs from the certificate manager.
+type Identities interface {
+	// VerifyProxy fails for an unknown or revoked proxy, or a certificate
+	// that is no longer its current one.
+	VerifyProxy(ctx context.Context, peer *x509.Certificate) (certificate.ProxyRecord, error)
+	// ClaimProxy records a connection (unclaimed -> claimed, last seen).
+	ClaimProxy(ctx context.Context, cn string) error
+}
+
+// Proxy is one connected proxy (all of its streams with one flavor).
+type Proxy struct {
+	// NodeID is the cache key: the CN for Envoy, CN+"~grpc" for proxyless gRPC.
+	NodeID    string             `json:"nodeId"`
+	CN        string             `json:"cn"`
+	Identity  mesh.ProxyIdentity `json:"-"`
+	Service   mesh.MeshService   `json:"service"`
+	Flavor    render.Flavor      `json:"flavor"`
+	Address   netip.Addr         `json:"address"`
+	Connected time.Time          `json:"connected"`
+	Streams   int                `json:"streams"`
+}
+
+// Watcher is told when the set of connected proxies changes.
+type Watcher interface {
+	ProxyConnected(p Proxy)
+	ProxyDisconnected(p Proxy)
+}
+
+// Server is the ADS server.
+type Server struct {
+	log   *slog.Logger
+	cache *cache.Cache
+	ids   Identities
+
+	mu      sync.Mutex
+	watcher Watcher
+	streams map[*stream]struct{}
+	proxies map[string]*Proxy // by node ID
+}
+
+type stream struct {
+	cn     string
+	cancel context.CancelCauseFunc
+	proxy  *Proxy // set by the first request's node
+}
+
+// NewServer returns a server over c. SetWatcher must be called before
+// Register's streams arrive.
+func NewServer(log *slog.Logger, c *cache.Cache, ids Identities) *Server {
+	return &Server{log: log, cache: c, ids: ids, streams: map[*stream]struct{}{}, proxies: map[string]*Proxy{}}
+}
+
+// SetWatcher sets who is told about connects and disconnects.
+func (s *Server) SetWatcher(w Watcher) {
+	s.mu.Lock()
+	s.watcher = w
+	s.mu.Unlock()
+}
+
+// Register registers the ADS service (SotW and Delta) on g. ctx bounds
+// go-control-plane's server.
+func (s *Server) Register(ctx context.Context, g *grpc.Server) {
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, &ads{s: s, gcp: gcpserver.NewServer(ctx, s.cache, nil)})
+}
+
+// Proxies returns the connected proxies, sorted by node ID.
+func (s *Server) Proxies() []Proxy {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Proxy, 0, len(s.proxies))
+	for _, p := range s.proxies {
+		out = append(out, *p)
+	}
+	slices.SortFunc(out, func(a, b Proxy) int { return compareString(a.NodeID, b.NodeID) })
+	return out
+}
+
+func compareString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// ErrRevoked is the cause given to streams ended by Disconnect.
+var ErrRevoked = errors.New("proxy certificate revoked")
+
+// Disconnect ends every live stream of the proxy with this CN.
+func (s *Server) Disconnect(cn string, cause error) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for st := range s.streams {
+		if st.cn == cn {
+			st.cancel(cause)
+			n++
+		}
+	}
+	return n
+}
+
+// WatchRevocations ends the streams of every proxy revoked from now on,
+// until ctx is done. subscribe is the certificate manager's Subscribe.
+func (s *Server) WatchRevocations(ctx context.Context, subscribe func() (<-chan certificate.Announcement, func())) error {
+	ch, cancel := subscribe()
+	defer cancel()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case a := <-ch:
+			if a.Kind == certificate.ProxyRevoked {
+				if n := s.Disconnect(a.ProxyCN, ErrRevoked); n > 0 {
+					s.log.Info("revoked proxy disconnected", "cn", a.ProxyCN, "streams", n)
+				}
+			}
+		}
+	}
+}
+
+// open authenticates a new stream from its TLS peer.
+func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, nil, status.Error(codes.Unauthenticated, "no peer information")
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
+		return nil, nil, status.Error(codes.Unauthenticated, "no verified client certificate: connect with the proxy certificate from enrollment")
+	}
+	cert := ti.State.VerifiedChains[0][0]
+	cn := cert.Subject.CommonName
+	if _, err := mesh.ParseProxyIdentity(cn); err != nil {
+		return nil, nil, status.Errorf(codes.PermissionDenied, "client certificate is not a proxy certificate: %v", err)
+	}
+	if _, err := s.ids.VerifyProxy(ctx, cert); err != nil {
+		s.log.Warn("xDS stream refused", "cn", cn, "peer", p.Addr.String(), "err", err)
+		return nil, nil, status.Errorf(codes.PermissionDenied, "proxy %s: %v", cn, err)
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	st := &stream{cn: cn, cancel: cancel}
+	s.mu.Lock()
+	s.streams[st] = struct{}{}
+	s.mu.Unlock()
+	return st, sctx, nil
+}
+
+// checkNode validates a request's node against the stream's certificate;
+// the first node also registers the proxy.
+func (s *Server) checkNode(ctx context.Context, st *stream, node *corev3.Node) error {
+	if node == nil {
+		if st.proxy == nil {
+			return status.Error(codes.InvalidArgument, "the first request on a stream must carry the node")
+		}
+		return nil
+	}
+	if node.GetId() != st.cn {
+		return status.Errorf(codes.PermissionDenied, "node.id %q does not match the client certificate's common name %q: set the bootstrap's node id to the proxy identity", node.GetId(), st.cn)
+	}
+	if st.proxy != nil {
+		return nil
+	}
+	id, _ := mesh.ParseProxyIdentity(st.cn)
+	flavor := render.Envoy
+	addr := netip.Addr{}
+	if md := node.GetMetadata().GetFields(); md != nil {
+		switch f := md[MetadataFlavor].GetStringValue(); f {
+		case "", "envoy":
+		case "grpc":
+			flavor = render.GRPC
+		default:
+			return status.Errorf(codes.InvalidArgument, "node metadata %s %q: want envoy or grpc", MetadataFlavor, f)
+		}
+		if a := md[MetadataAddress].GetStringValue(); a != "" {
+			ip, err := netip.ParseAddr(a)
+			if err != nil {
+				return status.Errorf(codes.InvalidArgument, "node metadata %s %q is not an IP address", MetadataAddress, a)
+			}
+			addr = ip
+		}
+	}
+	nodeID := st.cn
+	if flavor == render.GRPC {
+		nodeID += "~grpc"
+	}
+	if err := s.ids.ClaimProxy(ctx, st.cn); err != nil {
+		return status.Errorf(codes.PermissionDenied, "proxy %s: %v", st.cn, err)
+	}
+	s.mu.Lock()
+	p, ok := s.proxies[nodeID]
+	first := !ok
+	if !ok {
+		p = &Proxy{NodeID: nodeID, CN: st.cn, Identity: id, Service: id.Service, Flavor: flavor, Address: addr, Connected: time.Now()}
+		s.proxies[nodeID] = p
+	}
+	p.Streams++
+	st.proxy = p
+	w := s.watcher
+	snapshot := *p
+	s.mu.Unlock()
+	if first {
+		s.log.Info("proxy connected", "cn", st.cn, "flavor", flavor, "address", addr)
+		if w != nil {
+			w.ProxyConnected(snapshot)
+		}
+	}
+	return nil
+}
+
+// close unregisters a finished stream.
+func (s *Server) close(st *stream) {
+	s.mu.Lock()
+	delete(s.streams, st)
+	var gone *Proxy
+	if p := st.proxy; p != nil {
+		p.Streams--
+		if p.Streams == 0 {
+			delete(s.proxies, p.NodeID)
+			gone = p
+		}
+	}
+	w := s.watcher
+	s.mu.Unlock()
+	st.cancel(nil)
+	if gone != nil {
+		s.log.Info("proxy disconnected", "cn", gone.CN, "flavor", gone.Flavor)
+		if w != nil {
+			w.ProxyDisconnected(*gone)
+		}
+	}
+}
+
+// ads wraps go-control-plane's server with stream authentication.
+type ads struct {
+	discovery.UnimplementedAggregatedDiscoveryServiceServer
+	s   *Server
+	gcp gcpserver.Server
+}
+
+// recvResult is one message (or error) read from the underlying stream.
+type recvResult[T any] struct {
+	msg T
+	err error
+}
+
+// pump reads the underlying stream so Recv can also return when the
+// stream's context is cancelled (a revocation). It ends with the RPC,
+// whose context gRPC cancels when the handler returns.
+func pump[T any](rpc context.Context, recv func() (T, error)) <-chan recvResult[T] {
+	ch := make(chan recvResult[T])
+	go func() {
+		defer close(ch)
+		for {
+			m, err := recv()
+			select {
+			case ch <- recvResult[T]{m, err}:
+			case <-rpc.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+// streamErr is what a stream ends with: a refusal recorded by Recv or the
+// cancellation cause.
+func streamErr(ctx context.Context, refused error) error {
+	if refused != nil {
+		return refused
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return status.Errorf(codes.PermissionDenied, "stream closed by the control plane: %v", cause)
+	}
+	return nil
+}
+
+type sotwStream struct {
+	discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer
+	ctx     context.Context
+	s       *Server
+	st      *stream
+	in      <-chan recvResult[*discovery.DiscoveryRequest]
+	refused error
+}
+
+func (w *sotwStream) Context() context.Context { return w.ctx }
+
+func (w *sotwStream) Recv() (*discovery.DiscoveryRequest, error) {
+	select {
+	case <-w.ctx.Done():
+		return nil, w.ctx.Err()
+	case r, ok := <-w.in:
+		if !ok {
+			return nil, fmt.Errorf("stream closed")
+		}
+		if r.err != nil {
+			return nil, r.err
+		}
+		if err := w.s.checkNode(w.ctx, w.st, r.msg.GetNode()); err != nil {
+			w.refused = err
+			w.st.cancel(err)
+			return nil, err
+		}
+		if r.msg.Node != nil && w.st.proxy != nil {
+			r.msg.Node.Id = w.st.proxy.NodeID
+		}
+		return r.msg, nil
+	}
+}
+
+func (a *ads) StreamAggregatedResources(inner discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	st, ctx, err := a.s.open(inner.Context())
+	if err != nil {
+		return err
+	}
+	defer a.s.close(st)
+	w := &sotwStream{AggregatedDiscoveryService_StreamAggregatedResourcesServer: inner, ctx: ctx, s: a.s, st: st, in: pump(inner.Context(), inner.Recv)}
+	if err := a.gcp.StreamAggregatedResources(w); err != nil {
+		return err
+	}
+	return streamErr(ctx, w.refused)
+}
+
+type deltaStream struct {
+	discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
+	ctx     context.Context
+	s       *Server
+	st      *stream
+	in      <-chan recvResult[*discovery.DeltaDiscoveryRequest]
+	refused error
+}
+
+func (w *deltaStream) Context() context.Context { return w.ctx }
+
+func (w *deltaStream) Recv() (*discovery.DeltaDiscoveryRequest, error) {
+	select {
+	case <-w.ctx.Done():
+		return nil, w.ctx.Err()
+	case r, ok := <-w.in:
+		if !ok {
+			return nil, fmt.Errorf("stream closed")
+		}
+		if r.err != nil {
+			return nil, r.err
+		}
+		if err := w.s.checkNode(w.ctx, w.st, r.msg.GetNode()); err != nil {
+			w.refused = err
+			w.st.cancel(err)
+			return nil, err
+		}
+		if r.msg.Node != nil && w.st.proxy != nil {
+			r.msg.Node.Id = w.st.proxy.NodeID
+		}
+		return r.msg, nil
+	}
+}
+
+func (a *ads) DeltaAggregatedResources(inner discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	st, ctx, err := a.s.open(inner.Context())
+	if err != nil {
+		return err
+	}
+	defer a.s.close(st)
+	w := &deltaStream{AggregatedDiscoveryService_DeltaAggregatedResourcesServer: inner, ctx: ctx, s: a.s, st: st, in: pump(inner.Context(), inner.Recv)}
+	if err := a.gcp.DeltaAggregatedResources(w); err != nil {
+		return err
+	}
+	return streamErr(ctx, w.refused)
+}
+
+// Serve listens on addr and serves ADS with tlsCfg (which must require and
+// verify client certificates against the mesh CA) until ctx is done. ready,
+// when not nil, receives the bound address.
+func (s *Server) Serve(ctx context.Context, addr string, tlsCfg *tls.Config, ready chan<- net.Addr) error {
+	if tlsCfg.ClientAuth != tls.RequireAndVerifyClientCert || tlsCfg.ClientCAs == nil {
+		return errors.New("xDS TLS config must require and verify client certificates against the mesh CA")
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("xDS listener on %s: %w (set xdsAddress / --xds-address to a free address)", addr, err)
+	}
+	if ready != nil {
+		ready <- ln.Addr()
+	}
+	g := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.MaxConcurrentStreams(64),
+	)
+	s.Register(ctx, g)
+	s.log.Info("xDS listening", "address", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- g.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("xDS server: %w", err)
+	case <-ctx.Done():
+	}
+	// ADS streams never end by themselves: stop at once; proxies reconnect
+	// to another server or to this one after a restart.
+	g.Stop()
+	<-errc
+	return nil
+}

@@ -1,0 +1,331 @@
+package xds
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/osm-vm/osm-vm/internal/catalog"
+	"github.com/osm-vm/osm-vm/internal/certificate"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/xds/cache"
+)
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// env is a running xDS server over a real certificate manager, the
+// bookstore specification and a catalog.
+type env struct {
+	addr  string
+	certs *certificate.Manager
+	cat   *catalog.Catalog
+	spec  *spec.Spec
+	srv   *Server
+	cache *cache.Cache
+}
+
+func startEnv(t *testing.T) *env {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	st := store.NewMemory()
+	certs, err := certificate.New(ctx, discard(), st, certificate.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := spec.New(ctx, discard(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "bookstore", "mesh.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := spec.Parse(b, "mesh.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Apply(ctx, docs, spec.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cat := catalog.New()
+	for i, name := range []string{"bookbuyer", "bookthief", "bookstore-v1", "bookstore-v2", "bookwarehouse"} {
+		ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(10 + i)})
+		cat.SetEndpoints("test", mesh.MeshService{Namespace: "default", Name: name}, []mesh.Endpoint{{IP: ip, Port: 14001}})
+	}
+	c := cache.New(discard())
+	srv := NewServer(discard(), c, certs)
+	pub := NewPublisher(discard(), c, sp, cat, certs, certs.TrustDomain())
+	srv.SetWatcher(pub)
+	tlsCfg := &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: certs.ServingCertificate([]string{"localhost", "127.0.0.1"}),
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      certs.CertPool(),
+	}
+	ready := make(chan net.Addr, 1)
+	done := make(chan struct{}, 4)
+	go func() { certs.Run(ctx); done <- struct{}{} }()
+	go func() { pub.Run(ctx); done <- struct{}{} }()
+	go func() { srv.WatchRevocations(ctx, certs.Subscribe); done <- struct{}{} }()
+	go func() {
+		if err := srv.Serve(ctx, "127.0.0.1:0", tlsCfg, ready); err != nil {
+			t.Error(err)
+		}
+		done <- struct{}{}
+	}()
+	addr := <-ready
+	t.Cleanup(func() {
+		cancel()
+		for range 4 {
+			<-done
+		}
+	})
+	return &env{addr: addr.String(), certs: certs, cat: cat, spec: sp, srv: srv, cache: c}
+}
+
+// enroll issues a proxy certificate for svc from a locally generated key.
+func (e *env) enroll(t *testing.T, svc string) tls.Certificate {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "ignored"}}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := mesh.MeshService{Namespace: "default", Name: svc}
+	sa := mesh.ServiceAccount{Namespace: "default", Name: svc}
+	if strings.HasPrefix(svc, "bookstore") {
+		sa.Name = "bookstore"
+	}
+	certPEM, _, err := e.certs.IssueProxy(context.Background(), csr, ms, sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tlsPair(t, certPEM, key)
+}
+
+func tlsPair(t *testing.T, certPEM []byte, key *ecdsa.PrivateKey) tls.Certificate {
+	t.Helper()
+	der, _ := x509.MarshalECPrivateKey(key)
+	pair, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
+}
+
+func cnOf(t *testing.T, c tls.Certificate) string {
+	t.Helper()
+	leaf, err := x509.ParseCertificate(c.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return leaf.Subject.CommonName
+}
+
+// dial opens an ADS stream with client certificate cert.
+func (e *env) dial(t *testing.T, cert tls.Certificate, roots *x509.CertPool) discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
+	t.Helper()
+	if roots == nil {
+		roots = e.certs.CertPool()
+	}
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: roots, ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
+}
+
+func envoyNode(id, addr string) *corev3.Node {
+	md, _ := structpb.NewStruct(map[string]any{MetadataFlavor: "envoy", MetadataAddress: addr})
+	return &corev3.Node{Id: id, Cluster: "test", Metadata: md}
+}
+
+func wantCode(t *testing.T, err error, code codes.Code, text string) {
+	t.Helper()
+	if status.Code(err) != code || !strings.Contains(err.Error(), text) {
+		t.Fatalf("got %v; want %s containing %q", err, code, text)
+	}
+}
+
+func TestProxyReceivesItsListenersAndClusters(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookbuyer")
+	cn := cnOf(t, cert)
+	s := e.dial(t, cert, nil)
+	got := map[string][]string{}
+	for _, typ := range []string{resource.ClusterType, resource.ListenerType} {
+		if err := s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: typ}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for len(got) < 2 {
+		resp, err := s.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range resp.GetResources() {
+			if resp.GetTypeUrl() == resource.ListenerType {
+				var l listenerv3.Listener
+				if err := r.UnmarshalTo(&l); err != nil {
+					t.Fatal(err)
+				}
+				got[resp.GetTypeUrl()] = append(got[resp.GetTypeUrl()], l.GetName())
+				continue
+			}
+			got[resp.GetTypeUrl()] = append(got[resp.GetTypeUrl()], "x")
+		}
+		// ACK
+		if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.ContainsFunc(got[resource.ListenerType], func(n string) bool { return strings.Contains(n, "default/bookstore|14001") }) {
+		t.Errorf("bookbuyer listeners %v: want an outbound listener to bookstore", got[resource.ListenerType])
+	}
+	rec, err := e.certs.Proxy(context.Background(), cn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != certificate.StateClaimed {
+		t.Errorf("proxy state after connecting = %s, want claimed", rec.State)
+	}
+	proxies := e.srv.Proxies()
+	if len(proxies) != 1 || proxies[0].CN != cn || proxies[0].Address != netip.MustParseAddr("10.0.0.10") {
+		t.Errorf("connected proxies = %+v, want %s at 10.0.0.10", proxies, cn)
+	}
+}
+
+func TestNodeIDMustMatchCertificate(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookbuyer")
+	other := e.enroll(t, "bookthief")
+	t.Run("first request", func(t *testing.T) {
+		s := e.dial(t, cert, nil)
+		s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cnOf(t, other), "10.0.0.10"), TypeUrl: resource.ClusterType})
+		_, err := s.Recv()
+		wantCode(t, err, codes.PermissionDenied, "does not match the client certificate")
+	})
+	t.Run("a later request", func(t *testing.T) {
+		s := e.dial(t, cert, nil)
+		s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cnOf(t, cert), "10.0.0.10"), TypeUrl: resource.ClusterType})
+		if _, err := s.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cnOf(t, other), "10.0.0.10"), TypeUrl: resource.ListenerType})
+		for {
+			_, err := s.Recv()
+			if err != nil {
+				wantCode(t, err, codes.PermissionDenied, "does not match")
+				return
+			}
+		}
+	})
+}
+
+func TestCertificateFromAnotherCAIsRefused(t *testing.T) {
+	e := startEnv(t)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "11111111-2222-3333-4444-555555555555.bookbuyer.default"},
+		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	forged := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{forged}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err == nil {
+		s.Send(&discovery.DiscoveryRequest{Node: envoyNode(tmpl.Subject.CommonName, "10.0.0.10"), TypeUrl: resource.ClusterType})
+		_, err = s.Recv()
+	}
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("stream with a self-signed client certificate: %v; want the TLS handshake refused (Unavailable)", err)
+	}
+	if len(e.srv.Proxies()) != 0 {
+		t.Errorf("a proxy with a foreign certificate was registered: %+v", e.srv.Proxies())
+	}
+}
+
+func TestRevokedProxyIsDisconnectedAndRefused(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookbuyer")
+	cn := cnOf(t, cert)
+	s := e.dial(t, cert, nil)
+	s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: resource.ClusterType})
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := e.certs.RevokeProxy(context.Background(), cn); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Recv()
+	wantCode(t, err, codes.PermissionDenied, "revoked")
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("revoked stream closed after %v, want within a second", d)
+	}
+	again := e.dial(t, cert, nil)
+	again.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: resource.ClusterType})
+	_, err = again.Recv()
+	wantCode(t, err, codes.PermissionDenied, "revoked")
+}
+
+func TestBookthiefGetsNoRouteToBookstore(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookthief")
+	cn := cnOf(t, cert)
+	s := e.dial(t, cert, nil)
+	s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.11"), TypeUrl: resource.ClusterType})
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Debug{Server: e.srv, Cache: e.cache}.Config(cn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(cfg), "default/bookstore") {
+		t.Errorf("bookthief's configuration mentions default/bookstore:\n%s", cfg)
+	}
+}
+
+
