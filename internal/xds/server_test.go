@@ -327,5 +327,3 @@ func TestBookthiefGetsNoRouteToBookstore(t *testing.T) {
 		t.Errorf("bookthief's configuration mentions default/bookstore:\n%s", cfg)
 	}
 }
-
-
