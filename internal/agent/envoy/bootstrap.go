@@ -67,12 +67,16 @@ func Bootstrap(p sidecar.ProxyConfig, dataDir string, adminPort uint16) (*bootst
 	for k, v := range p.Labels {
 		labels[k] = v
 	}
-	md, err := structpb.NewStruct(map[string]any{
+	fields := map[string]any{
 		"osm.flavor":           "envoy",
 		"osm.agentVersion":     p.AgentVersion,
 		"osm.advertiseAddress": p.AdvertiseAddress,
 		"osm.labels":           labels,
-	})
+	}
+	if p.AppPort != 0 {
+		fields["osm.appPort"] = float64(p.AppPort)
+	}
+	md, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)
 	}

@@ -67,6 +67,9 @@ func cmpOr(a, b string) string {
 // Name returns "envoy".
 func (d *Driver) Name() string { return Name }
 
+// BootstrapFile returns the bootstrap's name in the data directory.
+func (d *Driver) BootstrapFile() string { return BootstrapFile }
+
 // BootstrapPath is where the bootstrap Envoy runs on is written.
 func (d *Driver) BootstrapPath() string { return filepath.Join(d.dataDir, BootstrapFile) }
 

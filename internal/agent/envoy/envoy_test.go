@@ -34,6 +34,7 @@ func proxyConfig(xds string) sidecar.ProxyConfig {
 		CAFile:           dataDir + "/ca.crt",
 		AgentVersion:     "v0.1.0",
 		AdvertiseAddress: "10.0.0.7",
+		AppPort:          8080,
 		Labels:           map[string]string{"zone": "rack-1", "version": "v2"},
 	}
 }

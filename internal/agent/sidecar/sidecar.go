@@ -36,6 +36,8 @@ type ProxyConfig struct {
 
 	AgentVersion     string
 	AdvertiseAddress string
+	// AppPort is the application's port on 127.0.0.1 (0: not set).
+	AppPort uint16
 	Labels           map[string]string
 }
 
@@ -70,6 +72,10 @@ type Driver interface {
 	Name() string
 	// Files renders the proxy's configuration files for p. It does no I/O.
 	Files(p ProxyConfig) ([]File, error)
+	// BootstrapFile is the name of the file the proxy starts from, among
+	// those Files renders; the agent runs the proxy on an existing one
+	// while the server is unreachable.
+	BootstrapFile() string
 	// Check reports whether the proxy can be started (the binary exists
 	// and is executable), with an error naming the path and the setting
 	// to change.

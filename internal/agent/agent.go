@@ -1,0 +1,425 @@
+// Package agent is osm-agent's library: its configuration, the run loop
+// (enroll once with the join token, keep the proxy certificate renewed,
+// render the proxy and gRPC xDS bootstraps, poll the server for hosts and
+// the service certificate, supervise the proxy through a sidecar driver)
+// and the system service install.
+//
+// Subpackages: sidecar (driver abstraction and supervisor), envoy (the
+// reference driver), hostsfile, atomicfile, agenttest (fakes for tests).
+// The agent talks to the server only over its HTTPS and xDS APIs: it
+// imports internal/enroll and internal/mesh of osm-vm and none of the
+// server's packages (deps_test.go enforces this).
+package agent
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/osm-vm/osm-vm/internal/agent/atomicfile"
+	"github.com/osm-vm/osm-vm/internal/agent/sidecar"
+	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+// Names of the agent's files in the data directory, beside enroll's
+// proxy.key, proxy.crt and ca.crt and the driver's files.
+const (
+	JoinTokenFile     = "join-token"
+	StateFile         = "state.json"
+	StatusFile        = "status.json"
+	GRPCBootstrapFile = "grpc-bootstrap.json"
+	ServiceCertFile   = "service.crt"
+	ServiceKeyFile    = "service.key"
+	ServiceCAFile     = "service-ca.crt"
+)
+
+// Enroller is the enrollment client the agent needs. NetworkEnroller is the
+// real one; tests use a fake that signs with a test CA.
+type Enroller interface {
+	Enroll(ctx context.Context, req enroll.JoinRequest, key crypto.Signer) (enroll.Result, error)
+	Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificate, key crypto.Signer) (enroll.Result, error)
+}
+
+// NetworkEnroller enrolls and renews against osm-server over HTTPS with
+// internal/enroll.
+type NetworkEnroller struct {
+	// HTTPClient is used for enrollment; nil means a default client.
+	HTTPClient *http.Client
+}
+
+// Enroll implements Enroller.
+func (e NetworkEnroller) Enroll(ctx context.Context, req enroll.JoinRequest, key crypto.Signer) (enroll.Result, error) {
+	return enroll.Enroll(ctx, e.HTTPClient, req, key)
+}
+
+// Renew implements Enroller.
+func (NetworkEnroller) Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificate, key crypto.Signer) (enroll.Result, error) {
+	return enroll.Renew(ctx, server, caPEM, cert, key)
+}
+
+// Options tune an Agent; zero fields take defaults.
+type Options struct {
+	// Version is the agent version reported in the node metadata.
+	Version string
+	// RetryInitial and RetryMax bound the backoff of enrollment, renewal
+	// and config polls while the server is unreachable (1s, 1m).
+	RetryInitial, RetryMax time.Duration
+	// Supervisor tunes the proxy supervisor; its DrainTime defaults to the
+	// config's drainTimeout.
+	Supervisor sidecar.SupervisorOptions
+}
+
+// Agent runs one machine's part of the mesh. Build it with New.
+type Agent struct {
+	cfg      Config
+	log      *slog.Logger
+	enroller Enroller
+	driver   sidecar.Driver
+	opts     Options
+	sup      *sidecar.Supervisor
+	hc       *http.Client
+
+	mu         sync.Mutex
+	id         enroll.Identity
+	leaf       *x509.Certificate
+	xdsAddress string
+	st         Status
+	ready      chan struct{} // closed once the proxy has a bootstrap
+	readyOnce  sync.Once
+}
+
+// New returns an agent for cfg (with defaults applied and validated by the
+// caller) running the proxy through driver.
+func New(cfg Config, log *slog.Logger, e Enroller, driver sidecar.Driver, opts Options) *Agent {
+	if opts.RetryInitial <= 0 {
+		opts.RetryInitial = time.Second
+	}
+	if opts.RetryMax <= 0 {
+		opts.RetryMax = time.Minute
+	}
+	if opts.Supervisor.DrainTime == 0 {
+		opts.Supervisor.DrainTime = cfg.DrainTimeout
+	}
+	a := &Agent{cfg: cfg, log: log, enroller: e, driver: driver, opts: opts, ready: make(chan struct{})}
+	onEvent := opts.Supervisor.OnEvent
+	opts.Supervisor.OnEvent = func(ev sidecar.Event) {
+		a.writeStatus()
+		if onEvent != nil {
+			onEvent(ev)
+		}
+	}
+	a.sup = sidecar.NewSupervisor(driver, log, opts.Supervisor)
+	return a
+}
+
+func (a *Agent) path(name string) string { return filepath.Join(a.cfg.DataDir, name) }
+
+// SaveJoinToken stores the join token in dataDir (0600) for the first
+// enrollment by `osm-agent run`, which deletes it once enrolled.
+func SaveJoinToken(dataDir, token string) error {
+	if strings.TrimSpace(token) == "" {
+		return errors.New("join token is empty: pass --token from `osm-server token create`")
+	}
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("save join token: %w", err)
+	}
+	return writeAtomic(filepath.Join(dataDir, JoinTokenFile), []byte(strings.TrimSpace(token)+"\n"), 0o600)
+}
+
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	return atomicfile.WriteFile(path, data, mode)
+}
+
+// Run runs the agent until ctx is done: it makes sure there is a valid
+// proxy certificate (enrolling with the stored join token if not), renders
+// the proxy's bootstrap, and then runs the config poller, the certificate
+// renewer and the proxy supervisor together. With the server unreachable
+// it keeps retrying and runs the proxy on its last bootstrap. It returns
+// an error when the proxy binary cannot be run or the machine cannot be
+// enrolled without an operator.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.driver.Check(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	if err := a.ensureIdentity(ctx); err != nil {
+		return err
+	}
+	if st, err := a.readState(); err == nil && st.XDSAddress != "" {
+		a.setXDSAddress(st.XDSAddress)
+	}
+	switch {
+	case a.xds() != "":
+		if err := a.writeProxyFiles(); err != nil {
+			return err
+		}
+	case fileExists(a.path(a.driver.BootstrapFile())):
+		a.log.Warn("xDS address not known yet; the proxy runs on its last bootstrap until the server answers")
+		a.markReady()
+	default:
+		a.log.Warn("xDS address not known yet; the proxy starts once the server answers")
+	}
+	a.writeStatus()
+
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { a.pollLoop(ctx); return nil })
+	g.Go(func() error { a.renewLoop(ctx); return nil })
+	g.Go(func() error {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.ready:
+		}
+		return a.sup.Run(ctx)
+	})
+	err := g.Wait()
+	a.writeStatus()
+	return err
+}
+
+// ensureIdentity loads the proxy identity, enrolling with the join token
+// when it is missing, corrupt or expired.
+func (a *Agent) ensureIdentity(ctx context.Context) error {
+	id, leaf, err := loadIdentity(a.cfg.DataDir)
+	if err == nil {
+		a.setIdentity(id, leaf)
+		return nil
+	}
+	token, terr := os.ReadFile(a.path(JoinTokenFile))
+	if terr != nil {
+		return fmt.Errorf("no usable proxy certificate and no join token in %s to enroll again: %w", a.cfg.DataDir, err)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		a.log.Info("enrolling with the join token", "server", a.cfg.Server)
+	} else {
+		a.log.Warn("proxy identity unusable; enrolling again with the join token", "err", err)
+	}
+	backoff := a.opts.RetryInitial
+	for {
+		err := a.enrollOnce(ctx, strings.TrimSpace(string(token)))
+		if err == nil {
+			break
+		}
+		if permanent(err) {
+			return fmt.Errorf("enrollment refused: %w; get a new token with `osm-server token create --service %s --namespace %s` on the server, then run the `osm-agent enroll ...` command it prints", err, a.cfg.Service, a.cfg.Namespace)
+		}
+		a.log.Error("enrollment failed; retrying", "err", err, "backoff", backoff)
+		if !sleep(ctx, backoff) {
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, a.opts.RetryMax)
+	}
+	id, leaf, err = loadIdentity(a.cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("after enrollment: %w", err)
+	}
+	a.setIdentity(id, leaf)
+	if err := os.Remove(a.path(JoinTokenFile)); err != nil {
+		a.log.Warn("could not delete the used join token", "err", err)
+	}
+	a.log.Info("enrolled", "identity", leaf.Subject.CommonName, "expires", leaf.NotAfter)
+	return nil
+}
+
+func (a *Agent) enrollOnce(ctx context.Context, token string) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	res, err := a.enroller.Enroll(ctx, enroll.JoinRequest{
+		Server: a.cfg.Server, Token: token, CACertHash: a.cfg.CACertHash, Service: a.cfg.MeshService(),
+	}, key)
+	if err != nil {
+		return err
+	}
+	keyPEM, err := enroll.MarshalKey(key)
+	if err != nil {
+		return err
+	}
+	if err := enroll.SaveIdentity(a.cfg.DataDir, enroll.Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: res.CAPEM}); err != nil {
+		return err
+	}
+	a.setXDSAddress(res.XDSAddress)
+	return a.writeState()
+}
+
+// permanent reports whether an enrollment error will not go away by
+// retrying: the server refused the request, or it is not the pinned server.
+func permanent(err error) bool {
+	var apiErr *enroll.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Status >= 400 && apiErr.Status < 500 && apiErr.Status != http.StatusTooManyRequests
+	}
+	return errors.Is(err, enroll.ErrCAHashMismatch)
+}
+
+// loadIdentity is enroll.LoadIdentity plus an expiry check.
+func loadIdentity(dir string) (enroll.Identity, *x509.Certificate, error) {
+	id, err := enroll.LoadIdentity(dir)
+	if err != nil {
+		return enroll.Identity{}, nil, err
+	}
+	c, err := id.TLS()
+	if err != nil {
+		return enroll.Identity{}, nil, err
+	}
+	leaf := c.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
+			return enroll.Identity{}, nil, err
+		}
+	}
+	if _, err := mesh.ParseProxyIdentity(leaf.Subject.CommonName); err != nil {
+		return enroll.Identity{}, nil, fmt.Errorf("%s: %w", filepath.Join(dir, enroll.CertFile), err)
+	}
+	if now := time.Now(); now.After(leaf.NotAfter) {
+		return enroll.Identity{}, nil, fmt.Errorf("proxy certificate %s expired at %s", filepath.Join(dir, enroll.CertFile), leaf.NotAfter.Format(time.RFC3339))
+	}
+	return id, leaf, nil
+}
+
+func (a *Agent) setIdentity(id enroll.Identity, leaf *x509.Certificate) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.id, a.leaf = id, leaf
+	a.st.Identity = leaf.Subject.CommonName
+	a.st.CertificateExpires = leaf.NotAfter
+}
+
+func (a *Agent) identity() (enroll.Identity, *x509.Certificate) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.id, a.leaf
+}
+
+func (a *Agent) setXDSAddress(addr string) (changed bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	changed = addr != a.xdsAddress
+	a.xdsAddress = addr
+	a.st.XDSAddress = addr
+	return changed
+}
+
+func (a *Agent) xds() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.xdsAddress
+}
+
+func (a *Agent) markReady() { a.readyOnce.Do(func() { close(a.ready) }) }
+
+// state is what the agent remembers between runs beside the identity.
+type state struct {
+	XDSAddress string `json:"xdsAddress"`
+}
+
+func (a *Agent) readState() (state, error) {
+	var s state
+	data, err := os.ReadFile(a.path(StateFile))
+	if err != nil {
+		return s, err
+	}
+	return s, json.Unmarshal(data, &s)
+}
+
+func (a *Agent) writeState() error {
+	data, err := json.MarshalIndent(state{XDSAddress: a.xds()}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(a.path(StateFile), append(data, '\n'), 0o600)
+}
+
+// ProxyConfig returns what the driver renders the bootstrap from.
+func (a *Agent) ProxyConfig() sidecar.ProxyConfig {
+	_, leaf := a.identity()
+	cn := ""
+	if leaf != nil {
+		cn = leaf.Subject.CommonName
+	}
+	labels := map[string]string{}
+	for k, v := range a.cfg.Labels {
+		labels[k] = v
+	}
+	return sidecar.ProxyConfig{
+		NodeID:           cn,
+		Service:          a.cfg.MeshService(),
+		XDSAddress:       a.xds(),
+		CertFile:         a.path(enroll.CertFile),
+		KeyFile:          a.path(enroll.KeyFile),
+		CAFile:           a.path(enroll.CAFile),
+		AgentVersion:     a.opts.Version,
+		AdvertiseAddress: a.cfg.AdvertiseAddress,
+		AppPort:          a.cfg.AppPort,
+		Labels:           labels,
+	}
+}
+
+
+// writeProxyFiles renders and writes the driver's files and the gRPC xDS
+// bootstrap, each only when its content changed, and marks the proxy ready.
+func (a *Agent) writeProxyFiles() error {
+	p := a.ProxyConfig()
+	files, err := a.driver.Files(p)
+	if err != nil {
+		return fmt.Errorf("render %s bootstrap: %w", a.driver.Name(), err)
+	}
+	grpcBoot, err := GRPCBootstrap(p, a.cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("render gRPC xDS bootstrap: %w", err)
+	}
+	files = append(files, sidecar.File{Name: GRPCBootstrapFile, Data: grpcBoot, Mode: 0o644})
+	for _, f := range files {
+		path := a.path(f.Name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return err
+		}
+		if old, err := os.ReadFile(path); err == nil && string(old) == string(f.Data) {
+			continue
+		}
+		if err := writeAtomic(path, f.Data, f.Mode); err != nil {
+			return err
+		}
+		a.log.Info("wrote proxy configuration", "file", path)
+	}
+	a.markReady()
+	return nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// sleep waits d or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,429 @@
+package agent_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/agent"
+	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
+	"github.com/osm-vm/osm-vm/internal/agent/envoy"
+	"github.com/osm-vm/osm-vm/internal/agent/hostsfile"
+	"github.com/osm-vm/osm-vm/internal/agent/sidecar"
+	"github.com/osm-vm/osm-vm/internal/enroll"
+)
+
+func TestMain(m *testing.M) {
+	agenttest.RunFakeEnvoyIfAsked()
+	os.Exit(m.Run())
+}
+
+// harness is a test CA, a mutual-TLS ADS server, an agent-config HTTPS
+// server, a fake enroller and an agent configuration whose Envoy is the
+// test binary acting as the Envoy stand-in.
+type harness struct {
+	ca       *agenttest.CA
+	ads      *agenttest.ADSServer
+	api      *httptest.Server
+	enroller *agenttest.Enroller
+	cfg      agent.Config
+
+	mu       sync.Mutex
+	apiCalls int
+	apiPeer  string
+}
+
+const token = "abcdef.0123456789abcdef"
+
+func newHarness(t *testing.T) *harness {
+	t.Helper()
+	t.Setenv(agenttest.FakeEnvoyEnv, "1")
+	t.Setenv(agenttest.FakeEnvoyCrashEnv, "")
+	h := &harness{ca: agenttest.NewCA(t)}
+	h.ads = agenttest.StartADS(t, h.ca)
+	h.enroller = &agenttest.Enroller{CA: h.ca, Token: token, XDSAddress: h.ads.Addr}
+	svcCert, svcKey := h.ca.KeyPair(t, "bookstore.default.svc", time.Hour)
+	h.api = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/agent/config" || len(r.TLS.PeerCertificates) == 0 {
+			http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
+			return
+		}
+		cn := r.TLS.PeerCertificates[0].Subject.CommonName
+		h.mu.Lock()
+		h.apiCalls++
+		h.apiPeer = cn
+		h.mu.Unlock()
+		json.NewEncoder(w).Encode(agent.ServerConfig{
+			Identity:   cn,
+			XDSAddress: h.ads.Addr,
+			Hosts: []agent.HostEntry{
+				{Hostname: "bookstore.default.mesh", IP: "127.77.0.3"},
+				{Hostname: "bookbuyer.default.mesh", IP: "127.77.0.2"},
+			},
+			ServiceCertificate: agent.ServiceCertificateBundle{
+				CertificatePEM: string(svcCert), PrivateKeyPEM: string(svcKey), CAPEM: string(h.ca.PEM),
+				Expires: time.Now().Add(time.Hour).UTC().Truncate(time.Second),
+			},
+		})
+	}))
+	h.api.TLS = h.ca.ServerTLS(t)
+	h.api.StartTLS()
+	t.Cleanup(h.api.Close)
+
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.cfg = agent.Config{
+		Server: h.api.URL, Service: "bookstore", Namespace: "default",
+		EnvoyPath: exe, AdminPort: freePort(t),
+		DataDir: filepath.Join(dir, "data"), HostsFile: hosts,
+		DrainTimeout: 100 * time.Millisecond, PollInterval: time.Hour,
+		Labels: map[string]string{"zone": "a"},
+	}.WithDefaults()
+	if err := h.cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func freePort(t *testing.T) uint16 {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return uint16(l.Addr().(*net.TCPAddr).Port)
+}
+
+type running struct {
+	agent  *agent.Agent
+	logs   *agenttest.Logs
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (h *harness) start(t *testing.T) *running {
+	t.Helper()
+	d, err := envoy.New(sidecar.Options{BinaryPath: h.cfg.EnvoyPath, DataDir: h.cfg.DataDir, AdminPort: h.cfg.AdminPort, DrainTime: h.cfg.DrainTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, logs := agenttest.NewLogger()
+	a := agent.New(h.cfg, log, h.enroller, d, agent.Options{
+		Version: "test", RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{agent: a, logs: logs, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- a.Run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func (r *running) stop(t *testing.T) error {
+	t.Helper()
+	r.cancel()
+	select {
+	case err, ok := <-r.done:
+		if ok {
+			close(r.done)
+		}
+		return err
+	case <-time.After(20 * time.Second):
+		t.Fatal("agent did not stop within 20s")
+	}
+	return nil
+}
+
+func waitAck(t *testing.T, h *harness) agenttest.Ack {
+	t.Helper()
+	select {
+	case a := <-h.ads.Acks:
+		return a
+	case <-time.After(20 * time.Second):
+		t.Fatal("no ADS ACK from the proxy within 20s")
+	}
+	return agenttest.Ack{}
+}
+
+func proxyCN(t *testing.T, dir string) (string, *x509.Certificate) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, enroll.CertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := pem.Decode(data)
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Subject.CommonName, c
+}
+
+func TestRunEnrollsOnceAndRunsTheProxy(t *testing.T) {
+	h := newHarness(t)
+	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+		t.Fatal(err)
+	}
+	r := h.start(t)
+	ack := waitAck(t, h)
+	cn, _ := proxyCN(t, h.cfg.DataDir)
+	if ack.NodeID != cn || ack.PeerCN != cn {
+		t.Errorf("ACK from node %q with certificate %q, want both %q", ack.NodeID, ack.PeerCN, cn)
+	}
+	if !strings.HasSuffix(cn, ".bookstore.default") {
+		t.Errorf("identity %q, want <uuid>.bookstore.default", cn)
+	}
+	r.logs.Wait(t, "updated mesh host names")
+	r.logs.Wait(t, "wrote service certificate")
+
+	if _, err := os.Stat(filepath.Join(h.cfg.DataDir, agent.JoinTokenFile)); !os.IsNotExist(err) {
+		t.Errorf("join token still there after enrollment (%v)", err)
+	}
+	hosts, _ := os.ReadFile(h.cfg.HostsFile)
+	wantHosts := "127.0.0.1 localhost\n" + hostsfile.BeginMarker + "\n127.77.0.2\tbookbuyer.default.mesh\n127.77.0.3\tbookstore.default.mesh\n" + hostsfile.EndMarker + "\n"
+	if diff := cmp.Diff(string(hosts), wantHosts); diff != "" {
+		t.Errorf("hosts file (-got +want):\n%s", diff)
+	}
+	for name, mode := range map[string]os.FileMode{
+		enroll.KeyFile: 0o600, agent.ServiceKeyFile: 0o600, agent.ServiceCertFile: 0o644, agent.ServiceCAFile: 0o644,
+		agent.GRPCBootstrapFile: 0o644, envoy.BootstrapFile: 0o644, envoy.ClientCertSDS: 0o644, envoy.CASDS: 0o644,
+	} {
+		fi, err := os.Stat(filepath.Join(h.cfg.DataDir, name))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if fi.Mode().Perm() != mode {
+			t.Errorf("%s mode %v, want %v", name, fi.Mode().Perm(), mode)
+		}
+	}
+	svc, err := tls.LoadX509KeyPair(filepath.Join(h.cfg.DataDir, agent.ServiceCertFile), filepath.Join(h.cfg.DataDir, agent.ServiceKeyFile))
+	if err != nil || len(svc.Certificate) == 0 {
+		t.Errorf("service key pair: %v", err)
+	}
+	st := r.agent.Status()
+	if st.Identity != cn || !st.Proxy.Running || st.Hosts != 2 || st.XDSAddress != h.ads.Addr {
+		t.Errorf("status = %+v, want identity %s, proxy running, 2 hosts, xDS %s", st, cn, h.ads.Addr)
+	}
+	if err := r.stop(t); err != nil {
+		t.Errorf("Run = %v, want nil after stop", err)
+	}
+	onDisk, err := agent.ReadStatus(h.cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if onDisk.Identity != cn || onDisk.Proxy.Running {
+		t.Errorf("status file after stop = %+v, want identity %s, proxy not running", onDisk, cn)
+	}
+	if enrolls, _ := h.enroller.Calls(); enrolls != 1 {
+		t.Errorf("enrollments = %d, want 1", enrolls)
+	}
+
+	// A restart (a reboot) needs no token: same identity, no enrollment.
+	h.start(t)
+	waitAck(t, h)
+	if again, _ := proxyCN(t, h.cfg.DataDir); again != cn {
+		t.Errorf("identity after restart = %s, want %s", again, cn)
+	}
+	if enrolls, _ := h.enroller.Calls(); enrolls != 1 {
+		t.Errorf("enrollments after restart = %d, want 1", enrolls)
+	}
+}
+
+func TestRunServerUnreachableAtStart(t *testing.T) {
+	h := newHarness(t)
+	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+		t.Fatal(err)
+	}
+	h.enroller.SetUnreachable(true)
+	r := h.start(t)
+	r.logs.Wait(t, "enrollment failed; retrying")
+	r.logs.Wait(t, "enrollment failed; retrying") // still retrying, not given up
+	h.enroller.SetUnreachable(false)
+	waitAck(t, h)
+}
+
+func TestRunOnLastBootstrapWhileServerIsDown(t *testing.T) {
+	h := newHarness(t)
+	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+		t.Fatal(err)
+	}
+	r := h.start(t)
+	waitAck(t, h)
+	if err := r.stop(t); err != nil {
+		t.Fatal(err)
+	}
+	// The server's API goes away and the remembered xDS address is lost:
+	// the proxy still starts from the bootstrap on disk.
+	h.api.Close()
+	if err := os.Remove(filepath.Join(h.cfg.DataDir, agent.StateFile)); err != nil {
+		t.Fatal(err)
+	}
+	r = h.start(t)
+	r.logs.Wait(t, "runs on its last bootstrap")
+	waitAck(t, h)
+	r.logs.Wait(t, "agent config from the server failed; retrying")
+	if st := r.agent.Status(); st.LastConfigError == "" {
+		t.Errorf("status LastConfigError empty while the server is down: %+v", st)
+	}
+}
+
+func TestRunCorruptIdentity(t *testing.T) {
+	t.Run("with a join token: enrolls again", func(t *testing.T) {
+		h := newHarness(t)
+		writeGarbageIdentity(t, h.cfg.DataDir)
+		if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+			t.Fatal(err)
+		}
+		r := h.start(t)
+		r.logs.Wait(t, "enrolling again")
+		waitAck(t, h)
+	})
+	t.Run("without a token: says how to get one", func(t *testing.T) {
+		h := newHarness(t)
+		writeGarbageIdentity(t, h.cfg.DataDir)
+		r := h.start(t)
+		err := r.stop(t)
+		for _, want := range []string{"no join token", "osm-server token create", "osm-agent enroll"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Run = %v, want it to mention %q", err, want)
+			}
+		}
+	})
+	t.Run("missing files without a token", func(t *testing.T) {
+		h := newHarness(t)
+		err := h.start(t).stop(t)
+		if err == nil || !strings.Contains(err.Error(), "osm-server token create") {
+			t.Errorf("Run = %v, want it to say how to get a token", err)
+		}
+	})
+	t.Run("a refused token is not retried", func(t *testing.T) {
+		h := newHarness(t)
+		if err := agent.SaveJoinToken(h.cfg.DataDir, "wrong.token"); err != nil {
+			t.Fatal(err)
+		}
+		err := h.start(t).stop(t)
+		if err == nil || !strings.Contains(err.Error(), "enrollment refused") || !strings.Contains(err.Error(), "osm-server token create --service bookstore --namespace default") {
+			t.Errorf("Run = %v, want a refused enrollment naming the token command", err)
+		}
+	})
+}
+
+func writeGarbageIdentity(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{enroll.KeyFile, enroll.CertFile, enroll.CAFile} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("garbage"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestRunEnvoyMissing(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.EnvoyPath = filepath.Join(t.TempDir(), "envoy")
+	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+		t.Fatal(err)
+	}
+	err := h.start(t).stop(t)
+	if err == nil || !strings.Contains(err.Error(), h.cfg.EnvoyPath) || !strings.Contains(err.Error(), "--envoy-path") || !strings.Contains(err.Error(), "envoyPath") {
+		t.Errorf("Run = %v, want one error naming %s, --envoy-path and envoyPath", err, h.cfg.EnvoyPath)
+	}
+	if enrolls, _ := h.enroller.Calls(); enrolls != 0 {
+		t.Errorf("enrolled %d times before noticing Envoy is missing, want 0 (the token stays for the next try)", enrolls)
+	}
+}
+
+func TestRenewsAtTwoThirdsWithoutRestartingTheProxy(t *testing.T) {
+	h := newHarness(t)
+	h.enroller.Lifetime = 3 * time.Second
+	h.enroller.Renewed = make(chan string, 10)
+	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+		t.Fatal(err)
+	}
+	r := h.start(t)
+	waitAck(t, h)
+	cn, first := proxyCN(t, h.cfg.DataDir)
+	select {
+	case got := <-h.enroller.Renewed:
+		if got != cn {
+			t.Errorf("renewed %s, want %s", got, cn)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no renewal within 20s of a 3s certificate")
+	}
+	r.logs.Wait(t, "renewed proxy certificate")
+	again, second := proxyCN(t, h.cfg.DataDir)
+	if again != cn || second.SerialNumber.Cmp(first.SerialNumber) == 0 {
+		t.Errorf("after renewal: CN %s serial %v, want CN %s and a new serial (old %v)", again, second.SerialNumber, cn, first.SerialNumber)
+	}
+	if st := r.agent.Status(); st.Proxy.Restarts != 0 || !st.Proxy.Running {
+		t.Errorf("proxy status after renewal = %+v, want running with no restarts", st.Proxy)
+	}
+}
+
+func TestRenewalFailureLogsTimeLeft(t *testing.T) {
+	h := newHarness(t)
+	h.enroller.Lifetime = 3 * time.Second
+	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+		t.Fatal(err)
+	}
+	r := h.start(t)
+	waitAck(t, h)
+	h.enroller.SetUnreachable(true)
+	rec := r.logs.Wait(t, "proxy certificate renewal failed; retrying")
+	if rec.Level != slog.LevelError || rec.Attrs["expiresIn"] == "" {
+		t.Errorf("renewal failure logged as %v %v, want ERROR with expiresIn", rec.Level, rec.Attrs)
+	}
+	r.logs.Wait(t, "proxy certificate renewal failed; retrying") // keeps retrying
+	h.enroller.SetUnreachable(false)
+	r.logs.Wait(t, "renewed proxy certificate")
+}
+
+func TestFetchServerConfigErrors(t *testing.T) {
+	h := newHarness(t)
+	certPEM, keyPEM := h.ca.KeyPair(t, "x", time.Hour)
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusing := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusForbidden)
+		w.Write([]byte(`{"error":"proxy certificate refused: revoked (enroll again with a new join token)"}`))
+	}))
+	refusing.TLS = h.ca.ServerTLS(t)
+	refusing.StartTLS()
+	defer refusing.Close()
+	_, err = agent.FetchServerConfig(context.Background(), refusing.URL, h.ca.PEM, pair)
+	if err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "revoked") {
+		t.Errorf("FetchServerConfig = %v, want the 403 and the server's reason", err)
+	}
+	other := agenttest.NewCA(t)
+	_, err = agent.FetchServerConfig(context.Background(), h.api.URL, other.PEM, pair)
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("FetchServerConfig with the wrong CA = %v, want a TLS verification error", err)
+	}
+}

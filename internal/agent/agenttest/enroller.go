@@ -1,0 +1,106 @@
+package agenttest
+
+import (
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+// Enroller is a fake enrollment client that signs with a test CA. It
+// implements the agent's Enroller interface.
+type Enroller struct {
+	CA         *CA
+	Token      string        // the one valid join token
+	XDSAddress string        // returned with every certificate
+	Lifetime   time.Duration // of issued certificates (default 1h)
+	// Renewed, when set, receives the CN of each renewal.
+	Renewed chan string
+
+	mu          sync.Mutex
+	unreachable bool
+	enrolls     int
+	renews      int
+}
+
+// SetUnreachable makes every call fail as if the server were down.
+func (e *Enroller) SetUnreachable(down bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.unreachable = down
+}
+
+// Calls returns how many enrollments and renewals succeeded.
+func (e *Enroller) Calls() (enrolls, renews int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.enrolls, e.renews
+}
+
+var errUnreachable = errors.New("dial tcp 127.0.0.1:15443: connect: connection refused")
+
+func (e *Enroller) lifetime() time.Duration {
+	if e.Lifetime > 0 {
+		return e.Lifetime
+	}
+	return time.Hour
+}
+
+// Enroll issues a certificate for a new proxy identity of req.Service when
+// req.Token is the valid token.
+func (e *Enroller) Enroll(ctx context.Context, req enroll.JoinRequest, key crypto.Signer) (enroll.Result, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.unreachable {
+		return enroll.Result{}, errUnreachable
+	}
+	if req.Token != e.Token {
+		return enroll.Result{}, &enroll.APIError{Status: http.StatusUnauthorized, Body: enroll.ErrorBody{Reason: enroll.ReasonTokenUnknown, Error: "join token unknown"}}
+	}
+	id := mesh.NewProxyIdentity(req.Service)
+	certPEM, err := e.CA.Sign(id.CommonName(), key.Public(), e.lifetime())
+	if err != nil {
+		return enroll.Result{}, err
+	}
+	e.enrolls++
+	return enroll.Result{CertificatePEM: certPEM, CAPEM: e.CA.PEM, XDSAddress: e.XDSAddress, Identity: id.CommonName()}, nil
+}
+
+// Renew issues a certificate for the identity of cert and the new key.
+func (e *Enroller) Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificate, key crypto.Signer) (enroll.Result, error) {
+	e.mu.Lock()
+	if e.unreachable {
+		e.mu.Unlock()
+		return enroll.Result{}, errUnreachable
+	}
+	e.mu.Unlock()
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		return enroll.Result{}, err
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: e.CA.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return enroll.Result{}, &enroll.APIError{Status: http.StatusUnauthorized, Body: enroll.ErrorBody{Error: err.Error()}}
+	}
+	cn := leaf.Subject.CommonName
+	certPEM, err := e.CA.Sign(cn, key.Public(), e.lifetime())
+	if err != nil {
+		return enroll.Result{}, err
+	}
+	e.mu.Lock()
+	e.renews++
+	e.mu.Unlock()
+	if e.Renewed != nil {
+		select {
+		case e.Renewed <- cn:
+		case <-ctx.Done():
+		}
+	}
+	return enroll.Result{CertificatePEM: certPEM, CAPEM: e.CA.PEM, XDSAddress: e.XDSAddress, Identity: cn}, nil
+}

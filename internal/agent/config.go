@@ -1,0 +1,179 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/osm-vm/osm-vm/internal/agent/envoy"
+	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+// Config is the agent's configuration, <config-dir>/agent.yaml. Its YAML
+// keys are a user-facing contract.
+type Config struct {
+	// Server is the osm-server API base URL, https://host:port.
+	Server string `yaml:"server"`
+	// CACertHash pins the mesh CA for the first enrollment, sha256:<hex>.
+	CACertHash string `yaml:"caCertHash,omitempty"`
+	Service    string `yaml:"service"`
+	Namespace  string `yaml:"namespace"`
+	// Proxy is the sidecar driver, "envoy" by default.
+	Proxy string `yaml:"proxy,omitempty"`
+	// EnvoyPath is the Envoy binary: a path, or a name looked up on PATH.
+	EnvoyPath string `yaml:"envoyPath,omitempty"`
+	// AdminPort is the proxy's admin port on 127.0.0.1.
+	AdminPort uint16 `yaml:"adminPort,omitempty"`
+	// AppPort is the application's port on 127.0.0.1, reported to the
+	// server in the node metadata.
+	AppPort uint16 `yaml:"appPort,omitempty"`
+	// AdvertiseAddress is the address other machines reach this one on.
+	AdvertiseAddress string            `yaml:"advertiseAddress,omitempty"`
+	Labels           map[string]string `yaml:"labels,omitempty"`
+	DataDir          string            `yaml:"dataDir,omitempty"`
+	// HostsFile holds the managed block of mesh host names.
+	HostsFile string `yaml:"hostsFile,omitempty"`
+	// DrainTimeout is how long the proxy drains connections on stop.
+	DrainTimeout time.Duration `yaml:"drainTimeout,omitempty"`
+	// PollInterval is how often the agent fetches its config from the server.
+	PollInterval time.Duration `yaml:"pollInterval,omitempty"`
+}
+
+// DefaultConfigDir is where install writes agent.yaml.
+func DefaultConfigDir() string {
+	if runtime.GOOS == "windows" {
+		return filepath.Join(os.Getenv("ProgramData"), "osm-agent")
+	}
+	return "/etc/osm-agent"
+}
+
+// ConfigFile is the name of the configuration file in the config directory.
+const ConfigFile = "agent.yaml"
+
+// WithDefaults returns c with every unset optional field at its default.
+func (c Config) WithDefaults() Config {
+	if c.Proxy == "" {
+		c.Proxy = envoy.Name
+	}
+	if c.EnvoyPath == "" {
+		c.EnvoyPath = "envoy"
+	}
+	if c.AdminPort == 0 {
+		c.AdminPort = envoy.DefaultAdminPort
+	}
+	if c.DataDir == "" {
+		c.DataDir = enroll.DefaultDataDir()
+	}
+	if c.HostsFile == "" {
+		c.HostsFile = defaultHostsFile()
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 5 * time.Second
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 30 * time.Second
+	}
+	return c
+}
+
+func defaultHostsFile() string {
+	if runtime.GOOS == "windows" {
+		return filepath.Join(os.Getenv("SystemRoot"), `System32\drivers\etc\hosts`)
+	}
+	return "/etc/hosts"
+}
+
+// MeshService returns the service this machine runs.
+func (c Config) MeshService() mesh.MeshService {
+	return mesh.MeshService{Namespace: c.Namespace, Name: c.Service}
+}
+
+// Validate checks every field; each error names the key and the fix.
+func (c Config) Validate() error {
+	var errs []error
+	u, err := url.Parse(c.Server)
+	switch {
+	case c.Server == "":
+		errs = append(errs, errors.New("server: not set (the osm-server URL, https://host:port, from `osm-server token create`)"))
+	case err != nil || u.Scheme != "https" || u.Host == "":
+		errs = append(errs, fmt.Errorf("server %q: want https://host:port", c.Server))
+	}
+	if c.CACertHash != "" {
+		if _, err := enroll.ParseCAHash(c.CACertHash); err != nil {
+			errs = append(errs, fmt.Errorf("caCertHash: %w", err))
+		}
+	}
+	if err := mesh.ValidateLabel("service", c.Service); err != nil {
+		errs = append(errs, err)
+	}
+	if err := mesh.ValidateLabel("namespace", c.Namespace); err != nil {
+		errs = append(errs, err)
+	}
+	if c.AdvertiseAddress != "" {
+		if _, err := netip.ParseAddr(c.AdvertiseAddress); err != nil {
+			errs = append(errs, fmt.Errorf("advertiseAddress %q: not an IP address", c.AdvertiseAddress))
+		}
+	}
+	if c.DataDir != "" && !filepath.IsAbs(c.DataDir) {
+		errs = append(errs, fmt.Errorf("dataDir %q: must be an absolute path", c.DataDir))
+	}
+	if c.HostsFile != "" && !filepath.IsAbs(c.HostsFile) {
+		errs = append(errs, fmt.Errorf("hostsFile %q: must be an absolute path", c.HostsFile))
+	}
+	if c.DrainTimeout < 0 || c.PollInterval < 0 {
+		errs = append(errs, errors.New("drainTimeout and pollInterval must not be negative"))
+	}
+	if c.AppPort != 0 && c.AppPort == c.AdminPort {
+		errs = append(errs, fmt.Errorf("appPort %d is the proxy's adminPort", c.AppPort))
+	}
+	for k := range c.Labels {
+		if k == "" || strings.ContainsAny(k, " \t\n") {
+			errs = append(errs, fmt.Errorf("labels: key %q is empty or holds whitespace", k))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LoadConfig reads a config file strictly: unknown keys and wrong types are
+// errors naming the file, line and key. The result has defaults applied
+// and is validated.
+func LoadConfig(path string) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("read agent config: %w (write it with `osm-agent install`)", err)
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("agent config %s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	c = c.WithDefaults()
+	if err := c.Validate(); err != nil {
+		return Config{}, fmt.Errorf("agent config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// WriteConfig writes c to path (0600: it is the machine's mesh settings),
+// creating the directory.
+func WriteConfig(path string, c Config) error {
+	data, err := yaml.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write agent config: %w", err)
+	}
+	return writeAtomic(path, append([]byte("# osm-agent configuration, written by `osm-agent install`.\n"), data...), 0o600)
+}

@@ -1,0 +1,203 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/agent/hostsfile"
+)
+
+// ServerConfig is the body of GET <server>/api/v1/agent/config.
+type ServerConfig struct {
+	Identity           string                   `json:"identity"`
+	XDSAddress         string                   `json:"xdsAddress"`
+	Hosts              []HostEntry              `json:"hosts"`
+	ServiceCertificate ServiceCertificateBundle `json:"serviceCertificate"`
+}
+
+// HostEntry maps a mesh host name to its virtual IP.
+type HostEntry struct {
+	Hostname string `json:"hostname"`
+	IP       string `json:"ip"`
+}
+
+// ServiceCertificateBundle is the service certificate for proxyless gRPC.
+type ServiceCertificateBundle struct {
+	CertificatePEM string    `json:"certificatePEM"`
+	PrivateKeyPEM  string    `json:"privateKeyPEM"`
+	CAPEM          string    `json:"caPEM"`
+	Expires        time.Time `json:"expires"`
+}
+
+// FetchServerConfig reads the agent config from the server over mTLS with
+// the proxy certificate; the server must present a certificate caPEM
+// verifies.
+func FetchServerConfig(ctx context.Context, server string, caPEM []byte, cert tls.Certificate) (ServerConfig, error) {
+	u, err := url.Parse(server)
+	if err != nil {
+		return ServerConfig{}, fmt.Errorf("server %q: %w", server, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return ServerConfig{}, errors.New("agent config: ca.crt holds no PEM certificate")
+	}
+	tr := &http.Transport{TLSClientConfig: &tls.Config{
+		RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+	}}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.JoinPath("/api/v1/agent/config").String(), nil)
+	if err != nil {
+		return ServerConfig{}, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return ServerConfig{}, fmt.Errorf("agent config: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		return ServerConfig{}, fmt.Errorf("agent config: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		var e struct {
+			Error string `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error != "" {
+			return ServerConfig{}, fmt.Errorf("agent config: server answered %s: %s", resp.Status, e.Error)
+		}
+		return ServerConfig{}, fmt.Errorf("agent config: server answered %s", resp.Status)
+	}
+	var sc ServerConfig
+	if err := json.Unmarshal(body, &sc); err != nil {
+		return ServerConfig{}, fmt.Errorf("agent config: %w", err)
+	}
+	return sc, nil
+}
+
+// pollLoop fetches the server config now and every PollInterval; while the
+// server is unreachable it retries with backoff.
+func (a *Agent) pollLoop(ctx context.Context) {
+	backoff := a.opts.RetryInitial
+	for {
+		wait := a.cfg.PollInterval
+		if err := a.pollOnce(ctx); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			a.log.Error("agent config from the server failed; retrying", "err", err, "backoff", backoff)
+			a.updateStatus(func(s *Status) { s.LastConfigError = err.Error() })
+			wait = min(backoff, a.cfg.PollInterval)
+			backoff = min(2*backoff, a.opts.RetryMax)
+		} else {
+			backoff = a.opts.RetryInitial
+			a.updateStatus(func(s *Status) { s.LastConfigError, s.LastConfig = "", time.Now() })
+		}
+		a.writeStatus()
+		if !sleep(ctx, wait) {
+			return
+		}
+	}
+}
+
+func (a *Agent) pollOnce(ctx context.Context) error {
+	id, leaf := a.identity()
+	cert, err := id.TLS()
+	if err != nil {
+		return err
+	}
+	sc, err := FetchServerConfig(ctx, a.cfg.Server, id.CAPEM, cert)
+	if err != nil {
+		return err
+	}
+	if sc.Identity != "" && sc.Identity != leaf.Subject.CommonName {
+		return fmt.Errorf("agent config: server sent the config of %s, this machine is %s", sc.Identity, leaf.Subject.CommonName)
+	}
+	var errs []error
+	if sc.XDSAddress != "" && a.setXDSAddress(sc.XDSAddress) {
+		if err := a.writeState(); err != nil {
+			errs = append(errs, err)
+		}
+		if err := a.writeProxyFiles(); err != nil {
+			errs = append(errs, err)
+		} else if a.sup.Status().Running {
+			a.log.Warn("xDS address changed; the proxy uses it from its next start", "xdsAddress", sc.XDSAddress)
+		}
+	}
+	if err := a.applyHosts(sc.Hosts); err != nil {
+		errs = append(errs, err)
+	}
+	if err := a.writeServiceCertificate(sc.ServiceCertificate); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Agent) applyHosts(hosts []HostEntry) error {
+	entries := make([]hostsfile.Entry, 0, len(hosts))
+	for _, h := range hosts {
+		ip, err := netip.ParseAddr(h.IP)
+		if err != nil {
+			return fmt.Errorf("agent config: host %s: bad IP %q", h.Hostname, h.IP)
+		}
+		entries = append(entries, hostsfile.Entry{Hostname: h.Hostname, IP: ip})
+	}
+	changed, err := hostsfile.Update(a.cfg.HostsFile, entries)
+	if err != nil {
+		return err
+	}
+	if changed {
+		a.log.Info("updated mesh host names", "file", a.cfg.HostsFile, "hosts", len(entries))
+	}
+	a.updateStatus(func(s *Status) { s.Hosts = len(entries) })
+	return nil
+}
+
+// writeServiceCertificate writes service.crt, service.key (0600) and
+// service-ca.crt for gRPC's file_watcher when they changed; the key is
+// written first and the certificate last so a watcher that reads between
+// renames sees at worst the old certificate with the new key rejected, and
+// retries on its next refresh.
+func (a *Agent) writeServiceCertificate(sc ServiceCertificateBundle) error {
+	if sc.CertificatePEM == "" {
+		return nil
+	}
+	if _, err := tls.X509KeyPair([]byte(sc.CertificatePEM), []byte(sc.PrivateKeyPEM)); err != nil {
+		return fmt.Errorf("agent config: service certificate: %w", err)
+	}
+	files := []struct {
+		name string
+		data string
+		mode os.FileMode
+	}{
+		{ServiceCAFile, sc.CAPEM, 0o644},
+		{ServiceKeyFile, sc.PrivateKeyPEM, 0o600},
+		{ServiceCertFile, sc.CertificatePEM, 0o644},
+	}
+	changed := false
+	for _, f := range files {
+		if old, err := os.ReadFile(a.path(f.name)); err == nil && bytes.Equal(old, []byte(f.data)) {
+			continue
+		}
+		if err := writeAtomic(a.path(f.name), []byte(f.data), f.mode); err != nil {
+			return err
+		}
+		changed = true
+	}
+	if changed {
+		a.log.Info("wrote service certificate", "expires", sc.Expires)
+	}
+	a.updateStatus(func(s *Status) { s.ServiceCertificateExpires = sc.Expires })
+	return nil
+}

@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"fmt"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/enroll"
+)
+
+// RenewAt returns when a certificate is renewed: two thirds into its
+// lifetime.
+func RenewAt(c *x509.Certificate) time.Time {
+	return c.NotBefore.Add(c.NotAfter.Sub(c.NotBefore) * 2 / 3)
+}
+
+// renewLoop renews the proxy certificate at two thirds of its lifetime.
+// While the server is unreachable it retries with backoff and says, on
+// every failure, how long the current certificate has left.
+func (a *Agent) renewLoop(ctx context.Context) {
+	for {
+		_, leaf := a.identity()
+		if !sleep(ctx, time.Until(RenewAt(leaf))) {
+			return
+		}
+		backoff := a.opts.RetryInitial
+		for {
+			err := a.renewOnce(ctx)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			left := time.Until(leaf.NotAfter).Round(time.Second)
+			a.updateStatus(func(s *Status) { s.LastRenewError = err.Error() })
+			a.writeStatus()
+			if left <= 0 {
+				a.log.Error("proxy certificate EXPIRED and renewal keeps failing: the proxy cannot reach xDS until the server answers; if it never does, enroll again with a new join token",
+					"err", err, "expiredAt", leaf.NotAfter, "backoff", backoff)
+			} else {
+				a.log.Error("proxy certificate renewal failed; retrying", "err", err, "expiresIn", left.String(), "backoff", backoff)
+			}
+			if !sleep(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, a.opts.RetryMax)
+		}
+	}
+}
+
+// renewOnce renews with a fresh key and replaces the identity files
+// atomically; the proxy picks them up from its watched directory.
+func (a *Agent) renewOnce(ctx context.Context) error {
+	id, _ := a.identity()
+	cert, err := id.TLS()
+	if err != nil {
+		return err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	res, err := a.enroller.Renew(ctx, a.cfg.Server, id.CAPEM, cert, key)
+	if err != nil {
+		return err
+	}
+	keyPEM, err := enroll.MarshalKey(key)
+	if err != nil {
+		return err
+	}
+	caPEM := res.CAPEM
+	if len(caPEM) == 0 {
+		caPEM = id.CAPEM
+	}
+	if err := enroll.SaveIdentity(a.cfg.DataDir, enroll.Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: caPEM}); err != nil {
+		return fmt.Errorf("save renewed certificate: %w", err)
+	}
+	nid, leaf, err := loadIdentity(a.cfg.DataDir)
+	if err != nil {
+		return fmt.Errorf("renewed certificate: %w", err)
+	}
+	a.setIdentity(nid, leaf)
+	a.updateStatus(func(s *Status) { s.LastRenewError = ""; s.LastRenewal = time.Now() })
+	a.writeStatus()
+	a.log.Info("renewed proxy certificate", "expires", leaf.NotAfter, "renewAt", RenewAt(leaf))
+	return nil
+}
