@@ -20,6 +20,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/osm-vm/osm-vm/internal/enroll/enrolltest"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 )
 
@@ -50,10 +51,10 @@ func TestEnroll(t *testing.T) {
 	if !key.PublicKey.Equal(cert.PublicKey) {
 		t.Error("certificate is not for the agent's key")
 	}
-	if _, err := cert.Verify(x509.VerifyOptions{Roots: e.ca.pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: e.ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Errorf("certificate does not verify under the mesh root: %v", err)
 	}
-	if got, want := string(res.CAPEM), string(e.ca.pem()); got != want {
+	if got, want := string(res.CAPEM), string(e.ca.PEM()); got != want {
 		t.Errorf("CA bundle = %q, want the mesh root %q", got, want)
 	}
 	if got, want := res.XDSAddress, testXDS; got != want {
@@ -68,7 +69,7 @@ func TestEnroll(t *testing.T) {
 }
 
 func TestEnrollRefusesServerBeforeSendingToken(t *testing.T) {
-	other := newTestCA(t, "someone else's root")
+	other := enrolltest.NewCA(t, "someone else's root")
 	for _, tc := range []struct {
 		name string
 		// server changes the server before it starts; join the request.
@@ -78,21 +79,21 @@ func TestEnrollRefusesServerBeforeSendingToken(t *testing.T) {
 	}{
 		{
 			name: "wrong CA hash",
-			join: func(req *JoinRequest) { req.CACertHash = other.hash() },
+			join: func(req *JoinRequest) { req.CACertHash = other.Hash() },
 			want: ErrCAHashMismatch,
 		},
 		{
 			name: "server from another CA presenting the pinned root in its chain",
 			server: func(t *testing.T, e *testEnv) {
-				c := other.serving(t)
-				c.Certificate = [][]byte{c.Certificate[0], e.ca.cert.Raw}
+				c := other.Serving(t)
+				c.Certificate = [][]byte{c.Certificate[0], e.ca.Cert.Raw}
 				e.srv.TLS.Certificates = []tls.Certificate{c}
 			},
 		},
 		{
 			name: "server sends no root in its chain",
 			server: func(t *testing.T, e *testEnv) {
-				c := e.ca.serving(t)
+				c := e.ca.Serving(t)
 				c.Certificate = c.Certificate[:1]
 				e.srv.TLS.Certificates = []tls.Certificate{c}
 			},
@@ -102,26 +103,26 @@ func TestEnrollRefusesServerBeforeSendingToken(t *testing.T) {
 			name: "pinned CA but a client-only certificate (a proxy's) serving",
 			server: func(t *testing.T, e *testEnv) {
 				key := newKey(t)
-				leaf := e.ca.sign(t, &x509.Certificate{
+				leaf := e.ca.Sign(t, &x509.Certificate{
 					Subject:     pkix.Name{CommonName: mesh.NewProxyIdentity(bookstore).CommonName()},
 					IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 					NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 					ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 				}, key.Public())
-				e.srv.TLS.Certificates = []tls.Certificate{{Certificate: [][]byte{leaf.Raw, e.ca.cert.Raw}, PrivateKey: key}}
+				e.srv.TLS.Certificates = []tls.Certificate{{Certificate: [][]byte{leaf.Raw, e.ca.Cert.Raw}, PrivateKey: key}}
 			},
 		},
 		{
 			name: "pinned CA but a certificate for another host",
 			server: func(t *testing.T, e *testEnv) {
 				key := newKey(t)
-				leaf := e.ca.sign(t, &x509.Certificate{
+				leaf := e.ca.Sign(t, &x509.Certificate{
 					Subject:   pkix.Name{CommonName: "elsewhere"},
 					DNSNames:  []string{"elsewhere.example"},
 					NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 					ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 				}, key.Public())
-				e.srv.TLS.Certificates = []tls.Certificate{{Certificate: [][]byte{leaf.Raw, e.ca.cert.Raw}, PrivateKey: key}}
+				e.srv.TLS.Certificates = []tls.Certificate{{Certificate: [][]byte{leaf.Raw, e.ca.Cert.Raw}, PrivateKey: key}}
 			},
 		},
 	} {
@@ -228,7 +229,7 @@ func TestEnrollTokenRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newTestEnv(t)
 			secret := tc.token(t, e)
-			issued, proxies := e.iss.issued.Load(), e.proxies(t)
+			issued, proxies := e.iss.Issued(), e.proxies(t)
 			req := e.join(secret)
 			if tc.service != (mesh.MeshService{}) {
 				req.Service = tc.service
@@ -249,7 +250,7 @@ func TestEnrollTokenRefused(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.wantText) || !strings.Contains(err.Error(), "osm-server token create") {
 				t.Errorf("error %q does not say %q and how to get a new token", err, tc.wantText)
 			}
-			if got, want := e.iss.issued.Load(), issued; got != want {
+			if got, want := e.iss.Issued(), issued; got != want {
 				t.Errorf("certificates issued = %d, want %d", got, want)
 			}
 			if got, want := e.proxies(t), proxies; got != want {
@@ -366,7 +367,7 @@ func TestEnrollBadCSR(t *testing.T) {
 
 func TestEnrollChecksIssuerResult(t *testing.T) {
 	e := newTestEnv(t)
-	e.iss.tamper = func(c *x509.Certificate) {
+	e.iss.Tamper = func(c *x509.Certificate) {
 		c.Subject.CommonName = mesh.NewProxyIdentity(mesh.MeshService{Namespace: "default", Name: "other"}).CommonName()
 	}
 	secret, _ := e.token(t, TokenRequest{Service: bookstore})

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/enroll/enrolltest"
 )
 
 // identity enrolls a proxy and returns its files' contents.
@@ -98,7 +100,7 @@ func TestLoadIdentityErrors(t *testing.T) {
 	e := newTestEnv(t)
 	id := e.identity(t)
 	other := e.identity(t)
-	stranger := newTestCA(t, "another mesh")
+	stranger := enrolltest.NewCA(t, "another mesh")
 	for _, tc := range []struct {
 		name     string
 		edit     func(t *testing.T, dir string)
@@ -113,7 +115,7 @@ func TestLoadIdentityErrors(t *testing.T) {
 		{"corrupt key", func(t *testing.T, dir string) { write(t, dir, KeyFile, []byte("garbage")) }, "proxy.key is corrupt", false},
 		{"key of another proxy", func(t *testing.T, dir string) { write(t, dir, KeyFile, other.KeyPEM) }, "proxy.key and proxy.crt do not belong together", false},
 		{"corrupt CA", func(t *testing.T, dir string) { write(t, dir, CAFile, []byte("garbage")) }, "ca.crt is corrupt", false},
-		{"another mesh's CA", func(t *testing.T, dir string) { write(t, dir, CAFile, stranger.pem()) }, "proxy.crt is not issued by a CA in ca.crt", false},
+		{"another mesh's CA", func(t *testing.T, dir string) { write(t, dir, CAFile, stranger.PEM()) }, "proxy.crt is not issued by a CA in ca.crt", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -180,15 +182,18 @@ func TestDefaultDataDir(t *testing.T) {
 }
 
 func TestCAHash(t *testing.T) {
-	ca := newTestCA(t, "root")
-	spki, err := x509.MarshalPKIXPublicKey(ca.cert.PublicKey)
+	ca := enrolltest.NewCA(t, "root")
+	spki, err := x509.MarshalPKIXPublicKey(ca.Cert.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(spki)
 	want := "sha256:" + hex.EncodeToString(sum[:])
-	if got := CAHash(ca.cert.Raw); got != want {
+	if got := CAHash(ca.Cert.Raw); got != want {
 		t.Errorf("CAHash = %q, want %q", got, want)
+	}
+	if got, want := CAHash(ca.Cert.Raw), ca.Hash(); got != want {
+		t.Errorf("CAHash = %q, enrolltest.CA.Hash = %q", got, want)
 	}
 	if got := CAHash([]byte("not DER")); got != "" {
 		t.Errorf("CAHash of garbage = %q, want empty", got)
@@ -200,7 +205,7 @@ func TestCAHash(t *testing.T) {
 		t.Skip("openssl not installed: skipping the cross-check against the operator's command (apt-get install openssl)")
 	}
 	pub := exec.Command("openssl", "x509", "-pubkey", "-noout")
-	pub.Stdin = bytes.NewReader(ca.pem())
+	pub.Stdin = bytes.NewReader(ca.PEM())
 	pubPEM, err := pub.Output()
 	if err != nil {
 		t.Fatalf("openssl x509 -pubkey: %v", err)
@@ -212,7 +217,7 @@ func TestCAHash(t *testing.T) {
 		t.Fatalf("openssl pkey: %v", err)
 	}
 	sum = sha256.Sum256(derOut)
-	if got, want := CAHash(ca.cert.Raw), "sha256:"+hex.EncodeToString(sum[:]); got != want {
+	if got, want := CAHash(ca.Cert.Raw), "sha256:"+hex.EncodeToString(sum[:]); got != want {
 		t.Errorf("CAHash = %q, openssl says %q", got, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/osm-vm/osm-vm/internal/enroll/enrolltest"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -79,7 +80,7 @@ func TestRenewRefused(t *testing.T) {
 			name: "revoked proxy",
 			cert: func(t *testing.T, e *testEnv) *tls.Certificate {
 				c, res := e.enrolled(t)
-				e.iss.revoke(res.Identity)
+				e.iss.Revoke(res.Identity)
 				return &c
 			},
 			wantStatus: http.StatusForbidden, wantReason: ReasonRefused,
@@ -88,7 +89,7 @@ func TestRenewRefused(t *testing.T) {
 			name: "proxy the issuer does not know",
 			cert: func(t *testing.T, e *testEnv) *tls.Certificate {
 				c, res := e.enrolled(t)
-				if _, err := e.st.Txn(context.Background(), store.Delete(proxyPrefix+res.Identity, store.AnyVersion)); err != nil {
+				if _, err := e.st.Txn(context.Background(), store.Delete(enrolltest.ProxyPrefix+res.Identity, store.AnyVersion)); err != nil {
 					t.Fatal(err)
 				}
 				return &c
@@ -108,7 +109,7 @@ func TestRenewRefused(t *testing.T) {
 			name: "a mesh certificate that is not a proxy's",
 			cert: func(t *testing.T, e *testEnv) *tls.Certificate {
 				key := newKey(t)
-				leaf := e.ca.sign(t, &x509.Certificate{
+				leaf := e.ca.Sign(t, &x509.Certificate{
 					Subject:   pkix.Name{CommonName: "bookstore.default.svc"},
 					NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 					ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
@@ -125,7 +126,7 @@ func TestRenewRefused(t *testing.T) {
 			if c != nil {
 				certs = append(certs, *c)
 			}
-			issued := e.iss.issued.Load()
+			issued := e.iss.Issued()
 			csr := csrFor(t, newKey(t), &x509.CertificateRequest{})
 			status, body := e.postJSON(t, e.client(certs...), "/api/v1/renew", RenewRequest{CSR: csr}, &CertificateResponse{})
 			if got, want := status, tc.wantStatus; got != want {
@@ -139,7 +140,7 @@ func TestRenewRefused(t *testing.T) {
 					t.Errorf("error %q does not say to enroll again", body.Error)
 				}
 			}
-			if got, want := e.iss.issued.Load(), issued; got != want {
+			if got, want := e.iss.Issued(), issued; got != want {
 				t.Errorf("certificates issued = %d, want %d", got, want)
 			}
 		})
@@ -152,7 +153,7 @@ func TestRenewRefused(t *testing.T) {
 func TestRenewExpiredCertificateFailsHandshake(t *testing.T) {
 	e := newTestEnv(t)
 	current, res := e.enrolled(t)
-	expired := e.ca.sign(t, &x509.Certificate{
+	expired := e.ca.Sign(t, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: res.Identity},
 		NotBefore:   time.Now().Add(-2 * time.Hour),
 		NotAfter:    time.Now().Add(-time.Minute),
@@ -176,12 +177,12 @@ func TestRenewExpiredCertificateFailsHandshake(t *testing.T) {
 func TestRenewChecksIdentityBeforeSending(t *testing.T) {
 	e := newTestEnv(t)
 	key := newKey(t)
-	leaf := e.ca.sign(t, &x509.Certificate{
+	leaf := e.ca.Sign(t, &x509.Certificate{
 		Subject:   pkix.Name{CommonName: "not-a-proxy"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}, key.Public())
-	_, err := Renew(context.Background(), e.srv.URL, e.ca.pem(), tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key}, key)
+	_, err := Renew(context.Background(), e.srv.URL, e.ca.PEM(), tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key}, key)
 	if err == nil || !strings.Contains(err.Error(), "not-a-proxy") {
 		t.Errorf("Renew with a non-proxy certificate = %v, want an error naming it", err)
 	}
