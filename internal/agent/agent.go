@@ -376,7 +376,6 @@ func (a *Agent) ProxyConfig() sidecar.ProxyConfig {
 	}
 }
 
-
 // writeProxyFiles renders and writes the driver's files and the gRPC xDS
 // bootstrap, each only when its content changed, and marks the proxy ready.
 func (a *Agent) writeProxyFiles() error {

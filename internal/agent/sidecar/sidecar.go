@@ -38,7 +38,7 @@ type ProxyConfig struct {
 	AdvertiseAddress string
 	// AppPort is the application's port on 127.0.0.1 (0: not set).
 	AppPort uint16
-	Labels           map[string]string
+	Labels  map[string]string
 }
 
 // Validate checks that the fields every driver needs are set.
