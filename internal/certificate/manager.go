@@ -365,9 +365,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	svcCh := m.st.Watch(ctx, servicePrefix)
 	proxyCh := m.st.Watch(ctx, proxyPrefix)
 	const minBackoff, maxBackoff = 500 * time.Millisecond, time.Minute
-	var backoff time.Duration
+	var (
+		backoff time.Duration
+		retryAt time.Time // when failing: the next attempt
+	)
 	fail := func(what string, err error) {
 		backoff = min(max(2*backoff, minBackoff), maxBackoff)
+		retryAt = m.now().Add(backoff)
 		m.log.Error(what, "err", err, "retryIn", backoff)
 	}
 	// Catch up with commits made between New and the watches.
@@ -381,8 +385,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer timer.Stop()
 	for {
 		wait := m.untilNextRotation()
-		if backoff > 0 && wait < backoff {
-			wait = backoff
+		if !retryAt.IsZero() {
+			// Something failed: retry the syncs and rotations then.
+			wait = max(retryAt.Sub(m.now()), 0)
 		}
 		timer.Reset(wait)
 		select {
@@ -405,7 +410,7 @@ func (m *Manager) Run(ctx context.Context) error {
 			case err != nil:
 				fail("rotate service certificates", err)
 			default:
-				backoff = 0
+				backoff, retryAt = 0, time.Time{}
 			}
 		}
 	}

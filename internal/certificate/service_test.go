@@ -1,10 +1,13 @@
 package certificate
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -307,5 +310,52 @@ func TestServiceCertificatesMutualTLS(t *testing.T) {
 	conn.Close()
 	if got, want := <-peerURI, "spiffe://osm.local/ns/default/sa/bookbuyer"; got != want {
 		t.Errorf("server saw client %q, want %q", got, want)
+	}
+}
+
+// failingStore fails the next n writes of service certificates.
+type failingStore struct {
+	*store.Memory
+	mu     sync.Mutex
+	n      int
+	failed int
+}
+
+func (f *failingStore) Txn(ctx context.Context, ops ...store.Op) (bool, error) {
+	f.mu.Lock()
+	if f.n > 0 && strings.HasPrefix(ops[0].Key, servicePrefix) {
+		f.n--
+		f.failed++
+		f.mu.Unlock()
+		return false, errors.New("store unavailable")
+	}
+	f.mu.Unlock()
+	return f.Memory.Txn(ctx, ops...)
+}
+
+// Run keeps trying when the store fails: certificates that stop rotating
+// take the mesh down.
+func TestRotationRetriesAfterStoreErrors(t *testing.T) {
+	st := &failingStore{Memory: store.NewMemory()}
+	m := newTestManager(t, st, Options{ServiceLifetime: 3 * time.Second})
+	ch, cancel := m.Subscribe()
+	defer cancel()
+	old, err := m.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	st.n = 3
+	st.mu.Unlock()
+	runManager(t, m)
+	nextAnnouncement(t, ch, Rotated, 20*time.Second)
+	c, err := m.ServiceCertificate(t.Context(), bookstore)
+	if err != nil || c.GetSerialNumber() == old.GetSerialNumber() {
+		t.Errorf("after the store recovered: %v, %v; want a rotated certificate", c, err)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.failed != 3 {
+		t.Errorf("%d failed writes, want 3 (the test did not exercise the retry)", st.failed)
 	}
 }
