@@ -361,3 +361,195 @@ spec:
 		t.Errorf("gRPC NACKed: %+v", nacks)
 	}
 }
+
+// startADS serves c over go-control-plane's ADS server on 127.0.0.1 and
+// returns its address.
+func startADS(t *testing.T, c *cache.Cache) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, server.NewServer(ctx, c, nil))
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = g.Serve(lis) })
+	t.Cleanup(func() {
+		cancel()
+		g.Stop()
+		wg.Wait()
+	})
+	return lis.Addr().String()
+}
+
+// writeCertFiles writes account's certificate, key and the CA into a new
+// directory, as the agent does for the "osm" certificate provider.
+func writeCertFiles(t *testing.T, ca *testCA, account mesh.ServiceAccount) (cert, key, caFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	certPEM, keyPEM := ca.issue(t, account)
+	cert, key, caFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem"), filepath.Join(dir, "ca.pem")
+	for name, b := range map[string][]byte{cert: certPEM, key: keyPEM, caFile: ca.pem} {
+		if err := os.WriteFile(name, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cert, key, caFile
+}
+
+// mTLSClient dials addr presenting account's certificate and verifying
+// the server's chain against the CA (service certificates carry only a
+// SPIFFE URI, so there is no host name to verify). An empty account
+// presents no certificate.
+func mTLSClient(t *testing.T, ca *testCA, account mesh.ServiceAccount, addr string) healthpb.HealthClient {
+	t.Helper()
+	var certs []tls.Certificate
+	if account.Name != "" {
+		certPEM, keyPEM := ca.issue(t, account)
+		cert, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certs = append(certs, cert)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca.cert)
+	cfg := &tls.Config{
+		Certificates:       certs,
+		InsecureSkipVerify: true, // verified below against the mesh CA
+		MinVersion:         tls.VersionTLS12,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return fmt.Errorf("no server certificate")
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+			return err
+		},
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
+// TestGRPCServerEnforcesRBAC serves the gRPC flavour's server listener to
+// an xDS-enabled gRPC server (gRPC-Go's xds.NewGRPCServer with xDS server
+// credentials): it must require client certificates from the mesh CA and
+// allow exactly what the TrafficTarget allows.
+func TestGRPCServerEnforcesRBAC(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts an xDS-enabled gRPC server")
+	}
+	ca := newTestCA(t)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	sp, err := newSpecFromYAML(t, fmt.Sprintf(`apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: bookstore-v1}
+spec: {serviceAccount: bookstore, ports: [{port: %d, appProtocol: grpc}]}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: bookbuyer}
+spec: {ports: [{port: 14001}]}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: bookthief}
+spec: {ports: [{port: 14001}]}
+---
+apiVersion: specs.smi-spec.io/v1alpha4
+kind: HTTPRouteGroup
+metadata: {name: health}
+spec: {matches: [{name: check, pathRegex: "/grpc\\.health\\.v1\\.Health/Check", methods: [POST]}]}
+---
+apiVersion: access.smi-spec.io/v1alpha3
+kind: TrafficTarget
+metadata: {name: buyer-checks-store}
+spec:
+  destination: {kind: ServiceAccount, name: bookstore}
+  sources: [{kind: ServiceAccount, name: bookbuyer}]
+  rules: [{kind: HTTPRouteGroup, name: health}]
+`, port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := cache.New(discard())
+	ads := startADS(t, c)
+	const node = "bookstore-v1"
+	m := Mesh{Spec: sp.Snapshot(), TrustDomain: trustDomain, Endpoints: func(mesh.MeshService) []mesh.Endpoint { return nil }}
+	publish(t, c, node, m, Proxy{Service: svc("bookstore-v1"), Flavor: GRPC, Address: netip.MustParseAddr("127.0.0.1")})
+
+	cert, key, caFile := writeCertFiles(t, ca, mesh.ServiceAccount{Namespace: "default", Name: "bookstore"})
+	bootstrap := fmt.Sprintf(`{
+		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
+		"node": {"id": %q},
+		"certificate_providers": {%q: {"plugin_name": "file_watcher", "config": {
+			"certificate_file": %q, "private_key_file": %q, "ca_certificate_file": %q, "refresh_interval": "600s"}}},
+		"server_listener_resource_name_template": %q
+	}`, ads, node, CertProviderInstance, cert, key, caFile, GRPCServerListenerTemplate)
+	creds, err := xdscreds.NewServerCredentials(xdscreds.ServerOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := xds.NewGRPCServer(grpc.Creds(creds), xds.BootstrapContentsForTesting([]byte(bootstrap)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = gs.Serve(lis) })
+	defer func() {
+		gs.Stop()
+		wg.Wait()
+	}()
+
+	addr := lis.Addr().String()
+	call := func(account string, watch bool) error {
+		hc := mTLSClient(t, ca, mesh.ServiceAccount{Namespace: "default", Name: account}, addr)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if account == "" {
+			// The server is SERVING by now; without WaitForReady the
+			// failed handshake ends the RPC instead of retrying.
+			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+			return err
+		}
+		if watch {
+			st, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+			if err != nil {
+				return err
+			}
+			_, err = st.Recv()
+			return err
+		}
+		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true))
+		return err
+	}
+	for _, tc := range []struct {
+		name    string
+		account string
+		watch   bool
+		want    codes.Code
+	}{
+		{"allowed source and path", "bookbuyer", false, codes.OK},
+		{"source without a TrafficTarget", "bookthief", false, codes.PermissionDenied},
+		{"allowed source, path not in the route group", "bookbuyer", true, codes.PermissionDenied},
+		{"no client certificate", "", false, codes.Unavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := status.Code(call(tc.account, tc.watch)); got != tc.want {
+				t.Errorf("RPC as %s: code %v, want %v", tc.account, got, tc.want)
+			}
+		})
+	}
+	if nacks := c.NACKs(); len(nacks) != 0 {
+		t.Errorf("gRPC server NACKed: %+v", nacks)
+	}
+}

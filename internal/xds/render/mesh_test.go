@@ -48,6 +48,17 @@ func bookstoreSpec(t *testing.T, permissive bool) *spec.Spec {
 	return s
 }
 
+// newSpecFromYAML returns a spec.Spec on an in-memory store holding y.
+func newSpecFromYAML(t *testing.T, y string) (*spec.Spec, error) {
+	t.Helper()
+	s, err := spec.New(t.Context(), discard(), store.NewMemory())
+	if err != nil {
+		return nil, err
+	}
+	applyYAML(t, s, y)
+	return s, nil
+}
+
 func applyYAML(t *testing.T, s *spec.Spec, y string) {
 	t.Helper()
 	docs, err := spec.Parse([]byte(y), "test.yaml")
