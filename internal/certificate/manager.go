@@ -11,8 +11,9 @@
 //     10% random jitter subtracted. The certificate and its key are kept at
 //     certificate/service/<namespace>/<sa> so all proxies of the account and
 //     all replicas share them. Run rotates each one when less than a third
-//     of its lifetime is left; every replica running Run announces a
-//     rotation, whoever made it.
+//     of its lifetime is left (ServiceCertificate also does when asked for
+//     one that is due); every replica running Run announces a rotation,
+//     whoever made it.
 //   - proxy certificates, for a proxy's xDS client mTLS only: common name
 //     <proxy-uuid>.<service>.<namespace> and URI SAN
 //     spiffe://<trust-domain>/ns/<namespace>/sa/<sa>/proxy/<proxy-uuid>,
@@ -29,8 +30,12 @@
 // decide. Private keys of the CA and of service certificates are stored in
 // the store unencrypted (the bbolt file is 0600).
 //
-// Not done yet: root rotation, pruning revoked proxy records, and
-// proxy-to-proxy certificates for identities other than service accounts.
+// Not done yet: root rotation (the root lives 10 years), pruning records of
+// revoked or long-expired proxies, and encrypting keys at rest.
+//
+// Announcements (Subscribe) are buffered per subscriber and never block
+// the manager; a subscriber that falls far behind gets one Resync instead
+// of the backlog.
 //
 // The package imports internal/mesh and internal/store (for the KV and Op
 // vocabulary) only; it must not import catalog, spec, xds, enroll, api or

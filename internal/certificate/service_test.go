@@ -173,6 +173,7 @@ func TestRotationOnDemand(t *testing.T) {
 // With Run, a short-lived certificate is replaced before it expires, and
 // both replicas announce the rotation whichever of them made it.
 func TestRotationByRunAcrossReplicas(t *testing.T) {
+	t.Parallel()
 	st := store.NewMemory()
 	const lifetime = 6 * time.Second
 	m1 := newTestManager(t, st, Options{ServiceLifetime: lifetime})
@@ -336,6 +337,7 @@ func (f *failingStore) Txn(ctx context.Context, ops ...store.Op) (bool, error) {
 // Run keeps trying when the store fails: certificates that stop rotating
 // take the mesh down.
 func TestRotationRetriesAfterStoreErrors(t *testing.T) {
+	t.Parallel()
 	st := &failingStore{Memory: store.NewMemory()}
 	m := newTestManager(t, st, Options{ServiceLifetime: 3 * time.Second})
 	ch, cancel := m.Subscribe()
