@@ -29,9 +29,11 @@
 //	CDS     <ns>/<svc>                         Envoy EDS cluster of an upstream service
 //	        <ns>/<svc>|grpc                    gRPC EDS cluster (EDS service_name <ns>/<svc>)
 //	        local|<ns>/<svc>|<port>            Envoy STATIC cluster 127.0.0.1:<targetPort> of the proxy's own service
-//	RDS     outbound|<ns>/<svc>|<port>[|to=<ns>/<b1>,<ns>/<b2>][|grpc]
+//	RDS     outbound|<ns>/<svc>|<port>[|to=<ns>/<b1>,<ns>/<b2>][|split-only][|grpc]
 //	                                           routes to an upstream; "to=" lists the split backends
-//	                                           when the caller may reach only some of them
+//	                                           when the caller may reach only some of them;
+//	                                           "split-only" when the split has matches and the
+//	                                           caller may not call the root itself
 //	        inbound|<ns>/<svc>|<port>          Envoy: routes to the local cluster
 //	LDS     outbound|... (as its RDS name)     Envoy listener on <VIP>:<port>
 //	        inbound|<ns>/<svc>|<port>          Envoy listener on <proxy address>:<port> (the only
@@ -219,6 +221,10 @@ func (o outbound) routeName(f Flavor) string {
 			names[i] = s.svc.String()
 		}
 		b.WriteString("|to=" + strings.Join(names, ","))
+	}
+	if len(o.splitMatches) > 0 && !o.direct {
+		// Requests outside the split's matches have nowhere to go.
+		b.WriteString("|split-only")
 	}
 	if f == GRPC {
 		b.WriteString("|grpc")
