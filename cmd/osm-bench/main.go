@@ -1,0 +1,269 @@
+// Command osm-bench is the control-plane benchmark harness behind `make
+// bench`. It simulates a fleet of N proxies, each with its own client
+// certificate, TCP+TLS connection and ADS stream, and measures, one after
+// another with the same fleet and workload, three xDS servers:
+//
+//   - O: osm-server itself (bin/osm-server), fed through its real static
+//     provider and policy API;
+//   - L: go-control-plane's SnapshotCache fed pre-built snapshots (and
+//     L-mux: a MuxCache with a LinearCache for EDS), run as `osm-bench serve-l`;
+//   - F: a floor server that marshals each resource once and writes the
+//     same bytes to every stream, run as `osm-bench serve-f`.
+//
+// Each server is its own process, so its CPU-seconds and peak RSS come from
+// /proc. Everything listens on 127.0.0.1; a run is bounded by --timeout and
+// every child dies with the harness (Pdeathsig) or is killed on exit.
+//
+// Results go to the terminal and to a JSON file (bench/results/latest.json
+// under make bench). The metrics (M1-M9) and their targets are listed in
+// report.go and explained in docs/performance.md.
+//
+// The command is wiring and measurement only: it imports no osm-vm package
+// but internal/enroll (to enroll O's proxies the way an agent does).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	os.Exit(mainExit(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func mainExit(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, args, stdout, stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stderr, "osm-bench:", err)
+		}
+		return 1
+	}
+	return 0
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cmd := "run"
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		cmd, args = args[0], args[1:]
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if _, err := raiseNoFile(); err != nil {
+		return err
+	}
+	switch cmd {
+	case "run":
+		cfg, err := parseRunFlags(args, stderr)
+		if err != nil {
+			return err
+		}
+		return runBench(ctx, log, cfg, stdout)
+	case "serve-l", "serve-f":
+		o, err := parseServerFlags(cmd, args, stderr)
+		if err != nil {
+			return err
+		}
+		return serveBench(ctx, log.With("proc", cmd), cmd, o, stdout)
+	default:
+		return fmt.Errorf("unknown command %q: want run, serve-l or serve-f", cmd)
+	}
+}
+
+// runConfig is the parsed `osm-bench run` command line.
+type runConfig struct {
+	quick        bool
+	plan         plan
+	servers      []string
+	out          string
+	osmServer    string
+	staticPlugin string
+	timeout      time.Duration
+	workDir      string
+}
+
+func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
+	var (
+		c       runConfig
+		servers string
+		proxies, services, endpoints, reps, joins int
+	)
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.BoolVar(&c.quick, "quick", false, "small N, finishes in under two minutes")
+	fs.IntVar(&proxies, "proxies", 0, "proxies in the fleet (default 10000, quick 500)")
+	fs.IntVar(&services, "services", 0, "services in W (default 1000, quick 100)")
+	fs.IntVar(&endpoints, "endpoints", 10, "endpoints per service")
+	fs.IntVar(&reps, "reps", 0, "changes measured for M2 and M3 (default 20, quick 5)")
+	fs.IntVar(&joins, "joins", 0, "joins measured for M5 (default 50, quick 10)")
+	fs.StringVar(&servers, "servers", "O,L,L-mux,F", "servers to measure, in order")
+	fs.StringVar(&c.out, "out", "bench/results/latest.json", "JSON results file")
+	fs.StringVar(&c.osmServer, "osm-server", "bin/osm-server", "osm-server binary for O (O is skipped when missing)")
+	fs.StringVar(&c.staticPlugin, "static-plugin", "", "osm-provider-static binary for O (default: next to --osm-server)")
+	fs.DurationVar(&c.timeout, "timeout", 0, "bound on the whole run (default 15m, quick 2m)")
+	fs.StringVar(&c.workDir, "work-dir", "", "directory for certificates, server data and logs (default: a temporary directory, removed)")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	def := func(v *int, full, quick int) {
+		if *v == 0 {
+			*v = full
+			if c.quick {
+				*v = quick
+			}
+		}
+	}
+	def(&proxies, 10000, 500)
+	def(&services, 1000, 100)
+	def(&reps, 20, 5)
+	def(&joins, 50, 10)
+	if c.timeout == 0 {
+		c.timeout = 15 * time.Minute
+		if c.quick {
+			c.timeout = 2 * time.Minute
+		}
+	}
+	if services < 2 || endpoints < 1 || proxies < 1 || reps < 1 || joins < 1 {
+		return c, errors.New("run: need --services >= 2, --endpoints, --proxies, --reps and --joins >= 1")
+	}
+	if endpoints > 250 || services*endpoints >= 1<<23 {
+		return c, errors.New("run: the workload's addresses run out beyond 8M endpoints or 250 per service")
+	}
+	if c.staticPlugin == "" {
+		c.staticPlugin = filepath.Join(filepath.Dir(c.osmServer), "osm-provider-static")
+	}
+	c.plan = plan{
+		Workload:   Workload{Services: services, Endpoints: endpoints, Proxies: proxies},
+		Reps:       reps,
+		Joins:      joins,
+		IdleWindow: 5 * time.Second,
+		Settle:     30 * time.Second,
+		Parallel:   128,
+		WideScale:  10,
+	}
+	if c.quick {
+		c.plan.IdleWindow, c.plan.Settle = 2*time.Second, 10*time.Second
+	}
+	for _, s := range strings.Split(servers, ",") {
+		switch s = strings.TrimSpace(s); s {
+		case "O", "L", "L-mux", "F":
+			c.servers = append(c.servers, s)
+		case "":
+		default:
+			return c, fmt.Errorf("run: --servers: unknown server %q (want O, L, L-mux or F)", s)
+		}
+	}
+	return c, nil
+}
+
+// runBench measures every server and writes the report.
+func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find osm-bench's own executable: %w", err)
+	}
+	dir := c.workDir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "osm-bench-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	} else if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("work directory: %w", err)
+	}
+	ca, err := newBenchCA()
+	if err != nil {
+		return err
+	}
+	if err := ca.writeServerFiles(dir); err != nil {
+		return err
+	}
+	logf, err := os.Create(filepath.Join(dir, "servers.log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	ids := &identityCache{ca: ca}
+	p := c.plan
+	log.Info("minting client certificates", "n", p.Workload.Proxies+p.Joins)
+	if _, err := ids.get(p.Workload, p.Workload.Proxies+p.Joins); err != nil {
+		return err
+	}
+
+	rep := &report{
+		Date:    time.Now().UTC(),
+		Machine: machine{Cores: runtime.NumCPU(), CPU: cpuModel(), Go: runtime.Version()},
+		Quick:   c.quick, N: p.Workload.Proxies, Services: p.Workload.Services,
+		Endpoints: p.Workload.Endpoints, Reps: p.Reps, Joins: p.Joins,
+	}
+	roles := map[string]string{
+		"O":     "osm-server",
+		"L":     "go-control-plane SnapshotCache, pre-built snapshots",
+		"L-mux": "go-control-plane MuxCache: SnapshotCache + LinearCache EDS",
+		"F":     "floor: marshal once, same bytes to every stream",
+	}
+	for _, name := range c.servers {
+		var t target
+		switch name {
+		case "O":
+			t = &oTarget{osmServer: c.osmServer, staticPlugin: c.staticPlugin, dir: filepath.Join(dir, "o"), logw: logf, log: log}
+		case "L":
+			t = &benchTarget{name: name, kind: "serve-l", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
+		case "L-mux":
+			t = &benchTarget{name: name, kind: "serve-l", mode: "mux", self: self, dir: dir, ids: ids, logw: logf}
+		case "F":
+			t = &benchTarget{name: name, kind: "serve-f", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
+		}
+		sr := serverReport{Name: name, Role: roles[name], Values: map[string]float64{}}
+		m := &measurer{log: log, plan: p}
+		res, err := m.run(ctx, t)
+		if err == nil {
+			if werr := m.measureWide(ctx, t, res); werr != nil {
+				res.note("M9: %v", werr)
+			}
+		}
+		switch {
+		case err != nil:
+			sr.Reason = err.Error()
+			log.Warn("server not measured", "server", name, "reason", err)
+		default:
+			sr.Available, sr.Values, sr.Notes = true, res.Values, res.Notes
+			if name == "O" {
+				if ms, note := measureM4(); note != "" {
+					sr.Notes = append(sr.Notes, note)
+				} else {
+					for k, v := range ms {
+						sr.Values[k] = v
+					}
+				}
+			}
+		}
+		rep.Servers = append(rep.Servers, sr)
+		if ctx.Err() != nil {
+			log.Warn("run deadline reached: reporting what was measured", "timeout", c.timeout)
+			break
+		}
+	}
+	rep.build()
+	rep.writeTable(stdout)
+	if c.out != "" {
+		if err := rep.writeJSON(c.out); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "\nresults: %s\n", c.out)
+	}
+	return nil
+}

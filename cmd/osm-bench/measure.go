@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// server is one running server under test, whichever kind.
+type server struct {
+	proc *child
+	ep   endpoint
+	ids  []identity // the fleet's identities, then the joiners'
+	// change moves endpoint 0 of service u to ChangedAddr(seq) and returns
+	// once the server has been told (the measured clock starts before it).
+	change func(ctx context.Context, u, seq int) error
+	close  func()
+}
+
+// target starts a server kind for a workload.
+type target interface {
+	Name() string
+	// Start runs the server for w with identities for w.Proxies+extra proxies.
+	Start(ctx context.Context, w Workload, extra int) (*server, error)
+}
+
+// plan sizes one run.
+type plan struct {
+	Workload   Workload
+	Reps       int           // changes measured for M2 and M3
+	Joins      int           // joins measured for M5
+	IdleWindow time.Duration // M1 idle CPU window
+	Settle     time.Duration // wait for a change to reach every affected proxy
+	Parallel   int           // handshakes in flight while filling the fleet
+	WideScale  int           // M9: services × WideScale, one wide proxy
+}
+
+// measurer runs the metrics against one target.
+type measurer struct {
+	log  *slog.Logger
+	plan plan
+	seq  int
+}
+
+// result is what one target produced: metric id -> value, plus notes.
+type result struct {
+	Values map[string]float64
+	Notes  []string
+}
+
+func (r *result) set(id string, v float64) { r.Values[id] = v }
+func (r *result) note(format string, a ...any) {
+	r.Notes = append(r.Notes, fmt.Sprintf(format, a...))
+}
+
+// run measures M1-M3 and M5-M9 (M4 is in-process, see measureM4) against t.
+func (m *measurer) run(ctx context.Context, t target) (*result, error) {
+	res := &result{Values: map[string]float64{}}
+	p := m.plan
+	w := p.Workload
+	log := m.log.With("server", t.Name())
+
+	log.Info("starting server", "services", w.Services, "proxies", w.Proxies)
+	srv, err := t.Start(ctx, w, p.Joins)
+	if err != nil {
+		return nil, err
+	}
+	defer srv.close()
+	pid := srv.proc.pid()
+	time.Sleep(500 * time.Millisecond) // let the server finish its start-up work before the baseline
+	baseRSS, err := memKiB(pid, "VmRSS")
+	if err != nil {
+		return nil, err
+	}
+	f := &fleet{ep: srv.ep}
+
+	// M1: hold N streams; idle CPU with nothing changing.
+	start := time.Now()
+	pcs, err := f.connectAll(ctx, srv.ids[:w.Proxies], p.Parallel)
+	defer func() { closeAll(pcs) }()
+	if err != nil {
+		return nil, fmt.Errorf("fill the fleet (%d of %d connected): %w", len(pcs), w.Proxies, err)
+	}
+	log.Info("fleet configured", "proxies", len(pcs), "took", time.Since(start).Round(time.Millisecond))
+	res.set("fleet_fill_s", time.Since(start).Seconds())
+	time.Sleep(p.IdleWindow / 2) // let the last ACKs drain
+	cpu0, err := cpuSeconds(pid)
+	if err != nil {
+		return nil, err
+	}
+	time.Sleep(p.IdleWindow)
+	cpu1, err := cpuSeconds(pid)
+	if err != nil {
+		return nil, err
+	}
+	res.set("M1.streams", float64(countLive(pcs)))
+	res.set("M1.idle_cpu", 100*(cpu1-cpu0)/p.IdleWindow.Seconds())
+
+	// M7: RSS per connected proxy.
+	rss, err := memKiB(pid, "VmRSS")
+	if err != nil {
+		return nil, err
+	}
+	res.set("M7.rss_per_proxy", (rss-baseRSS)/float64(len(pcs)))
+
+	// M2, M8: one endpoint change seen by every proxy; M3: by 5%.
+	for _, c := range []struct {
+		metric  string
+		service int
+	}{{"M2", 0}, {"M3", 1}} {
+		affected := len(w.AffectedProxies(c.service))
+		var last, each []float64
+		for range p.Reps {
+			r, err := m.change(ctx, f, srv, c.service, affected)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", c.metric, err)
+			}
+			if r.got < affected {
+				res.note("%s: %d of %d affected proxies ACKed the change within %s", c.metric, r.got, affected, p.Settle)
+			}
+			last = append(last, r.last)
+			each = append(each, r.each...)
+			if c.metric == "M2" && r.claBytes > 0 {
+				res.set("M8.bytes", float64(r.bytes))
+				res.set("M8.cla_bytes", float64(r.claBytes))
+				res.set("M8.ratio", float64(r.bytes)/float64(r.claBytes))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		res.set(c.metric+".p50", percentile(last, 50))
+		res.set(c.metric+".p99", percentile(last, 99))
+		res.set(c.metric+".proxy_p99", percentile(each, 99))
+		res.set(c.metric+".affected", float64(affected))
+	}
+
+	// M5: a new proxy joins the full fleet.
+	var joins []float64
+	for j := range p.Joins {
+		id := srv.ids[w.Proxies+j]
+		t0 := time.Now()
+		pc, err := f.connect(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("M5: %w", err)
+		}
+		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err = pc.waitConfigured(jctx)
+		cancel()
+		if err != nil {
+			pc.close()
+			return nil, fmt.Errorf("M5: %w", err)
+		}
+		joins = append(joins, ms(pc.readyAt.Sub(t0)))
+		pc.close()
+	}
+	res.set("M5.p50", percentile(joins, 50))
+	res.set("M5.p99", percentile(joins, 99))
+
+	// M6: every proxy drops its connection and reconnects at once.
+	closeAll(pcs)
+	pcs = nil
+	var before int64
+	t0 := time.Now()
+	sctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+	pcs, err = f.connectAll(sctx, srv.ids[:w.Proxies], w.Proxies)
+	cancel()
+	if err != nil {
+		res.note("M6: %d of %d proxies configured after the storm: %v", len(pcs), w.Proxies, err)
+	}
+	res.set("M6.all_configured_s", time.Since(t0).Seconds())
+	var maxResp int64
+	for _, pc := range pcs {
+		before += pc.responses.Load()
+		maxResp = max(maxResp, pc.responses.Load())
+	}
+	time.Sleep(time.Second) // a retry loop would keep sending
+	var after int64
+	for _, pc := range pcs {
+		after += pc.responses.Load()
+	}
+	res.set("M6.max_responses_per_proxy", float64(maxResp))
+	res.set("M6.responses_after_configured", float64(after-before))
+	res.set("M6.server_alive", boolf(srv.proc.alive()))
+
+	if cpu, err := cpuSeconds(pid); err == nil {
+		res.set("cpu_seconds", cpu)
+	}
+	if hwm, err := memKiB(pid, "VmHWM"); err == nil {
+		res.set("peak_rss_mib", hwm/1024)
+	}
+	return res, nil
+}
+
+// measureWide is M9: the largest single message a proxy that sees every
+// service receives, at WideScale × the workload.
+func (m *measurer) measureWide(ctx context.Context, t target, res *result) error {
+	w := m.plan.Workload
+	w.Services *= m.plan.WideScale
+	w.Proxies, w.Wide = 1, true
+	srv, err := t.Start(ctx, w, 0)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	f := &fleet{ep: srv.ep}
+	wctx, cancel := context.WithTimeout(ctx, 120*time.Second)
+	defer cancel()
+	pcs, err := f.connectAll(wctx, srv.ids[:1], 1)
+	defer closeAll(pcs)
+	if err != nil {
+		return fmt.Errorf("M9: wide proxy: %w", err)
+	}
+	res.set("M9.largest_mib", float64(pcs[0].maxMsg.Load())/(1<<20))
+	return nil
+}
+
+type changeResult struct {
+	got      int
+	last     float64   // ms until the last affected proxy ACKed
+	each     []float64 // ms per proxy
+	bytes    int
+	claBytes int
+}
+
+// change applies one endpoint change and collects the ACKs of the
+// responses that carry it.
+func (m *measurer) change(ctx context.Context, f *fleet, srv *server, service, affected int) (changeResult, error) {
+	m.seq++
+	pr := &probe{seq: m.seq, marker: MarkerBytes(ChangedAddr(m.seq)), acks: make(chan ackEvent, affected)}
+	f.probe.Store(pr)
+	defer f.probe.Store(nil)
+	t0 := time.Now()
+	if err := srv.change(ctx, service, m.seq); err != nil {
+		return changeResult{}, err
+	}
+	var r changeResult
+	timeout := time.NewTimer(m.plan.Settle)
+	defer timeout.Stop()
+	for r.got < affected {
+		select {
+		case ev := <-pr.acks:
+			r.got++
+			d := ms(ev.at.Sub(t0))
+			r.each = append(r.each, d)
+			r.last = max(r.last, d)
+			if ev.claBytes > 0 {
+				r.bytes, r.claBytes = ev.bytes, ev.claBytes
+			}
+		case <-timeout.C:
+			return r, nil
+		case <-ctx.Done():
+			return r, ctx.Err()
+		}
+	}
+	return r, nil
+}
+
+func countLive(pcs []*proxyClient) int {
+	n := 0
+	for _, pc := range pcs {
+		select {
+		case <-pc.done:
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func boolf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// percentile is the nearest-rank percentile of xs (NaN when empty).
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	i := int(math.Ceil(p/100*float64(len(s)))) - 1
+	return s[min(max(i, 0), len(s)-1)]
+}
+
+// identities mints n client certificates from ca for w's proxies, in
+// parallel, once per harness run.
+func mintIdentities(ca *benchCA, w Workload, n int) ([]identity, error) {
+	ids := make([]identity, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	const workers = 8
+	for k := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := k; p < n; p += workers {
+				cn := w.ProxyCN(p)
+				cert, err := ca.issue(cn, int64(1000+p), false)
+				ids[p], errs[p] = identity{CN: cn, Cert: cert}, err
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}

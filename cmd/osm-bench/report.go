@@ -1,0 +1,230 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// metricDef describes one reported figure.
+type metricDef struct {
+	ID     string
+	Name   string
+	Unit   string
+	Target string  // as the issue states it; "" when informational
+	Limit  float64 // the target as a number, NaN when none
+	Higher bool    // higher is better (M1.streams)
+}
+
+var nan = math.NaN()
+
+// metricDefs is every figure the harness reports, in table order.
+var metricDefs = []metricDef{
+	{"M1.streams", "M1 ADS streams held, steady state", "streams", ">= 10000", 10000, true},
+	{"M1.idle_cpu", "M1 server idle CPU with every stream held", "% of a core", "< 10", 10, false},
+	{"M2.p50", "M2 change -> last affected proxy ACKed (all proxies), p50", "ms", "<= 100", 100, false},
+	{"M2.p99", "M2 same, p99", "ms", "<= 500", 500, false},
+	{"M2.proxy_p99", "M2 change -> each proxy ACKed, p99 over proxies", "ms", "", nan, false},
+	{"M3.p99", "M3 change scoped to 5% of proxies -> last ACK, p99", "ms", "<= 100", 100, false},
+	{"M3.affected", "M3 proxies affected by the scoped change", "proxies", "", nan, false},
+	{"M4.full", "M4 config generation for W, full", "ms", "<= 50", 50, false},
+	{"M4.incremental", "M4 config generation, one endpoint change", "ms", "<= 1", 1, false},
+	{"M5.p50", "M5 new proxy joins the fleet -> full config ACKed, p50 (incl. mTLS)", "ms", "", nan, false},
+	{"M5.p99", "M5 same, p99", "ms", "<= 200", 200, false},
+	{"M6.all_configured_s", "M6 reconnect storm -> every proxy configured", "s", "<= 30", 30, false},
+	{"M6.max_responses_per_proxy", "M6 most responses one proxy got in the storm (3 = no retries)", "responses", "", nan, false},
+	{"M6.responses_after_configured", "M6 responses in the second after the storm settled (retry loops)", "responses", "0", 0, false},
+	{"M6.server_alive", "M6 server survived the storm (no OOM)", "bool", "1", 1, true},
+	{"M7.rss_per_proxy", "M7 server RSS per connected proxy", "KiB", "<= 100", 100, false},
+	{"M8.bytes", "M8 bytes sent to a proxy for a one-endpoint change", "bytes", "", nan, false},
+	{"M8.ratio", "M8 those bytes / the changed ClusterLoadAssignment", "x", "<= 2", 2, false},
+	{"M9.largest_mib", "M9 largest single xDS message at 10xW (one proxy sees every service)", "MiB", "< 4", 4, false},
+	{"fleet_fill_s", "time to connect and configure the fleet", "s", "", nan, false},
+	{"cpu_seconds", "server CPU-seconds over the whole run", "s", "", nan, false},
+	{"peak_rss_mib", "server peak RSS (VmHWM)", "MiB", "", nan, false},
+}
+
+// ratioTargets are the issue's ratio goals: O/L for M2, M5, M7; O/F for M2.
+var ratioTargets = map[string]string{
+	"M2.p50": "O/L <= 0.5, O/F <= 2", "M2.p99": "O/L <= 0.5, O/F <= 2",
+	"M5.p99": "O/L <= 0.5", "M7.rss_per_proxy": "O/L <= 0.5",
+}
+
+// serverReport is one server's outcome.
+type serverReport struct {
+	Name      string             `json:"name"`
+	Role      string             `json:"role"`
+	Available bool               `json:"available"`
+	Reason    string             `json:"reason,omitempty"`
+	Values    map[string]float64 `json:"-"`
+	Notes     []string           `json:"notes,omitempty"`
+}
+
+// report is bench/results/latest.json.
+type report struct {
+	Date      time.Time      `json:"date"`
+	Machine   machine        `json:"machine"`
+	Quick     bool           `json:"quick"`
+	N         int            `json:"n"`
+	Services  int            `json:"services"`
+	Endpoints int            `json:"endpoints"`
+	Reps      int            `json:"reps"`
+	Joins     int            `json:"joins"`
+	Servers   []serverReport `json:"servers"`
+	Metrics   []metricOut    `json:"metrics"`
+}
+
+type machine struct {
+	Cores int    `json:"cores"`
+	CPU   string `json:"cpu"`
+	Go    string `json:"go"`
+}
+
+// metricOut is one metric in the JSON: value is O's when O ran.
+type metricOut struct {
+	ID     string              `json:"id"`
+	Name   string              `json:"name"`
+	Unit   string              `json:"unit"`
+	Target string              `json:"target,omitempty"`
+	Value  *float64            `json:"value"`
+	Values map[string]*float64 `json:"values"`
+	OL     *float64            `json:"O/L"`
+	OF     *float64            `json:"O/F"`
+	Ratio  string              `json:"ratio_target,omitempty"`
+	Met    *bool               `json:"met,omitempty"`
+	N      int                 `json:"n"`
+	Cores  int                 `json:"cores"`
+	Note   string              `json:"note,omitempty"`
+}
+
+func num(v float64, ok bool) *float64 {
+	if !ok || math.IsNaN(v) || math.IsInf(v, 0) {
+		return nil
+	}
+	return &v
+}
+
+func (r *report) build() {
+	byName := map[string]serverReport{}
+	for _, s := range r.Servers {
+		byName[s.Name] = s
+	}
+	val := func(server, id string) (float64, bool) {
+		s, ok := byName[server]
+		if !ok || !s.Available {
+			return 0, false
+		}
+		v, ok := s.Values[id]
+		return v, ok && !math.IsNaN(v)
+	}
+	r.Metrics = r.Metrics[:0]
+	for _, d := range metricDefs {
+		m := metricOut{ID: d.ID, Name: d.Name, Unit: d.Unit, Target: d.Target, Values: map[string]*float64{},
+			Ratio: ratioTargets[d.ID], N: r.N, Cores: r.Machine.Cores}
+		for _, s := range r.Servers {
+			m.Values[s.Name] = num(val(s.Name, d.ID))
+		}
+		o, okO := val("O", d.ID)
+		m.Value = num(o, okO)
+		if l, ok := val("L", d.ID); okO && ok && l != 0 {
+			m.OL = num(o/l, true)
+		}
+		if f, ok := val("F", d.ID); okO && ok && f != 0 {
+			m.OF = num(o/f, true)
+		}
+		if okO && !math.IsNaN(d.Limit) {
+			met := o <= d.Limit
+			if d.Higher {
+				met = o >= d.Limit
+			}
+			if strings.HasPrefix(d.Target, "<") && !strings.HasPrefix(d.Target, "<=") {
+				met = o < d.Limit
+			}
+			m.Met = &met
+		}
+		if strings.HasPrefix(d.ID, "M4.") {
+			m.Note = "not measured: M4 is an in-process figure; see measureM4 in cmd/osm-bench/m4.go"
+		}
+		r.Metrics = append(r.Metrics, m)
+	}
+}
+
+func (r *report) writeJSON(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("results directory: %w", err)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return nil
+}
+
+func fmtVal(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	switch x := *v; {
+	case x == math.Trunc(x) && math.Abs(x) < 1e9:
+		return fmt.Sprintf("%.0f", x)
+	case math.Abs(x) >= 100:
+		return fmt.Sprintf("%.0f", x)
+	case math.Abs(x) >= 1:
+		return fmt.Sprintf("%.2f", x)
+	default:
+		return fmt.Sprintf("%.3f", x)
+	}
+}
+
+// writeTable prints the terminal table.
+func (r *report) writeTable(w io.Writer) {
+	fmt.Fprintf(w, "\nosm-bench  %s  N=%d proxies, W=%d services x %d endpoints, %d cores (%s)\n",
+		r.Date.Format(time.RFC3339), r.N, r.Services, r.Endpoints, r.Machine.Cores, r.Machine.CPU)
+	for _, s := range r.Servers {
+		if !s.Available {
+			fmt.Fprintf(w, "  %s (%s): not measured: %s\n", s.Name, s.Role, s.Reason)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	hdr := "metric\tunit\ttarget\t"
+	for _, s := range r.Servers {
+		hdr += s.Name + "\t"
+	}
+	fmt.Fprintln(tw, hdr+"O/L\tO/F\t")
+	for _, m := range r.Metrics {
+		line := fmt.Sprintf("%s\t%s\t%s\t", m.ID, m.Unit, m.Target)
+		for _, s := range r.Servers {
+			line += fmtVal(m.Values[s.Name]) + "\t"
+		}
+		fmt.Fprintln(tw, line+fmtVal(m.OL)+"\t"+fmtVal(m.OF)+"\t")
+	}
+	tw.Flush()
+	for _, s := range r.Servers {
+		for _, n := range s.Notes {
+			fmt.Fprintf(w, "  note %s: %s\n", s.Name, n)
+		}
+	}
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}

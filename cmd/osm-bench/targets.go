@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// childEnv marks a process the harness started as one of its servers, so
+// that a test binary standing in for osm-bench runs the subcommand.
+const childEnv = "OSM_BENCH_CHILD=1"
+
+// benchTarget is L (go-control-plane, mode snapshot or mux) or F (the
+// floor), each run as `osm-bench serve-l|serve-f` in its own process.
+type benchTarget struct {
+	name string
+	kind string // serve-l or serve-f
+	mode string // serve-l: snapshot or mux
+	self string // the osm-bench executable
+	dir  string // holds the server's certificates
+	ids  *identityCache
+	logw io.Writer
+}
+
+func (t *benchTarget) Name() string { return t.name }
+
+func (t *benchTarget) Start(ctx context.Context, w Workload, extra int) (*server, error) {
+	ids, err := t.ids.get(w, w.Proxies+extra)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{t.kind, "--dir", t.dir, "--mode", t.mode,
+		"--services", strconv.Itoa(w.Services), "--endpoints", strconv.Itoa(w.Endpoints),
+		"--proxies", strconv.Itoa(w.Proxies), "--extra", strconv.Itoa(extra),
+		"--wide=" + strconv.FormatBool(w.Wide)}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	proc, f, err := startChild(sctx, t.self, args, []string{childEnv}, t.logw, "ready")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", t.name, err)
+	}
+	if len(f) != 3 {
+		proc.stop()
+		return nil, fmt.Errorf("%s: ready line %q: want \"ready <xds> <control>\"", t.name, f)
+	}
+	control := "http://" + f[2]
+	hc := &http.Client{Timeout: time.Minute}
+	return &server{
+		proc: proc,
+		ep:   endpoint{Addr: f[1], ServerName: "127.0.0.1", Roots: t.ids.ca.pool()},
+		ids:  ids,
+		change: func(ctx context.Context, u, seq int) error {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s/change?service=%d&seq=%d", control, u, seq), nil)
+			if err != nil {
+				return err
+			}
+			resp, err := hc.Do(req)
+			if err != nil {
+				return fmt.Errorf("%s: change: %w", t.name, err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusNoContent {
+				b, _ := io.ReadAll(resp.Body)
+				return fmt.Errorf("%s: change: %s: %s", t.name, resp.Status, b)
+			}
+			return nil
+		},
+		close: proc.stop,
+	}, nil
+}
+
+// identityCache mints the fleet's certificates once and shares them
+// between L and F (a workload's proxy p has the same CN for both).
+type identityCache struct {
+	ca *benchCA
+	mu sync.Mutex
+	m  map[string][]identity
+}
+
+func (c *identityCache) get(w Workload, n int) ([]identity, error) {
+	key := fmt.Sprintf("%d/%d/%t/%d", w.Services, w.Proxies, w.Wide, n)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ids, ok := c.m[key]; ok {
+		return ids, nil
+	}
+	ids, err := mintIdentities(c.ca, w, n)
+	if err != nil {
+		return nil, err
+	}
+	if c.m == nil {
+		c.m = map[string][]identity{}
+	}
+	c.m[key] = ids
+	return ids, nil
+}
