@@ -95,8 +95,8 @@ type runConfig struct {
 
 func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	var (
-		c       runConfig
-		servers string
+		c                                         runConfig
+		servers                                   string
 		proxies, services, endpoints, reps, joins int
 	)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)

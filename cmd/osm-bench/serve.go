@@ -392,7 +392,6 @@ type lServer struct {
 	gen      int
 }
 
-
 func newLServer(ctx context.Context, w Workload, extra int, mode string) (*lServer, error) {
 	l := &lServer{
 		ctx: ctx, w: w, mode: mode,
@@ -501,4 +500,3 @@ func (l *lServer) Change(u, seq int) error {
 	}
 	return nil
 }
-
