@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"net/url"
 	"os"
@@ -155,14 +156,34 @@ func LoadConfig(path string) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(&c); err != nil {
-		return Config{}, fmt.Errorf("agent config %s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("agent config %s: %s%s", path, strings.TrimPrefix(err.Error(), "yaml: "), keysAtErrorLines(data, err))
 	}
 	c = c.WithDefaults()
 	if err := c.Validate(); err != nil {
 		return Config{}, fmt.Errorf("agent config %s: %w", path, err)
 	}
 	return c, nil
+}
+
+// keysAtErrorLines names the top-level keys on the lines a YAML type error
+// mentions, which yaml.v3 leaves out ("line 4: cannot unmarshal !!str").
+func keysAtErrorLines(data []byte, err error) string {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil || len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return ""
+	}
+	var keys []string
+	m := doc.Content[0]
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if strings.Contains(err.Error(), fmt.Sprintf("line %d:", m.Content[i].Line)) {
+			keys = append(keys, m.Content[i].Value)
+		}
+	}
+	if len(keys) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (key %s)", strings.Join(keys, ", "))
 }
 
 // WriteConfig writes c to path (0600: it is the machine's mesh settings),
