@@ -91,6 +91,7 @@ type Server struct {
 
 type stream struct {
 	cn     string
+	peer   *x509.Certificate
 	cancel context.CancelCauseFunc
 	proxy  *Proxy // set by the first request's node
 }
@@ -163,11 +164,32 @@ func (s *Server) WatchRevocations(ctx context.Context, subscribe func() (<-chan 
 		case <-ctx.Done():
 			return nil
 		case a := <-ch:
-			if a.Kind == certificate.ProxyRevoked {
+			switch a.Kind {
+			case certificate.ProxyRevoked:
 				if n := s.Disconnect(a.ProxyCN, ErrRevoked); n > 0 {
 					s.log.Info("revoked proxy disconnected", "cn", a.ProxyCN, "streams", n)
 				}
+			case certificate.Resync:
+				// Announcements were dropped: a revocation may be among them.
+				s.recheck(ctx)
 			}
+		}
+	}
+}
+
+// recheck verifies every live stream's proxy again and ends the streams of
+// those no longer allowed.
+func (s *Server) recheck(ctx context.Context) {
+	s.mu.Lock()
+	var live []*stream
+	for st := range s.streams {
+		live = append(live, st)
+	}
+	s.mu.Unlock()
+	for _, st := range live {
+		if _, err := s.ids.VerifyProxy(ctx, st.peer); err != nil {
+			s.log.Info("proxy no longer allowed; closing its stream", "cn", st.cn, "err", err)
+			st.cancel(fmt.Errorf("%w: %v", ErrRevoked, err))
 		}
 	}
 }
@@ -192,7 +214,7 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 		return nil, nil, status.Errorf(codes.PermissionDenied, "proxy %s: %v", cn, err)
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
-	st := &stream{cn: cn, cancel: cancel}
+	st := &stream{cn: cn, peer: cert, cancel: cancel}
 	s.mu.Lock()
 	s.streams[st] = struct{}{}
 	s.mu.Unlock()
