@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -326,4 +328,60 @@ func TestBookthiefGetsNoRouteToBookstore(t *testing.T) {
 	if strings.Contains(string(cfg), "default/bookstore") {
 		t.Errorf("bookthief's configuration mentions default/bookstore:\n%s", cfg)
 	}
+}
+
+func pemCert(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
+}
+func pemKey(der []byte) []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}
+
+func newRequest(n *corev3.Node) *discovery.DiscoveryRequest {
+	return &discovery.DiscoveryRequest{Node: n, TypeUrl: resource.ClusterType}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// edsAddresses returns the addresses in the EDS resource name published for node.
+func (e *env) edsAddresses(t *testing.T, nodeID, name string) []string {
+	t.Helper()
+	set := e.cache.View(nodeID)[resource.EndpointType]
+	if set == nil || set.Get(name) == nil {
+		return nil
+	}
+	cla := set.Get(name).Message().(*endpointv3.ClusterLoadAssignment)
+	var out []string
+	for _, l := range cla.GetEndpoints() {
+		for _, ep := range l.GetLbEndpoints() {
+			sa := ep.GetEndpoint().GetAddress().GetSocketAddress()
+			out = append(out, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
+		}
+	}
+	return out
+}
+
+// dialCtx is dial with a caller-controlled stream context.
+func (e *env) dialCtx(t *testing.T, ctx context.Context, cert tls.Certificate) discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
+	t.Helper()
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stream
 }

@@ -1,0 +1,222 @@
+package xds
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	xdscreds "google.golang.org/grpc/credentials/xds"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/xds"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/xds/render"
+)
+
+func applyYAML(t *testing.T, sp *spec.Spec, y string) {
+	t.Helper()
+	docs, err := spec.Parse([]byte(y), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Apply(t.Context(), docs, spec.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startBackend serves gRPC health over TLS with sa's service certificate
+// from the mesh CA, requiring a mesh client certificate; it returns the port.
+func (e *env) startBackend(t *testing.T, sa mesh.ServiceAccount) uint16 {
+	t.Helper()
+	c, err := e.certs.ServiceCertificate(t.Context(), sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := c.TLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: e.certs.CertPool(), ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS12})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer(grpc.Creds(creds))
+	healthpb.RegisterHealthServer(g, health.NewServer())
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = g.Serve(lis) })
+	t.Cleanup(func() {
+		g.Stop()
+		wg.Wait()
+	})
+	return uint16(lis.Addr().(*net.TCPAddr).Port)
+}
+
+// grpcBootstrap writes what the agent writes for a proxyless gRPC app of
+// svc: the proxy certificate for the xDS channel and the service
+// certificate for the file_watcher provider. It returns the bootstrap.
+func (e *env) grpcBootstrap(t *testing.T, svc string, address string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	proxy := e.enroll(t, svc)
+	cn := cnOf(t, proxy)
+	sa := mesh.ServiceAccount{Namespace: "default", Name: svc}
+	sc, err := e.certs.ServiceCertificate(t.Context(), sa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(proxy.PrivateKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{
+		"proxy.crt": pemCert(proxy.Certificate[0]), "proxy.key": pemKey(keyDER), "ca.crt": e.certs.RootPEM(),
+		"service.crt": sc.GetCertificateChain(), "service.key": sc.GetPrivateKey(), "service-ca.crt": sc.GetIssuingCA(),
+	}
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := func(n string) string { return filepath.Join(dir, n) }
+	return fmt.Appendf(nil, `{
+		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "tls", "config": {"ca_certificate_file": %q, "certificate_file": %q, "private_key_file": %q}}], "server_features": ["xds_v3"]}],
+		"node": {"id": %q, "cluster": %q, "metadata": {%q: "grpc", %q: %q}},
+		"certificate_providers": {%q: {"plugin_name": "file_watcher", "config": {
+			"certificate_file": %q, "private_key_file": %q, "ca_certificate_file": %q, "refresh_interval": "600s"}}},
+		"server_listener_resource_name_template": %q
+	}`, e.addr, p("ca.crt"), p("proxy.crt"), p("proxy.key"), cn, svc, MetadataFlavor, MetadataAddress, address,
+		render.CertProviderInstance, p("service.crt"), p("service.key"), p("service-ca.crt"), render.GRPCServerListenerTemplate)
+}
+
+// TestGRPCClientThroughServer: gRPC-Go's xDS resolver, as a bookbuyer app
+// with the agent's files, calls bookstore through our mTLS xDS server; the
+// 80/20 split holds, and a split change and an endpoint removal take effect
+// within a second on the same stream.
+func TestGRPCClientThroughServer(t *testing.T) {
+	e := startEnv(t)
+	applyYAML(t, e.spec, "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {endpoints: {requireConnectedProxy: false}}\n")
+	storeSA := mesh.ServiceAccount{Namespace: "default", Name: "bookstore"}
+	v1, v2, v2b := e.startBackend(t, storeSA), e.startBackend(t, storeSA), e.startBackend(t, storeSA)
+	lo := netip.MustParseAddr("127.0.0.1")
+	setEndpoints := func(name string, ports ...uint16) {
+		var eps []mesh.Endpoint
+		for _, p := range ports {
+			eps = append(eps, mesh.Endpoint{IP: lo, Port: p})
+		}
+		e.cat.SetEndpoints("test", mesh.MeshService{Namespace: "default", Name: name}, eps)
+	}
+	setEndpoints("bookstore-v1", v1)
+	setEndpoints("bookstore-v2", v2, v2b)
+	setEndpoints("bookstore", v1, v2, v2b)
+
+	rb, err := xds.NewXDSResolverWithConfigForTesting(e.grpcBootstrap(t, "bookbuyer", "127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("xds:///bookstore.default.mesh:14001", grpc.WithTransportCredentials(creds), grpc.WithResolvers(rb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	// share returns the fraction of n RPCs that reached v1, and whether v2b was reached.
+	share := func(n int) (float64, bool) {
+		t.Helper()
+		got := map[uint16]int{}
+		for range n {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			var p peer.Peer
+			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
+			cancel()
+			if err != nil {
+				var cfg []byte
+				if ps := e.srv.Proxies(); len(ps) > 0 {
+					cfg, _ = Debug{Server: e.srv, Cache: e.cache}.Config(ps[0].NodeID)
+				}
+				t.Fatalf("RPC via xds:///bookstore.default.mesh:14001: %v (NACKs %+v)\nconfig: %s", err, e.cache.NACKs(), cfg)
+			}
+			if _, ok := p.AuthInfo.(credentials.TLSInfo); !ok {
+				t.Fatalf("RPC used %T, want mTLS from the xDS security config", p.AuthInfo)
+			}
+			got[uint16(p.Addr.(*net.TCPAddr).Port)]++
+		}
+		return float64(got[v1]) / float64(n), got[v2b] > 0
+	}
+	within := func(what string, got, want float64) {
+		t.Helper()
+		if got < want-0.05 || got > want+0.05 {
+			t.Errorf("%s: bookstore-v1 got %.1f%%, want %.0f%% ±5", what, 100*got, 100*want)
+		}
+	}
+	f, _ := share(1000)
+	within("80/20", f, 0.8)
+
+	// eventually runs RPCs until cond holds; it must within a second.
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not take effect within a second", what)
+			}
+		}
+	}
+	applyYAML(t, e.spec, "apiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: bookstore-split, namespace: default}\nspec:\n  service: bookstore\n  backends: [{service: bookstore-v1, weight: 20}, {service: bookstore-v2, weight: 80}]\n")
+	eventually("the 20/80 split", func() bool { f, _ := share(100); return f < 0.5 })
+	f, _ = share(1000)
+	within("20/80", f, 0.2)
+
+	setEndpoints("bookstore-v2", v2)
+	eventually("removing one of bookstore-v2's endpoints", func() bool { _, hitV2b := share(50); return !hitV2b })
+	if _, hitV2b := share(200); hitV2b {
+		t.Error("the removed bookstore-v2 endpoint still gets RPCs")
+	}
+
+	ps := e.srv.Proxies()
+	if len(ps) != 1 || ps[0].Flavor != render.GRPC || ps[0].Streams != 1 {
+		t.Errorf("connected proxies %+v: want one gRPC proxy on one stream (no reconnect)", ps)
+	}
+	if n := e.cache.NACKs(); len(n) != 0 {
+		t.Errorf("gRPC NACKed: %+v", n)
+	}
+}
+
+// TestParticipantsNeedAConnectedProxy: by default an endpoint is sent to
+// others only while a proxy of its service is connected from its address.
+func TestParticipantsNeedAConnectedProxy(t *testing.T) {
+	e := startEnv(t)
+	buyer := e.enroll(t, "bookbuyer")
+	s := e.dial(t, buyer, nil)
+	eds := func() []string { return e.edsAddresses(t, cnOf(t, buyer), "default/bookstore-v1") }
+	s.Send(newRequest(envoyNode(cnOf(t, buyer), "10.0.0.10")))
+	waitFor(t, "bookbuyer configured", func() bool { return e.cache.View(cnOf(t, buyer)) != nil })
+	if got := eds(); len(got) != 0 {
+		t.Fatalf("bookstore-v1 endpoints sent before its proxy connected: %v", got)
+	}
+	v1 := e.enroll(t, "bookstore-v1")
+	ctx, cancel := context.WithCancel(t.Context())
+	vs := e.dialCtx(t, ctx, v1)
+	vs.Send(newRequest(envoyNode(cnOf(t, v1), "10.0.0.12")))
+	waitFor(t, "bookstore-v1's endpoint sent once its proxy connected", func() bool { got := eds(); return len(got) == 1 && got[0] == "10.0.0.12:14001" })
+	cancel()
+	waitFor(t, "bookstore-v1's endpoint withdrawn when its proxy left", func() bool { return len(eds()) == 0 })
+}
