@@ -102,6 +102,9 @@ func (f Flavor) String() string {
 	return "flavor(" + strconv.Itoa(int(f)) + ")"
 }
 
+// MarshalText makes JSON (the debug API) show the flavour's name.
+func (f Flavor) MarshalText() ([]byte, error) { return []byte(f.String()), nil }
+
 // Names of the SDS secrets and the gRPC certificate provider instance.
 const (
 	ServiceCertSecret = "service-cert"
