@@ -48,6 +48,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newVersionCmd(stdout),
 		newEnrollCmd(stdout, stderr),
 	)
+	root.AddCommand(agentCommands(stdout, stderr)...)
 	return root
 }
 

@@ -34,6 +34,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/osm-vm/osm-vm/internal/agent/atomicfile"
+	"github.com/osm-vm/osm-vm/internal/agent/envoy"
 	"github.com/osm-vm/osm-vm/internal/agent/sidecar"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -421,4 +422,49 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// Drivers returns the sidecar drivers the agent knows, Envoy among them.
+func Drivers() *sidecar.Registry {
+	var r sidecar.Registry
+	if err := r.Register(envoy.Name, envoy.Factory); err != nil {
+		panic(err) // a fresh registry cannot hold the name yet
+	}
+	return &r
+}
+
+// NewDriver builds the sidecar driver cfg names.
+func NewDriver(cfg Config) (sidecar.Driver, error) {
+	return Drivers().New(cfg.Proxy, sidecar.Options{
+		BinaryPath: cfg.EnvoyPath, DataDir: cfg.DataDir, AdminPort: cfg.AdminPort, DrainTime: cfg.DrainTimeout,
+	})
+}
+
+// RenderBootstrap returns the bootstrap the proxy would start from, for
+// the identity in the data directory and the xDS address the agent last
+// learned (or xdsAddress when not empty). It writes nothing.
+func (a *Agent) RenderBootstrap(xdsAddress string) ([]byte, error) {
+	id, leaf, err := loadIdentity(a.cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	a.setIdentity(id, leaf)
+	if xdsAddress == "" {
+		st, err := a.readState()
+		if err != nil || st.XDSAddress == "" {
+			return nil, fmt.Errorf("the xDS address is not known yet (%s has none): start the agent once, or pass --xds-address", a.path(StateFile))
+		}
+		xdsAddress = st.XDSAddress
+	}
+	a.setXDSAddress(xdsAddress)
+	files, err := a.driver.Files(a.ProxyConfig())
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if f.Name == a.driver.BootstrapFile() {
+			return f.Data, nil
+		}
+	}
+	return nil, fmt.Errorf("%s driver rendered no %s", a.driver.Name(), a.driver.BootstrapFile())
 }

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/osm-vm/osm-vm/internal/agent"
+	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
+	"github.com/osm-vm/osm-vm/internal/agent/envoy"
+	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+func execute(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	root := newRootCmd(&out, &errOut)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String() + errOut.String(), err
+}
+
+var caHash = "sha256:" + strings.Repeat("ab", 32)
+
+func TestInstallWithoutServiceManager(t *testing.T) {
+	if agent.CheckServiceManager() == nil {
+		t.Skip("a service manager runs here; install would register a real service")
+	}
+	dir := t.TempDir()
+	_, err := execute(t, "install", "--server", "https://127.0.0.1:15443", "--token", "tok", "--ca-cert-hash", caHash,
+		"--service", "bookstore", "--config-dir", filepath.Join(dir, "etc"), "--data-dir", filepath.Join(dir, "data"))
+	if err == nil || !strings.Contains(err.Error(), "no service manager") || !strings.Contains(err.Error(), "--no-service") {
+		t.Errorf("install = %v, want a refusal naming the missing service manager and --no-service", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "etc")); !os.IsNotExist(err) {
+		t.Errorf("a refused install wrote the config directory (%v)", err)
+	}
+}
+
+func TestInstallNoServiceWritesConfigAndToken(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	out, err := execute(t, "install", "--no-service", "--server", "https://127.0.0.1:15443", "--token", "tok", "--ca-cert-hash", caHash,
+		"--service", "bookstore", "--namespace", "shop", "--app-port", "8080", "--envoy-path", "/opt/envoy/bin/envoy",
+		"--config-dir", filepath.Join(dir, "etc"), "--data-dir", data)
+	if err != nil {
+		t.Fatalf("install --no-service: %v\n%s", err, out)
+	}
+	cfg, err := agent.LoadConfig(filepath.Join(dir, "etc", agent.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Service != "bookstore" || cfg.Namespace != "shop" || cfg.AppPort != 8080 || cfg.EnvoyPath != "/opt/envoy/bin/envoy" || cfg.DataDir != data {
+		t.Errorf("config = %+v", cfg)
+	}
+	fi, err := os.Stat(filepath.Join(data, agent.JoinTokenFile))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("join token: %v, mode %v; want 0600", err, fi.Mode().Perm())
+	}
+}
+
+func TestInstallNeedsTokenUntilEnrolled(t *testing.T) {
+	dir := t.TempDir()
+	_, err := execute(t, "install", "--no-service", "--server", "https://127.0.0.1:15443", "--service", "bookstore",
+		"--config-dir", filepath.Join(dir, "etc"), "--data-dir", filepath.Join(dir, "data"))
+	if err == nil || !strings.Contains(err.Error(), "--token") {
+		t.Errorf("install without a token = %v, want an error asking for --token", err)
+	}
+}
+
+func TestBootstrapPrintsEnvoyBootstrap(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	ca := agenttest.NewCA(t)
+	id := mesh.NewProxyIdentity(mesh.MeshService{Namespace: "default", Name: "bookstore"})
+	certPEM, keyPEM := ca.KeyPair(t, id.CommonName(), time.Hour)
+	if err := enroll.SaveIdentity(data, enroll.Identity{KeyPEM: keyPEM, CertPEM: certPEM, CAPEM: ca.PEM}); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := filepath.Join(dir, agent.ConfigFile)
+	if err := agent.WriteConfig(cfgPath, agent.Config{Server: "https://osm:15443", Service: "bookstore", Namespace: "default", DataDir: data}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, "bootstrap", "--config", cfgPath); err == nil || !strings.Contains(err.Error(), "--xds-address") {
+		t.Errorf("bootstrap without a known xDS address = %v, want an error suggesting --xds-address", err)
+	}
+	out, err := execute(t, "bootstrap", "--config", cfgPath, "--xds-address", "10.0.0.1:15128")
+	if err != nil {
+		t.Fatalf("bootstrap: %v\n%s", err, out)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal([]byte(out), &b); err != nil {
+		t.Fatalf("bootstrap output is not an Envoy bootstrap: %v\n%s", err, out)
+	}
+	if err := envoy.ValidateBootstrap(&b); err != nil {
+		t.Error(err)
+	}
+	if b.GetNode().GetId() != id.CommonName() {
+		t.Errorf("node id = %q, want %q", b.GetNode().GetId(), id.CommonName())
+	}
+}
+
+func TestStatusShowsRestarts(t *testing.T) {
+	dir := t.TempDir()
+	st := agent.Status{Identity: "x.bookstore.default", UpdatedAt: time.Now()}
+	st.Proxy.Driver, st.Proxy.Restarts, st.Proxy.LastExit = "envoy", 7, "exit status 1"
+	data, _ := jsonMarshal(st)
+	if err := os.WriteFile(filepath.Join(dir, agent.StatusFile), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := execute(t, "status", "--data-dir", dir)
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	for _, want := range []string{"identity: x.bookstore.default", "proxy (envoy): not running, 7 restarts", "last exit: exit status 1"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestEveryAgentCommandHasHelp(t *testing.T) {
+	for _, name := range []string{"run", "bootstrap", "install", "uninstall", "start", "stop", "status"} {
+		out, err := execute(t, name, "--help")
+		if err != nil || !strings.Contains(out, "Usage:") {
+			t.Errorf("%s --help = %v:\n%s", name, err, out)
+		}
+	}
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
