@@ -27,6 +27,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -384,4 +385,94 @@ func (e *env) dialCtx(t *testing.T, ctx context.Context, cert tls.Certificate) d
 		t.Fatal(err)
 	}
 	return stream
+}
+
+func TestDeltaStreamIsAuthenticatedToo(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookbuyer")
+	other := e.enroll(t, "bookthief")
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := discovery.NewAggregatedDiscoveryServiceClient(conn)
+
+	ok, err := client.DeltaAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok.Send(&discovery.DeltaDiscoveryRequest{Node: envoyNode(cnOf(t, cert), "10.0.0.10"), TypeUrl: resource.ClusterType})
+	resp, err := ok.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetResources()) == 0 {
+		t.Error("delta CDS response for bookbuyer has no clusters")
+	}
+
+	bad, err := client.DeltaAggregatedResources(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad.Send(&discovery.DeltaDiscoveryRequest{Node: envoyNode(cnOf(t, other), "10.0.0.10"), TypeUrl: resource.ClusterType})
+	_, err = bad.Recv()
+	wantCode(t, err, codes.PermissionDenied, "does not match")
+}
+
+func TestServiceCertificateRotationReachesProxiesBySDS(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookbuyer")
+	cn := cnOf(t, cert)
+	s := e.dial(t, cert, nil)
+	s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: resource.SecretType})
+	first, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	listenersBefore := e.cache.View(cn)[resource.ListenerType].Version()
+	sa := mesh.ServiceAccount{Namespace: "default", Name: "bookbuyer"}
+	if _, err := e.certs.RotateCertificate(t.Context(), e.certs.ServiceCommonName(sa)); err != nil {
+		t.Fatal(err)
+	}
+	s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.SecretType, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce()})
+	second, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.GetVersionInfo() == first.GetVersionInfo() {
+		t.Fatal("SDS version unchanged after the service certificate rotated")
+	}
+	if got := e.cache.View(cn)[resource.ListenerType].Version(); got != listenersBefore {
+		t.Errorf("listeners changed on a certificate rotation (%s -> %s): rotation must not drain listeners", listenersBefore, got)
+	}
+}
+
+func TestDebugProxies(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookbuyer")
+	cn := cnOf(t, cert)
+	s := e.dial(t, cert, nil)
+	s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: resource.ClusterType})
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// NACK it: the debug view shows the error, and it is not resent.
+	s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "", ResponseNonce: resp.GetNonce(), ErrorDetail: &rpcstatus.Status{Message: "bad cluster"}})
+	waitFor(t, "NACK recorded", func() bool {
+		for _, p := range (Debug{Server: e.srv, Cache: e.cache}).Proxies() {
+			for _, ts := range p.Types {
+				if ts.NACK != nil && ts.NACK.Error == "bad cluster" {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	ps := Debug{Server: e.srv, Cache: e.cache}.Proxies()
+	if len(ps) != 1 || ps[0].CN != cn || len(ps[0].Types) == 0 {
+		t.Errorf("debug proxies = %+v", ps)
+	}
 }
