@@ -46,7 +46,7 @@ import (
 // Node metadata keys the agent writes into its bootstraps.
 const (
 	MetadataFlavor  = "osm.flavor"            // "envoy" (default) or "grpc"
-	MetadataAddress = "osm.advertise_address" // the VM's address; inbound listeners bind it
+	MetadataAddress = "osm.advertiseAddress" // the VM's address; inbound listeners bind it
 )
 
 // Identities is what the server needs from the certificate manager.
