@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/enroll/enrolltest"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 func TestEnroll(t *testing.T) {
@@ -421,5 +423,89 @@ func TestEnrollConcurrentSingleUse(t *testing.T) {
 				t.Errorf("token uses left = %d, want %d", got, want)
 			}
 		})
+	}
+}
+
+// racingIssuer plays a concurrent enrollment that spends the token between
+// the handler's read of it and its own IssueProxy: the first call runs
+// first() before issuing.
+type racingIssuer struct {
+	Issuer
+	raced atomic.Bool
+	first func()
+}
+
+func (r *racingIssuer) IssueProxy(ctx context.Context, csrDER []byte, svc mesh.MeshService, sa mesh.ServiceAccount, ops ...store.Op) ([]byte, string, error) {
+	if r.raced.CompareAndSwap(false, true) { // not sync.Once: first() re-enters
+		r.first()
+	}
+	return r.Issuer.IssueProxy(ctx, csrDER, svc, sa, ops...)
+}
+
+// TestEnrollTokenSpentMeanwhile covers the retry path deterministically:
+// the version check fails, the handler reads the token again and either
+// retries (uses left) or answers used up.
+func TestEnrollTokenSpentMeanwhile(t *testing.T) {
+	for _, tc := range []struct {
+		uses       int
+		wantReason string
+		wantIssued int
+	}{
+		{uses: 1, wantReason: ReasonTokenUsedUp, wantIssued: 1},
+		{uses: 2, wantReason: "", wantIssued: 2},
+	} {
+		t.Run(fmt.Sprint("uses=", tc.uses), func(t *testing.T) {
+			var secret string
+			e := newTestEnv(t, func(e *testEnv) {
+				e.issuer = &racingIssuer{Issuer: e.iss, first: func() {
+					if _, err := Enroll(context.Background(), nil, e.join(secret), newKey(t)); err != nil {
+						t.Errorf("the racing enrollment: %v", err)
+					}
+				}}
+			})
+			secret, _ = e.token(t, TokenRequest{Service: bookstore, Uses: tc.uses})
+
+			_, err := Enroll(context.Background(), nil, e.join(secret), newKey(t))
+
+			reason := ""
+			var apiErr *APIError
+			if errors.As(err, &apiErr) {
+				reason = apiErr.Body.Reason
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if reason != tc.wantReason {
+				t.Errorf("outcome = %q (%v), want %q", reason, err, tc.wantReason)
+			}
+			if got, want := e.iss.Issued(), tc.wantIssued; got != want {
+				t.Errorf("certificates issued = %d, want %d", got, want)
+			}
+			if got, want := e.proxies(t), tc.wantIssued; got != want {
+				t.Errorf("proxy records = %d, want %d", got, want)
+			}
+			if got, want := e.storedToken(t, secret).UsesLeft, tc.uses-tc.wantIssued; got != want {
+				t.Errorf("uses left = %d, want %d", got, want)
+			}
+		})
+	}
+}
+
+// failingIssuer fails every issue without touching the store.
+type failingIssuer struct{ Issuer }
+
+func (failingIssuer) IssueProxy(context.Context, []byte, mesh.MeshService, mesh.ServiceAccount, ...store.Op) ([]byte, string, error) {
+	return nil, "", errors.New("signer unavailable")
+}
+
+func TestEnrollIssuerFailureSpendsNothing(t *testing.T) {
+	e := newTestEnv(t, func(e *testEnv) { e.issuer = failingIssuer{e.iss} })
+	secret, _ := e.token(t, TokenRequest{Service: bookstore})
+	_, err := Enroll(context.Background(), nil, e.join(secret), newKey(t))
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusInternalServerError || !strings.Contains(err.Error(), "signer unavailable") {
+		t.Fatalf("Enroll = %v, want a 500 naming the issuer's error", err)
+	}
+	if got, want := e.storedToken(t, secret).UsesLeft, 1; got != want {
+		t.Errorf("uses left = %d, want %d", got, want)
 	}
 }

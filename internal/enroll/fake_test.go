@@ -34,6 +34,8 @@ type testEnv struct {
 	st     *store.Memory
 	tokens *Tokens
 	iss    *enrolltest.Issuer
+	// issuer is what the handlers use; configure may wrap iss.
+	issuer Issuer
 	srv    *httptest.Server
 	// requests counts requests that reached the handlers.
 	requests atomic.Int32
@@ -51,12 +53,8 @@ func newTestEnv(t testing.TB, configure ...func(*testEnv)) *testEnv {
 	e := &testEnv{ca: enrolltest.NewCA(t, "osm mesh root"), st: store.NewMemory()}
 	e.tokens = NewTokens(e.st, e.now)
 	e.iss = enrolltest.NewIssuer(e.ca, e.st)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e.issuer = e.iss
 	mux := http.NewServeMux()
-	mux.Handle("/api/v1/enroll", NewHandler(log, e.tokens, e.iss, testXDS, enrolltest.ErrRevoked, enrolltest.ErrNotFound))
-	mux.Handle("/api/v1/renew", NewHandler(log, e.tokens, e.iss, testXDS, enrolltest.ErrRevoked, enrolltest.ErrNotFound))
-	mux.Handle("/api/v1/tokens", NewTokenAdminHandler(log, e.tokens))
-	mux.Handle("/api/v1/tokens/", NewTokenAdminHandler(log, e.tokens))
 	e.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.requests.Add(1)
 		mux.ServeHTTP(w, r)
@@ -66,6 +64,12 @@ func newTestEnv(t testing.TB, configure ...func(*testEnv)) *testEnv {
 	for _, f := range configure {
 		f(e)
 	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	api := NewHandler(log, e.tokens, e.issuer, testXDS, enrolltest.ErrRevoked, enrolltest.ErrNotFound)
+	mux.Handle("/api/v1/enroll", api)
+	mux.Handle("/api/v1/renew", api)
+	mux.Handle("/api/v1/tokens", NewTokenAdminHandler(log, e.tokens))
+	mux.Handle("/api/v1/tokens/", NewTokenAdminHandler(log, e.tokens))
 	e.srv.StartTLS()
 	t.Cleanup(e.srv.Close)
 	return e
