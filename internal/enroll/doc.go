@@ -19,8 +19,13 @@
 //
 // [NewHandler] serves POST /api/v1/enroll (authenticated by the join token)
 // and POST /api/v1/renew (authenticated by the current proxy certificate
-// over mTLS). [NewTokenAdminHandler] serves the token admin endpoints and
-// does no authentication itself: mount it behind the admin-token middleware.
+// over mTLS). Errors are JSON [ErrorBody] values whose Reason names the
+// cause: an unknown, expired, revoked or used-up token is 401 with nothing
+// issued; a token for another service is 403; a weak key or a bad CSR is
+// 400. The server decides the proxy identity; what the CSR asks for is
+// ignored. [NewTokenAdminHandler] serves the token admin endpoints and does
+// no authentication itself: mount it behind the admin-token middleware.
+// [Enroll], [Renew] and [TokenAdminClient] are the clients.
 //
 // # How the server must be configured
 //
@@ -40,6 +45,10 @@
 // [SaveIdentity] writes proxy.key (0600), proxy.crt and ca.crt into the
 // agent's data directory (0700), each by write to a temporary file, fsync and
 // rename; [LoadIdentity] reads them back and checks they belong together.
+//
+// Package enrolltest holds a test CA and a real signing Issuer for tests of
+// anything that enrolls. [CAHash] is the same function as
+// certificate.CAHash; both must stay equal (kubeadm's SPKI hash).
 //
 // The package imports internal/mesh and internal/store only; it must not
 // import internal/certificate (the certificate manager satisfies [Issuer]),
