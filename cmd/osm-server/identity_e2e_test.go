@@ -139,10 +139,21 @@ func TestEnrollmentThroughTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	token, hash := parseJoin(t, strings.TrimSpace(join))
-	res, err := enrollOnce(t.Context(), "https://"+s.api, token, hash, svc)
+	// Paste the printed command on "another machine": the real osm-agent binary.
+	agentDir := filepath.Join(t.TempDir(), "agent")
+	args := append(strings.Fields(strings.TrimSpace(join))[1:], "--data-dir", agentDir)
+	out, err := exec.Command(filepath.Join(bin, "osm-agent"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("osm-agent %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	certPEM, err := os.ReadFile(filepath.Join(agentDir, "proxy.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fi, err := os.Stat(filepath.Join(agentDir, "proxy.key")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("proxy.key: %v mode %v, want 0600", err, fi.Mode().Perm())
+	}
+	res := enroll.Result{CertificatePEM: certPEM}
 	block, _ := pem.Decode(res.CertificatePEM)
 	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
@@ -151,6 +162,9 @@ func TestEnrollmentThroughTheServer(t *testing.T) {
 	id, err := mesh.ParseProxyIdentity(cert.Subject.CommonName)
 	if err != nil || id.Service != svc {
 		t.Fatalf("CN %q: %v; want <uuid>.bookstore.default", cert.Subject.CommonName, err)
+	}
+	if !strings.Contains(string(out), cert.Subject.CommonName) {
+		t.Errorf("osm-agent enroll output does not print the identity %s:\n%s", cert.Subject.CommonName, out)
 	}
 	if len(cert.URIs) == 0 || !strings.HasPrefix(cert.URIs[0].String(), "spiffe://osm.local/ns/default/sa/bookstore") {
 		t.Errorf("URI SANs %v: want spiffe://osm.local/ns/default/sa/bookstore...", cert.URIs)

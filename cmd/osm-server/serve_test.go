@@ -23,6 +23,7 @@ func buildBinaries(t *testing.T) string {
 	for out, pkg := range map[string]string{
 		"osm-server":          "github.com/osm-vm/osm-vm/cmd/osm-server",
 		"osm-provider-static": "github.com/osm-vm/osm-vm/providers/static",
+		"osm-agent":           "github.com/osm-vm/osm-vm/cmd/osm-agent",
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
 		if b, err := cmd.CombinedOutput(); err != nil {
