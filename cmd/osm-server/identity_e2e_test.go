@@ -198,6 +198,13 @@ func TestEnrollmentThroughTheServer(t *testing.T) {
 		t.Fatalf("proxy list = %+v, want the enrolled proxy, unclaimed", recs)
 	}
 	caBefore, _ := s.cli(t, "ca", "show")
+	if out, err := s.cli(t, "apply", "-f", bookstoreFile); err != nil || !strings.Contains(out, "service/bookstore created") {
+		t.Fatalf("apply the bookstore example through the real server: %v\n%s", err, out)
+	}
+	vipsBefore, err := s.cli(t, "get", "services", "-o", "json")
+	if err != nil || !strings.Contains(vipsBefore, "127.77.") {
+		t.Fatalf("get services: %v; want VIPs from 127.77.0.0/16:\n%s", err, vipsBefore)
+	}
 
 	// Restart: the CA, the tokens and the proxies are kept.
 	s.kill()
@@ -208,6 +215,12 @@ func TestEnrollmentThroughTheServer(t *testing.T) {
 	}
 	if recs := s.proxies(t); len(recs) != 1 || recs[0].CN != cert.Subject.CommonName {
 		t.Errorf("after restart proxy list = %+v", recs)
+	}
+	if vips, _ := s.cli(t, "get", "services", "-o", "json"); vips != vipsBefore {
+		t.Errorf("services or VIPs changed across a restart:\n%s\n---\n%s", vipsBefore, vips)
+	}
+	if out, err := s.cli(t, "apply", "-f", bookstoreFile); err != nil || strings.Contains(out, "created") || strings.Contains(out, "configured") {
+		t.Errorf("re-applying the bookstore after a restart must change nothing: %v\n%s", err, out)
 	}
 	if out, _ := s.cli(t, "token", "list"); strings.Count(out, "default/bookstore") != 2 {
 		t.Errorf("after restart token list:\n%s", out)
