@@ -68,7 +68,16 @@ $(TOOLS)/protoc-gen-go-grpc:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
 bench:
-	@echo "make bench: no benchmarks yet; the control-plane benchmark harness arrives with the xDS work (issue 8)."
+	@mkdir -p bin bench/results
+	$(GO) build -o bin/osm-bench ./cmd/osm-bench
+	@# O is measured when osm-server builds; L and F run regardless.
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/osm-server ./cmd/osm-server && \
+		$(GO) build -ldflags "$(LDFLAGS)" -o bin/osm-provider-static ./providers/static || \
+		{ rm -f bin/osm-server; echo "osm-server does not build: O is left out of this run"; }
+	bin/osm-bench run $(if $(QUICK),--quick) --osm-server bin/osm-server --out bench/results/latest.json $(BENCH_FLAGS)
+	@# Micro-benchmarks, benchstat-comparable: benchstat old.txt bench/results/micro.txt
+	$(if $(QUICK),@echo "QUICK=1: micro-benchmarks skipped",$(GO) test -run '^$$' -bench . -benchmem -count $(or $(BENCH_COUNT),5) \
+		./internal/xds/cache/ ./internal/xds/render/ > bench/results/micro.txt; s=$$?; cat bench/results/micro.txt; exit $$s)
 
 clean:
 	rm -rf bin .tools

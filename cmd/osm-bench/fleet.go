@@ -19,12 +19,14 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // identity is one simulated proxy's certificate; its CN is its node ID.
 type identity struct {
-	CN   string
-	Cert tls.Certificate
+	CN      string
+	Cert    tls.Certificate
+	Address string // the VM's address the proxy advertises (node metadata)
 }
 
 // endpoint is where and how the fleet reaches a server.
@@ -102,7 +104,12 @@ func (f *fleet) connect(ctx context.Context, id identity) (*proxyClient, error) 
 		return nil, fmt.Errorf("proxy %s: ADS stream: %w", id.CN, err)
 	}
 	pc.conn, pc.cancel = conn, cancel
-	node := &corev3.Node{Id: id.CN, Cluster: "osm-bench"}
+	// osm-server renders inbound listeners on the VM's address, which an
+	// agent writes into the node metadata; every server gets the same node.
+	node := &corev3.Node{Id: id.CN, Cluster: "osm-bench", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+		"osm.flavor":            structpb.NewStringValue("envoy"),
+		"osm.advertise_address": structpb.NewStringValue(id.Address),
+	}}}
 	for i, t := range []string{resource.ClusterType, resource.ListenerType} {
 		req := &discovery.DiscoveryRequest{TypeUrl: t}
 		if i == 0 {

@@ -149,11 +149,12 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 		Joins:      joins,
 		IdleWindow: 5 * time.Second,
 		Settle:     30 * time.Second,
+		RepBudget:  60 * time.Second,
 		Parallel:   128,
 		WideScale:  10,
 	}
 	if c.quick {
-		c.plan.IdleWindow, c.plan.Settle = 2*time.Second, 10*time.Second
+		c.plan.IdleWindow, c.plan.Settle, c.plan.RepBudget = 2*time.Second, 10*time.Second, 10*time.Second
 	}
 	for _, s := range strings.Split(servers, ",") {
 		switch s = strings.TrimSpace(s); s {

@@ -35,6 +35,7 @@ type plan struct {
 	Joins      int           // joins measured for M5
 	IdleWindow time.Duration // M1 idle CPU window
 	Settle     time.Duration // wait for a change to reach every affected proxy
+	RepBudget  time.Duration // stop repeating a change metric after this long (at least 3 reps)
 	Parallel   int           // handshakes in flight while filling the fleet
 	WideScale  int           // M9: services × WideScale, one wide proxy
 }
@@ -114,7 +115,12 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	}{{"M2", 0}, {"M3", 1}} {
 		affected := len(w.AffectedProxies(c.service))
 		var last, each []float64
-		for range p.Reps {
+		began := time.Now()
+		for rep := range p.Reps {
+			if rep >= 3 && time.Since(began) > p.RepBudget {
+				res.note("%s: stopped after %d of %d changes (%s budget)", c.metric, rep, p.Reps, p.RepBudget)
+				break
+			}
 			r, err := m.change(ctx, f, srv, c.service, affected)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.metric, err)
@@ -131,6 +137,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
+		log.Info("change measured", "metric", c.metric, "affected", affected, "changes", len(last), "last_ack_p50_ms", percentile(last, 50))
 		res.set(c.metric+".p50", percentile(last, 50))
 		res.set(c.metric+".p99", percentile(last, 99))
 		res.set(c.metric+".proxy_p99", percentile(each, 99))
@@ -156,6 +163,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		joins = append(joins, ms(pc.readyAt.Sub(t0)))
 		pc.close()
 	}
+	log.Info("joins measured", "n", len(joins))
 	res.set("M5.p50", percentile(joins, 50))
 	res.set("M5.p99", percentile(joins, 99))
 
@@ -171,6 +179,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		res.note("M6: %d of %d proxies configured after the storm: %v", len(pcs), w.Proxies, err)
 	}
 	res.set("M6.all_configured_s", time.Since(t0).Seconds())
+	log.Info("reconnect storm measured", "configured", len(pcs), "took", time.Since(t0).Round(time.Millisecond))
 	var maxResp int64
 	for _, pc := range pcs {
 		before += pc.responses.Load()
@@ -304,7 +313,7 @@ func mintIdentities(ca *benchCA, w Workload, n int) ([]identity, error) {
 			for p := k; p < n; p += workers {
 				cn := w.ProxyCN(p)
 				cert, err := ca.issue(cn, int64(1000+p), false)
-				ids[p], errs[p] = identity{CN: cn, Cert: cert}, err
+				ids[p], errs[p] = identity{CN: cn, Cert: cert, Address: w.ProxyAddr(p).String()}, err
 			}
 		}()
 	}

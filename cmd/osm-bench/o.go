@@ -2,28 +2,342 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/mesh"
 )
 
-// oTarget runs the real osm-server.
+// oTarget runs the real osm-server: the workload's endpoints go into the
+// static provider's file, its services and policies through the spec API,
+// and every proxy enrolls through the enrollment API with a join token (one
+// per service, uses = its proxies), as osm-agent does.
 type oTarget struct {
 	osmServer    string
 	staticPlugin string
 	dir          string
 	logw         io.Writer
 	log          *slog.Logger
+	runs         int
 }
 
 func (t *oTarget) Name() string { return "O" }
 
-func (t *oTarget) Start(ctx context.Context, w Workload, extra int) (*server, error) {
+// freePort returns a loopback address nobody listens on right now.
+func freePort() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// writeEndpoints writes the static provider's file for w; changed, when
+// seq > 0, moves endpoint 0 of service u. The write is atomic (rename).
+func writeEndpoints(path string, w Workload, u, seq int) error {
+	var b strings.Builder
+	b.WriteString("services:\n")
+	for i := range w.Services {
+		fmt.Fprintf(&b, "- name: %s\n  namespace: %s\n  endpoints:\n", w.ServiceName(i), benchNamespace)
+		for j := range w.Endpoints {
+			a := w.EndpointAddr(i, j)
+			if i == u && j == 0 && seq > 0 {
+				a = ChangedAddr(seq)
+			}
+			fmt.Fprintf(&b, "  - {ip: %s, port: %d}\n", a, endpointPort)
+		}
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return fmt.Errorf("endpoints file: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// specDocs are the Service, TCPRoute and TrafficTarget documents of w, in
+// batches the spec API accepts.
+func specDocs(w Workload, extra int) []string {
+	var docs []string
+	docs = append(docs, `apiVersion: osm-vm.io/v1alpha1
+kind: MeshConfig
+metadata: {name: mesh}
+spec:
+  traffic: {permissive: false}
+  endpoints: {requireConnectedProxy: false}
+`)
+	docs = append(docs, fmt.Sprintf(`apiVersion: specs.smi-spec.io/v1alpha4
+kind: TCPRoute
+metadata: {name: any, namespace: %s}
+spec:
+  matches: {ports: []}
+`, benchNamespace))
+	callers := make([][]int, w.Services)
+	for s := range w.ServedServices(extra) {
+		for _, u := range w.Upstreams(s) {
+			callers[u] = append(callers[u], s)
+		}
+	}
+	for i := range w.Services {
+		docs = append(docs, fmt.Sprintf(`apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: %s, namespace: %s}
+spec:
+  ports: [{port: %d, appProtocol: tcp}]
+`, w.ServiceName(i), benchNamespace, endpointPort))
+	}
+	for u := range w.Services {
+		if len(callers[u]) == 0 {
+			continue
+		}
+		var src strings.Builder
+		for _, s := range callers[u] {
+			fmt.Fprintf(&src, "  - {kind: ServiceAccount, name: %s, namespace: %s}\n", w.ServiceName(s), benchNamespace)
+		}
+		docs = append(docs, fmt.Sprintf(`apiVersion: access.smi-spec.io/v1alpha3
+kind: TrafficTarget
+metadata: {name: %s, namespace: %s}
+spec:
+  destination: {kind: ServiceAccount, name: %s, namespace: %s}
+  sources:
+%s  rules: [{kind: TCPRoute, name: any}]
+`, w.ServiceName(u), benchNamespace, w.ServiceName(u), benchNamespace, src.String()))
+	}
+	var batches []string
+	const perBatch = 200
+	for len(docs) > 0 {
+		n := min(perBatch, len(docs))
+		batches = append(batches, "---\n"+strings.Join(docs[:n], "---\n"))
+		docs = docs[n:]
+	}
+	return batches
+}
+
+func (t *oTarget) Start(ctx context.Context, w Workload, extra int) (_ *server, err error) {
 	for _, p := range []string{t.osmServer, t.staticPlugin} {
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("O: %w (build it with make build)", err)
 		}
 	}
-	return nil, fmt.Errorf("O: %w", errNotAvailable)
+	t.runs++
+	dir := filepath.Join(t.dir, fmt.Sprint(t.runs))
+	dataDir := filepath.Join(dir, "data")
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, err
+	}
+	endpointsFile := filepath.Join(dir, "endpoints.yaml")
+	if err := writeEndpoints(endpointsFile, w, -1, 0); err != nil {
+		return nil, err
+	}
+	var addrs [3]string
+	for i := range addrs {
+		if addrs[i], err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	cfg := fmt.Sprintf(`dataDir: %s
+pluginDir: %s
+debugAddress: %s
+apiAddress: %s
+xdsAddress: %s
+providers:
+  - name: bench
+    plugin: osm-provider-static
+    config: {file: %s}
+`, dataDir, filepath.Dir(t.staticPlugin), addrs[0], addrs[1], addrs[2], endpointsFile)
+	cfgFile := filepath.Join(dir, "osm-server.yaml")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	proc, _, err := startChild(ctx, t.osmServer, []string{"serve", "--config", cfgFile, "--log-level", "warn"}, nil, t.logw, "")
+	if err != nil {
+		return nil, fmt.Errorf("O: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			proc.stop()
+		}
+	}()
+
+	// The API is up once the admin token and CA exist and the port accepts.
+	var adminToken, caPEM []byte
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		adminToken, _ = os.ReadFile(filepath.Join(dataDir, "admin.token"))
+		caPEM, _ = os.ReadFile(filepath.Join(dataDir, "ca.crt"))
+		c, derr := net.DialTimeout("tcp", addrs[1], time.Second)
+		if derr == nil {
+			c.Close()
+		}
+		if len(adminToken) > 0 && len(caPEM) > 0 && derr == nil {
+			break
+		}
+		if !proc.alive() || time.Now().After(deadline) {
+			return nil, fmt.Errorf("O: osm-server did not serve its API on %s with admin.token and ca.crt in %s: %w (alive=%t)", addrs[1], dataDir, errNotAvailable, proc.alive())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	block, _ := pem.Decode(caPEM)
+	if block == nil {
+		return nil, errors.New("O: ca.crt holds no PEM certificate")
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	api := &apiClient{
+		base:  "https://" + addrs[1],
+		token: strings.TrimSpace(string(adminToken)),
+		hc:    &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}},
+	}
+	for i, batch := range specDocs(w, extra) {
+		if err := api.do(ctx, http.MethodPost, "/api/v1/spec/apply?source=osm-bench", "application/yaml", []byte(batch), nil); err != nil {
+			return nil, fmt.Errorf("O: apply the workload's spec (batch %d): %w", i, err)
+		}
+	}
+	ids, xdsAddr, err := t.enrollAll(ctx, api, w, extra, enroll.CAHash(block.Bytes))
+	if err != nil {
+		return nil, err
+	}
+	if xdsAddr == "" {
+		xdsAddr = addrs[2]
+	}
+	c, err := net.DialTimeout("tcp", xdsAddr, 2*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("O: osm-server does not serve xDS on %s yet: %w", xdsAddr, errNotAvailable)
+	}
+	c.Close()
+	host, _, _ := net.SplitHostPort(xdsAddr)
+	return &server{
+		proc: proc,
+		ep:   endpoint{Addr: xdsAddr, ServerName: host, Roots: roots},
+		ids:  ids,
+		change: func(ctx context.Context, u, seq int) error {
+			return writeEndpoints(endpointsFile, w, u, seq)
+		},
+		close: proc.stop,
+	}, nil
+}
+
+// enrollAll enrolls w.Proxies+extra proxies, proxy p into service
+// ProxyService(p), and returns their identities and the xDS address the
+// server announced.
+func (t *oTarget) enrollAll(ctx context.Context, api *apiClient, w Workload, extra int, caHash string) ([]identity, string, error) {
+	n := w.Proxies + extra
+	perService := map[int]int{}
+	for p := range n {
+		perService[w.ProxyService(p)]++
+	}
+	secrets := map[int]string{}
+	for s, uses := range perService {
+		body, _ := json.Marshal(enroll.CreateTokenBody{
+			Service: mesh.MeshService{Name: w.ServiceName(s), Namespace: benchNamespace}, Uses: uses, TTL: "2h",
+		})
+		var created enroll.CreatedToken
+		if err := api.do(ctx, http.MethodPost, "/api/v1/tokens", "application/json", body, &created); err != nil {
+			return nil, "", fmt.Errorf("O: join token for %s: %w", w.ServiceName(s), err)
+		}
+		secrets[s] = created.Secret
+	}
+	t.log.Info("enrolling proxies through the API (not a metric)", "n", n)
+	ids := make([]identity, n)
+	errs := make([]error, n)
+	var xdsAddr string
+	var once sync.Once
+	var wg sync.WaitGroup
+	const workers = 8
+	for k := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := k; p < n; p += workers {
+				if ctx.Err() != nil {
+					errs[p] = ctx.Err()
+					return
+				}
+				key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+				if err != nil {
+					errs[p] = err
+					continue
+				}
+				s := w.ProxyService(p)
+				res, err := enroll.Enroll(ctx, nil, enroll.JoinRequest{
+					Server: api.base, Token: secrets[s], CACertHash: caHash,
+					Service: mesh.MeshService{Name: w.ServiceName(s), Namespace: benchNamespace},
+				}, key)
+				if err != nil {
+					errs[p] = fmt.Errorf("O: enroll proxy %d: %w", p, err)
+					continue
+				}
+				cert, err := tls.X509KeyPair(res.CertificatePEM, mustKeyPEM(key))
+				if err != nil {
+					errs[p] = fmt.Errorf("O: proxy %d certificate: %w", p, err)
+					continue
+				}
+				ids[p] = identity{CN: res.Identity, Cert: cert, Address: w.ProxyAddr(p).String()}
+				once.Do(func() { xdsAddr = res.XDSAddress })
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, "", err
+	}
+	return ids, xdsAddr, nil
+}
+
+func mustKeyPEM(key *ecdsa.PrivateKey) []byte {
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		panic(err) // a freshly generated P-256 key always marshals
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+}
+
+// apiClient calls osm-server's HTTPS API with the admin token.
+type apiClient struct {
+	base  string
+	token string
+	hc    *http.Client
+}
+
+func (a *apiClient) do(ctx context.Context, method, path, contentType string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, strings.NewReader(string(body)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	req.Header.Set("Content-Type", contentType)
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if out != nil {
+		return json.Unmarshal(b, out)
+	}
+	return nil
 }

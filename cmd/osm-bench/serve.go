@@ -90,7 +90,7 @@ func serveBench(ctx context.Context, log *slog.Logger, kind string, o serverOpti
 	creds := grpc.Creds(credentials.NewTLS(tlsConf))
 	switch kind {
 	case "serve-f":
-		f, err := newFloor(o.workload)
+		f, err := newFloor(o.workload, o.extra)
 		if err != nil {
 			return err
 		}
@@ -200,7 +200,7 @@ func marshalAny(m proto.Message) ([]byte, error) {
 	return proto.Marshal(a)
 }
 
-func newFloor(w Workload) (*floor, error) {
+func newFloor(w Workload, extra int) (*floor, error) {
 	f := &floor{w: w, callers: make([][]int, w.Services), claAny: make([][]byte, w.Services), views: make([]*fview, w.Services)}
 	clusterAny := make([][]byte, w.Services)
 	for i := range w.Services {
@@ -212,7 +212,7 @@ func newFloor(w Workload) (*floor, error) {
 			return nil, err
 		}
 	}
-	for s := range w.Services {
+	for s := range w.ServedServices(extra) {
 		up := w.Upstreams(s)
 		cds, lds := make([][]byte, len(up)), make([][]byte, len(up))
 		for k, u := range up {
@@ -310,6 +310,9 @@ func (f *floor) stream(ss grpc.ServerStream) error {
 		return fmt.Errorf("node %q: no such service", cn)
 	}
 	v := f.views[s]
+	if v == nil {
+		return fmt.Errorf("node %q: service %d has no proxies in this workload", cn, s)
+	}
 	st := &fstream{kick: make(chan struct{}, 1)}
 	v.mu.Lock()
 	v.streams[st] = struct{}{}
@@ -405,7 +408,7 @@ func newLServer(ctx context.Context, w Workload, extra int, mode string) (*lServ
 	for i := range w.Services {
 		l.clas[i] = w.CLA(i, netip.Addr{})
 	}
-	for s := range w.Services {
+	for s := range w.ServedServices(extra) {
 		for _, u := range w.Upstreams(s) {
 			l.callers[u] = append(l.callers[u], s)
 			l.clusters[s] = append(l.clusters[s], w.Cluster(u))
@@ -447,7 +450,7 @@ func newLServer(ctx context.Context, w Workload, extra int, mode string) (*lServ
 	default:
 		return nil, fmt.Errorf("serve-l: --mode %q: want snapshot or mux", mode)
 	}
-	for s := range w.Services {
+	for s := range w.ServedServices(extra) {
 		if err := l.publish(s); err != nil {
 			return nil, err
 		}

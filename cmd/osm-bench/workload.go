@@ -20,10 +20,12 @@ const benchNamespace = "bench"
 // Workload is W: services × endpoints, proxies spread over the services, and
 // a call graph in which every service calls up to five others. Two services
 // are special so that the change metrics have a fixed scope:
-//   - service 0 (the hub) is called by every service: a change to it affects
-//     every proxy (M2);
+//   - service 0 (the hub) is called by every other service: a change to it
+//     affects every proxy but the hub's own (M2);
 //   - service 1 is called by every twentieth service: a change to it affects
 //     5% of the proxies (M3).
+//
+// No service calls itself.
 //
 // Everything is derived from the three numbers, so the generator and the
 // server processes build the same workload from the same flags.
@@ -54,7 +56,12 @@ func (w Workload) ProxyCN(p int) string {
 	return fmt.Sprintf("%08x-0000-4000-8000-%012x.%s.%s", p, p, w.ServiceName(w.ProxyService(p)), benchNamespace)
 }
 
-// Upstreams lists the services service s calls, hub first.
+// ProxyAddr is the address proxy p's VM advertises (data only).
+func (w Workload) ProxyAddr(p int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, 254, byte(p >> 8), byte(p)})
+}
+
+// Upstreams lists the services service s calls, hub first; never s itself.
 func (w Workload) Upstreams(s int) []int {
 	if w.Wide {
 		all := make([]int, w.Services)
@@ -63,19 +70,26 @@ func (w Workload) Upstreams(s int) []int {
 		}
 		return all
 	}
-	up := []int{0}
-	if w.Services > 1 && s%20 == 0 {
+	var up []int
+	if s != 0 {
+		up = append(up, 0)
+	}
+	if s%20 == 0 && s != 1 {
 		up = append(up, 1)
 	}
 	for k := 0; len(up) < upstreamsPerService && k < 4*upstreamsPerService; k++ {
 		u := (s*7 + k*131 + 3) % w.Services
-		if u <= 1 || contains(up, u) {
+		if u <= 1 || u == s || contains(up, u) {
 			continue
 		}
 		up = append(up, u)
 	}
 	return up
 }
+
+// ServedServices is how many services have proxies (proxies+extra of them
+// in all): services [0, ServedServices) do, the others are only called.
+func (w Workload) ServedServices(extra int) int { return min(w.Services, w.Proxies+extra) }
 
 // Callers lists the services that call service u.
 func (w Workload) Callers(u int) []int {
