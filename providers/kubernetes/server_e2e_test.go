@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -17,6 +18,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
 // TestThroughOSMServer runs the real osm-server with this plugin against
@@ -43,12 +47,13 @@ func TestThroughOSMServer(t *testing.T) {
 	}
 	debug := ln.Addr().String()
 	ln.Close()
+	apiAddr, xdsAddr := freeLoopback(t), freeLoopback(t)
 	dir := t.TempDir()
 	config := fmt.Sprintf(`dataDir: %s
 pluginDir: %s
 debugAddress: %s
-apiAddress: 127.0.0.1:0
-xdsAddress: 127.0.0.1:0
+apiAddress: `+apiAddr+`
+xdsAddress: `+xdsAddr+`
 providers:
   - name: cluster-a
     plugin: osm-provider-kubernetes
@@ -122,11 +127,64 @@ providers:
 		slice(ns, "web-1", "web", ports(slicePortOf("http", 8080)), endpoint("192.0.2.1"), endpoint("192.0.2.2")))
 	waitEndpoints("192.0.2.1:8080@cluster-a,192.0.2.2:8080@cluster-a")
 
+	// A VM proxy allowed to call web is sent the cluster's endpoints by EDS.
+	osm := xdstest.Server{API: apiAddr, XDS: xdsAddr, DataDir: filepath.Join(dir, "data")}
+	waitUp(t, "https://"+apiAddr)
+	osm.Apply(t, meshForWeb)
+	proxy := osm.Connect(t, osm.Enroll(t, mesh.MeshService{Namespace: "default", Name: "vm-client"}), "192.0.2.100", "default/web")
+	proxy.WaitEDS(t, "default/web", []string{"192.0.2.1:8080", "192.0.2.2:8080"}, 10*time.Second)
+
 	// A scale-in in the cluster reaches the server's API within a second.
 	writeAll(ctx, t, cp, slice(ns, "web-1", "web", ports(slicePortOf("http", 8080)), endpoint("192.0.2.2")))
 	start := time.Now()
 	waitEndpoints("192.0.2.2:8080@cluster-a")
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("scale-in took %v to reach the server's API; want under 1s", took)
+	}
+	proxy.WaitEDS(t, "default/web", []string{"192.0.2.2:8080"}, 5*time.Second)
+}
+
+// meshForWeb declares the cluster's web service and a VM client allowed to
+// call it; endpoints are sent without a connected proxy (pods run no agent).
+const meshForWeb = `apiVersion: osm-vm.io/v1alpha1
+kind: MeshConfig
+metadata: {name: mesh}
+spec: {traffic: {permissive: true}, endpoints: {requireConnectedProxy: false}}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: web, namespace: default}
+spec: {ports: [{port: 80, targetPort: 8080, appProtocol: http}]}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: vm-client, namespace: default}
+spec: {ports: [{port: 9000, appProtocol: http}]}
+`
+
+func freeLoopback(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// waitUp waits until the HTTPS API answers (any status).
+func waitUp(t *testing.T, base string) {
+	t.Helper()
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // reachability only
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if resp, err := hc.Get(base + "/api/v1/ca"); err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("osm-server HTTPS API at %s not up within 20s", base)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

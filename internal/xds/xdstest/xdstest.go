@@ -1,0 +1,191 @@
+// Package xdstest drives a running osm-server from tests the way a machine
+// does: it creates a join token with the admin API, enrolls a proxy with a
+// locally generated key, and opens an mTLS ADS stream as that proxy. The
+// provider end-to-end tests use it to check what a connected proxy is sent.
+//
+// It is test support: only _test.go files import it.
+package xdstest
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+// Server is a running osm-server.
+type Server struct {
+	// API is the HTTPS API address (host:port), XDS the xDS address.
+	API, XDS string
+	// DataDir is the server's data dir, read for admin.token and ca.crt.
+	DataDir string
+}
+
+func (s Server) admin(t *testing.T) (*http.Client, string, []byte) {
+	t.Helper()
+	tok, err := os.ReadFile(filepath.Join(s.DataDir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(s.DataDir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	return hc, strings.TrimSpace(string(tok)), ca
+}
+
+// Apply applies YAML documents through the admin API.
+func (s Server) Apply(t *testing.T, yaml string) {
+	t.Helper()
+	hc, tok, _ := s.admin(t)
+	if _, err := spec.NewClient("https://"+s.API, hc, tok).Apply(t.Context(), []spec.File{{Source: "test.yaml", Data: yaml}}, false); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+}
+
+// Enroll creates a single-use token for svc and enrolls a proxy with it.
+func (s Server) Enroll(t *testing.T, svc mesh.MeshService) tls.Certificate {
+	t.Helper()
+	hc, tok, ca := s.admin(t)
+	secret, _, err := enroll.NewTokenAdminClient("https://"+s.API, hc, tok).Create(t.Context(), enroll.TokenRequest{Service: svc})
+	if err != nil {
+		t.Fatalf("token create: %v", err)
+	}
+	block, _ := pemDecode(ca)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	res, err := enroll.Enroll(t.Context(), nil, enroll.JoinRequest{Server: "https://" + s.API, Token: secret, CACertHash: enroll.CAHash(block), Service: svc}, key)
+	if err != nil {
+		t.Fatalf("enroll: %v", err)
+	}
+	keyPEM, err := enroll.MarshalKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := tls.X509KeyPair(res.CertificatePEM, keyPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pair
+}
+
+// Proxy is an Envoy-flavoured ADS stream of an enrolled proxy.
+type Proxy struct {
+	cn     string
+	stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	resp   chan *discovery.DiscoveryResponse
+}
+
+// Connect opens the proxy's ADS stream, announcing address as its
+// advertise address, and subscribes to the EDS resources named.
+func (s Server) Connect(t *testing.T, cert tls.Certificate, address string, eds ...string) *Proxy {
+	t.Helper()
+	_, _, ca := s.admin(t)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	conn, err := grpc.NewClient(s.XDS, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() {
+		cancel()
+		conn.Close()
+	})
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(cert.Certificate[0])
+	md, _ := structpb.NewStruct(map[string]any{"osm.flavor": "envoy", "osm.advertiseAddress": address})
+	p := &Proxy{cn: leaf.Subject.CommonName, stream: stream, resp: make(chan *discovery.DiscoveryResponse, 16)}
+	if err := stream.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: p.cn, Metadata: md}, TypeUrl: resource.EndpointType, ResourceNames: eds}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(p.resp)
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			_ = stream.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: eds})
+			select {
+			case p.resp <- r:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return p
+}
+
+// WaitEDS waits until the EDS resource name holds exactly want (sorted
+// "ip:port" strings) and fails the test after timeout.
+func (p *Proxy) WaitEDS(t *testing.T, name string, want []string, timeout time.Duration) {
+	t.Helper()
+	slices.Sort(want)
+	var last []string
+	deadline := time.After(timeout)
+	for {
+		select {
+		case r, ok := <-p.resp:
+			if !ok {
+				t.Fatalf("proxy %s: ADS stream closed while waiting for EDS %s = %v", p.cn, name, want)
+			}
+			for _, a := range r.GetResources() {
+				var cla endpointv3.ClusterLoadAssignment
+				if a.UnmarshalTo(&cla) != nil || cla.GetClusterName() != name {
+					continue
+				}
+				last = last[:0]
+				for _, l := range cla.GetEndpoints() {
+					for _, e := range l.GetLbEndpoints() {
+						sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+						last = append(last, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
+					}
+				}
+				slices.Sort(last)
+				if slices.Equal(last, want) {
+					return
+				}
+			}
+		case <-deadline:
+			t.Fatalf("proxy %s: EDS %s = %v after %v, want %v", p.cn, name, last, timeout, want)
+		}
+	}
+}
+
+func pemDecode(b []byte) ([]byte, bool) {
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return nil, false
+	}
+	return blk.Bytes, true
+}
