@@ -67,6 +67,30 @@ func TestInstallNoServiceWritesConfigAndToken(t *testing.T) {
 	}
 }
 
+func TestInstallProxyNone(t *testing.T) {
+	dir := t.TempDir()
+	hosts := filepath.Join(dir, "hosts")
+	out, err := execute(t, "install", "--no-service", "--server", "https://127.0.0.1:15443", "--token", "tok", "--ca-cert-hash", caHash,
+		"--service", "bookbuyer", "--proxy", "none", "--hosts-file", hosts, "--advertise-address", "127.0.10.1",
+		"--config-dir", filepath.Join(dir, "etc"), "--data-dir", filepath.Join(dir, "data"))
+	if err != nil {
+		t.Fatalf("install --proxy none: %v\n%s", err, out)
+	}
+	cfg, err := agent.LoadConfig(filepath.Join(dir, "etc", agent.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Proxy != agent.ProxyNone || cfg.HostsFile != hosts || cfg.AdvertiseAddress != "127.0.10.1" {
+		t.Errorf("config = %+v, want proxy none, hostsFile %s, advertiseAddress 127.0.10.1", cfg, hosts)
+	}
+
+	_, err = execute(t, "install", "--no-service", "--server", "https://127.0.0.1:15443", "--token", "tok", "--ca-cert-hash", caHash,
+		"--service", "bookbuyer", "--proxy", "nginx", "--config-dir", filepath.Join(dir, "etc2"), "--data-dir", filepath.Join(dir, "data2"))
+	if err == nil || !strings.Contains(err.Error(), `"nginx"`) || !strings.Contains(err.Error(), "envoy, none") {
+		t.Errorf("install --proxy nginx = %v, want an error naming it and the known drivers", err)
+	}
+}
+
 func TestInstallNeedsTokenUntilEnrolled(t *testing.T) {
 	dir := t.TempDir()
 	_, err := execute(t, "install", "--no-service", "--server", "https://127.0.0.1:15443", "--service", "bookstore",

@@ -31,7 +31,11 @@ gRPC xDS bootstraps into the data directory, runs Envoy and restarts it with
 backoff when it exits, renews the proxy certificate at two thirds of its
 lifetime, and keeps the mesh host names in the hosts file current. On
 SIGTERM it drains Envoy (POST /drain_listeners?graceful) for drainTimeout,
-then stops it.`,
+then stops it.
+
+With 'proxy: none' in the config (install --proxy none) no proxy runs: the
+machine's proxyless gRPC applications read grpc-bootstrap.json and the
+service certificate files the agent keeps, and everything else is the same.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := commandLogger(cmd, stderr)
@@ -58,7 +62,7 @@ func newBootstrapCmd(stdout io.Writer) *cobra.Command {
 	var configPath, xdsAddress string
 	cmd := &cobra.Command{
 		Use:   "bootstrap [--config FILE] [--xds-address HOST:PORT]",
-		Short: "Print the Envoy bootstrap the agent would start Envoy with",
+		Short: "Print the bootstrap the agent would start the proxy with (the gRPC xDS bootstrap with proxy: none)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := agent.LoadConfig(configPath)
@@ -117,7 +121,9 @@ use 'osm-agent run' under your own supervisor there.`,
 	fl.StringVar(&f.cfg.CACertHash, "ca-cert-hash", "", "sha256:<hex> pin of the mesh CA, printed by 'osm-server token create'")
 	fl.StringVar(&f.cfg.Service, "service", "", "mesh service this machine runs")
 	fl.StringVar(&f.cfg.Namespace, "namespace", "default", "namespace of the service")
+	fl.StringVar(&f.cfg.Proxy, "proxy", "envoy", "sidecar proxy: envoy, or none when the machine's applications are proxyless gRPC (they read grpc-bootstrap.json)")
 	fl.StringVar(&f.cfg.EnvoyPath, "envoy-path", "envoy", "Envoy binary: a path, or a name looked up on PATH")
+	fl.StringVar(&f.cfg.HostsFile, "hosts-file", "", "file that holds the managed block of mesh host names (default the system hosts file)")
 	fl.Uint16Var(&f.cfg.AppPort, "app-port", 0, "the application's port on 127.0.0.1")
 	fl.StringVar(&f.cfg.AdvertiseAddress, "advertise-address", "", "IP address other machines reach this one on")
 	fl.StringVar(&f.configDir, "config-dir", agent.DefaultConfigDir(), "directory for agent.yaml")
@@ -133,6 +139,9 @@ func runInstall(stdout io.Writer, f installFlags) error {
 	cfg := f.cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return err
+	}
+	if _, err := agent.NewDriver(cfg); err != nil {
+		return fmt.Errorf("--proxy: %w", err)
 	}
 	configDir, err := filepath.Abs(f.configDir)
 	if err != nil {
@@ -281,7 +290,11 @@ func printStatus(w io.Writer, st agent.Status, now time.Time) {
 	if p.Running {
 		state = fmt.Sprintf("running (pid %d since %s)", p.PID, p.StartedAt.Format(time.RFC3339))
 	}
-	fmt.Fprintf(w, "proxy (%s): %s, %d restarts\n", orNone(p.Driver), state, p.Restarts)
+	if p.Driver == agent.ProxyNone {
+		fmt.Fprintf(w, "proxy: none (proxyless: applications read %s)\n", agent.GRPCBootstrapFile)
+	} else {
+		fmt.Fprintf(w, "proxy (%s): %s, %d restarts\n", orNone(p.Driver), state, p.Restarts)
+	}
 	if p.LastExit != "" {
 		fmt.Fprintf(w, "  last exit: %s at %s\n", p.LastExit, p.ExitedAt.Format(time.RFC3339))
 	}

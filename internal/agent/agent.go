@@ -380,16 +380,10 @@ func (a *Agent) ProxyConfig() sidecar.ProxyConfig {
 // writeProxyFiles renders and writes the driver's files and the gRPC xDS
 // bootstrap, each only when its content changed, and marks the proxy ready.
 func (a *Agent) writeProxyFiles() error {
-	p := a.ProxyConfig()
-	files, err := a.driver.Files(p)
+	files, err := a.renderFiles()
 	if err != nil {
-		return fmt.Errorf("render %s bootstrap: %w", a.driver.Name(), err)
+		return err
 	}
-	grpcBoot, err := GRPCBootstrap(p, a.cfg.DataDir)
-	if err != nil {
-		return fmt.Errorf("render gRPC xDS bootstrap: %w", err)
-	}
-	files = append(files, sidecar.File{Name: GRPCBootstrapFile, Data: grpcBoot, Mode: 0o644})
 	for _, f := range files {
 		path := a.path(f.Name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -405,6 +399,21 @@ func (a *Agent) writeProxyFiles() error {
 	}
 	a.markReady()
 	return nil
+}
+
+// renderFiles returns the driver's files followed by the gRPC xDS
+// bootstrap, which the agent writes whatever the driver.
+func (a *Agent) renderFiles() ([]sidecar.File, error) {
+	p := a.ProxyConfig()
+	files, err := a.driver.Files(p)
+	if err != nil {
+		return nil, fmt.Errorf("render %s bootstrap: %w", a.driver.Name(), err)
+	}
+	grpcBoot, err := GRPCBootstrap(p, a.cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("render gRPC xDS bootstrap: %w", err)
+	}
+	return append(files, sidecar.File{Name: GRPCBootstrapFile, Data: grpcBoot, Mode: 0o644}), nil
 }
 
 func fileExists(path string) bool {
@@ -424,11 +433,14 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// Drivers returns the sidecar drivers the agent knows, Envoy among them.
+// Drivers returns the sidecar drivers the agent knows: Envoy, and "none"
+// (ProxyNone) for machines whose applications are proxyless gRPC.
 func Drivers() *sidecar.Registry {
 	var r sidecar.Registry
-	if err := r.Register(envoy.Name, envoy.Factory); err != nil {
-		panic(err) // a fresh registry cannot hold the name yet
+	for name, f := range map[string]sidecar.Factory{envoy.Name: envoy.Factory, ProxyNone: noProxyFactory} {
+		if err := r.Register(name, f); err != nil {
+			panic(err) // a fresh registry cannot hold the names yet
+		}
 	}
 	return &r
 }
@@ -440,9 +452,10 @@ func NewDriver(cfg Config) (sidecar.Driver, error) {
 	})
 }
 
-// RenderBootstrap returns the bootstrap the proxy would start from, for
-// the identity in the data directory and the xDS address the agent last
-// learned (or xdsAddress when not empty). It writes nothing.
+// RenderBootstrap returns the bootstrap the proxy would start from (the
+// gRPC xDS bootstrap for the "none" driver), for the identity in the data
+// directory and the xDS address the agent last learned (or xdsAddress when
+// not empty). It writes nothing.
 func (a *Agent) RenderBootstrap(xdsAddress string) ([]byte, error) {
 	id, leaf, err := loadIdentity(a.cfg.DataDir)
 	if err != nil {
@@ -457,7 +470,7 @@ func (a *Agent) RenderBootstrap(xdsAddress string) ([]byte, error) {
 		xdsAddress = st.XDSAddress
 	}
 	a.setXDSAddress(xdsAddress)
-	files, err := a.driver.Files(a.ProxyConfig())
+	files, err := a.renderFiles()
 	if err != nil {
 		return nil, err
 	}

@@ -129,9 +129,17 @@ func (h *harness) start(t *testing.T) *running {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h.startWith(t, d, nil)
+}
+
+// startWith runs the agent with driver d, passing the supervisor's events
+// to onEvent when it is not nil.
+func (h *harness) startWith(t *testing.T, d sidecar.Driver, onEvent func(sidecar.Event)) *running {
+	t.Helper()
 	log, logs := agenttest.NewLogger()
 	a := agent.New(h.cfg, log, h.enroller, d, agent.Options{
 		Version: "test", RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+		Supervisor: sidecar.SupervisorOptions{OnEvent: onEvent},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{agent: a, logs: logs, cancel: cancel, done: make(chan error, 1)}
@@ -425,5 +433,107 @@ func TestFetchServerConfigErrors(t *testing.T) {
 	_, err = agent.FetchServerConfig(context.Background(), h.api.URL, other.PEM, pair)
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("FetchServerConfig with the wrong CA = %v, want a TLS verification error", err)
+	}
+}
+
+func TestDriversRegistersEnvoyAndNone(t *testing.T) {
+	if diff := cmp.Diff(agent.Drivers().Names(), []string{"envoy", "none"}); diff != "" {
+		t.Errorf("driver names (-got +want):\n%s", diff)
+	}
+}
+
+// TestRunProxyless: with `proxy: none` the agent needs no Envoy binary,
+// starts no process, and still enrolls, writes the gRPC bootstrap (which
+// `osm-agent bootstrap` prints), the service certificate and the hosts
+// block, and renews the proxy certificate.
+func TestRunProxyless(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.Proxy = agent.ProxyNone
+	h.cfg.EnvoyPath = filepath.Join(t.TempDir(), "no-envoy-here")
+	h.enroller.Lifetime = 3 * time.Second
+	h.enroller.Renewed = make(chan string, 10)
+	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+		t.Fatal(err)
+	}
+	d, err := agent.NewDriver(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		events []sidecar.Event
+	)
+	r := h.startWith(t, d, func(ev sidecar.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, ev)
+	})
+	r.logs.Wait(t, "no proxy process to run")
+	r.logs.Wait(t, "updated mesh host names")
+	r.logs.Wait(t, "wrote service certificate")
+	cn, _ := proxyCN(t, h.cfg.DataDir)
+	select {
+	case got := <-h.enroller.Renewed:
+		if got != cn {
+			t.Errorf("renewed %s, want %s", got, cn)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no renewal within 20s of a 3s certificate")
+	}
+
+	boot, err := os.ReadFile(filepath.Join(h.cfg.DataDir, agent.GRPCBootstrapFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b struct {
+		XDSServers []struct {
+			ServerURI string `json:"server_uri"`
+		} `json:"xds_servers"`
+		Node struct {
+			ID       string         `json:"id"`
+			Metadata map[string]any `json:"metadata"`
+		} `json:"node"`
+	}
+	if err := json.Unmarshal(boot, &b); err != nil {
+		t.Fatalf("grpc-bootstrap.json: %v", err)
+	}
+	if len(b.XDSServers) != 1 || b.XDSServers[0].ServerURI != h.ads.Addr || b.Node.ID != cn || b.Node.Metadata["osm.flavor"] != "grpc" {
+		t.Errorf("gRPC bootstrap: servers %+v node %q flavor %v, want %s, %s, grpc", b.XDSServers, b.Node.ID, b.Node.Metadata["osm.flavor"], h.ads.Addr, cn)
+	}
+	for _, name := range []string{agent.ServiceCertFile, agent.ServiceKeyFile, agent.ServiceCAFile} {
+		if _, err := os.Stat(filepath.Join(h.cfg.DataDir, name)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(h.cfg.DataDir, envoy.BootstrapFile)); !os.IsNotExist(err) {
+		t.Errorf("%s written for a proxyless machine (stat: %v)", envoy.BootstrapFile, err)
+	}
+	if hosts, _ := os.ReadFile(h.cfg.HostsFile); !strings.Contains(string(hosts), "127.77.0.3\tbookstore.default.mesh") {
+		t.Errorf("hosts file has no mesh block:\n%s", hosts)
+	}
+
+	if err := r.stop(t); err != nil {
+		t.Errorf("Run = %v, want nil after stop", err)
+	}
+	st, err := agent.ReadStatus(h.cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Proxy.Driver != agent.ProxyNone || st.Proxy.Running || st.Proxy.Restarts != 0 || st.Identity != cn || st.Hosts != 2 {
+		t.Errorf("status = %+v, want driver none, not running, no restarts, identity %s, 2 hosts", st, cn)
+	}
+	mu.Lock()
+	if len(events) != 0 {
+		t.Errorf("supervisor events %+v, want none: no process runs", events)
+	}
+	mu.Unlock()
+
+	a := agent.New(h.cfg, slog.New(slog.DiscardHandler), h.enroller, d, agent.Options{Version: "test"})
+	printed, err := a.RenderBootstrap("")
+	if err != nil {
+		t.Fatalf("RenderBootstrap: %v", err)
+	}
+	if diff := cmp.Diff(string(printed), string(boot)); diff != "" {
+		t.Errorf("RenderBootstrap differs from the written grpc-bootstrap.json (-got +want):\n%s", diff)
 	}
 }

@@ -3,6 +3,8 @@
 // configuration and says how to run and drain it; a Registry maps driver
 // names to factories; a Supervisor runs a driver's process, forwards its
 // logs, restarts it with capped exponential backoff and drains it on stop.
+// A driver may run no process at all (the agent's "none" driver for
+// proxyless gRPC machines): its Command returns nil.
 //
 // Envoy (internal/agent/envoy) is the reference driver. This package
 // imports only internal/mesh of osm-vm and knows nothing of Envoy.
@@ -81,7 +83,9 @@ type Driver interface {
 	// to change.
 	Check() error
 	// Command returns a new, unstarted command that runs the proxy in the
-	// foreground on the files Files rendered.
+	// foreground on the files Files rendered, or nil when the driver runs
+	// no process (proxyless machines: the applications read the bootstrap
+	// themselves); the supervisor then only waits for its context.
 	Command() *exec.Cmd
 	// Drain asks the running proxy to stop accepting new connections and
 	// finish the ones it has. The supervisor terminates it afterwards.

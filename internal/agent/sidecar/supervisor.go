@@ -120,15 +120,22 @@ func (s *Supervisor) emit(e Event) {
 // Run starts the proxy and keeps it running until ctx is done, then drains
 // and stops it. It returns an error only when the proxy cannot be started
 // at all (Driver.Check fails); a proxy that exits is restarted with backoff,
-// however often it exits.
+// however often it exits. For a driver that runs no process (Command
+// returns nil) Run only waits for ctx: the status never shows it running.
 func (s *Supervisor) Run(ctx context.Context) error {
 	if err := s.driver.Check(); err != nil {
 		return err
 	}
+	cmd := s.driver.Command()
+	if cmd == nil {
+		s.log.Info("no proxy process to run: applications read the bootstrap themselves")
+		<-ctx.Done()
+		return nil
+	}
 	backoff := s.opts.InitialBackoff
 	for {
 		started := time.Now()
-		err := s.runOnce(ctx)
+		err := s.runOnce(ctx, cmd)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -155,13 +162,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		backoff = min(backoff*2, s.opts.MaxBackoff)
+		cmd = s.driver.Command()
+		if cmd == nil {
+			return fmt.Errorf("sidecar driver %s stopped returning a command to run", s.driver.Name())
+		}
 	}
 }
 
 // runOnce runs the proxy until it exits (the error says how) or ctx is
 // done (it is then drained and stopped, and runOnce returns nil).
-func (s *Supervisor) runOnce(ctx context.Context) error {
-	cmd := s.driver.Command()
+func (s *Supervisor) runOnce(ctx context.Context, cmd *exec.Cmd) error {
 	prepare(cmd)
 	stdout := &logWriter{log: s.log, stream: "stdout"}
 	stderr := &logWriter{log: s.log, stream: "stderr"}

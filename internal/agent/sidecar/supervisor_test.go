@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -274,4 +275,35 @@ func ExampleRegistry() {
 	_ = r.Register(envoy.Name, envoy.Factory)
 	fmt.Println(r.Names())
 	// Output: [envoy]
+}
+
+// processless is a driver that runs no process, like the agent's "none".
+type processless struct{ commands int }
+
+func (processless) Name() string                                      { return "none" }
+func (processless) Files(sidecar.ProxyConfig) ([]sidecar.File, error) { return nil, nil }
+func (processless) BootstrapFile() string                             { return "grpc-bootstrap.json" }
+func (processless) Check() error                                      { return nil }
+func (p *processless) Command() *exec.Cmd                             { p.commands++; return nil }
+func (processless) Drain(context.Context) error                       { return nil }
+
+func TestSupervisorWithoutAProcessWaitsForItsContext(t *testing.T) {
+	logs := make(chan logRecord, 100)
+	var events []sidecar.Event
+	d := &processless{}
+	s := sidecar.NewSupervisor(d, slog.New(&chanHandler{ch: logs}), sidecar.SupervisorOptions{OnEvent: func(e sidecar.Event) { events = append(events, e) }})
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	waitLog(t, logs, "no proxy process to run")
+	if st := s.Status(); st.Running || st.Driver != "none" {
+		t.Errorf("status %+v, want driver none, not running", st)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v, want nil", err)
+	}
+	if len(events) != 0 || d.commands != 1 {
+		t.Errorf("events %+v after %d Command calls, want no events after 1 call", events, d.commands)
+	}
 }
