@@ -45,7 +45,7 @@ import (
 
 // Node metadata keys the agent writes into its bootstraps.
 const (
-	MetadataFlavor  = "osm.flavor"            // "envoy" (default) or "grpc"
+	MetadataFlavor  = "osm.flavor"           // "envoy" (default) or "grpc"
 	MetadataAddress = "osm.advertiseAddress" // the VM's address; inbound listeners bind it
 )
 
@@ -353,6 +353,40 @@ func streamErr(ctx context.Context, refused error) error {
 	return nil
 }
 
+// nodeRequest is a SotW or Delta discovery request.
+type nodeRequest interface {
+	comparable
+	GetNode() *corev3.Node
+}
+
+// authRecv is Recv of an authenticated stream: it returns the next request
+// after checking its node against the stream's certificate (and rewriting
+// node.id to the cache key), or an error when the stream was cancelled or
+// the request refused.
+func authRecv[R nodeRequest](ctx context.Context, s *Server, st *stream, in <-chan recvResult[R], refused *error) (R, error) {
+	var zero R
+	select {
+	case <-ctx.Done():
+		return zero, ctx.Err()
+	case r, ok := <-in:
+		if !ok {
+			return zero, errors.New("stream closed")
+		}
+		if r.err != nil {
+			return zero, r.err
+		}
+		if err := s.checkNode(ctx, st, r.msg.GetNode()); err != nil {
+			*refused = err
+			st.cancel(err)
+			return zero, err
+		}
+		if n := r.msg.GetNode(); n != nil && st.proxy != nil {
+			n.Id = st.proxy.NodeID
+		}
+		return r.msg, nil
+	}
+}
+
 type sotwStream struct {
 	discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer
 	ctx     context.Context
@@ -365,26 +399,7 @@ type sotwStream struct {
 func (w *sotwStream) Context() context.Context { return w.ctx }
 
 func (w *sotwStream) Recv() (*discovery.DiscoveryRequest, error) {
-	select {
-	case <-w.ctx.Done():
-		return nil, w.ctx.Err()
-	case r, ok := <-w.in:
-		if !ok {
-			return nil, fmt.Errorf("stream closed")
-		}
-		if r.err != nil {
-			return nil, r.err
-		}
-		if err := w.s.checkNode(w.ctx, w.st, r.msg.GetNode()); err != nil {
-			w.refused = err
-			w.st.cancel(err)
-			return nil, err
-		}
-		if r.msg.Node != nil && w.st.proxy != nil {
-			r.msg.Node.Id = w.st.proxy.NodeID
-		}
-		return r.msg, nil
-	}
+	return authRecv(w.ctx, w.s, w.st, w.in, &w.refused)
 }
 
 func (a *ads) StreamAggregatedResources(inner discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
@@ -412,26 +427,7 @@ type deltaStream struct {
 func (w *deltaStream) Context() context.Context { return w.ctx }
 
 func (w *deltaStream) Recv() (*discovery.DeltaDiscoveryRequest, error) {
-	select {
-	case <-w.ctx.Done():
-		return nil, w.ctx.Err()
-	case r, ok := <-w.in:
-		if !ok {
-			return nil, fmt.Errorf("stream closed")
-		}
-		if r.err != nil {
-			return nil, r.err
-		}
-		if err := w.s.checkNode(w.ctx, w.st, r.msg.GetNode()); err != nil {
-			w.refused = err
-			w.st.cancel(err)
-			return nil, err
-		}
-		if r.msg.Node != nil && w.st.proxy != nil {
-			r.msg.Node.Id = w.st.proxy.NodeID
-		}
-		return r.msg, nil
-	}
+	return authRecv(w.ctx, w.s, w.st, w.in, &w.refused)
 }
 
 func (a *ads) DeltaAggregatedResources(inner discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
