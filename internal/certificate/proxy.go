@@ -283,13 +283,22 @@ func (m *Manager) ListProxies(ctx context.Context) ([]ProxyRecord, error) {
 	return out, nil
 }
 
+// lastSeenGranularity bounds how often a reconnecting proxy's LastSeen is
+// written: a reconnect storm of a large fleet must not become a storm of
+// store writes.
+const lastSeenGranularity = time.Minute
+
 // ClaimProxy records that the proxy cn connected: unclaimed becomes
-// claimed (announced once as ProxyClaimed) and LastSeen is updated. A
-// revoked proxy is refused with an error wrapping ErrRevoked.
+// claimed (announced once as ProxyClaimed) and LastSeen is updated (at most
+// once a minute for a claimed proxy). A revoked proxy is refused with an
+// error wrapping ErrRevoked.
 func (m *Manager) ClaimProxy(ctx context.Context, cn string) error {
 	return m.updateProxy(ctx, cn, "claim", func(e *proxyEntry, now time.Time) error {
 		if e.State == StateRevoked {
 			return fmt.Errorf("proxy %s: %w (enroll the machine again with a new join token)", cn, ErrRevoked)
+		}
+		if e.State == StateClaimed && now.Sub(e.LastSeen) < lastSeenGranularity {
+			return errUnchanged
 		}
 		e.State = StateClaimed
 		e.LastSeen = now
