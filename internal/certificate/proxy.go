@@ -426,6 +426,11 @@ func (m *Manager) syncProxies(ctx context.Context, announce bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, kv := range kvs {
+		// Skip records this replica has already seen at this version
+		// without decoding them: a large fleet has many, few change.
+		if old, seen := m.proxies[strings.TrimPrefix(kv.Key, proxyPrefix)]; seen && kv.Version <= old.version {
+			continue
+		}
 		var e proxyEntry
 		if err := json.Unmarshal(kv.Value, &e); err != nil {
 			continue
