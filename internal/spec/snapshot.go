@@ -18,6 +18,15 @@ type Snapshot struct {
 	services map[mesh.MeshService]ServiceInfo
 	ordered  []ServiceInfo
 	keys     []Key // every document, in kind, namespace, name order
+
+	// Indexes built once per snapshot, so the queries rendering makes for
+	// every proxy cost what they touch, not the size of the mesh.
+	byAccount  map[mesh.ServiceAccount][]mesh.MeshService
+	ttByDest   map[mesh.ServiceAccount][]Key // TrafficTargets by destination, in key order
+	ttBySource map[mesh.ServiceAccount][]Key // TrafficTargets by source, in key order
+	splits     []Key                         // TrafficSplits, in key order
+	splitRoot  map[mesh.MeshService]Key      // the first TrafficSplit of each root
+	pairs      map[[2]mesh.ServiceAccount]bool // {source, destination} some TrafficTarget allows
 }
 
 // ServiceInfo is a Service with its virtual IP.
@@ -33,7 +42,32 @@ type ServiceInfo struct {
 func (s ServiceInfo) Hostname() string { return s.Service.Name + "." + s.Service.Namespace + ".mesh" }
 
 func newSnapshot(st *state, version uint64) *Snapshot {
-	s := &Snapshot{version: version, st: st, config: st.meshConfig(), services: map[mesh.MeshService]ServiceInfo{}, keys: sortedObjectKeys(st.objects)}
+	s := &Snapshot{version: version, st: st, config: st.meshConfig(), services: map[mesh.MeshService]ServiceInfo{}, keys: sortedObjectKeys(st.objects),
+		byAccount: map[mesh.ServiceAccount][]mesh.MeshService{}, ttByDest: map[mesh.ServiceAccount][]Key{},
+		ttBySource: map[mesh.ServiceAccount][]Key{}, splitRoot: map[mesh.MeshService]Key{}, pairs: map[[2]mesh.ServiceAccount]bool{}}
+	for _, k := range s.keys {
+		switch o := st.objects[k].(type) {
+		case *TrafficTarget:
+			d := o.Spec.Destination
+			dst := mesh.ServiceAccount{Namespace: d.Namespace, Name: d.Name}
+			s.ttByDest[dst] = append(s.ttByDest[dst], k)
+			seen := map[mesh.ServiceAccount]bool{}
+			for _, src := range o.Spec.Sources {
+				sa := mesh.ServiceAccount{Namespace: src.Namespace, Name: src.Name}
+				if !seen[sa] {
+					seen[sa] = true
+					s.ttBySource[sa] = append(s.ttBySource[sa], k)
+				}
+				s.pairs[[2]mesh.ServiceAccount{sa, dst}] = true
+			}
+		case *TrafficSplit:
+			s.splits = append(s.splits, k)
+			root := mesh.MeshService{Namespace: k.Namespace, Name: o.Spec.Service}
+			if _, ok := s.splitRoot[root]; !ok {
+				s.splitRoot[root] = k
+			}
+		}
+	}
 	for _, k := range s.keys {
 		svc, ok := st.objects[k].(*Service)
 		if !ok {
@@ -48,6 +82,7 @@ func newSnapshot(st *state, version uint64) *Snapshot {
 		}
 		s.services[ms] = info
 		s.ordered = append(s.ordered, info)
+		s.byAccount[info.ServiceAccount] = append(s.byAccount[info.ServiceAccount], ms)
 	}
 	return s
 }
@@ -64,15 +99,10 @@ func (s *Snapshot) Service(svc mesh.MeshService) (ServiceInfo, bool) {
 	return info, ok
 }
 
-// ServicesOf returns the Services whose workloads run as account.
+// ServicesOf returns the Services whose workloads run as account, ordered
+// by namespace and name. The slice must not be modified.
 func (s *Snapshot) ServicesOf(account mesh.ServiceAccount) []mesh.MeshService {
-	var out []mesh.MeshService
-	for _, info := range s.ordered {
-		if info.ServiceAccount == account {
-			out = append(out, info.Service)
-		}
-	}
-	return out
+	return s.byAccount[account]
 }
 
 // Permissive reports whether every service may reach every other.
@@ -136,15 +166,9 @@ func (s *Snapshot) Inbound(dst mesh.MeshService) []InboundRule {
 		return nil
 	}
 	var out []InboundRule
-	for _, k := range s.keys {
-		tt, ok := s.st.objects[k].(*TrafficTarget)
-		if !ok {
-			continue
-		}
+	for _, k := range s.ttByDest[info.ServiceAccount] {
+		tt := s.st.objects[k].(*TrafficTarget)
 		d := tt.Spec.Destination
-		if (mesh.ServiceAccount{Namespace: d.Namespace, Name: d.Name}) != info.ServiceAccount {
-			continue
-		}
 		r := InboundRule{Policy: k}
 		if d.Port != nil {
 			r.Port = *d.Port
@@ -178,6 +202,17 @@ func (s *Snapshot) Inbound(dst mesh.MeshService) []InboundRule {
 	return out
 }
 
+// Allows reports whether src may call dst: always in permissive mode,
+// otherwise when a TrafficTarget whose destination is dst's service
+// account lists src (whatever its rules allow).
+func (s *Snapshot) Allows(src mesh.ServiceAccount, dst mesh.MeshService) bool {
+	if s.Permissive() {
+		return true
+	}
+	info, ok := s.services[dst]
+	return ok && s.pairs[[2]mesh.ServiceAccount{src, info.ServiceAccount}]
+}
+
 // AllowedSources returns the service accounts any TrafficTarget lets into
 // dst (every service account in the mesh when permissive).
 func (s *Snapshot) AllowedSources(dst mesh.MeshService) []mesh.ServiceAccount {
@@ -208,23 +243,14 @@ func (s *Snapshot) Upstreams(src mesh.ServiceAccount) []mesh.MeshService {
 			allowed[info.Service] = true
 		}
 	} else {
-		for _, obj := range s.st.objects {
-			tt, ok := obj.(*TrafficTarget)
-			if !ok || !slices.ContainsFunc(tt.Spec.Sources, func(b IdentityBindingSubject) bool {
-				return b.Namespace == src.Namespace && b.Name == src.Name
-			}) {
-				continue
-			}
-			d := tt.Spec.Destination
+		for _, k := range s.ttBySource[src] {
+			d := s.st.objects[k].(*TrafficTarget).Spec.Destination
 			for _, svc := range s.ServicesOf(mesh.ServiceAccount{Namespace: d.Namespace, Name: d.Name}) {
 				allowed[svc] = true
 			}
 		}
-		for _, obj := range s.st.objects {
-			ts, ok := obj.(*TrafficSplit)
-			if !ok {
-				continue
-			}
+		for _, k := range s.splits {
+			ts := s.st.objects[k].(*TrafficSplit)
 			for _, b := range ts.Spec.Backends {
 				if allowed[mesh.MeshService{Namespace: ts.Metadata.Namespace, Name: b.Service}] {
 					allowed[mesh.MeshService{Namespace: ts.Metadata.Namespace, Name: ts.Spec.Service}] = true
@@ -232,12 +258,13 @@ func (s *Snapshot) Upstreams(src mesh.ServiceAccount) []mesh.MeshService {
 			}
 		}
 	}
-	var out []mesh.MeshService
-	for _, info := range s.ordered {
-		if allowed[info.Service] && info.ServiceAccount != src {
-			out = append(out, info.Service)
+	out := make([]mesh.MeshService, 0, len(allowed))
+	for svc := range allowed {
+		if info, ok := s.services[svc]; ok && info.ServiceAccount != src {
+			out = append(out, svc)
 		}
 	}
+	slices.SortFunc(out, mesh.MeshService.Compare)
 	return out
 }
 
@@ -260,11 +287,8 @@ type Split struct {
 // Split returns the TrafficSplit for root; when several name the same root
 // the first by name wins.
 func (s *Snapshot) Split(root mesh.MeshService) (Split, bool) {
-	for _, k := range s.keys {
-		ts, ok := s.st.objects[k].(*TrafficSplit)
-		if !ok || k.Namespace != root.Namespace || ts.Spec.Service != root.Name {
-			continue
-		}
+	if k, ok := s.splitRoot[root]; ok {
+		ts := s.st.objects[k].(*TrafficSplit)
 		sp := Split{Policy: k, Root: root}
 		for _, b := range ts.Spec.Backends {
 			sp.Backends = append(sp.Backends, WeightedService{Service: mesh.MeshService{Namespace: k.Namespace, Name: b.Service}, Weight: b.Weight})

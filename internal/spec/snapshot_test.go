@@ -59,6 +59,11 @@ spec:
 	if got := snap.Upstreams(mesh.ServiceAccount{Namespace: "default", Name: "db"}); len(got) != 0 {
 		t.Errorf("Upstreams(db) = %v, want none", got)
 	}
+	dbSA := mesh.ServiceAccount{Namespace: "default", Name: "db"}
+	if !snap.Allows(appSA, db) || snap.Allows(dbSA, app) || snap.Allows(appSA, app) || snap.Allows(appSA, mesh.MeshService{Namespace: "default", Name: "nope"}) {
+		t.Errorf("Allows: app-sa->db %v (want true), db->app %v, app-sa->app %v, app-sa->unknown %v (want false)",
+			snap.Allows(appSA, db), snap.Allows(dbSA, app), snap.Allows(appSA, app), snap.Allows(appSA, mesh.MeshService{Namespace: "default", Name: "nope"}))
+	}
 	info, _ := snap.Service(app)
 	if got, want := info.Hostname(), "app.default.mesh"; got != want {
 		t.Errorf("Hostname = %q, want %q", got, want)
@@ -77,6 +82,9 @@ spec:
 	}
 	if diff := cmp.Diff([]mesh.MeshService{db}, snap.Upstreams(appSA)); diff != "" {
 		t.Errorf("permissive Upstreams(app-sa) (-want +got):\n%s", diff)
+	}
+	if !snap.Allows(dbSA, app) {
+		t.Error("permissive: Allows(db, app) = false, want true")
 	}
 	if diff := cmp.Diff([]mesh.ServiceAccount{appSA, {Namespace: "default", Name: "db"}}, snap.AllowedSources(db)); diff != "" {
 		t.Errorf("permissive AllowedSources(db) (-want +got):\n%s", diff)

@@ -249,15 +249,7 @@ func (o outbound) services() []mesh.MeshService {
 
 // allows reports whether src may call dst at all.
 func allows(s *spec.Snapshot, dst mesh.MeshService, src mesh.ServiceAccount) bool {
-	if s.Permissive() {
-		return true
-	}
-	for _, r := range s.Inbound(dst) {
-		if slices.Contains(r.Sources, src) {
-			return true
-		}
-	}
-	return false
+	return s.Allows(src, dst)
 }
 
 // plan returns the upstream ports the proxy's service may call, ordered by
