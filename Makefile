@@ -50,7 +50,12 @@ fmt-check:
 vet:
 	$(GO) vet ./...
 
+# The bookstore mesh end to end: osm-server, an osm-agent per service and
+# the proxyless gRPC apps of examples/bookstore. DEMO_FLAGS="-duration 30s".
+DEMO_APPS := bookbuyer bookthief bookstore bookwarehouse
+
 demo: build
+	@for a in $(DEMO_APPS); do echo "go build bin/$$a"; $(GO) build -o bin/$$a ./examples/bookstore/$$a || exit 1; done
 	$(GO) run ./examples/demo $(DEMO_FLAGS)
 
 proto: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc

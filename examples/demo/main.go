@@ -1,12 +1,25 @@
-// Command demo runs the osm-vm demo behind `make demo`: osm-server on the
-// embedded defaults with the static provider reading
-// examples/bookstore/endpoints.yaml, and a compact live view of what the
-// server knows. Ctrl-C stops everything; no process is left behind.
+// Command demo runs the osm-vm bookstore demo behind `make demo`, as if
+// on six machines: osm-server on the embedded defaults (static provider
+// reading examples/bookstore/endpoints.yaml, debug, API and xDS on
+// 127.0.0.1), the bookstore mesh (mesh.yaml and grpc.yaml) applied, a join
+// token and an osm-agent per service, each with its own data directory,
+// and the proxyless gRPC applications of examples/bookstore, each reading
+// its agent's grpc-bootstrap.json and service certificate.
 //
-// It expects `make build` to have put the binaries in bin/.
+// The terminal shows a compact live view: bookbuyer's purchases split
+// between bookstore-v1 and v2, bookthief's refusals, and the connected
+// proxies. Ctrl-C (or -duration) stops everything; no process is left
+// behind: each child runs in its own process group, dies with the demo
+// (Pdeathsig), and is terminated, then killed, on every exit path.
+// -json prints a machine-readable summary at the end instead of the view.
+//
+// It expects `make build` to have put the binaries in -bin (the demo apps
+// too: `make demo` builds them).
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,6 +31,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -25,7 +40,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
@@ -33,169 +48,381 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	root := fs.String("root", ".", "repository root")
-	debugAddr := fs.String("debug-address", "127.0.0.1:15090", "osm-server debug address")
-	duration := fs.Duration("duration", 0, "stop after this long (0: run until Ctrl-C)")
+// options are the demo's flags.
+type options struct {
+	root, bin, state            string
+	apiAddr, xdsAddr, debugAddr string
+	duration                    time.Duration
+	jsonOut                     bool
+	proxy                       string
+}
+
+// machine is one demo service on its own (simulated) machine.
+type machine struct {
+	service, account, ip string
+	app                  string   // binary in -bin
+	args                 []string // app flags
+}
+
+var machines = []machine{
+	{service: "bookwarehouse", ip: "127.0.10.5", app: "bookwarehouse", args: []string{"-listen", "127.0.10.5:14001"}},
+	{service: "bookstore-v1", account: "bookstore", ip: "127.0.10.3", app: "bookstore", args: []string{"-listen", "127.0.10.3:14001", "-name", "bookstore-v1"}},
+	{service: "bookstore-v2", account: "bookstore", ip: "127.0.10.4", app: "bookstore", args: []string{"-listen", "127.0.10.4:14001", "-name", "bookstore-v2"}},
+	{service: "bookbuyer", ip: "127.0.10.1", app: "bookbuyer"},
+	{service: "bookthief", ip: "127.0.10.2", app: "bookthief", args: []string{"-direct", "127.0.10.3:14001"}},
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var o options
+	fs := newFlags(&o)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
-		defer cancel()
-	}
-	rootDir, err := filepath.Abs(*root)
+	root, err := filepath.Abs(o.root)
 	if err != nil {
 		return err
 	}
-	state := filepath.Join(rootDir, ".demo")
-	if err := os.RemoveAll(state); err != nil {
+	o.root = root
+	if o.bin == "" {
+		o.bin = filepath.Join(root, "bin")
+	}
+	if o.state == "" {
+		o.state = filepath.Join(root, ".demo")
+	}
+	if o.bin, err = filepath.Abs(o.bin); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(state, 0o700); err != nil {
+	if o.state, err = filepath.Abs(o.state); err != nil {
 		return err
 	}
-	defer os.RemoveAll(state)
+	for _, b := range []string{"osm-server", "osm-agent", "osm-provider-static", "bookbuyer", "bookthief", "bookstore", "bookwarehouse"} {
+		if _, err := os.Stat(filepath.Join(o.bin, b)); err != nil {
+			return fmt.Errorf("%s: %w (run `make demo`, which builds everything into bin/)", filepath.Join(o.bin, b), err)
+		}
+	}
+	proxy, proxyNote, err := chooseProxy(o.proxy)
+	if err != nil {
+		return err
+	}
 
-	endpoints := filepath.Join(rootDir, "examples", "bookstore", "endpoints.yaml")
+	// The view goes to stdout, or to stderr when stdout carries the summary.
+	view := stdout
+	if o.jsonOut {
+		view = stderr
+	}
+	if err := os.RemoveAll(o.state); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.state, 0o700); err != nil {
+		return err
+	}
+
+	started := time.Now()
+	ps := newProcs()
+	sum := &summary{Proxy: proxy}
+	err = demo(ctx, o, proxy, proxyNote, ps, sum, view)
+	ps.stop(5 * time.Second)
+	sum.finish(ps, time.Since(started))
+	if o.jsonOut {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if jerr := enc.Encode(sum); jerr != nil && err == nil {
+			err = jerr
+		}
+	} else {
+		fmt.Fprintf(view, "\ndemo stopped; all %d processes ended. Logs stay in %s until the next run.\n", len(sum.Processes), rel(o.state))
+	}
+	return err
+}
+
+func newFlags(o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+	fs.StringVar(&o.root, "root", ".", "repository root (examples/bookstore is read from here)")
+	fs.StringVar(&o.bin, "bin", "", "directory with osm-server, osm-agent, osm-provider-static and the demo apps (default <root>/bin)")
+	fs.StringVar(&o.state, "state", "", "directory for the server's and agents' data and the logs, emptied first (default <root>/.demo)")
+	fs.StringVar(&o.apiAddr, "api-address", "127.0.0.1:15443", "osm-server HTTPS API address (enrollment, admin)")
+	fs.StringVar(&o.xdsAddr, "xds-address", "127.0.0.1:15128", "osm-server xDS address")
+	fs.StringVar(&o.debugAddr, "debug-address", "127.0.0.1:15090", "osm-server debug address")
+	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
+	fs.BoolVar(&o.jsonOut, "json", false, "print a JSON summary on stdout at the end (the view goes to stderr)")
+	fs.StringVar(&o.proxy, "proxy", "auto", "agents' sidecar driver: auto (envoy when on PATH, else none), envoy or none")
+	return fs
+}
+
+// chooseProxy resolves -proxy; the note says what was chosen and why.
+func chooseProxy(p string) (string, string, error) {
+	switch p {
+	case "none":
+		return "none", "agents run no proxy (-proxy none): the apps are proxyless gRPC", nil
+	case "envoy":
+		return "envoy", "agents also run Envoy (-proxy envoy), the standard VM setup", nil
+	case "auto":
+		if path, err := exec.LookPath("envoy"); err == nil {
+			return "envoy", "agents also run Envoy (" + path + "), the standard VM setup", nil
+		}
+		return "none", "envoy is not on PATH: agents run proxyless only (proxy: none); the apps talk xDS themselves", nil
+	}
+	return "", "", fmt.Errorf("-proxy %q: want auto, envoy or none", p)
+}
+
+func demo(ctx context.Context, o options, proxy, proxyNote string, ps *procs, sum *summary, view io.Writer) error {
+	if o.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.duration)
+		defer cancel()
+	}
+	say := func(format string, a ...any) { fmt.Fprintf(view, format+"\n", a...) }
+	serverDir := filepath.Join(o.state, "server")
+	endpoints := filepath.Join(o.root, "examples", "bookstore", "endpoints.yaml")
 	config := fmt.Sprintf(`dataDir: %s
 pluginDir: %s
 debugAddress: %s
-apiAddress: 127.0.0.1:15443
-xdsAddress: 127.0.0.1:15128
+apiAddress: %s
+xdsAddress: %s
 providers:
   - name: onprem
     plugin: osm-provider-static
     config: {file: %s}
-`, filepath.Join(state, "server"), filepath.Join(rootDir, "bin"), *debugAddr, endpoints)
-	configFile := filepath.Join(state, "server.yaml")
+`, serverDir, o.bin, o.debugAddr, o.apiAddr, o.xdsAddr, endpoints)
+	configFile := filepath.Join(o.state, "server.yaml")
 	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
 		return err
 	}
-
-	logFile, err := os.Create(filepath.Join(state, "server.log"))
+	serverLog := filepath.Join(o.state, "server.log")
+	server, err := ps.start("osm-server", exec.Command(filepath.Join(o.bin, "osm-server"), "serve", "--config", configFile), serverLog, false)
 	if err != nil {
 		return err
 	}
-	defer logFile.Close()
-	server := exec.Command(filepath.Join(rootDir, "bin", "osm-server"), "serve", "--config", configFile)
-	server.Stdout, server.Stderr = logFile, logFile
-	server.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := server.Start(); err != nil {
-		return fmt.Errorf("start osm-server (run `make build` first): %w", err)
+	base := "http://" + o.debugAddr
+	if err := waitFor(ctx, 20*time.Second, server, func() bool { _, err := get(ctx, base+"/readyz"); return err == nil }); err != nil {
+		return fmt.Errorf("osm-server not ready: %w; its log %s:\n%s", err, serverLog, tail(serverLog))
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- server.Wait() }()
-	defer func() {
-		_ = syscall.Kill(-server.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-server.Process.Pid, syscall.SIGKILL)
-			<-exited
+	say("osm-server ready (API https://%s, xDS %s, debug http://%s; log %s)", o.apiAddr, o.xdsAddr, o.debugAddr, rel(serverLog))
+
+	admin := func(args ...string) (string, error) {
+		full := append(args, "--server", "https://"+o.apiAddr, "--data-dir", serverDir)
+		return output(ctx, filepath.Join(o.bin, "osm-server"), full...)
+	}
+	mesh := filepath.Join(o.root, "examples", "bookstore")
+	if out, err := admin("apply", "-f", filepath.Join(mesh, "mesh.yaml"), "-f", filepath.Join(mesh, "grpc.yaml")); err != nil {
+		return fmt.Errorf("apply the bookstore mesh: %w\n%s", err, out)
+	}
+	say("applied examples/bookstore/mesh.yaml and grpc.yaml")
+	say("%s", proxyNote)
+
+	// One join token and one agent per machine.
+	for i, m := range machines {
+		dir := filepath.Join(o.state, m.service)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return err
 		}
-		fmt.Println("\ndemo stopped; nothing left running.")
-	}()
-
-	base := "http://" + *debugAddr
-	fmt.Printf("osm-server started (pid %d, log %s)\n", server.Process.Pid, logFile.Name())
-	if err := waitReady(ctx, base, exited, logFile.Name()); err != nil {
-		return err
+		targs := []string{"token", "create", "--service", m.service}
+		if m.account != "" {
+			targs = append(targs, "--service-account", m.account)
+		}
+		join, err := admin(targs...)
+		if err != nil {
+			return fmt.Errorf("token for %s: %w\n%s", m.service, err, join)
+		}
+		jf, err := parseJoin(join)
+		if err != nil {
+			return fmt.Errorf("token for %s: %w", m.service, err)
+		}
+		hosts := filepath.Join(dir, "hosts")
+		if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+			return err
+		}
+		iargs := []string{"install", "--no-service", "--server", jf["server"], "--token", jf["token"], "--ca-cert-hash", jf["ca-cert-hash"],
+			"--service", m.service, "--namespace", "default", "--proxy", proxy, "--advertise-address", m.ip,
+			"--hosts-file", hosts, "--config-dir", dir, "--data-dir", dir}
+		if out, err := output(ctx, filepath.Join(o.bin, "osm-agent"), iargs...); err != nil {
+			return fmt.Errorf("osm-agent install for %s: %w\n%s", m.service, err, out)
+		}
+		agentYAML := filepath.Join(dir, "agent.yaml")
+		if proxy == "envoy" { // five Envoys on one host need five admin ports
+			if err := appendLine(agentYAML, fmt.Sprintf("adminPort: %d", 15001+i)); err != nil {
+				return err
+			}
+		}
+		if _, err := ps.start("osm-agent "+m.service, exec.Command(filepath.Join(o.bin, "osm-agent"), "run", "--config", agentYAML), filepath.Join(dir, "agent.log"), false); err != nil {
+			return err
+		}
 	}
-	fmt.Printf("ready. Edit %s and watch the view change within a second; Ctrl-C stops.\n\n", endpoints)
+	say("started 5 osm-agents (data and logs in %s/<service>/), each enrolled with its own join token", rel(o.state))
 
+	// Each app starts once its agent has written the gRPC bootstrap and the
+	// service certificate.
+	for _, m := range machines {
+		dir := filepath.Join(o.state, m.service)
+		ready := func() bool {
+			return fileExists(filepath.Join(dir, "grpc-bootstrap.json")) && fileExists(filepath.Join(dir, "service.crt"))
+		}
+		if err := waitFor(ctx, 30*time.Second, server, ready); err != nil {
+			return fmt.Errorf("agent of %s wrote no grpc-bootstrap.json and service certificate: %w; its log:\n%s", m.service, err, tail(filepath.Join(dir, "agent.log")))
+		}
+		args := m.args
+		if m.app == "bookthief" {
+			args = append(slices.Clone(args), "-cert-dir", dir)
+		}
+		cmd := exec.Command(filepath.Join(o.bin, m.app), args...)
+		cmd.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP="+filepath.Join(dir, "grpc-bootstrap.json"))
+		if _, err := ps.start(m.service, cmd, filepath.Join(dir, "app.log"), true); err != nil {
+			return err
+		}
+	}
+	say("started the apps: bookwarehouse, bookstore-v1, bookstore-v2, bookbuyer, bookthief")
+	splitCmd := fmt.Sprintf("%s apply -f %s --data-dir %s", rel(filepath.Join(o.bin, "osm-server")), rel(filepath.Join(mesh, "split-50-50.yaml")), rel(serverDir))
+	if o.apiAddr != "127.0.0.1:15443" {
+		splitCmd += " --server https://" + o.apiAddr
+	}
+	say("")
+
+	v := newViewer(view, isTerminal(view), proxyNote, splitCmd, rel(o.state))
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	last := ""
 	for {
-		view, err := render(ctx, base)
-		if err != nil {
-			view = "debug API: " + err.Error() + "\n"
+		connected, err := connectedProxies(ctx, base)
+		if err == nil {
+			sum.observeProxies(connected)
 		}
-		if view != last {
-			fmt.Printf("---- %s\n%s", time.Now().Format(time.TimeOnly), view)
-			last = view
-		}
+		v.show(ps, connected, err)
 		select {
 		case <-ctx.Done():
+			sum.snapshot(ps)
 			return nil
-		case err := <-exited:
-			exited <- err
-			log, _ := os.ReadFile(logFile.Name())
-			return fmt.Errorf("osm-server exited (%v); its log:\n%s", err, log)
+		case p := <-ps.exited:
+			sum.snapshot(ps)
+			return fmt.Errorf("%s exited (%v); its log %s:\n%s", p.name, p.err, p.log, tail(p.log))
 		case <-tick.C:
+			sum.snapshot(ps)
 		}
 	}
 }
 
-func waitReady(ctx context.Context, base string, exited chan error, logName string) error {
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := get(ctx, base+"/readyz"); err == nil {
-			return nil
+// parseJoin reads the flags of the `osm-agent enroll ...` line that
+// `osm-server token create` prints.
+func parseJoin(out string) (map[string]string, error) {
+	re := regexp.MustCompile(`--([a-z-]+)[ =](\S+)`)
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, "osm-agent enroll") {
+			continue
+		}
+		f := map[string]string{}
+		for _, m := range re.FindAllStringSubmatch(line, -1) {
+			f[m[1]] = strings.Trim(m[2], `'"`)
+		}
+		for _, k := range []string{"server", "token", "ca-cert-hash"} {
+			if f[k] == "" {
+				return nil, fmt.Errorf("join command %q has no --%s", line, k)
+			}
+		}
+		return f, nil
+	}
+	return nil, fmt.Errorf("no `osm-agent enroll` command in the output of token create:\n%s", out)
+}
+
+// connectedProxies returns "<service> (<flavor>)" for each connected proxy.
+func connectedProxies(ctx context.Context, base string) ([]string, error) {
+	var body struct {
+		Proxies []struct {
+			Service struct{ Namespace, Name string }
+			Flavor  string
+		}
+	}
+	if err := getJSON(ctx, base+"/debug/proxies", &body); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, p := range body.Proxies {
+		out = append(out, p.Service.Name+" ("+p.Flavor+")")
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// waitFor polls cond every 100ms until it holds, ctx is done, timeout
+// passes or the server exits.
+func waitFor(ctx context.Context, timeout time.Duration, server *proc, cond func() bool) error {
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not within %s", timeout)
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case err := <-exited:
-			exited <- err
-			log, _ := os.ReadFile(logName)
-			return fmt.Errorf("osm-server exited before it was ready (%v); its log:\n%s", err, log)
+		case <-server.done:
+			return fmt.Errorf("osm-server exited (%v)", server.err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	log, _ := os.ReadFile(logName)
-	return fmt.Errorf("osm-server not ready within 15s; its log:\n%s", log)
+	return nil
 }
 
-// render returns the compact view: providers, then each service's endpoints.
-func render(ctx context.Context, base string) (string, error) {
-	var providers struct {
-		Providers []struct {
-			Name, State, LastError string
-			Restarts               int
+// output runs a short command (a minute at most) and returns its output.
+func output(ctx context.Context, path string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.SysProcAttr = sysProcAttr()
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	err := cmd.Run()
+	return b.String(), err
+}
+
+func appendLine(path, line string) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintln(f, line); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// tail returns the last lines of a log file.
+func tail(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	var lines []string
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 64<<10), 1<<20)
+	for s.Scan() {
+		lines = append(lines, s.Text())
+		if len(lines) > 20 {
+			lines = lines[1:]
 		}
 	}
-	var services struct {
-		Services []struct{ Namespace, Name string }
+	return strings.Join(lines, "\n")
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// rel returns path relative to the working directory when it is below it.
+func rel(path string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return path
 	}
-	if err := getJSON(ctx, base+"/api/v1/providers", &providers); err != nil {
-		return "", err
+	r, err := filepath.Rel(wd, path)
+	if err != nil || strings.HasPrefix(r, "..") {
+		return path
 	}
-	if err := getJSON(ctx, base+"/api/v1/services", &services); err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	for _, p := range providers.Providers {
-		fmt.Fprintf(&b, "provider %-10s %-10s restarts=%d %s\n", p.Name, p.State, p.Restarts, p.LastError)
-	}
-	for _, s := range services.Services {
-		var eps struct {
-			Endpoints []struct {
-				IP     string
-				Port   int
-				Labels map[string]string
-			}
-		}
-		if err := getJSON(ctx, fmt.Sprintf("%s/api/v1/services/%s/%s/endpoints", base, s.Namespace, s.Name), &eps); err != nil {
-			return "", err
-		}
-		var addrs []string
-		for _, e := range eps.Endpoints {
-			a := fmt.Sprintf("%s:%d", e.IP, e.Port)
-			if v := e.Labels["version"]; v != "" {
-				a += "(" + v + ")"
-			}
-			addrs = append(addrs, a)
-		}
-		fmt.Fprintf(&b, "  %-24s %s\n", s.Namespace+"/"+s.Name, strings.Join(addrs, " "))
-	}
-	return b.String(), nil
+	return r
 }
 
 func get(ctx context.Context, url string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"slices"
+	"time"
+)
+
+// summary is what -json prints when the demo ends.
+type summary struct {
+	Proxy           string  `json:"proxy"`
+	DurationSeconds float64 `json:"durationSeconds"`
+	Bookbuyer       struct {
+		V1     int64 `json:"v1"`
+		V2     int64 `json:"v2"`
+		Errors int64 `json:"errors"`
+	} `json:"bookbuyer"`
+	Bookthief struct {
+		Refused       int64  `json:"refused"`
+		RefusedMesh   int64  `json:"refusedMesh"`
+		RefusedDirect int64  `json:"refusedDirect"`
+		DeniedDirect  int64  `json:"deniedDirect"`
+		Stolen        int64  `json:"stolen"`
+		LastError     string `json:"lastError,omitempty"`
+	} `json:"bookthief"`
+	Sold      map[string]int64 `json:"sold"`
+	Restocked int64            `json:"restocked"`
+	// Proxies is the largest set of connected proxies seen at once, as
+	// "<service> (<flavor>)".
+	Proxies []string `json:"proxies"`
+	// Processes are the pids of every process the demo started.
+	Processes []int `json:"processes"`
+}
+
+func (s *summary) observeProxies(p []string) {
+	if len(p) >= len(s.Proxies) {
+		s.Proxies = slices.Clone(p)
+	}
+}
+
+func (s *summary) snapshot(ps *procs) {
+	b := ps.stat("bookbuyer").Counts
+	s.Bookbuyer.V1, s.Bookbuyer.V2, s.Bookbuyer.Errors = b["v1"], b["v2"], b["errors"]
+	thief := ps.stat("bookthief")
+	t := thief.Counts
+	s.Bookthief.RefusedMesh = t["deniedMesh"] + t["failedMesh"]
+	s.Bookthief.RefusedDirect = t["deniedDirect"] + t["failedDirect"]
+	s.Bookthief.DeniedDirect = t["deniedDirect"]
+	s.Bookthief.Refused = s.Bookthief.RefusedMesh + s.Bookthief.RefusedDirect
+	s.Bookthief.Stolen = t["stolenMesh"] + t["stolenDirect"]
+	s.Bookthief.LastError = thief.LastError
+	s.Sold = map[string]int64{
+		"bookstore-v1": ps.stat("bookstore-v1").Counts["sold"],
+		"bookstore-v2": ps.stat("bookstore-v2").Counts["sold"],
+	}
+	s.Restocked = ps.stat("bookwarehouse").Counts["restocked"]
+}
+
+// finish records the final counts (the apps print them as they exit),
+// the duration and the processes.
+func (s *summary) finish(ps *procs, d time.Duration) {
+	s.snapshot(ps)
+	s.DurationSeconds = d.Seconds()
+	s.Processes = ps.pids()
+}
