@@ -22,6 +22,13 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
+// Node metadata keys osm-server reads (internal/xds MetadataFlavor and
+// MetadataAddress; kept here so that L and F build without internal/xds).
+const (
+	metadataFlavor  = "osm.flavor"
+	metadataAddress = "osm.advertiseAddress"
+)
+
 // identity is one simulated proxy's certificate; its CN is its node ID.
 type identity struct {
 	CN      string
@@ -107,8 +114,8 @@ func (f *fleet) connect(ctx context.Context, id identity) (*proxyClient, error) 
 	// osm-server renders inbound listeners on the VM's address, which an
 	// agent writes into the node metadata; every server gets the same node.
 	node := &corev3.Node{Id: id.CN, Cluster: "osm-bench", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
-		"osm.flavor":            structpb.NewStringValue("envoy"),
-		"osm.advertise_address": structpb.NewStringValue(id.Address),
+		metadataFlavor:  structpb.NewStringValue("envoy"),
+		metadataAddress: structpb.NewStringValue(id.Address),
 	}}}
 	for i, t := range []string{resource.ClusterType, resource.ListenerType} {
 		req := &discovery.DiscoveryRequest{TypeUrl: t}
@@ -248,9 +255,12 @@ func edsClusterNames(anys [][]byte) ([]string, error) {
 }
 
 // connectAll connects ids with at most parallel handshakes in flight and
-// waits until every proxy is configured or ctx ends. It returns the clients
-// connected so far either way.
-func (f *fleet) connectAll(ctx context.Context, ids []identity, parallel int) ([]*proxyClient, error) {
+// waits until every proxy is configured, for at most timeout. The streams
+// live until ctx ends or they are closed. It returns the clients connected
+// so far either way.
+func (f *fleet) connectAll(ctx context.Context, ids []identity, parallel int, timeout time.Duration) ([]*proxyClient, error) {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
 	out := make([]*proxyClient, len(ids))
 	var (
 		wg    sync.WaitGroup
@@ -261,9 +271,9 @@ func (f *fleet) connectAll(ctx context.Context, ids []identity, parallel int) ([
 	for i, id := range ids {
 		select {
 		case sem <- struct{}{}:
-		case <-ctx.Done():
+		case <-wctx.Done():
 		}
-		if ctx.Err() != nil {
+		if wctx.Err() != nil {
 			break
 		}
 		wg.Add(1)
@@ -272,7 +282,7 @@ func (f *fleet) connectAll(ctx context.Context, ids []identity, parallel int) ([
 			defer func() { <-sem }()
 			pc, err := f.connect(ctx, id)
 			if err == nil {
-				err = pc.waitConfigured(ctx)
+				err = pc.waitConfigured(wctx)
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -287,7 +297,7 @@ func (f *fleet) connectAll(ctx context.Context, ids []identity, parallel int) ([
 	wg.Wait()
 	out = slices.DeleteFunc(out, func(pc *proxyClient) bool { return pc == nil })
 	if first == nil {
-		first = ctx.Err()
+		first = wctx.Err()
 	}
 	return out, first
 }

@@ -144,17 +144,18 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 		c.staticPlugin = filepath.Join(filepath.Dir(c.osmServer), "osm-provider-static")
 	}
 	c.plan = plan{
-		Workload:   Workload{Services: services, Endpoints: endpoints, Proxies: proxies},
-		Reps:       reps,
-		Joins:      joins,
-		IdleWindow: 5 * time.Second,
-		Settle:     30 * time.Second,
-		RepBudget:  60 * time.Second,
-		Parallel:   128,
-		WideScale:  10,
+		Workload:    Workload{Services: services, Endpoints: endpoints, Proxies: proxies},
+		Reps:        reps,
+		Joins:       joins,
+		IdleWindow:  5 * time.Second,
+		Settle:      30 * time.Second,
+		RepBudget:   60 * time.Second,
+		FillTimeout: 2 * time.Minute,
+		Parallel:    128,
+		WideScale:   10,
 	}
 	if c.quick {
-		c.plan.IdleWindow, c.plan.Settle, c.plan.RepBudget = 2*time.Second, 10*time.Second, 10*time.Second
+		c.plan.IdleWindow, c.plan.Settle, c.plan.RepBudget, c.plan.FillTimeout = 2*time.Second, 10*time.Second, 10*time.Second, 30*time.Second
 	}
 	for _, s := range strings.Split(servers, ",") {
 		switch s = strings.TrimSpace(s); s {

@@ -30,14 +30,15 @@ type target interface {
 
 // plan sizes one run.
 type plan struct {
-	Workload   Workload
-	Reps       int           // changes measured for M2 and M3
-	Joins      int           // joins measured for M5
-	IdleWindow time.Duration // M1 idle CPU window
-	Settle     time.Duration // wait for a change to reach every affected proxy
-	RepBudget  time.Duration // stop repeating a change metric after this long (at least 3 reps)
-	Parallel   int           // handshakes in flight while filling the fleet
-	WideScale  int           // M9: services × WideScale, one wide proxy
+	Workload    Workload
+	Reps        int           // changes measured for M2 and M3
+	Joins       int           // joins measured for M5
+	IdleWindow  time.Duration // M1 idle CPU window
+	Settle      time.Duration // wait for a change to reach every affected proxy
+	RepBudget   time.Duration // stop repeating a change metric after this long (at least 3 reps)
+	Parallel    int           // handshakes in flight while filling the fleet
+	FillTimeout time.Duration // bound on filling the fleet and on the reconnect storm
+	WideScale   int           // M9: services × WideScale, one wide proxy
 }
 
 // measurer runs the metrics against one target.
@@ -81,7 +82,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 
 	// M1: hold N streams; idle CPU with nothing changing.
 	start := time.Now()
-	pcs, err := f.connectAll(ctx, srv.ids[:w.Proxies], p.Parallel)
+	pcs, err := f.connectAll(ctx, srv.ids[:w.Proxies], p.Parallel, p.FillTimeout)
 	defer func() { closeAll(pcs) }()
 	if err != nil {
 		return nil, fmt.Errorf("fill the fleet (%d of %d connected): %w", len(pcs), w.Proxies, err)
@@ -172,9 +173,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	pcs = nil
 	var before int64
 	t0 := time.Now()
-	sctx, cancel := context.WithTimeout(ctx, 120*time.Second)
-	pcs, err = f.connectAll(sctx, srv.ids[:w.Proxies], w.Proxies)
-	cancel()
+	pcs, err = f.connectAll(ctx, srv.ids[:w.Proxies], w.Proxies, p.FillTimeout)
 	if err != nil {
 		res.note("M6: %d of %d proxies configured after the storm: %v", len(pcs), w.Proxies, err)
 	}
@@ -215,9 +214,7 @@ func (m *measurer) measureWide(ctx context.Context, t target, res *result) error
 	}
 	defer srv.close()
 	f := &fleet{ep: srv.ep}
-	wctx, cancel := context.WithTimeout(ctx, 120*time.Second)
-	defer cancel()
-	pcs, err := f.connectAll(wctx, srv.ids[:1], 1)
+	pcs, err := f.connectAll(ctx, srv.ids[:1], 1, m.plan.FillTimeout)
 	defer closeAll(pcs)
 	if err != nil {
 		return fmt.Errorf("M9: wide proxy: %w", err)
