@@ -70,6 +70,11 @@ type Publisher struct {
 	connected map[mesh.MeshService]map[netip.Addr]int // advertise addresses of connected proxies
 	eds       map[mesh.MeshService]*edsEntry
 	secrets   map[mesh.ServiceAccount]*cache.Set
+	// interned holds one Resource per content, so groups that render the
+	// same resource (every caller's cluster for a popular upstream) share
+	// it and the validators walk it once. Reset with each specification.
+	interned   map[internKey]*cache.Resource
+	validators map[render.Flavor]*render.Validator
 
 	statusMu sync.Mutex
 	errs     map[string]string // node ID -> last render error
@@ -101,6 +106,8 @@ type node struct {
 	lds   *cache.Set
 }
 
+type internKey struct{ typeURL, name, version string }
+
 type edsEntry struct {
 	key string // what it was built from
 	res *cache.Resource
@@ -117,6 +124,11 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, sp SpecSource, eps EndpointS
 		eds:       map[mesh.MeshService]*edsEntry{},
 		secrets:   map[mesh.ServiceAccount]*cache.Set{},
 		errs:      map[string]string{},
+		interned:  map[internKey]*cache.Resource{},
+		validators: map[render.Flavor]*render.Validator{
+			render.Envoy: render.NewValidator(render.Envoy),
+			render.GRPC:  render.NewValidator(render.GRPC),
+		},
 	}
 }
 
@@ -361,6 +373,9 @@ func (p *Publisher) edsResource(svc mesh.MeshService) (*cache.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := render.Validate(render.Envoy, cla); err != nil {
+		return nil, fmt.Errorf("endpoints of %s failed validation: %w", svc, err)
+	}
 	res, err := p.cache.NewResource(render.EDSName(svc), cla)
 	if err != nil {
 		return nil, err
@@ -432,6 +447,10 @@ func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
 // renderAll re-renders every group after a specification change.
 func (p *Publisher) renderAll(ctx context.Context) {
 	clear(p.secrets)
+	clear(p.interned)
+	for _, v := range p.validators {
+		v.Forget()
+	}
 	for _, g := range p.groups {
 		g.rds, g.cds, g.shared, g.err = nil, nil, nil, nil
 		for _, n := range g.nodes {
@@ -457,11 +476,11 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
-	rds, err := newSet(p.cache, routes)
+	rds, err := newSet(p, routes)
 	if err != nil {
 		return err
 	}
-	cds, err := newSet(p.cache, clusters)
+	cds, err := newSet(p, clusters)
 	if err != nil {
 		return err
 	}
@@ -506,6 +525,7 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 			return err
 		}
 		if !perAddress(l.GetName()) {
+			r = p.intern(r)
 			g.shared[l.GetName()] = r
 		}
 		lds = append(lds, r)
@@ -556,7 +576,17 @@ func (p *Publisher) validate(f render.Flavor, sets ...*cache.Set) error {
 			msgs = append(msgs, r.Message())
 		}
 	}
-	return render.Validate(f, msgs...)
+	return p.validators[f].Validate(msgs...)
+}
+
+// intern returns the Resource already held for r's content, or r.
+func (p *Publisher) intern(r *cache.Resource) *cache.Resource {
+	k := internKey{r.TypeURL(), r.Name(), r.Version()}
+	if old := p.interned[k]; old != nil {
+		return old
+	}
+	p.interned[k] = r
+	return r
 }
 
 // secretSet returns the SDS secrets of svc's service account.
@@ -577,7 +607,7 @@ func (p *Publisher) secretSet(ctx context.Context, svc mesh.MeshService) (*cache
 	if err != nil {
 		return nil, err
 	}
-	set, err := newSet(p.cache, secrets)
+	set, err := newSet(p, secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -600,18 +630,18 @@ func (p *Publisher) publish(nodeID, typeURL string, set *cache.Set) {
 	}
 }
 
-// newSet marshals each message once into a Set.
+// newSet marshals each message into a Set of interned Resources.
 func newSet[T interface {
 	proto.Message
 	GetName() string
-}](c *cache.Cache, msgs []T) (*cache.Set, error) {
+}](p *Publisher, msgs []T) (*cache.Set, error) {
 	rs := make([]*cache.Resource, 0, len(msgs))
 	for _, m := range msgs {
-		r, err := c.NewResource(m.GetName(), m)
+		r, err := p.cache.NewResource(m.GetName(), m)
 		if err != nil {
 			return nil, err
 		}
-		rs = append(rs, r)
+		rs = append(rs, p.intern(r))
 	}
 	return cache.NewSet(rs...)
 }

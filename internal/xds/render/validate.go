@@ -51,7 +51,35 @@ var (
 //     certificate provider instances (gRPC has no SDS); Envoy: TLS from
 //     SDS (no certificate provider instances).
 func Validate(f Flavor, resources ...proto.Message) error {
-	v := &validation{flavor: f, listeners: map[string]bool{}, routes: map[string]bool{}, clusters: map[string]bool{}, eds: map[string]bool{}, secrets: map[string]bool{}, addrs: map[string]string{}}
+	return NewValidator(f).Validate(resources...)
+}
+
+// Validator validates sets of resources as Validate does, and remembers
+// what checking each resource on its own found, so a resource message
+// shared by many proxies' sets (the same pointer) is walked once.
+// Resources must not be modified once validated. Not safe for concurrent use.
+type Validator struct {
+	flavor Flavor
+	memo   map[proto.Message]walked
+}
+
+type walked struct {
+	refs []reference
+	errs []error
+}
+
+// NewValidator returns a Validator for flavour f.
+func NewValidator(f Flavor) *Validator {
+	return &Validator{flavor: f, memo: map[proto.Message]walked{}}
+}
+
+// Forget drops what the Validator remembers (call it when the resources it
+// has seen are no longer in use, to free them).
+func (vr *Validator) Forget() { clear(vr.memo) }
+
+// Validate checks one proxy's complete set; see [Validate].
+func (vr *Validator) Validate(resources ...proto.Message) error {
+	v := &validation{flavor: vr.flavor, listeners: map[string]bool{}, routes: map[string]bool{}, clusters: map[string]bool{}, eds: map[string]bool{}, secrets: map[string]bool{}, addrs: map[string]string{}}
 	for _, r := range resources {
 		v.index(r)
 	}
@@ -60,8 +88,18 @@ func Validate(f Flavor, resources ...proto.Message) error {
 		if r == nil || v.label == "" {
 			continue
 		}
+		if l, ok := r.(*listenerv3.Listener); ok {
+			v.uniqueAddress(l)
+		}
+		if w, ok := vr.memo[r]; ok {
+			v.refs = append(v.refs, w.refs...)
+			v.errs = append(v.errs, w.errs...)
+			continue
+		}
+		refs, errs := len(v.refs), len(v.errs)
 		v.validateAll(r)
 		v.walk(r.ProtoReflect())
+		vr.memo[r] = walked{refs: slices.Clone(v.refs[refs:]), errs: slices.Clone(v.errs[errs:])}
 	}
 	for _, ref := range v.refs {
 		var have map[string]bool
@@ -303,9 +341,17 @@ func (v *validation) listener(l *listenerv3.Listener) {
 		v.fail("no socket address and no api_listener")
 		return
 	}
-	ip, err := netip.ParseAddr(sa.GetAddress())
-	if err != nil {
+	if _, err := netip.ParseAddr(sa.GetAddress()); err != nil {
 		v.fail("address %q is not an IP address", sa.GetAddress())
+	}
+}
+
+// uniqueAddress checks, across the set, that no two listeners share an
+// address and port (it is not remembered per resource).
+func (v *validation) uniqueAddress(l *listenerv3.Listener) {
+	sa := l.GetAddress().GetSocketAddress()
+	ip, err := netip.ParseAddr(sa.GetAddress())
+	if l.GetApiListener() != nil || sa == nil || err != nil {
 		return
 	}
 	addr := netip.AddrPortFrom(ip, uint16(sa.GetPortValue())).String()
