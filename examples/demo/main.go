@@ -26,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -110,6 +111,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.jsonOut {
 		view = stderr
 	}
+	if err := checkFree(o); err != nil {
+		return err
+	}
 	if err := os.RemoveAll(o.state); err != nil {
 		return err
 	}
@@ -153,14 +157,14 @@ func newFlags(o *options) *flag.FlagSet {
 func chooseProxy(p string) (string, string, error) {
 	switch p {
 	case "none":
-		return "none", "agents run no proxy (-proxy none): the apps are proxyless gRPC", nil
+		return "none", "agents: proxy none (-proxy none), the apps are proxyless gRPC", nil
 	case "envoy":
-		return "envoy", "agents also run Envoy (-proxy envoy), the standard VM setup", nil
+		return "envoy", "agents: proxy envoy (-proxy envoy), the standard VM setup", nil
 	case "auto":
 		if path, err := exec.LookPath("envoy"); err == nil {
-			return "envoy", "agents also run Envoy (" + path + "), the standard VM setup", nil
+			return "envoy", "agents: proxy envoy (" + path + "), the standard VM setup", nil
 		}
-		return "none", "envoy is not on PATH: agents run proxyless only (proxy: none); the apps talk xDS themselves", nil
+		return "none", "agents: proxy none (envoy is not on PATH), the apps are proxyless gRPC", nil
 	}
 	return "", "", fmt.Errorf("-proxy %q: want auto, envoy or none", p)
 }
@@ -297,6 +301,23 @@ providers:
 			sum.snapshot(ps)
 		}
 	}
+}
+
+// checkFree fails when an address the demo listens on is taken: another
+// demo or osm-server runs (and would share the state directory).
+func checkFree(o options) error {
+	addrs := []string{o.apiAddr, o.xdsAddr, o.debugAddr}
+	for _, m := range machines {
+		addrs = append(addrs, m.ip+":14001")
+	}
+	for _, a := range addrs {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			return fmt.Errorf("%s is in use (%w): is another demo or osm-server running? Stop it first", a, err)
+		}
+		l.Close()
+	}
+	return nil
 }
 
 // parseJoin reads the flags of the `osm-agent enroll ...` line that

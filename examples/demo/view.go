@@ -52,7 +52,7 @@ func (v *viewer) show(ps *procs, proxies []string, proxyErr error) {
 	total := buyer["v1"] + buyer["v2"]
 
 	var b strings.Builder
-	fmt.Fprintf(&b, "osm-vm bookstore demo, %s   (%s)\n", time.Since(v.start).Round(time.Second), v.note)
+	fmt.Fprintf(&b, "osm-vm bookstore demo  %s  %s\n", time.Since(v.start).Round(time.Second), v.note)
 	fmt.Fprintf(&b, "  bookbuyer   bought %5d   v1 %5d %s   v2 %5d %s   last 5s: v1 %s v2 %s   errors %d\n",
 		total, buyer["v1"], pct(buyer["v1"], total), buyer["v2"], pct(buyer["v2"], total), pct(dv1, dv1+dv2), pct(dv2, dv2+dv1), buyer["errors"])
 	thief := ps.stat("bookthief").Counts
@@ -67,7 +67,7 @@ func (v *viewer) show(ps *procs, proxies []string, proxyErr error) {
 	} else {
 		fmt.Fprintf(&b, "  proxies     %d connected: %s\n", len(proxies), strings.Join(proxies, ", "))
 	}
-	fmt.Fprintf(&b, "  try         %s   (watch the last-5s split move)\n", v.splitCmd)
+	fmt.Fprintf(&b, "  try         %s\n              and watch the last-5s split move (back: split-80-20.yaml)\n", v.splitCmd)
 	fmt.Fprintf(&b, "  logs        %s/server.log, %s/<service>/{agent,app}.log   Ctrl-C stops everything\n", v.state, v.state)
 
 	if v.tty {

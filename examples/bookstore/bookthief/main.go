@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -78,6 +79,7 @@ func run(ctx context.Context, args []string) error {
 	wg.Go(func() { bookapi.Report(rctx, os.Stdout, "bookthief", &counts, lastErr.Get, 500*time.Millisecond) })
 	defer func() { cancel(); wg.Wait() }()
 
+	seen := map[string]bool{} // each kind of refusal is logged once
 	t := time.NewTicker(*interval)
 	defer t.Stop()
 	for {
@@ -99,6 +101,10 @@ func run(ctx context.Context, args []string) error {
 			default:
 				counts.Add("failed"+try.name, 1)
 				lastErr.Set(err)
+			}
+			if key := try.name + status.Code(err).String(); err != nil && !seen[key] {
+				seen[key] = true
+				fmt.Fprintf(os.Stderr, "bookthief: %s call refused: %v\n", strings.ToLower(try.name), err)
 			}
 		}
 		select {
