@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"slices"
 	"sync"
 	"time"
@@ -117,6 +119,8 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		affected := len(w.AffectedProxies(c.service))
 		var last, each []float64
 		began := time.Now()
+		srvCPU0, err1 := cpuSeconds(pid)
+		fleetCPU0, err2 := cpuSeconds(os.Getpid())
 		for rep := range p.Reps {
 			if rep >= 3 && time.Since(began) > p.RepBudget {
 				res.note("%s: stopped after %d of %d changes (%s budget)", c.metric, rep, p.Reps, p.RepBudget)
@@ -139,6 +143,14 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		log.Info("change measured", "metric", c.metric, "affected", affected, "changes", len(last), "last_ack_p50_ms", percentile(last, 50))
+		srvCPU1, err3 := cpuSeconds(pid)
+		fleetCPU1, err4 := cpuSeconds(os.Getpid())
+		if errors.Join(err1, err2, err3, err4) == nil && len(last) > 0 {
+			// Where a change's time goes on a shared machine: the server's
+			// work and the fleet's (TLS, framing, ACKs), per change.
+			res.set(c.metric+".server_cpu_ms", 1000*(srvCPU1-srvCPU0)/float64(len(last)))
+			res.set(c.metric+".fleet_cpu_ms", 1000*(fleetCPU1-fleetCPU0)/float64(len(last)))
+		}
 		res.set(c.metric+".p50", percentile(last, 50))
 		res.set(c.metric+".p99", percentile(last, 99))
 		res.set(c.metric+".proxy_p99", percentile(each, 99))
