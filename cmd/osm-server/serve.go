@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -156,6 +157,9 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	xdsCache := xdscache.New(log.With("component", "xds-cache"))
 	xdsServer := xds.NewServer(log.With("component", "xds"), xdsCache, certs)
 	publisher := xds.NewPublisher(log.With("component", "xds-publisher"), xdsCache, sp, cat, certs, certs.TrustDomain())
+	// After a restart proxies reconnect one by one: send every discovered
+	// endpoint for a while, so no caller sees its upstreams vanish.
+	publisher.SetStartupGrace(startupGrace)
 	xdsServer.SetWatcher(publisher)
 	debugAPI.ServeXDSDebug(xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}})
 	xdsTLS := &tls.Config{
@@ -177,6 +181,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	log.Info("osm-server stopped")
 	return err
 }
+
+// startupGrace is how long after start the xDS publisher sends endpoints
+// whose proxies have not reconnected yet.
+const startupGrace = 20 * time.Second
 
 // xdsDebug adapts the xDS debug views to the debug API.
 type xdsDebug struct{ xds.Debug }

@@ -220,3 +220,16 @@ func TestParticipantsNeedAConnectedProxy(t *testing.T) {
 	cancel()
 	waitFor(t, "bookstore-v1's endpoint withdrawn when its proxy left", func() bool { return len(eds()) == 0 })
 }
+
+// TestStartupGrace: right after a server (re)start, endpoints are sent
+// before their proxies reconnect, so a caller that reconnects first keeps
+// its upstreams; when the grace period ends the rule applies again.
+func TestStartupGrace(t *testing.T) {
+	e := startEnvGrace(t, 2*time.Second)
+	buyer := e.enroll(t, "bookbuyer")
+	s := e.dial(t, buyer, nil)
+	eds := func() []string { return e.edsAddresses(t, cnOf(t, buyer), "default/bookstore-v1") }
+	s.Send(newRequest(envoyNode(cnOf(t, buyer), "10.0.0.10")))
+	waitFor(t, "bookstore-v1's endpoint sent during the grace period", func() bool { got := eds(); return len(got) == 1 && got[0] == "10.0.0.12:14001" })
+	waitFor(t, "bookstore-v1's endpoint withdrawn after the grace period (its proxy never connected)", func() bool { return len(eds()) == 0 })
+}

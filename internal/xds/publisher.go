@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -78,6 +79,13 @@ type Publisher struct {
 
 	statusMu sync.Mutex
 	errs     map[string]string // node ID -> last render error
+
+	// startupGrace: until graceEnd the participant rule sends every
+	// discovered endpoint, because after a server restart the proxies
+	// reconnect one by one and a caller that reconnects first must not be
+	// told that its upstreams are gone.
+	startupGrace time.Duration
+	graceEnd     time.Time
 }
 
 type proxyEvent struct {
@@ -132,6 +140,13 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, sp SpecSource, eps EndpointS
 	}
 }
 
+// SetStartupGrace sets how long after Run starts every discovered endpoint
+// is sent, whatever the participant rule says (0, the default, for none).
+// Call it before Run.
+func (p *Publisher) SetStartupGrace(d time.Duration) { p.startupGrace = d }
+
+func (p *Publisher) inGrace() bool { return !p.graceEnd.IsZero() && time.Now().Before(p.graceEnd) }
+
 // ProxyConnected implements Watcher.
 func (p *Publisher) ProxyConnected(px Proxy) { p.enqueue(proxyEvent{px, true}) }
 
@@ -178,12 +193,28 @@ func (p *Publisher) Run(ctx context.Context) error {
 
 	p.specSnap = p.spec.Snapshot()
 	p.catSnap = p.endpoints.Snapshot()
+	var graceOver <-chan time.Time
+	if p.startupGrace > 0 {
+		p.graceEnd = time.Now().Add(p.startupGrace)
+		t := time.NewTimer(p.startupGrace)
+		defer t.Stop()
+		graceOver = t.C
+	}
 	for {
 		var specChanged, catChanged bool
 		rotated := map[mesh.ServiceAccount]bool{}
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-graceOver:
+			// From now on only connected proxies' endpoints are sent.
+			p.graceEnd = time.Time{}
+			all := map[mesh.MeshService]bool{}
+			for _, svc := range p.catSnap.Services() {
+				all[svc] = true
+			}
+			p.publishEDS(all)
+			continue
 		case <-specCh:
 			specChanged = true
 		case <-catCh:
@@ -346,7 +377,7 @@ func (p *Publisher) participants(svc mesh.MeshService) []mesh.Endpoint {
 	if !ok {
 		return nil
 	}
-	if !p.specSnap.RequireConnectedProxy() {
+	if !p.specSnap.RequireConnectedProxy() || p.inGrace() {
 		return se.Endpoints
 	}
 	addrs := p.connected[svc]
@@ -365,7 +396,7 @@ func (p *Publisher) mesh() render.Mesh {
 
 // edsResource returns the (shared) ClusterLoadAssignment of svc.
 func (p *Publisher) edsResource(svc mesh.MeshService) (*cache.Resource, error) {
-	key := fmt.Sprint(p.catalogVersion(svc), p.specSnap.RequireConnectedProxy(), p.connectedKey(svc))
+	key := fmt.Sprint(p.catalogVersion(svc), p.specSnap.RequireConnectedProxy() && !p.inGrace(), p.connectedKey(svc))
 	if e := p.eds[svc]; e != nil && e.key == key {
 		return e.res, nil
 	}
@@ -392,7 +423,7 @@ func (p *Publisher) catalogVersion(svc mesh.MeshService) uint64 {
 }
 
 func (p *Publisher) connectedKey(svc mesh.MeshService) string {
-	if !p.specSnap.RequireConnectedProxy() {
+	if !p.specSnap.RequireConnectedProxy() || p.inGrace() {
 		return ""
 	}
 	addrs := slices.SortedFunc(maps.Keys(p.connected[svc]), netip.Addr.Compare)

@@ -55,7 +55,9 @@ type env struct {
 	cache *cache.Cache
 }
 
-func startEnv(t *testing.T) *env {
+func startEnv(t *testing.T) *env { t.Helper(); return startEnvGrace(t, 0) }
+
+func startEnvGrace(t *testing.T, grace time.Duration) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st := store.NewMemory()
@@ -86,6 +88,7 @@ func startEnv(t *testing.T) *env {
 	c := cache.New(discard())
 	srv := NewServer(discard(), c, certs)
 	pub := NewPublisher(discard(), c, sp, cat, certs, certs.TrustDomain())
+	pub.SetStartupGrace(grace)
 	srv.SetWatcher(pub)
 	tlsCfg := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
