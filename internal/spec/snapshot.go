@@ -22,10 +22,10 @@ type Snapshot struct {
 	// Indexes built once per snapshot, so the queries rendering makes for
 	// every proxy cost what they touch, not the size of the mesh.
 	byAccount  map[mesh.ServiceAccount][]mesh.MeshService
-	ttByDest   map[mesh.ServiceAccount][]Key // TrafficTargets by destination, in key order
-	ttBySource map[mesh.ServiceAccount][]Key // TrafficTargets by source, in key order
-	splits     []Key                         // TrafficSplits, in key order
-	splitRoot  map[mesh.MeshService]Key      // the first TrafficSplit of each root
+	ttByDest   map[mesh.ServiceAccount][]Key   // TrafficTargets by destination, in key order
+	ttBySource map[mesh.ServiceAccount][]Key   // TrafficTargets by source, in key order
+	splits     []Key                           // TrafficSplits, in key order
+	splitRoot  map[mesh.MeshService]Key        // the first TrafficSplit of each root
 	pairs      map[[2]mesh.ServiceAccount]bool // {source, destination} some TrafficTarget allows
 }
 
