@@ -20,12 +20,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
 )
 
 // TestMain doubles as a tiny HTTP GET helper run inside a namespace (the
 // test process itself lives in the root namespace, which has no route to
 // the test hosts).
 func TestMain(m *testing.M) {
+	agenttest.RunFakeEnvoyIfAsked() // the test binary doubles as the Envoy stand-in
 	if url := os.Getenv("OSM_E2E_GET"); url != "" {
 		resp, err := http.Get(url)
 		if err != nil {

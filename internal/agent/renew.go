@@ -12,10 +12,17 @@ import (
 	"github.com/osm-vm/osm-vm/internal/enroll"
 )
 
-// RenewAt returns when a certificate is renewed: two thirds into its
-// lifetime.
-func RenewAt(c *x509.Certificate) time.Time {
-	return c.NotBefore.Add(c.NotAfter.Sub(c.NotBefore) * 2 / 3)
+// RenewAt returns when a certificate held since obtained is renewed: two
+// thirds into its validity, counted from when it was obtained if that is
+// later than NotBefore. The server backdates NotBefore (a minute, for clock
+// skew), which for a short certificate would otherwise put the renewal time
+// in the past and renew in a loop.
+func RenewAt(c *x509.Certificate, obtained time.Time) time.Time {
+	start := c.NotBefore
+	if obtained.After(start) {
+		start = obtained
+	}
+	return start.Add(c.NotAfter.Sub(start) * 2 / 3)
 }
 
 // renewLoop renews the proxy certificate at two thirds of its lifetime.
@@ -24,7 +31,7 @@ func RenewAt(c *x509.Certificate) time.Time {
 func (a *Agent) renewLoop(ctx context.Context) {
 	for {
 		_, leaf := a.identity()
-		if !sleep(ctx, time.Until(RenewAt(leaf))) {
+		if !sleep(ctx, time.Until(RenewAt(leaf, time.Now()))) {
 			return
 		}
 		backoff := a.opts.RetryInitial
@@ -87,6 +94,6 @@ func (a *Agent) renewOnce(ctx context.Context) error {
 	a.setIdentity(nid, leaf)
 	a.updateStatus(func(s *Status) { s.LastRenewError = ""; s.LastRenewal = time.Now() })
 	a.writeStatus()
-	a.log.Info("renewed proxy certificate", "expires", leaf.NotAfter, "renewAt", RenewAt(leaf))
+	a.log.Info("renewed proxy certificate", "expires", leaf.NotAfter, "renewAt", RenewAt(leaf, time.Now()))
 	return nil
 }

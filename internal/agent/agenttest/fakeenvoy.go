@@ -24,6 +24,15 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
+
+	// The extensions osm-server's listeners and clusters use, so the
+	// stand-in can unpack and check them as Envoy (which links them) does.
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 )
 
 // Environment variables that make a test binary act as Envoy (the helper

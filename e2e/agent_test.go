@@ -1,0 +1,219 @@
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
+)
+
+// syncBuffer is a log sink safe for a child's writes and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitLog(t *testing.T, what string, timeout time.Duration, log *syncBuffer, cond func(string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond(log.String()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; log:\n%s", what, timeout, log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestAgentFullPath: install-config -> enroll -> bootstrap -> connected to
+// a real osm-server -> the Envoy stand-in (which strictly parses the
+// bootstrap and connects with the certificate files it names) receives and
+// ACKs its listeners; then supervision (a killed Envoy is restarted),
+// renewal (a short proxy certificate is renewed without restarting Envoy)
+// and drain on SIGTERM.
+func TestAgentFullPath(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	for name, pkg := range map[string]string{"osm-server": "./cmd/osm-server", "osm-provider-static": "./providers/static", "osm-agent": "./cmd/osm-agent"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg)
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	api, xds, debug := freeAddr(t), freeAddr(t), freeAddr(t)
+	serverDir := filepath.Join(dir, "server")
+	endpoints, _ := filepath.Abs("../examples/bookstore/endpoints.yaml")
+	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
+		serverDir, bin, debug, api, xds, endpoints)
+	os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600)
+	admin := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(filepath.Join(bin, "osm-server"), append(args, "--server", "https://"+api, "--data-dir", serverDir)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("osm-server %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	var server *exec.Cmd
+	serverLog := &syncBuffer{}
+	startServer := func() {
+		server = exec.Command(filepath.Join(bin, "osm-server"), "serve", "--config", filepath.Join(dir, "server.yaml"))
+		server.Stdout, server.Stderr = serverLog, serverLog
+		server.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := server.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitLog(t, "osm-server up", 20*time.Second, serverLog, func(s string) bool {
+			return strings.Count(s, "xDS listening") >= 1 && strings.Contains(s, "HTTPS API listening")
+		})
+	}
+	stopServer := func() {
+		server.Process.Kill()
+		server.Wait()
+	}
+	startServer()
+	t.Cleanup(stopServer)
+	// A 9 s proxy certificate, renewed at two thirds: lifetimes are read at
+	// server start, so restart after applying.
+	mesh, _ := os.ReadFile("../examples/bookstore/mesh.yaml")
+	mesh = bytes.Replace(mesh, []byte("spec:\n  traffic:"), []byte("spec:\n  certificate: {proxyLifetime: 9s}\n  traffic:"), 1)
+	if !bytes.Contains(mesh, []byte("proxyLifetime: 9s")) {
+		t.Fatal("examples/bookstore/mesh.yaml's MeshConfig no longer starts with spec.traffic; update the test")
+	}
+	os.WriteFile(filepath.Join(dir, "mesh.yaml"), mesh, 0o600)
+	admin("apply", "-f", filepath.Join(dir, "mesh.yaml"))
+	stopServer()
+	serverLog = &syncBuffer{}
+	startServer()
+
+	join := strings.Fields(strings.TrimSpace(admin("token", "create", "--service", "bookbuyer")))
+	flags := map[string]string{}
+	for i := 0; i+1 < len(join); i++ {
+		if strings.HasPrefix(join[i], "--") {
+			flags[join[i][2:]] = join[i+1]
+		}
+	}
+	agentDir := filepath.Join(dir, "agent")
+	install := exec.Command(filepath.Join(bin, "osm-agent"), "install", "--no-service", "--server", flags["server"], "--token", flags["token"],
+		"--ca-cert-hash", flags["ca-cert-hash"], "--service", "bookbuyer", "--advertise-address", "127.0.10.1",
+		"--envoy-path", os.Args[0], "--hosts-file", filepath.Join(dir, "hosts"), "--config-dir", agentDir, "--data-dir", agentDir)
+	os.WriteFile(filepath.Join(dir, "hosts"), []byte("127.0.0.1 localhost\n"), 0o644)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("osm-agent install: %v\n%s", err, out)
+	}
+	agentLog := &syncBuffer{}
+	agent := exec.Command(filepath.Join(bin, "osm-agent"), "run", "--config", filepath.Join(agentDir, "agent.yaml"))
+	agent.Env = append(os.Environ(), agenttest.FakeEnvoyEnv+"=1")
+	agent.Stdout, agent.Stderr = agentLog, agentLog
+	agent.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- agent.Wait() }()
+	t.Cleanup(func() {
+		syscall.Kill(-agent.Process.Pid, syscall.SIGKILL)
+		<-agentDone
+		if t.Failed() {
+			t.Logf("agent log:\n%s\nserver log:\n%s", agentLog, serverLog)
+		}
+	})
+
+	acked := func(s string) int { return strings.Count(s, "lds: ACKed version") }
+	waitLog(t, "the Envoy stand-in received and ACKed its listeners from the real server", 30*time.Second, agentLog, func(s string) bool { return acked(s) >= 1 })
+	if _, err := os.Stat(filepath.Join(dir, "hosts")); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, "hosts block", 10*time.Second, agentLog, func(string) bool {
+		b, _ := os.ReadFile(filepath.Join(dir, "hosts"))
+		return strings.Contains(string(b), "bookstore.default.mesh")
+	})
+
+	// Supervision: kill the Envoy stand-in; the agent starts a new one, which
+	// connects and ACKs again.
+	pid := childOf(t, agent.Process.Pid)
+	syscall.Kill(pid, syscall.SIGKILL)
+	waitLog(t, "Envoy restarted by the agent and configured again", 30*time.Second, agentLog, func(s string) bool { return acked(s) >= 2 })
+	envoyPID := childOf(t, agent.Process.Pid)
+
+	// Renewal: the 9 s certificate is renewed at 6 s, without restarting Envoy.
+	waitLog(t, "proxy certificate renewed", 20*time.Second, agentLog, func(s string) bool { return strings.Contains(s, "renewed proxy certificate") })
+	if now := childOf(t, agent.Process.Pid); now != envoyPID {
+		t.Errorf("Envoy pid %d -> %d across a certificate renewal: renewal must not restart Envoy", envoyPID, now)
+	}
+
+	// Drain: SIGTERM to the agent drains Envoy, then both exit.
+	agent.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-agentDone:
+		agentDone <- err
+		if err != nil {
+			t.Errorf("agent exit after SIGTERM: %v, want 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("agent did not exit within 30s of SIGTERM")
+	}
+	if !strings.Contains(agentLog.String(), "draining listeners (graceful=true)") {
+		t.Errorf("Envoy was not drained on stop; agent log:\n%s", agentLog)
+	}
+}
+
+// childOf returns the one child process of pid.
+func childOf(t *testing.T, pid int) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		var kids []int
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		for _, task := range tasks {
+			b2, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+			b = append(b, ' ')
+			b = append(b, b2...)
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				kids = append(kids, n)
+			}
+		}
+		if len(kids) > 0 {
+			return kids[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d has no child", pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
