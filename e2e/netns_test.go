@@ -52,8 +52,7 @@ type mesh struct {
 	dir    string
 	prefix string
 	hosts  map[string]*host
-	server *exec.Cmd
-	srvErr chan error
+	server *proc
 	mu     sync.Mutex
 	stats  map[string]map[string]int64 // app -> latest counters
 }
@@ -86,9 +85,15 @@ func (m *mesh) network(names []string) {
 	}
 }
 
+// proc is a started process; done yields its Wait result once.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan error
+}
+
 // run starts a process in a host's namespace; it is killed at cleanup and
 // if the test process dies.
-func (m *mesh) run(h *host, logName string, env []string, stdout io.Writer, path string, args ...string) *exec.Cmd {
+func (m *mesh) run(h *host, logName string, env []string, stdout io.Writer, path string, args ...string) *proc {
 	m.t.Helper()
 	cmd := exec.Command("ip", append([]string{"netns", "exec", h.ns, path}, args...)...)
 	cmd.Env = append(os.Environ(), env...)
@@ -105,9 +110,12 @@ func (m *mesh) run(h *host, logName string, env []string, stdout io.Writer, path
 	if err := cmd.Start(); err != nil {
 		m.t.Fatal(err)
 	}
+	p := &proc{cmd: cmd, done: make(chan error, 1)}
+	go func() { p.done <- cmd.Wait() }()
 	m.t.Cleanup(func() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
+		err := <-p.done
+		p.done <- err
 		logf.Close()
 		if m.t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
@@ -117,7 +125,7 @@ func (m *mesh) run(h *host, logName string, env []string, stdout io.Writer, path
 			m.t.Logf("--- %s (last lines):\n%s", logName, b)
 		}
 	})
-	return cmd
+	return p
 }
 
 // admin runs an osm-server admin subcommand from the server's namespace.
@@ -149,9 +157,6 @@ func (m *mesh) startServer() {
 	m.t.Helper()
 	srv := m.hosts["server"]
 	m.server = m.run(srv, "server", nil, nil, filepath.Join(m.bin, "osm-server"), "serve", "--config", filepath.Join(m.dir, "server.yaml"))
-	m.srvErr = make(chan error, 1)
-	cmd := m.server
-	go func() { m.srvErr <- cmd.Wait() }()
 	m.wait("osm-server ready", 30*time.Second, func() bool {
 		var v map[string]any
 		return m.debug("/api/v1/services", &v) == nil
@@ -386,8 +391,9 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 	t.Run("the server restarts under load and no request is lost", func(t *testing.T) {
 		m.window(20, 20*time.Second)
 		before := m.counts("bookbuyer")
-		syscall.Kill(-m.server.Process.Pid, syscall.SIGKILL)
-		<-m.srvErr
+		syscall.Kill(-m.server.cmd.Process.Pid, syscall.SIGKILL)
+		err := <-m.server.done
+		m.server.done <- err
 		time.Sleep(2 * time.Second) // bookbuyer keeps buying with its last configuration
 		m.startServer()
 		m.wait("proxies reconnected", 30*time.Second, func() bool { return len(m.connected()) == 5 })
