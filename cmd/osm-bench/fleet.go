@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -60,8 +61,9 @@ type ackEvent struct {
 
 // fleet holds the simulated proxies' shared state.
 type fleet struct {
-	ep    endpoint
-	probe atomic.Pointer[probe]
+	ep      endpoint
+	probe   atomic.Pointer[probe]
+	retries atomic.Int64 // connections tried again after failing before configured
 }
 
 // proxyClient is one simulated proxy: its own TCP+TLS connection and one
@@ -280,9 +282,29 @@ func (f *fleet) connectAll(ctx context.Context, ids []identity, parallel int, ti
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			pc, err := f.connect(ctx, id)
-			if err == nil {
-				err = pc.waitConfigured(wctx)
+			// Like an agent, a proxy whose connection fails before it is
+			// configured tries again, with a growing, jittered backoff.
+			var (
+				pc  *proxyClient
+				err error
+			)
+			for attempt := 0; ; attempt++ {
+				if pc, err = f.connect(ctx, id); err == nil {
+					err = pc.waitConfigured(wctx)
+				}
+				if err == nil || wctx.Err() != nil {
+					break
+				}
+				if pc != nil {
+					pc.close()
+					pc = nil
+				}
+				f.retries.Add(1)
+				backoff := min(100*time.Millisecond<<attempt, 2*time.Second)
+				select {
+				case <-time.After(backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)))):
+				case <-wctx.Done():
+				}
 			}
 			mu.Lock()
 			defer mu.Unlock()

@@ -41,6 +41,7 @@ var metricDefs = []metricDef{
 	{"M5.p99", "M5 same, p99", "ms", "<= 200", 200, false},
 	{"M6.all_configured_s", "M6 reconnect storm -> every proxy configured", "s", "<= 30", 30, false},
 	{"M6.max_responses_per_proxy", "M6 most responses one proxy got in the storm (3 = no retries)", "responses", "", nan, false},
+	{"M6.reconnects", "M6 connections the fleet had to retry (failed before configured)", "connections", "", nan, false},
 	{"M6.responses_after_configured", "M6 responses in the second after the storm settled (retry loops)", "responses", "0", 0, false},
 	{"M6.server_alive", "M6 server survived the storm (no OOM)", "bool", "1", 1, true},
 	{"M7.rss_per_proxy", "M7 server RSS per connected proxy", "KiB", "<= 100", 100, false},
@@ -48,6 +49,7 @@ var metricDefs = []metricDef{
 	{"M8.ratio", "M8 those bytes / the changed ClusterLoadAssignment", "x", "<= 2", 2, false},
 	{"M9.largest_mib", "M9 largest single xDS message at 10xW (one proxy sees every service)", "MiB", "< 4", 4, false},
 	{"fleet_fill_s", "time to connect and configure the fleet", "s", "", nan, false},
+	{"fleet_fill_reconnects", "connections retried while filling the fleet", "connections", "", nan, false},
 	{"cpu_seconds", "server CPU-seconds over the whole run", "s", "", nan, false},
 	{"peak_rss_mib", "server peak RSS (VmHWM)", "MiB", "", nan, false},
 }
