@@ -34,6 +34,8 @@ var metricDefs = []metricDef{
 	{"M2.server_cpu_ms", "M2 server CPU per change", "ms", "", nan, false},
 	{"M2.fleet_cpu_ms", "M2 load generator CPU per change (shares the cores)", "ms", "", nan, false},
 	{"M3.p99", "M3 change scoped to 5% of proxies -> last ACK, p99", "ms", "<= 100", 100, false},
+	{"M3.server_cpu_ms", "M3 server CPU per change", "ms", "", nan, false},
+	{"M3.fleet_cpu_ms", "M3 load generator CPU per change", "ms", "", nan, false},
 	{"M3.affected", "M3 proxies affected by the scoped change", "proxies", "", nan, false},
 	{"M4.full", "M4 config generation for W, full", "ms", "<= 50", 50, false},
 	{"M4.incremental", "M4 config generation, one endpoint change", "ms", "<= 1", 1, false},
