@@ -82,7 +82,7 @@ bench:
 	bin/osm-bench run $(if $(QUICK),--quick) --osm-server bin/osm-server --out bench/results/latest.json $(BENCH_FLAGS)
 	@# Micro-benchmarks, benchstat-comparable: benchstat old.txt bench/results/micro.txt
 	$(if $(QUICK),@echo "QUICK=1: micro-benchmarks skipped",$(GO) test -run '^$$' -bench . -benchmem -count $(or $(BENCH_COUNT),5) \
-		./internal/xds/cache/ ./internal/xds/render/ > bench/results/micro.txt; s=$$?; cat bench/results/micro.txt; exit $$s)
+		./internal/xds/ ./internal/xds/cache/ ./internal/xds/render/ > bench/results/micro.txt; s=$$?; cat bench/results/micro.txt; exit $$s)
 
 clean:
 	rm -rf bin .tools
