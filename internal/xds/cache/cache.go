@@ -22,7 +22,9 @@
 // not). The response to a SotW request is the requested subset of the view
 // (all of it for a wildcard request); a request naming resources the view
 // does not hold is answered with those it does hold, and again when the
-// missing ones appear. Nothing is sent for a type until the producer has
+// missing ones appear. For EDS and RDS, once a stream holds resources, a
+// response carries only the ones whose version changed (the others are
+// still counted in its version). Nothing is sent for a type until the producer has
 // published a Set of that type for the node. A SotW response version is the
 // digest of the names and versions sent, so an unchanged view is never resent.
 //
@@ -526,6 +528,13 @@ func (c *Cache) recordNACK(n *node, typeURL, version, nonce, msg string) {
 	c.log.Warn("proxy rejected xDS response", "node", n.id, "type", typeURL, "version", version, "nonce", nonce, "error", msg)
 }
 
+// partialTypes are the type URLs whose SotW responses may carry only the
+// resources that changed.
+var partialTypes = map[string]bool{
+	"type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment": true,
+	"type.googleapis.com/envoy.config.route.v3.RouteConfiguration":       true,
+}
+
 // wildcardKey is the one entry of the returned-resources map of a SotW
 // wildcard response; no resource name starts with a NUL byte.
 const wildcardKey = "\x00wildcard-version"
@@ -560,11 +569,25 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 			return false
 		}
 		slices.SortFunc(sel, func(a, b *Resource) int { return compareStrings(a.name, b.name) })
+		// EDS and RDS are not "all resources required" types: once a
+		// stream holds them, a response need carry only those that changed
+		// (the xDS protocol allows it and Envoy and gRPC rely on it), so a
+		// one-endpoint change costs one ClusterLoadAssignment per proxy.
+		partial := len(returned) > 0 && len(returned) <= len(sel) && partialTypes[w.req.GetTypeUrl()]
 		var d uint64
-		anys := make([]*anypb.Any, len(sel))
-		for i, r := range sel {
+		anys := make([]*anypb.Any, 0, len(sel))
+		for _, r := range sel {
 			d += r.digest
-			anys[i] = r.any
+			if v, ok := returned[r.name]; partial && ok && v == r.version {
+				continue
+			}
+			anys = append(anys, r.any)
+		}
+		if partial && len(anys) == 0 {
+			// Only names went away: send the full subset so the change shows.
+			for _, r := range sel {
+				anys = append(anys, r.any)
+			}
 		}
 		resp = &sotwResponse{req: w.req, version: digestString(d), anys: anys, returned: versionMap(sel)}
 	}

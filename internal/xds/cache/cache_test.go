@@ -488,3 +488,32 @@ func TestConcurrentPublishConverges(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestSotWEDSCarriesOnlyChangedResources: once a stream holds EDS
+// resources, a change sends only the changed ClusterLoadAssignment (xDS
+// allows it for EDS and RDS), while CDS always carries its whole set.
+func TestSotWEDSCarriesOnlyChangedResources(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	eds := mustSet(t, mustResource(t, c, "a", cla("a", 1000, 1)), mustResource(t, c, "b", cla("b", 2000, 1)), mustResource(t, c, "c", cla("c", 3000, 1)))
+	mustPublish(t, c, "n1", resource.EndpointType, eds)
+	a := newADSClient(t, conn, "n1")
+	names := []string{"a", "b", "c"}
+	a.send(resource.EndpointType, names, "", "", nil)
+	first := a.recv()
+	if diff := cmp.Diff([]string{"a/1", "b/1", "c/1"}, respNames(t, first)); diff != "" {
+		t.Fatalf("first EDS response (-want +got):\n%s", diff)
+	}
+	a.ack(first, names)
+	eds2, _ := eds.With(mustResource(t, c, "b", cla("b", 2000, 2)))
+	mustPublish(t, c, "n1", resource.EndpointType, eds2)
+	second := a.recv()
+	if diff := cmp.Diff([]string{"b/2"}, respNames(t, second)); diff != "" {
+		t.Errorf("EDS after one change (-want +got):\n%s", diff)
+	}
+	if second.GetVersionInfo() == first.GetVersionInfo() {
+		t.Error("version unchanged")
+	}
+	a.ack(second, names)
+	a.expectNothing(200 * time.Millisecond)
+}
