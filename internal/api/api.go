@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
@@ -52,6 +53,13 @@ func New(log *slog.Logger, version string, cat Catalog, providers Providers) *Se
 	s.mux.HandleFunc("GET /api/v1/services", s.listServices)
 	s.mux.HandleFunc("GET /api/v1/services/{namespace}/{name}/endpoints", s.serviceEndpoints)
 	s.mux.HandleFunc("GET /api/v1/providers", s.listProviders)
+	// Profiles for diagnosing the server (the debug address is loopback
+	// by default and carries no secrets).
+	s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	s.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+	s.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	s.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+	s.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
 	s.mux.HandleFunc("/", s.notFound)
 	return s
 }

@@ -462,6 +462,11 @@ func (s *Server) Serve(ctx context.Context, addr string, tlsCfg *tls.Config, rea
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.MaxConcurrentStreams(64),
+		// Thousands of mostly idle streams: small per-connection buffers,
+		// and the write buffer returned to a pool after each flush.
+		grpc.ReadBufferSize(8<<10),
+		grpc.WriteBufferSize(16<<10),
+		grpc.SharedWriteBuffer(true),
 	)
 	s.Register(ctx, g)
 	s.log.Info("xDS listening", "address", ln.Addr().String())
