@@ -31,6 +31,9 @@ type staticProvider struct {
 	// debounce is how long edits settle before the file is re-read; poll is
 	// the safety-net re-read interval for filesystems without inotify.
 	debounce, poll time.Duration
+	// maxDelay bounds how long a stream of events (a busy directory) can
+	// postpone the re-read.
+	maxDelay time.Duration
 
 	mu      sync.Mutex
 	file    string
@@ -45,7 +48,7 @@ type staticProvider struct {
 var _ provider.Provider = (*staticProvider)(nil)
 
 func newStaticProvider(log *slog.Logger) *staticProvider {
-	return &staticProvider{log: log, debounce: 100 * time.Millisecond, poll: 10 * time.Second, subs: map[*subscriber]struct{}{}}
+	return &staticProvider{log: log, debounce: 20 * time.Millisecond, maxDelay: 200 * time.Millisecond, poll: 10 * time.Second, subs: map[*subscriber]struct{}{}}
 }
 
 type staticConfig struct {
@@ -206,7 +209,10 @@ func (p *staticProvider) follow(ctx context.Context, watcher *fsnotify.Watcher) 
 	defer watcher.Close()
 	poll := time.NewTicker(p.poll)
 	defer poll.Stop()
-	var settle <-chan time.Time
+	var (
+		settle <-chan time.Time
+		first  time.Time // the first event since the last re-read
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -218,7 +224,11 @@ func (p *staticProvider) follow(ctx context.Context, watcher *fsnotify.Watcher) 
 			// Any change in the directory may be ours (renames, symlink
 			// swaps); reading an unchanged file is a no-op.
 			_ = ev.Name
-			settle = time.After(p.debounce)
+			now := time.Now()
+			if settle == nil {
+				first = now
+			}
+			settle = time.After(min(p.debounce, max(0, first.Add(p.maxDelay).Sub(now))))
 		case err, ok := <-watcher.Errors:
 			if !ok {
 				return
