@@ -52,9 +52,16 @@ func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor) *clusterv3
 	c := &clusterv3.Cluster{
 		Name:                 ClusterName(info.Service, f),
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads(), ServiceName: EDSName(info.Service)},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads()},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
 		TransportSocket:      b.transportSocket(upstreamTLS(f, []string{info.ServiceAccount.SPIFFEID(m.TrustDomain)}, info.Hostname())),
+	}
+	// Envoy asks for the cluster's name when service_name is empty; the
+	// gRPC cluster's name differs from the EDS name it shares. Leaving out
+	// what is implied keeps a 10,000-cluster CDS response under gRPC's
+	// 4 MiB message limit.
+	if name := EDSName(info.Service); name != c.Name {
+		c.EdsClusterConfig.ServiceName = name
 	}
 	if f == Envoy {
 		c.ConnectTimeout = durationpb.New(connectTimeout)

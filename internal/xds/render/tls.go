@@ -97,8 +97,8 @@ func upstreamTLS(f Flavor, spiffeIDs []string, sni string) *tlsv3.UpstreamTlsCon
 			Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: id}},
 		})
 	}
+	_ = sni // the upstream's inbound listener has one filter chain: no SNI needed (and each cluster 25 bytes smaller)
 	return &tlsv3.UpstreamTlsContext{
-		Sni: sni,
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sds(ServiceCertSecret)},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
