@@ -54,7 +54,7 @@ func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor) *clusterv3
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads()},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
-		TransportSocket:      b.transportSocket(upstreamTLS(f, []string{info.ServiceAccount.SPIFFEID(m.TrustDomain)}, info.Hostname())),
+		TransportSocket:      b.transportSocket(upstreamTLS(f, []string{info.ServiceAccount.SPIFFEID(m.TrustDomain)}, hasHTTP(info))),
 	}
 	// Envoy asks for the cluster's name when service_name is empty; the
 	// gRPC cluster's name differs from the EDS name it shares. Leaving out
@@ -65,6 +65,8 @@ func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor) *clusterv3
 	}
 	if f == Envoy {
 		c.ConnectTimeout = durationpb.New(connectTimeout)
+	}
+	if f == Envoy && hasHTTP(info) {
 		// The upstream is an Envoy inbound listener that speaks HTTP/1.1
 		// and HTTP/2; ALPN picks, so gRPC keeps HTTP/2 end to end.
 		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOpts: b.any(&httpv3.HttpProtocolOptions{
@@ -145,4 +147,15 @@ func LoadAssignments(m Mesh, p Proxy) ([]*endpointv3.ClusterLoadAssignment, erro
 		out = append(out, cla)
 	}
 	return out, nil
+}
+
+// hasHTTP reports whether a service has an HTTP or gRPC port (a TCP-only
+// upstream needs no HTTP protocol options or ALPN).
+func hasHTTP(info spec.ServiceInfo) bool {
+	for _, p := range info.Ports {
+		if isHTTP(p) {
+			return true
+		}
+	}
+	return false
 }

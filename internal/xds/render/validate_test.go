@@ -164,7 +164,7 @@ func TestValidateRejects(t *testing.T) {
 		}, `Any "type.googleapis.com/no.such.Filter"`},
 		{"upstream TLS by certificate provider in Envoy", Envoy, envoy, func(t *testing.T, s set) set {
 			c := s.find(t, v1Cluster).(*clusterv3.Cluster)
-			c.TransportSocket.ConfigType = &corev3.TransportSocket_TypedConfig{TypedConfig: mustAnyT(t, upstreamTLS(GRPC, []string{"spiffe://osm.local/ns/default/sa/bookstore"}, ""))}
+			c.TransportSocket.ConfigType = &corev3.TransportSocket_TypedConfig{TypedConfig: mustAnyT(t, upstreamTLS(GRPC, []string{"spiffe://osm.local/ns/default/sa/bookstore"}, true))}
 			return s
 		}, "Envoy TLS must take its certificate and CA by SDS"},
 		{"api listener in Envoy", Envoy, envoy, func(t *testing.T, s set) set {
@@ -189,7 +189,7 @@ func TestValidateRejects(t *testing.T) {
 		}, "endpoint 127.0.10.3:14001 appears twice"},
 		{"gRPC: SDS", GRPC, grpc, func(t *testing.T, s set) set {
 			c := s.find(t, grpcV1).(*clusterv3.Cluster)
-			c.TransportSocket.ConfigType = &corev3.TransportSocket_TypedConfig{TypedConfig: mustAnyT(t, upstreamTLS(Envoy, []string{"spiffe://osm.local/ns/default/sa/bookstore"}, ""))}
+			c.TransportSocket.ConfigType = &corev3.TransportSocket_TypedConfig{TypedConfig: mustAnyT(t, upstreamTLS(Envoy, []string{"spiffe://osm.local/ns/default/sa/bookstore"}, true))}
 			return s
 		}, "gRPC TLS must use certificate provider instance"},
 		{"gRPC: secrets", GRPC, grpc, func(t *testing.T, s set) set {
