@@ -97,6 +97,7 @@ var (
 type Store interface {
 	Get(ctx context.Context, key string) ([]byte, uint64, error)
 	List(ctx context.Context, prefix string) ([]store.KV, error)
+	ListVersions(ctx context.Context, prefix string) ([]store.KV, error)
 	Txn(ctx context.Context, ops ...store.Op) (bool, error)
 	Watch(ctx context.Context, prefix string) <-chan struct{}
 }

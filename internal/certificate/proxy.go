@@ -419,23 +419,32 @@ func (m *Manager) observeProxyLocked(r ProxyRecord, ver uint64, announce bool) {
 
 // syncProxies reloads every proxy record and announces changes.
 func (m *Manager) syncProxies(ctx context.Context, announce bool) error {
-	kvs, err := m.st.List(ctx, proxyPrefix)
+	// A large fleet has many records and few change: list versions only,
+	// and read the records this replica has not seen at their version.
+	kvs, err := m.st.ListVersions(ctx, proxyPrefix)
 	if err != nil {
 		return fmt.Errorf("list proxy records: %w", err)
 	}
+	var changed []store.KV
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for _, kv := range kvs {
-		// Skip records this replica has already seen at this version
-		// without decoding them: a large fleet has many, few change.
-		if old, seen := m.proxies[strings.TrimPrefix(kv.Key, proxyPrefix)]; seen && kv.Version <= old.version {
-			continue
+		if old, seen := m.proxies[strings.TrimPrefix(kv.Key, proxyPrefix)]; !seen || kv.Version > old.version {
+			changed = append(changed, kv)
+		}
+	}
+	m.mu.Unlock()
+	for _, kv := range changed {
+		val, ver, err := m.st.Get(ctx, kv.Key)
+		if err != nil {
+			return fmt.Errorf("read proxy record %s: %w", kv.Key, err)
 		}
 		var e proxyEntry
-		if err := json.Unmarshal(kv.Value, &e); err != nil {
+		if val == nil || json.Unmarshal(val, &e) != nil {
 			continue
 		}
-		m.observeProxyLocked(e.ProxyRecord, kv.Version, announce)
+		m.mu.Lock()
+		m.observeProxyLocked(e.ProxyRecord, ver, announce)
+		m.mu.Unlock()
 	}
 	return nil
 }

@@ -87,6 +87,15 @@ func (b *Bolt) Get(ctx context.Context, key string) (value []byte, version uint6
 
 // List implements Store.
 func (b *Bolt) List(ctx context.Context, prefix string) ([]KV, error) {
+	return b.list(ctx, prefix, true)
+}
+
+// ListVersions implements Store.
+func (b *Bolt) ListVersions(ctx context.Context, prefix string) ([]KV, error) {
+	return b.list(ctx, prefix, false)
+}
+
+func (b *Bolt) list(ctx context.Context, prefix string, values bool) ([]KV, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -95,8 +104,14 @@ func (b *Bolt) List(ctx context.Context, prefix string) ([]KV, error) {
 		c := tx.Bucket(bucket).Cursor()
 		p := []byte(prefix)
 		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
-			val, ver := decode(v)
-			out = append(out, KV{Key: string(k), Value: val, Version: ver})
+			kv := KV{Key: string(k)}
+			if len(v) >= 8 {
+				kv.Version = binary.BigEndian.Uint64(v[:8])
+			}
+			if values {
+				kv.Value, _ = decode(v)
+			}
+			out = append(out, kv)
 		}
 		return nil
 	})

@@ -50,6 +50,15 @@ func (m *Memory) List(ctx context.Context, prefix string) ([]KV, error) {
 	return out, nil
 }
 
+// ListVersions implements Store.
+func (m *Memory) ListVersions(ctx context.Context, prefix string) ([]KV, error) {
+	kvs, err := m.List(ctx, prefix)
+	for i := range kvs {
+		kvs[i].Value = nil
+	}
+	return kvs, err
+}
+
 // CompareAndSwap implements Store.
 func (m *Memory) CompareAndSwap(ctx context.Context, key string, version uint64, value []byte) (uint64, bool, error) {
 	ok, err := m.Txn(ctx, Set(key, version, value))

@@ -75,6 +75,9 @@ type Store interface {
 	Get(ctx context.Context, key string) (value []byte, version uint64, err error)
 	// List returns every key with the prefix, in key order.
 	List(ctx context.Context, prefix string) ([]KV, error)
+	// ListVersions is List without the values (nil): for callers that
+	// only need to know what changed, without copying every value.
+	ListVersions(ctx context.Context, prefix string) ([]KV, error)
 	// CompareAndSwap writes value if key is at version (0: absent) and
 	// returns the new version; ok is false, with a nil error, when the
 	// version did not match.

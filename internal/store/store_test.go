@@ -112,6 +112,10 @@ func TestListPrefixOrdered(t *testing.T) {
 		if diff := cmp.Diff([]string{"b/1=b/1", "b/2=b/2"}, got); diff != "" {
 			t.Errorf("List(b/) (-want +got):\n%s", diff)
 		}
+		vs, err := s.ListVersions(ctx, "b/")
+		if err != nil || len(vs) != 2 || vs[0].Key != "b/1" || vs[0].Value != nil || vs[0].Version != kvs[0].Version || vs[1].Version != kvs[1].Version {
+			t.Errorf("ListVersions(b/) = %+v, %v; want b/1 and b/2 with List's versions and no values", vs, err)
+		}
 	})
 }
 

@@ -464,7 +464,7 @@ func (s *Server) Serve(ctx context.Context, addr string, tlsCfg *tls.Config, rea
 		grpc.MaxConcurrentStreams(64),
 		// Thousands of mostly idle streams: small per-connection buffers,
 		// and the write buffer returned to a pool after each flush.
-		grpc.ReadBufferSize(8<<10),
+		grpc.ReadBufferSize(0), // no bufio reader per connection: TLS already buffers records
 		grpc.WriteBufferSize(16<<10),
 		grpc.SharedWriteBuffer(true),
 	)
