@@ -367,6 +367,10 @@ func (m *Manager) wake() {
 // ctx is done. Store errors are logged and retried with backoff: a
 // rotation loop that gives up takes the mesh down when the certificates
 // expire.
+// proxySyncDelay is how long Run lets proxy-record commits by other writers
+// accumulate before it reads them.
+const proxySyncDelay = 200 * time.Millisecond
+
 func (m *Manager) Run(ctx context.Context) error {
 	svcCh := m.st.Watch(ctx, servicePrefix)
 	proxyCh := m.st.Watch(ctx, proxyPrefix)
@@ -389,6 +393,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	var proxySync <-chan time.Time
 	for {
 		wait := m.untilNextRotation()
 		if !retryAt.IsZero() {
@@ -405,6 +410,14 @@ func (m *Manager) Run(ctx context.Context) error {
 				fail("follow service certificates", err)
 			}
 		case <-proxyCh:
+			// Local changes are announced as they are made; this follows
+			// other writers. Waiting a moment turns a burst of commits (a
+			// fleet connecting) into one pass over the records.
+			if proxySync == nil {
+				proxySync = time.After(proxySyncDelay)
+			}
+		case <-proxySync:
+			proxySync = nil
 			if err := m.syncProxies(ctx, true); err != nil && ctx.Err() == nil {
 				fail("follow proxy records", err)
 			}
