@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/osm-vm/osm-vm/internal/atomicfile"
 )
 
 // Files osm-server keeps in its data directory besides the store.
@@ -35,35 +37,8 @@ func loadOrCreateAdminToken(dataDir string) (string, error) {
 		return "", err
 	}
 	tok := hex.EncodeToString(buf)
-	if err := writeFileAtomic(path, []byte(tok+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write admin token: %w", err)
 	}
 	return tok, nil
-}
-
-// writeFileAtomic writes data to path through a synced temporary file and
-// a rename, so a crash leaves either the old or the new content.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp)
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }

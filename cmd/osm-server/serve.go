@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/osm-vm/osm-vm/internal/api"
+	"github.com/osm-vm/osm-vm/internal/atomicfile"
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/enroll"
@@ -125,7 +126,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(cfg.DataDir, caCertFile), certs.RootPEM(), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(cfg.DataDir, caCertFile), certs.RootPEM(), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", caCertFile, err)
 	}
 	log.Info("mesh CA ready", "trust_domain", certs.TrustDomain(), "ca_cert_hash", certs.CAHash())

@@ -33,9 +33,9 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/osm-vm/osm-vm/internal/agent/atomicfile"
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
 	"github.com/osm-vm/osm-vm/internal/agent/sidecar"
+	"github.com/osm-vm/osm-vm/internal/atomicfile"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 )

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/osm-vm/osm-vm/internal/agent/atomicfile"
+	"github.com/osm-vm/osm-vm/internal/atomicfile"
 )
 
 // The marker lines around the managed block.
