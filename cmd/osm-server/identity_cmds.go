@@ -11,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -45,24 +44,13 @@ func newProxyListCmd() *cobra.Command {
 			if err := adminCall(cmd.Context(), &cf, http.MethodGet, "/api/v1/proxies", &body); err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			switch output {
-			case "json":
-				return writeIndentedJSON(w, body.Items)
-			case "", "table":
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "CN\tSERVICE\tSTATE\tISSUED\tEXPIRES\tLAST SEEN")
-				for _, p := range body.Items {
-					seen := "never"
-					if !p.LastSeen.IsZero() {
-						seen = p.LastSeen.Format(time.RFC3339)
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.CN, p.Service, p.State, p.Issued.Format(time.RFC3339), p.Expires.Format(time.RFC3339), seen)
+			return printList(cmd.OutOrStdout(), output, body.Items, "CN\tSERVICE\tSTATE\tISSUED\tEXPIRES\tLAST SEEN", func(p certificate.ProxyRecord) string {
+				seen := "never"
+				if !p.LastSeen.IsZero() {
+					seen = p.LastSeen.Format(time.RFC3339)
 				}
-				return tw.Flush()
-			default:
-				return fmt.Errorf("-o %q: want table or json", output)
-			}
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", p.CN, p.Service, p.State, p.Issued.Format(time.RFC3339), p.Expires.Format(time.RFC3339), seen)
+			})
 		},
 	}
 	cf.register(cmd)

@@ -101,20 +101,9 @@ func newTokenListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			w := cmd.OutOrStdout()
-			switch output {
-			case "json":
-				return writeIndentedJSON(w, items)
-			case "", "table":
-				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tSERVICE\tSERVICE ACCOUNT\tSTATE\tUSES LEFT\tEXPIRES")
-				for _, t := range items {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d/%d\t%s\n", t.ID, t.Service, t.ServiceAccount, t.State, t.UsesLeft, t.UsesTotal, t.Expires.Format(time.RFC3339))
-				}
-				return tw.Flush()
-			default:
-				return fmt.Errorf("-o %q: want table or json", output)
-			}
+			return printList(cmd.OutOrStdout(), output, items, "ID\tSERVICE\tSERVICE ACCOUNT\tSTATE\tUSES LEFT\tEXPIRES", func(t enroll.TokenStatus) string {
+				return fmt.Sprintf("%s\t%s\t%s\t%s\t%d/%d\t%s", t.ID, t.Service, t.ServiceAccount, t.State, t.UsesLeft, t.UsesTotal, t.Expires.Format(time.RFC3339))
+			})
 		},
 	}
 	cf.register(cmd)
@@ -153,6 +142,27 @@ func fetchCA(ctx context.Context, cf *adminClientFlags) (api.CAInfo, error) {
 	var out api.CAInfo
 	err := adminCall(ctx, cf, http.MethodGet, "/api/v1/ca", &out)
 	return out, err
+}
+
+// printList writes items as JSON (-o json) or as a table (-o table, the
+// default) with header and one row per item.
+func printList[T any](w io.Writer, output string, items []T, header string, row func(T) string) error {
+	switch output {
+	case "json":
+		if items == nil {
+			items = []T{}
+		}
+		return writeIndentedJSON(w, items)
+	case "", "table":
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, header)
+		for _, it := range items {
+			fmt.Fprintln(tw, row(it))
+		}
+		return tw.Flush()
+	default:
+		return fmt.Errorf("-o %q: want table or json", output)
+	}
 }
 
 func writeIndentedJSON(w io.Writer, v any) error {
