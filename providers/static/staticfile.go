@@ -47,45 +47,50 @@ func parseFile(path string, data []byte) (map[provider.Service][]provider.Endpoi
 	if err := dec.Decode(&doc); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%s: %s", path, yamlMessage(err))
 	}
-	var root yaml.Node
-	_ = yaml.Unmarshal(data, &root)
-	svcNodes := sequenceItems(&root, "services")
+	// Line numbers are only needed for errors: the node tree (a second
+	// parse) is built on the first error, so a large good file is parsed once.
+	var svcNodes []*yaml.Node
+	nodes := func() []*yaml.Node {
+		if svcNodes == nil {
+			var root yaml.Node
+			_ = yaml.Unmarshal(data, &root)
+			svcNodes = sequenceItems(&root, "services")
+		}
+		return svcNodes
+	}
+	svcLine := func(i int) int { return lineOf(nodes(), i) }
+	epLine := func(i, j int) int { return lineOf(sequenceItems(itemNode(nodes(), i), "endpoints"), j) }
 
-	out := map[provider.Service][]provider.Endpoint{}
-	seenAt := map[provider.Service]int{}
+	out := make(map[provider.Service][]provider.Endpoint, len(doc.Services))
+	seenAt := make(map[provider.Service]int, len(doc.Services)) // service -> index
 	for i, fs := range doc.Services {
-		line := lineOf(svcNodes, i)
 		svc := provider.Service{Namespace: fs.Namespace, Name: fs.Name}
-		where := fmt.Sprintf("%s:%d: service %d", name, line, i+1)
 		if err := svc.Validate(); err != nil {
-			return nil, fmt.Errorf("%s: %w", where, err)
+			return nil, fmt.Errorf("%s:%d: service %d: %w", name, svcLine(i), i+1, err)
 		}
-		where = fmt.Sprintf("%s:%d: service %s", name, line, svc)
 		if prev, dup := seenAt[svc]; dup {
-			return nil, fmt.Errorf("%s is listed twice (first at line %d); merge the two entries", where, prev)
+			return nil, fmt.Errorf("%s:%d: service %s is listed twice (first at line %d); merge the two entries", name, svcLine(i), svc, svcLine(prev))
 		}
-		seenAt[svc] = line
-		epNodes := sequenceItems(itemNode(svcNodes, i), "endpoints")
+		seenAt[svc] = i
 		eps := make([]provider.Endpoint, 0, len(fs.Endpoints))
-		seen := map[netip.AddrPort]int{}
+		seen := make(map[netip.AddrPort]int, len(fs.Endpoints)) // address -> index
 		for j, fe := range fs.Endpoints {
-			eline := lineOf(epNodes, j)
-			at := fmt.Sprintf("%s:%d: service %s endpoint %d", name, eline, svc, j+1)
+			at := func() string { return fmt.Sprintf("%s:%d: service %s endpoint %d", name, epLine(i, j), svc, j+1) }
 			ip, err := netip.ParseAddr(fe.IP)
 			if err != nil {
-				return nil, fmt.Errorf("%s: ip %q is not an IPv4 or IPv6 address", at, fe.IP)
+				return nil, fmt.Errorf("%s: ip %q is not an IPv4 or IPv6 address", at(), fe.IP)
 			}
 			if ip.Zone() != "" {
-				return nil, fmt.Errorf("%s: ip %q has an IPv6 zone; zones are not supported", at, fe.IP)
+				return nil, fmt.Errorf("%s: ip %q has an IPv6 zone; zones are not supported", at(), fe.IP)
 			}
 			if fe.Port < 1 || fe.Port > 65535 {
-				return nil, fmt.Errorf("%s: port %d is out of range 1-65535", at, fe.Port)
+				return nil, fmt.Errorf("%s: port %d is out of range 1-65535", at(), fe.Port)
 			}
 			ap := netip.AddrPortFrom(ip, uint16(fe.Port))
 			if prev, dup := seen[ap]; dup {
-				return nil, fmt.Errorf("%s: %s is listed twice (first at line %d)", at, ap, prev)
+				return nil, fmt.Errorf("%s: %s is listed twice (first at line %d)", at(), ap, epLine(i, prev))
 			}
-			seen[ap] = eline
+			seen[ap] = j
 			eps = append(eps, provider.Endpoint{IP: ip, Port: uint16(fe.Port), Labels: fe.Labels})
 		}
 		out[svc] = eps
