@@ -42,6 +42,8 @@ test: fmt-check vet test-deps
 test-deps:
 	@command -v systemd-analyze >/dev/null || { echo "installing systemd-analyze (Debian systemd) for the unit-file tests"; \
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends systemd; }
+	@command -v openssl >/dev/null || { echo "installing openssl for the certificate cross-checks"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends openssl; }
 
 fmt-check:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.tools/*')); \
