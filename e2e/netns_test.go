@@ -300,8 +300,11 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 	srv := m.hosts["server"]
 
 	m.writeEndpoints(true)
-	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s:15090\napiAddress: %s:15443\nxdsAddress: %s:15128\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
-		filepath.Join(m.dir, "server"), m.bin, srv.ip, srv.ip, srv.ip, filepath.Join(m.dir, "endpoints.yaml"))
+	// xDS on the wildcard address, the default operators get: the server
+	// must tell each agent the address that agent reached it on. (The
+	// wildcard is inside the server's own test namespace.)
+	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s:15090\napiAddress: %s:15443\nxdsAddress: 0.0.0.0:15128\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
+		filepath.Join(m.dir, "server"), m.bin, srv.ip, srv.ip, filepath.Join(m.dir, "endpoints.yaml"))
 	if err := os.WriteFile(filepath.Join(m.dir, "server.yaml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -343,6 +346,9 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 			_, e2 := os.Stat(filepath.Join(dir, "service.crt"))
 			return e1 == nil && e2 == nil
 		})
+		if b, _ := os.ReadFile(filepath.Join(dir, "grpc-bootstrap.json")); !strings.Contains(string(b), srv.ip+":15128") {
+			t.Fatalf("%s's gRPC bootstrap does not name the server's xDS address %s:15128 (the server listens on 0.0.0.0):\n%s", mc.service, srv.ip, b)
+		}
 		var appArgs []string
 		switch mc.app {
 		case "bookstore":
@@ -360,6 +366,20 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 		m.run(h, mc.service+"-app", env, stdout, filepath.Join(m.bin, mc.app), appArgs...)
 	}
 	m.wait("five proxies connected", 30*time.Second, func() bool { return len(m.connected()) == 5 })
+
+	t.Run("enrollment from another host names the xDS address that host can reach", func(t *testing.T) {
+		lines := strings.Split(strings.TrimSpace(m.admin("token", "create", "--service", "bookbuyer", "--join-server", "https://"+srv.ip+":15443")), "\n")
+		join := strings.Fields(lines[len(lines)-1]) // the join command; the line before it is the note on stderr
+		buyer := m.hosts["bookbuyer"]
+		args := append([]string{"netns", "exec", buyer.ns, filepath.Join(m.bin, "osm-agent")}, join[1:]...)
+		out, err := exec.Command("ip", append(args, "--data-dir", filepath.Join(m.dir, "extra-agent"))...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("osm-agent enroll from the bookbuyer host: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), srv.ip+":15128") {
+			t.Errorf("enrollment answered with an xDS address other than %s:15128 (the server listens on 0.0.0.0:15128):\n%s", srv.ip, out)
+		}
+	})
 
 	t.Run("the 80/20 split holds across hosts", func(t *testing.T) {
 		m.window(20, 30*time.Second) // warm-up

@@ -37,7 +37,7 @@ func newEnrollServer(t *testing.T) *enrollServer {
 	s := &enrollServer{ca: enrolltest.NewCA(t, "osm mesh root"), tokens: enroll.NewTokens(st, nil)}
 	s.iss = enrolltest.NewIssuer(s.ca, st)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewUnstartedServer(enroll.NewHandler(log, s.tokens, s.iss, "127.0.0.1:15128", enrolltest.ErrRevoked, enrolltest.ErrNotFound))
+	srv := httptest.NewUnstartedServer(enroll.NewHandler(log, s.tokens, s.iss, func(string) string { return "127.0.0.1:15128" }, enrolltest.ErrRevoked, enrolltest.ErrNotFound))
 	srv.TLS = s.ca.ServerTLS(t)
 	srv.StartTLS()
 	t.Cleanup(srv.Close)

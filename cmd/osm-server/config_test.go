@@ -122,3 +122,21 @@ func TestValidate(t *testing.T) {
 		t.Errorf("good config: %v", err)
 	}
 }
+
+func TestXDSAddressFor(t *testing.T) {
+	for _, tc := range []struct {
+		configured, host, want string
+	}{
+		{"0.0.0.0:15128", "osm.example.com:15443", "osm.example.com:15128"},
+		{"0.0.0.0:15128", "10.0.0.5:15443", "10.0.0.5:15128"},
+		{"[::]:15128", "[2001:db8::5]:15443", "[2001:db8::5]:15128"},
+		{":15128", "osm.example.com", "osm.example.com:15128"},
+		{"0.0.0.0:15128", "", "127.0.0.1:15128"},
+		{"10.0.0.5:15128", "osm.example.com:15443", "10.0.0.5:15128"},
+		{"xds.example.com:15128", "10.0.0.5:15443", "xds.example.com:15128"},
+	} {
+		if got := xdsAddressFor(tc.configured)(tc.host); got != tc.want {
+			t.Errorf("xdsAddressFor(%q)(%q) = %q, want %q", tc.configured, tc.host, got, tc.want)
+		}
+	}
+}

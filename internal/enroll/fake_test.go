@@ -65,7 +65,7 @@ func newTestEnv(t testing.TB, configure ...func(*testEnv)) *testEnv {
 		f(e)
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	api := NewHandler(log, e.tokens, e.issuer, testXDS, enrolltest.ErrRevoked, enrolltest.ErrNotFound)
+	api := NewHandler(log, e.tokens, e.issuer, func(string) string { return testXDS }, enrolltest.ErrRevoked, enrolltest.ErrNotFound)
 	mux.Handle("/api/v1/enroll", api)
 	mux.Handle("/api/v1/renew", api)
 	mux.Handle("/api/v1/tokens", NewTokenAdminHandler(log, e.tokens))

@@ -99,11 +99,13 @@ const maxSpendAttempts = 5
 //	POST /api/v1/enroll  EnrollRequest -> CertificateResponse
 //	POST /api/v1/renew   RenewRequest  -> CertificateResponse (mTLS: the current proxy certificate)
 //
-// xdsAddress is returned to enrolled agents. refused lists the Issuer's
+// xdsAddress returns the xDS address to give an agent that reached this
+// API with the given Host header (a server listening on a wildcard address
+// answers with the host the agent used). refused lists the Issuer's
 // sentinel errors (such as certificate.ErrRevoked and
 // certificate.ErrNotFound) that mean "this proxy may not renew": RenewProxy
 // errors matching one of them answer 403 Refused, others 500.
-func NewHandler(log *slog.Logger, tokens *Tokens, iss Issuer, xdsAddress string, refused ...error) http.Handler {
+func NewHandler(log *slog.Logger, tokens *Tokens, iss Issuer, xdsAddress func(host string) string, refused ...error) http.Handler {
 	h := &handler{log: log, tokens: tokens, iss: iss, xds: xdsAddress, refused: refused}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/enroll", h.enroll)
@@ -115,7 +117,7 @@ type handler struct {
 	log     *slog.Logger
 	tokens  *Tokens
 	iss     Issuer
-	xds     string
+	xds     func(host string) string
 	refused []error
 }
 
@@ -169,7 +171,7 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			h.log.Info("proxy enrolled", "identity", cn, "token", tok.ID, "usesLeft", spent.UsesLeft, "remote", r.RemoteAddr)
-			writeJSON(w, http.StatusOK, CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds})
+			writeJSON(w, http.StatusOK, CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds(r.Host)})
 			return
 		}
 		// Someone may have spent the token first: if its version moved,
@@ -251,7 +253,7 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("proxy certificate renewed", "identity", cn, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds})
+	writeJSON(w, http.StatusOK, CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds(r.Host)})
 }
 
 func (h *handler) internal(w http.ResponseWriter, what string, err error) {
