@@ -4,9 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -69,7 +67,7 @@ type Publisher struct {
 	groups    map[groupKey]*group
 	nodes     map[string]*node
 	connected map[mesh.MeshService]map[netip.Addr]int // advertise addresses of connected proxies
-	eds       map[mesh.MeshService]*edsEntry
+	eds       map[mesh.MeshService]*cache.Resource // dropped when the service's endpoints, its connected proxies or the rule change
 	secrets   map[mesh.ServiceAccount]*cache.Set
 	// interned holds one Resource per content, so groups that render the
 	// same resource (every caller's cluster for a popular upstream) share
@@ -116,11 +114,6 @@ type node struct {
 
 type internKey struct{ typeURL, name, version string }
 
-type edsEntry struct {
-	key string // what it was built from
-	res *cache.Resource
-}
-
 // NewPublisher returns a publisher; Run starts it.
 func NewPublisher(log *slog.Logger, c *cache.Cache, sp SpecSource, eps EndpointSource, certs CertSource, trustDomain string) *Publisher {
 	return &Publisher{
@@ -129,7 +122,7 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, sp SpecSource, eps EndpointS
 		groups:    map[groupKey]*group{},
 		nodes:     map[string]*node{},
 		connected: map[mesh.MeshService]map[netip.Addr]int{},
-		eds:       map[mesh.MeshService]*edsEntry{},
+		eds:       map[mesh.MeshService]*cache.Resource{},
 		secrets:   map[mesh.ServiceAccount]*cache.Set{},
 		errs:      map[string]string{},
 		interned:  map[internKey]*cache.Resource{},
@@ -209,6 +202,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		case <-graceOver:
 			// From now on only connected proxies' endpoints are sent.
 			p.graceEnd = time.Time{}
+			clear(p.eds)
 			all := map[mesh.MeshService]bool{}
 			for _, svc := range p.catSnap.Services() {
 				all[svc] = true
@@ -294,6 +288,9 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 	}
 	for sa := range rotated {
 		delete(p.secrets, sa)
+	}
+	for svc := range changedEDS {
+		delete(p.eds, svc)
 	}
 	if len(changedEDS) > 0 {
 		p.publishEDS(changedEDS)
@@ -394,11 +391,11 @@ func (p *Publisher) mesh() render.Mesh {
 	return render.Mesh{Spec: p.specSnap, Endpoints: p.participants, TrustDomain: p.trustDomain}
 }
 
-// edsResource returns the (shared) ClusterLoadAssignment of svc.
+// edsResource returns the (shared) ClusterLoadAssignment of svc, built
+// once until pass drops it.
 func (p *Publisher) edsResource(svc mesh.MeshService) (*cache.Resource, error) {
-	key := fmt.Sprint(p.catalogVersion(svc), p.specSnap.RequireConnectedProxy() && !p.inGrace(), p.connectedKey(svc))
-	if e := p.eds[svc]; e != nil && e.key == key {
-		return e.res, nil
+	if res := p.eds[svc]; res != nil {
+		return res, nil
 	}
 	cla, err := render.ClusterLoadAssignment(p.mesh(), svc)
 	if err != nil {
@@ -411,28 +408,8 @@ func (p *Publisher) edsResource(svc mesh.MeshService) (*cache.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.eds[svc] = &edsEntry{key: key, res: res}
+	p.eds[svc] = res
 	return res, nil
-}
-
-func (p *Publisher) catalogVersion(svc mesh.MeshService) uint64 {
-	if se, ok := p.catSnap.Endpoints(svc); ok {
-		return se.Version
-	}
-	return 0
-}
-
-func (p *Publisher) connectedKey(svc mesh.MeshService) string {
-	if !p.specSnap.RequireConnectedProxy() || p.inGrace() {
-		return ""
-	}
-	addrs := slices.SortedFunc(maps.Keys(p.connected[svc]), netip.Addr.Compare)
-	var b strings.Builder
-	for _, a := range addrs {
-		b.WriteString(a.String())
-		b.WriteByte(',')
-	}
-	return b.String()
 }
 
 // publishEDS rebuilds the changed services' endpoints and publishes them
