@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -45,7 +46,7 @@ func docCommands(t *testing.T) map[string][]string {
 					}
 					// "osm-server token/proxy/ca" names several subcommands.
 					for _, sub := range strings.Split(fs[1], "/") {
-						out[f+":"+itoa(lineNo)+" `"+fs[0]+" "+sub+"`"] = append([]string{fs[0], sub}, fs[2:]...)
+						out[f+":"+strconv.Itoa(lineNo)+" `"+fs[0]+" "+sub+"`"] = append([]string{fs[0], sub}, fs[2:]...)
 					}
 				}
 				continue
@@ -68,7 +69,7 @@ func docCommands(t *testing.T) map[string][]string {
 			}
 			switch filepath.Base(fields[0]) {
 			case "osm-server", "osm-agent":
-				out[f+":"+itoa(lineNo)] = fields
+				out[f+":"+strconv.Itoa(lineNo)] = fields
 			}
 		}
 		fh.Close()
@@ -84,15 +85,6 @@ func inlineSpans(line string) []string {
 		out = append(out, parts[i])
 	}
 	return out
-}
-
-func itoa(n int) string {
-	b := []byte{}
-	for n > 0 || len(b) == 0 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-		n /= 10
-	}
-	return string(b)
 }
 
 // TestDocsCommandsParse: every osm-server and osm-agent command shown in

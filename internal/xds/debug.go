@@ -3,6 +3,7 @@ package xds
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -52,13 +53,7 @@ func (d Debug) Config(proxy string) (json.RawMessage, error) {
 	if view == nil {
 		return nil, fmt.Errorf("no configuration published for proxy %q (GET /debug/proxies lists the connected ones)", proxy)
 	}
-	types := slices.Sorted(func(yield func(string) bool) {
-		for t := range view {
-			if !yield(t) {
-				return
-			}
-		}
-	})
+	types := slices.Sorted(maps.Keys(view))
 	var b strings.Builder
 	b.WriteString("{")
 	for i, t := range types {

@@ -67,7 +67,7 @@ type Publisher struct {
 	groups    map[groupKey]*group
 	nodes     map[string]*node
 	connected map[mesh.MeshService]map[netip.Addr]int // advertise addresses of connected proxies
-	eds       map[mesh.MeshService]*cache.Resource // dropped when the service's endpoints, its connected proxies or the rule change
+	eds       map[mesh.MeshService]*cache.Resource    // dropped when the service's endpoints, its connected proxies or the rule change
 	secrets   map[mesh.ServiceAccount]*cache.Set
 	// interned holds one Resource per content, so groups that render the
 	// same resource (every caller's cluster for a popular upstream) share

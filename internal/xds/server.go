@@ -24,6 +24,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -123,18 +124,8 @@ func (s *Server) Proxies() []Proxy {
 	for _, p := range s.proxies {
 		out = append(out, *p)
 	}
-	slices.SortFunc(out, func(a, b Proxy) int { return compareString(a.NodeID, b.NodeID) })
+	slices.SortFunc(out, func(a, b Proxy) int { return strings.Compare(a.NodeID, b.NodeID) })
 	return out
-}
-
-func compareString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // ErrRevoked is the cause given to streams ended by Disconnect.

@@ -248,9 +248,6 @@ func (o outbound) services() []mesh.MeshService {
 }
 
 // allows reports whether src may call dst at all.
-func allows(s *spec.Snapshot, dst mesh.MeshService, src mesh.ServiceAccount) bool {
-	return s.Allows(src, dst)
-}
 
 // plan returns the upstream ports the proxy's service may call, ordered by
 // service and port. The gRPC flavour skips TCP ports.
@@ -265,14 +262,14 @@ func plan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 		if !ok {
 			continue
 		}
-		base := outbound{info: info, direct: allows(m.Spec, svc, src)}
+		base := outbound{info: info, direct: m.Spec.Allows(src, svc)}
 		if sp, ok := m.Spec.Split(svc); ok {
 			total := 0
 			for _, b := range sp.Backends {
 				if b.Weight > 0 {
 					total++
 				}
-				if b.Weight <= 0 || !allows(m.Spec, b.Service, src) {
+				if b.Weight <= 0 || !m.Spec.Allows(src, b.Service) {
 					continue
 				}
 				if _, ok := m.Spec.Service(b.Service); !ok {
