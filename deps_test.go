@@ -39,6 +39,8 @@ var rules = []rule{
 		why: "the xDS cache knows node IDs, type URLs and resources, not services or policies"},
 	{pkg: module + "/internal/spec/...", forbid: []string{"github.com/envoyproxy/...", module + "/internal/xds/...", module + "/internal/catalog/..."},
 		why: "the mesh specification stays free of Envoy so other front ends can be added"},
+	{pkg: module + "/internal/cli", forbid: []string{module + "/..."}, allow: []string{module + "/internal/cli"},
+		why: "the commands' shared edge (logger flags, version) imports nothing of ours"},
 	{pkg: module + "/internal/atomicfile", forbid: []string{module + "/..."}, allow: []string{module + "/internal/atomicfile"},
 		why: "atomic file replacement is a leaf, shared by the server and the agent"},
 	{pkg: module + "/internal/store", forbid: []string{module + "/..."}, allow: []string{module + "/internal/store"},

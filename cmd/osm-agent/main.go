@@ -14,10 +14,11 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/osm-vm/osm-vm/internal/cli"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -64,16 +65,6 @@ func newVersionCmd(stdout io.Writer) *cobra.Command {
 	}
 }
 
-func buildVersion() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "dev"
-}
-
 // commandLogger returns the logger for the root's --log-format and
 // --log-level, writing to w.
 func commandLogger(cmd *cobra.Command, w io.Writer) (*slog.Logger, error) {
@@ -85,22 +76,7 @@ func commandLogger(cmd *cobra.Command, w io.Writer) (*slog.Logger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newLogger(w, format, level)
+	return cli.NewLogger(w, format, level)
 }
 
-// newLogger returns the process logger for --log-format and --log-level.
-func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: lvl}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
-	default:
-		return nil, fmt.Errorf("--log-format %q: want text or json", format)
-	}
-}
+func buildVersion() string { return cli.Version(version) }

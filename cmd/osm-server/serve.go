@@ -22,6 +22,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/atomicfile"
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/certificate"
+	"github.com/osm-vm/osm-vm/internal/cli"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
@@ -45,7 +46,7 @@ the directory holding osm-server, the debug API on 127.0.0.1:15090. Flags
 override the matching keys of the config file.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := newLogger(stderr, logFormat, logLevel)
+			log, err := cli.NewLogger(stderr, logFormat, logLevel)
 			if err != nil {
 				return err
 			}
