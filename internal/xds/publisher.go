@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -524,7 +523,7 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 	}
 	lds := make([]*cache.Resource, 0, len(listeners))
 	for _, l := range listeners {
-		if r := g.shared[l.GetName()]; r != nil && !perAddress(l.GetName()) {
+		if r := g.shared[l.GetName()]; r != nil && !render.PerProxy(l.GetName()) {
 			lds = append(lds, r)
 			continue
 		}
@@ -532,7 +531,7 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 		if err != nil {
 			return err
 		}
-		if !perAddress(l.GetName()) {
+		if !render.PerProxy(l.GetName()) {
 			r = p.intern(r)
 			g.shared[l.GetName()] = r
 		}
@@ -569,10 +568,6 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 	return nil
 }
 
-// perAddress reports whether a listener depends on the proxy's address.
-func perAddress(name string) bool {
-	return strings.HasPrefix(name, "inbound|") || strings.HasPrefix(name, "grpc/server?")
-}
 
 func (p *Publisher) validate(f render.Flavor, sets ...*cache.Set) error {
 	var msgs []proto.Message

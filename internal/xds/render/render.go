@@ -166,6 +166,14 @@ func GRPCServerListenerName(addr netip.AddrPort) string {
 	return fmt.Sprintf(GRPCServerListenerTemplate, addr.String())
 }
 
+// PerProxy reports whether the listener named name depends on the
+// individual proxy (its address): the inbound listeners of Envoy and the
+// server listeners of gRPC. Every other resource is the same for all
+// proxies of one service and flavour.
+func PerProxy(name string) bool {
+	return strings.HasPrefix(name, "inbound|") || strings.HasPrefix(name, strings.SplitN(GRPCServerListenerTemplate, "%s", 2)[0])
+}
+
 // APIListenerName is the gRPC API listener of svc's port: the host and
 // port of the target xds:///<svc>.<ns>.mesh:<port>.
 func APIListenerName(info spec.ServiceInfo, port int) string {

@@ -55,8 +55,9 @@ func Validate(f Flavor, resources ...proto.Message) error {
 }
 
 // Validator validates sets of resources as Validate does, and remembers
-// what checking each resource on its own found, so a resource message
-// shared by many proxies' sets (the same pointer) is walked once.
+// what checking each shared resource on its own found (not per-proxy
+// listeners, see PerProxy), so a resource message shared by many proxies'
+// sets (the same pointer) is walked once.
 // Resources must not be modified once validated. Not safe for concurrent use.
 type Validator struct {
 	flavor Flavor
@@ -99,7 +100,11 @@ func (vr *Validator) Validate(resources ...proto.Message) error {
 		refs, errs := len(v.refs), len(v.errs)
 		v.validateAll(r)
 		v.walk(r.ProtoReflect())
-		vr.memo[r] = walked{refs: slices.Clone(v.refs[refs:]), errs: slices.Clone(v.errs[errs:])}
+		// A per-proxy listener is seen once; remembering it would only
+		// grow the memo with every proxy that connects.
+		if l, ok := r.(*listenerv3.Listener); !ok || !PerProxy(l.GetName()) {
+			vr.memo[r] = walked{refs: slices.Clone(v.refs[refs:]), errs: slices.Clone(v.errs[errs:])}
+		}
 	}
 	for _, ref := range v.refs {
 		var have map[string]bool

@@ -2,6 +2,7 @@ package render
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -215,4 +216,70 @@ func TestValidateRejects(t *testing.T) {
 func grpcSetFind(t *testing.T, ms []proto.Message, label string) proto.Message {
 	t.Helper()
 	return set(ms).find(t, label)
+}
+
+// TestValidatorForgetsPerProxyListeners: a Validator shared across many
+// proxies remembers shared resources but not each proxy's own listeners,
+// so proxies connecting and reconnecting do not grow it.
+func TestValidatorForgetsPerProxyListeners(t *testing.T) {
+	m := meshOf(bookstoreSpec(t, false).Snapshot(), bookstoreEndpoints(t))
+	proxy := func(i int) Proxy {
+		return Proxy{Service: svc("bookbuyer"), Flavor: Envoy, Address: netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})}
+	}
+	// What every bookbuyer proxy shares, rendered once (one pointer each).
+	var shared []proto.Message
+	rs, _ := Routes(m, proxy(0))
+	cs, _ := Clusters(m, proxy(0))
+	es, _ := LoadAssignments(m, proxy(0))
+	ss, _ := Secrets([]byte("chain"), []byte("key"), []byte("root"))
+	for _, r := range rs {
+		shared = append(shared, r)
+	}
+	for _, c := range cs {
+		shared = append(shared, c)
+	}
+	for _, e := range es {
+		shared = append(shared, e)
+	}
+	for _, x := range ss {
+		shared = append(shared, x)
+	}
+	first, _ := Listeners(m, proxy(0))
+	for _, l := range first {
+		if !PerProxy(l.GetName()) {
+			shared = append(shared, l)
+		}
+	}
+	vr := NewValidator(Envoy)
+	for i := range 50 {
+		ls, err := Listeners(m, proxy(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := slices.Clone(shared)
+		for _, l := range ls {
+			if PerProxy(l.GetName()) {
+				set = append(set, l)
+			}
+		}
+		if err := vr.Validate(set...); err != nil {
+			t.Fatalf("proxy %d: %v", i, err)
+		}
+	}
+	if got, want := len(vr.memo), len(shared); got != want {
+		t.Errorf("after 50 proxies the validator remembers %d resources, want the %d shared ones", got, want)
+	}
+}
+
+func TestPerProxy(t *testing.T) {
+	for name, want := range map[string]bool{
+		InboundName(svc("bookstore"), 14001):                                true,
+		GRPCServerListenerName(netip.MustParseAddrPort("127.0.10.3:14001")): true,
+		"outbound|default/bookstore|14001":                                  false,
+		"bookstore.default.mesh:14001":                                      false,
+	} {
+		if got := PerProxy(name); got != want {
+			t.Errorf("PerProxy(%q) = %v, want %v", name, got, want)
+		}
+	}
 }
