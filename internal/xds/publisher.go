@@ -568,7 +568,6 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 	return nil
 }
 
-
 func (p *Publisher) validate(f render.Flavor, sets ...*cache.Set) error {
 	var msgs []proto.Message
 	for _, s := range sets {
