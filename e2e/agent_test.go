@@ -153,6 +153,13 @@ func TestAgentFullPath(t *testing.T) {
 
 	acked := func(s string) int { return strings.Count(s, "lds: ACKed version") }
 	waitLog(t, "the Envoy stand-in received and ACKed its listeners from the real server", 30*time.Second, agentLog, func(s string) bool { return acked(s) >= 1 })
+	// The stand-in binds listeners as Envoy does: bookbuyer's inbound on its
+	// advertise address and an outbound one on bookstore's VIP.
+	for _, want := range []string{"bound to 127.0.10.1:14001", "bound to 127.77."} {
+		if !strings.Contains(agentLog.String(), want) {
+			t.Errorf("the Envoy stand-in's log has no %q: the listeners were not bound", want)
+		}
+	}
 	if _, err := os.Stat(filepath.Join(dir, "hosts")); err != nil {
 		t.Fatal(err)
 	}

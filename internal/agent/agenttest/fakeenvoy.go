@@ -18,8 +18,11 @@ import (
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	statuspb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -61,8 +64,11 @@ func RunFakeEnvoyIfAsked() {
 // fields rejected, ValidateAll on every message and every Any), serves
 // POST /drain_listeners on the admin address, reads the SDS files the xDS
 // cluster names, connects to the ADS address over mTLS with the files they
-// name, requests listeners, ACKs them, and runs until SIGTERM. It logs in
-// Envoy's format on stderr.
+// name, requests listeners, binds each listener's address as Envoy on
+// Linux does (SO_REUSEPORT unless the listener turns enable_reuse_port
+// off; accepted connections are closed, nothing is proxied), ACKs them, or
+// NACKs them naming the address that could not be bound, and runs until
+// SIGTERM. It logs in Envoy's format on stderr.
 func FakeEnvoyMain(args []string) int {
 	logf := func(level, format string, a ...any) {
 		fmt.Fprintf(os.Stderr, "[%s][%d][%s][fake] %s\n", time.Now().Format("2006-01-02 15:04:05.000"), os.Getpid(), level, fmt.Sprintf(format, a...))
@@ -110,7 +116,7 @@ func FakeEnvoyMain(args []string) int {
 	go srv.Serve(lis)
 	defer srv.Close()
 
-	version, err := adsOnce(ctx, b)
+	version, err := adsOnce(ctx, b, logf)
 	if err != nil {
 		logf("error", "ads: %v", err)
 	} else {
@@ -175,8 +181,10 @@ func readSecret(cs *corev3.ConfigSource, name string) (*tlsv3.Secret, error) {
 }
 
 // adsOnce dials the bootstrap's xDS cluster with the SDS-named certificate,
-// requests listeners and ACKs the first response. It returns the version.
-func adsOnce(ctx context.Context, b *bootstrapv3.Bootstrap) (string, error) {
+// requests listeners, binds them and ACKs the first response, or NACKs it
+// when a listener cannot be bound. It returns the version ACKed. The
+// listeners stay bound until ctx is done.
+func adsOnce(ctx context.Context, b *bootstrapv3.Bootstrap, logf func(level, format string, a ...any)) (string, error) {
 	clusterName := b.GetDynamicResources().GetAdsConfig().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName()
 	var addr string
 	var utc tlsv3.UpstreamTlsContext
@@ -239,6 +247,7 @@ func adsOnce(ctx context.Context, b *bootstrapv3.Bootstrap) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	var bindErrs []error
 	for _, r := range resp.GetResources() {
 		m, err := r.UnmarshalNew()
 		if err != nil {
@@ -247,6 +256,22 @@ func adsOnce(ctx context.Context, b *bootstrapv3.Bootstrap) (string, error) {
 		if err := envoy.Validate(m); err != nil {
 			return "", err
 		}
+		if l, ok := m.(*listenerv3.Listener); ok {
+			if err := bindListener(ctx, l, logf); err != nil {
+				bindErrs = append(bindErrs, err)
+			}
+		}
+	}
+	if err := errors.Join(bindErrs...); err != nil {
+		logf("warning", "lds: rejecting version %s: %v", resp.GetVersionInfo(), err)
+		nack := &discoveryv3.DiscoveryRequest{
+			TypeUrl: ListenerType, ResponseNonce: resp.GetNonce(),
+			ErrorDetail: &statuspb.Status{Code: int32(codes.InvalidArgument), Message: err.Error()},
+		}
+		if serr := stream.Send(nack); serr != nil {
+			return "", serr
+		}
+		return "", fmt.Errorf("lds: NACKed version %s: %w", resp.GetVersionInfo(), err)
 	}
 	if err := stream.Send(&discoveryv3.DiscoveryRequest{
 		TypeUrl: ListenerType, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce(),
@@ -254,6 +279,38 @@ func adsOnce(ctx context.Context, b *bootstrapv3.Bootstrap) (string, error) {
 		return "", err
 	}
 	return resp.GetVersionInfo(), nil
+}
+
+// bindListener binds l's socket address, as Envoy does when it adds a
+// listener, and closes every connection it accepts until ctx is done. A
+// listener without one (an API listener) binds nothing.
+func bindListener(ctx context.Context, l *listenerv3.Listener, logf func(level, format string, a ...any)) error {
+	sa := l.GetAddress().GetSocketAddress()
+	if sa == nil {
+		return nil
+	}
+	addr := net.JoinHostPort(sa.GetAddress(), strconv.Itoa(int(sa.GetPortValue())))
+	reuse := l.GetEnableReusePort() == nil || l.GetEnableReusePort().GetValue() // Envoy's default on Linux
+	lc := net.ListenConfig{}
+	if reuse {
+		lc.Control = reusePort
+	}
+	lis, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("error adding listener '%s': cannot bind '%s': %w", l.GetName(), addr, err)
+	}
+	logf("info", "lds: listener '%s' bound to %s (reuse_port %t)", l.GetName(), addr, reuse)
+	go func() { <-ctx.Done(); lis.Close() }()
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return nil
 }
 
 func cmpOr(a, b string) string {
