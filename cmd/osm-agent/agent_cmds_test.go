@@ -49,7 +49,7 @@ func TestInstallNoServiceWritesConfigAndToken(t *testing.T) {
 	dir := t.TempDir()
 	data := filepath.Join(dir, "data")
 	out, err := execute(t, "install", "--no-service", "--server", "https://127.0.0.1:15443", "--token", "tok", "--ca-cert-hash", caHash,
-		"--service", "bookstore", "--namespace", "shop", "--app-port", "8080", "--envoy-path", "/opt/envoy/bin/envoy",
+		"--service", "bookstore", "--namespace", "shop", "--app-port", "8080", "--envoy-path", "/opt/envoy/bin/envoy", "--admin-port", "15003",
 		"--config-dir", filepath.Join(dir, "etc"), "--data-dir", data)
 	if err != nil {
 		t.Fatalf("install --no-service: %v\n%s", err, out)
@@ -58,7 +58,7 @@ func TestInstallNoServiceWritesConfigAndToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Service != "bookstore" || cfg.Namespace != "shop" || cfg.AppPort != 8080 || cfg.EnvoyPath != "/opt/envoy/bin/envoy" || cfg.DataDir != data {
+	if cfg.Service != "bookstore" || cfg.Namespace != "shop" || cfg.AppPort != 8080 || cfg.EnvoyPath != "/opt/envoy/bin/envoy" || cfg.AdminPort != 15003 || cfg.DataDir != data {
 		t.Errorf("config = %+v", cfg)
 	}
 	fi, err := os.Stat(filepath.Join(data, agent.JoinTokenFile))

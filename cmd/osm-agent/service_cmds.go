@@ -123,6 +123,7 @@ use 'osm-agent run' under your own supervisor there.`,
 	fl.StringVar(&f.cfg.Namespace, "namespace", "default", "namespace of the service")
 	fl.StringVar(&f.cfg.Proxy, "proxy", "envoy", "sidecar proxy: envoy, or none when the machine's applications are proxyless gRPC (they read grpc-bootstrap.json)")
 	fl.StringVar(&f.cfg.EnvoyPath, "envoy-path", "envoy", "Envoy binary: a path, or a name looked up on PATH")
+	fl.Uint16Var(&f.cfg.AdminPort, "admin-port", 0, "Envoy's admin port on 127.0.0.1 (default 15000); set it when several Envoys share a machine")
 	fl.StringVar(&f.cfg.HostsFile, "hosts-file", "", "file that holds the managed block of mesh host names (default the system hosts file)")
 	fl.Uint16Var(&f.cfg.AppPort, "app-port", 0, "the application's port on 127.0.0.1")
 	fl.StringVar(&f.cfg.AdvertiseAddress, "advertise-address", "", "IP address other machines reach this one on")

@@ -9,12 +9,22 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
 )
+
+func TestMain(m *testing.M) {
+	agenttest.RunFakeEnvoyIfAsked() // the test binary doubles as the Envoy stand-in
+	os.Exit(m.Run())
+}
 
 // TestDemo builds the binaries, runs the demo for 15s with -json and
 // checks what a user is told to look at: bookbuyer bought from both
@@ -22,6 +32,63 @@ import (
 // bookstore's RBAC, not only a missing route, refused it), all five
 // proxies connected, and no process the demo started is left.
 func TestDemo(t *testing.T) {
+	got, _ := runDemo(t, "-proxy", "none")
+	checkTraffic(t, got)
+	want := []string{"bookbuyer (grpc)", "bookstore-v1 (grpc)", "bookstore-v2 (grpc)", "bookthief (grpc)", "bookwarehouse (grpc)"}
+	if !slices.Equal(got.Proxies, want) {
+		t.Errorf("connected proxies %v, want %v", got.Proxies, want)
+	}
+	checkProcesses(t, got, 11, nil) // server, 5 agents, 5 apps
+}
+
+// TestDemoWithEnvoy runs the demo as it runs where envoy is on PATH, with
+// the Envoy stand-in (agenttest) as Envoy: it binds every listener it is
+// sent, as Envoy does, and NACKs when it cannot. The demo's traffic checks
+// hold as without Envoy, the five Envoy machines connect, each Envoy
+// binds and ACKs its listeners (nothing clashes with the apps or another
+// Envoy on the one host), and no Envoy is left when the demo ends.
+func TestDemoWithEnvoy(t *testing.T) {
+	t.Setenv(agenttest.FakeEnvoyEnv, "1")
+	t.Setenv(agenttest.FakeEnvoyCrashEnv, "")
+	got, state := runDemo(t, "-proxy", "envoy", "-envoy-path", os.Args[0])
+	checkTraffic(t, got)
+	var want []string
+	for _, m := range machines {
+		want = append(want, m.service+" (envoy)", m.service+" (grpc)")
+	}
+	slices.Sort(want)
+	if !slices.Equal(got.Proxies, want) {
+		t.Errorf("connected proxies %v, want %v", got.Proxies, want)
+	}
+	pidRE := regexp.MustCompile(`\]\[(\d+)\]\[info\]\[fake\] loaded bootstrap`)
+	var envoys []int
+	for _, m := range machines {
+		b, err := os.ReadFile(filepath.Join(state, m.service+"-envoy", "agent.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		log := string(b)
+		if !strings.Contains(log, "lds: ACKed version") || strings.Contains(log, "lds: rejecting") {
+			t.Errorf("%s's Envoy did not bind and ACK its listeners; its agent's log:\n%s", m.service, log)
+		}
+		if inbound := "bound to " + m.envoyIP() + ":14001"; !strings.Contains(log, inbound) {
+			t.Errorf("%s's Envoy log has no %q", m.service, inbound)
+		}
+		for _, sm := range pidRE.FindAllStringSubmatch(log, -1) {
+			pid, _ := strconv.Atoi(sm[1])
+			envoys = append(envoys, pid)
+		}
+	}
+	if len(envoys) < len(machines) {
+		t.Errorf("found %d Envoy pids in the logs, want at least %d", len(envoys), len(machines))
+	}
+	checkProcesses(t, got, 16, envoys) // server, 10 agents, 5 apps; Envoys are the agents' children
+}
+
+// runDemo builds the binaries and runs the demo for 15s with -json and
+// args; it returns the summary and the state directory.
+func runDemo(t *testing.T, args ...string) (summary, string) {
+	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("the demo's loopback addresses 127.0.10.x and Pdeathsig are Linux")
 	}
@@ -39,14 +106,15 @@ func TestDemo(t *testing.T) {
 		defer l.Close()
 		return l.Addr().String()
 	}
+	state := filepath.Join(t.TempDir(), "demo")
 	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	err := run(ctx, []string{
-		"-root", filepath.Join("..", ".."), "-bin", bin, "-state", filepath.Join(t.TempDir(), "demo"),
+	err := run(ctx, append([]string{
+		"-root", filepath.Join("..", ".."), "-bin", bin, "-state", state,
 		"-api-address", free(), "-xds-address", free(), "-debug-address", free(),
-		"-duration", "15s", "-json", "-proxy", "none",
-	}, &stdout, &stderr)
+		"-duration", "15s", "-json",
+	}, args...), &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("demo: %v\nview:\n%s", err, stderr.String())
 	}
@@ -55,7 +123,13 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("summary: %v\n%s", err, stdout.String())
 	}
 	t.Logf("summary: %+v", got)
+	return got, state
+}
 
+// checkTraffic checks the demo's outcomes: the 80/20 split, bookthief
+// refused both ways (directly by bookstore's RBAC), bookwarehouse restocked.
+func checkTraffic(t *testing.T, got summary) {
+	t.Helper()
 	b := got.Bookbuyer
 	if total := b.V1 + b.V2; total < 50 || b.V2 == 0 {
 		t.Errorf("bookbuyer bought v1 %d, v2 %d: want at least 50 purchases from both versions", b.V1, b.V2)
@@ -75,19 +149,25 @@ func TestDemo(t *testing.T) {
 	if got.Restocked == 0 {
 		t.Error("bookwarehouse restocked nothing: bookstore's calls to it failed")
 	}
-	want := []string{"bookbuyer (grpc)", "bookstore-v1 (grpc)", "bookstore-v2 (grpc)", "bookthief (grpc)", "bookwarehouse (grpc)"}
-	if !slices.Equal(got.Proxies, want) {
-		t.Errorf("connected proxies %v, want %v", got.Proxies, want)
-	}
+}
 
-	if len(got.Processes) != 11 { // server, 5 agents, 5 apps
-		t.Errorf("demo started %d processes, want 11: %v", len(got.Processes), got.Processes)
+// checkProcesses checks the demo started n processes and that none of
+// them, their process groups, or the others pids given is left.
+func checkProcesses(t *testing.T, got summary, n int, others []int) {
+	t.Helper()
+	if len(got.Processes) != n {
+		t.Errorf("demo started %d processes, want %d: %v", len(got.Processes), n, got.Processes)
 	}
+	var targets []int
 	for _, pid := range got.Processes {
-		for _, target := range []int{pid, -pid} { // the process, and its group
-			if err := syscall.Kill(target, 0); !errors.Is(err, syscall.ESRCH) {
-				t.Errorf("kill(%d, 0) = %v after the demo ended, want ESRCH: something was left behind", target, err)
-			}
+		targets = append(targets, pid, -pid) // the process, and its group
+	}
+	for _, pid := range others {
+		targets = append(targets, pid)
+	}
+	for _, target := range targets {
+		if err := syscall.Kill(target, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("kill(%d, 0) = %v after the demo ended, want ESRCH: something was left behind", target, err)
 		}
 	}
 }

@@ -6,6 +6,13 @@
 // and the proxyless gRPC applications of examples/bookstore, each reading
 // its agent's grpc-bootstrap.json and service certificate.
 //
+// Where envoy is on PATH (or -proxy envoy), each service also gets a
+// second machine in the standard VM setup: an osm-agent with --proxy
+// envoy on 127.0.11.x that runs Envoy, which gets its listeners, clusters
+// and certificates for the same service. The apps' own traffic stays
+// proxyless: on one host, the proxyless apps and Envoys would otherwise
+// want the same inbound address.
+//
 // The terminal shows a compact live view: bookbuyer's purchases split
 // between bookstore-v1 and v2, bookthief's refusals, and the connected
 // proxies. Ctrl-C (or -duration) stops everything; no process is left
@@ -34,6 +41,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -55,7 +63,7 @@ type options struct {
 	apiAddr, xdsAddr, debugAddr string
 	duration                    time.Duration
 	jsonOut                     bool
-	proxy                       string
+	proxy, envoyPath            string
 }
 
 // machine is one demo service on its own (simulated) machine.
@@ -64,6 +72,14 @@ type machine struct {
 	app                  string   // binary in -bin
 	args                 []string // app flags
 }
+
+// envoyIP is the address of the service's Envoy machine: 127.0.11.x
+// beside the proxyless app's 127.0.10.x.
+func (m machine) envoyIP() string { return strings.Replace(m.ip, "127.0.10.", "127.0.11.", 1) }
+
+// envoyAdminPort is the admin port of the i'th Envoy: five Envoys on one
+// host need five.
+func envoyAdminPort(i int) int { return 15001 + i }
 
 var machines = []machine{
 	{service: "bookwarehouse", ip: "127.0.10.5", app: "bookwarehouse", args: []string{"-listen", "127.0.10.5:14001"}},
@@ -101,7 +117,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: %w (run `make demo`, which builds everything into bin/)", filepath.Join(o.bin, b), err)
 		}
 	}
-	proxy, proxyNote, err := chooseProxy(o.proxy)
+	proxy, proxyNote, err := chooseProxy(o.proxy, o.envoyPath)
 	if err != nil {
 		return err
 	}
@@ -111,7 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if o.jsonOut {
 		view = stderr
 	}
-	if err := checkFree(o); err != nil {
+	if err := checkFree(o, proxy); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(o.state); err != nil {
@@ -149,22 +165,27 @@ func newFlags(o *options) *flag.FlagSet {
 	fs.StringVar(&o.debugAddr, "debug-address", "127.0.0.1:15090", "osm-server debug address")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print a JSON summary on stdout at the end (the view goes to stderr)")
-	fs.StringVar(&o.proxy, "proxy", "auto", "agents' sidecar driver: auto (envoy when on PATH, else none), envoy or none")
+	fs.StringVar(&o.proxy, "proxy", "auto", "envoy: also run an Envoy per service (the standard VM setup); none: proxyless apps only; auto: envoy when -envoy-path is found")
+	fs.StringVar(&o.envoyPath, "envoy-path", "envoy", "Envoy binary for -proxy envoy: a path, or a name looked up on PATH")
 	return fs
 }
 
-// chooseProxy resolves -proxy; the note says what was chosen and why.
-func chooseProxy(p string) (string, string, error) {
+// chooseProxy resolves -proxy: "envoy" or "none", and a one-line note
+// that says what was chosen and why.
+func chooseProxy(p, envoyPath string) (string, string, error) {
+	const proxyless = "apps: proxyless gRPC"
 	switch p {
 	case "none":
-		return "none", "agents: proxy none (-proxy none), the apps are proxyless gRPC", nil
-	case "envoy":
-		return "envoy", "agents: proxy envoy (-proxy envoy), the standard VM setup", nil
-	case "auto":
-		if path, err := exec.LookPath("envoy"); err == nil {
-			return "envoy", "agents: proxy envoy (" + path + "), the standard VM setup", nil
+		return "none", proxyless + "; no Envoy (-proxy none)", nil
+	case "envoy", "auto":
+		path, err := exec.LookPath(envoyPath)
+		if err == nil {
+			return "envoy", proxyless + "; plus an Envoy per service, the standard VM setup (" + path + ")", nil
 		}
-		return "none", "agents: proxy none (envoy is not on PATH), the apps are proxyless gRPC", nil
+		if p == "envoy" {
+			return "", "", fmt.Errorf("-proxy envoy: %w: install Envoy, pass -envoy-path, or use -proxy none", err)
+		}
+		return "none", proxyless + "; no Envoy (" + envoyPath + " is not on PATH)", nil
 	}
 	return "", "", fmt.Errorf("-proxy %q: want auto, envoy or none", p)
 }
@@ -214,45 +235,24 @@ providers:
 	say("applied examples/bookstore/mesh.yaml and grpc.yaml")
 	say("%s", proxyNote)
 
-	// One join token and one agent per machine.
-	for i, m := range machines {
-		dir := filepath.Join(o.state, m.service)
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return err
-		}
-		targs := []string{"token", "create", "--service", m.service}
-		if m.account != "" {
-			targs = append(targs, "--service-account", m.account)
-		}
-		join, err := admin(targs...)
-		if err != nil {
-			return fmt.Errorf("token for %s: %w\n%s", m.service, err, join)
-		}
-		jf, err := parseJoin(join)
-		if err != nil {
-			return fmt.Errorf("token for %s: %w", m.service, err)
-		}
-		hosts := filepath.Join(dir, "hosts")
-		if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
-			return err
-		}
-		iargs := []string{"install", "--no-service", "--server", jf["server"], "--token", jf["token"], "--ca-cert-hash", jf["ca-cert-hash"],
-			"--service", m.service, "--namespace", "default", "--proxy", proxy, "--advertise-address", m.ip,
-			"--hosts-file", hosts, "--config-dir", dir, "--data-dir", dir}
-		if out, err := output(ctx, filepath.Join(o.bin, "osm-agent"), iargs...); err != nil {
-			return fmt.Errorf("osm-agent install for %s: %w\n%s", m.service, err, out)
-		}
-		agentYAML := filepath.Join(dir, "agent.yaml")
-		if proxy == "envoy" { // five Envoys on one host need five admin ports
-			if err := appendLine(agentYAML, fmt.Sprintf("adminPort: %d", 15001+i)); err != nil {
-				return err
-			}
-		}
-		if _, err := ps.start("osm-agent "+m.service, exec.Command(filepath.Join(o.bin, "osm-agent"), "run", "--config", agentYAML), filepath.Join(dir, "agent.log"), false); err != nil {
+	// One join token and one agent per machine: the proxyless apps' agents,
+	// then, with Envoy, the Envoy machines' agents.
+	for _, m := range machines {
+		if err := startAgent(ctx, o, ps, admin, m, m.service, m.ip, "--proxy", "none"); err != nil {
 			return err
 		}
 	}
-	say("started 5 osm-agents (data and logs in %s/<service>/), each enrolled with its own join token", rel(o.state))
+	if proxy == "envoy" {
+		for i, m := range machines {
+			args := []string{"--proxy", "envoy", "--envoy-path", o.envoyPath, "--admin-port", strconv.Itoa(envoyAdminPort(i))}
+			if err := startAgent(ctx, o, ps, admin, m, m.service+"-envoy", m.envoyIP(), args...); err != nil {
+				return err
+			}
+		}
+		say("started 10 osm-agents (data and logs in %s/<service>/ and %s/<service>-envoy/), each enrolled with its own join token; the -envoy ones run Envoy", rel(o.state), rel(o.state))
+	} else {
+		say("started 5 osm-agents (data and logs in %s/<service>/), each enrolled with its own join token", rel(o.state))
+	}
 
 	// Each app starts once its agent has written the gRPC bootstrap and the
 	// service certificate.
@@ -281,7 +281,7 @@ providers:
 	}
 	say("")
 
-	v := newViewer(view, isTerminal(view), proxyNote, splitCmd, rel(o.state))
+	v := newViewer(view, isTerminal(view), proxyNote, splitCmd, rel(o.state), proxy == "envoy")
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -303,12 +303,49 @@ providers:
 	}
 }
 
+// startAgent creates a join token for m's service, installs an osm-agent
+// for it in <state>/<name> (without a system service) advertising ip, and
+// runs it. extra are more `osm-agent install` flags.
+func startAgent(ctx context.Context, o options, ps *procs, admin func(...string) (string, error), m machine, name, ip string, extra ...string) error {
+	dir := filepath.Join(o.state, name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	targs := []string{"token", "create", "--service", m.service}
+	if m.account != "" {
+		targs = append(targs, "--service-account", m.account)
+	}
+	join, err := admin(targs...)
+	if err != nil {
+		return fmt.Errorf("token for %s: %w\n%s", name, err, join)
+	}
+	jf, err := parseJoin(join)
+	if err != nil {
+		return fmt.Errorf("token for %s: %w", name, err)
+	}
+	hosts := filepath.Join(dir, "hosts")
+	if err := os.WriteFile(hosts, []byte("127.0.0.1 localhost\n"), 0o644); err != nil {
+		return err
+	}
+	iargs := append([]string{"install", "--no-service", "--server", jf["server"], "--token", jf["token"], "--ca-cert-hash", jf["ca-cert-hash"],
+		"--service", m.service, "--namespace", "default", "--advertise-address", ip,
+		"--hosts-file", hosts, "--config-dir", dir, "--data-dir", dir}, extra...)
+	if out, err := output(ctx, filepath.Join(o.bin, "osm-agent"), iargs...); err != nil {
+		return fmt.Errorf("osm-agent install for %s: %w\n%s", name, err, out)
+	}
+	_, err = ps.start("osm-agent "+name, exec.Command(filepath.Join(o.bin, "osm-agent"), "run", "--config", filepath.Join(dir, "agent.yaml")), filepath.Join(dir, "agent.log"), false)
+	return err
+}
+
 // checkFree fails when an address the demo listens on is taken: another
 // demo or osm-server runs (and would share the state directory).
-func checkFree(o options) error {
+func checkFree(o options, proxy string) error {
 	addrs := []string{o.apiAddr, o.xdsAddr, o.debugAddr}
-	for _, m := range machines {
+	for i, m := range machines {
 		addrs = append(addrs, m.ip+":14001")
+		if proxy == "envoy" {
+			addrs = append(addrs, m.envoyIP()+":14001", "127.0.0.1:"+strconv.Itoa(envoyAdminPort(i)))
+		}
 	}
 	for _, a := range addrs {
 		l, err := net.Listen("tcp", a)
@@ -390,18 +427,6 @@ func output(ctx context.Context, path string, args ...string) (string, error) {
 	cmd.Stdout, cmd.Stderr = &b, &b
 	err := cmd.Run()
 	return b.String(), err
-}
-
-func appendLine(path, line string) error {
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	if _, err := fmt.Fprintln(f, line); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // tail returns the last lines of a log file.

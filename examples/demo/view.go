@@ -14,6 +14,7 @@ type viewer struct {
 	w                     io.Writer
 	tty                   bool
 	note, splitCmd, state string
+	envoy                 bool // the -envoy machines run
 	start                 time.Time
 	lastPrint             time.Time
 	window                []buyerSample // bookbuyer's counts, once a second
@@ -21,8 +22,8 @@ type viewer struct {
 
 type buyerSample struct{ v1, v2 int64 }
 
-func newViewer(w io.Writer, tty bool, note, splitCmd, state string) *viewer {
-	return &viewer{w: w, tty: tty, note: note, splitCmd: splitCmd, state: state, start: time.Now()}
+func newViewer(w io.Writer, tty bool, note, splitCmd, state string, envoy bool) *viewer {
+	return &viewer{w: w, tty: tty, note: note, splitCmd: splitCmd, state: state, envoy: envoy, start: time.Now()}
 }
 
 func isTerminal(w io.Writer) bool {
@@ -65,10 +66,13 @@ func (v *viewer) show(ps *procs, proxies []string, proxyErr error) {
 	if proxyErr != nil {
 		fmt.Fprintf(&b, "  proxies     debug API: %v\n", proxyErr)
 	} else {
-		fmt.Fprintf(&b, "  proxies     %d connected: %s\n", len(proxies), strings.Join(proxies, ", "))
+		fmt.Fprintf(&b, "  proxies     %d connected: %s\n", len(proxies), byFlavor(proxies))
 	}
 	fmt.Fprintf(&b, "  try         %s\n              and watch the last-5s split move (back: split-80-20.yaml)\n", v.splitCmd)
 	fmt.Fprintf(&b, "  logs        %s/server.log, %s/<service>/{agent,app}.log   Ctrl-C stops everything\n", v.state, v.state)
+	if v.envoy {
+		fmt.Fprintf(&b, "              Envoy's log is in %s/<service>-envoy/agent.log\n", v.state)
+	}
 
 	if v.tty {
 		fmt.Fprint(v.w, "\033[H\033[2J"+b.String())
@@ -78,4 +82,26 @@ func (v *viewer) show(ps *procs, proxies []string, proxyErr error) {
 		fmt.Fprint(v.w, b.String()+"\n")
 		v.lastPrint = time.Now()
 	}
+}
+
+// byFlavor shortens "<service> (<flavor>)" entries to one list of
+// services per flavour: "bookbuyer, bookthief (grpc); bookbuyer (envoy)".
+func byFlavor(proxies []string) string {
+	var flavors []string
+	services := map[string][]string{}
+	for _, p := range proxies {
+		svc, flavor, ok := strings.Cut(strings.TrimSuffix(p, ")"), " (")
+		if !ok {
+			svc, flavor = p, "?"
+		}
+		if _, seen := services[flavor]; !seen {
+			flavors = append(flavors, flavor)
+		}
+		services[flavor] = append(services[flavor], svc)
+	}
+	parts := make([]string, len(flavors))
+	for i, f := range flavors {
+		parts[i] = strings.Join(services[f], ", ") + " (" + f + ")"
+	}
+	return strings.Join(parts, "; ")
 }
