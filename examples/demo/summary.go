@@ -10,9 +10,10 @@ type summary struct {
 	Proxy           string  `json:"proxy"`
 	DurationSeconds float64 `json:"durationSeconds"`
 	Bookbuyer       struct {
-		V1     int64 `json:"v1"`
-		V2     int64 `json:"v2"`
-		Errors int64 `json:"errors"`
+		V1        int64  `json:"v1"`
+		V2        int64  `json:"v2"`
+		Errors    int64  `json:"errors"`
+		LastError string `json:"lastError,omitempty"`
 	} `json:"bookbuyer"`
 	Bookthief struct {
 		Refused       int64  `json:"refused"`
@@ -38,8 +39,10 @@ func (s *summary) observeProxies(p []string) {
 }
 
 func (s *summary) snapshot(ps *procs) {
-	b := ps.stat("bookbuyer").Counts
+	buyer := ps.stat("bookbuyer")
+	b := buyer.Counts
 	s.Bookbuyer.V1, s.Bookbuyer.V2, s.Bookbuyer.Errors = b["v1"], b["v2"], b["errors"]
+	s.Bookbuyer.LastError = buyer.LastError
 	thief := ps.stat("bookthief")
 	t := thief.Counts
 	s.Bookthief.RefusedMesh = t["deniedMesh"] + t["failedMesh"]
