@@ -105,8 +105,8 @@ func TestAgentFullPath(t *testing.T) {
 	}
 	startServer()
 	t.Cleanup(stopServer)
-	// A 9 s proxy certificate, renewed at two thirds: lifetimes are read at
-	// server start, so restart after applying.
+	// A 9 s proxy certificate, renewed at two thirds; the running server
+	// takes the lifetime from the applied MeshConfig.
 	mesh, _ := os.ReadFile("../examples/bookstore/mesh.yaml")
 	mesh = bytes.Replace(mesh, []byte("spec:\n  traffic:"), []byte("spec:\n  certificate: {proxyLifetime: 9s}\n  traffic:"), 1)
 	if !bytes.Contains(mesh, []byte("proxyLifetime: 9s")) {
@@ -114,9 +114,9 @@ func TestAgentFullPath(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "mesh.yaml"), mesh, 0o600)
 	admin("apply", "-f", filepath.Join(dir, "mesh.yaml"))
-	stopServer()
-	serverLog = &syncBuffer{}
-	startServer()
+	waitLog(t, "the server took the MeshConfig's proxy lifetime", 10*time.Second, serverLog, func(s string) bool {
+		return strings.Contains(s, "certificate lifetimes set by MeshConfig") && strings.Contains(s, "proxy=9s")
+	})
 
 	join := strings.Fields(strings.TrimSpace(admin("token", "create", "--service", "bookbuyer")))
 	flags := map[string]string{}

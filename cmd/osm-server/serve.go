@@ -173,6 +173,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return certs.Run(ctx) })
+	g.Go(func() error { return followLifetimes(ctx, log, sp, certs) })
 	g.Go(func() error { return publisher.Run(ctx) })
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
 	g.Go(func() error { return xdsServer.Serve(ctx, cfg.XDSAddress, xdsTLS, nil) })
@@ -182,6 +183,30 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	err = g.Wait()
 	log.Info("osm-server stopped")
 	return err
+}
+
+// followLifetimes gives the certificate manager the MeshConfig's
+// certificate lifetimes whenever the specification changes; they apply to
+// certificates issued from then on.
+func followLifetimes(ctx context.Context, log *slog.Logger, sp *spec.Spec, certs *certificate.Manager) error {
+	notify, cancel := sp.Subscribe()
+	defer cancel()
+	for {
+		snap := sp.Snapshot()
+		svc, proxy := snap.ServiceCertLifetime(), snap.ProxyCertLifetime()
+		if oldSvc, oldProxy := certs.Lifetimes(); svc != oldSvc || proxy != oldProxy {
+			if err := certs.SetLifetimes(svc, proxy); err != nil {
+				log.Error("MeshConfig certificate lifetimes not applied; the previous ones stay", "err", err)
+			} else {
+				log.Info("certificate lifetimes set by MeshConfig; certificates issued from now on get them", "service", svc, "proxy", proxy)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-notify:
+		}
+	}
 }
 
 // startupGrace is how long after start the xDS publisher sends endpoints

@@ -52,6 +52,7 @@ import (
 	"math/rand/v2"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -68,7 +69,7 @@ const (
 // Defaults for Options.
 const (
 	DefaultTrustDomain     = "osm.local"
-	DefaultServiceLifetime = 48 * time.Hour
+	DefaultServiceLifetime = 24 * time.Hour
 	DefaultProxyLifetime   = 7 * 24 * time.Hour
 )
 
@@ -107,7 +108,7 @@ type Options struct {
 	// TrustDomain names the mesh in SPIFFE IDs; default "osm.local". It
 	// must match the trust domain of a CA already in the store.
 	TrustDomain string
-	// ServiceLifetime of service certificates; default 48h. Each one is
+	// ServiceLifetime of service certificates; default 24h (as MeshConfig). Each one is
 	// issued with up to 10% of it subtracted at random, so rotations of
 	// many certificates spread out.
 	ServiceLifetime time.Duration
@@ -180,8 +181,11 @@ type Manager struct {
 	log  *slog.Logger
 	st   Store
 	opts Options
-	ca   *authority
-	root *Certificate
+	// serviceLife and proxyLife are the lifetimes of certificates issued
+	// from now on (SetLifetimes); opts holds those New was given.
+	serviceLife, proxyLife atomic.Int64
+	ca                     *authority
+	root                   *Certificate
 
 	// issueMu serialises this replica's service-certificate writes, so
 	// concurrent callers for one account wait for one issuance.
@@ -233,6 +237,8 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 		subs:     map[chan Announcement]struct{}{},
 		kick:     make(chan struct{}, 1),
 	}
+	m.serviceLife.Store(int64(opts.ServiceLifetime))
+	m.proxyLife.Store(int64(opts.ProxyLifetime))
 	ca, err := m.loadOrCreateCA(ctx)
 	if err != nil {
 		return nil, err
@@ -291,6 +297,30 @@ func (m *Manager) loadOrCreateCA(ctx context.Context) (*authority, error) {
 }
 
 func (m *Manager) now() time.Time { return m.opts.Now() }
+
+// SetLifetimes sets the lifetimes of the certificates issued from now on,
+// as a MeshConfig change asks: proxy certificates at their next issue or
+// renewal, and service certificates issued with the default lifetime at
+// their next rotation. Certificates already issued keep their dates. Zero
+// leaves a lifetime as it is; one under a second is refused.
+func (m *Manager) SetLifetimes(service, proxy time.Duration) error {
+	if (service != 0 && service < time.Second) || (proxy != 0 && proxy < time.Second) {
+		return fmt.Errorf("certificate lifetimes must be at least 1s (service %s, proxy %s)", service, proxy)
+	}
+	if service != 0 {
+		m.serviceLife.Store(int64(service))
+	}
+	if proxy != 0 {
+		m.proxyLife.Store(int64(proxy))
+	}
+	return nil
+}
+
+// Lifetimes returns the lifetimes of service and proxy certificates issued
+// from now on.
+func (m *Manager) Lifetimes() (service, proxy time.Duration) {
+	return time.Duration(m.serviceLife.Load()), time.Duration(m.proxyLife.Load())
+}
 
 // TrustDomain returns the mesh's trust domain.
 func (m *Manager) TrustDomain() string { return m.opts.TrustDomain }

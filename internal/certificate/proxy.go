@@ -107,7 +107,7 @@ func (m *Manager) signProxy(id mesh.ProxyIdentity, sa mesh.ServiceAccount, pub c
 	return m.ca.sign(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: id.CommonName(), Organization: []string{"osm-vm"}},
 		NotBefore:   now.Add(-time.Minute),
-		NotAfter:    now.Add(m.opts.ProxyLifetime),
+		NotAfter:    now.Add(time.Duration(m.proxyLife.Load())),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		URIs:        []*url.URL{u},

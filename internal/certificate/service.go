@@ -31,6 +31,7 @@ type serviceRecord struct {
 	Issued         time.Time           `json:"issued"`
 	Expires        time.Time           `json:"expires"`
 	// Lifetime is the lifetime asked for, before jitter; rotations keep it.
+	// 0 is the default lifetime, as it is when each rotation happens.
 	Lifetime time.Duration `json:"lifetime"`
 }
 
@@ -237,14 +238,15 @@ func (m *Manager) issueService(ctx context.Context, sa mesh.ServiceAccount, life
 			m.observeService(ctx, key)
 			return m.serviceCertificate(*cur)
 		}
-		lt := lifetime
-		if lt == 0 && cur != nil {
-			lt = cur.Lifetime
+		asked := lifetime // 0: the default, whatever it is at each rotation
+		if asked == 0 && cur != nil {
+			asked = cur.Lifetime
 		}
+		lt := asked
 		if lt == 0 {
-			lt = m.opts.ServiceLifetime
+			lt, _ = m.Lifetimes()
 		}
-		rec, err := m.newServiceRecord(sa, lt)
+		rec, err := m.newServiceRecord(sa, lt, asked)
 		if err != nil {
 			return nil, err
 		}
@@ -270,7 +272,9 @@ func (m *Manager) issueService(ctx context.Context, sa mesh.ServiceAccount, life
 }
 
 // newServiceRecord issues a certificate and key for sa.
-func (m *Manager) newServiceRecord(sa mesh.ServiceAccount, lifetime time.Duration) (serviceRecord, error) {
+// newServiceRecord issues sa's certificate for lifetime (less jitter) and
+// records asked, the lifetime its rotations keep (0: the default).
+func (m *Manager) newServiceRecord(sa mesh.ServiceAccount, lifetime, asked time.Duration) (serviceRecord, error) {
 	cn := m.ServiceCommonName(sa)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -304,7 +308,7 @@ func (m *Manager) newServiceRecord(sa mesh.ServiceAccount, lifetime time.Duratio
 		Serial:         serialString(cert.SerialNumber),
 		Issued:         now,
 		Expires:        cert.NotAfter,
-		Lifetime:       lifetime,
+		Lifetime:       asked,
 	}, nil
 }
 

@@ -64,7 +64,7 @@ func TestServiceCertificate(t *testing.T) {
 
 func TestServiceLifetimeJitter(t *testing.T) {
 	clk := newClock()
-	const lifetime = 48 * time.Hour
+	const lifetime = DefaultServiceLifetime
 	m := newTestManager(t, store.NewMemory(), Options{Now: clk.Now})
 	expiries := map[time.Time]bool{}
 	for i := range 10 {
@@ -359,5 +359,56 @@ func TestRotationRetriesAfterStoreErrors(t *testing.T) {
 	defer st.mu.Unlock()
 	if st.failed != 3 {
 		t.Errorf("%d failed writes, want 3 (the test did not exercise the retry)", st.failed)
+	}
+}
+
+// SetLifetimes (a MeshConfig change) applies to certificates issued from
+// then on: a service certificate of the default lifetime at its next
+// rotation, a proxy certificate at its next issue; a service certificate
+// issued with its own lifetime keeps it.
+func TestSetLifetimes(t *testing.T) {
+	clk := newClock()
+	m := newTestManager(t, store.NewMemory(), Options{Now: clk.Now, ServiceLifetime: 30 * time.Hour, ProxyLifetime: 40 * time.Hour})
+	ctx := t.Context()
+	within := func(what string, got, want time.Duration) {
+		t.Helper()
+		if got > want || got < want*85/100 { // jitter takes up to 10%
+			t.Errorf("%s lives %s, want %s less at most 10%%", what, got, want)
+		}
+	}
+	svc, err := m.ServiceCertificate(ctx, bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	within("service certificate before the change", svc.GetExpiration().Sub(clk.Now()), 30*time.Hour)
+	own := mesh.ServiceAccount{Namespace: "default", Name: "own"}
+	if _, err := m.IssueCertificate(ctx, m.ServiceCommonName(own), 50*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := m.SetLifetimes(500*time.Millisecond, 0); err == nil || !strings.Contains(err.Error(), "at least 1s") {
+		t.Errorf("SetLifetimes(500ms) = %v, want a refusal naming the 1s minimum", err)
+	}
+	if err := m.SetLifetimes(2*time.Hour, 3*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if s, p := m.Lifetimes(); s != 2*time.Hour || p != 3*time.Hour {
+		t.Errorf("Lifetimes() = %s, %s, want 2h, 3h", s, p)
+	}
+	if c, _ := m.ServiceCertificate(ctx, bookstore); c.GetSerialNumber() != svc.GetSerialNumber() {
+		t.Error("a lifetime change replaced a certificate that is not due")
+	}
+	for _, sa := range []mesh.ServiceAccount{bookstore, own} {
+		if _, err := m.RotateCertificate(ctx, m.ServiceCommonName(sa)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rotated, _ := m.ServiceCertificate(ctx, bookstore)
+	within("service certificate rotated after the change", rotated.GetExpiration().Sub(clk.Now()), 2*time.Hour)
+	ownRotated, _ := m.IssueCertificate(ctx, m.ServiceCommonName(own), 0)
+	within("service certificate issued with its own lifetime, rotated", ownRotated.GetExpiration().Sub(clk.Now()), 50*time.Hour)
+	proxy, _ := issueProxy(t, m)
+	if got := proxy.NotAfter.Sub(clk.Now()); got != 3*time.Hour {
+		t.Errorf("proxy certificate issued after the change lives %s, want 3h", got)
 	}
 }

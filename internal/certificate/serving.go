@@ -56,7 +56,7 @@ func (m *Manager) issueServing(hosts []string, now time.Time) (*tls.Certificate,
 	tmpl := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: hosts[0], Organization: []string{"osm-vm"}},
 		NotBefore:   now.Add(-time.Minute),
-		NotAfter:    now.Add(m.opts.ProxyLifetime),
+		NotAfter:    now.Add(time.Duration(m.proxyLife.Load())),
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}

@@ -88,6 +88,10 @@ func TestParseInvalid(t *testing.T) {
 		{"meshconfig duration", "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec:\n  certificate: {serviceLifetime: 1d}\n", []string{
 			"MeshConfig mesh (web.yaml document 1, line 1): spec.certificate.serviceLifetime: \"1d\" is not a duration: want a value such as \"24h\" or \"90m\"",
 		}},
+		{"meshconfig lifetime too short", "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec:\n  certificate: {serviceLifetime: 500ms, proxyLifetime: -1h}\n", []string{
+			"MeshConfig mesh (web.yaml document 1, line 1): spec.certificate.serviceLifetime: 500ms is too short: want at least 1s, such as \"24h\"",
+			"MeshConfig mesh (web.yaml document 1, line 1): spec.certificate.proxyLifetime: negative duration: want a positive value such as \"168h\"",
+		}},
 		{"yaml syntax", "apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: web\n", []string{
 			"document (web.yaml document 1): cannot parse YAML: yaml: line 2: did not find expected ',' or '}'",
 		}},

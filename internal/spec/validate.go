@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 )
@@ -194,11 +195,19 @@ func (c *MeshConfig) validate(v *validator) {
 	case p.Masked() != p:
 		v.errorf("spec.outbound.vipRange", "%q has host bits set: write %s", c.Spec.Outbound.VIPRange, p.Masked())
 	}
-	if c.Spec.Certificate.ServiceLifetime < 0 {
-		v.errorf("spec.certificate.serviceLifetime", "negative duration: want a positive value such as \"24h\"")
-	}
-	if c.Spec.Certificate.ProxyLifetime < 0 {
-		v.errorf("spec.certificate.proxyLifetime", "negative duration: want a positive value such as \"168h\"")
+	for _, l := range []struct {
+		field, example string
+		d              Duration
+	}{
+		{"spec.certificate.serviceLifetime", "24h", c.Spec.Certificate.ServiceLifetime},
+		{"spec.certificate.proxyLifetime", "168h", c.Spec.Certificate.ProxyLifetime},
+	} {
+		switch {
+		case l.d < 0:
+			v.errorf(l.field, "negative duration: want a positive value such as %q", l.example)
+		case l.d > 0 && time.Duration(l.d) < time.Second:
+			v.errorf(l.field, "%s is too short: want at least 1s, such as %q", time.Duration(l.d), l.example)
+		}
 	}
 }
 
