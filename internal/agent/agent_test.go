@@ -45,6 +45,7 @@ type harness struct {
 	mu       sync.Mutex
 	apiCalls int
 	apiPeer  string
+	xdsAddr  string // what the agent config route answers; default ads.Addr
 }
 
 const token = "abcdef.0123456789abcdef"
@@ -66,10 +67,14 @@ func newHarness(t *testing.T) *harness {
 		h.mu.Lock()
 		h.apiCalls++
 		h.apiPeer = cn
+		xdsAddr := h.xdsAddr
+		if xdsAddr == "" {
+			xdsAddr = h.ads.Addr
+		}
 		h.mu.Unlock()
 		json.NewEncoder(w).Encode(agent.ServerConfig{
 			Identity:   cn,
-			XDSAddress: h.ads.Addr,
+			XDSAddress: xdsAddr,
 			Hosts: []agent.HostEntry{
 				{Hostname: "bookstore.default.mesh", IP: "127.77.0.3"},
 				{Hostname: "bookbuyer.default.mesh", IP: "127.77.0.2"},
@@ -256,6 +261,34 @@ func TestRunEnrollsOnceAndRunsTheProxy(t *testing.T) {
 	}
 	if enrolls, _ := h.enroller.Calls(); enrolls != 1 {
 		t.Errorf("enrollments after restart = %d, want 1", enrolls)
+	}
+}
+
+// When the server reports a new xDS address the agent rewrites the Envoy
+// bootstrap and restarts Envoy, which then connects to the new address.
+func TestXDSAddressChangeRestartsTheProxy(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.PollInterval = 100 * time.Millisecond
+	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+		t.Fatal(err)
+	}
+	r := h.start(t)
+	waitAck(t, h)
+	moved := agenttest.StartADS(t, h.ca)
+	h.mu.Lock()
+	h.xdsAddr = moved.Addr
+	h.mu.Unlock()
+	r.logs.Wait(t, "restarting the proxy")
+	select {
+	case a := <-moved.Acks:
+		if cn, _ := proxyCN(t, h.cfg.DataDir); a.NodeID != cn {
+			t.Errorf("ACK at the new address from %q, want %q", a.NodeID, cn)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the proxy did not connect to the new xDS address within 20s")
+	}
+	if st := r.agent.Status(); st.XDSAddress != moved.Addr || !st.Proxy.Running || st.Proxy.Restarts != 0 {
+		t.Errorf("status = %+v, want xDS %s, the proxy running, no crash restarts", st, moved.Addr)
 	}
 }
 

@@ -132,7 +132,7 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 		if err := a.writeProxyFiles(); err != nil {
 			errs = append(errs, err)
 		} else if a.sup.Status().Running {
-			a.log.Warn("xDS address changed; the proxy uses it from its next start", "xdsAddress", sc.XDSAddress)
+			a.sup.Restart("the xDS address changed to " + sc.XDSAddress)
 		}
 	}
 	if err := a.applyHosts(sc.Hosts); err != nil {

@@ -81,19 +81,40 @@ type Supervisor struct {
 	log    *slog.Logger
 	opts   SupervisorOptions
 
+	// restart asks Run to drain and stop the proxy and start it again at
+	// once; it holds at most one request.
+	restart chan string
+
 	mu     sync.Mutex
 	status Status
 }
+
+// errRestarted is what runOnce returns when the proxy was stopped by
+// Restart.
+var errRestarted = errors.New("restarted")
 
 // NewSupervisor returns a supervisor for d that logs to log, tagged with
 // the driver's name.
 func NewSupervisor(d Driver, log *slog.Logger, opts SupervisorOptions) *Supervisor {
 	opts.defaults()
 	return &Supervisor{
-		driver: d,
-		log:    log.With("proxy", d.Name()),
-		opts:   opts,
-		status: Status{Driver: d.Name()},
+		driver:  d,
+		log:     log.With("proxy", d.Name()),
+		opts:    opts,
+		status:  Status{Driver: d.Name()},
+		restart: make(chan string, 1),
+	}
+}
+
+// Restart asks Run to drain and stop the running proxy and start it again
+// right away, for reason (logged), so that it reads a changed bootstrap.
+// It does not wait; requests made while one is pending are merged, and a
+// proxy started after the request reads the bootstrap as it is then, so
+// it is not restarted again. Without a process to run it does nothing.
+func (s *Supervisor) Restart(reason string) {
+	select {
+	case s.restart <- reason:
+	default:
 	}
 }
 
@@ -139,6 +160,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, errRestarted) {
+			if cmd = s.driver.Command(); cmd == nil {
+				return fmt.Errorf("sidecar driver %s stopped returning a command to run", s.driver.Name())
+			}
+			continue
+		}
 		if time.Since(started) >= s.opts.ResetAfter {
 			backoff = s.opts.InitialBackoff
 		}
@@ -172,6 +199,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 // runOnce runs the proxy until it exits (the error says how) or ctx is
 // done (it is then drained and stopped, and runOnce returns nil).
 func (s *Supervisor) runOnce(ctx context.Context, cmd *exec.Cmd) error {
+	select { // this start reads the bootstrap as it is now
+	case <-s.restart:
+	default:
+	}
 	prepare(cmd)
 	stdout := &logWriter{log: s.log, stream: "stdout"}
 	stderr := &logWriter{log: s.log, stream: "stderr"}
@@ -192,6 +223,7 @@ func (s *Supervisor) runOnce(ctx context.Context, cmd *exec.Cmd) error {
 		stderr.flush()
 		done <- err
 	}()
+	var restart string
 	select {
 	case err := <-done:
 		if err == nil {
@@ -199,10 +231,15 @@ func (s *Supervisor) runOnce(ctx context.Context, cmd *exec.Cmd) error {
 		}
 		return err
 	case <-ctx.Done():
+	case restart = <-s.restart:
+		s.log.Info("restarting the proxy", "reason", restart, "pid", pid)
 	}
 	s.stop(ctx, cmd, done)
 	s.update(func(st *Status) { st.Running, st.PID = false, 0 })
 	s.emit(Event{Kind: Stopped, PID: pid})
+	if restart != "" && ctx.Err() == nil {
+		return errRestarted
+	}
 	return nil
 }
 

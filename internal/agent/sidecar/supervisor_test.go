@@ -181,6 +181,38 @@ func TestSupervisorRunsProxyAndDrainsOnStop(t *testing.T) {
 	}
 }
 
+// Restart (the agent's answer to a changed bootstrap) drains and stops the
+// proxy and starts a new one at once, which connects again; it is not
+// counted as a crash.
+func TestSupervisorRestart(t *testing.T) {
+	e := setup(t, "")
+	s := sidecar.NewSupervisor(e.driver, e.log, sidecar.SupervisorOptions{DrainTime: 100 * time.Millisecond, InitialBackoff: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	waitAck(t, e)
+	first := s.Status().PID
+	s.Restart("the xDS address changed")
+	s.Restart("merged with the first")
+	rec := waitLog(t, e.logs, "restarting the proxy")
+	if rec.attrs["reason"] != "the xDS address changed" {
+		t.Errorf("restart logged reason %q", rec.attrs["reason"])
+	}
+	waitLog(t, e.logs, "draining listeners (graceful=true)")
+	waitAck(t, e) // a new proxy (the backoff is an hour: not a crash restart)
+	st := s.Status()
+	if !st.Running || st.PID == first || st.PID == 0 || st.Restarts != 0 {
+		t.Errorf("status after Restart = %+v, want a new running PID (not %d) and no crash restarts", st, first)
+	}
+	select {
+	case a := <-e.ads.Acks:
+		t.Errorf("a third proxy connected (%+v): the merged request restarted it again", a)
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
 func TestSupervisorRestartsCrashLoopWithGrowingBackoff(t *testing.T) {
 	e := setup(t, "ack")
 	exits := make(chan sidecar.Event, 100)
