@@ -174,9 +174,28 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return certs.Run(ctx) })
 	g.Go(func() error { return followLifetimes(ctx, log, sp, certs) })
-	g.Go(func() error { return publisher.Run(ctx) })
+	// xDS starts once every provider has listed its endpoints: a proxy
+	// that reconnects after a restart must not be told its upstreams have
+	// none.
+	providersListed := make(chan struct{})
+	afterProviders := func(run func() error) func() error {
+		return func() error {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-providersListed:
+				return run()
+			}
+		}
+	}
+	g.Go(func() error {
+		waitForProviders(ctx, log, host, providerWait)
+		close(providersListed)
+		return nil
+	})
+	g.Go(afterProviders(func() error { return publisher.Run(ctx) }))
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
-	g.Go(func() error { return xdsServer.Serve(ctx, cfg.XDSAddress, xdsTLS, nil) })
+	g.Go(afterProviders(func() error { return xdsServer.Serve(ctx, cfg.XDSAddress, xdsTLS, nil) }))
 	g.Go(func() error { return host.Run(ctx) })
 	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, nil) })
 	g.Go(func() error { return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, nil) })
@@ -205,6 +224,50 @@ func followLifetimes(ctx context.Context, log *slog.Logger, sp *spec.Spec, certs
 		case <-ctx.Done():
 			return nil
 		case <-notify:
+		}
+	}
+}
+
+// providerWait is how long xDS waits at most for the providers' first
+// lists before it serves without them.
+const providerWait = 30 * time.Second
+
+// providers is what waitForProviders needs of the plugin host.
+type providers interface {
+	Ready() bool
+	Status() []pluginhost.Status
+}
+
+// waitForProviders returns once every provider has sent its first list,
+// ctx is done, or max has passed (logging which providers it gave up on).
+func waitForProviders(ctx context.Context, log *slog.Logger, p providers, max time.Duration) {
+	if p.Ready() {
+		return
+	}
+	start := time.Now()
+	log.Info("xDS waits for every provider's first list of endpoints", "max", max)
+	deadline := time.NewTimer(max)
+	defer deadline.Stop()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			var waiting []string
+			for _, st := range p.Status() {
+				if st.LastSync.IsZero() {
+					waiting = append(waiting, st.Name)
+				}
+			}
+			log.Warn("serving xDS before every provider has listed its endpoints: their services have no endpoints until they do (see /api/v1/providers)", "waiting", waiting, "after", max)
+			return
+		case <-tick.C:
+			if p.Ready() {
+				log.Info("every provider has listed its endpoints; serving xDS", "after", time.Since(start).Round(time.Millisecond))
+				return
+			}
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -173,6 +175,62 @@ func TestServeEndToEnd(t *testing.T) {
 		}
 	})
 
+	t.Run("xDS waits for the providers' first lists", func(t *testing.T) {
+		dir := t.TempDir()
+		endpoints := filepath.Join(dir, "endpoints.yaml") // written later
+		xds, debug := freeAddr(t), freeAddr(t)
+		config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: 127.0.0.1:0\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
+			filepath.Join(dir, "data"), bin, debug, xds, endpoints)
+		configFile := filepath.Join(dir, "server.yaml")
+		if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var log syncBuffer
+		cmd := exec.Command(filepath.Join(bin, "osm-server"), "serve", "--config", configFile)
+		cmd.Stdout, cmd.Stderr = &log, &log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			if t.Failed() {
+				t.Logf("server log:\n%s", log.String())
+			}
+		})
+		waitFor := func(what string, cond func() bool) {
+			t.Helper()
+			deadline := time.Now().Add(20 * time.Second)
+			for !cond() {
+				if time.Now().After(deadline) {
+					t.Fatalf("not within 20s: %s", what)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		dials := func() bool {
+			c, err := net.DialTimeout("tcp", xds, time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		}
+		waitFor("the server says xDS waits for the providers", func() bool {
+			return strings.Contains(log.String(), "xDS waits for every provider's first list")
+		})
+		time.Sleep(time.Second)
+		if dials() {
+			t.Fatal("xDS accepts connections before the provider has listed any endpoint")
+		}
+		if err := os.WriteFile(endpoints, []byte("services:\n  - name: bookstore\n    namespace: default\n    endpoints:\n      - {ip: 10.0.0.5, port: 14001}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		waitFor("xDS serves once the provider has listed", dials)
+		if !strings.Contains(log.String(), "every provider has listed its endpoints; serving xDS") {
+			t.Error("the server did not log that it serves xDS after the providers listed")
+		}
+	})
+
 	t.Run("SIGKILL of the server leaves no plugin running", func(t *testing.T) {
 		s := startServer(t, bin)
 		pids := s.pluginPIDs(t)
@@ -211,4 +269,22 @@ func TestServeRejectsBadConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "providers[0].plugin") {
 		t.Errorf("serve with a bad config: %v; want an error naming providers[0].plugin", err)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's output and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
