@@ -107,7 +107,7 @@ func BenchmarkFullGeneration(b *testing.B) {
 	before := c.Stats().Marshals
 	b.ResetTimer()
 	for b.Loop() {
-		clear(p.eds)
+		p.dropAllEDS()
 		p.renderAll(ctx)
 	}
 	b.ReportMetric(float64(c.Stats().Marshals-before)/float64(b.N), "marshals/op")

@@ -68,9 +68,13 @@ type Publisher struct {
 	connected map[mesh.MeshService]map[netip.Addr]int // advertise addresses of connected proxies
 	eds       map[mesh.MeshService]*cache.Resource    // dropped when the service's endpoints, its connected proxies or the rule change
 	secrets   map[mesh.ServiceAccount]*cache.Set
-	// interned holds one Resource per content, so groups that render the
-	// same resource (every caller's cluster for a popular upstream) share
-	// it and the validators walk it once. Reset with each specification.
+	// memo shares what render builds for one upstream between the groups
+	// that call it, and byMessage the Resource (one marshal) of each
+	// message it shares; interned holds one Resource per content, so groups
+	// that render equal resources share one and the validators walk it
+	// once. All three are reset with each specification.
+	memo       *render.Memo
+	byMessage  map[proto.Message]*cache.Resource
 	interned   map[internKey]*cache.Resource
 	validators map[render.Flavor]*render.Validator
 
@@ -98,7 +102,7 @@ type groupKey struct {
 type group struct {
 	key    groupKey
 	nodes  map[string]*node
-	shared map[string]*cache.Resource // listeners that do not depend on the address
+	shared []*cache.Resource // listeners that do not depend on the address
 	rds    *cache.Set
 	cds    *cache.Set
 	deps   []mesh.MeshService
@@ -124,6 +128,8 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, sp SpecSource, eps EndpointS
 		eds:       map[mesh.MeshService]*cache.Resource{},
 		secrets:   map[mesh.ServiceAccount]*cache.Set{},
 		errs:      map[string]string{},
+		memo:      render.NewMemo(),
+		byMessage: map[proto.Message]*cache.Resource{},
 		interned:  map[internKey]*cache.Resource{},
 		validators: map[render.Flavor]*render.Validator{
 			render.Envoy: render.NewValidator(render.Envoy),
@@ -201,7 +207,7 @@ func (p *Publisher) Run(ctx context.Context) error {
 		case <-graceOver:
 			// From now on only connected proxies' endpoints are sent.
 			p.graceEnd = time.Time{}
-			clear(p.eds)
+			p.dropAllEDS()
 			all := map[mesh.MeshService]bool{}
 			for _, svc := range p.catSnap.Services() {
 				all[svc] = true
@@ -277,7 +283,7 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 		if next.Version() != p.specSnap.Version() {
 			p.specSnap = next
 			// The participant rule may have changed: rebuild every EDS.
-			clear(p.eds)
+			p.dropAllEDS()
 			p.renderAll(ctx)
 			return
 		}
@@ -289,7 +295,7 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 		delete(p.secrets, sa)
 	}
 	for svc := range changedEDS {
-		delete(p.eds, svc)
+		p.dropEDS(svc)
 	}
 	if len(changedEDS) > 0 {
 		p.publishEDS(changedEDS)
@@ -387,7 +393,7 @@ func (p *Publisher) participants(svc mesh.MeshService) []mesh.Endpoint {
 }
 
 func (p *Publisher) mesh() render.Mesh {
-	return render.Mesh{Spec: p.specSnap, Endpoints: p.participants, TrustDomain: p.trustDomain}
+	return render.Mesh{Spec: p.specSnap, Endpoints: p.participants, TrustDomain: p.trustDomain, Memo: p.memo}
 }
 
 // edsResource returns the (shared) ClusterLoadAssignment of svc, built
@@ -400,7 +406,9 @@ func (p *Publisher) edsResource(svc mesh.MeshService) (*cache.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := render.Validate(render.Envoy, cla); err != nil {
+	// The validator remembers it (until dropEDS), so validating the sets
+	// that hold it does not walk it again.
+	if err := p.validators[render.Envoy].Validate(cla); err != nil {
 		return nil, fmt.Errorf("endpoints of %s failed validation: %w", svc, err)
 	}
 	res, err := p.cache.NewResource(render.EDSName(svc), cla)
@@ -409,6 +417,23 @@ func (p *Publisher) edsResource(svc mesh.MeshService) (*cache.Resource, error) {
 	}
 	p.eds[svc] = res
 	return res, nil
+}
+
+// dropEDS forgets svc's ClusterLoadAssignment, to be rebuilt when next
+// needed, and the validators forget it too.
+func (p *Publisher) dropEDS(svc mesh.MeshService) {
+	if res := p.eds[svc]; res != nil {
+		for _, v := range p.validators {
+			v.ForgetMessage(res.Message())
+		}
+		delete(p.eds, svc)
+	}
+}
+
+func (p *Publisher) dropAllEDS() {
+	for svc := range p.eds {
+		p.dropEDS(svc)
+	}
 }
 
 // publishEDS rebuilds the changed services' endpoints and publishes them
@@ -454,6 +479,8 @@ func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
 // renderAll re-renders every group after a specification change.
 func (p *Publisher) renderAll(ctx context.Context) {
 	clear(p.secrets)
+	p.memo = render.NewMemo()
+	clear(p.byMessage)
 	clear(p.interned)
 	for _, v := range p.validators {
 		v.Forget()
@@ -479,6 +506,10 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
+	listeners, err := render.SharedListeners(m, px)
+	if err != nil {
+		return err
+	}
 	deps, err := render.Dependencies(m, px)
 	if err != nil {
 		return err
@@ -491,7 +522,11 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
-	g.rds, g.cds, g.deps, g.shared = rds, cds, deps, map[string]*cache.Resource{}
+	shared, err := resources(p, listeners)
+	if err != nil {
+		return err
+	}
+	g.rds, g.cds, g.deps, g.shared = rds, cds, deps, shared
 	return nil
 }
 
@@ -517,26 +552,21 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 		}
 		g.err = nil
 	}
-	listeners, err := render.Listeners(p.mesh(), renderProxy(n.proxy))
+	// Only the listeners bound to this proxy's address are rendered here;
+	// the group holds the others.
+	own, err := render.PerProxyListeners(p.mesh(), renderProxy(n.proxy))
 	if err != nil {
 		return err
 	}
-	lds := make([]*cache.Resource, 0, len(listeners))
-	for _, l := range listeners {
-		if r := g.shared[l.GetName()]; r != nil && !render.PerProxy(l.GetName()) {
-			lds = append(lds, r)
-			continue
-		}
+	lds := make([]*cache.Resource, 0, len(own)+len(g.shared))
+	for _, l := range own {
 		r, err := p.cache.NewResource(l.GetName(), l)
 		if err != nil {
 			return err
 		}
-		if !render.PerProxy(l.GetName()) {
-			r = p.intern(r)
-			g.shared[l.GetName()] = r
-		}
 		lds = append(lds, r)
 	}
+	lds = append(lds, g.shared...)
 	ldsSet, err := cache.NewSet(lds...)
 	if err != nil {
 		return err
@@ -632,18 +662,38 @@ func (p *Publisher) publish(nodeID, typeURL string, set *cache.Set) {
 	}
 }
 
-// newSet marshals each message into a Set of interned Resources.
-func newSet[T interface {
+type namedMessage interface {
 	proto.Message
 	GetName() string
-}](p *Publisher, msgs []T) (*cache.Set, error) {
+}
+
+// newSet returns a Set of the messages' interned Resources.
+func newSet[T namedMessage](p *Publisher, msgs []T) (*cache.Set, error) {
+	rs, err := resources(p, msgs)
+	if err != nil {
+		return nil, err
+	}
+	return cache.NewSet(rs...)
+}
+
+// resources returns the interned Resource of each message, marshalling
+// only messages it has not seen (render's Memo returns one message for
+// every group that receives an upstream's resource).
+func resources[T namedMessage](p *Publisher, msgs []T) ([]*cache.Resource, error) {
 	rs := make([]*cache.Resource, 0, len(msgs))
 	for _, m := range msgs {
+		if r := p.byMessage[m]; r != nil {
+			rs = append(rs, r)
+			continue
+		}
 		r, err := p.cache.NewResource(m.GetName(), m)
 		if err != nil {
 			return nil, err
 		}
-		rs = append(rs, p.intern(r))
+		if r = p.intern(r); r.Message() == proto.Message(m) {
+			p.byMessage[m] = r
+		}
+		rs = append(rs, r)
 	}
-	return cache.NewSet(rs...)
+	return rs, nil
 }

@@ -34,7 +34,9 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 	var out []*clusterv3.Cluster
 	for _, svc := range upstreamServices(plan(m, p, self)) {
 		info, _ := m.Spec.Service(svc)
-		out = append(out, b.edsCluster(m, info, p.Flavor))
+		out = append(out, memoised(m, b, memoKey{memoCluster, ClusterName(svc, p.Flavor)}, func() *clusterv3.Cluster {
+			return b.edsCluster(m, info, p.Flavor)
+		}))
 	}
 	if p.Flavor == Envoy {
 		for _, port := range sortedPorts(self) {

@@ -18,7 +18,8 @@ import (
 	"github.com/osm-vm/osm-vm/internal/spec"
 )
 
-// Listeners returns the proxy's listeners, sorted by name.
+// Listeners returns the proxy's listeners, sorted by name: those of
+// [PerProxyListeners] and [SharedListeners].
 //
 // Envoy: an inbound listener per port of the proxy's service on
 // Address:port (mTLS, RBAC, forwarding to the local cluster) and an outbound
@@ -26,6 +27,23 @@ import (
 // gRPC: an API listener per upstream HTTP/gRPC port and a server listener
 // per HTTP/gRPC port of the proxy's service on Address:port.
 func Listeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
+	own, err := PerProxyListeners(m, p)
+	if err != nil {
+		return nil, err
+	}
+	shared, err := SharedListeners(m, p)
+	if err != nil {
+		return nil, err
+	}
+	out := append(own, shared...)
+	sortByName(out, (*listenerv3.Listener).GetName)
+	return out, nil
+}
+
+// PerProxyListeners returns the listeners that bind the proxy's own
+// address, sorted by name: Envoy's inbound listeners and gRPC's server
+// listeners (the listeners [PerProxy] names).
+func PerProxyListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 	self, err := m.check(p)
 	if err != nil {
 		return nil, err
@@ -41,12 +59,29 @@ func Listeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 		}
 		out = append(out, b.inboundListener(m, p, self, port))
 	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	sortByName(out, (*listenerv3.Listener).GetName)
+	return out, nil
+}
+
+// SharedListeners returns the listeners that are the same for every proxy
+// of the service and flavour, sorted by name: Envoy's outbound listeners
+// and gRPC's API listeners, one per upstream port the service may call.
+func SharedListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
+	self, err := m.check(p)
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{}
+	var out []*listenerv3.Listener
 	for _, o := range plan(m, p, self) {
 		if p.Flavor == GRPC {
-			out = append(out, b.apiListener(o))
+			out = append(out, memoised(m, b, memoKey{memoAPIListener, o.routeName(GRPC)}, func() *listenerv3.Listener { return b.apiListener(o) }))
 			continue
 		}
-		out = append(out, b.outboundListener(o))
+		out = append(out, memoised(m, b, memoKey{memoOutboundListener, o.routeName(Envoy)}, func() *listenerv3.Listener { return b.outboundListener(o) }))
 	}
 	if b.err != nil {
 		return nil, b.err

@@ -126,6 +126,10 @@ type Mesh struct {
 	Endpoints func(mesh.MeshService) []mesh.Endpoint
 	// TrustDomain is the SPIFFE trust domain of service certificates.
 	TrustDomain string
+	// Memo, when set, shares what rendering builds between the proxies
+	// rendered from this Spec and TrustDomain (see [Memo]). Optional: the
+	// output is the same without it.
+	Memo *Memo
 }
 
 // Proxy is the client the resources are for.
@@ -255,11 +259,24 @@ func (o outbound) services() []mesh.MeshService {
 	return out
 }
 
-// allows reports whether src may call dst at all.
-
 // plan returns the upstream ports the proxy's service may call, ordered by
-// service and port. The gRPC flavour skips TCP ports.
+// service and port. The gRPC flavour skips TCP ports. The result is shared
+// through m.Memo and must not be modified.
 func plan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
+	if m.Memo == nil {
+		return buildPlan(m, p, self)
+	}
+	m.Memo.use(m)
+	k := planKey{p.Service, p.Flavor}
+	if out, ok := m.Memo.plans[k]; ok {
+		return out
+	}
+	out := buildPlan(m, p, self)
+	m.Memo.plans[k] = out
+	return out
+}
+
+func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 	src := self.ServiceAccount
 	var out []outbound
 	for _, svc := range m.Spec.Upstreams(src) {

@@ -41,7 +41,9 @@ func Routes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 		if !isHTTP(o.port) {
 			continue
 		}
-		out = append(out, outboundRoutes(o, p.Flavor))
+		out = append(out, memoised(m, &builder{}, memoKey{memoRoute, o.routeName(p.Flavor)}, func() *routev3.RouteConfiguration {
+			return outboundRoutes(o, p.Flavor)
+		}))
 	}
 	sortByName(out, (*routev3.RouteConfiguration).GetName)
 	return out, nil

@@ -78,6 +78,11 @@ func NewValidator(f Flavor) *Validator {
 // has seen are no longer in use, to free them).
 func (vr *Validator) Forget() { clear(vr.memo) }
 
+// ForgetMessage drops what the Validator remembers of one resource (call it
+// when that resource is replaced, e.g. a load assignment whose endpoints
+// changed).
+func (vr *Validator) ForgetMessage(m proto.Message) { delete(vr.memo, m) }
+
 // Validate checks one proxy's complete set; see [Validate].
 func (vr *Validator) Validate(resources ...proto.Message) error {
 	v := &validation{flavor: vr.flavor, listeners: map[string]bool{}, routes: map[string]bool{}, clusters: map[string]bool{}, eds: map[string]bool{}, secrets: map[string]bool{}, addrs: map[string]string{}}
@@ -85,14 +90,22 @@ func (vr *Validator) Validate(resources ...proto.Message) error {
 		v.index(r)
 	}
 	for _, r := range resources {
-		v.label = labelOf(r)
-		if r == nil || v.label == "" {
+		if r == nil {
 			continue
 		}
-		if l, ok := r.(*listenerv3.Listener); ok {
+		w, remembered := vr.memo[r]
+		l, isListener := r.(*listenerv3.Listener)
+		if !remembered || isListener {
+			// The label names the resource in errors; a remembered one
+			// carries its labelled references and errors already.
+			if v.label = labelOf(r); v.label == "" {
+				continue
+			}
+		}
+		if isListener {
 			v.uniqueAddress(l)
 		}
-		if w, ok := vr.memo[r]; ok {
+		if remembered {
 			v.refs = append(v.refs, w.refs...)
 			v.errs = append(v.errs, w.errs...)
 			continue
@@ -102,7 +115,7 @@ func (vr *Validator) Validate(resources ...proto.Message) error {
 		v.walk(r.ProtoReflect())
 		// A per-proxy listener is seen once; remembering it would only
 		// grow the memo with every proxy that connects.
-		if l, ok := r.(*listenerv3.Listener); !ok || !PerProxy(l.GetName()) {
+		if !isListener || !PerProxy(l.GetName()) {
 			vr.memo[r] = walked{refs: slices.Clone(v.refs[refs:]), errs: slices.Clone(v.errs[errs:])}
 		}
 	}

@@ -1,0 +1,85 @@
+package render
+
+import (
+	"google.golang.org/protobuf/proto"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+// Memo lets the rendering of many proxies from one specification share what
+// does not depend on the individual caller: the plan of each service and
+// flavour (which upstream ports it may call), and each upstream's EDS
+// cluster, outbound listener, gRPC API listener and outbound route
+// configuration, which are the same message for every caller that receives
+// them (see "Resource names"). Pass one in [Mesh.Memo]; rendering returns
+// the remembered message (the same pointer) where it would build an equal
+// one, so output with and without a Memo is equal, and a caller that
+// marshals or validates each message once does so once per upstream.
+//
+// A Memo serves one specification snapshot and trust domain: given a Mesh
+// with another it forgets everything first. Messages it returns are shared
+// and must not be modified. Not safe for concurrent use.
+type Memo struct {
+	spec        *spec.Snapshot
+	trustDomain string
+	plans       map[planKey][]outbound
+	msgs        map[memoKey]proto.Message
+}
+
+type planKey struct {
+	svc    mesh.MeshService
+	flavor Flavor
+}
+
+type memoKind uint8
+
+const (
+	memoCluster memoKind = iota
+	memoOutboundListener
+	memoAPIListener
+	memoRoute
+)
+
+// memoKey names a shared message by what determines its content within one
+// specification snapshot: the cluster's name, or the route name of an
+// outbound (which encodes the upstream, port, split subset and flavour).
+type memoKey struct {
+	kind memoKind
+	name string
+}
+
+// NewMemo returns an empty Memo.
+func NewMemo() *Memo {
+	return &Memo{plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}}
+}
+
+// Len returns the number of messages the Memo holds (for tests and metrics).
+func (mm *Memo) Len() int { return len(mm.msgs) }
+
+// use makes mm serve m, forgetting what it holds for another snapshot or
+// trust domain.
+func (mm *Memo) use(m Mesh) {
+	if mm.spec != m.Spec || mm.trustDomain != m.TrustDomain {
+		clear(mm.plans)
+		clear(mm.msgs)
+		mm.spec, mm.trustDomain = m.Spec, m.TrustDomain
+	}
+}
+
+// memoised returns the message m.Memo holds for k, or builds it with build
+// and remembers it (unless b has failed). Without a Memo it only builds.
+func memoised[T proto.Message](m Mesh, b *builder, k memoKey, build func() T) T {
+	if m.Memo == nil {
+		return build()
+	}
+	m.Memo.use(m)
+	if msg, ok := m.Memo.msgs[k]; ok {
+		return msg.(T)
+	}
+	msg := build()
+	if b.err == nil {
+		m.Memo.msgs[k] = msg
+	}
+	return msg
+}
