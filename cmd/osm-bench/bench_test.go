@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -114,6 +116,41 @@ func TestQuickRun(t *testing.T) {
 	for _, d := range metricDefs {
 		if !ids[d.ID] {
 			t.Errorf("metric %s missing from the results", d.ID)
+		}
+	}
+}
+
+func TestParseRunFlagsMetrics(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		want    map[string]bool // nil: every metric
+		wantErr string
+	}{
+		{args: nil},
+		{args: []string{"--metrics", "M3"}, want: map[string]bool{"M3": true}},
+		{args: []string{"--metrics", "M2, M9"}, want: map[string]bool{"M2": true, "M9": true}},
+		{args: []string{"--metrics", "M4"}, wantErr: "M4 is measured by Go benchmarks"},
+		{args: []string{"--metrics", "M10"}, wantErr: `unknown metric "M10"`},
+		{args: []string{"--log-level", "loud"}, wantErr: `--log-level "loud"`},
+	} {
+		c, err := parseRunFlags(tc.args, io.Discard)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("parseRunFlags(%q) error = %v, want one containing %q", tc.args, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("parseRunFlags(%q): %v", tc.args, err)
+			continue
+		}
+		if !maps.Equal(c.plan.Metrics, tc.want) || (c.plan.Metrics == nil) != (tc.want == nil) {
+			t.Errorf("parseRunFlags(%q) metrics = %v, want %v", tc.args, c.plan.Metrics, tc.want)
+		}
+		for _, id := range []string{"M1", "M2", "M3", "M9"} {
+			if got, want := c.plan.want(id), tc.want == nil || tc.want[id]; got != want {
+				t.Errorf("parseRunFlags(%q): want(%s) = %t, want %t", tc.args, id, got, want)
+			}
 		}
 	}
 }

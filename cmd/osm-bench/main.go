@@ -59,7 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		cmd, args = args[0], args[1:]
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var level slog.LevelVar // info; `run --log-level debug` lowers it
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: &level}))
 	if _, err := raiseNoFile(); err != nil {
 		return err
 	}
@@ -69,6 +70,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
+		level.Set(cfg.logLevel)
 		return runBench(ctx, log, cfg, stdout)
 	case "serve-l", "serve-f":
 		o, err := parseServerFlags(cmd, args, stderr)
@@ -91,6 +93,10 @@ type runConfig struct {
 	staticPlugin string
 	timeout      time.Duration
 	workDir      string
+	// logLevel is the harness's own; serverLogLevel is passed to O's
+	// osm-server (its log goes to servers.log in the work directory).
+	logLevel       slog.Level
+	serverLogLevel string
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
@@ -98,6 +104,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 		c                                         runConfig
 		servers                                   string
 		proxies, services, endpoints, reps, joins int
+		metrics, logLevel                         string
 	)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -113,6 +120,10 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&c.staticPlugin, "static-plugin", "", "osm-provider-static binary for O (default: next to --osm-server)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "bound on the whole run (default 15m, quick 2m)")
 	fs.StringVar(&c.workDir, "work-dir", "", "directory for certificates, server data and logs (default: a temporary directory, removed)")
+	fs.StringVar(&metrics, "metrics", "", "measure only these metrics, e.g. M3 or M2,M5 (default all; M1 and M7 are always measured, M8 comes with M2)")
+	fs.StringVar(&logLevel, "log-level", "info", "the harness's log level (debug logs every change with its start time, to line up with the server's log)")
+	fs.StringVar(&c.serverLogLevel, "server-log-level", "warn", "osm-server's --log-level for O; its log is servers.log in --work-dir")
+	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace of osm-server (/debug/pprof/trace) taken during each change metric's first changes to DIR/O-<metric>.trace (go tool trace)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -140,6 +151,22 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	if endpoints > 250 || services*endpoints >= 1<<23 {
 		return c, errors.New("run: the workload's addresses run out beyond 8M endpoints or 250 per service")
 	}
+	if err := c.logLevel.UnmarshalText([]byte(logLevel)); err != nil {
+		return c, fmt.Errorf("run: --log-level %q: want debug, info, warn or error", logLevel)
+	}
+	if metrics != "" {
+		c.plan.Metrics = map[string]bool{}
+		for _, m := range strings.Split(metrics, ",") {
+			switch m = strings.TrimSpace(m); m {
+			case "M1", "M2", "M3", "M5", "M6", "M7", "M8", "M9":
+				c.plan.Metrics[m] = true
+			case "M4":
+				return c, errors.New("run: --metrics: M4 is measured by Go benchmarks in internal/xds, not by the harness")
+			default:
+				return c, fmt.Errorf("run: --metrics: unknown metric %q (want M1-M9)", m)
+			}
+		}
+	}
 	if c.staticPlugin == "" {
 		c.staticPlugin = filepath.Join(filepath.Dir(c.osmServer), "osm-provider-static")
 	}
@@ -153,6 +180,8 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 		FillTimeout: 2 * time.Minute,
 		Parallel:    128,
 		WideScale:   10,
+		Metrics:     c.plan.Metrics,
+		TraceDir:    c.plan.TraceDir,
 	}
 	if c.quick {
 		c.plan.IdleWindow, c.plan.Settle, c.plan.RepBudget, c.plan.FillTimeout = 2*time.Second, 10*time.Second, 10*time.Second, 30*time.Second
@@ -221,7 +250,7 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 		var t target
 		switch name {
 		case "O":
-			t = &oTarget{osmServer: c.osmServer, staticPlugin: c.staticPlugin, dir: filepath.Join(dir, "o"), logw: logf, log: log}
+			t = &oTarget{osmServer: c.osmServer, staticPlugin: c.staticPlugin, dir: filepath.Join(dir, "o"), logw: logf, log: log, logLevel: c.serverLogLevel}
 		case "L":
 			t = &benchTarget{name: name, kind: "serve-l", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
 		case "L-mux":
@@ -232,7 +261,7 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 		sr := serverReport{Name: name, Role: roles[name], Values: map[string]float64{}}
 		m := &measurer{log: log, plan: p}
 		res, err := m.run(ctx, t)
-		if err == nil {
+		if err == nil && p.want("M9") {
 			if werr := m.measureWide(ctx, t, res); werr != nil {
 				res.note("M9: %v", werr)
 			}
@@ -243,7 +272,7 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 			log.Warn("server not measured", "server", name, "reason", err)
 		default:
 			sr.Available, sr.Values, sr.Notes = true, res.Values, res.Notes
-			if name == "O" {
+			if name == "O" && p.Metrics == nil {
 				if ms, note := measureM4(); note != "" {
 					sr.Notes = append(sr.Notes, note)
 				} else {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -20,7 +23,12 @@ type server struct {
 	// change moves endpoint 0 of service u to ChangedAddr(seq) and returns
 	// once the server has been told (the measured clock starts before it).
 	change func(ctx context.Context, u, seq int) error
-	close  func()
+	// prepare, when set, readies that change before the clock starts (O:
+	// writes the new endpoints file that change renames into place).
+	prepare func(u, seq int) error
+	close   func()
+	// debugAddr is O's debug HTTP address (pprof), "" for the others.
+	debugAddr string
 }
 
 // target starts a server kind for a workload.
@@ -41,7 +49,20 @@ type plan struct {
 	Parallel    int           // handshakes in flight while filling the fleet
 	FillTimeout time.Duration // bound on filling the fleet and on the reconnect storm
 	WideScale   int           // M9: services × WideScale, one wide proxy
+	// Metrics, when not nil, limits the run to these metrics (M1 and M7
+	// are always measured; M8 comes with M2).
+	Metrics map[string]bool
+	// TraceDir, when set, receives a runtime trace of O taken during the
+	// first changes of each change metric.
+	TraceDir string
 }
+
+// want reports whether metric id is to be measured.
+func (p plan) want(id string) bool { return p.Metrics == nil || p.Metrics[id] }
+
+// traceSeconds is how long a --trace-dir trace runs: the first few
+// changes of a metric, at a size go tool trace opens quickly.
+const traceSeconds = 4
 
 // measurer runs the metrics against one target.
 type measurer struct {
@@ -117,6 +138,10 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		metric  string
 		service int
 	}{{"M2", 0}, {"M3", 1}} {
+		if !p.want(c.metric) {
+			continue
+		}
+		traced := m.startTrace(ctx, srv, t.Name()+"-"+c.metric)
 		affected := len(w.AffectedProxies(c.service))
 		var last, each []float64
 		began := time.Now()
@@ -131,6 +156,8 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.metric, err)
 			}
+			log.Debug("change", "metric", c.metric, "seq", m.seq, "start", r.start.Format(time.RFC3339Nano),
+				"last_ack_ms", r.last, "acked", r.got, "affected", affected)
 			if r.got < affected {
 				res.note("%s: %d of %d affected proxies ACKed the change within %s", c.metric, r.got, affected, p.Settle)
 			}
@@ -142,6 +169,9 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 				res.set("M8.ratio", float64(r.bytes)/float64(r.claBytes))
 			}
 			time.Sleep(100 * time.Millisecond)
+		}
+		if err := traced(); err != nil {
+			res.note("%s: runtime trace: %v", c.metric, err)
 		}
 		log.Info("change measured", "metric", c.metric, "affected", affected, "changes", len(last), "last_ack_p50_ms", percentile(last, 50))
 		srvCPU1, err3 := cpuSeconds(pid)
@@ -161,6 +191,9 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	// M5: a new proxy joins the full fleet.
 	var joins []float64
 	for j := range p.Joins {
+		if !p.want("M5") {
+			break
+		}
 		id := srv.ids[w.Proxies+j]
 		t0 := time.Now()
 		pc, err := f.connect(ctx, id)
@@ -177,37 +210,14 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		joins = append(joins, ms(pc.readyAt.Sub(t0)))
 		pc.close()
 	}
-	log.Info("joins measured", "n", len(joins))
-	res.set("M5.p50", percentile(joins, 50))
-	res.set("M5.p99", percentile(joins, 99))
-
-	// M6: every proxy drops its connection and reconnects at once.
-	closeAll(pcs)
-	pcs = nil
-	var before int64
-	t0 := time.Now()
-	retries0 := f.retries.Load()
-	pcs, err = f.connectAll(ctx, srv.ids[:w.Proxies], w.Proxies, p.FillTimeout)
-	if err != nil {
-		res.note("M6: not every proxy was configured within %s after the storm: %v", p.FillTimeout, err)
+	if p.want("M5") {
+		log.Info("joins measured", "n", len(joins))
+		res.set("M5.p50", percentile(joins, 50))
+		res.set("M5.p99", percentile(joins, 99))
 	}
-	res.set("M6.reconnects", float64(f.retries.Load()-retries0))
-	res.set("M6.all_configured_s", time.Since(t0).Seconds())
-	log.Info("reconnect storm measured", "configured", len(pcs), "took", time.Since(t0).Round(time.Millisecond))
-	var maxResp int64
-	for _, pc := range pcs {
-		before += pc.responses.Load()
-		maxResp = max(maxResp, pc.responses.Load())
+	if p.want("M6") {
+		m.storm(ctx, t.Name(), f, srv, &pcs, res)
 	}
-	time.Sleep(time.Second) // a retry loop would keep sending
-	var after int64
-	for _, pc := range pcs {
-		after += pc.responses.Load()
-	}
-	res.set("M6.max_responses_per_proxy", float64(maxResp))
-	res.set("M6.responses_after_configured", float64(after-before))
-	res.set("M6.server_alive", boolf(srv.proc.alive()))
-
 	if cpu, err := cpuSeconds(pid); err == nil {
 		res.set("cpu_seconds", cpu)
 	}
@@ -215,6 +225,82 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		res.set("peak_rss_mib", hwm/1024)
 	}
 	return res, nil
+}
+
+// storm is M6: every proxy in *pcs drops its connection and all reconnect
+// at once; *pcs becomes the reconnected fleet.
+func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server, pcs *[]*proxyClient, res *result) {
+	p := m.plan
+	w := p.Workload
+	log := m.log.With("server", name)
+
+	var before int64
+	closeAll(*pcs)
+	*pcs = nil
+	t0 := time.Now()
+	retries0 := f.retries.Load()
+	got, err := f.connectAll(ctx, srv.ids[:w.Proxies], w.Proxies, p.FillTimeout)
+	*pcs = got
+	if err != nil {
+		res.note("M6: not every proxy was configured within %s after the storm: %v", p.FillTimeout, err)
+	}
+	res.set("M6.reconnects", float64(f.retries.Load()-retries0))
+	res.set("M6.all_configured_s", time.Since(t0).Seconds())
+	log.Info("reconnect storm measured", "configured", len(got), "took", time.Since(t0).Round(time.Millisecond))
+	var maxResp int64
+	for _, pc := range got {
+		before += pc.responses.Load()
+		maxResp = max(maxResp, pc.responses.Load())
+	}
+	time.Sleep(time.Second) // a retry loop would keep sending
+	var after int64
+	for _, pc := range got {
+		after += pc.responses.Load()
+	}
+	res.set("M6.max_responses_per_proxy", float64(maxResp))
+	res.set("M6.responses_after_configured", float64(after-before))
+	res.set("M6.server_alive", boolf(srv.proc.alive()))
+}
+
+// startTrace starts a runtime trace of srv (O only, with --trace-dir) into
+// TraceDir/name.trace and returns a function that waits for it to end.
+func (m *measurer) startTrace(ctx context.Context, srv *server, name string) (wait func() error) {
+	if m.plan.TraceDir == "" || srv.debugAddr == "" {
+		return func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() { done <- fetchTrace(ctx, srv.debugAddr, filepath.Join(m.plan.TraceDir, name+".trace")) }()
+	time.Sleep(50 * time.Millisecond) // let the trace start before the first change
+	return func() error { return <-done }
+}
+
+// fetchTrace writes traceSeconds of the runtime trace of the process
+// serving pprof at addr to path.
+func fetchTrace(ctx context.Context, addr, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", addr, traceSeconds), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", req.URL, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
 }
 
 // measureWide is M9: the largest single message a proxy that sees every
@@ -239,6 +325,7 @@ func (m *measurer) measureWide(ctx context.Context, t target, res *result) error
 }
 
 type changeResult struct {
+	start    time.Time // when the change was made
 	got      int
 	last     float64   // ms until the last affected proxy ACKed
 	each     []float64 // ms per proxy
@@ -253,11 +340,16 @@ func (m *measurer) change(ctx context.Context, f *fleet, srv *server, service, a
 	pr := &probe{seq: m.seq, marker: MarkerBytes(ChangedAddr(m.seq)), acks: make(chan ackEvent, affected)}
 	f.probe.Store(pr)
 	defer f.probe.Store(nil)
+	if srv.prepare != nil {
+		if err := srv.prepare(service, m.seq); err != nil {
+			return changeResult{}, err
+		}
+	}
 	t0 := time.Now()
 	if err := srv.change(ctx, service, m.seq); err != nil {
 		return changeResult{}, err
 	}
-	var r changeResult
+	r := changeResult{start: t0}
 	timeout := time.NewTimer(m.plan.Settle)
 	defer timeout.Stop()
 	for r.got < affected {

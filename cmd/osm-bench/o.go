@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -35,6 +36,7 @@ type oTarget struct {
 	dir          string
 	logw         io.Writer
 	log          *slog.Logger
+	logLevel     string // osm-server's --log-level
 	runs         int
 }
 
@@ -53,6 +55,15 @@ func freePort() (string, error) {
 // writeEndpoints writes the static provider's file for w; changed, when
 // seq > 0, moves endpoint 0 of service u. The write is atomic (rename).
 func writeEndpoints(path string, w Workload, u, seq int) error {
+	if err := prepareEndpoints(path, w, u, seq); err != nil {
+		return err
+	}
+	return os.Rename(path+".tmp", path)
+}
+
+// prepareEndpoints writes what writeEndpoints would to path+".tmp" in the
+// same directory, for a rename over path to make the change.
+func prepareEndpoints(path string, w Workload, u, seq int) error {
 	var b strings.Builder
 	b.WriteString("services:\n")
 	for i := range w.Services {
@@ -65,11 +76,10 @@ func writeEndpoints(path string, w Workload, u, seq int) error {
 			fmt.Fprintf(&b, "  - {ip: %s, port: %d}\n", a, endpointPort)
 		}
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(path+".tmp", []byte(b.String()), 0o644); err != nil {
 		return fmt.Errorf("endpoints file: %w", err)
 	}
-	return os.Rename(tmp, path)
+	return nil
 }
 
 // specDocs are the Service, TCPRoute and TrafficTarget documents of w, in
@@ -166,7 +176,7 @@ providers:
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	proc, _, err := startChild(ctx, t.osmServer, []string{"serve", "--config", cfgFile, "--log-level", "warn"}, nil, t.logw, "")
+	proc, _, err := startChild(ctx, t.osmServer, []string{"serve", "--config", cfgFile, "--log-level", cmp.Or(t.logLevel, "warn")}, nil, t.logw, "")
 	if err != nil {
 		return nil, fmt.Errorf("O: %w", err)
 	}
@@ -228,11 +238,15 @@ providers:
 	c.Close()
 	host, _, _ := net.SplitHostPort(xdsAddr)
 	return &server{
-		proc: proc,
-		ep:   endpoint{Addr: xdsAddr, ServerName: host, Roots: roots},
-		ids:  ids,
+		proc:      proc,
+		ep:        endpoint{Addr: xdsAddr, ServerName: host, Roots: roots},
+		ids:       ids,
+		debugAddr: addrs[0],
+		// The change is the rename, as an operator's tooling makes it; the
+		// new file is written beside the old one before the clock starts.
+		prepare: func(u, seq int) error { return prepareEndpoints(endpointsFile, w, u, seq) },
 		change: func(ctx context.Context, u, seq int) error {
-			return writeEndpoints(endpointsFile, w, u, seq)
+			return os.Rename(endpointsFile+".tmp", endpointsFile)
 		},
 		close: proc.stop,
 	}, nil
