@@ -292,13 +292,13 @@ func (h *Host) runOnce(ctx context.Context, in *instance) error {
 	// Subscribe before listing so no change falls between the two. Events
 	// that arrive during the list wait in the channel and are applied after
 	// it; each carries a service's full state, so the newest wins.
-	events := make(chan provider.Event, 256)
+	events := make(chan received, 256)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan error, 1)
 	go func() {
 		watchDone <- p.Watch(watchCtx, func(ev provider.Event) error {
 			select {
-			case events <- ev:
+			case events <- received{ev, time.Now()}:
 				return nil
 			case <-watchCtx.Done():
 				return watchCtx.Err()
@@ -346,7 +346,7 @@ func (h *Host) runOnce(ctx context.Context, in *instance) error {
 			watchDone <- err // for the deferred wait
 			return fmt.Errorf("watch: %w", cmpErr(err, errors.New("watch stream ended")))
 		case ev := <-events:
-			h.apply(in, ev)
+			h.applyBatch(in, ev, events)
 		case <-resyncTick.C:
 			if err := h.resync(ctx, in, p); errors.Is(err, provider.ErrUnavailable) {
 				in.recordError(err)
@@ -409,6 +409,32 @@ func (h *Host) resync(ctx context.Context, in *instance, p provider.Provider) er
 		}
 	})
 	return nil
+}
+
+// received is a watch event and when the host received it.
+type received struct {
+	provider.Event
+	at time.Time
+}
+
+// applyBatch applies first and every event already queued behind it, and
+// logs at Debug level how long they waited and took: the host's share of a
+// change's latency.
+func (h *Host) applyBatch(in *instance, first received, queue <-chan received) {
+	start := time.Now()
+	oldest := first.at
+	n := 1
+	h.apply(in, first.Event)
+	for more := true; more; {
+		select {
+		case ev := <-queue:
+			h.apply(in, ev.Event)
+			n++
+		default:
+			more = false
+		}
+	}
+	in.log.Debug("provider events applied", "events", n, "queued", start.Sub(oldest), "apply", time.Since(start))
 }
 
 func (h *Host) apply(in *instance, ev provider.Event) {

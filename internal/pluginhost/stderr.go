@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"time"
 )
 
 // stderrRelogger re-logs a plugin's stderr lines through the host's logger.
@@ -50,15 +51,30 @@ func (w *stderrRelogger) logLine(line string) {
 	if msg == "" {
 		msg, _ = rec["@message"].(string) // hclog JSON
 	}
+	// Keep the plugin's own time (slog JSON "time", hclog "@timestamp"):
+	// a line can wait in the pipe, and timing a change across processes
+	// needs when it happened, not when it was re-logged.
+	at := time.Now()
+	for _, key := range []string{slog.TimeKey, "@timestamp"} {
+		if s, ok := rec[key].(string); ok {
+			if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+				at = t
+			}
+		}
+	}
+	ctx := context.Background()
+	if !w.log.Enabled(ctx, level) {
+		return
+	}
 	delete(rec, slog.TimeKey)
 	delete(rec, slog.LevelKey)
 	delete(rec, slog.MessageKey)
-	attrs := make([]slog.Attr, 0, len(rec))
+	r := slog.NewRecord(at, level, msg, 0)
 	for k, v := range rec {
 		if strings.HasPrefix(k, "@") {
 			continue
 		}
-		attrs = append(attrs, slog.Any(k, v))
+		r.AddAttrs(slog.Any(k, v))
 	}
-	w.log.LogAttrs(context.Background(), level, msg, attrs...)
+	_ = w.log.Handler().Handle(ctx, r)
 }

@@ -26,16 +26,18 @@ func TestStderrRelogger(t *testing.T) {
 		}
 	}
 	var got []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+	for i, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
 		var rec map[string]any
 		if err := json.Unmarshal([]byte(line), &rec); err != nil {
 			t.Fatalf("relogged line %q: %v", line, err)
 		}
-		delete(rec, "time")
+		if i > 0 { // the first line keeps the plugin's time; the others are re-logged now
+			delete(rec, "time")
+		}
 		got = append(got, rec)
 	}
 	want := []map[string]any{
-		{"level": "WARN", "msg": "file malformed", "provider": "onprem", "file": "/etc/osm/e.yaml", "line": float64(7)},
+		{"time": "2026-01-01T00:00:00Z", "level": "WARN", "msg": "file malformed", "provider": "onprem", "file": "/etc/osm/e.yaml", "line": float64(7)},
 		{"level": "INFO", "msg": "panic: boom", "provider": "onprem", "stream": "stderr"},
 		{"level": "DEBUG", "msg": "tick", "provider": "onprem"},
 	}
