@@ -35,6 +35,10 @@ type staticProvider struct {
 	// postpone the re-read.
 	maxDelay time.Duration
 
+	// entries makes each re-read parse only the entries that changed; the
+	// reload loop owns it once Configure has set it.
+	entries *entryCache
+
 	mu      sync.Mutex
 	file    string
 	state   map[provider.Service][]provider.Endpoint // last good content
@@ -79,7 +83,8 @@ func (p *staticProvider) Configure(_ context.Context, instance string, raw []byt
 	if err != nil {
 		return fmt.Errorf("%w: %w (create the file or fix `file` in the provider config)", provider.ErrInvalidConfig, err)
 	}
-	state, err := parseFile(file, data)
+	entries := &entryCache{}
+	state, err := entries.parse(file, data)
 	if err != nil {
 		return fmt.Errorf("%w: %w", provider.ErrInvalidConfig, err)
 	}
@@ -100,10 +105,10 @@ func (p *staticProvider) Configure(_ context.Context, instance string, raw []byt
 		watcher.Close()
 		return fmt.Errorf("static provider %q is already configured; restart the plugin to change its config", instance)
 	}
-	p.file, p.state, p.sum = file, state, sha256.Sum256(data)
+	p.file, p.state, p.sum, p.entries = file, state, sha256.Sum256(data), entries
 	ctx, cancel := context.WithCancel(context.Background())
 	p.stop = cancel
-	p.stopped.Go(func() { p.follow(ctx, watcher) })
+	p.stopped.Go(func() { p.follow(ctx, watcher, file) })
 	p.log.Info("static provider configured", "instance", instance, "file", file, "services", len(state))
 	return nil
 }
@@ -150,6 +155,9 @@ type subscriber struct {
 	notify chan struct{}
 	dirty  map[provider.Service]struct{}
 	health bool // health changed since last sent
+	// since is when the oldest unsent change was first seen (the first
+	// filesystem event before its re-read); zero when nothing is owed.
+	since time.Time
 }
 
 func (p *staticProvider) Watch(ctx context.Context, send func(provider.Event) error) error {
@@ -172,7 +180,8 @@ func (p *staticProvider) Watch(ctx context.Context, send func(provider.Event) er
 			return nil
 		case <-sub.notify:
 		}
-		for _, ev := range p.pending(sub) {
+		events, since := p.pending(sub)
+		for _, ev := range events {
 			if err := send(ev); err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -180,13 +189,19 @@ func (p *staticProvider) Watch(ctx context.Context, send func(provider.Event) er
 				return err
 			}
 		}
+		if !since.IsZero() {
+			p.log.Debug("watch events sent", "events", len(events), "since_file_event", ms(time.Since(since)))
+		}
 	}
 }
 
-// pending returns the events owed to sub and clears its dirty state.
-func (p *staticProvider) pending(sub *subscriber) []provider.Event {
+// pending returns the events owed to sub and when the oldest of them was
+// first seen, and clears its dirty state.
+func (p *staticProvider) pending(sub *subscriber) ([]provider.Event, time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	since := sub.since
+	sub.since = time.Time{}
 	var out []provider.Event
 	if sub.health {
 		out = append(out, provider.HealthChanged(p.health))
@@ -200,18 +215,21 @@ func (p *staticProvider) pending(sub *subscriber) []provider.Event {
 		}
 	}
 	clear(sub.dirty)
-	return out
+	return out, since
 }
 
 // follow re-reads the file after filesystem events settle, and on a slow
-// timer, until ctx is done.
-func (p *staticProvider) follow(ctx context.Context, watcher *fsnotify.Watcher) {
+// timer, until ctx is done. A file renamed over the watched one (how
+// atomic writers replace it) is complete when it appears, so it is read at
+// once instead of after the debounce.
+func (p *staticProvider) follow(ctx context.Context, watcher *fsnotify.Watcher, file string) {
 	defer watcher.Close()
 	poll := time.NewTicker(p.poll)
 	defer poll.Stop()
 	var (
-		settle <-chan time.Time
-		first  time.Time // the first event since the last re-read
+		settle  <-chan time.Time
+		first   time.Time // the first event since the last re-read
+		renamed bool      // the last event moved a file away: a rename's first half
 	)
 	for {
 		select {
@@ -223,11 +241,18 @@ func (p *staticProvider) follow(ctx context.Context, watcher *fsnotify.Watcher) 
 			}
 			// Any change in the directory may be ours (renames, symlink
 			// swaps); reading an unchanged file is a no-op.
-			_ = ev.Name
 			now := time.Now()
 			if settle == nil {
 				first = now
 			}
+			// inotify reports a rename within the directory as the old
+			// name's Rename then the new name's Create, next to each other.
+			if renamed && ev.Has(fsnotify.Create) && ev.Name == file {
+				settle, renamed = nil, false
+				p.reload(first)
+				continue
+			}
+			renamed = ev.Has(fsnotify.Rename)
 			settle = time.After(min(p.debounce, max(0, first.Add(p.maxDelay).Sub(now))))
 		case err, ok := <-watcher.Errors:
 			if !ok {
@@ -236,23 +261,29 @@ func (p *staticProvider) follow(ctx context.Context, watcher *fsnotify.Watcher) 
 			p.log.Warn("file watcher error; relying on the periodic re-read", "error", err)
 		case <-settle:
 			settle = nil
-			p.reload()
+			p.reload(first)
 		case <-poll.C:
-			p.reload()
+			p.reload(time.Now())
 		}
 	}
 }
 
 // reload reads the file and, when it is good and different, publishes the
 // changes; when it is bad, reports it and keeps the last good content.
-func (p *staticProvider) reload() {
+// seen is when the change was first noticed (the first filesystem event).
+func (p *staticProvider) reload(seen time.Time) {
 	p.mu.Lock()
 	file := p.file
 	p.mu.Unlock()
+	start := time.Now()
 	data, err := os.ReadFile(file)
-	var state map[provider.Service][]provider.Endpoint
+	var (
+		state  map[provider.Service][]provider.Endpoint
+		parsed time.Time
+	)
 	if err == nil {
-		state, err = parseFile(file, data)
+		state, err = p.entries.parse(file, data)
+		parsed = time.Now()
 	} else {
 		err = fmt.Errorf("%w; the last good content stays in force until the file is back", err)
 	}
@@ -280,7 +311,7 @@ func (p *staticProvider) reload() {
 	}
 	var changed []provider.Service
 	for svc, eps := range state {
-		if old, ok := p.state[svc]; !ok || !slices.EqualFunc(old, eps, endpointEqual) {
+		if old, ok := p.state[svc]; !ok || !sameEndpoints(old, eps) {
 			changed = append(changed, svc)
 		}
 	}
@@ -293,10 +324,16 @@ func (p *staticProvider) reload() {
 	if len(changed) == 0 {
 		return
 	}
-	p.log.Info("endpoints file changed", "file", file, "services_changed", len(changed))
+	// Where an edit's time goes before it leaves the plugin: waiting for
+	// the directory to settle, then reading and parsing the file.
+	p.log.Info("endpoints file changed", "file", file, "services_changed", len(changed), "entries_parsed", p.entries.parsed, "parsed_whole", p.entries.whole,
+		"settle", ms(start.Sub(seen)), "read_parse", ms(parsed.Sub(start)), "diff", ms(time.Since(parsed)))
 	for sub := range p.subs {
 		for _, svc := range changed {
 			sub.dirty[svc] = struct{}{}
+		}
+		if sub.since.IsZero() {
+			sub.since = seen
 		}
 		signal(sub)
 	}
@@ -310,11 +347,24 @@ func (p *staticProvider) markHealth() {
 	}
 }
 
+// ms formats a duration for the JSON log the host re-logs ("36.2ms";
+// slog's JSON handler would write nanoseconds).
+func ms(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
+
 func signal(sub *subscriber) {
 	select {
 	case sub.notify <- struct{}{}:
 	default:
 	}
+}
+
+// sameEndpoints compares two parses of a service's endpoints; an entry
+// that did not change shares its parse (the same slice) with the last one.
+func sameEndpoints(a, b []provider.Endpoint) bool {
+	if len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0]) {
+		return true
+	}
+	return slices.EqualFunc(a, b, endpointEqual)
 }
 
 func endpointEqual(a, b provider.Endpoint) bool {

@@ -361,3 +361,42 @@ func TestSymlinkSwap(t *testing.T) {
 		return err == nil && len(eps) == 1 && eps[0].Port == 81
 	})
 }
+
+func TestRenameIsReadAtOnceInPlaceWriteAfterDebounce(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	path := filepath.Join(t.TempDir(), "endpoints.yaml")
+	content := func(port int) string {
+		return fmt.Sprintf("services:\n  - name: a\n    namespace: default\n    endpoints:\n      - {ip: 10.0.0.1, port: %d}\n", port)
+	}
+	if err := writeAtomic(path, content(80)); err != nil {
+		t.Fatal(err)
+	}
+	p := newTestProvider(t)
+	p.debounce, p.maxDelay = time.Hour, time.Hour // only a rename is read before the hour is up
+	if err := p.Configure(ctx, "onprem", configFor(path)); err != nil {
+		t.Fatal(err)
+	}
+	port := func() uint16 {
+		eps, err := p.ListEndpoints(ctx, provider.Service{Namespace: "default", Name: "a"})
+		if err != nil || len(eps) != 1 {
+			t.Fatalf("ListEndpoints = %v, %v", eps, err)
+		}
+		return eps[0].Port
+	}
+
+	// Written in place, the file may be half-written: it waits for the
+	// directory to settle.
+	if err := os.WriteFile(path, []byte(content(81)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := port(); got != 80 {
+		t.Fatalf("after an in-place write, port = %d; want 80 until the debounce is over", got)
+	}
+	// Renamed over it, the file is complete.
+	if err := writeAtomic(path, content(82)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "renamed file read", func() bool { return port() == 82 })
+}
