@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,8 +68,11 @@ type Publisher struct {
 	groups    map[groupKey]*group
 	nodes     map[string]*node
 	connected map[mesh.MeshService]map[netip.Addr]int // advertise addresses of connected proxies
-	eds       map[mesh.MeshService]*cache.Resource    // dropped when the service's endpoints, its connected proxies or the rule change
+	eds       map[mesh.MeshService]*edsSlot           // the ClusterLoadAssignment of each service a group depends on
 	secrets   map[mesh.ServiceAccount]*cache.Set
+	// dependents indexes the rendered groups by the services whose
+	// endpoints they receive; nil when a group's dependencies changed.
+	dependents map[mesh.MeshService][]*group
 	// memo shares what render builds for one upstream between the groups
 	// that call it, and byMessage the Resource (one marshal) of each
 	// message it shares; interned holds one Resource per content, so groups
@@ -106,6 +111,7 @@ type group struct {
 	rds    *cache.Set
 	cds    *cache.Set
 	deps   []mesh.MeshService
+	slots  []*edsSlot // of deps, sorted by EDS name
 	err    error
 }
 
@@ -117,6 +123,16 @@ type node struct {
 
 type internKey struct{ typeURL, name, version string }
 
+// edsSlot holds a service's ClusterLoadAssignment; groups keep pointers to
+// the slots of their dependencies, so publishing an endpoint change to many
+// groups does not look each dependency up. res is nil until built, and
+// again when the service's endpoints, its connected proxies or the
+// participant rule change.
+type edsSlot struct {
+	svc mesh.MeshService
+	res *cache.Resource
+}
+
 // NewPublisher returns a publisher; Run starts it.
 func NewPublisher(log *slog.Logger, c *cache.Cache, sp SpecSource, eps EndpointSource, certs CertSource, trustDomain string) *Publisher {
 	return &Publisher{
@@ -125,7 +141,7 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, sp SpecSource, eps EndpointS
 		groups:    map[groupKey]*group{},
 		nodes:     map[string]*node{},
 		connected: map[mesh.MeshService]map[netip.Addr]int{},
-		eds:       map[mesh.MeshService]*cache.Resource{},
+		eds:       map[mesh.MeshService]*edsSlot{},
 		secrets:   map[mesh.ServiceAccount]*cache.Set{},
 		errs:      map[string]string{},
 		memo:      render.NewMemo(),
@@ -359,6 +375,7 @@ func (p *Publisher) dropNode(n *node) {
 	delete(n.group.nodes, n.proxy.NodeID)
 	if len(n.group.nodes) == 0 {
 		delete(p.groups, n.group.key)
+		p.dependents = nil
 	}
 	if addrs := p.connected[n.proxy.Service]; addrs != nil {
 		addrs[n.proxy.Address]--
@@ -396,37 +413,47 @@ func (p *Publisher) mesh() render.Mesh {
 	return render.Mesh{Spec: p.specSnap, Endpoints: p.participants, TrustDomain: p.trustDomain, Memo: p.memo}
 }
 
-// edsResource returns the (shared) ClusterLoadAssignment of svc, built
-// once until pass drops it.
-func (p *Publisher) edsResource(svc mesh.MeshService) (*cache.Resource, error) {
-	if res := p.eds[svc]; res != nil {
-		return res, nil
+// slot returns svc's EDS slot.
+func (p *Publisher) slot(svc mesh.MeshService) *edsSlot {
+	sl := p.eds[svc]
+	if sl == nil {
+		sl = &edsSlot{svc: svc}
+		p.eds[svc] = sl
 	}
-	cla, err := render.ClusterLoadAssignment(p.mesh(), svc)
+	return sl
+}
+
+// edsResource returns the (shared) ClusterLoadAssignment of the slot's
+// service, built once until dropEDS drops it.
+func (p *Publisher) edsResource(sl *edsSlot) (*cache.Resource, error) {
+	if sl.res != nil {
+		return sl.res, nil
+	}
+	cla, err := render.ClusterLoadAssignment(p.mesh(), sl.svc)
 	if err != nil {
 		return nil, err
 	}
 	// The validator remembers it (until dropEDS), so validating the sets
 	// that hold it does not walk it again.
 	if err := p.validators[render.Envoy].Validate(cla); err != nil {
-		return nil, fmt.Errorf("endpoints of %s failed validation: %w", svc, err)
+		return nil, fmt.Errorf("endpoints of %s failed validation: %w", sl.svc, err)
 	}
-	res, err := p.cache.NewResource(render.EDSName(svc), cla)
+	res, err := p.cache.NewResource(render.EDSName(sl.svc), cla)
 	if err != nil {
 		return nil, err
 	}
-	p.eds[svc] = res
+	sl.res = res
 	return res, nil
 }
 
 // dropEDS forgets svc's ClusterLoadAssignment, to be rebuilt when next
 // needed, and the validators forget it too.
 func (p *Publisher) dropEDS(svc mesh.MeshService) {
-	if res := p.eds[svc]; res != nil {
+	if sl := p.eds[svc]; sl != nil && sl.res != nil {
 		for _, v := range p.validators {
-			v.ForgetMessage(res.Message())
+			v.ForgetMessage(sl.res.Message())
 		}
-		delete(p.eds, svc)
+		sl.res = nil
 	}
 }
 
@@ -439,39 +466,49 @@ func (p *Publisher) dropAllEDS() {
 // publishEDS rebuilds the changed services' endpoints and publishes them
 // to the proxies that depend on them.
 func (p *Publisher) publishEDS(changed map[mesh.MeshService]bool) {
-	for _, g := range p.groups {
-		if g.err != nil || g.cds == nil {
-			continue
-		}
-		hit := false
-		for _, d := range g.deps {
-			if changed[d] {
-				hit = true
-				break
+	if p.dependents == nil {
+		p.dependents = map[mesh.MeshService][]*group{}
+		for _, g := range p.groups {
+			if g.err != nil || g.cds == nil {
+				continue
+			}
+			for _, d := range g.deps {
+				p.dependents[d] = append(p.dependents[d], g)
 			}
 		}
-		if !hit {
-			continue
-		}
-		set, err := p.edsSet(g)
-		if err != nil {
-			p.log.Error("render endpoints", "service", g.key.service, "err", err)
-			continue
-		}
-		for id := range g.nodes {
-			p.publish(id, resource.EndpointType, set)
+	}
+	var done map[*group]bool // a group that depends on several changed services is published once
+	if len(changed) > 1 {
+		done = map[*group]bool{}
+	}
+	for svc := range changed {
+		for _, g := range p.dependents[svc] {
+			if done != nil {
+				if done[g] {
+					continue
+				}
+				done[g] = true
+			}
+			set, err := p.edsSet(g)
+			if err != nil {
+				p.log.Error("render endpoints", "service", g.key.service, "err", err)
+				continue
+			}
+			for id := range g.nodes {
+				p.publish(id, resource.EndpointType, set)
+			}
 		}
 	}
 }
 
 func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
-	rs := make([]*cache.Resource, 0, len(g.deps))
-	for _, d := range g.deps {
-		r, err := p.edsResource(d)
+	rs := make([]*cache.Resource, len(g.slots))
+	for i, sl := range g.slots {
+		r, err := p.edsResource(sl)
 		if err != nil {
 			return nil, err
 		}
-		rs = append(rs, r)
+		rs[i] = r
 	}
 	return cache.NewSet(rs...)
 }
@@ -479,12 +516,16 @@ func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
 // renderAll re-renders every group after a specification change.
 func (p *Publisher) renderAll(ctx context.Context) {
 	clear(p.secrets)
+	// Fresh slots: a service no group depends on any more is not kept.
+	p.dropAllEDS()
+	p.eds = map[mesh.MeshService]*edsSlot{}
 	p.memo = render.NewMemo()
 	clear(p.byMessage)
 	clear(p.interned)
 	for _, v := range p.validators {
 		v.Forget()
 	}
+	p.dependents = nil
 	for _, g := range p.groups {
 		g.rds, g.cds, g.shared, g.err = nil, nil, nil, nil
 		for _, n := range g.nodes {
@@ -526,7 +567,13 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
-	g.rds, g.cds, g.deps, g.shared = rds, cds, deps, shared
+	slots := make([]*edsSlot, len(deps))
+	for i, d := range deps {
+		slots[i] = p.slot(d)
+	}
+	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(render.EDSName(a.svc), render.EDSName(b.svc)) })
+	g.rds, g.cds, g.deps, g.slots, g.shared = rds, cds, deps, slots, shared
+	p.dependents = nil
 	return nil
 }
 
@@ -548,6 +595,7 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 	if g.cds == nil {
 		if err := p.renderGroup(g, n); err != nil {
 			g.err = err
+			p.dependents = nil
 			return err
 		}
 		g.err = nil

@@ -95,9 +95,10 @@ func (r *Resource) TypeURL() string { return r.typeURL }
 func (r *Resource) Message() proto.Message { return r.msg }
 
 // Set is an immutable set of resources of one type URL, keyed by name.
+// It holds its resources sorted by name (no map: sets are many and small,
+// one per group of proxies and type, and rebuilt at every change).
 type Set struct {
 	typeURL string
-	byName  map[string]*Resource
 	sorted  []*Resource
 	digest  uint64
 	anys    []*anypb.Any
@@ -106,33 +107,31 @@ type Set struct {
 // NewSet returns a Set of resources, which must share one type URL and have
 // distinct names.
 func NewSet(resources ...*Resource) (*Set, error) {
-	byName := make(map[string]*Resource, len(resources))
-	for _, r := range resources {
+	rs := slices.Clone(resources)
+	for _, r := range rs {
 		if r == nil {
 			return nil, errors.New("cache: nil resource in set")
 		}
-		if _, dup := byName[r.name]; dup {
-			return nil, fmt.Errorf("cache: resource %q appears twice in a set; give each resource a distinct name", r.name)
-		}
-		byName[r.name] = r
 	}
-	return newSet(byName)
+	slices.SortFunc(rs, func(a, b *Resource) int { return compareStrings(a.name, b.name) })
+	for i := 1; i < len(rs); i++ {
+		if rs[i].name == rs[i-1].name {
+			return nil, fmt.Errorf("cache: resource %q appears twice in a set; give each resource a distinct name", rs[i].name)
+		}
+	}
+	return newSet(rs)
 }
 
-func newSet(byName map[string]*Resource) (*Set, error) {
-	s := &Set{byName: byName, sorted: make([]*Resource, 0, len(byName))}
-	for _, r := range byName {
+// newSet returns a Set of sorted, distinct resources (which it keeps).
+func newSet(sorted []*Resource) (*Set, error) {
+	s := &Set{sorted: sorted, anys: make([]*anypb.Any, len(sorted))}
+	for i, r := range sorted {
 		if s.typeURL == "" {
 			s.typeURL = r.typeURL
 		} else if r.typeURL != s.typeURL {
 			return nil, fmt.Errorf("cache: resource %q is a %s but the set holds %s", r.name, r.typeURL, s.typeURL)
 		}
 		s.digest += r.digest
-		s.sorted = append(s.sorted, r)
-	}
-	slices.SortFunc(s.sorted, func(a, b *Resource) int { return compareStrings(a.name, b.name) })
-	s.anys = make([]*anypb.Any, len(s.sorted))
-	for i, r := range s.sorted {
 		s.anys[i] = r.any
 	}
 	return s, nil
@@ -151,29 +150,39 @@ func compareStrings(a, b string) int {
 // With returns a copy of s in which resources replace those of the same name
 // and are added otherwise. s is unchanged.
 func (s *Set) With(resources ...*Resource) (*Set, error) {
-	byName := make(map[string]*Resource, len(s.byName)+len(resources))
-	for n, r := range s.byName {
-		byName[n] = r
-	}
+	byName := make(map[string]*Resource, len(resources))
 	for _, r := range resources {
 		if r == nil {
 			return nil, errors.New("cache: nil resource in set")
 		}
 		byName[r.name] = r
 	}
-	return newSet(byName)
+	rs := make([]*Resource, 0, len(s.sorted)+len(byName))
+	for _, r := range s.sorted {
+		if n := byName[r.name]; n != nil {
+			r = n
+			delete(byName, r.name)
+		}
+		rs = append(rs, r)
+	}
+	if len(byName) > 0 {
+		for _, r := range byName {
+			rs = append(rs, r)
+		}
+		slices.SortFunc(rs, func(a, b *Resource) int { return compareStrings(a.name, b.name) })
+	}
+	return newSet(rs)
 }
 
 // Without returns a copy of s without the named resources.
 func (s *Set) Without(names ...string) *Set {
-	byName := make(map[string]*Resource, len(s.byName))
-	for n, r := range s.byName {
-		byName[n] = r
+	rs := make([]*Resource, 0, len(s.sorted))
+	for _, r := range s.sorted {
+		if !slices.Contains(names, r.name) {
+			rs = append(rs, r)
+		}
 	}
-	for _, n := range names {
-		delete(byName, n)
-	}
-	out, _ := newSet(byName) // cannot fail: a subset of a valid set
+	out, _ := newSet(rs) // cannot fail: a subset of a valid set
 	return out
 }
 
@@ -187,7 +196,13 @@ func (s *Set) TypeURL() string { return s.typeURL }
 func (s *Set) Len() int { return len(s.sorted) }
 
 // Get returns the named resource, or nil.
-func (s *Set) Get(name string) *Resource { return s.byName[name] }
+func (s *Set) Get(name string) *Resource {
+	i, ok := slices.BinarySearchFunc(s.sorted, name, func(r *Resource, name string) int { return compareStrings(r.name, name) })
+	if !ok {
+		return nil
+	}
+	return s.sorted[i]
+}
 
 // Resources returns the resources sorted by name. The slice must not be modified.
 func (s *Set) Resources() []*Resource { return s.sorted }
@@ -561,7 +576,7 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 	} else {
 		var sel []*Resource
 		for name := range w.sub.SubscribedResources() {
-			if r := set.byName[name]; r != nil {
+			if r := set.Get(name); r != nil {
 				sel = append(sel, r)
 			}
 		}
@@ -621,7 +636,7 @@ func (c *Cache) answerDelta(n *node, w *deltaWatch) bool {
 		}
 	} else {
 		for name := range subscribed {
-			if r := set.byName[name]; r != nil {
+			if r := set.Get(name); r != nil {
 				if v, ok := returned[name]; !ok || v != r.version {
 					changed = append(changed, r.delta)
 				}
@@ -631,7 +646,7 @@ func (c *Cache) answerDelta(n *node, w *deltaWatch) bool {
 	}
 	for name := range returned {
 		_, sub := subscribed[name]
-		if (wildcard || sub) && set.byName[name] == nil {
+		if (wildcard || sub) && set.Get(name) == nil {
 			removed = append(removed, name)
 		}
 	}
