@@ -62,9 +62,15 @@ type Options struct {
 	// MinBackoff is the first restart delay (500ms); it doubles per failed
 	// start up to MaxBackoff (30s) and resets after a minute of good running.
 	MinBackoff, MaxBackoff time.Duration
-	// HealthInterval (250ms) and HealthTimeout (750ms): a hung plugin is
-	// noticed within their sum.
+	// HealthInterval (250ms) and HealthTimeout (750ms) pace the health
+	// checks; HealthMisses (3) checks in a row without an answer mean the
+	// plugin hangs, so a hung plugin is noticed within HealthMisses times
+	// their sum. One miss is not enough: a server busy pushing to thousands
+	// of proxies can itself take longer than HealthTimeout to read the
+	// answer, and killing a healthy plugin then delays every edit by its
+	// restart.
 	HealthInterval, HealthTimeout time.Duration
+	HealthMisses                  int
 	// CallTimeout bounds Describe, Configure and List calls (30s).
 	CallTimeout time.Duration
 	// Resync is how often the host re-lists a running provider as a safety
@@ -82,6 +88,9 @@ func (o *Options) defaults() {
 	set(&o.MaxBackoff, 30*time.Second)
 	set(&o.HealthInterval, 250*time.Millisecond)
 	set(&o.HealthTimeout, 750*time.Millisecond)
+	if o.HealthMisses == 0 {
+		o.HealthMisses = 3
+	}
 	set(&o.CallTimeout, 30*time.Second)
 	set(&o.Resync, 5*time.Minute)
 }
@@ -336,6 +345,7 @@ func (h *Host) runOnce(ctx context.Context, in *instance) error {
 
 	healthTick := time.NewTicker(h.opts.HealthInterval)
 	defer healthTick.Stop()
+	misses := 0 // health checks in a row without an answer
 	resyncTick := time.NewTicker(h.opts.Resync)
 	defer resyncTick.Stop()
 	for {
@@ -361,11 +371,20 @@ func (h *Host) runOnce(ctx context.Context, in *instance) error {
 			hctx, cancel := context.WithTimeout(ctx, h.opts.HealthTimeout)
 			_, err := health.Check(hctx, &grpc_health_v1.HealthCheckRequest{Service: plugin.GRPCServiceName})
 			cancel()
-			if err != nil && ctx.Err() == nil {
+			switch {
+			case err == nil || ctx.Err() != nil:
+				if misses > 0 {
+					in.log.Info("provider plugin answers its health check again", "missed", misses)
+				}
+				misses = 0
+			case misses+1 < h.opts.HealthMisses:
+				misses++
+				in.log.Warn("provider plugin missed a health check (it, or this server, is overloaded)", "missed", misses, "kill_after", h.opts.HealthMisses, "error", err)
+			default:
 				// A hung process cannot shut down gracefully: kill it now
 				// so the restart does not wait for go-plugin's grace period.
 				_ = cmd.Process.Kill()
-				return fmt.Errorf("plugin did not answer its health check within %v (hung or overloaded); killing it: %w", h.opts.HealthTimeout, err)
+				return fmt.Errorf("plugin did not answer %d health checks in a row within %v each (hung); killing it: %w", h.opts.HealthMisses, h.opts.HealthTimeout, err)
 			}
 		}
 	}

@@ -239,6 +239,30 @@ func TestKilledPluginKeepsEndpointsAndRestarts(t *testing.T) {
 	waitFor(t, time.Second, "edit after restart", h.endpointsAre(bookstore, "10.0.0.9:80@onprem"))
 }
 
+func TestBriefStallIsNotAHang(t *testing.T) {
+	// A server busy pushing to thousands of proxies can read a health
+	// answer late; one missed check must not kill a healthy plugin.
+	dir := t.TempDir()
+	file := endpointsFile(t, dir, "endpoints.yaml", "10.0.0.1:80")
+	h := start(t, Options{Instances: []Instance{staticInstance("onprem", file)}})
+	waitFor(t, 10*time.Second, "first sync", h.endpointsAre(bookstore, "10.0.0.1:80@onprem"))
+	pid := h.status("onprem").PID
+
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // at least one check times out (750 ms)
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	if s := h.status("onprem"); s.PID != pid || s.Restarts != 0 || s.StaleSince != nil {
+		t.Errorf("after a 1 s stall: status %+v; want the same plugin (pid %d) still running", s, pid)
+	}
+	writeFile(t, file, staticYAML("10.0.0.2:80"))
+	waitFor(t, 2*time.Second, "edit after the stall", h.endpointsAre(bookstore, "10.0.0.2:80@onprem"))
+}
+
 func TestHungPluginIsKilledAndRestarted(t *testing.T) {
 	dir := t.TempDir()
 	file := endpointsFile(t, dir, "endpoints.yaml", "10.0.0.1:80")
@@ -249,7 +273,8 @@ func TestHungPluginIsKilledAndRestarted(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 1500*time.Millisecond, "host notices the hang", func() string {
+	// Three checks in a row (250 ms apart, 750 ms each) go unanswered.
+	waitFor(t, 4*time.Second, "host notices the hang", func() string {
 		if s := h.status("onprem"); s.StaleSince == nil {
 			return fmt.Sprintf("status %+v has no staleSince", s)
 		}
