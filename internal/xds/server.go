@@ -30,7 +30,9 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	gcpserver "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	gcpdelta "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
+	gcpsotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -88,6 +90,7 @@ type Server struct {
 	watcher Watcher
 	streams map[*stream]struct{}
 	proxies map[string]*Proxy // by node ID
+	stopped bool              // Register's ctx has ended
 }
 
 type stream struct {
@@ -111,9 +114,20 @@ func (s *Server) SetWatcher(w Watcher) {
 }
 
 // Register registers the ADS service (SotW and Delta) on g. ctx bounds
-// go-control-plane's server.
+// every stream: when it ends, the live streams end and new ones are refused.
 func (s *Server) Register(ctx context.Context, g *grpc.Server) {
-	discovery.RegisterAggregatedDiscoveryServiceServer(g, &ads{s: s, gcp: gcpserver.NewServer(ctx, s.cache, nil)})
+	context.AfterFunc(ctx, s.stopStreams)
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, &ads{s: s})
+}
+
+// stopStreams ends every live stream and refuses new ones.
+func (s *Server) stopStreams() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stopped = true
+	for st := range s.streams {
+		st.cancel(nil)
+	}
 }
 
 // Proxies returns the connected proxies, sorted by node ID.
@@ -207,8 +221,12 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	st := &stream{cn: cn, peer: cert, cancel: cancel}
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopped {
+		cancel(nil)
+		return nil, nil, status.Error(codes.Unavailable, "xDS server is stopping")
+	}
 	s.streams[st] = struct{}{}
-	s.mu.Unlock()
 	return st, sctx, nil
 }
 
@@ -297,39 +315,14 @@ func (s *Server) close(st *stream) {
 	}
 }
 
-// ads wraps go-control-plane's server with stream authentication.
+// ads serves each authenticated stream with go-control-plane's stream
+// handler, bound to the stream's own context: cancelling that context (a
+// revocation, Disconnect, or the end of Register's ctx) ends the handler,
+// and with it the RPC, whose end unblocks the pending Recv. So a stream
+// needs no goroutine of ours besides go-control-plane's reader.
 type ads struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer
-	s   *Server
-	gcp gcpserver.Server
-}
-
-// recvResult is one message (or error) read from the underlying stream.
-type recvResult[T any] struct {
-	msg T
-	err error
-}
-
-// pump reads the underlying stream so Recv can also return when the
-// stream's context is cancelled (a revocation). It ends with the RPC,
-// whose context gRPC cancels when the handler returns.
-func pump[T any](rpc context.Context, recv func() (T, error)) <-chan recvResult[T] {
-	ch := make(chan recvResult[T])
-	go func() {
-		defer close(ch)
-		for {
-			m, err := recv()
-			select {
-			case ch <- recvResult[T]{m, err}:
-			case <-rpc.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	return ch
+	s *Server
 }
 
 // streamErr is what a stream ends with: a refusal recorded by Recv or the
@@ -354,28 +347,24 @@ type nodeRequest interface {
 // after checking its node against the stream's certificate (and rewriting
 // node.id to the cache key), or an error when the stream was cancelled or
 // the request refused.
-func authRecv[R nodeRequest](ctx context.Context, s *Server, st *stream, in <-chan recvResult[R], refused *error) (R, error) {
+func authRecv[R nodeRequest](ctx context.Context, s *Server, st *stream, recv func() (R, error), refused *error) (R, error) {
 	var zero R
-	select {
-	case <-ctx.Done():
-		return zero, ctx.Err()
-	case r, ok := <-in:
-		if !ok {
-			return zero, errors.New("stream closed")
-		}
-		if r.err != nil {
-			return zero, r.err
-		}
-		if err := s.checkNode(ctx, st, r.msg.GetNode()); err != nil {
-			*refused = err
-			st.cancel(err)
-			return zero, err
-		}
-		if n := r.msg.GetNode(); n != nil && st.proxy != nil {
-			n.Id = st.proxy.NodeID
-		}
-		return r.msg, nil
+	m, err := recv()
+	if err != nil {
+		return zero, err
 	}
+	if err := ctx.Err(); err != nil {
+		return zero, err
+	}
+	if err := s.checkNode(ctx, st, m.GetNode()); err != nil {
+		*refused = err
+		st.cancel(err)
+		return zero, err
+	}
+	if n := m.GetNode(); n != nil && st.proxy != nil {
+		n.Id = st.proxy.NodeID
+	}
+	return m, nil
 }
 
 type sotwStream struct {
@@ -383,14 +372,13 @@ type sotwStream struct {
 	ctx     context.Context
 	s       *Server
 	st      *stream
-	in      <-chan recvResult[*discovery.DiscoveryRequest]
 	refused error
 }
 
 func (w *sotwStream) Context() context.Context { return w.ctx }
 
 func (w *sotwStream) Recv() (*discovery.DiscoveryRequest, error) {
-	return authRecv(w.ctx, w.s, w.st, w.in, &w.refused)
+	return authRecv(w.ctx, w.s, w.st, w.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Recv, &w.refused)
 }
 
 func (a *ads) StreamAggregatedResources(inner discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
@@ -399,8 +387,8 @@ func (a *ads) StreamAggregatedResources(inner discovery.AggregatedDiscoveryServi
 		return err
 	}
 	defer a.s.close(st)
-	w := &sotwStream{AggregatedDiscoveryService_StreamAggregatedResourcesServer: inner, ctx: ctx, s: a.s, st: st, in: pump(inner.Context(), inner.Recv)}
-	if err := a.gcp.StreamAggregatedResources(w); err != nil {
+	w := &sotwStream{AggregatedDiscoveryService_StreamAggregatedResourcesServer: inner, ctx: ctx, s: a.s, st: st}
+	if err := gcpsotw.NewServer(ctx, a.s.cache, nil).StreamHandler(w, resource.AnyType); err != nil {
 		return err
 	}
 	return streamErr(ctx, w.refused)
@@ -411,14 +399,13 @@ type deltaStream struct {
 	ctx     context.Context
 	s       *Server
 	st      *stream
-	in      <-chan recvResult[*discovery.DeltaDiscoveryRequest]
 	refused error
 }
 
 func (w *deltaStream) Context() context.Context { return w.ctx }
 
 func (w *deltaStream) Recv() (*discovery.DeltaDiscoveryRequest, error) {
-	return authRecv(w.ctx, w.s, w.st, w.in, &w.refused)
+	return authRecv(w.ctx, w.s, w.st, w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Recv, &w.refused)
 }
 
 func (a *ads) DeltaAggregatedResources(inner discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
@@ -427,8 +414,8 @@ func (a *ads) DeltaAggregatedResources(inner discovery.AggregatedDiscoveryServic
 		return err
 	}
 	defer a.s.close(st)
-	w := &deltaStream{AggregatedDiscoveryService_DeltaAggregatedResourcesServer: inner, ctx: ctx, s: a.s, st: st, in: pump(inner.Context(), inner.Recv)}
-	if err := a.gcp.DeltaAggregatedResources(w); err != nil {
+	w := &deltaStream{AggregatedDiscoveryService_DeltaAggregatedResourcesServer: inner, ctx: ctx, s: a.s, st: st}
+	if err := gcpdelta.NewServer(ctx, a.s.cache, nil).DeltaStreamHandler(w, resource.AnyType); err != nil {
 		return err
 	}
 	return streamErr(ctx, w.refused)

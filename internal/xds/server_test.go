@@ -479,3 +479,79 @@ func TestDebugProxies(t *testing.T) {
 		t.Errorf("debug proxies = %+v", ps)
 	}
 }
+
+func TestRevokedProxyDeltaStreamIsDisconnected(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookbuyer")
+	cn := cnOf(t, cert)
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Send(&discovery.DeltaDiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: resource.ClusterType})
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := e.certs.RevokeProxy(context.Background(), cn); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Recv()
+	wantCode(t, err, codes.PermissionDenied, "revoked")
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("revoked delta stream closed after %v, want within a second", d)
+	}
+}
+
+// TestStreamsEndWithRegisterContext: the ctx given to Register bounds every
+// stream, even while the gRPC server keeps serving: live streams end and
+// new ones are refused.
+func TestStreamsEndWithRegisterContext(t *testing.T) {
+	e := startEnv(t)
+	srv := NewServer(discard(), cache.New(discard()), e.certs)
+	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: e.certs.ServingCertificate([]string{"localhost", "127.0.0.1"}),
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      e.certs.CertPool(),
+	})))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	srv.Register(ctx, g)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go g.Serve(ln)
+	defer g.Stop()
+	other := &env{addr: ln.Addr().String(), certs: e.certs}
+
+	cert := e.enroll(t, "bookbuyer")
+	s := other.dial(t, cert, nil)
+	s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cnOf(t, cert), "10.0.0.10"), TypeUrl: resource.ClusterType})
+	for deadline := time.Now().Add(5 * time.Second); len(srv.Proxies()) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's proxy was never registered")
+		}
+	}
+	start := time.Now()
+	cancel()
+	if _, err := s.Recv(); err == nil {
+		t.Fatal("Recv after Register's ctx ended returned a response; want the stream ended")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("stream ended %v after Register's ctx, want within a second", d)
+	}
+	again := other.dial(t, cert, nil)
+	again.Send(&discovery.DiscoveryRequest{Node: envoyNode(cnOf(t, cert), "10.0.0.10"), TypeUrl: resource.ClusterType})
+	_, err = again.Recv()
+	wantCode(t, err, codes.Unavailable, "stopping")
+}
