@@ -52,10 +52,11 @@ func freePort() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// writeEndpoints writes the static provider's file for w; changed, when
-// seq > 0, moves endpoint 0 of service u. The write is atomic (rename).
-func writeEndpoints(path string, w Workload, u, seq int) error {
-	if err := prepareEndpoints(path, w, u, seq); err != nil {
+// writeEndpoints writes the static provider's file for w, where moved[u]
+// = seq puts endpoint 0 of service u at ChangedAddr(seq). The write is
+// atomic (rename).
+func writeEndpoints(path string, w Workload, moved map[int]int) error {
+	if err := prepareEndpoints(path, w, moved); err != nil {
 		return err
 	}
 	return os.Rename(path+".tmp", path)
@@ -63,14 +64,14 @@ func writeEndpoints(path string, w Workload, u, seq int) error {
 
 // prepareEndpoints writes what writeEndpoints would to path+".tmp" in the
 // same directory, for a rename over path to make the change.
-func prepareEndpoints(path string, w Workload, u, seq int) error {
+func prepareEndpoints(path string, w Workload, moved map[int]int) error {
 	var b strings.Builder
 	b.WriteString("services:\n")
 	for i := range w.Services {
 		fmt.Fprintf(&b, "- name: %s\n  namespace: %s\n  endpoints:\n", w.ServiceName(i), benchNamespace)
 		for j := range w.Endpoints {
 			a := w.EndpointAddr(i, j)
-			if i == u && j == 0 && seq > 0 {
+			if seq, ok := moved[i]; ok && j == 0 {
 				a = ChangedAddr(seq)
 			}
 			fmt.Fprintf(&b, "  - {ip: %s, port: %d}\n", a, endpointPort)
@@ -153,7 +154,7 @@ func (t *oTarget) Start(ctx context.Context, w Workload, extra int) (_ *server, 
 		return nil, err
 	}
 	endpointsFile := filepath.Join(dir, "endpoints.yaml")
-	if err := writeEndpoints(endpointsFile, w, -1, 0); err != nil {
+	if err := writeEndpoints(endpointsFile, w, nil); err != nil {
 		return nil, err
 	}
 	var addrs [3]string
@@ -237,6 +238,7 @@ providers:
 	}
 	c.Close()
 	host, _, _ := net.SplitHostPort(xdsAddr)
+	moved := map[int]int{} // service -> seq of the change that moved its endpoint 0
 	return &server{
 		proc:      proc,
 		ep:        endpoint{Addr: xdsAddr, ServerName: host, Roots: roots},
@@ -244,7 +246,13 @@ providers:
 		debugAddr: addrs[0],
 		// The change is the rename, as an operator's tooling makes it; the
 		// new file is written beside the old one before the clock starts.
-		prepare: func(u, seq int) error { return prepareEndpoints(endpointsFile, w, u, seq) },
+		// Earlier changes stay in it, as they stay in L's and F's state
+		// (rewriting service 0's original addresses made M3's first change
+		// an all-proxy change too).
+		prepare: func(u, seq int) error {
+			moved[u] = seq
+			return prepareEndpoints(endpointsFile, w, moved)
+		},
 		change: func(ctx context.Context, u, seq int) error {
 			return os.Rename(endpointsFile+".tmp", endpointsFile)
 		},
