@@ -123,6 +123,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&metrics, "metrics", "", "measure only these metrics, e.g. M3 or M2,M5 (default all; M1 and M7 are always measured, M8 comes with M2)")
 	fs.StringVar(&logLevel, "log-level", "info", "the harness's log level (debug logs every change with its start time, to line up with the server's log)")
 	fs.StringVar(&c.serverLogLevel, "server-log-level", "warn", "osm-server's --log-level for O; its log is servers.log in --work-dir")
+	fs.DurationVar(&c.plan.QuietMax, "quiet-max", 5*time.Second, "before each M2/M3 change, wait up to this long for the server to finish the previous one (under 5% of a core for 200 ms); 0: do not wait")
 	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace of osm-server (/debug/pprof/trace) taken during each change metric's first changes to DIR/O-<metric>.trace (go tool trace)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -182,6 +183,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 		WideScale:   10,
 		Metrics:     c.plan.Metrics,
 		TraceDir:    c.plan.TraceDir,
+		QuietMax:    c.plan.QuietMax,
 	}
 	if c.quick {
 		c.plan.IdleWindow, c.plan.Settle, c.plan.RepBudget, c.plan.FillTimeout = 2*time.Second, 10*time.Second, 10*time.Second, 30*time.Second
