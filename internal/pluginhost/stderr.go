@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 )
@@ -70,11 +72,11 @@ func (w *stderrRelogger) logLine(line string) {
 	delete(rec, slog.LevelKey)
 	delete(rec, slog.MessageKey)
 	r := slog.NewRecord(at, level, msg, 0)
-	for k, v := range rec {
+	for _, k := range slices.Sorted(maps.Keys(rec)) { // the same line reads the same way every time
 		if strings.HasPrefix(k, "@") {
 			continue
 		}
-		r.AddAttrs(slog.Any(k, v))
+		r.AddAttrs(slog.Any(k, rec[k]))
 	}
 	_ = w.log.Handler().Handle(ctx, r)
 }

@@ -45,3 +45,20 @@ func TestStderrRelogger(t *testing.T) {
 		t.Errorf("relogged records (-want +got):\n%s", diff)
 	}
 }
+
+func TestStderrReloggerKeyOrder(t *testing.T) {
+	var out bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}))
+	w := &stderrRelogger{log: log}
+	if _, err := w.Write([]byte(`{"level":"INFO","msg":"endpoints file changed","settle":"1ms","diff":"2ms","read_parse":"3ms","file":"e.yaml"}` + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.TrimSpace(out.String()), `level=INFO msg="endpoints file changed" diff=2ms file=e.yaml read_parse=3ms settle=1ms`; got != want {
+		t.Errorf("relogged line = %s\nwant %s", got, want)
+	}
+}
