@@ -127,7 +127,7 @@ func TestAgentFullPath(t *testing.T) {
 	}
 	agentDir := filepath.Join(dir, "agent")
 	install := exec.Command(filepath.Join(bin, "osm-agent"), "install", "--no-service", "--server", flags["server"], "--token", flags["token"],
-		"--ca-cert-hash", flags["ca-cert-hash"], "--service", "bookbuyer", "--advertise-address", "127.0.10.1",
+		"--ca-cert-hash", flags["ca-cert-hash"], "--service", "bookbuyer", "--advertise-address", "127.0.20.1", // not the demo's 127.0.10.x: its test runs in parallel
 		"--envoy-path", os.Args[0], "--hosts-file", filepath.Join(dir, "hosts"), "--config-dir", agentDir, "--data-dir", agentDir)
 	os.WriteFile(filepath.Join(dir, "hosts"), []byte("127.0.0.1 localhost\n"), 0o644)
 	if out, err := install.CombinedOutput(); err != nil {
@@ -155,7 +155,7 @@ func TestAgentFullPath(t *testing.T) {
 	waitLog(t, "the Envoy stand-in received and ACKed its listeners from the real server", 30*time.Second, agentLog, func(s string) bool { return acked(s) >= 1 })
 	// The stand-in binds listeners as Envoy does: bookbuyer's inbound on its
 	// advertise address and an outbound one on bookstore's VIP.
-	for _, want := range []string{"bound to 127.0.10.1:14001", "bound to 127.77."} {
+	for _, want := range []string{"bound to 127.0.20.1:14001", "bound to 127.77."} {
 		if !strings.Contains(agentLog.String(), want) {
 			t.Errorf("the Envoy stand-in's log has no %q: the listeners were not bound", want)
 		}
