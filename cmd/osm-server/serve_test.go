@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -185,9 +183,14 @@ func TestServeEndToEnd(t *testing.T) {
 		if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		var log syncBuffer
+		logFile, err := os.Create(filepath.Join(dir, "server.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer logFile.Close()
+		serverLog := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
 		cmd := exec.Command(filepath.Join(bin, "osm-server"), "serve", "--config", configFile)
-		cmd.Stdout, cmd.Stderr = &log, &log
+		cmd.Stdout, cmd.Stderr = logFile, logFile
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -195,7 +198,7 @@ func TestServeEndToEnd(t *testing.T) {
 			_ = cmd.Process.Kill()
 			_ = cmd.Wait()
 			if t.Failed() {
-				t.Logf("server log:\n%s", log.String())
+				t.Logf("server log:\n%s", serverLog())
 			}
 		})
 		waitFor := func(what string, cond func() bool) {
@@ -216,7 +219,7 @@ func TestServeEndToEnd(t *testing.T) {
 			return err == nil
 		}
 		waitFor("the server says xDS waits for the providers", func() bool {
-			return strings.Contains(log.String(), "xDS waits for every provider's first list")
+			return strings.Contains(serverLog(), "xDS waits for every provider's first list")
 		})
 		time.Sleep(time.Second)
 		if dials() {
@@ -226,7 +229,7 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		waitFor("xDS serves once the provider has listed", dials)
-		if !strings.Contains(log.String(), "every provider has listed its endpoints; serving xDS") {
+		if !strings.Contains(serverLog(), "every provider has listed its endpoints; serving xDS") {
 			t.Error("the server did not log that it serves xDS after the providers listed")
 		}
 	})
@@ -269,22 +272,4 @@ func TestServeRejectsBadConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "providers[0].plugin") {
 		t.Errorf("serve with a bad config: %v; want an error naming providers[0].plugin", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's output and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
