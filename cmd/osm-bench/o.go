@@ -232,11 +232,23 @@ providers:
 	if xdsAddr == "" {
 		xdsAddr = addrs[2]
 	}
-	c, err := net.DialTimeout("tcp", xdsAddr, 2*time.Second)
-	if err != nil {
-		return nil, fmt.Errorf("O: osm-server does not serve xDS on %s yet: %w", xdsAddr, errNotAvailable)
+	// xDS opens once the static provider has listed the workload.
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		c, derr := net.DialTimeout("tcp", xdsAddr, 2*time.Second)
+		if derr == nil {
+			c.Close()
+			break
+		}
+		if !proc.alive() || time.Now().After(deadline) {
+			return nil, fmt.Errorf("O: osm-server does not serve xDS on %s: %w (alive=%t)", xdsAddr, errNotAvailable, proc.alive())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	c.Close()
 	host, _, _ := net.SplitHostPort(xdsAddr)
 	moved := map[int]int{} // service -> seq of the change that moved its endpoint 0
 	return &server{
