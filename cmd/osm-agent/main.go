@@ -8,13 +8,9 @@
 package main
 
 import (
-	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -24,15 +20,7 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = ""
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "osm-agent:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main(newRootCmd(os.Stdout, os.Stderr)) }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
@@ -46,23 +34,11 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().String("log-format", "text", "log format: text or json")
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn or error")
 	root.AddCommand(
-		newVersionCmd(stdout),
+		cli.VersionCommand("osm-agent", buildVersion(), stdout),
 		newEnrollCmd(stdout, stderr),
 	)
 	root.AddCommand(agentCommands(stdout, stderr)...)
 	return root
-}
-
-func newVersionCmd(stdout io.Writer) *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the osm-agent version",
-		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			_, err := fmt.Fprintf(stdout, "osm-agent %s\n", buildVersion())
-			return err
-		},
-	}
 }
 
 // commandLogger returns the logger for the root's --log-format and

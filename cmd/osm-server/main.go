@@ -1,19 +1,15 @@
 // Command osm-server is the osm-vm control plane: it runs the endpoints
-// provider plugins, keeps the mesh catalog and serves the debug API (later
-// issues add the CA, the mesh specification and xDS). Its admin subcommands
-// are clients of a running server's API.
+// provider plugins, keeps the mesh catalog, the mesh specification and the
+// CA, and serves enrollment, the admin API, xDS and the debug API. Its admin
+// subcommands are clients of a running server's API.
 //
 // main parses flags and configuration once and wires the components; it
 // holds no logic of its own.
 package main
 
 import (
-	"context"
-	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -23,15 +19,7 @@ import (
 // version is set at build time with -ldflags "-X main.version=...".
 var version = ""
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "osm-server:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main(newRootCmd(os.Stdout, os.Stderr)) }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
@@ -42,22 +30,10 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newServeCmd(stderr), newVersionCmd(stdout),
+	root.AddCommand(newServeCmd(stderr), cli.VersionCommand("osm-server", buildVersion(), stdout),
 		newApplyCmd(), newGetCmd(), newDeleteCmd(), newDiffCmd(),
 		newTokenCmd(), newProxyCmd(), newCACmd())
 	return root
-}
-
-func newVersionCmd(stdout io.Writer) *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the osm-server version",
-		Args:  cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
-			_, err := fmt.Fprintf(stdout, "osm-server %s\n", buildVersion())
-			return err
-		},
-	}
 }
 
 func buildVersion() string { return cli.Version(version) }

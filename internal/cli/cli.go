@@ -1,14 +1,47 @@
 // Package cli holds what osm-vm's commands (osm-server, osm-agent) share
-// at their edge: the process logger from --log-format and --log-level, and
-// the build version. It imports nothing of osm-vm.
+// at their edge: running the root command, the process logger from
+// --log-format and --log-level, and the build version. It imports nothing
+// of osm-vm.
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"os/signal"
 	"runtime/debug"
+	"syscall"
+
+	"github.com/spf13/cobra"
 )
+
+// Main runs root with a context that SIGINT and SIGTERM cancel, and exits
+// with status 1 after printing "<root name>: <error>" when it fails.
+func Main(root *cobra.Command) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := root.ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", root.Name(), err)
+		os.Exit(1)
+	}
+}
+
+// VersionCommand returns the `version` subcommand of the command name: it
+// prints "<name> <version>" on stdout.
+func VersionCommand(name, version string, stdout io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the " + name + " version",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintf(stdout, "%s %s\n", name, version)
+			return err
+		},
+	}
+}
 
 // NewLogger returns the process logger for --log-format (text or json) and
 // --log-level (debug, info, warn or error).

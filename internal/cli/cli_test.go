@@ -41,3 +41,19 @@ func TestVersion(t *testing.T) {
 		t.Error("Version(\"\") is empty, want the module version or dev")
 	}
 }
+
+func TestVersionCommand(t *testing.T) {
+	var out bytes.Buffer
+	cmd := VersionCommand("osm-agent", "v1.2.3", &out)
+	cmd.SetArgs(nil)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "osm-agent v1.2.3\n"; got != want {
+		t.Errorf("version printed %q, want %q", got, want)
+	}
+	cmd.SetArgs([]string{"extra"})
+	if err := cmd.Execute(); err == nil {
+		t.Error("version with an argument succeeded, want an error")
+	}
+}
