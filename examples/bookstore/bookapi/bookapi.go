@@ -19,7 +19,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
+	"os/signal"
 	"sync"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -224,4 +227,17 @@ func (l *LastError) Get() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.msg
+}
+
+// Main runs an app's run function with its arguments and a context that
+// SIGINT and SIGTERM cancel, and exits with status 1 after printing
+// "<name>: <error>" when it fails.
+func Main(name string, run func(ctx context.Context, args []string) error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
 }

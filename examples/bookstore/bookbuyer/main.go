@@ -12,24 +12,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/osm-vm/osm-vm/examples/bookstore/bookapi"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bookbuyer:", err)
-		os.Exit(1)
-	}
-}
+func main() { bookapi.Main("bookbuyer", run) }
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bookbuyer", flag.ContinueOnError)

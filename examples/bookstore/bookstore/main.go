@@ -16,9 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -27,15 +25,7 @@ import (
 	"github.com/osm-vm/osm-vm/examples/bookstore/bookapi"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bookstore:", err)
-		os.Exit(1)
-	}
-}
+func main() { bookapi.Main("bookstore", run) }
 
 type store struct {
 	name      string

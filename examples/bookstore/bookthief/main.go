@@ -19,11 +19,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -34,15 +32,7 @@ import (
 	"github.com/osm-vm/osm-vm/examples/bookstore/bookapi"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bookthief:", err)
-		os.Exit(1)
-	}
-}
+func main() { bookapi.Main("bookthief", run) }
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("bookthief", flag.ContinueOnError)

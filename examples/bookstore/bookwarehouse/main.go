@@ -10,11 +10,8 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -23,15 +20,7 @@ import (
 	"github.com/osm-vm/osm-vm/examples/bookstore/bookapi"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "bookwarehouse:", err)
-		os.Exit(1)
-	}
-}
+func main() { bookapi.Main("bookwarehouse", run) }
 
 type warehouse struct{ counts *bookapi.Counters }
 
