@@ -75,12 +75,17 @@ type Publisher struct {
 	dependents map[mesh.MeshService][]*group
 	// memo shares what render builds for one upstream between the groups
 	// that call it, and byMessage the Resource (one marshal) of each
-	// message it shares; interned holds one Resource per content, so groups
-	// that render equal resources share one and the validators walk it
-	// once. All three are reset with each specification.
+	// message it shares; both are reset with each specification.
+	// interned holds one Resource per content (type, name and version),
+	// so groups that render equal resources share one and the validators,
+	// which remember what they found in each message, walk it once. It
+	// outlives a specification change: what renders to the same bytes as
+	// before keeps its Resource and is not validated again (see renderAll).
+	// Every message the validators remember is an interned one.
 	memo       *render.Memo
 	byMessage  map[proto.Message]*cache.Resource
 	interned   map[internKey]*cache.Resource
+	previous   map[internKey]*cache.Resource // during renderAll: the last specification's, not yet met again
 	validators map[render.Flavor]*render.Validator
 
 	statusMu sync.Mutex
@@ -298,8 +303,7 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 		next := p.spec.Snapshot()
 		if next.Version() != p.specSnap.Version() {
 			p.specSnap = next
-			// The participant rule may have changed: rebuild every EDS.
-			p.dropAllEDS()
+			// renderAll rebuilds every EDS: the participant rule may have changed.
 			p.renderAll(ctx)
 			return
 		}
@@ -433,26 +437,28 @@ func (p *Publisher) edsResource(sl *edsSlot) (*cache.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The validator remembers it (until dropEDS), so validating the sets
-	// that hold it does not walk it again.
-	if err := p.validators[render.Envoy].Validate(cla); err != nil {
-		return nil, fmt.Errorf("endpoints of %s failed validation: %w", sl.svc, err)
-	}
 	res, err := p.cache.NewResource(render.EDSName(sl.svc), cla)
 	if err != nil {
 		return nil, err
+	}
+	if res = p.intern(res); res.Message() == proto.Message(cla) {
+		// New content. The validator remembers it (until dropEDS), so
+		// validating the sets that hold it does not walk it again.
+		if err := p.validators[render.Envoy].Validate(cla); err != nil {
+			p.unintern(res)
+			return nil, fmt.Errorf("endpoints of %s failed validation: %w", sl.svc, err)
+		}
 	}
 	sl.res = res
 	return res, nil
 }
 
 // dropEDS forgets svc's ClusterLoadAssignment, to be rebuilt when next
-// needed, and the validators forget it too.
+// needed (its slot is the only holder of a load assignment, so it is no
+// longer interned either).
 func (p *Publisher) dropEDS(svc mesh.MeshService) {
 	if sl := p.eds[svc]; sl != nil && sl.res != nil {
-		for _, v := range p.validators {
-			v.ForgetMessage(sl.res.Message())
-		}
+		p.unintern(sl.res)
 		sl.res = nil
 	}
 }
@@ -513,24 +519,38 @@ func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
 	return cache.NewSet(rs...)
 }
 
-// renderAll re-renders every group after a specification change.
+// renderAll re-renders every group after a specification change. A
+// resource that renders to the bytes it had under the last specification
+// keeps its Resource, which is neither validated nor sent again; what is
+// not rendered again is forgotten at the end.
 func (p *Publisher) renderAll(ctx context.Context) {
 	clear(p.secrets)
 	// Fresh slots: a service no group depends on any more is not kept.
-	p.dropAllEDS()
 	p.eds = map[mesh.MeshService]*edsSlot{}
 	p.memo = render.NewMemo()
 	clear(p.byMessage)
-	clear(p.interned)
-	for _, v := range p.validators {
-		v.Forget()
-	}
+	p.previous, p.interned = p.interned, make(map[internKey]*cache.Resource, len(p.interned))
 	p.dependents = nil
 	for _, g := range p.groups {
 		g.rds, g.cds, g.shared, g.err = nil, nil, nil, nil
 		for _, n := range g.nodes {
 			p.publishNode(ctx, n)
 		}
+	}
+	for _, r := range p.previous {
+		for _, v := range p.validators {
+			v.ForgetMessage(r.Message())
+		}
+	}
+	p.previous = nil
+}
+
+// forgetContent drops every interned Resource and what the validators
+// remember, so the next renderAll starts cold (benchmarks).
+func (p *Publisher) forgetContent() {
+	clear(p.interned)
+	for _, v := range p.validators {
+		v.Forget()
 	}
 }
 
@@ -659,14 +679,31 @@ func (p *Publisher) validate(f render.Flavor, sets ...*cache.Set) error {
 	return p.validators[f].Validate(msgs...)
 }
 
-// intern returns the Resource already held for r's content, or r.
+// intern returns the Resource already held for r's content (kept from
+// the last specification if need be), or r.
 func (p *Publisher) intern(r *cache.Resource) *cache.Resource {
 	k := internKey{r.TypeURL(), r.Name(), r.Version()}
 	if old := p.interned[k]; old != nil {
 		return old
 	}
+	if old := p.previous[k]; old != nil {
+		delete(p.previous, k)
+		r = old
+	}
 	p.interned[k] = r
 	return r
+}
+
+// unintern forgets r, which no set holds any more, and the validators
+// forget what they found in it.
+func (p *Publisher) unintern(r *cache.Resource) {
+	k := internKey{r.TypeURL(), r.Name(), r.Version()}
+	if p.interned[k] == r {
+		delete(p.interned, k)
+	}
+	for _, v := range p.validators {
+		v.ForgetMessage(r.Message())
+	}
 }
 
 // secretSet returns the SDS secrets of svc's service account.
@@ -738,9 +775,8 @@ func resources[T namedMessage](p *Publisher, msgs []T) ([]*cache.Resource, error
 		if err != nil {
 			return nil, err
 		}
-		if r = p.intern(r); r.Message() == proto.Message(m) {
-			p.byMessage[m] = r
-		}
+		r = p.intern(r)
+		p.byMessage[m] = r
 		rs = append(rs, r)
 	}
 	return rs, nil

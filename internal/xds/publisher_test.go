@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/store"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
+	"github.com/osm-vm/osm-vm/internal/xds/render"
 )
 
 func benchService(i int) mesh.MeshService {
@@ -101,4 +105,110 @@ func TestEndpointChangeReachesDependentsOnly(t *testing.T) {
 	p.dropAllEDS()
 	p.renderAll(ctx)
 	t.Run("after a full render", func(t *testing.T) { change(t, 20) })
+}
+
+// specWith returns the snapshot of W with extra documents added.
+func specWith(t testing.TB, services int, extra string) *spec.Snapshot {
+	t.Helper()
+	ctx := context.Background()
+	sp, err := spec.New(ctx, discard(), store.NewMemory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := spec.Parse([]byte(workloadYAML(services)+extra), "w.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Apply(ctx, docs, spec.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return sp.Snapshot()
+}
+
+// extraTarget lets svc-<src> call svc-<dst> besides W's policy.
+func extraTarget(src, dst int) string {
+	return fmt.Sprintf("---\napiVersion: access.smi-spec.io/v1alpha3\nkind: TrafficTarget\nmetadata: {name: extra, namespace: bench}\nspec:\n  destination: {kind: ServiceAccount, name: svc-%05d, namespace: bench}\n  rules: [{kind: HTTPRouteGroup, name: all}]\n  sources: [{kind: ServiceAccount, name: svc-%05d, namespace: bench}]\n", dst, src)
+}
+
+// TestSpecificationChangeKeepsUnchangedResources: after a specification
+// change, every resource that renders to the same bytes keeps its
+// Resource (nothing new to validate or send), changed ones are new, and
+// what is no longer rendered is forgotten by the publisher and the
+// validators.
+func TestSpecificationChangeKeepsUnchangedResources(t *testing.T) {
+	const services = 30
+	p, _, c := benchPublisher(t, services, 3)
+	ctx := context.Background()
+	type key struct{ node, typeURL, name string }
+	published := func() map[key]*cache.Resource {
+		out := map[key]*cache.Resource{}
+		for id := range p.nodes {
+			for typeURL, set := range c.View(id) {
+				for _, r := range set.Resources() {
+					out[key{id, typeURL, r.Name()}] = r
+				}
+			}
+		}
+		return out
+	}
+	nodeOf := map[int]string{}
+	for id, n := range p.nodes {
+		var i int
+		fmt.Sscanf(n.proxy.Service.Name, "svc-%05d", &i)
+		nodeOf[i] = id
+	}
+	sizes := func() [3]int {
+		return [3]int{len(p.interned), p.validators[render.Envoy].Len(), p.validators[render.GRPC].Len()}
+	}
+	first, firstSizes := published(), sizes()
+
+	// svc-00020 may now call svc-00010 (called by 6..9 already) and
+	// svc-00001 (called by nobody).
+	p.specSnap = specWith(t, services, extraTarget(20, 10)+strings.Replace(extraTarget(20, 1), "name: extra,", "name: extra-1,", 1))
+	p.renderAll(ctx)
+	second := published()
+	kept, changed := 0, 0
+	for k, r := range second {
+		old, ok := first[k]
+		switch {
+		case !ok:
+		case old.Version() != r.Version():
+			changed++
+		case render.PerProxy(r.Name()):
+			// Rendered per proxy, not interned (the cache still sends
+			// nothing for an unchanged version).
+		case old != r:
+			t.Errorf("%v: same content %s, but a new Resource", k, r.Version())
+		default:
+			kept++
+		}
+	}
+	if kept < len(first)/2 {
+		t.Errorf("%d of %d resources kept their Resource, want most", kept, len(first))
+	}
+	// The new caller receives the cluster other callers of svc-00010 have:
+	// one Resource.
+	cluster := "bench/svc-00010"
+	got, want := second[key{nodeOf[20], resource.ClusterType, cluster}], second[key{nodeOf[9], resource.ClusterType, cluster}]
+	if got == nil || got != want {
+		t.Errorf("cluster %s of svc-00020's proxy = %p, want svc-00009's %p", cluster, got, want)
+	}
+	if changed == 0 {
+		t.Error("no resource changed: svc-00010's inbound policy should have")
+	}
+	if second[key{nodeOf[20], resource.ClusterType, "bench/svc-00001"}] == nil {
+		t.Error("svc-00020's proxy has no cluster bench/svc-00001")
+	}
+
+	// And back: the extra upstream is forgotten, nothing piles up.
+	p.specSnap = specWith(t, services, "")
+	p.renderAll(ctx)
+	for _, cl := range []string{cluster, "bench/svc-00001"} {
+		if _, ok := published()[key{nodeOf[20], resource.ClusterType, cl}]; ok {
+			t.Errorf("svc-00020's proxy still has cluster %s", cl)
+		}
+	}
+	if got := sizes(); got != firstSizes {
+		t.Errorf("interned, Envoy and gRPC validator memo sizes = %v after a change and back, want %v as before", got, firstSizes)
+	}
 }

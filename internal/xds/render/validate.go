@@ -62,6 +62,7 @@ func Validate(f Flavor, resources ...proto.Message) error {
 type Validator struct {
 	flavor Flavor
 	memo   map[proto.Message]walked
+	fields map[protoreflect.FullName][]protoreflect.FieldDescriptor // see fieldsOf
 }
 
 type walked struct {
@@ -71,8 +72,12 @@ type walked struct {
 
 // NewValidator returns a Validator for flavour f.
 func NewValidator(f Flavor) *Validator {
-	return &Validator{flavor: f, memo: map[proto.Message]walked{}}
+	return &Validator{flavor: f, memo: map[proto.Message]walked{}, fields: map[protoreflect.FullName][]protoreflect.FieldDescriptor{}}
 }
+
+// Len returns the number of resources whose findings the Validator
+// remembers (for tests and metrics).
+func (vr *Validator) Len() int { return len(vr.memo) }
 
 // Forget drops what the Validator remembers (call it when the resources it
 // has seen are no longer in use, to free them).
@@ -85,7 +90,7 @@ func (vr *Validator) ForgetMessage(m proto.Message) { delete(vr.memo, m) }
 
 // Validate checks one proxy's complete set; see [Validate].
 func (vr *Validator) Validate(resources ...proto.Message) error {
-	v := &validation{flavor: vr.flavor, listeners: map[string]bool{}, routes: map[string]bool{}, clusters: map[string]bool{}, eds: map[string]bool{}, secrets: map[string]bool{}, addrs: map[string]string{}}
+	v := &validation{vr: vr, flavor: vr.flavor, listeners: map[string]bool{}, routes: map[string]bool{}, clusters: map[string]bool{}, eds: map[string]bool{}, secrets: map[string]bool{}, addrs: map[string]string{}}
 	for _, r := range resources {
 		v.index(r)
 	}
@@ -141,12 +146,14 @@ func (vr *Validator) Validate(resources ...proto.Message) error {
 type reference struct{ from, kind, name string }
 
 type validation struct {
+	vr                                        *Validator
 	flavor                                    Flavor
 	listeners, routes, clusters, eds, secrets map[string]bool
 	addrs                                     map[string]string // listener address -> listener
 	refs                                      []reference
 	errs                                      []error
-	label                                     string // the resource being walked
+	label                                     string                        // the resource being walked
+	met                                       map[protoreflect.FullName]int // if set, counts the checked messages walk meets (tests)
 }
 
 func labelOf(r proto.Message) string {
@@ -210,7 +217,10 @@ func (v *validation) validateAll(m proto.Message) {
 	}
 }
 
-// walk visits m and every message below it, unpacking Anys.
+// walk visits m and every message below it that a check applies to,
+// unpacking Anys. It descends only into fields through which such a
+// message can be reached (see [Validator.fieldsOf]); ValidateAll has
+// already checked the rest.
 func (v *validation) walk(m protoreflect.Message) {
 	if !m.IsValid() {
 		return
@@ -225,71 +235,149 @@ func (v *validation) walk(m protoreflect.Message) {
 		v.walk(inner.ProtoReflect())
 		return
 	}
-	v.visit(m.Interface())
-	m.Range(func(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
-		if fd.Message() == nil {
-			return true
+	md := m.Descriptor()
+	if check := checks[md.FullName()]; check != nil {
+		check(v, m.Interface())
+		if v.met != nil {
+			v.met[md.FullName()]++
 		}
+	}
+	for _, fd := range v.vr.fieldsOf(md) {
 		switch {
 		case fd.IsList():
-			for i, l := 0, val.List(); i < l.Len(); i++ {
+			for i, l := 0, m.Get(fd).List(); i < l.Len(); i++ {
 				v.walk(l.Get(i).Message())
 			}
 		case fd.IsMap():
-			if fd.MapValue().Message() != nil {
-				val.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-					v.walk(mv.Message())
-					return true
-				})
-			}
-		default:
-			v.walk(val.Message())
+			m.Get(fd).Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				v.walk(mv.Message())
+				return true
+			})
+		case m.Has(fd):
+			v.walk(m.Get(fd).Message())
 		}
-		return true
-	})
+	}
+}
+
+// fieldsOf returns md's message, list-of-message and map-of-message fields
+// through which walk can reach an Any or a message that has a check. It is
+// worked out once per message type: for every type reachable from md, a
+// type is of interest if it has a check, is an Any, or has a field of a
+// type of interest (to a fixed point, as types recurse).
+func (vr *Validator) fieldsOf(md protoreflect.MessageDescriptor) []protoreflect.FieldDescriptor {
+	if fs, ok := vr.fields[md.FullName()]; ok {
+		return fs
+	}
+	reach := map[protoreflect.FullName]protoreflect.MessageDescriptor{}
+	var collect func(protoreflect.MessageDescriptor)
+	collect = func(d protoreflect.MessageDescriptor) {
+		if _, ok := reach[d.FullName()]; ok {
+			return
+		}
+		reach[d.FullName()] = d
+		for i, fs := 0, d.Fields(); i < fs.Len(); i++ {
+			if t := messageOf(fs.Get(i)); t != nil {
+				collect(t)
+			}
+		}
+	}
+	collect(md)
+	of := map[protoreflect.FullName]bool{}
+	for name := range reach {
+		of[name] = checks[name] != nil || name == anyName
+	}
+	for changed := true; changed; {
+		changed = false
+		for name, d := range reach {
+			for i, fs := 0, d.Fields(); !of[name] && i < fs.Len(); i++ {
+				if t := messageOf(fs.Get(i)); t != nil && of[t.FullName()] {
+					of[name], changed = true, true
+				}
+			}
+		}
+	}
+	for name, d := range reach {
+		if _, ok := vr.fields[name]; ok {
+			continue
+		}
+		var walk []protoreflect.FieldDescriptor
+		for i, fs := 0, d.Fields(); i < fs.Len(); i++ {
+			if t := messageOf(fs.Get(i)); t != nil && of[t.FullName()] {
+				walk = append(walk, fs.Get(i))
+			}
+		}
+		vr.fields[name] = walk
+	}
+	return vr.fields[md.FullName()]
+}
+
+var anyName = nameOf(&anypb.Any{})
+
+// messageOf returns the message type a field holds (a map's value type for
+// a map), or nil.
+func messageOf(fd protoreflect.FieldDescriptor) protoreflect.MessageDescriptor {
+	if fd.IsMap() {
+		return fd.MapValue().Message()
+	}
+	return fd.Message()
 }
 
 func anyIs(a *anypb.Any, want ...protoreflect.FullName) bool {
 	return a != nil && slices.Contains(want, a.MessageName())
 }
 
-// visit checks one message on its own and records its references.
-func (v *validation) visit(m proto.Message) {
-	switch m := m.(type) {
-	case *listenerv3.Listener:
-		v.listener(m)
-	case *listenerv3.ApiListener:
+// check is what walk checks of one message of a given type (recording its
+// references); checks lists every type that has one, and walk descends
+// only towards those types and Anys.
+type check func(*validation, proto.Message)
+
+func checkOf[T proto.Message](f func(*validation, T)) (protoreflect.FullName, check) {
+	var zero T
+	return nameOf(zero), func(v *validation, m proto.Message) { f(v, m.(T)) }
+}
+
+var checks = func() map[protoreflect.FullName]check {
+	m := map[protoreflect.FullName]check{}
+	add := func(name protoreflect.FullName, c check) { m[name] = c }
+	add(checkOf((*validation).listener))
+	add(checkOf(func(v *validation, m *listenerv3.ApiListener) {
 		if !anyIs(m.GetApiListener(), nameOf(&hcmv3.HttpConnectionManager{})) {
 			v.fail("api_listener holds %q, want an HttpConnectionManager", m.GetApiListener().GetTypeUrl())
 		}
-	case *listenerv3.FilterChain:
+	}))
+	add(checkOf(func(v *validation, m *listenerv3.FilterChain) {
 		if ts := m.GetTransportSocket(); ts != nil && !anyIs(ts.GetTypedConfig(), nameOf(&tlsv3.DownstreamTlsContext{})) {
 			v.fail("filter chain transport socket holds %q, want a DownstreamTlsContext", ts.GetTypedConfig().GetTypeUrl())
 		}
-	case *listenerv3.Filter:
+	}))
+	add(checkOf(func(v *validation, m *listenerv3.Filter) {
 		if !anyIs(m.GetTypedConfig(), networkFilterTypes...) {
 			v.fail("network filter %q holds %q, want one of %v", m.GetName(), m.GetTypedConfig().GetTypeUrl(), networkFilterTypes)
 		}
-	case *hcmv3.HttpConnectionManager:
+	}))
+	add(checkOf(func(v *validation, m *hcmv3.HttpConnectionManager) {
 		fs := m.GetHttpFilters()
 		if len(fs) == 0 || !anyIs(fs[len(fs)-1].GetTypedConfig(), nameOf(&routerv3.Router{})) {
 			v.fail("HTTP connection manager %q: http_filters must end in the router filter", m.GetStatPrefix())
 		}
-	case *hcmv3.HttpFilter:
+	}))
+	add(checkOf(func(v *validation, m *hcmv3.HttpFilter) {
 		if !anyIs(m.GetTypedConfig(), httpFilterTypes...) {
 			v.fail("HTTP filter %q holds %q, want one of %v", m.GetName(), m.GetTypedConfig().GetTypeUrl(), httpFilterTypes)
 		}
-	case *hcmv3.Rds:
-		v.ref("route configuration", m.GetRouteConfigName())
-	case *corev3.ConfigSource:
+	}))
+	add(checkOf(func(v *validation, m *hcmv3.Rds) { v.ref("route configuration", m.GetRouteConfigName()) }))
+	add(checkOf(func(v *validation, m *corev3.ConfigSource) {
 		if v.flavor == GRPC && m.GetAds() == nil && m.GetSelf() == nil {
 			v.fail("config source %v: gRPC accepts only ads or self", m)
 		}
-	case *routev3.RouteAction:
+	}))
+	add(checkOf(func(v *validation, m *routev3.RouteAction) {
 		if c := m.GetCluster(); c != "" {
 			v.ref("cluster", c)
 		}
-	case *routev3.WeightedCluster:
+	}))
+	add(checkOf(func(v *validation, m *routev3.WeightedCluster) {
 		var sum uint64
 		for _, c := range m.GetClusters() {
 			v.ref("cluster", c.GetName())
@@ -298,11 +386,13 @@ func (v *validation) visit(m proto.Message) {
 		if sum == 0 {
 			v.fail("weighted clusters %v sum to 0: drop the route or give a backend weight", clusterNames(m.GetClusters()))
 		}
-	case *tcpproxyv3.TcpProxy:
+	}))
+	add(checkOf(func(v *validation, m *tcpproxyv3.TcpProxy) {
 		if c := m.GetCluster(); c != "" {
 			v.ref("cluster", c)
 		}
-	case *tcpproxyv3.TcpProxy_WeightedCluster:
+	}))
+	add(checkOf(func(v *validation, m *tcpproxyv3.TcpProxy_WeightedCluster) {
 		var sum uint64
 		for _, c := range m.GetClusters() {
 			v.ref("cluster", c.GetName())
@@ -311,30 +401,32 @@ func (v *validation) visit(m proto.Message) {
 		if sum == 0 {
 			v.fail("tcp_proxy weighted clusters sum to 0: give a backend weight")
 		}
-	case *tlsv3.SdsSecretConfig:
-		v.ref("secret", m.GetName())
-	case *tlsv3.CommonTlsContext:
-		v.commonTLS(m)
-	case *matcherv3.RegexMatcher:
+	}))
+	add(checkOf(func(v *validation, m *tlsv3.SdsSecretConfig) { v.ref("secret", m.GetName()) }))
+	add(checkOf((*validation).commonTLS))
+	add(checkOf(func(v *validation, m *matcherv3.RegexMatcher) {
 		if _, err := regexp.Compile(m.GetRegex()); err != nil {
 			v.fail("regex %q is not RE2: %v", m.GetRegex(), err)
 		}
-	case *clusterv3.Cluster:
-		v.cluster(m)
-	case *endpointv3.ClusterLoadAssignment:
-		seen := map[string]bool{}
-		for _, loc := range m.GetEndpoints() {
-			for _, e := range loc.GetLbEndpoints() {
-				sa := e.GetEndpoint().GetAddress().GetSocketAddress()
-				a := fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue())
-				if seen[a] {
-					v.fail("endpoint %s appears twice (gRPC rejects duplicate endpoint addresses)", a)
-				}
-				seen[a] = true
+	}))
+	add(checkOf((*validation).cluster))
+	add(checkOf((*validation).loadAssignment))
+	return m
+}()
+
+func (v *validation) loadAssignment(m *endpointv3.ClusterLoadAssignment) {
+	seen := map[string]bool{}
+	for _, loc := range m.GetEndpoints() {
+		for _, e := range loc.GetLbEndpoints() {
+			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
+			a := fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue())
+			if seen[a] {
+				v.fail("endpoint %s appears twice (gRPC rejects duplicate endpoint addresses)", a)
 			}
-			if v.flavor == GRPC && loc.GetLoadBalancingWeight().GetValue() == 0 {
-				v.fail("locality without load_balancing_weight (gRPC ignores it)")
-			}
+			seen[a] = true
+		}
+		if v.flavor == GRPC && loc.GetLoadBalancingWeight().GetValue() == 0 {
+			v.fail("locality without load_balancing_weight (gRPC ignores it)")
 		}
 	}
 }

@@ -17,7 +17,9 @@ import (
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -282,4 +284,61 @@ func TestPerProxy(t *testing.T) {
 			t.Errorf("PerProxy(%q) = %v, want %v", name, got, want)
 		}
 	}
+}
+
+// TestWalkReachesEveryCheckedMessage walks every golden set twice: with
+// the validator's walk, which descends only towards checked types and
+// Anys, and with a full walk of every populated field. Both must meet the
+// same checked messages (counted per type).
+func TestWalkReachesEveryCheckedMessage(t *testing.T) {
+	eps := bookstoreEndpoints(t)
+	for _, tc := range goldenCases() {
+		m := meshOf(bookstoreSpec(t, tc.permissive).Snapshot(), eps)
+		r := renderAll(t, m, Proxy{Service: svc(tc.service), Flavor: tc.flavor, Address: netip.MustParseAddr("10.0.0.1")})
+		pruned, full := map[protoreflect.FullName]int{}, map[protoreflect.FullName]int{}
+		v := &validation{vr: NewValidator(tc.flavor), flavor: tc.flavor, met: pruned}
+		for _, msg := range r.all() {
+			v.walk(msg.ProtoReflect())
+			fullWalk(t, msg.ProtoReflect(), full)
+		}
+		if len(full) < 5 {
+			t.Fatalf("%s: the full walk met only %v", tc.name, full)
+		}
+		if diff := cmp.Diff(full, pruned); diff != "" {
+			t.Errorf("%s: checked messages met (-full +pruned):\n%s", tc.name, diff)
+		}
+	}
+}
+
+// fullWalk counts the checked messages below m, visiting every populated
+// message field.
+func fullWalk(t *testing.T, m protoreflect.Message, seen map[protoreflect.FullName]int) {
+	if a, ok := m.Interface().(*anypb.Any); ok {
+		inner, err := a.UnmarshalNew()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fullWalk(t, inner.ProtoReflect(), seen)
+		return
+	}
+	if checks[m.Descriptor().FullName()] != nil {
+		seen[m.Descriptor().FullName()]++
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, val protoreflect.Value) bool {
+		switch {
+		case messageOf(fd) == nil:
+		case fd.IsList():
+			for i, l := 0, val.List(); i < l.Len(); i++ {
+				fullWalk(t, l.Get(i).Message(), seen)
+			}
+		case fd.IsMap():
+			val.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				fullWalk(t, mv.Message(), seen)
+				return true
+			})
+		default:
+			fullWalk(t, val.Message(), seen)
+		}
+		return true
+	})
 }
