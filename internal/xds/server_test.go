@@ -434,7 +434,15 @@ func TestServiceCertificateRotationReachesProxiesBySDS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	listenersBefore := e.cache.View(cn)[resource.ListenerType].Version()
+	// The publisher publishes secrets before listeners: wait for those.
+	var listeners *cache.Set
+	for deadline := time.Now().Add(5 * time.Second); listeners == nil && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		listeners = e.cache.View(cn)[resource.ListenerType]
+	}
+	if listeners == nil {
+		t.Fatal("no listeners published for the proxy within 5s")
+	}
+	listenersBefore := listeners.Version()
 	sa := mesh.ServiceAccount{Namespace: "default", Name: "bookbuyer"}
 	if _, err := e.certs.RotateCertificate(t.Context(), e.certs.ServiceCommonName(sa)); err != nil {
 		t.Fatal(err)
