@@ -29,8 +29,11 @@ var alpn = []string{"h2", "http/1.1"}
 // rendering code stays a tree of literals.
 type builder struct{ err error }
 
+// any packs m deterministically (maps in key order), so equal content
+// gives equal bytes and an unchanged resource keeps its version.
 func (b *builder) any(m proto.Message) *anypb.Any {
-	a, err := anypb.New(m)
+	a := &anypb.Any{}
+	err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true})
 	if err != nil && b.err == nil {
 		b.err = fmt.Errorf("render: marshal %T: %w", m, err)
 	}

@@ -1,0 +1,366 @@
+package render
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// randomMesh is a small specification drawn at random: services (some
+// sharing a service account) with HTTP, gRPC and TCP ports, two route
+// groups, a TCPRoute, TrafficTargets and TrafficSplits.
+type randomMesh struct {
+	permissive bool
+	services   []randomService
+	groups     [2][]randomMatch
+	tcpPorts   []int
+	targets    []randomTarget
+	splits     []randomSplit
+}
+
+type randomService struct {
+	account string
+	ports   []int // of 8080 (http), 7070 (grpc), 9090 (tcp)
+}
+
+type randomMatch struct {
+	path    string
+	methods []string
+}
+
+type randomTarget struct {
+	dest    string
+	port    int // 0 for all
+	sources []string
+	rules   []string // "g0", "g1", "g1:m0", "tcp"
+}
+
+type randomSplit struct {
+	root     string
+	backends map[string]int
+	match    bool // limited to route group g0
+}
+
+var (
+	randomAccounts = []string{"s0", "s1", "s2", "s3", "s4", "shared"}
+	randomPorts    = []int{8080, 7070, 9090}
+)
+
+func pick[T any](r *rand.Rand, from []T) T { return from[r.IntN(len(from))] }
+
+func someOf[T any](r *rand.Rand, from []T) []T {
+	var out []T
+	for _, x := range from {
+		if r.IntN(2) == 0 {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func newRandomMesh(r *rand.Rand) randomMesh {
+	m := randomMesh{permissive: r.IntN(6) == 0, tcpPorts: someOf(r, randomPorts)}
+	for i := range 5 {
+		s := randomService{account: fmt.Sprintf("s%d", i), ports: someOf(r, randomPorts)}
+		if r.IntN(3) == 0 {
+			s.account = "shared"
+		}
+		if len(s.ports) == 0 {
+			s.ports = []int{8080}
+		}
+		m.services = append(m.services, s)
+	}
+	for g := range m.groups {
+		for range 1 + r.IntN(2) {
+			m.groups[g] = append(m.groups[g], randomMatch{path: pick(r, []string{"/a.*", "/b", ""}), methods: someOf(r, []string{"GET", "POST"})})
+		}
+	}
+	for range r.IntN(6) {
+		m.targets = append(m.targets, newRandomTarget(r))
+	}
+	for range r.IntN(3) {
+		m.splits = append(m.splits, newRandomSplit(r))
+	}
+	return m
+}
+
+func newRandomTarget(r *rand.Rand) randomTarget {
+	t := randomTarget{dest: pick(r, randomAccounts), sources: someOf(r, randomAccounts), rules: someOf(r, []string{"g0", "g1", "g1:m0", "tcp"})}
+	if len(t.sources) == 0 {
+		t.sources = []string{pick(r, randomAccounts)}
+	}
+	if len(t.rules) == 0 {
+		t.rules = []string{"g0"}
+	}
+	if r.IntN(4) == 0 {
+		t.port = pick(r, randomPorts)
+	}
+	return t
+}
+
+func newRandomSplit(r *rand.Rand) randomSplit {
+	s := randomSplit{root: fmt.Sprintf("s%d", r.IntN(5)), backends: map[string]int{}, match: r.IntN(3) == 0}
+	for range 1 + r.IntN(3) {
+		s.backends[fmt.Sprintf("s%d", r.IntN(5))] = pick(r, []int{0, 10, 50, 90})
+	}
+	return s
+}
+
+// mutate changes one thing at random.
+func (m randomMesh) mutate(r *rand.Rand) randomMesh {
+	m.services = append([]randomService(nil), m.services...)
+	m.targets = append([]randomTarget(nil), m.targets...)
+	m.splits = append([]randomSplit(nil), m.splits...)
+	switch r.IntN(9) {
+	case 0:
+		m.permissive = !m.permissive
+	case 1:
+		i := r.IntN(len(m.services))
+		m.services[i].ports = someOf(r, randomPorts)
+		if len(m.services[i].ports) == 0 {
+			m.services[i].ports = []int{9090}
+		}
+	case 2:
+		m.services[r.IntN(len(m.services))].account = pick(r, randomAccounts)
+	case 3:
+		g := r.IntN(2)
+		m.groups[g] = append(append([]randomMatch(nil), m.groups[g]...), randomMatch{path: pick(r, []string{"/c", "/a.*"}), methods: someOf(r, []string{"GET", "PUT"})})
+	case 4:
+		m.tcpPorts = someOf(r, randomPorts)
+	case 5:
+		m.targets = append(m.targets, newRandomTarget(r))
+	case 6:
+		if len(m.targets) > 0 {
+			i := r.IntN(len(m.targets))
+			m.targets = append(m.targets[:i:i], m.targets[i+1:]...)
+		}
+	case 7:
+		if len(m.targets) > 0 {
+			m.targets[r.IntN(len(m.targets))].sources = []string{pick(r, randomAccounts)}
+		}
+	case 8:
+		if len(m.splits) > 0 && r.IntN(2) == 0 {
+			i := r.IntN(len(m.splits))
+			backends := map[string]int{}
+			for b, w := range m.splits[i].backends {
+				backends[b] = w
+			}
+			backends[fmt.Sprintf("s%d", r.IntN(5))] = pick(r, []int{0, 30})
+			m.splits[i].backends = backends
+		} else {
+			m.splits = append(m.splits, newRandomSplit(r))
+		}
+	}
+	return m
+}
+
+func (m randomMesh) yaml() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {traffic: {permissive: %v}}\n", m.permissive)
+	protocol := map[int]string{8080: "http", 7070: "grpc", 9090: "tcp"}
+	for i, s := range m.services {
+		var ports []string
+		for _, p := range s.ports {
+			ports = append(ports, fmt.Sprintf("{port: %d, targetPort: %d, appProtocol: %s}", p, p+1, protocol[p]))
+		}
+		fmt.Fprintf(&b, "---\napiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: s%d, namespace: default}\nspec: {serviceAccount: %s, ports: [%s]}\n", i, s.account, strings.Join(ports, ", "))
+	}
+	for g, matches := range m.groups {
+		var ms []string
+		for i, x := range matches {
+			ms = append(ms, fmt.Sprintf("{name: m%d, pathRegex: '%s', methods: [%s]}", i, x.path, strings.Join(x.methods, ", ")))
+		}
+		fmt.Fprintf(&b, "---\napiVersion: specs.smi-spec.io/v1alpha4\nkind: HTTPRouteGroup\nmetadata: {name: g%d, namespace: default}\nspec: {matches: [%s]}\n", g, strings.Join(ms, ", "))
+	}
+	var tcp []string
+	for _, p := range m.tcpPorts {
+		tcp = append(tcp, fmt.Sprint(p))
+	}
+	fmt.Fprintf(&b, "---\napiVersion: specs.smi-spec.io/v1alpha4\nkind: TCPRoute\nmetadata: {name: tcp, namespace: default}\nspec: {matches: {name: tcp, ports: [%s]}}\n", strings.Join(tcp, ", "))
+	for i, t := range m.targets {
+		var srcs, rules []string
+		for _, s := range t.sources {
+			srcs = append(srcs, fmt.Sprintf("{kind: ServiceAccount, name: %s, namespace: default}", s))
+		}
+		for _, r := range t.rules {
+			switch r {
+			case "tcp":
+				rules = append(rules, "{kind: TCPRoute, name: tcp}")
+			case "g1:m0":
+				rules = append(rules, "{kind: HTTPRouteGroup, name: g1, matches: [m0]}")
+			default:
+				rules = append(rules, fmt.Sprintf("{kind: HTTPRouteGroup, name: %s}", r))
+			}
+		}
+		port := ""
+		if t.port != 0 {
+			port = fmt.Sprintf(", port: %d", t.port)
+		}
+		fmt.Fprintf(&b, "---\napiVersion: access.smi-spec.io/v1alpha3\nkind: TrafficTarget\nmetadata: {name: t%d, namespace: default}\nspec:\n  destination: {kind: ServiceAccount, name: %s, namespace: default%s}\n  rules: [%s]\n  sources: [%s]\n", i, t.dest, port, strings.Join(rules, ", "), strings.Join(srcs, ", "))
+	}
+	for i, s := range m.splits {
+		var backends []string
+		for _, name := range []string{"s0", "s1", "s2", "s3", "s4"} {
+			if w, ok := s.backends[name]; ok {
+				backends = append(backends, fmt.Sprintf("{service: %s, weight: %d}", name, w))
+			}
+		}
+		matches := ""
+		if s.match {
+			matches = ", matches: [{kind: HTTPRouteGroup, name: g0}]"
+		}
+		fmt.Fprintf(&b, "---\napiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: split%d, namespace: default}\nspec: {service: %s, backends: [%s]%s}\n", i, s.root, strings.Join(backends, ", "), matches)
+	}
+	return b.String()
+}
+
+// snapshotOf applies y to a fresh specification; nil when the
+// specification refuses it.
+func snapshotOf(t *testing.T, y string) *spec.Snapshot {
+	t.Helper()
+	s, err := spec.New(t.Context(), discard(), store.NewMemory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := spec.Parse([]byte(y), "random.yaml")
+	if err != nil {
+		return nil
+	}
+	if _, err := s.Apply(t.Context(), docs, spec.ApplyOptions{}); err != nil {
+		return nil
+	}
+	return s.Snapshot()
+}
+
+// renderedByLabel returns every listener, route configuration and cluster of p
+// keyed by type and name, or the rendering error.
+func renderedByLabel(m Mesh, p Proxy) (map[string]proto.Message, error) {
+	ls, err := Listeners(m, p)
+	if err != nil {
+		return nil, err
+	}
+	rs, err := Routes(m, p)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := Clusters(m, p)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]proto.Message{}
+	for _, l := range ls {
+		out[labelOf(l)] = l
+	}
+	for _, r := range rs {
+		out[labelOf(r)] = r
+	}
+	for _, c := range cs {
+		out[labelOf(c)] = c
+	}
+	return out, nil
+}
+
+func marshalled(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestEqualInputsRenderEqually: for random specifications and random
+// one-change edits of them, every proxy whose Inputs are equal under both
+// gets byte-identical listeners, route configurations and clusters. Both
+// outcomes must occur often enough for the test to mean something.
+func TestEqualInputsRenderEqually(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	addr := netip.MustParseAddr("10.0.0.9")
+	same, differ := 0, 0
+	for i := range 300 {
+		base := newRandomMesh(r)
+		edit := base.mutate(r)
+		a, b := snapshotOf(t, base.yaml()), snapshotOf(t, edit.yaml())
+		if a == nil || b == nil {
+			continue
+		}
+		ma, mb := Mesh{Spec: a, TrustDomain: trustDomain}, Mesh{Spec: b, TrustDomain: trustDomain}
+		for s := range 5 {
+			for _, f := range []Flavor{Envoy, GRPC} {
+				p := Proxy{Service: svcNamed(s), Flavor: f, Address: addr}
+				ia, errA := InputsOf(ma, p)
+				ib, errB := InputsOf(mb, p)
+				if errA != nil || errB != nil {
+					continue
+				}
+				if !ia.Equal(ib) {
+					differ++
+					continue
+				}
+				same++
+				ra, errA := renderedByLabel(ma, p)
+				rb, errB := renderedByLabel(mb, p)
+				if (errA == nil) != (errB == nil) {
+					t.Fatalf("case %d, proxy of s%d (%s): equal Inputs, but rendering failed under one: %v / %v\nbefore:\n%s\nafter:\n%s", i, s, f, errA, errB, base.yaml(), edit.yaml())
+				}
+				for label, x := range ra {
+					y, ok := rb[label]
+					if !ok || !bytes.Equal(marshalled(t, x), marshalled(t, y)) {
+						t.Fatalf("case %d, proxy of s%d (%s): equal Inputs, but %s differs\nbefore:\n%s\nafter:\n%s\n(-before +after):\n%s", i, s, f, label, base.yaml(), edit.yaml(), cmp.Diff(protojson.Format(x), protojson.Format(y)))
+					}
+				}
+				if len(ra) != len(rb) {
+					t.Fatalf("case %d, proxy of s%d (%s): equal Inputs, but %d resources against %d", i, s, f, len(ra), len(rb))
+				}
+			}
+		}
+	}
+	t.Logf("equal Inputs %d times, different %d times", same, differ)
+	if same < 500 || differ < 200 {
+		t.Errorf("equal Inputs %d times, different %d times: the random edits no longer exercise both", same, differ)
+	}
+}
+
+func svcNamed(i int) mesh.MeshService { return svc(fmt.Sprintf("s%d", i)) }
+
+// TestRenderingIsByteStable renders the same proxy many times from a
+// specification with two TrafficTargets into one service (two RBAC
+// policies, a map inside an Any): every rendering must marshal to the same
+// bytes, or an unchanged listener would get a new version and drain.
+func TestRenderingIsByteStable(t *testing.T) {
+	m := randomMesh{services: []randomService{{"s0", []int{8080}}, {"s1", []int{8080}}, {"s2", []int{8080}}, {"s3", []int{8080}}, {"s4", []int{8080}}},
+		groups: [2][]randomMatch{{{path: "/a"}}, {{path: "/b"}}}, tcpPorts: []int{9090},
+		targets: []randomTarget{{dest: "s0", sources: []string{"s1"}, rules: []string{"g0"}}, {dest: "s0", sources: []string{"s2"}, rules: []string{"g1"}}}}
+	mesh := Mesh{Spec: snapshotOf(t, m.yaml()), TrustDomain: trustDomain}
+	p := Proxy{Service: svcNamed(0), Flavor: Envoy, Address: netip.MustParseAddr("10.0.0.9")}
+	var first map[string][]byte
+	for range 20 {
+		got, err := renderedByLabel(mesh, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = map[string][]byte{}
+			for label, msg := range got {
+				first[label] = marshalled(t, msg)
+			}
+			continue
+		}
+		for label, msg := range got {
+			if !bytes.Equal(marshalled(t, msg), first[label]) {
+				t.Fatalf("%s marshals to different bytes on another rendering", label)
+			}
+		}
+	}
+}
