@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -78,14 +79,16 @@ type Publisher struct {
 	// message it shares; both are reset with each specification.
 	// interned holds one Resource per content (type, name and version),
 	// so groups that render equal resources share one and the validators,
-	// which remember what they found in each message, walk it once. It
-	// outlives a specification change: what renders to the same bytes as
-	// before keeps its Resource and is not validated again (see renderAll).
-	// Every message the validators remember is an interned one.
+	// which remember what they found in each message, walk it once. A
+	// Resource stays interned while something holds it: held counts the
+	// groups and secret sets holding each (an EDS slot is the only holder
+	// of its load assignment), and at 0 it is forgotten, by the validators
+	// too. So what renders to the same bytes after a specification change
+	// keeps its Resource and is not validated again.
 	memo       *render.Memo
 	byMessage  map[proto.Message]*cache.Resource
 	interned   map[internKey]*cache.Resource
-	previous   map[internKey]*cache.Resource // during renderAll: the last specification's, not yet met again
+	held       map[*cache.Resource]int
 	validators map[render.Flavor]*render.Validator
 
 	statusMu sync.Mutex
@@ -112,12 +115,24 @@ type groupKey struct {
 type group struct {
 	key    groupKey
 	nodes  map[string]*node
+	inputs render.Inputs     // what rds, cds and shared were rendered from
 	shared []*cache.Resource // listeners that do not depend on the address
 	rds    *cache.Set
 	cds    *cache.Set
 	deps   []mesh.MeshService
 	slots  []*edsSlot // of deps, sorted by EDS name
 	err    error
+}
+
+// resources returns what the group holds (see Publisher.held).
+func (g *group) resources() []*cache.Resource {
+	var out []*cache.Resource
+	for _, s := range []*cache.Set{g.rds, g.cds} {
+		if s != nil {
+			out = append(out, s.Resources()...)
+		}
+	}
+	return append(out, g.shared...)
 }
 
 type node struct {
@@ -134,8 +149,9 @@ type internKey struct{ typeURL, name, version string }
 // again when the service's endpoints, its connected proxies or the
 // participant rule change.
 type edsSlot struct {
-	svc mesh.MeshService
-	res *cache.Resource
+	svc  mesh.MeshService
+	res  *cache.Resource
+	refs int // groups whose slots include it; at 0 it is dropped
 }
 
 // NewPublisher returns a publisher; Run starts it.
@@ -152,6 +168,7 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, sp SpecSource, eps EndpointS
 		memo:      render.NewMemo(),
 		byMessage: map[proto.Message]*cache.Resource{},
 		interned:  map[internKey]*cache.Resource{},
+		held:      map[*cache.Resource]int{},
 		validators: map[render.Flavor]*render.Validator{
 			render.Envoy: render.NewValidator(render.Envoy),
 			render.GRPC:  render.NewValidator(render.GRPC),
@@ -300,19 +317,17 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 		}
 	}
 	if specChanged {
-		next := p.spec.Snapshot()
-		if next.Version() != p.specSnap.Version() {
-			p.specSnap = next
-			// renderAll rebuilds every EDS: the participant rule may have changed.
-			p.renderAll(ctx)
-			return
+		if next := p.spec.Snapshot(); next.Version() != p.specSnap.Version() {
+			p.useSpec(ctx, next)
 		}
 	}
 	if rotated[allAccounts] {
-		clear(p.secrets)
+		for sa := range p.secrets {
+			p.dropSecrets(sa)
+		}
 	}
 	for sa := range rotated {
-		delete(p.secrets, sa)
+		p.dropSecrets(sa)
 	}
 	for svc := range changedEDS {
 		p.dropEDS(svc)
@@ -377,8 +392,10 @@ func (p *Publisher) applyProxyEvent(e proxyEvent) bool {
 func (p *Publisher) dropNode(n *node) {
 	delete(p.nodes, n.proxy.NodeID)
 	delete(n.group.nodes, n.proxy.NodeID)
-	if len(n.group.nodes) == 0 {
-		delete(p.groups, n.group.key)
+	if g := n.group; len(g.nodes) == 0 {
+		delete(p.groups, g.key)
+		p.release(g.resources())
+		p.releaseSlots(g.slots)
 		p.dependents = nil
 	}
 	if addrs := p.connected[n.proxy.Service]; addrs != nil {
@@ -519,35 +536,79 @@ func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
 	return cache.NewSet(rs...)
 }
 
-// renderAll re-renders every group after a specification change. A
-// resource that renders to the bytes it had under the last specification
-// keeps its Resource, which is neither validated nor sent again; what is
-// not rendered again is forgotten at the end.
+// renderAll re-renders every group and rebuilds every load assignment
+// (after a change of the participant rule, and in benchmarks).
 func (p *Publisher) renderAll(ctx context.Context) {
-	clear(p.secrets)
-	// Fresh slots: a service no group depends on any more is not kept.
-	p.eds = map[mesh.MeshService]*edsSlot{}
 	p.memo = render.NewMemo()
 	clear(p.byMessage)
-	p.previous, p.interned = p.interned, make(map[internKey]*cache.Resource, len(p.interned))
-	p.dependents = nil
+	p.dropAllEDS()
+	p.rerender(ctx, slices.Collect(maps.Values(p.groups)))
+}
+
+// useSpec re-renders what the specification next changes.
+func (p *Publisher) useSpec(ctx context.Context, next *spec.Snapshot) {
+	prev := p.specSnap
+	p.specSnap = next
+	if prev.RequireConnectedProxy() != next.RequireConnectedProxy() {
+		// The participant rule changed: every EDS is rebuilt.
+		p.renderAll(ctx)
+		return
+	}
+	p.renderChanged(ctx)
+}
+
+// renderChanged re-renders, after a specification change, the groups
+// whose render.Inputs changed (and those that failed); the others keep
+// their resources, which would render to the same bytes.
+func (p *Publisher) renderChanged(ctx context.Context) {
+	p.memo = render.NewMemo()
+	clear(p.byMessage)
+	m := p.mesh()
+	var stale []*group
 	for _, g := range p.groups {
-		g.rds, g.cds, g.shared, g.err = nil, nil, nil, nil
+		if g.err != nil || g.cds == nil {
+			stale = append(stale, g)
+			continue
+		}
+		for _, n := range g.nodes { // any one: they differ only in address
+			if in, err := render.InputsOf(m, renderProxy(n.proxy)); err != nil || !in.Equal(g.inputs) {
+				stale = append(stale, g)
+			}
+			break
+		}
+	}
+	p.rerender(ctx, stale)
+}
+
+// rerender renders the groups again and publishes to their proxies, then
+// lets go of what the groups held before (after, so that what renders the
+// same is found interned).
+func (p *Publisher) rerender(ctx context.Context, groups []*group) {
+	var old []*cache.Resource
+	var oldSlots []*edsSlot
+	for _, g := range groups {
+		old = append(old, g.resources()...)
+		oldSlots = append(oldSlots, g.slots...)
+		g.rds, g.cds, g.shared, g.deps, g.slots, g.err = nil, nil, nil, nil, nil, nil
+	}
+	if len(groups) > 0 {
+		p.dependents = nil
+	}
+	for _, g := range groups {
 		for _, n := range g.nodes {
 			p.publishNode(ctx, n)
 		}
 	}
-	for _, r := range p.previous {
-		for _, v := range p.validators {
-			v.ForgetMessage(r.Message())
-		}
-	}
-	p.previous = nil
+	p.release(old)
+	p.releaseSlots(oldSlots)
 }
 
-// forgetContent drops every interned Resource and what the validators
-// remember, so the next renderAll starts cold (benchmarks).
+// forgetContent drops every interned Resource, the secret sets and what
+// the validators remember, so the next renderAll starts cold (benchmarks).
 func (p *Publisher) forgetContent() {
+	for sa := range p.secrets {
+		p.dropSecrets(sa)
+	}
 	clear(p.interned)
 	for _, v := range p.validators {
 		v.Forget()
@@ -587,12 +648,18 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
+	in, err := render.InputsOf(m, px)
+	if err != nil {
+		return err
+	}
 	slots := make([]*edsSlot, len(deps))
 	for i, d := range deps {
 		slots[i] = p.slot(d)
+		slots[i].refs++
 	}
 	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(render.EDSName(a.svc), render.EDSName(b.svc)) })
-	g.rds, g.cds, g.deps, g.slots, g.shared = rds, cds, deps, slots, shared
+	g.inputs, g.rds, g.cds, g.deps, g.slots, g.shared = in, rds, cds, deps, slots, shared
+	p.retain(g.resources())
 	p.dependents = nil
 	return nil
 }
@@ -679,19 +746,52 @@ func (p *Publisher) validate(f render.Flavor, sets ...*cache.Set) error {
 	return p.validators[f].Validate(msgs...)
 }
 
-// intern returns the Resource already held for r's content (kept from
-// the last specification if need be), or r.
+// intern returns the Resource already held for r's content, or r.
 func (p *Publisher) intern(r *cache.Resource) *cache.Resource {
 	k := internKey{r.TypeURL(), r.Name(), r.Version()}
 	if old := p.interned[k]; old != nil {
 		return old
 	}
-	if old := p.previous[k]; old != nil {
-		delete(p.previous, k)
-		r = old
-	}
 	p.interned[k] = r
 	return r
+}
+
+// retain counts one more holder of each Resource.
+func (p *Publisher) retain(rs []*cache.Resource) {
+	for _, r := range rs {
+		p.held[r]++
+	}
+}
+
+// release counts one holder less of each Resource, forgetting those no
+// longer held.
+func (p *Publisher) release(rs []*cache.Resource) {
+	for _, r := range rs {
+		if p.held[r]--; p.held[r] <= 0 {
+			delete(p.held, r)
+			p.unintern(r)
+		}
+	}
+}
+
+// releaseSlots counts one group less depending on each slot, dropping
+// the slots no group depends on.
+func (p *Publisher) releaseSlots(slots []*edsSlot) {
+	for _, sl := range slots {
+		if sl.refs--; sl.refs <= 0 {
+			p.dropEDS(sl.svc)
+			delete(p.eds, sl.svc)
+		}
+	}
+}
+
+// dropSecrets forgets the secret set of sa, to be built again when next
+// needed.
+func (p *Publisher) dropSecrets(sa mesh.ServiceAccount) {
+	if set := p.secrets[sa]; set != nil {
+		delete(p.secrets, sa)
+		p.release(set.Resources())
+	}
 }
 
 // unintern forgets r, which no set holds any more, and the validators
@@ -729,6 +829,7 @@ func (p *Publisher) secretSet(ctx context.Context, svc mesh.MeshService) (*cache
 		return nil, err
 	}
 	p.secrets[sa] = set
+	p.retain(set.Resources())
 	return set, nil
 }
 

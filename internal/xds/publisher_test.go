@@ -108,21 +108,9 @@ func TestEndpointChangeReachesDependentsOnly(t *testing.T) {
 }
 
 // specWith returns the snapshot of W with extra documents added.
-func specWith(t testing.TB, services int, extra string) *spec.Snapshot {
+func specWith(t *testing.T, services int, extra string) *spec.Snapshot {
 	t.Helper()
-	ctx := context.Background()
-	sp, err := spec.New(ctx, discard(), store.NewMemory())
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs, err := spec.Parse([]byte(workloadYAML(services)+extra), "w.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sp.Apply(ctx, docs, spec.ApplyOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return sp.Snapshot()
+	return snapshotOf(t, workloadYAML(services)+extra)
 }
 
 // extraTarget lets svc-<src> call svc-<dst> besides W's policy.
@@ -165,7 +153,7 @@ func TestSpecificationChangeKeepsUnchangedResources(t *testing.T) {
 	// svc-00020 may now call svc-00010 (called by 6..9 already) and
 	// svc-00001 (called by nobody).
 	p.specSnap = specWith(t, services, extraTarget(20, 10)+strings.Replace(extraTarget(20, 1), "name: extra,", "name: extra-1,", 1))
-	p.renderAll(ctx)
+	p.renderChanged(ctx)
 	second := published()
 	kept, changed := 0, 0
 	for k, r := range second {
@@ -202,7 +190,7 @@ func TestSpecificationChangeKeepsUnchangedResources(t *testing.T) {
 
 	// And back: the extra upstream is forgotten, nothing piles up.
 	p.specSnap = specWith(t, services, "")
-	p.renderAll(ctx)
+	p.renderChanged(ctx)
 	for _, cl := range []string{cluster, "bench/svc-00001"} {
 		if _, ok := published()[key{nodeOf[20], resource.ClusterType, cl}]; ok {
 			t.Errorf("svc-00020's proxy still has cluster %s", cl)
@@ -211,4 +199,72 @@ func TestSpecificationChangeKeepsUnchangedResources(t *testing.T) {
 	if got := sizes(); got != firstSizes {
 		t.Errorf("interned, Envoy and gRPC validator memo sizes = %v after a change and back, want %v as before", got, firstSizes)
 	}
+}
+
+// TestIncrementalSpecificationChangesMatchAFreshPublisher applies a series
+// of specification changes to one publisher, which re-renders only the
+// groups whose inputs changed, and after each compares what every proxy
+// was sent with what a fresh publisher sends for the same specification.
+func TestIncrementalSpecificationChangesMatchAFreshPublisher(t *testing.T) {
+	const services = 30
+	w := workloadYAML(services)
+	svc3 := "metadata: {name: svc-00003, namespace: bench}\nspec: {ports: [{port: 8080, appProtocol: http}]}"
+	if !strings.Contains(w, svc3) || !strings.Contains(w, "requireConnectedProxy: false") {
+		t.Fatal("workloadYAML changed: update the edits below")
+	}
+	split := "---\napiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: split, namespace: bench}\nspec: {service: svc-00002, backends: [{service: svc-00003, weight: 50}, {service: svc-00004, weight: 50}]}\n"
+	steps := []struct{ name, yaml string }{
+		{"a new caller", w + extraTarget(20, 10)},
+		{"a caller of an uncalled service", w + extraTarget(20, 1)},
+		{"a port added", strings.Replace(w, svc3, "metadata: {name: svc-00003, namespace: bench}\nspec: {ports: [{port: 8080, appProtocol: http}, {port: 9090, appProtocol: tcp}]}", 1)},
+		{"a traffic split", w + split},
+		{"permissive", strings.Replace(w, "spec: {endpoints:", "spec: {traffic: {permissive: true}, endpoints:", 1)},
+		{"the participant rule", strings.Replace(w, "requireConnectedProxy: false", "requireConnectedProxy: true", 1)},
+		{"back to W", w},
+	}
+	p, _, c := benchPublisher(t, services, 3)
+	ctx := context.Background()
+	sizes := func() [5]int {
+		return [5]int{len(p.interned), len(p.held), len(p.eds), p.validators[render.Envoy].Len(), p.validators[render.GRPC].Len()}
+	}
+	before := sizes()
+	for _, step := range steps {
+		p.useSpec(ctx, snapshotOf(t, step.yaml))
+		fresh, _, fc := publisherOver(t, services, 3, step.yaml)
+		if len(fresh.nodes) != len(p.nodes) {
+			t.Fatalf("%s: %d nodes, fresh publisher %d", step.name, len(p.nodes), len(fresh.nodes))
+		}
+		for id := range fresh.nodes {
+			got, want := c.View(id), fc.View(id)
+			for _, typeURL := range []string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType} {
+				if got[typeURL].Version() != want[typeURL].Version() {
+					t.Errorf("%s: node %s type %s: version %s, a fresh publisher's %s", step.name, id, typeURL, got[typeURL].Version(), want[typeURL].Version())
+				}
+			}
+			if p.RenderError(id) != fresh.RenderError(id) {
+				t.Errorf("%s: node %s: render error %q, a fresh publisher's %q", step.name, id, p.RenderError(id), fresh.RenderError(id))
+			}
+		}
+	}
+	if got := sizes(); got != before {
+		t.Errorf("interned, held, EDS slots, validator memos = %v after the changes and back, want %v as before", got, before)
+	}
+}
+
+// snapshotOf applies y to a fresh specification.
+func snapshotOf(t *testing.T, y string) *spec.Snapshot {
+	t.Helper()
+	ctx := context.Background()
+	sp, err := spec.New(ctx, discard(), store.NewMemory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := spec.Parse([]byte(y), "w.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Apply(ctx, docs, spec.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return sp.Snapshot()
 }
