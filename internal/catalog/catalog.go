@@ -27,6 +27,10 @@ type Snapshot struct {
 	Version uint64
 	// services maps each service to its merged endpoints.
 	services map[mesh.MeshService]*ServiceEndpoints
+	// delta lists the services that changed since the snapshot of
+	// version Version-1 (sorted), so Changed against that one costs what
+	// changed, not the size of the mesh.
+	delta []mesh.MeshService
 }
 
 // ServiceEndpoints is one service's merged endpoints at a version.
@@ -59,6 +63,9 @@ func (s *Snapshot) Endpoints(svc mesh.MeshService) (*ServiceEndpoints, bool) {
 // Changed returns the services whose endpoints differ between old and s
 // (added, changed or removed), sorted. A nil old means every service.
 func (s *Snapshot) Changed(old *Snapshot) []mesh.MeshService {
+	if old != nil && old.Version+1 == s.Version && s.delta != nil {
+		return slices.Clone(s.delta)
+	}
 	var out []mesh.MeshService
 	for svc, se := range s.services {
 		if old == nil {
@@ -174,6 +181,7 @@ func (c *Catalog) update(provider string, fn func(map[mesh.MeshService][]mesh.En
 
 	version := c.current.Version + 1
 	var next map[mesh.MeshService]*ServiceEndpoints
+	var delta []mesh.MeshService
 	for _, svc := range touched {
 		merged, known := c.merge(svc)
 		prev, had := c.current.services[svc]
@@ -186,6 +194,7 @@ func (c *Catalog) update(provider string, fn func(map[mesh.MeshService][]mesh.En
 		if next == nil {
 			next = maps.Clone(c.current.services)
 		}
+		delta = append(delta, svc)
 		if known {
 			next[svc] = &ServiceEndpoints{Service: svc, Version: version, Endpoints: merged}
 		} else {
@@ -195,7 +204,8 @@ func (c *Catalog) update(provider string, fn func(map[mesh.MeshService][]mesh.En
 	if next == nil {
 		return
 	}
-	c.current = &Snapshot{Version: version, services: next}
+	slices.SortFunc(delta, mesh.MeshService.Compare)
+	c.current = &Snapshot{Version: version, services: next, delta: slices.Compact(delta)}
 	for ch := range c.subs {
 		select {
 		case ch <- struct{}{}:

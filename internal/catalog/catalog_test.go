@@ -1,6 +1,8 @@
 package catalog
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -135,4 +137,59 @@ func TestSubscribeCoalesces(t *testing.T) {
 	if got := c.Snapshot().Version; got != 5 {
 		t.Errorf("version = %d, want 5", got)
 	}
+}
+
+// TestChangedFromParentMatchesFullDiff: after random updates, Changed
+// against the previous snapshot (answered from the recorded delta) equals
+// the full comparison of the two snapshots.
+func TestChangedFromParentMatchesFullDiff(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	c := New()
+	svcs := []mesh.MeshService{bookstore, bookbuyer, {Namespace: "default", Name: "bookwarehouse"}}
+	providers := []string{"static", "azure"}
+	randomEndpoints := func() []mesh.Endpoint {
+		var out []mesh.Endpoint
+		for range r.IntN(3) {
+			out = append(out, ep(fmt.Sprintf("10.0.0.%d:80", 1+r.IntN(3)), nil))
+		}
+		return out
+	}
+	changes := 0
+	for range 500 {
+		prev := c.Snapshot()
+		switch pr := providers[r.IntN(2)]; r.IntN(4) {
+		case 0, 1:
+			c.SetEndpoints(pr, svcs[r.IntN(3)], randomEndpoints())
+		case 2:
+			c.DeleteService(pr, svcs[r.IntN(3)])
+		case 3:
+			all := map[mesh.MeshService][]mesh.Endpoint{}
+			for _, svc := range someServices(r, svcs) {
+				all[svc] = randomEndpoints()
+			}
+			c.ReplaceProvider(pr, all)
+		}
+		next := c.Snapshot()
+		if next == prev {
+			continue
+		}
+		changes++
+		full := (&Snapshot{Version: next.Version, services: next.services}).Changed(prev)
+		if diff := cmp.Diff(full, next.Changed(prev)); diff != "" {
+			t.Fatalf("Changed from the parent (-full diff +delta):\n%s", diff)
+		}
+	}
+	if changes < 100 {
+		t.Fatalf("only %d of 500 updates changed the catalog", changes)
+	}
+}
+
+func someServices(r *rand.Rand, from []mesh.MeshService) []mesh.MeshService {
+	var out []mesh.MeshService
+	for _, s := range from {
+		if r.IntN(2) == 0 {
+			out = append(out, s)
+		}
+	}
+	return out
 }

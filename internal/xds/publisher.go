@@ -533,7 +533,7 @@ func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
 		}
 		rs[i] = r
 	}
-	return cache.NewSet(rs...)
+	return cache.NewSortedSet(rs) // slots are sorted by EDS name
 }
 
 // renderAll re-renders every group and rebuilds every load assignment

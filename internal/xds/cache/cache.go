@@ -108,15 +108,37 @@ type Set struct {
 // distinct names.
 func NewSet(resources ...*Resource) (*Set, error) {
 	rs := slices.Clone(resources)
-	for _, r := range rs {
+	sorted := true
+	for i, r := range rs {
 		if r == nil {
 			return nil, errors.New("cache: nil resource in set")
 		}
+		if i > 0 && rs[i-1].name >= r.name {
+			sorted = false
+		}
+	}
+	if sorted { // the common case: callers keep their resources in name order
+		return newSet(rs)
 	}
 	slices.SortFunc(rs, func(a, b *Resource) int { return compareStrings(a.name, b.name) })
 	for i := 1; i < len(rs); i++ {
 		if rs[i].name == rs[i-1].name {
 			return nil, fmt.Errorf("cache: resource %q appears twice in a set; give each resource a distinct name", rs[i].name)
+		}
+	}
+	return newSet(rs)
+}
+
+// NewSortedSet is NewSet for resources already sorted by name and
+// distinct (it checks), without copying: the Set keeps rs, which the
+// caller must not modify afterwards.
+func NewSortedSet(rs []*Resource) (*Set, error) {
+	for i, r := range rs {
+		if r == nil {
+			return nil, errors.New("cache: nil resource in set")
+		}
+		if i > 0 && rs[i-1].name >= r.name {
+			return nil, fmt.Errorf("cache: resources %q and %q are not in name order or appear twice", rs[i-1].name, r.name)
 		}
 	}
 	return newSet(rs)
@@ -336,14 +358,18 @@ func (c *Cache) Publish(nodeID, typeURL string, set *Set) error {
 		return nil
 	}
 	n.view[typeURL] = set
-	for w := range n.sotw {
-		if w.req.GetTypeUrl() == typeURL && c.answerSotw(n, w) {
-			delete(n.sotw, w)
+	if len(n.sotw) > 0 {
+		for w := range n.sotw {
+			if w.req.GetTypeUrl() == typeURL && c.answerSotw(n, w) {
+				delete(n.sotw, w)
+			}
 		}
 	}
-	for w := range n.delta {
-		if w.req.GetTypeUrl() == typeURL && c.answerDelta(n, w) {
-			delete(n.delta, w)
+	if len(n.delta) > 0 {
+		for w := range n.delta {
+			if w.req.GetTypeUrl() == typeURL && c.answerDelta(n, w) {
+				delete(n.delta, w)
+			}
 		}
 	}
 	return nil

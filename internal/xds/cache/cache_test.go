@@ -412,7 +412,21 @@ func TestSetErrors(t *testing.T) {
 	if err := c.Publish("n", resource.EndpointType, mustSet(t, a)); err == nil {
 		t.Error("publishing clusters as endpoints: no error")
 	}
-	if got, want := c.Stats().Marshals, uint64(2); got != want {
+	b := mustResource(t, c, "b", cluster("b"))
+	if _, err := NewSortedSet([]*Resource{b, a}); err == nil {
+		t.Error("NewSortedSet out of order: no error")
+	}
+	if _, err := NewSortedSet([]*Resource{a, a}); err == nil {
+		t.Error("NewSortedSet with a duplicate: no error")
+	}
+	sorted, err := NewSortedSet([]*Resource{a, b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := mustSet(t, b, a); sorted.Version() != want.Version() || len(sorted.Resources()) != 2 {
+		t.Errorf("NewSortedSet(a, b) = version %s, want NewSet's %s", sorted.Version(), want.Version())
+	}
+	if got, want := c.Stats().Marshals, uint64(3); got != want {
 		t.Errorf("marshals = %d, want %d", got, want)
 	}
 }
