@@ -194,3 +194,23 @@ func (c cpuClock) report(b *testing.B) {
 		b.ReportMetric(float64(d-c.start)/float64(b.N), "cpu-ns/op")
 	}
 }
+
+// BenchmarkProxyJoin: one more proxy of a service joins W (one proxy per
+// service already) and leaves again: its own listeners are rendered,
+// validated and marshalled, the rest of its configuration is its group's.
+// The per-join part of M5 and of every reconnect in M6.
+func BenchmarkProxyJoin(b *testing.B) {
+	p, _, _ := benchPublisher(b, 1000, 10)
+	ctx := context.Background()
+	cpu := startCPU()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		svc := mesh.MeshService{Namespace: "bench", Name: fmt.Sprintf("svc-%05d", i%1000)}
+		px := Proxy{NodeID: fmt.Sprintf("%08x-0000-4000-8000-000000000001.%s.bench", i, svc.Name), Service: svc, Flavor: render.Envoy, Address: netip.AddrFrom4([4]byte{10, 253, byte(i >> 8), byte(i)})}
+		p.ProxyConnected(px)
+		p.pass(ctx, false, false, nil)
+		p.ProxyDisconnected(px)
+		p.pass(ctx, false, false, nil)
+	}
+	cpu.report(b)
+}

@@ -539,8 +539,7 @@ func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
 // renderAll re-renders every group and rebuilds every load assignment
 // (after a change of the participant rule, and in benchmarks).
 func (p *Publisher) renderAll(ctx context.Context) {
-	p.memo = render.NewMemo()
-	clear(p.byMessage)
+	p.newMemo()
 	p.dropAllEDS()
 	p.rerender(ctx, slices.Collect(maps.Values(p.groups)))
 }
@@ -557,12 +556,21 @@ func (p *Publisher) useSpec(ctx context.Context, next *spec.Snapshot) {
 	p.renderChanged(ctx)
 }
 
+// newMemo starts rendering from a new specification: render shares new
+// messages, so what was remembered of the old ones goes.
+func (p *Publisher) newMemo() {
+	p.memo = render.NewMemo()
+	clear(p.byMessage)
+	for _, v := range p.validators {
+		v.ForgetChains()
+	}
+}
+
 // renderChanged re-renders, after a specification change, the groups
 // whose render.Inputs changed (and those that failed); the others keep
 // their resources, which would render to the same bytes.
 func (p *Publisher) renderChanged(ctx context.Context) {
-	p.memo = render.NewMemo()
-	clear(p.byMessage)
+	p.newMemo()
 	m := p.mesh()
 	var stale []*group
 	for _, g := range p.groups {

@@ -121,28 +121,30 @@ func rdsHCM(statPrefix, routeName string, filters ...*hcmv3.HttpFilter) *hcmv3.H
 	}
 }
 
+// inboundListener binds the proxy's address; its filter chain is the same
+// for every proxy of the service (shared through the Memo).
 func (b *builder) inboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) *listenerv3.Listener {
 	name := InboundName(self.Service, port.Port)
-	rules := inboundRBAC(m, self.Service, port)
-	var filters []*listenerv3.Filter
-	if isHTTP(port) {
-		filters = append(filters, b.networkFilter(hcmFilter, rdsHCM(name, name, b.httpRBACFilter(rules), b.routerFilter())))
-	} else {
-		filters = append(filters,
-			b.networkFilter(networkRBACFilter, &rbacnetv3.RBAC{StatPrefix: name, Rules: rules}),
-			b.networkFilter(tcpProxyFilter, &tcpproxyv3.TcpProxy{
-				StatPrefix:       name,
-				ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: LocalClusterName(self.Service, port.Port)},
-			}))
-	}
+	chain := memoised(m, b, memoKey{memoInboundChain, name}, func() *listenerv3.FilterChain {
+		rules := inboundRBAC(m, self.Service, port)
+		var filters []*listenerv3.Filter
+		if isHTTP(port) {
+			filters = append(filters, b.networkFilter(hcmFilter, rdsHCM(name, name, b.httpRBACFilter(rules), b.routerFilter())))
+		} else {
+			filters = append(filters,
+				b.networkFilter(networkRBACFilter, &rbacnetv3.RBAC{StatPrefix: name, Rules: rules}),
+				b.networkFilter(tcpProxyFilter, &tcpproxyv3.TcpProxy{
+					StatPrefix:       name,
+					ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: LocalClusterName(self.Service, port.Port)},
+				}))
+		}
+		return &listenerv3.FilterChain{Filters: filters, TransportSocket: b.transportSocket(downstreamTLS(Envoy))}
+	})
 	return &listenerv3.Listener{
 		Name:             name,
 		Address:          socketAddress(p.Address, port.Port),
 		TrafficDirection: corev3.TrafficDirection_INBOUND,
-		FilterChains: []*listenerv3.FilterChain{{
-			Filters:         filters,
-			TransportSocket: b.transportSocket(downstreamTLS(Envoy)),
-		}},
+		FilterChains:     []*listenerv3.FilterChain{chain},
 	}
 }
 
@@ -186,6 +188,18 @@ func (b *builder) apiListener(o outbound) *listenerv3.Listener {
 func (b *builder) grpcServerListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) *listenerv3.Listener {
 	addr := netip.AddrPortFrom(p.Address, uint16(port.Port))
 	name := InboundName(self.Service, port.Port)
+	chain := memoised(m, b, memoKey{memoGRPCServerChain, name}, func() *listenerv3.FilterChain {
+		return b.grpcServerChain(m, self, port, name)
+	})
+	return &listenerv3.Listener{
+		Name:             GRPCServerListenerName(addr),
+		Address:          socketAddress(p.Address, port.Port),
+		TrafficDirection: corev3.TrafficDirection_INBOUND,
+		FilterChains:     []*listenerv3.FilterChain{chain},
+	}
+}
+
+func (b *builder) grpcServerChain(m Mesh, self spec.ServiceInfo, port spec.ServicePort, name string) *listenerv3.FilterChain {
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: name,
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
@@ -202,13 +216,8 @@ func (b *builder) grpcServerListener(m Mesh, p Proxy, self spec.ServiceInfo, por
 		}},
 		HttpFilters: []*hcmv3.HttpFilter{b.httpRBACFilter(inboundRBAC(m, self.Service, port)), b.routerFilter()},
 	}
-	return &listenerv3.Listener{
-		Name:             GRPCServerListenerName(addr),
-		Address:          socketAddress(p.Address, port.Port),
-		TrafficDirection: corev3.TrafficDirection_INBOUND,
-		FilterChains: []*listenerv3.FilterChain{{
-			Filters:         []*listenerv3.Filter{b.networkFilter(hcmFilter, hcm)},
-			TransportSocket: b.transportSocket(downstreamTLS(GRPC)),
-		}},
+	return &listenerv3.FilterChain{
+		Filters:         []*listenerv3.Filter{b.networkFilter(hcmFilter, hcm)},
+		TransportSocket: b.transportSocket(downstreamTLS(GRPC)),
 	}
 }

@@ -12,7 +12,9 @@ import (
 // flavour (which upstream ports it may call), and each upstream's EDS
 // cluster, outbound listener, gRPC API listener and outbound route
 // configuration, which are the same message for every caller that receives
-// them (see "Resource names"). Pass one in [Mesh.Memo]; rendering returns
+// them (see "Resource names"), and the filter chain of each service's
+// inbound (or gRPC server) listeners, which is the same for every proxy of
+// the service whatever its address. Pass one in [Mesh.Memo]; rendering returns
 // the remembered message (the same pointer) where it would build an equal
 // one, so output with and without a Memo is equal, and a caller that
 // marshals or validates each message once does so once per upstream.
@@ -39,6 +41,8 @@ const (
 	memoOutboundListener
 	memoAPIListener
 	memoRoute
+	memoInboundChain    // the filter chain of an Envoy inbound listener (any address)
+	memoGRPCServerChain // the filter chain of a gRPC server listener (any address)
 )
 
 // memoKey names a shared message by what determines its content within one

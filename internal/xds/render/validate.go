@@ -62,17 +62,33 @@ func Validate(f Flavor, resources ...proto.Message) error {
 type Validator struct {
 	flavor Flavor
 	memo   map[proto.Message]walked
+	// chains remembers the filter chains of per-proxy listeners, which
+	// render shares between the proxies of a service: each is walked once,
+	// not once per proxy. See ForgetChains.
+	chains map[*listenerv3.FilterChain]walked
 	fields map[protoreflect.FullName][]protoreflect.FieldDescriptor // see fieldsOf
 }
 
+// walked is what walking one message found.
 type walked struct {
 	refs []reference
-	errs []error
+	errs []finding
+}
+
+// finding is one problem; label names the resource it was found in ("" for
+// problems of the set).
+type finding struct{ label, msg string }
+
+func (f finding) err() error {
+	if f.label == "" {
+		return errors.New(f.msg)
+	}
+	return errors.New(f.label + ": " + f.msg)
 }
 
 // NewValidator returns a Validator for flavour f.
 func NewValidator(f Flavor) *Validator {
-	return &Validator{flavor: f, memo: map[proto.Message]walked{}, fields: map[protoreflect.FullName][]protoreflect.FieldDescriptor{}}
+	return &Validator{flavor: f, memo: map[proto.Message]walked{}, chains: map[*listenerv3.FilterChain]walked{}, fields: map[protoreflect.FullName][]protoreflect.FieldDescriptor{}}
 }
 
 // Len returns the number of resources whose findings the Validator
@@ -81,7 +97,15 @@ func (vr *Validator) Len() int { return len(vr.memo) }
 
 // Forget drops what the Validator remembers (call it when the resources it
 // has seen are no longer in use, to free them).
-func (vr *Validator) Forget() { clear(vr.memo) }
+func (vr *Validator) Forget() {
+	clear(vr.memo)
+	clear(vr.chains)
+}
+
+// ForgetChains drops what the Validator remembers of per-proxy listeners'
+// filter chains (call it when rendering starts sharing new ones, e.g. with
+// a new render.Memo).
+func (vr *Validator) ForgetChains() { clear(vr.chains) }
 
 // ForgetMessage drops what the Validator remembers of one resource (call it
 // when that resource is replaced, e.g. a load assignment whose endpoints
@@ -117,10 +141,14 @@ func (vr *Validator) Validate(resources ...proto.Message) error {
 		}
 		refs, errs := len(v.refs), len(v.errs)
 		v.validateAll(r)
-		v.walk(r.ProtoReflect())
 		// A per-proxy listener is seen once; remembering it would only
-		// grow the memo with every proxy that connects.
-		if !isListener || !PerProxy(l.GetName()) {
+		// grow the memo with every proxy that connects. Its filter
+		// chains are shared, and remembered.
+		perProxy := isListener && PerProxy(l.GetName())
+		v.chains = perProxy
+		v.walk(r.ProtoReflect())
+		v.chains = false
+		if !perProxy {
 			vr.memo[r] = walked{refs: slices.Clone(v.refs[refs:]), errs: slices.Clone(v.errs[errs:])}
 		}
 	}
@@ -137,10 +165,14 @@ func (vr *Validator) Validate(resources ...proto.Message) error {
 			have = v.secrets
 		}
 		if !have[ref.name] {
-			v.errs = append(v.errs, fmt.Errorf("%s: references %s %q, which is not in the set: render and publish it with the referrer", ref.from, ref.kind, ref.name))
+			v.errs = append(v.errs, finding{ref.from, fmt.Sprintf("references %s %q, which is not in the set: render and publish it with the referrer", ref.kind, ref.name)})
 		}
 	}
-	return errors.Join(v.errs...)
+	errs := make([]error, len(v.errs))
+	for i, f := range v.errs {
+		errs[i] = f.err()
+	}
+	return errors.Join(errs...)
 }
 
 type reference struct{ from, kind, name string }
@@ -151,7 +183,8 @@ type validation struct {
 	listeners, routes, clusters, eds, secrets map[string]bool
 	addrs                                     map[string]string // listener address -> listener
 	refs                                      []reference
-	errs                                      []error
+	errs                                      []finding
+	chains                                    bool // walking a per-proxy listener: use Validator.chains
 	label                                     string                        // the resource being walked
 	met                                       map[protoreflect.FullName]int // if set, counts the checked messages walk meets (tests)
 }
@@ -173,7 +206,7 @@ func labelOf(r proto.Message) string {
 }
 
 func (v *validation) fail(format string, args ...any) {
-	v.errs = append(v.errs, fmt.Errorf("%s: %s", v.label, fmt.Sprintf(format, args...)))
+	v.errs = append(v.errs, finding{v.label, fmt.Sprintf(format, args...)})
 }
 
 func (v *validation) ref(kind, name string) {
@@ -184,9 +217,9 @@ func (v *validation) index(r proto.Message) {
 	add := func(m map[string]bool, kind, name string) {
 		switch {
 		case name == "":
-			v.errs = append(v.errs, fmt.Errorf("%s without a name", kind))
+			v.errs = append(v.errs, finding{"", kind + " without a name"})
 		case m[name]:
-			v.errs = append(v.errs, fmt.Errorf("%s %q appears twice in the set", kind, name))
+			v.errs = append(v.errs, finding{"", fmt.Sprintf("%s %q appears twice in the set", kind, name)})
 		}
 		m[name] = true
 	}
@@ -201,11 +234,11 @@ func (v *validation) index(r proto.Message) {
 		add(v.eds, "load assignment", r.GetClusterName())
 	case *tlsv3.Secret:
 		if v.flavor == GRPC {
-			v.errs = append(v.errs, fmt.Errorf("secret %q: gRPC has no SDS; its TLS comes from certificate provider %q", r.GetName(), CertProviderInstance))
+			v.errs = append(v.errs, finding{"", fmt.Sprintf("secret %q: gRPC has no SDS; its TLS comes from certificate provider %q", r.GetName(), CertProviderInstance)})
 		}
 		add(v.secrets, "secret", r.GetName())
 	default:
-		v.errs = append(v.errs, fmt.Errorf("unexpected resource type %T: want a listener, route configuration, cluster, load assignment or secret", r))
+		v.errs = append(v.errs, finding{"", fmt.Sprintf("unexpected resource type %T: want a listener, route configuration, cluster, load assignment or secret", r)})
 	}
 }
 
@@ -235,6 +268,37 @@ func (v *validation) walk(m protoreflect.Message) {
 		v.walk(inner.ProtoReflect())
 		return
 	}
+	if fc, ok := m.Interface().(*listenerv3.FilterChain); ok && v.chains {
+		v.walkChain(fc)
+		return
+	}
+	v.walkFields(m)
+}
+
+// walkChain walks a per-proxy listener's filter chain once per Validator:
+// what it finds is remembered without the listener's label and given the
+// label of each listener that holds the chain.
+func (v *validation) walkChain(fc *listenerv3.FilterChain) {
+	w, ok := v.vr.chains[fc]
+	if !ok {
+		refs, errs := len(v.refs), len(v.errs)
+		v.walkFields(fc.ProtoReflect())
+		w = walked{refs: slices.Clone(v.refs[refs:]), errs: slices.Clone(v.errs[errs:])}
+		v.refs, v.errs = v.refs[:refs], v.errs[:errs]
+		v.vr.chains[fc] = w
+	}
+	for _, r := range w.refs {
+		r.from = v.label
+		v.refs = append(v.refs, r)
+	}
+	for _, f := range w.errs {
+		f.label = v.label
+		v.errs = append(v.errs, f)
+	}
+}
+
+// walkFields checks m and walks on below it.
+func (v *validation) walkFields(m protoreflect.Message) {
 	md := m.Descriptor()
 	if check := checks[md.FullName()]; check != nil {
 		check(v, m.Interface())

@@ -1,6 +1,7 @@
 package render
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -341,4 +342,43 @@ func fullWalk(t *testing.T, m protoreflect.Message, seen map[protoreflect.FullNa
 		}
 		return true
 	})
+}
+
+// TestValidatorSharesPerProxyChains: per-proxy listeners sharing a filter
+// chain have it walked once, and what it finds is reported under each
+// listener's own name.
+func TestValidatorSharesPerProxyChains(t *testing.T) {
+	bad, err := anypb.New(&clusterv3.Cluster{Name: "not-a-filter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain := &listenerv3.FilterChain{Filters: []*listenerv3.Filter{{Name: "f", ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: bad}}}}
+	listener := func(ip string) *listenerv3.Listener {
+		ap := netip.MustParseAddrPort(ip + ":14001")
+		return &listenerv3.Listener{Name: GRPCServerListenerName(ap), Address: socketAddress(ap.Addr(), 14001), FilterChains: []*listenerv3.FilterChain{chain}}
+	}
+	vr := NewValidator(GRPC)
+	for _, ips := range [][]string{{"10.0.0.1", "10.0.0.2"}, {"10.0.0.3"}} {
+		var set []proto.Message
+		for _, ip := range ips {
+			set = append(set, listener(ip))
+		}
+		err := vr.Validate(set...)
+		for _, ip := range ips {
+			want := fmt.Sprintf("listener %q: network filter \"f\" holds", GRPCServerListenerName(netip.MustParseAddrPort(ip+":14001")))
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Validate(%v) = %v, want an error containing %s", ips, err, want)
+			}
+		}
+		if n := strings.Count(err.Error(), "holds"); n != len(ips) {
+			t.Errorf("Validate(%v): %d findings, want %d:\n%v", ips, n, len(ips), err)
+		}
+	}
+	if len(vr.chains) != 1 || len(vr.memo) != 0 {
+		t.Errorf("validator remembers %d chains and %d resources, want 1 and 0", len(vr.chains), len(vr.memo))
+	}
+	vr.ForgetChains()
+	if len(vr.chains) != 0 {
+		t.Errorf("after ForgetChains: %d chains", len(vr.chains))
+	}
 }
