@@ -184,7 +184,7 @@ type validation struct {
 	addrs                                     map[string]string // listener address -> listener
 	refs                                      []reference
 	errs                                      []finding
-	chains                                    bool // walking a per-proxy listener: use Validator.chains
+	chains                                    bool                          // walking a per-proxy listener: use Validator.chains
 	label                                     string                        // the resource being walked
 	met                                       map[protoreflect.FullName]int // if set, counts the checked messages walk meets (tests)
 }
