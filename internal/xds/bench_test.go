@@ -62,23 +62,31 @@ func benchPublisher(b testing.TB, services, endpoints int) (*Publisher, *catalog
 	return publisherOver(b, services, endpoints, workloadYAML(services))
 }
 
+// specOver is a specification on st with the documents of y applied.
+func specOver(t testing.TB, st store.Store, y string) *spec.Spec {
+	t.Helper()
+	ctx := context.Background()
+	sp, err := spec.New(ctx, discard(), st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := spec.Parse([]byte(y), "w.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Apply(ctx, docs, spec.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return sp
+}
+
 // publisherOver is a publisher over the specification y with W's
 // endpoints and one connected proxy per service.
 func publisherOver(b testing.TB, services, endpoints int, y string) (*Publisher, *catalog.Catalog, *cache.Cache) {
 	b.Helper()
 	ctx := context.Background()
 	st := store.NewMemory()
-	sp, err := spec.New(ctx, discard(), st)
-	if err != nil {
-		b.Fatal(err)
-	}
-	docs, err := spec.Parse([]byte(y), "w.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := sp.Apply(ctx, docs, spec.ApplyOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	sp := specOver(b, st, y)
 	certs, err := certificate.New(ctx, discard(), st, certificate.Options{})
 	if err != nil {
 		b.Fatal(err)
@@ -130,21 +138,8 @@ func BenchmarkFullGeneration(b *testing.B) {
 func BenchmarkSpecificationChange(b *testing.B) {
 	p, _, c := benchPublisher(b, 1000, 10)
 	ctx := context.Background()
-	specs := [2]*spec.Snapshot{p.specSnap, nil}
-	st := store.NewMemory()
-	sp, err := spec.New(ctx, discard(), st)
-	if err != nil {
-		b.Fatal(err)
-	}
 	extra := "---\napiVersion: access.smi-spec.io/v1alpha3\nkind: TrafficTarget\nmetadata: {name: extra, namespace: bench}\nspec:\n  destination: {kind: ServiceAccount, name: svc-00500, namespace: bench}\n  rules: [{kind: HTTPRouteGroup, name: all}]\n  sources: [{kind: ServiceAccount, name: svc-00900, namespace: bench}]\n"
-	docs, err := spec.Parse([]byte(workloadYAML(1000)+extra), "w.yaml")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := sp.Apply(ctx, docs, spec.ApplyOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	specs[1] = sp.Snapshot()
+	specs := [2]*spec.Snapshot{p.specSnap, specOver(b, store.NewMemory(), workloadYAML(1000)+extra).Snapshot()}
 	before := c.Stats().Marshals
 	cpu := startCPU()
 	b.ResetTimer()

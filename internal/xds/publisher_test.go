@@ -254,17 +254,5 @@ func TestIncrementalSpecificationChangesMatchAFreshPublisher(t *testing.T) {
 // snapshotOf applies y to a fresh specification.
 func snapshotOf(t *testing.T, y string) *spec.Snapshot {
 	t.Helper()
-	ctx := context.Background()
-	sp, err := spec.New(ctx, discard(), store.NewMemory())
-	if err != nil {
-		t.Fatal(err)
-	}
-	docs, err := spec.Parse([]byte(y), "w.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sp.Apply(ctx, docs, spec.ApplyOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return sp.Snapshot()
+	return specOver(t, store.NewMemory(), y).Snapshot()
 }
