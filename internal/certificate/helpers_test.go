@@ -48,6 +48,7 @@ func newTestManager(t *testing.T, st Store, opts Options) *Manager {
 }
 
 // runManager runs m.Run until the test ends and waits for it to return.
+// It returns once Run has taken over writing claims.
 func runManager(t *testing.T, m *Manager) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -59,9 +60,25 @@ func runManager(t *testing.T, m *Manager) {
 			t.Errorf("Run: %v", err)
 		}
 	})
+	waitClaimWriter(t, m)
 }
 
-func ecKey(t *testing.T, c elliptic.Curve) crypto.Signer {
+// waitClaimWriter waits until Run writes m's claims.
+func waitClaimWriter(t *testing.T, m *Manager) {
+	t.Helper()
+	for range 1000 {
+		m.claimMu.Lock()
+		n := m.claimWriters
+		m.claimMu.Unlock()
+		if n > 0 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("Run did not start writing claims within 10s")
+}
+
+func ecKey(t testing.TB, c elliptic.Curve) crypto.Signer {
 	t.Helper()
 	k, err := ecdsa.GenerateKey(c, rand.Reader)
 	if err != nil {
@@ -71,7 +88,7 @@ func ecKey(t *testing.T, c elliptic.Curve) crypto.Signer {
 }
 
 // csrFor returns a DER CSR signed by key asking for tmpl's names.
-func csrFor(t *testing.T, key crypto.Signer, tmpl *x509.CertificateRequest) []byte {
+func csrFor(t testing.TB, key crypto.Signer, tmpl *x509.CertificateRequest) []byte {
 	t.Helper()
 	if tmpl == nil {
 		tmpl = &x509.CertificateRequest{Subject: pkix.Name{CommonName: "agent"}}

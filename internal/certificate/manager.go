@@ -21,7 +21,9 @@
 //     CSR, so the key never leaves the machine; the server chooses the
 //     subject and SANs and ignores what the CSR asks for. A record per proxy
 //     (certificate/proxy/<cn>) keeps its state (unclaimed, claimed, revoked)
-//     and the serials it may present.
+//     and the serials it may present. A connecting proxy is checked against
+//     its record at once, while the record of its connection (the claim)
+//     is written by Run in the background, many claims per transaction.
 //   - serving certificates for the HTTPS API and the xDS server
 //     (ServingCertificate), held in memory by each replica.
 //
@@ -199,6 +201,15 @@ type Manager struct {
 	subs     map[chan Announcement]struct{}
 	// kick wakes Run to recompute its rotation timer.
 	kick chan struct{}
+
+	// claimMu guards the claims not yet written (claims.go): the time of
+	// each proxy's connection by CN, and how many claim writers (Runs)
+	// are running; with none, ClaimProxy writes itself.
+	claimMu      sync.Mutex
+	claims       map[string]time.Time
+	claimWriters int
+	// claimKick wakes the claim writer.
+	claimKick chan struct{}
 }
 
 var trustDomainRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`)
@@ -236,6 +247,9 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 		proxies:  map[string]proxyKnown{},
 		subs:     map[chan Announcement]struct{}{},
 		kick:     make(chan struct{}, 1),
+
+		claims:    map[string]time.Time{},
+		claimKick: make(chan struct{}, 1),
 	}
 	m.serviceLife.Store(int64(opts.ServiceLifetime))
 	m.proxyLife.Store(int64(opts.ProxyLifetime))
@@ -392,16 +406,29 @@ func (m *Manager) wake() {
 	}
 }
 
-// Run rotates service certificates before they expire and follows changes
-// other replicas make in the store, announcing them. It returns nil when
-// ctx is done. Store errors are logged and retried with backoff: a
-// rotation loop that gives up takes the mesh down when the certificates
-// expire.
 // proxySyncDelay is how long Run lets proxy-record commits by other writers
 // accumulate before it reads them.
 const proxySyncDelay = 200 * time.Millisecond
 
+// Run rotates service certificates before they expire, follows changes
+// other replicas make in the store, announcing them, and writes proxy
+// claims (ClaimProxy) in the background. It returns nil when ctx is done,
+// once the pending claims are written. Store errors are logged and retried
+// with backoff: a rotation loop that gives up takes the mesh down when the
+// certificates expire.
 func (m *Manager) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	m.claimMu.Lock()
+	m.claimWriters++ // from now on ClaimProxy leaves the write to writeClaims
+	m.claimMu.Unlock()
+	wg.Go(func() { m.writeClaims(ctx) })
+	return m.run(ctx)
+}
+
+func (m *Manager) run(ctx context.Context) error {
 	svcCh := m.st.Watch(ctx, servicePrefix)
 	proxyCh := m.st.Watch(ctx, proxyPrefix)
 	const minBackoff, maxBackoff = 500 * time.Millisecond, time.Minute

@@ -254,17 +254,21 @@ func (m *Manager) VerifyProxy(ctx context.Context, peer *x509.Certificate) (Prox
 	if err := m.checkPeer(e, peer, m.now()); err != nil {
 		return ProxyRecord{}, fmt.Errorf("verify proxy: %w", err)
 	}
-	return e.ProxyRecord, nil
+	return m.withPendingClaim(e.ProxyRecord), nil
 }
 
 // Proxy returns the record of the proxy cn, or an error wrapping
-// ErrNotFound.
+// ErrNotFound. A claim this replica has not written yet is included.
 func (m *Manager) Proxy(ctx context.Context, cn string) (ProxyRecord, error) {
 	e, _, err := m.loadProxy(ctx, cn)
-	return e.ProxyRecord, err
+	if err != nil {
+		return ProxyRecord{}, err
+	}
+	return m.withPendingClaim(e.ProxyRecord), nil
 }
 
-// ListProxies returns every proxy record, ordered by CN.
+// ListProxies returns every proxy record, ordered by CN, with the claims
+// this replica has not written yet.
 func (m *Manager) ListProxies(ctx context.Context) ([]ProxyRecord, error) {
 	kvs, err := m.st.List(ctx, proxyPrefix)
 	if err != nil {
@@ -279,44 +283,35 @@ func (m *Manager) ListProxies(ctx context.Context) ([]ProxyRecord, error) {
 		}
 		out = append(out, e.ProxyRecord)
 	}
+	m.claimMu.Lock()
+	for i := range out {
+		e := proxyEntry{ProxyRecord: out[i]}
+		m.applyPendingClaimLocked(&e)
+		out[i] = e.ProxyRecord
+	}
+	m.claimMu.Unlock()
 	slices.SortFunc(out, func(a, b ProxyRecord) int { return strings.Compare(a.CN, b.CN) })
 	return out, nil
-}
-
-// lastSeenGranularity bounds how often a reconnecting proxy's LastSeen is
-// written: a reconnect storm of a large fleet must not become a storm of
-// store writes.
-const lastSeenGranularity = time.Minute
-
-// ClaimProxy records that the proxy cn connected: unclaimed becomes
-// claimed (announced once as ProxyClaimed) and LastSeen is updated (at most
-// once a minute for a claimed proxy). A revoked proxy is refused with an
-// error wrapping ErrRevoked.
-func (m *Manager) ClaimProxy(ctx context.Context, cn string) error {
-	return m.updateProxy(ctx, cn, "claim", func(e *proxyEntry, now time.Time) error {
-		if e.State == StateRevoked {
-			return fmt.Errorf("proxy %s: %w (enroll the machine again with a new join token)", cn, ErrRevoked)
-		}
-		if e.State == StateClaimed && now.Sub(e.LastSeen) < lastSeenGranularity {
-			return errUnchanged
-		}
-		e.State = StateClaimed
-		e.LastSeen = now
-		return nil
-	})
 }
 
 // RevokeProxy marks the proxy cn revoked and announces ProxyRevoked: its
 // certificates are refused from now on and its streams should be closed.
 // Revoking a revoked proxy is not an error.
 func (m *Manager) RevokeProxy(ctx context.Context, cn string) error {
-	return m.updateProxy(ctx, cn, "revoke", func(e *proxyEntry, _ time.Time) error {
+	err := m.updateProxy(ctx, cn, "revoke", func(e *proxyEntry, _ time.Time) error {
 		if e.State == StateRevoked {
 			return errUnchanged
 		}
 		e.State = StateRevoked
 		return nil
 	})
+	if err == nil {
+		// A pending claim would be dropped when written; drop it now.
+		m.claimMu.Lock()
+		delete(m.claims, cn)
+		m.claimMu.Unlock()
+	}
+	return err
 }
 
 // errUnchanged from a change function means there is nothing to write.

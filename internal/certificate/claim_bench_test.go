@@ -1,0 +1,63 @@
+package certificate
+
+import (
+	"context"
+	"crypto/elliptic"
+	"testing"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// The identity work of an xDS join on a real bbolt file: VerifyProxy when
+// the stream opens, ClaimProxy at its first request. Each claim is a
+// minute after the last, so every one has a LastSeen to record.
+func BenchmarkJoinIdentity(b *testing.B) {
+	for _, tc := range []struct {
+		name string
+		run  bool
+	}{
+		{name: "claim-written-before-return"}, // no Run: ClaimProxy writes itself
+		{name: "claim-written-by-Run", run: true},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			st, err := store.OpenBolt(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer st.Close()
+			clk := newClock()
+			m, err := New(b.Context(), nil, st, Options{Now: clk.Now})
+			if err != nil {
+				b.Fatal(err)
+			}
+			certPEM, cn, err := m.IssueProxy(b.Context(), csrFor(b, ecKey(b, elliptic.P256()), nil), bookstoreSvc, bookstoreSA)
+			if err != nil {
+				b.Fatal(err)
+			}
+			peer, err := parseCertPEM(certPEM)
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(b.Context())
+			done := make(chan error, 1)
+			if tc.run {
+				go func() { done <- m.Run(ctx) }()
+			} else {
+				close(done)
+			}
+			for b.Loop() {
+				clk.Advance(time.Minute)
+				if _, err := m.VerifyProxy(ctx, peer); err != nil {
+					b.Fatal(err)
+				}
+				if err := m.ClaimProxy(ctx, cn); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			cancel()
+			<-done
+		})
+	}
+}

@@ -1,0 +1,303 @@
+package certificate
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// A proxy's claim (unclaimed -> claimed, LastSeen) is checked when the
+// proxy connects and written after: the revocation check reads the record
+// from the store before ClaimProxy returns, but the write, an fsync'd
+// transaction, is not on the connecting proxy's path while Run runs. Run's
+// claim writer commits every claim pending at the time as one transaction,
+// so a fleet connecting at once costs a few commits instead of one each.
+// Until it is written, a claim is visible to this replica's readers (Proxy,
+// ListProxies, VerifyProxy); Run writes what is pending before it returns.
+// Without Run (or after it), ClaimProxy writes before it returns.
+
+// lastSeenGranularity bounds how often a reconnecting proxy's LastSeen is
+// written: a reconnect storm of a large fleet must not become a storm of
+// store writes.
+const lastSeenGranularity = time.Minute
+
+// Bounds of the claim writer.
+const (
+	// claimBatch is the most claims one transaction writes.
+	claimBatch = 512
+	// claimAttempts is how often a batch is re-read and retried when a
+	// record changed under it, before its claims are written one by one.
+	claimAttempts = 3
+	// claimFlushTimeout bounds the last write when Run returns.
+	claimFlushTimeout = 10 * time.Second
+)
+
+// claimChange is the change a connection at time at makes to a record:
+// unclaimed becomes claimed, LastSeen becomes at unless a claimed record
+// was seen less than lastSeenGranularity before; a revoked record is
+// refused.
+func claimChange(at time.Time) func(*proxyEntry, time.Time) error {
+	return func(e *proxyEntry, _ time.Time) error {
+		if e.State == StateRevoked {
+			return fmt.Errorf("proxy %s: %w (enroll the machine again with a new join token)", e.CN, ErrRevoked)
+		}
+		if e.State == StateClaimed && at.Sub(e.LastSeen) < lastSeenGranularity {
+			return errUnchanged
+		}
+		e.State = StateClaimed
+		e.LastSeen = at
+		return nil
+	}
+}
+
+// ClaimProxy records that the proxy cn connected: unclaimed becomes
+// claimed (announced once as ProxyClaimed when written) and LastSeen is
+// updated (at most once a minute for a claimed proxy). A revoked or unknown
+// proxy is refused, from the store's record, before it returns. While Run
+// runs, the write happens in the background (see the top of claims.go).
+func (m *Manager) ClaimProxy(ctx context.Context, cn string) error {
+	e, _, err := m.loadProxy(ctx, cn)
+	if err != nil {
+		return fmt.Errorf("claim proxy: %w", err)
+	}
+	now := m.now()
+	m.claimMu.Lock()
+	m.applyPendingClaimLocked(&e)
+	switch err := claimChange(now)(&e, now); {
+	case errors.Is(err, errUnchanged):
+		m.claimMu.Unlock()
+		return nil
+	case err != nil:
+		m.claimMu.Unlock()
+		return fmt.Errorf("claim proxy: %w", err)
+	}
+	if m.claimWriters == 0 {
+		m.claimMu.Unlock()
+		return m.updateProxy(ctx, cn, "claim", claimChange(now))
+	}
+	m.claims[cn] = now
+	m.claimMu.Unlock()
+	select {
+	case m.claimKick <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// applyPendingClaimLocked changes e as this replica's pending claim of it
+// will when written. m.claimMu is held.
+func (m *Manager) applyPendingClaimLocked(e *proxyEntry) {
+	at, ok := m.claims[e.CN]
+	if !ok {
+		return
+	}
+	c := *e
+	if claimChange(at)(&c, at) == nil {
+		*e = c
+	}
+}
+
+// withPendingClaim returns r as it will be once this replica's pending
+// claim of it is written.
+func (m *Manager) withPendingClaim(r ProxyRecord) ProxyRecord {
+	m.claimMu.Lock()
+	defer m.claimMu.Unlock()
+	e := proxyEntry{ProxyRecord: r}
+	m.applyPendingClaimLocked(&e)
+	return e.ProxyRecord
+}
+
+// writeClaims is Run's claim writer (Run has counted it in
+// m.claimWriters): it writes pending claims as they come, including any an
+// earlier Run left, retries failed writes with backoff, and when ctx is
+// done writes what is pending and returns. From then on ClaimProxy writes
+// itself.
+func (m *Manager) writeClaims(ctx context.Context) {
+	kick := make(chan struct{}, 1)
+	kick <- struct{}{} // claims an earlier Run left, if any
+	const minBackoff, maxBackoff = 500 * time.Millisecond, time.Minute
+	var backoff time.Duration
+	var retry <-chan time.Time
+	for {
+		woken := kick
+		if retry != nil {
+			woken = nil // failing: new claims wait for the retry
+		}
+		select {
+		case <-ctx.Done():
+			m.finishClaims(ctx)
+			return
+		case <-woken:
+			kick = m.claimKick
+		case <-retry:
+		}
+		retry = nil
+		if err := m.flushAllClaims(ctx); err != nil {
+			if ctx.Err() != nil {
+				continue // finishClaims writes them
+			}
+			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			retry = time.After(backoff)
+			cns := m.pendingClaims()
+			m.log.Error("record proxy claims (kept in memory, retrying)", "err", err, "retryIn", backoff,
+				"pending", len(cns), "proxies", proxyNames(cns, 10))
+			continue
+		}
+		backoff = 0
+	}
+}
+
+// finishClaims hands claiming back to ClaimProxy and writes what is
+// pending, within claimFlushTimeout.
+func (m *Manager) finishClaims(ctx context.Context) {
+	m.claimMu.Lock()
+	m.claimWriters--
+	m.claimMu.Unlock()
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimFlushTimeout)
+	defer cancel()
+	if err := m.flushAllClaims(fctx); err != nil {
+		cns := m.pendingClaims()
+		m.log.Error("proxy claims not recorded at shutdown (they are recorded at the proxies' next connection)",
+			"err", err, "pending", len(cns), "proxies", proxyNames(cns, len(cns)))
+	}
+}
+
+// flushAllClaims writes pending claims until none are left.
+func (m *Manager) flushAllClaims(ctx context.Context) error {
+	for {
+		left, err := m.flushClaims(ctx)
+		if err != nil || left == 0 {
+			return err
+		}
+	}
+}
+
+// flushClaims writes up to claimBatch pending claims in one transaction
+// and returns how many are left pending.
+func (m *Manager) flushClaims(ctx context.Context) (left int, err error) {
+	m.claimMu.Lock()
+	batch := make(map[string]time.Time, min(len(m.claims), claimBatch))
+	for cn, at := range m.claims {
+		if len(batch) == claimBatch {
+			break
+		}
+		batch[cn] = at
+	}
+	m.claimMu.Unlock()
+	if len(batch) == 0 {
+		return 0, nil
+	}
+	written, failed, err := m.writeClaimBatch(ctx, batch)
+	if err != nil {
+		return 0, err // all kept pending
+	}
+	// Written or no longer needed: forget the claims, unless a newer one
+	// for the proxy came meanwhile.
+	m.claimMu.Lock()
+	for cn, at := range batch {
+		if _, ok := failed[cn]; ok {
+			continue
+		}
+		if cur, ok := m.claims[cn]; ok && cur.Equal(at) {
+			delete(m.claims, cn)
+		}
+	}
+	left = len(m.claims)
+	m.claimMu.Unlock()
+	for _, cn := range written {
+		m.observeProxy(ctx, cn)
+	}
+	if len(failed) > 0 {
+		errs := make([]error, 0, len(failed))
+		for _, cn := range slices.Sorted(maps.Keys(failed)) {
+			errs = append(errs, failed[cn])
+		}
+		return left, errors.Join(errs...)
+	}
+	return left, nil
+}
+
+// writeClaimBatch writes batch's claims as one transaction and returns
+// the CNs whose records it changed. Claims of revoked or unknown proxies
+// and claims already recorded are dropped; claims whose record cannot be
+// read are returned in failed, by CN, and the others written. When
+// records keep changing under the batch, each claim is written on its
+// own. An error means none was written.
+func (m *Manager) writeClaimBatch(ctx context.Context, batch map[string]time.Time) (written []string, failed map[string]error, err error) {
+	for range claimAttempts {
+		var ops []store.Op
+		written, failed = written[:0], nil
+		for cn, at := range batch {
+			e, ver, err := m.loadProxy(ctx, cn)
+			if errors.Is(err, ErrNotFound) {
+				m.log.Debug("claim of a proxy whose record is gone dropped", "cn", cn)
+				continue
+			}
+			if err == nil {
+				if err := claimChange(at)(&e, at); err != nil {
+					continue // revoked meanwhile, or already recorded
+				}
+				var val []byte
+				if val, err = json.Marshal(e); err == nil {
+					ops = append(ops, store.Set(proxyKey(cn), ver, val))
+					written = append(written, cn)
+					continue
+				}
+				err = fmt.Errorf("encode proxy record %s: %w", cn, err)
+			}
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			failed[cn] = err // names the proxy
+		}
+		if len(ops) == 0 {
+			return nil, failed, nil
+		}
+		ok, err := m.st.Txn(ctx, ops...)
+		if err != nil {
+			return nil, nil, fmt.Errorf("write the claims of %d proxies: %w", len(ops), err)
+		}
+		if ok {
+			return written, failed, nil
+		}
+	}
+	// Some record keeps changing (renewals, another replica): one by one,
+	// so the others are not held back by it.
+	written, failed = written[:0], nil
+	for cn, at := range batch {
+		err := m.updateProxy(ctx, cn, "claim", claimChange(at))
+		switch {
+		case err == nil:
+			written = append(written, cn)
+		case errors.Is(err, ErrRevoked), errors.Is(err, ErrNotFound):
+		default:
+			if failed == nil {
+				failed = map[string]error{}
+			}
+			failed[cn] = err
+		}
+	}
+	return written, failed, nil
+}
+
+// pendingClaims returns the CNs of the claims not yet written, sorted.
+func (m *Manager) pendingClaims() []string {
+	m.claimMu.Lock()
+	defer m.claimMu.Unlock()
+	return slices.Sorted(maps.Keys(m.claims))
+}
+
+// proxyNames lists up to n of cns for a log line.
+func proxyNames(cns []string, n int) string {
+	if len(cns) <= n {
+		return strings.Join(cns, ",")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(cns[:n], ","), len(cns)-n)
+}

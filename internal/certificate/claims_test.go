@@ -1,0 +1,396 @@
+package certificate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// heldStore is a Memory store whose transactions can be held or failed,
+// and counted.
+type heldStore struct {
+	*store.Memory
+	mu      sync.Mutex
+	hold    chan struct{} // non-nil: Txn waits until it is closed
+	fail    error
+	txns    int
+	entered chan struct{} // a held Txn has started
+}
+
+func newHeldStore() *heldStore {
+	return &heldStore{Memory: store.NewMemory(), entered: make(chan struct{}, 1000)}
+}
+
+func (s *heldStore) Txn(ctx context.Context, ops ...store.Op) (bool, error) {
+	s.mu.Lock()
+	s.txns++
+	hold, fail := s.hold, s.fail
+	s.mu.Unlock()
+	if hold != nil {
+		s.entered <- struct{}{}
+		<-hold
+	}
+	if fail != nil {
+		return false, fail
+	}
+	return s.Memory.Txn(ctx, ops...)
+}
+
+// holdTxns holds every transaction from now until the returned function
+// is called (also at the end of the test).
+func (s *heldStore) holdTxns(t *testing.T) (release func()) {
+	s.mu.Lock()
+	hold := make(chan struct{})
+	s.hold = hold
+	s.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.hold = nil
+			s.mu.Unlock()
+			close(hold)
+		})
+	}
+	t.Cleanup(release)
+	return release
+}
+
+func (s *heldStore) setFail(err error) {
+	s.mu.Lock()
+	s.fail = err
+	s.mu.Unlock()
+}
+
+func (s *heldStore) txnCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.txns
+}
+
+// stored returns the proxy record as the store holds it, bypassing the
+// manager.
+func stored(t *testing.T, st *store.Memory, cn string) ProxyRecord {
+	t.Helper()
+	raw, ver, err := st.Get(context.Background(), proxyKey(cn))
+	if err != nil || ver == 0 {
+		t.Fatalf("store record of %s: version %d, %v", cn, ver, err)
+	}
+	var e proxyEntry
+	if err := json.Unmarshal(raw, &e); err != nil {
+		t.Fatal(err)
+	}
+	return e.ProxyRecord
+}
+
+// claimReturns runs ClaimProxy and fails the test if it has not returned
+// within 10s (it is waiting for something it should not).
+func claimReturns(t *testing.T, m *Manager, cn string) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- m.ClaimProxy(context.Background(), cn) }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		t.Fatalf("ClaimProxy(%s) did not return while the store's transactions were held: it waits for the write", cn)
+		return nil
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10s for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// With Run running, a claim is checked before ClaimProxy returns and
+// written after: the connecting proxy does not wait for the fsync. Until
+// it is written, this replica's readers see it.
+func TestClaimWrittenAfterReturn(t *testing.T) {
+	clk := newClock()
+	st := newHeldStore()
+	m := newTestManager(t, st, Options{Now: clk.Now})
+	_, cn := issueProxy(t, m)
+	runManager(t, m)
+	ch, cancel := m.Subscribe()
+	defer cancel()
+	clk.Advance(time.Minute)
+
+	release := st.holdTxns(t)
+	if err := claimReturns(t, m, cn); err != nil {
+		t.Fatalf("ClaimProxy: %v", err)
+	}
+	<-st.entered // the writer is committing it
+	if got := stored(t, st.Memory, cn); got.State != StateUnclaimed {
+		t.Fatalf("store state %s before the write was let through", got.State)
+	}
+	rec, err := m.Proxy(t.Context(), cn)
+	if err != nil || rec.State != StateClaimed || !rec.LastSeen.Equal(clk.Now()) {
+		t.Errorf("Proxy while the claim is pending = %s last seen %s, %v; want claimed at %s", rec.State, rec.LastSeen, err, clk.Now())
+	}
+	list, err := m.ListProxies(t.Context())
+	if err != nil || len(list) != 1 || list[0].State != StateClaimed || !list[0].LastSeen.Equal(clk.Now()) {
+		t.Errorf("ListProxies while the claim is pending = %+v, %v; want it claimed", list, err)
+	}
+	for _, a := range drain(ch) {
+		if a.Kind == ProxyClaimed {
+			t.Errorf("ProxyClaimed announced before the claim was written")
+		}
+	}
+
+	release()
+	if a := nextAnnouncement(t, ch, ProxyClaimed, 10*time.Second); a.ProxyCN != cn {
+		t.Errorf("ProxyClaimed = %+v", a)
+	}
+	if got := stored(t, st.Memory, cn); got.State != StateClaimed || !got.LastSeen.Equal(clk.Now()) {
+		t.Errorf("stored after the write: %s last seen %s; want claimed at %s", got.State, got.LastSeen, clk.Now())
+	}
+
+	// A reconnect within a minute writes nothing; a later one LastSeen.
+	before := st.txnCount()
+	clk.Advance(30 * time.Second)
+	if err := m.ClaimProxy(t.Context(), cn); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	if err := m.ClaimProxy(t.Context(), cn); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "LastSeen written", func() bool { return stored(t, st.Memory, cn).LastSeen.Equal(clk.Now()) })
+	if got := st.txnCount() - before; got != 1 {
+		t.Errorf("two reconnects a minute apart took %d transactions, want 1", got)
+	}
+}
+
+// Claims that arrive while a claim is being written are written together.
+func TestClaimsCoalesce(t *testing.T) {
+	st := newHeldStore()
+	m := newTestManager(t, st, Options{})
+	var cns []string
+	for range 40 {
+		_, cn := issueProxy(t, m)
+		cns = append(cns, cn)
+	}
+	runManager(t, m)
+	release := st.holdTxns(t)
+	before := st.txnCount()
+	if err := claimReturns(t, m, cns[0]); err != nil {
+		t.Fatal(err)
+	}
+	<-st.entered
+	for _, cn := range cns[1:] {
+		if err := claimReturns(t, m, cn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release()
+	waitFor(t, "every claim written", func() bool {
+		for _, cn := range cns {
+			if stored(t, st.Memory, cn).State != StateClaimed {
+				return false
+			}
+		}
+		return true
+	})
+	if got := st.txnCount() - before; got != 2 {
+		t.Errorf("40 claims took %d transactions, want 2 (the first, then the 39 that came while it was written)", got)
+	}
+}
+
+// Revocation is checked against the store when the proxy claims, not
+// against what this replica has followed so far: a proxy another replica
+// revoked a moment ago is refused at once.
+func TestClaimRefusedRightAfterRevocation(t *testing.T) {
+	st := store.NewMemory()
+	serving := newTestManager(t, st, Options{})
+	admin := newTestManager(t, st, Options{})
+	runManager(t, serving)
+	_, cn := issueProxy(t, admin)
+	peer, other := issueProxy(t, admin)
+
+	if err := admin.RevokeProxy(t.Context(), cn); err != nil {
+		t.Fatal(err)
+	}
+	if err := serving.ClaimProxy(t.Context(), cn); !errors.Is(err, ErrRevoked) {
+		t.Errorf("ClaimProxy right after another replica revoked: err = %v, want ErrRevoked", err)
+	}
+	if err := serving.ClaimProxy(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	if err := serving.RevokeProxy(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	if err := serving.ClaimProxy(t.Context(), other); !errors.Is(err, ErrRevoked) {
+		t.Errorf("ClaimProxy after revocation: err = %v, want ErrRevoked", err)
+	}
+	if rec, err := serving.VerifyProxy(t.Context(), peer); !errors.Is(err, ErrRevoked) {
+		t.Errorf("VerifyProxy after revocation = %+v, %v; want ErrRevoked", rec, err)
+	}
+	if rec, _ := serving.Proxy(t.Context(), other); rec.State != StateRevoked {
+		t.Errorf("Proxy after revocation with a claim pending: state %s, want revoked", rec.State)
+	}
+}
+
+// A claim whose write is overtaken by a revocation does not undo it.
+func TestPendingClaimDoesNotUndoRevocation(t *testing.T) {
+	st := newHeldStore()
+	m := newTestManager(t, st, Options{})
+	_, cn := issueProxy(t, m)
+	runManager(t, m)
+	release := st.holdTxns(t)
+	if err := claimReturns(t, m, cn); err != nil {
+		t.Fatal(err)
+	}
+	<-st.entered // the writer read the unclaimed record and is committing
+	// Another replica revokes the proxy meanwhile (straight to the store).
+	other := newTestManager(t, st.Memory, Options{})
+	if err := other.RevokeProxy(t.Context(), cn); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	waitFor(t, "the claim to be dropped", func() bool { return len(m.pendingClaims()) == 0 })
+	if got := stored(t, st.Memory, cn); got.State != StateRevoked {
+		t.Errorf("stored state %s, want revoked: the pending claim overwrote the revocation", got.State)
+	}
+	if rec, _ := m.Proxy(t.Context(), cn); rec.State != StateRevoked {
+		t.Errorf("Proxy state %s, want revoked", rec.State)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from the writer.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A failed claim write is logged with the proxy named, kept visible and
+// retried.
+func TestFailedClaimWriteRetried(t *testing.T) {
+	st := newHeldStore()
+	var logs syncBuffer
+	m, err := New(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)), st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cn := issueProxy(t, m)
+	runManager(t, m)
+	ch, cancel := m.Subscribe()
+	defer cancel()
+
+	st.setFail(errors.New("disk full"))
+	if err := m.ClaimProxy(t.Context(), cn); err != nil {
+		t.Fatalf("ClaimProxy with the store failing writes: %v (the write is the writer's to retry)", err)
+	}
+	waitFor(t, "the failed write to be logged", func() bool {
+		l := logs.String()
+		return strings.Contains(l, "disk full") && strings.Contains(l, cn)
+	})
+	if rec, _ := m.Proxy(t.Context(), cn); rec.State != StateClaimed {
+		t.Errorf("Proxy while the write fails: state %s, want claimed", rec.State)
+	}
+	st.setFail(nil)
+	nextAnnouncement(t, ch, ProxyClaimed, 10*time.Second)
+	if got := stored(t, st.Memory, cn); got.State != StateClaimed {
+		t.Errorf("stored state after the retry: %s, want claimed", got.State)
+	}
+}
+
+// Run writes the pending claims before it returns; from then on
+// ClaimProxy writes before it returns.
+func TestRunWritesClaimsBeforeReturning(t *testing.T) {
+	st := newHeldStore()
+	m := newTestManager(t, st, Options{})
+	_, first := issueProxy(t, m)
+	_, second := issueProxy(t, m)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	waitClaimWriter(t, m)
+
+	release := st.holdTxns(t)
+	if err := claimReturns(t, m, first); err != nil {
+		t.Fatal(err)
+	}
+	<-st.entered
+	// Shut down while the write is in progress: it fails with Run's
+	// context, and Run writes the claim again before returning.
+	cancel()
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := stored(t, st.Memory, first); got.State != StateClaimed {
+		t.Errorf("stored state after Run returned: %s, want claimed", got.State)
+	}
+	if err := m.ClaimProxy(context.Background(), second); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(t, st.Memory, second); got.State != StateClaimed {
+		t.Errorf("stored state of a claim made after Run returned: %s, want it written before ClaimProxy returned", got.State)
+	}
+}
+
+// A record that cannot be read holds back only its own claim, which is
+// logged with the proxy named; the others are written.
+func TestUnreadableRecordHoldsBackOnlyItsClaim(t *testing.T) {
+	st := newHeldStore()
+	var logs syncBuffer
+	m, err := New(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)), st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, first := issueProxy(t, m)
+	_, good := issueProxy(t, m)
+	_, bad := issueProxy(t, m)
+	runManager(t, m)
+	release := st.holdTxns(t)
+	if err := claimReturns(t, m, first); err != nil {
+		t.Fatal(err)
+	}
+	<-st.entered
+	for _, cn := range []string{good, bad} {
+		if err := claimReturns(t, m, cn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// bad's record is damaged before the writer reads it.
+	if _, err := st.Memory.Txn(t.Context(), store.Set(proxyKey(bad), store.AnyVersion, []byte("{not json"))); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	waitFor(t, "the good claims to be written", func() bool {
+		return stored(t, st.Memory, first).State == StateClaimed && stored(t, st.Memory, good).State == StateClaimed
+	})
+	waitFor(t, "the unreadable record to be logged", func() bool {
+		return strings.Contains(logs.String(), "proxy record "+bad+" does not decode")
+	})
+	if got := m.pendingClaims(); len(got) != 1 || got[0] != bad {
+		t.Errorf("pending claims = %v, want only %s", got, bad)
+	}
+}
