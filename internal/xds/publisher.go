@@ -309,7 +309,7 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 	}
 	var joined []*node
 	for _, e := range events {
-		if p.applyProxyEvent(e) {
+		if p.applyProxyEvent(e) && p.participates(e.proxy) {
 			changedEDS[e.proxy.Service] = true
 		}
 		if n := p.nodes[e.proxy.NodeID]; n != nil && e.connected {
@@ -407,6 +407,26 @@ func (p *Publisher) dropNode(n *node) {
 			delete(p.connected, n.proxy.Service)
 		}
 	}
+}
+
+// participates reports whether px connecting or leaving can change what
+// is sent as its service's endpoints: only under the participant rule,
+// after the startup grace, and for an address the service has an endpoint
+// on. (Otherwise nothing is rebuilt or sent for a join.)
+func (p *Publisher) participates(px Proxy) bool {
+	if !p.specSnap.RequireConnectedProxy() || p.inGrace() {
+		return false
+	}
+	se, ok := p.catSnap.Endpoints(px.Service)
+	if !ok {
+		return false
+	}
+	for _, e := range se.Endpoints {
+		if e.IP == px.Address {
+			return true
+		}
+	}
+	return false
 }
 
 // participants returns the endpoints of svc that are sent to others: all

@@ -256,3 +256,50 @@ func snapshotOf(t *testing.T, y string) *spec.Snapshot {
 	t.Helper()
 	return specOver(t, store.NewMemory(), y).Snapshot()
 }
+
+// TestJoinRebuildsEndpointsOnlyWhenTheyCanChange: a proxy joining changes
+// its service's load assignment only under the participant rule and at an
+// address the service has an endpoint on; otherwise the join renders its
+// own listener and nothing else.
+func TestJoinRebuildsEndpointsOnlyWhenTheyCanChange(t *testing.T) {
+	const services = 30
+	ctx := context.Background()
+	join := func(p *Publisher, i int, addr netip.Addr) {
+		svc := benchService(i)
+		p.ProxyConnected(Proxy{NodeID: fmt.Sprintf("%08x-0000-4000-8000-0000000000ff.%s.bench", i, svc.Name), Service: svc, Flavor: render.Envoy, Address: addr})
+		p.pass(ctx, false, false, nil)
+	}
+	endpointOf7 := netip.AddrFrom4([4]byte{10, 0, 7, 1}) // W's first endpoint of svc-00007
+	caller := func(p *Publisher) string {                // svc-00006 calls svc-00007
+		for id, n := range p.nodes {
+			if n.proxy.Service == benchService(6) {
+				return id
+			}
+		}
+		t.Fatal("no proxy of svc-00006")
+		return ""
+	}
+
+	p, _, c := benchPublisher(t, services, 3) // requireConnectedProxy: false
+	before := c.Stats().Marshals
+	join(p, 7, endpointOf7)
+	if got := c.Stats().Marshals - before; got != 1 {
+		t.Errorf("without the participant rule a join made %d marshals, want 1 (its inbound listener)", got)
+	}
+
+	w := strings.Replace(workloadYAML(services), "requireConnectedProxy: false", "requireConnectedProxy: true", 1)
+	p, _, c = publisherOver(t, services, 3, w)
+	ap := netip.AddrPortFrom(endpointOf7, 8080)
+	if hasEndpoint(t, c, caller(p), benchService(7), ap) {
+		t.Fatalf("%s is sent before a proxy of svc-00007 connected from it", ap)
+	}
+	before = c.Stats().Marshals
+	join(p, 7, netip.AddrFrom4([4]byte{10, 253, 0, 7}))
+	if got := c.Stats().Marshals - before; got != 1 {
+		t.Errorf("a join from an address without an endpoint made %d marshals, want 1", got)
+	}
+	join(p, 7, endpointOf7)
+	if !hasEndpoint(t, c, caller(p), benchService(7), ap) {
+		t.Errorf("%s is not sent to svc-00006 after a proxy of svc-00007 connected from it", ap)
+	}
+}
