@@ -1,0 +1,185 @@
+package xds
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/protobuf/proto"
+)
+
+// h2Proxy is a proxy speaking HTTP/2 frames itself, to see the frames the
+// server sends that a gRPC client would handle silently (PINGs, SETTINGS).
+type h2Proxy struct {
+	t    *testing.T
+	conn *tls.Conn
+	fr   *http2.Framer
+	data bytes.Buffer // stream 1's DATA not yet parsed into messages
+}
+
+func dialH2(t *testing.T, e *env, cert tls.Certificate) *h2Proxy {
+	t.Helper()
+	conn, err := tls.Dial("tcp", e.addr, &tls.Config{
+		Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost",
+		MinVersion: tls.VersionTLS13, NextProtos: []string{"h2"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	p := &h2Proxy{t: t, conn: conn, fr: http2.NewFramer(conn, conn)}
+	p.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	if err := p.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{
+		{":method", "POST"}, {":scheme", "https"}, {":authority", "localhost"},
+		{":path", "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"},
+		{"content-type", "application/grpc"}, {"te", "trailers"},
+	} {
+		if err := enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// send writes req as one gRPC message in one DATA frame of stream 1.
+func (p *h2Proxy) send(req *discovery.DiscoveryRequest) {
+	p.t.Helper()
+	b, err := proto.Marshal(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	msg := make([]byte, 5+len(b))
+	binary.BigEndian.PutUint32(msg[1:], uint32(len(b)))
+	copy(msg[5:], b)
+	if err := p.fr.WriteData(1, false, msg); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// frames is what the server sent while the proxy waited for a response.
+type frames struct {
+	pings    int             // PINGs that are not ACKs
+	settings []http2.Setting // from the server's SETTINGS frames
+	resp     *discovery.DiscoveryResponse
+}
+
+// recv reads frames until a whole DiscoveryResponse has arrived on stream
+// 1, answering SETTINGS and PINGs as a client must.
+func (p *h2Proxy) recv() frames {
+	p.t.Helper()
+	var got frames
+	for {
+		if p.data.Len() >= 5 {
+			n := int(binary.BigEndian.Uint32(p.data.Bytes()[1:5]))
+			if p.data.Len() >= 5+n {
+				msg := p.data.Next(5 + n)[5:]
+				got.resp = &discovery.DiscoveryResponse{}
+				if err := proto.Unmarshal(msg, got.resp); err != nil {
+					p.t.Fatal(err)
+				}
+				return got
+			}
+		}
+		f, err := p.fr.ReadFrame()
+		if err != nil {
+			p.t.Fatalf("read frame: %v", err)
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if f.IsAck() {
+				continue
+			}
+			if err := f.ForeachSetting(func(s http2.Setting) error { got.settings = append(got.settings, s); return nil }); err != nil {
+				p.t.Fatal(err)
+			}
+			if err := p.fr.WriteSettingsAck(); err != nil {
+				p.t.Fatal(err)
+			}
+		case *http2.PingFrame:
+			if f.IsAck() {
+				continue
+			}
+			got.pings++
+			if err := p.fr.WritePing(true, f.Data); err != nil {
+				p.t.Fatal(err)
+			}
+		case *http2.DataFrame:
+			p.data.Write(f.Data())
+			// Give the flow-control credit back, as gRPC clients do.
+			if n := uint32(len(f.Data())); n > 0 {
+				if err := errors.Join(p.fr.WriteWindowUpdate(0, n), p.fr.WriteWindowUpdate(1, n)); err != nil {
+					p.t.Fatal(err)
+				}
+			}
+		case *http2.MetaHeadersFrame:
+			if f.StreamEnded() {
+				p.t.Fatalf("stream ended: %v", f.Fields)
+			}
+		case *http2.GoAwayFrame, *http2.RSTStreamFrame:
+			p.t.Fatalf("server ended the connection or stream: %v", f)
+		}
+	}
+}
+
+// Every ACK a proxy sends is a DATA frame. With gRPC's dynamic flow
+// control the server answered each with a WINDOW_UPDATE and a PING of its
+// own (bandwidth-delay estimation) and read the PING's ACK: three frames,
+// two TLS records and a wake-up per ACK, at 10,000 proxies per push. The
+// server's windows are fixed, so it sends no PING, and it keeps no HPACK
+// table for headers it decodes once.
+func TestServerSendsNoPingPerRequest(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookbuyer")
+	p := dialH2(t, e, cert)
+	p.send(&discovery.DiscoveryRequest{Node: envoyNode(cnOf(t, cert), "10.0.0.10"), TypeUrl: resource.ClusterType})
+	var pings int
+	var settings []http2.Setting
+	for i := range 2 { // CDS and LDS
+		got := p.recv()
+		pings += got.pings
+		settings = append(settings, got.settings...)
+		r := got.resp
+		if r.GetVersionInfo() == "" {
+			t.Fatalf("response %d (%s) has no version", i, r.GetTypeUrl())
+		}
+		// ACK, and subscribe to listeners after the first response.
+		p.send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()})
+		if i == 0 {
+			p.send(&discovery.DiscoveryRequest{TypeUrl: resource.ListenerType})
+		}
+	}
+	if pings != 0 {
+		t.Errorf("server sent %d PINGs while the proxy sent 4 requests; want none (flow-control windows fixed, no BDP pings)", pings)
+	}
+	table := -1
+	for _, s := range settings {
+		if s.ID == http2.SettingHeaderTableSize {
+			table = int(s.Val)
+		}
+	}
+	if table != 0 {
+		t.Errorf("server's SETTINGS_HEADER_TABLE_SIZE = %d (-1: not sent), want 0", table)
+	}
+}
