@@ -61,7 +61,7 @@ func TestQuickRun(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, []string{"run", "--quick", "--proxies", "20", "--services", "20", "--reps", "2", "--joins", "2",
 		"--servers", strings.Join(servers, ","), "--osm-server", osmServer, "--out", out,
-		"--work-dir", filepath.Join(dir, "work"), "--timeout", "3m"}, &stdout, &stderr)
+		"--work-dir", filepath.Join(dir, "work"), "--timeout", "3m", "--profile-dir", filepath.Join(dir, "profiles")}, &stdout, &stderr)
 	t.Logf("stdout:\n%s", stdout.String())
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
@@ -116,6 +116,21 @@ func TestQuickRun(t *testing.T) {
 	for _, d := range metricDefs {
 		if !ids[d.ID] {
 			t.Errorf("metric %s missing from the results", d.ID)
+		}
+	}
+	// --profile-dir: every server's memory, and O's profiles.
+	for _, s := range servers {
+		files := []string{"status.txt", "smaps_rollup.txt"}
+		if s == "O" {
+			if !available["O"] {
+				continue
+			}
+			files = append(files, "heap.pb.gz", "heap.txt", "goroutine.txt", "proxies.json", "idle.cpu.pb.gz", "idle.start")
+		}
+		for _, f := range files {
+			if fi, err := os.Stat(filepath.Join(dir, "profiles", s+"-"+f)); err != nil || fi.Size() == 0 {
+				t.Errorf("--profile-dir: %s-%s missing or empty (%v)", s, f, err)
+			}
 		}
 	}
 }

@@ -125,6 +125,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&c.serverLogLevel, "server-log-level", "warn", "osm-server's --log-level for O; its log is servers.log in --work-dir")
 	fs.DurationVar(&c.plan.QuietMax, "quiet-max", 5*time.Second, "before each M2/M3 change, wait up to this long for the server to finish the previous one (under 5% of a core for 200 ms); 0: do not wait")
 	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace of osm-server (/debug/pprof/trace) taken during each change metric's first changes to DIR/O-<metric>.trace (go tool trace)")
+	fs.StringVar(&c.plan.ProfileDir, "profile-dir", "", "with the fleet connected, write to DIR/<server>-*: O's CPU profile of M1's idle window; after M7's RSS is read, each server's /proc status and smaps_rollup, and O's heap profile, MemStats (heap?debug=1), goroutines and /debug/proxies")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -184,6 +185,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 		Metrics:     c.plan.Metrics,
 		TraceDir:    c.plan.TraceDir,
 		QuietMax:    c.plan.QuietMax,
+		ProfileDir:  c.plan.ProfileDir,
 	}
 	if c.quick {
 		c.plan.IdleWindow, c.plan.Settle, c.plan.RepBudget, c.plan.FillTimeout = 2*time.Second, 10*time.Second, 10*time.Second, 30*time.Second

@@ -58,6 +58,10 @@ type plan struct {
 	// QuietMax bounds the wait, before each change, for the server to
 	// finish the previous one (0: no wait); see waitQuiet.
 	QuietMax time.Duration
+	// ProfileDir, when set, receives M1's idle-window profile of O (see
+	// profileIdle) and where each server's memory is with the fleet
+	// connected (see dumpMemory).
+	ProfileDir string
 }
 
 // want reports whether metric id is to be measured.
@@ -108,6 +112,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 
 	// M1: hold N streams; idle CPU with nothing changing.
 	start := time.Now()
+	fillCPU0, fillErr := cpuSeconds(pid)
 	pcs, err := f.connectAll(ctx, srv.ids[:w.Proxies], p.Parallel, p.FillTimeout)
 	defer func() { closeAll(pcs) }()
 	if err != nil {
@@ -116,13 +121,20 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	log.Info("fleet configured", "proxies", len(pcs), "took", time.Since(start).Round(time.Millisecond))
 	res.set("fleet_fill_s", time.Since(start).Seconds())
 	res.set("fleet_fill_reconnects", float64(f.retries.Load()))
+	if fillCPU1, err := cpuSeconds(pid); err == nil && fillErr == nil {
+		res.set("fleet_fill_server_cpu_s", fillCPU1-fillCPU0)
+	}
 	time.Sleep(p.IdleWindow / 2) // let the last ACKs drain
+	idleProfiled := m.profileIdle(ctx, srv, t.Name())
 	cpu0, err := cpuSeconds(pid)
 	if err != nil {
 		return nil, err
 	}
 	time.Sleep(p.IdleWindow)
 	cpu1, err := cpuSeconds(pid)
+	if perr := idleProfiled(); perr != nil {
+		res.note("M1: idle profile: %v", perr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +147,11 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		return nil, err
 	}
 	res.set("M7.rss_per_proxy", (rss-baseRSS)/float64(len(pcs)))
+	if p.ProfileDir != "" {
+		if err := dumpMemory(ctx, p.ProfileDir, t.Name(), srv); err != nil {
+			res.note("M7: memory dump: %v", err)
+		}
+	}
 
 	// M2, M8: one endpoint change seen by every proxy; M3: by 5%.
 	for _, c := range []struct {
@@ -247,6 +264,7 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	closeAll(*pcs)
 	*pcs = nil
 	t0 := time.Now()
+	cpu0, cpuErr := cpuSeconds(srv.proc.pid())
 	retries0 := f.retries.Load()
 	got, err := f.connectAll(ctx, srv.ids[:w.Proxies], w.Proxies, p.FillTimeout)
 	*pcs = got
@@ -255,6 +273,9 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	}
 	res.set("M6.reconnects", float64(f.retries.Load()-retries0))
 	res.set("M6.all_configured_s", time.Since(t0).Seconds())
+	if cpu1, err := cpuSeconds(srv.proc.pid()); err == nil && cpuErr == nil {
+		res.set("M6.server_cpu_s", cpu1-cpu0)
+	}
 	log.Info("reconnect storm measured", "configured", len(got), "took", time.Since(t0).Round(time.Millisecond))
 	var maxResp int64
 	for _, pc := range got {

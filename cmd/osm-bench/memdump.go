@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// dumpMemory writes, while the fleet is connected (right after M7's RSS is
+// read), where the server's memory is: /proc/<pid>/status and
+// smaps_rollup for every server, and for O its heap profile
+// (/debug/pprof/heap, for go tool pprof), the same with debug=1 (the
+// runtime.MemStats block: HeapInuse, HeapIdle, HeapReleased, StackInuse,
+// Sys, ...), the goroutine counts (goroutine?debug=1) and /debug/proxies.
+// Files are DIR/<server>-<what>.
+func dumpMemory(ctx context.Context, dir, name string, srv *server) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range []string{"status", "smaps_rollup"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", srv.proc.pid(), f))
+		if err == nil {
+			err = os.WriteFile(filepath.Join(dir, name+"-"+f+".txt"), b, 0o644)
+		}
+		errs = append(errs, err)
+	}
+	if srv.debugAddr == "" {
+		return errors.Join(errs...)
+	}
+	// /debug/proxies (per proxy and type the versions sent and ACKed, and
+	// when each ACK was read) comes last: it leaves a few MB of garbage.
+	for _, p := range []struct{ path, file string }{
+		{"pprof/heap", "heap.pb.gz"},
+		{"pprof/heap?debug=1", "heap.txt"},
+		{"pprof/goroutine?debug=1", "goroutine.txt"},
+		{"proxies", "proxies.json"},
+	} {
+		errs = append(errs, fetchTo(ctx, fmt.Sprintf("http://%s/debug/%s", srv.debugAddr, p.path), filepath.Join(dir, name+"-"+p.file)))
+	}
+	return errors.Join(errs...)
+}
+
+// profileIdle starts, for O with --profile-dir, a CPU profile of M1's idle
+// window (DIR/O-idle.cpu.pb.gz). The function it returns waits for the
+// profile and writes the window's start (DIR/O-idle.start), to compare
+// with the ACK times dumpMemory saves.
+func (m *measurer) profileIdle(ctx context.Context, srv *server, name string) (wait func() error) {
+	dir := m.plan.ProfileDir
+	if dir == "" || srv.debugAddr == "" {
+		return func() error { return nil }
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return func() error { return err }
+	}
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.debugAddr, int(m.plan.IdleWindow.Seconds())), filepath.Join(dir, name+"-idle.cpu.pb.gz"))
+	}()
+	return func() error {
+		err := <-done
+		return errors.Join(err, os.WriteFile(filepath.Join(dir, name+"-idle.start"), []byte(start.UTC().Format(time.RFC3339Nano)+"\n"), 0o644))
+	}
+}
+
+// fetchTo writes the body of GET url to path.
+func fetchTo(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Close()
+}
