@@ -33,6 +33,13 @@ type Config struct {
 	// every local address.
 	ServerNames []string         `yaml:"serverNames"`
 	Providers   []ProviderConfig `yaml:"providers"`
+	// GCPercent is the Go garbage collector's target (GOGC): the heap may
+	// grow by this percentage of what is live (and the goroutine stacks)
+	// before the next collection. The GOGC environment variable wins.
+	GCPercent int `yaml:"gcPercent"`
+	// MemoryLimit is the Go runtime's soft memory limit (GOMEMLIMIT), for
+	// example "3GiB"; "" for none. The GOMEMLIMIT environment variable wins.
+	MemoryLimit string `yaml:"memoryLimit"`
 }
 
 // ProviderConfig is one `providers:` entry.
@@ -53,6 +60,7 @@ func defaultConfig() Config {
 		APIAddress:   "0.0.0.0:15443",
 		XDSAddress:   "0.0.0.0:15128",
 		TrustDomain:  "osm.local",
+		GCPercent:    defaultGCPercent,
 	}
 }
 
@@ -104,6 +112,7 @@ func loadConfig(path string) (Config, error) {
 		"dataDir": &cfg.DataDir, "pluginDir": &cfg.PluginDir, "debugAddress": &cfg.DebugAddress,
 		"apiAddress": &cfg.APIAddress, "xdsAddress": &cfg.XDSAddress,
 		"trustDomain": &cfg.TrustDomain, "serverNames": &cfg.ServerNames,
+		"gcPercent": &cfg.GCPercent, "memoryLimit": &cfg.MemoryLimit,
 	}
 	err = decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers"), func(key string, v *yaml.Node) error {
 		if key != "providers" {
@@ -213,6 +222,14 @@ func (c Config) validate() error {
 	for i, n := range c.ServerNames {
 		if n == "" || strings.ContainsAny(n, "/: ") && net.ParseIP(n) == nil {
 			errs = append(errs, fmt.Errorf("serverNames[%d] %q must be a DNS name or an IP address", i, n))
+		}
+	}
+	if c.GCPercent < 10 {
+		errs = append(errs, fmt.Errorf("gcPercent %d: want at least 10 (Go's own default is 100; lower collects more often, costing CPU)", c.GCPercent))
+	}
+	if c.MemoryLimit != "" {
+		if _, err := parseBytes(c.MemoryLimit); err != nil {
+			errs = append(errs, fmt.Errorf("memoryLimit %w", err))
 		}
 	}
 	names := map[string]bool{}

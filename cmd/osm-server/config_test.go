@@ -31,6 +31,7 @@ func TestLoadConfigExample(t *testing.T) {
 		XDSAddress:   "0.0.0.0:15128",
 		TrustDomain:  "osm.local",
 		ServerNames:  []string{"osm.example.com"},
+		GCPercent:    50,
 		Providers: []ProviderConfig{{
 			Name: "onprem", Plugin: "osm-provider-static",
 			Config: map[string]any{"file": "/etc/osm/endpoints.yaml"},
@@ -107,6 +108,9 @@ func TestValidate(t *testing.T) {
 		{"trust domain with a path", func(c *Config) { c.TrustDomain = "osm.local/x" }, "trustDomain"},
 		{"upper-case trust domain", func(c *Config) { c.TrustDomain = "OSM.local" }, "lower-case DNS name"},
 		{"server name with a port", func(c *Config) { c.ServerNames = []string{"osm.example.com:15443"} }, "serverNames[0]"},
+		{"gcPercent too low", func(c *Config) { c.GCPercent = 0 }, "gcPercent 0: want at least 10"},
+		{"memoryLimit without a number", func(c *Config) { c.MemoryLimit = "GiB" }, `memoryLimit "GiB" is not a size`},
+		{"memoryLimit in GB", func(c *Config) { c.MemoryLimit = "3GB" }, `memoryLimit "3GB" is not a size`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good

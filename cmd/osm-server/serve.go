@@ -104,6 +104,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		log.Warn("no providers configured: the mesh has no endpoints until a `providers:` entry is added to the config")
 	}
 	log.Info("osm-server starting", "version", buildVersion(), "data_dir", cfg.DataDir, "plugin_dir", cfg.PluginDir, "providers", len(instances))
+	applyRuntime(log, cfg)
 
 	st, err := store.OpenBolt(cfg.DataDir)
 	if err != nil {

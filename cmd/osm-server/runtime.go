@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// defaultGCPercent is osm-server's garbage-collector target (Go's GOGC)
+// unless gcPercent or GOGC says otherwise. Go's own default, 100, lets
+// the heap grow by what is live plus the goroutine stacks before it
+// collects: at 10,000 proxies that headroom was 37-64 of the 100-125 KiB
+// of RSS per proxy (docs/performance.md, M7). 50 halves it (89-93 KiB
+// per proxy) for more collections while the heap grows, as when the fleet
+// connects to a fresh server (docs/operator-guide.md has the trade).
+const defaultGCPercent = 50
+
+// runtimeSettings are the Go runtime's memory settings as osm-server
+// applies them.
+type runtimeSettings struct {
+	GCPercent   int    // what debug.SetGCPercent got, or -1 when GOGC=off
+	MemoryLimit int64  // bytes; math.MaxInt64 when none
+	Source      string // which of the config keys and GOGC/GOMEMLIMIT decided
+}
+
+// applyRuntime sets the garbage collector's target and soft memory limit
+// from the configuration. GOGC and GOMEMLIMIT in the environment win over
+// the config keys, as they do for any Go program: the runtime has already
+// read them, and an operator who set them meant them.
+func applyRuntime(log *slog.Logger, cfg Config) runtimeSettings {
+	var s runtimeSettings
+	var src []string
+	if os.Getenv("GOGC") != "" {
+		s.GCPercent = debug.SetGCPercent(-1) // read it back...
+		debug.SetGCPercent(s.GCPercent)      // ...and restore it
+		src = append(src, "GOGC")
+	} else {
+		debug.SetGCPercent(cfg.GCPercent)
+		s.GCPercent = cfg.GCPercent
+		src = append(src, "gcPercent")
+	}
+	if os.Getenv("GOMEMLIMIT") != "" {
+		s.MemoryLimit = debug.SetMemoryLimit(-1) // a negative limit only reads it
+		src = append(src, "GOMEMLIMIT")
+	} else {
+		s.MemoryLimit = math.MaxInt64
+		if cfg.MemoryLimit != "" {
+			s.MemoryLimit, _ = parseBytes(cfg.MemoryLimit) // validated with the config
+			src = append(src, "memoryLimit")
+		}
+		debug.SetMemoryLimit(s.MemoryLimit)
+	}
+	s.Source = strings.Join(src, ", ")
+	limit := "none"
+	if s.MemoryLimit != math.MaxInt64 {
+		limit = strconv.FormatInt(s.MemoryLimit, 10)
+	}
+	log.Info("Go runtime memory settings", "gc_percent", s.GCPercent, "memory_limit_bytes", limit, "from", s.Source)
+	return s
+}
+
+// parseBytes parses a size as GOMEMLIMIT writes it: a whole number of
+// bytes with an optional unit B, KiB, MiB, GiB or TiB.
+func parseBytes(v string) (int64, error) {
+	units := []struct {
+		suffix string
+		shift  uint
+	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}}
+	num, shift := strings.TrimSpace(v), uint(0)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, shift = strings.TrimSpace(n), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("%q is not a size: want a positive whole number with an optional unit B, KiB, MiB, GiB or TiB, e.g. 3GiB", v)
+	}
+	return n << shift, nil
+}
