@@ -100,6 +100,11 @@ func (f *fleet) connect(ctx context.Context, id identity) (*proxyClient, error) 
 		grpc.WithReadBufferSize(16<<10),
 		grpc.WithWriteBufferSize(4<<10),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)),
+		// Fixed HTTP/2 windows, as Envoy's xDS client has: gRPC's dynamic
+		// flow control would PING with every response, which no Envoy does
+		// and every server under test would have to answer.
+		grpc.WithInitialWindowSize(16<<20),
+		grpc.WithInitialConnWindowSize(16<<20),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("proxy %s: %w", id.CN, err)
