@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -304,6 +305,9 @@ func TestEqualInputsRenderEqually(t *testing.T) {
 				if errA != nil || errB != nil {
 					continue
 				}
+				if reflect.DeepEqual(ia, ib) && !ia.Equal(ib) {
+					t.Fatalf("case %d, proxy of s%d (%s): Inputs.Equal false where reflect.DeepEqual is true", i, s, f)
+				}
 				if !ia.Equal(ib) {
 					differ++
 					continue
@@ -361,6 +365,29 @@ func TestRenderingIsByteStable(t *testing.T) {
 			if !bytes.Equal(marshalled(t, msg), first[label]) {
 				t.Fatalf("%s marshals to different bytes on another rendering", label)
 			}
+		}
+	}
+}
+
+// TestInputsEqualCoversEveryField: Inputs.Equal compares field by field;
+// a field added to any type it compares must be added there too, and here.
+func TestInputsEqualCoversEveryField(t *testing.T) {
+	compared := map[reflect.Type][]string{
+		reflect.TypeFor[Inputs]():              {"self", "permissive", "inbound", "plan", "upstreams"},
+		reflect.TypeFor[spec.ServiceInfo]():    {"Service", "ServiceAccount", "Ports", "VIP"},
+		reflect.TypeFor[spec.ServicePort]():    {"Name", "Port", "TargetPort", "AppProtocol"}, // slices.Equal: ==
+		reflect.TypeFor[spec.InboundRule]():    {"Policy", "Sources", "Port", "HTTP", "TCPPorts", "TCPAllPorts"},
+		reflect.TypeFor[spec.HTTPRouteMatch](): {"Group", "Name", "PathRegex", "Methods", "Headers"},
+		reflect.TypeFor[outbound]():            {"info", "port", "direct", "split", "subset", "splitMatches"},
+		reflect.TypeFor[backend]():             {"svc", "weight"}, // slices.Equal: ==
+	}
+	for typ, want := range compared {
+		var got []string
+		for f := range typ.Fields() {
+			got = append(got, f.Name)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s has fields (-compared by Inputs.Equal +declared):\n%s\nupdate Inputs.Equal and this test", typ, diff)
 		}
 	}
 }
