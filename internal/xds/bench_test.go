@@ -209,3 +209,15 @@ func BenchmarkProxyJoin(b *testing.B) {
 	}
 	cpu.report(b)
 }
+
+// forgetContent drops every interned Resource, the secret sets and what
+// the validators remember, so the next renderAll starts cold (benchmarks).
+func (p *Publisher) forgetContent() {
+	for sa := range p.secrets {
+		p.dropSecrets(sa)
+	}
+	clear(p.interned)
+	for _, v := range p.validators {
+		v.Forget()
+	}
+}

@@ -119,8 +119,7 @@ type group struct {
 	shared []*cache.Resource // listeners that do not depend on the address
 	rds    *cache.Set
 	cds    *cache.Set
-	deps   []mesh.MeshService
-	slots  []*edsSlot // of deps, sorted by EDS name
+	slots  []*edsSlot // of the services whose endpoints it receives, sorted by EDS name
 	err    error
 }
 
@@ -515,8 +514,8 @@ func (p *Publisher) publishEDS(changed map[mesh.MeshService]bool) {
 			if g.err != nil || g.cds == nil {
 				continue
 			}
-			for _, d := range g.deps {
-				p.dependents[d] = append(p.dependents[d], g)
+			for _, sl := range g.slots {
+				p.dependents[sl.svc] = append(p.dependents[sl.svc], g)
 			}
 		}
 	}
@@ -617,7 +616,7 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 	for _, g := range groups {
 		old = append(old, g.resources()...)
 		oldSlots = append(oldSlots, g.slots...)
-		g.rds, g.cds, g.shared, g.deps, g.slots, g.err = nil, nil, nil, nil, nil, nil
+		g.rds, g.cds, g.shared, g.slots, g.err = nil, nil, nil, nil, nil
 	}
 	if len(groups) > 0 {
 		p.dependents = nil
@@ -629,18 +628,6 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 	}
 	p.release(old)
 	p.releaseSlots(oldSlots)
-}
-
-// forgetContent drops every interned Resource, the secret sets and what
-// the validators remember, so the next renderAll starts cold (benchmarks).
-func (p *Publisher) forgetContent() {
-	for sa := range p.secrets {
-		p.dropSecrets(sa)
-	}
-	clear(p.interned)
-	for _, v := range p.validators {
-		v.Forget()
-	}
 }
 
 // renderGroup renders the resources shared by the group's proxies, using
@@ -660,10 +647,6 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
-	deps, err := render.Dependencies(m, px)
-	if err != nil {
-		return err
-	}
 	rds, err := newSet(p, routes)
 	if err != nil {
 		return err
@@ -680,13 +663,14 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
+	deps := in.Dependencies()
 	slots := make([]*edsSlot, len(deps))
 	for i, d := range deps {
 		slots[i] = p.slot(d)
 		slots[i].refs++
 	}
 	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(render.EDSName(a.svc), render.EDSName(b.svc)) })
-	g.inputs, g.rds, g.cds, g.deps, g.slots, g.shared = in, rds, cds, deps, slots, shared
+	g.inputs, g.rds, g.cds, g.slots, g.shared = in, rds, cds, slots, shared
 	p.retain(g.resources())
 	p.dependents = nil
 	return nil

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
 )
 
@@ -16,11 +17,11 @@ import (
 // that give a proxy equal Inputs give it byte-identical resources, so a
 // server can keep a proxy's configuration across a specification change
 // when its Inputs did not change. Load assignments depend on endpoints,
-// not on the specification; see [Dependencies].
+// not on the specification; see [Inputs.Dependencies].
 //
-// Everything rendering reads of the specification goes through [InputsOf];
-// TestEqualInputsRenderEqually checks this against random specification
-// changes.
+// InputsOf gathers everything rendering reads of the specification;
+// TestEqualInputsRenderEqually checks this against random specifications
+// and edits.
 type Inputs struct {
 	self       spec.ServiceInfo
 	permissive bool
@@ -49,12 +50,23 @@ func InputsOf(m Mesh, p Proxy) (Inputs, error) {
 
 // Equal reports whether a and b are the same inputs. It compares field by
 // field (reflect.DeepEqual took half of a specification change's time at
-// 1,000 services); TestInputsEqualIsDeepEqual keeps the two in agreement.
+// 1,000 services); TestInputsEqualCoversEveryField fails when a field is
+// added that it does not compare.
 func (a Inputs) Equal(b Inputs) bool {
 	return a.permissive == b.permissive && serviceInfoEqual(a.self, b.self) &&
 		slices.EqualFunc(a.inbound, b.inbound, inboundRuleEqual) &&
 		slices.EqualFunc(a.plan, b.plan, outboundEqual) &&
 		slices.EqualFunc(a.upstreams, b.upstreams, serviceInfoEqual)
+}
+
+// Dependencies returns the services whose endpoints the proxy receives
+// (as [Dependencies] does), sorted.
+func (in Inputs) Dependencies() []mesh.MeshService {
+	out := make([]mesh.MeshService, len(in.upstreams))
+	for i, info := range in.upstreams {
+		out[i] = info.Service
+	}
+	return out
 }
 
 func serviceInfoEqual(a, b spec.ServiceInfo) bool {

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -304,6 +305,9 @@ func TestEqualInputsRenderEqually(t *testing.T) {
 				ib, errB := InputsOf(mb, p)
 				if errA != nil || errB != nil {
 					continue
+				}
+				if deps, err := Dependencies(mb, p); err != nil || !slices.Equal(ib.Dependencies(), deps) {
+					t.Fatalf("case %d, proxy of s%d (%s): Inputs.Dependencies %v, Dependencies %v (%v)", i, s, f, ib.Dependencies(), deps, err)
 				}
 				if reflect.DeepEqual(ia, ib) && !ia.Equal(ib) {
 					t.Fatalf("case %d, proxy of s%d (%s): Inputs.Equal false where reflect.DeepEqual is true", i, s, f)

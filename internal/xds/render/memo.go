@@ -46,8 +46,9 @@ const (
 )
 
 // memoKey names a shared message by what determines its content within one
-// specification snapshot: the cluster's name, or the route name of an
-// outbound (which encodes the upstream, port, split subset and flavour).
+// specification snapshot: the cluster's name, the route name of an
+// outbound (which encodes the upstream, port, split subset and flavour), or
+// for an inbound filter chain the inbound name (service and port).
 type memoKey struct {
 	kind memoKind
 	name string
