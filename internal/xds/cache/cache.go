@@ -107,42 +107,40 @@ type Set struct {
 // NewSet returns a Set of resources, which must share one type URL and have
 // distinct names.
 func NewSet(resources ...*Resource) (*Set, error) {
+	if slices.Contains(resources, nil) {
+		return nil, errNilResource
+	}
 	rs := slices.Clone(resources)
-	sorted := true
+	if !slices.IsSortedFunc(rs, compareNames) { // callers mostly keep name order
+		slices.SortFunc(rs, compareNames)
+	}
+	return NewSortedSet(rs)
+}
+
+// NewSortedSet is NewSet for resources already sorted by name (it checks),
+// without copying: the Set keeps rs, which the caller must not modify
+// afterwards.
+func NewSortedSet(rs []*Resource) (*Set, error) {
 	for i, r := range rs {
 		if r == nil {
-			return nil, errors.New("cache: nil resource in set")
+			return nil, errNilResource
 		}
-		if i > 0 && rs[i-1].name >= r.name {
-			sorted = false
+		if i == 0 {
+			continue
 		}
-	}
-	if sorted { // the common case: callers keep their resources in name order
-		return newSet(rs)
-	}
-	slices.SortFunc(rs, func(a, b *Resource) int { return compareStrings(a.name, b.name) })
-	for i := 1; i < len(rs); i++ {
-		if rs[i].name == rs[i-1].name {
-			return nil, fmt.Errorf("cache: resource %q appears twice in a set; give each resource a distinct name", rs[i].name)
+		switch c := compareNames(rs[i-1], r); {
+		case c == 0:
+			return nil, fmt.Errorf("cache: resource %q appears twice in a set; give each resource a distinct name", r.name)
+		case c > 0:
+			return nil, fmt.Errorf("cache: resources %q and %q are not in name order", rs[i-1].name, r.name)
 		}
 	}
 	return newSet(rs)
 }
 
-// NewSortedSet is NewSet for resources already sorted by name and
-// distinct (it checks), without copying: the Set keeps rs, which the
-// caller must not modify afterwards.
-func NewSortedSet(rs []*Resource) (*Set, error) {
-	for i, r := range rs {
-		if r == nil {
-			return nil, errors.New("cache: nil resource in set")
-		}
-		if i > 0 && rs[i-1].name >= r.name {
-			return nil, fmt.Errorf("cache: resources %q and %q are not in name order or appear twice", rs[i-1].name, r.name)
-		}
-	}
-	return newSet(rs)
-}
+var errNilResource = errors.New("cache: nil resource in set")
+
+func compareNames(a, b *Resource) int { return compareStrings(a.name, b.name) }
 
 // newSet returns a Set of sorted, distinct resources (which it keeps).
 func newSet(sorted []*Resource) (*Set, error) {
@@ -175,7 +173,7 @@ func (s *Set) With(resources ...*Resource) (*Set, error) {
 	byName := make(map[string]*Resource, len(resources))
 	for _, r := range resources {
 		if r == nil {
-			return nil, errors.New("cache: nil resource in set")
+			return nil, errNilResource
 		}
 		byName[r.name] = r
 	}
@@ -191,7 +189,7 @@ func (s *Set) With(resources ...*Resource) (*Set, error) {
 		for _, r := range byName {
 			rs = append(rs, r)
 		}
-		slices.SortFunc(rs, func(a, b *Resource) int { return compareStrings(a.name, b.name) })
+		slices.SortFunc(rs, compareNames)
 	}
 	return newSet(rs)
 }
@@ -609,7 +607,7 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 		if sameAsReturned(sel, returned) {
 			return false
 		}
-		slices.SortFunc(sel, func(a, b *Resource) int { return compareStrings(a.name, b.name) })
+		slices.SortFunc(sel, compareNames)
 		// EDS and RDS are not "all resources required" types: once a
 		// stream holds them, a response need carry only those that changed
 		// (the xDS protocol allows it and Envoy and gRPC rely on it), so a
