@@ -131,7 +131,9 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 		}
 		if err := a.writeProxyFiles(); err != nil {
 			errs = append(errs, err)
-		} else if a.sup.Status().Running {
+		} else {
+			// A proxy that is not running reads the new bootstrap when it
+			// starts (the supervisor drops the request then).
 			a.sup.Restart("the xDS address changed to " + sc.XDSAddress)
 		}
 	}

@@ -160,44 +160,50 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, errRestarted) {
-			if cmd = s.driver.Command(); cmd == nil {
-				return fmt.Errorf("sidecar driver %s stopped returning a command to run", s.driver.Name())
+		if !errors.Is(err, errRestarted) {
+			if !s.afterExit(ctx, err, time.Since(started), &backoff) {
+				return nil
 			}
-			continue
 		}
-		if time.Since(started) >= s.opts.ResetAfter {
-			backoff = s.opts.InitialBackoff
-		}
-		if cerr := s.driver.Check(); cerr != nil {
-			err = fmt.Errorf("%w; %w", err, cerr)
-		}
-		st := s.update(func(st *Status) {
-			st.Running, st.PID = false, 0
-			st.Restarts++
-			st.LastExit = err.Error()
-			st.ExitedAt = time.Now()
-			st.Backoff = backoff
-		})
-		s.log.Error("proxy exited; restarting", "err", err, "restarts", st.Restarts, "backoff", backoff)
-		s.emit(Event{Kind: Exited, Restarts: st.Restarts, Backoff: backoff, Err: err})
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-		backoff = min(backoff*2, s.opts.MaxBackoff)
-		cmd = s.driver.Command()
-		if cmd == nil {
+		if cmd = s.driver.Command(); cmd == nil {
 			return fmt.Errorf("sidecar driver %s stopped returning a command to run", s.driver.Name())
 		}
 	}
 }
 
-// runOnce runs the proxy until it exits (the error says how) or ctx is
-// done (it is then drained and stopped, and runOnce returns nil).
+// afterExit records a proxy exit and waits out the backoff before the next
+// start (doubling it for the next time); false when ctx ended meanwhile.
+func (s *Supervisor) afterExit(ctx context.Context, err error, ran time.Duration, backoff *time.Duration) bool {
+	if ran >= s.opts.ResetAfter {
+		*backoff = s.opts.InitialBackoff
+	}
+	if cerr := s.driver.Check(); cerr != nil {
+		err = fmt.Errorf("%w; %w", err, cerr)
+	}
+	wait := *backoff
+	st := s.update(func(st *Status) {
+		st.Running, st.PID = false, 0
+		st.Restarts++
+		st.LastExit = err.Error()
+		st.ExitedAt = time.Now()
+		st.Backoff = wait
+	})
+	s.log.Error("proxy exited; restarting", "err", err, "restarts", st.Restarts, "backoff", wait)
+	s.emit(Event{Kind: Exited, Restarts: st.Restarts, Backoff: wait, Err: err})
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	}
+	*backoff = min(wait*2, s.opts.MaxBackoff)
+	return true
+}
+
+// runOnce runs the proxy until it exits (the error says how), Restart is
+// called (it is then drained and stopped, and runOnce returns
+// errRestarted) or ctx is done (drained and stopped, and it returns nil).
 func (s *Supervisor) runOnce(ctx context.Context, cmd *exec.Cmd) error {
 	select { // this start reads the bootstrap as it is now
 	case <-s.restart:
@@ -223,7 +229,7 @@ func (s *Supervisor) runOnce(ctx context.Context, cmd *exec.Cmd) error {
 		stderr.flush()
 		done <- err
 	}()
-	var restart string
+	restarted := false
 	select {
 	case err := <-done:
 		if err == nil {
@@ -231,13 +237,14 @@ func (s *Supervisor) runOnce(ctx context.Context, cmd *exec.Cmd) error {
 		}
 		return err
 	case <-ctx.Done():
-	case restart = <-s.restart:
-		s.log.Info("restarting the proxy", "reason", restart, "pid", pid)
+	case reason := <-s.restart:
+		restarted = true
+		s.log.Info("restarting the proxy", "reason", reason, "pid", pid)
 	}
 	s.stop(ctx, cmd, done)
 	s.update(func(st *Status) { st.Running, st.PID = false, 0 })
 	s.emit(Event{Kind: Stopped, PID: pid})
-	if restart != "" && ctx.Err() == nil {
+	if restarted && ctx.Err() == nil {
 		return errRestarted
 	}
 	return nil

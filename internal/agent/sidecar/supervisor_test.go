@@ -211,6 +211,14 @@ func TestSupervisorRestart(t *testing.T) {
 		t.Errorf("a third proxy connected (%+v): the merged request restarted it again", a)
 	case <-time.After(500 * time.Millisecond):
 	}
+
+	// A restart without a reason is a restart all the same.
+	second := s.Status().PID
+	s.Restart("")
+	waitAck(t, e)
+	if st := s.Status(); !st.Running || st.PID == second || st.Restarts != 0 {
+		t.Errorf("status after Restart(\"\") = %+v, want a new running PID (not %d) and no crash restarts", st, second)
+	}
 }
 
 func TestSupervisorRestartsCrashLoopWithGrowingBackoff(t *testing.T) {
