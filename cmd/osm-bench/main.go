@@ -172,21 +172,11 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	if c.staticPlugin == "" {
 		c.staticPlugin = filepath.Join(filepath.Dir(c.osmServer), "osm-provider-static")
 	}
-	c.plan = plan{
-		Workload:    Workload{Services: services, Endpoints: endpoints, Proxies: proxies},
-		Reps:        reps,
-		Joins:       joins,
-		IdleWindow:  5 * time.Second,
-		Settle:      30 * time.Second,
-		RepBudget:   60 * time.Second,
-		FillTimeout: 2 * time.Minute,
-		Parallel:    128,
-		WideScale:   10,
-		Metrics:     c.plan.Metrics,
-		TraceDir:    c.plan.TraceDir,
-		QuietMax:    c.plan.QuietMax,
-		ProfileDir:  c.plan.ProfileDir,
-	}
+	// The flags set the plan's other fields already.
+	c.plan.Workload = Workload{Services: services, Endpoints: endpoints, Proxies: proxies}
+	c.plan.Reps, c.plan.Joins = reps, joins
+	c.plan.IdleWindow, c.plan.Settle, c.plan.RepBudget, c.plan.FillTimeout = 5*time.Second, 30*time.Second, 60*time.Second, 2*time.Minute
+	c.plan.Parallel, c.plan.WideScale = 128, 10
 	if c.quick {
 		c.plan.IdleWindow, c.plan.Settle, c.plan.RepBudget, c.plan.FillTimeout = 2*time.Second, 10*time.Second, 10*time.Second, 30*time.Second
 	}

@@ -132,6 +132,8 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	cpu1, err := cpuSeconds(pid)
 	if perr := idleProfiled(); perr != nil {
 		res.note("M1: idle profile: %v", perr)
+	} else if p.ProfileDir != "" && srv.debugAddr != "" {
+		res.note("M1: idle CPU measured while a CPU profile of the server ran (--profile-dir)")
 	}
 	if err != nil {
 		return nil, err
@@ -159,11 +161,12 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		if !p.want(c.metric) {
 			continue
 		}
-		traced := m.startTrace(ctx, srv, t.Name()+"-"+c.metric)
 		affected := len(w.AffectedProxies(c.service))
 		var last, each []float64
-		began := time.Now()
 		m.waitQuiet(ctx, pid, res, c.metric)
+		// The trace (when asked for) covers the first changes, not the wait.
+		traced := m.startTrace(ctx, srv, res, t.Name()+"-"+c.metric)
+		began := time.Now()
 		srvCPU0, err1 := cpuSeconds(pid)
 		fleetCPU0, err2 := cpuSeconds(os.Getpid())
 		for rep := range p.Reps {
@@ -329,10 +332,11 @@ func (m *measurer) waitQuiet(ctx context.Context, pid int, res *result, metric s
 
 // startTrace starts a runtime trace of srv (O only, with --trace-dir) into
 // TraceDir/name.trace and returns a function that waits for it to end.
-func (m *measurer) startTrace(ctx context.Context, srv *server, name string) (wait func() error) {
+func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, name string) (wait func() error) {
 	if m.plan.TraceDir == "" || srv.debugAddr == "" {
 		return func() error { return nil }
 	}
+	res.note("%s: the first %d s of changes measured under a runtime trace of the server (--trace-dir)", name, traceSeconds)
 	done := make(chan error, 1)
 	go func() { done <- fetchTrace(ctx, srv.debugAddr, filepath.Join(m.plan.TraceDir, name+".trace")) }()
 	time.Sleep(50 * time.Millisecond) // let the trace start before the first change
