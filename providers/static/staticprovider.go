@@ -252,7 +252,10 @@ func (p *staticProvider) follow(ctx context.Context, watcher *fsnotify.Watcher, 
 				p.reload(first)
 				continue
 			}
-			renamed = ev.Has(fsnotify.Rename)
+			// Only a rename onto the file is a complete replacement: the
+			// file moved away and a new one created in its place may
+			// still be empty.
+			renamed = ev.Has(fsnotify.Rename) && ev.Name != file
 			settle = time.After(min(p.debounce, max(0, first.Add(p.maxDelay).Sub(now))))
 		case err, ok := <-watcher.Errors:
 			if !ok {

@@ -399,4 +399,19 @@ func TestRenameIsReadAtOnceInPlaceWriteAfterDebounce(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "renamed file read", func() bool { return port() == 82 })
+
+	// Moved out of the directory and created anew in place, the file is not complete when
+	// it appears (empty here): it too waits for the debounce.
+	if err := os.Rename(path, filepath.Join(t.TempDir(), "endpoints.yaml.old")); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	time.Sleep(300 * time.Millisecond)
+	if got := port(); got != 82 {
+		t.Fatalf("after the file was moved away and created empty, port = %d; want 82 until the debounce is over", got)
+	}
 }
