@@ -39,22 +39,25 @@ const (
 	claimFlushTimeout = 10 * time.Second
 )
 
-// claimChange is the change a connection at time at makes to a record:
+// claim is the change a connection at time at makes to a record:
 // unclaimed becomes claimed, LastSeen becomes at unless a claimed record
 // was seen less than lastSeenGranularity before; a revoked record is
-// refused.
-func claimChange(at time.Time) func(*proxyEntry, time.Time) error {
-	return func(e *proxyEntry, _ time.Time) error {
-		if e.State == StateRevoked {
-			return fmt.Errorf("proxy %s: %w (enroll the machine again with a new join token)", e.CN, ErrRevoked)
-		}
-		if e.State == StateClaimed && at.Sub(e.LastSeen) < lastSeenGranularity {
-			return errUnchanged
-		}
-		e.State = StateClaimed
-		e.LastSeen = at
-		return nil
+// refused. It changes e only when it returns nil.
+func claim(e *proxyEntry, at time.Time) error {
+	if e.State == StateRevoked {
+		return fmt.Errorf("proxy %s: %w (enroll the machine again with a new join token)", e.CN, ErrRevoked)
 	}
+	if e.State == StateClaimed && at.Sub(e.LastSeen) < lastSeenGranularity {
+		return errUnchanged
+	}
+	e.State = StateClaimed
+	e.LastSeen = at
+	return nil
+}
+
+// claimAt is claim at a fixed time, as updateProxy's change.
+func claimAt(at time.Time) func(*proxyEntry, time.Time) error {
+	return func(e *proxyEntry, _ time.Time) error { return claim(e, at) }
 }
 
 // ClaimProxy records that the proxy cn connected: unclaimed becomes
@@ -70,7 +73,7 @@ func (m *Manager) ClaimProxy(ctx context.Context, cn string) error {
 	now := m.now()
 	m.claimMu.Lock()
 	m.applyPendingClaimLocked(&e)
-	switch err := claimChange(now)(&e, now); {
+	switch err := claim(&e, now); {
 	case errors.Is(err, errUnchanged):
 		m.claimMu.Unlock()
 		return nil
@@ -80,15 +83,20 @@ func (m *Manager) ClaimProxy(ctx context.Context, cn string) error {
 	}
 	if m.claimWriters == 0 {
 		m.claimMu.Unlock()
-		return m.updateProxy(ctx, cn, "claim", claimChange(now))
+		return m.updateProxy(ctx, cn, "claim", claim)
 	}
 	m.claims[cn] = now
 	m.claimMu.Unlock()
+	m.kickClaims()
+	return nil
+}
+
+// kickClaims wakes the claim writer.
+func (m *Manager) kickClaims() {
 	select {
 	case m.claimKick <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // applyPendingClaimLocked changes e as this replica's pending claim of it
@@ -98,10 +106,7 @@ func (m *Manager) applyPendingClaimLocked(e *proxyEntry) {
 	if !ok {
 		return
 	}
-	c := *e
-	if claimChange(at)(&c, at) == nil {
-		*e = c
-	}
+	_ = claim(e, at) // a claim that no longer applies changes nothing
 }
 
 // withPendingClaim returns r as it will be once this replica's pending
@@ -120,13 +125,12 @@ func (m *Manager) withPendingClaim(r ProxyRecord) ProxyRecord {
 // done writes what is pending and returns. From then on ClaimProxy writes
 // itself.
 func (m *Manager) writeClaims(ctx context.Context) {
-	kick := make(chan struct{}, 1)
-	kick <- struct{}{} // claims an earlier Run left, if any
+	m.kickClaims() // claims an earlier Run left, if any
 	const minBackoff, maxBackoff = 500 * time.Millisecond, time.Minute
 	var backoff time.Duration
 	var retry <-chan time.Time
 	for {
-		woken := kick
+		woken := m.claimKick
 		if retry != nil {
 			woken = nil // failing: new claims wait for the retry
 		}
@@ -135,7 +139,6 @@ func (m *Manager) writeClaims(ctx context.Context) {
 			m.finishClaims(ctx)
 			return
 		case <-woken:
-			kick = m.claimKick
 		case <-retry:
 		}
 		retry = nil
@@ -194,7 +197,7 @@ func (m *Manager) flushClaims(ctx context.Context) (left int, err error) {
 	if len(batch) == 0 {
 		return 0, nil
 	}
-	written, failed, err := m.writeClaimBatch(ctx, batch)
+	written, err := m.writeClaimBatch(ctx, batch)
 	if err != nil {
 		return 0, err // all kept pending
 	}
@@ -202,9 +205,6 @@ func (m *Manager) flushClaims(ctx context.Context) (left int, err error) {
 	// for the proxy came meanwhile.
 	m.claimMu.Lock()
 	for cn, at := range batch {
-		if _, ok := failed[cn]; ok {
-			continue
-		}
 		if cur, ok := m.claims[cn]; ok && cur.Equal(at) {
 			delete(m.claims, cn)
 		}
@@ -214,77 +214,77 @@ func (m *Manager) flushClaims(ctx context.Context) (left int, err error) {
 	for _, cn := range written {
 		m.observeProxy(ctx, cn)
 	}
-	if len(failed) > 0 {
-		errs := make([]error, 0, len(failed))
-		for _, cn := range slices.Sorted(maps.Keys(failed)) {
-			errs = append(errs, failed[cn])
-		}
-		return left, errors.Join(errs...)
-	}
 	return left, nil
 }
 
 // writeClaimBatch writes batch's claims as one transaction and returns
-// the CNs whose records it changed. Claims of revoked or unknown proxies
-// and claims already recorded are dropped; claims whose record cannot be
-// read are returned in failed, by CN, and the others written. When
-// records keep changing under the batch, each claim is written on its
-// own. An error means none was written.
-func (m *Manager) writeClaimBatch(ctx context.Context, batch map[string]time.Time) (written []string, failed map[string]error, err error) {
+// the CNs whose records it changed. Claims of revoked or unknown proxies,
+// claims already recorded and claims whose record no longer decodes (the
+// proxy is refused at its next connection) are dropped. When records keep
+// changing under the batch, each claim is written on its own. An error
+// (the store failing) means the whole batch stays pending.
+func (m *Manager) writeClaimBatch(ctx context.Context, batch map[string]time.Time) (written []string, err error) {
 	for range claimAttempts {
 		var ops []store.Op
-		written, failed = written[:0], nil
+		written = written[:0]
 		for cn, at := range batch {
 			e, ver, err := m.loadProxy(ctx, cn)
-			if errors.Is(err, ErrNotFound) {
-				m.log.Debug("claim of a proxy whose record is gone dropped", "cn", cn)
+			if m.claimDropped(cn, err) {
 				continue
 			}
-			if err == nil {
-				if err := claimChange(at)(&e, at); err != nil {
-					continue // revoked meanwhile, or already recorded
-				}
-				var val []byte
-				if val, err = json.Marshal(e); err == nil {
-					ops = append(ops, store.Set(proxyKey(cn), ver, val))
-					written = append(written, cn)
-					continue
-				}
-				err = fmt.Errorf("encode proxy record %s: %w", cn, err)
+			if err != nil {
+				return nil, err
 			}
-			if failed == nil {
-				failed = map[string]error{}
+			if claim(&e, at) != nil {
+				continue // revoked meanwhile, or already recorded
 			}
-			failed[cn] = err // names the proxy
+			val, err := json.Marshal(e)
+			if err != nil {
+				return nil, fmt.Errorf("encode proxy record %s: %w", cn, err)
+			}
+			ops = append(ops, store.Set(proxyKey(cn), ver, val))
+			written = append(written, cn)
 		}
 		if len(ops) == 0 {
-			return nil, failed, nil
+			return nil, nil
 		}
 		ok, err := m.st.Txn(ctx, ops...)
 		if err != nil {
-			return nil, nil, fmt.Errorf("write the claims of %d proxies: %w", len(ops), err)
+			return nil, fmt.Errorf("write the claims of %d proxies: %w", len(ops), err)
 		}
 		if ok {
-			return written, failed, nil
+			return written, nil
 		}
 	}
 	// Some record keeps changing (renewals, another replica): one by one,
 	// so the others are not held back by it.
-	written, failed = written[:0], nil
+	written = written[:0]
 	for cn, at := range batch {
-		err := m.updateProxy(ctx, cn, "claim", claimChange(at))
+		err := m.updateProxy(ctx, cn, "claim", claimAt(at))
 		switch {
 		case err == nil:
 			written = append(written, cn)
-		case errors.Is(err, ErrRevoked), errors.Is(err, ErrNotFound):
+		case errors.Is(err, ErrRevoked), m.claimDropped(cn, err):
 		default:
-			if failed == nil {
-				failed = map[string]error{}
-			}
-			failed[cn] = err
+			return nil, err
 		}
 	}
-	return written, failed, nil
+	return written, nil
+}
+
+// claimDropped reports whether err, from reading cn's record, means its
+// claim is not to be written at all: the record is gone, or no longer
+// decodes (logged).
+func (m *Manager) claimDropped(cn string, err error) bool {
+	switch {
+	case errors.Is(err, ErrNotFound):
+		m.log.Debug("claim of a proxy whose record is gone dropped", "cn", cn)
+		return true
+	case errors.Is(err, errUndecodable):
+		m.log.Warn("claim of a proxy whose record does not decode dropped; the proxy is refused when it next connects", "cn", cn, "err", err)
+		return true
+	}
+	return false
 }
 
 // pendingClaims returns the CNs of the claims not yet written, sorted.

@@ -356,9 +356,10 @@ func TestRunWritesClaimsBeforeReturning(t *testing.T) {
 	}
 }
 
-// A record that cannot be read holds back only its own claim, which is
-// logged with the proxy named; the others are written.
-func TestUnreadableRecordHoldsBackOnlyItsClaim(t *testing.T) {
+// A record that no longer decodes loses its claim, logged with the proxy
+// named; the other claims, and later ones, are written without delay, and
+// the proxy is refused when it connects again.
+func TestUnreadableRecordDropsOnlyItsClaim(t *testing.T) {
 	st := newHeldStore()
 	var logs syncBuffer
 	m, err := New(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)), st, Options{})
@@ -390,7 +391,16 @@ func TestUnreadableRecordHoldsBackOnlyItsClaim(t *testing.T) {
 	waitFor(t, "the unreadable record to be logged", func() bool {
 		return strings.Contains(logs.String(), "proxy record "+bad+" does not decode")
 	})
-	if got := m.pendingClaims(); len(got) != 1 || got[0] != bad {
-		t.Errorf("pending claims = %v, want only %s", got, bad)
+	if got := m.pendingClaims(); len(got) != 0 {
+		t.Errorf("pending claims = %v, want none: the unreadable one is dropped", got)
+	}
+	// Later claims are not held back by it, and the proxy itself is refused.
+	_, later := issueProxy(t, m)
+	if err := claimReturns(t, m, later); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a later claim to be written", func() bool { return stored(t, st.Memory, later).State == StateClaimed })
+	if err := m.ClaimProxy(t.Context(), bad); err == nil || !strings.Contains(err.Error(), "does not decode") {
+		t.Errorf("ClaimProxy of the unreadable record = %v, want a refusal naming it", err)
 	}
 }

@@ -317,6 +317,9 @@ func (m *Manager) RevokeProxy(ctx context.Context, cn string) error {
 // errUnchanged from a change function means there is nothing to write.
 var errUnchanged = errors.New("unchanged")
 
+// errUndecodable is in the error of a proxy record that does not decode.
+var errUndecodable = errors.New("does not decode")
+
 // updateProxy applies change to the record with a versioned write,
 // retrying when the record changed meanwhile.
 func (m *Manager) updateProxy(ctx context.Context, cn, what string, change func(*proxyEntry, time.Time) error) error {
@@ -360,7 +363,7 @@ func (m *Manager) loadProxy(ctx context.Context, cn string) (proxyEntry, uint64,
 	}
 	var e proxyEntry
 	if err := json.Unmarshal(raw, &e); err != nil {
-		return proxyEntry{}, 0, fmt.Errorf("proxy record %s does not decode: %w", cn, err)
+		return proxyEntry{}, 0, fmt.Errorf("proxy record %s %w: %w", cn, errUndecodable, err)
 	}
 	return e, ver, nil
 }
