@@ -7,8 +7,9 @@
 //     replicas racing to create it both end up with the first one written.
 //   - service certificates, for proxy-to-proxy mTLS: one per service
 //     account, common name <sa>.<namespace>.<trust-domain> and URI SAN
-//     spiffe://<trust-domain>/ns/<namespace>/sa/<sa>, about 48h with up to
-//     10% random jitter subtracted. The certificate and its key are kept at
+//     spiffe://<trust-domain>/ns/<namespace>/sa/<sa>, living the service
+//     lifetime (24h unless the MeshConfig or SetLifetimes says otherwise)
+//     with up to 10% random jitter subtracted. The certificate and its key are kept at
 //     certificate/service/<namespace>/<sa> so all proxies of the account and
 //     all replicas share them. Run rotates each one when less than a third
 //     of its lifetime is left (ServiceCertificate also does when asked for

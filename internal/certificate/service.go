@@ -32,7 +32,10 @@ type serviceRecord struct {
 	Expires        time.Time           `json:"expires"`
 	// Lifetime is the lifetime asked for, before jitter; rotations keep it.
 	// 0 is the default lifetime, as it is when each rotation happens.
-	Lifetime time.Duration `json:"lifetime"`
+	// (Records of earlier versions held the lifetime given to them under
+	// "lifetime", default or not: under this name they decode as 0, so
+	// their rotations follow the MeshConfig too.)
+	Lifetime time.Duration `json:"askedLifetime,omitzero"`
 }
 
 // rotateAt is when less than a third of the lifetime is left.
@@ -242,11 +245,7 @@ func (m *Manager) issueService(ctx context.Context, sa mesh.ServiceAccount, life
 		if asked == 0 && cur != nil {
 			asked = cur.Lifetime
 		}
-		lt := asked
-		if lt == 0 {
-			lt, _ = m.Lifetimes()
-		}
-		rec, err := m.newServiceRecord(sa, lt, asked)
+		rec, err := m.newServiceRecord(sa, asked)
 		if err != nil {
 			return nil, err
 		}
@@ -271,10 +270,14 @@ func (m *Manager) issueService(ctx context.Context, sa mesh.ServiceAccount, life
 	return nil, fmt.Errorf("issue certificate %s: the stored record keeps changing: %w", cn, ErrConflict)
 }
 
-// newServiceRecord issues a certificate and key for sa.
-// newServiceRecord issues sa's certificate for lifetime (less jitter) and
-// records asked, the lifetime its rotations keep (0: the default).
-func (m *Manager) newServiceRecord(sa mesh.ServiceAccount, lifetime, asked time.Duration) (serviceRecord, error) {
+// newServiceRecord issues sa's certificate and key for asked (less
+// jitter; 0: the current default) and records asked, the lifetime its
+// rotations keep.
+func (m *Manager) newServiceRecord(sa mesh.ServiceAccount, asked time.Duration) (serviceRecord, error) {
+	lifetime := asked
+	if lifetime == 0 {
+		lifetime, _ = m.Lifetimes()
+	}
 	cn := m.ServiceCommonName(sa)
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

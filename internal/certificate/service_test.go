@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -410,5 +411,49 @@ func TestSetLifetimes(t *testing.T) {
 	proxy, _ := issueProxy(t, m)
 	if got := proxy.NotAfter.Sub(clk.Now()); got != 3*time.Hour {
 		t.Errorf("proxy certificate issued after the change lives %s, want 3h", got)
+	}
+}
+
+// A service certificate record written by an earlier version held the
+// lifetime it was issued with under "lifetime", default or not; its
+// rotations follow a MeshConfig change like any default one.
+func TestEarlierRecordsFollowLifetimes(t *testing.T) {
+	clk := newClock()
+	st := store.NewMemory()
+	m := newTestManager(t, st, Options{Now: clk.Now, ServiceLifetime: 30 * time.Hour})
+	ctx := t.Context()
+	if _, err := m.ServiceCertificate(ctx, bookstore); err != nil {
+		t.Fatal(err)
+	}
+	// Rewrite the record as an earlier version stored it.
+	raw, _, err := st.Get(ctx, serviceKey(bookstore))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		t.Fatal(err)
+	}
+	delete(rec, "askedLifetime")
+	rec["lifetime"] = int64(30 * time.Hour)
+	if raw, err = json.Marshal(rec); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Txn(ctx, store.Set(serviceKey(bookstore), store.AnyVersion, raw)); err != nil {
+		t.Fatal(err)
+	}
+	m2 := newTestManager(t, st, Options{Now: clk.Now, ServiceLifetime: 30 * time.Hour})
+	if err := m2.SetLifetimes(2*time.Hour, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m2.RotateCertificate(ctx, m2.ServiceCommonName(bookstore)); err != nil {
+		t.Fatal(err)
+	}
+	c, err := m2.ServiceCertificate(ctx, bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.GetExpiration().Sub(clk.Now()); got > 2*time.Hour {
+		t.Errorf("rotated certificate of an earlier record lives %s, want the new default 2h (less jitter)", got)
 	}
 }

@@ -17,7 +17,7 @@ import (
 // ServingCertificate returns a tls.Config.GetCertificate function that
 // serves a server certificate from the mesh CA for hosts (DNS names or IP
 // addresses; the first is also the common name). The certificate lives
-// ProxyLifetime and is replaced on the first handshake after two thirds of
+// the proxy lifetime in force when it is issued and is replaced on the first handshake after two thirds of
 // it has passed; if that fails the old one is served while it is valid.
 // The chain sent is the leaf and the mesh root, so a client that pins the
 // root by CAHash (an enrolling agent) finds it in the handshake.
