@@ -436,24 +436,18 @@ type received struct {
 	at time.Time
 }
 
-// applyBatch applies first and every event already queued behind it, and
-// logs at Debug level how long they waited and took: the host's share of a
-// change's latency.
+// applyBatch applies first and the events queued behind it when it
+// starts (not those arriving meanwhile, so a fast plugin cannot keep the
+// host from its health checks), and logs at Debug level how long they
+// waited and took: the host's share of a change's latency.
 func (h *Host) applyBatch(in *instance, first received, queue <-chan received) {
 	start := time.Now()
-	oldest := first.at
-	n := 1
 	h.apply(in, first.Event)
-	for more := true; more; {
-		select {
-		case ev := <-queue:
-			h.apply(in, ev.Event)
-			n++
-		default:
-			more = false
-		}
+	n := 1 + len(queue)
+	for range n - 1 {
+		h.apply(in, (<-queue).Event)
 	}
-	in.log.Debug("provider events applied", "events", n, "queued", start.Sub(oldest), "apply", time.Since(start))
+	in.log.Debug("provider events applied", "events", n, "queued", start.Sub(first.at), "apply", time.Since(start))
 }
 
 func (h *Host) apply(in *instance, ev provider.Event) {

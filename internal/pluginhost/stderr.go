@@ -49,6 +49,10 @@ func (w *stderrRelogger) logLine(line string) {
 			_ = level.UnmarshalText([]byte(s))
 		}
 	}
+	ctx := context.Background()
+	if !w.log.Enabled(ctx, level) {
+		return
+	}
 	msg, _ := rec[slog.MessageKey].(string)
 	if msg == "" {
 		msg, _ = rec["@message"].(string) // hclog JSON
@@ -63,10 +67,6 @@ func (w *stderrRelogger) logLine(line string) {
 				at = t
 			}
 		}
-	}
-	ctx := context.Background()
-	if !w.log.Enabled(ctx, level) {
-		return
 	}
 	delete(rec, slog.TimeKey)
 	delete(rec, slog.LevelKey)
