@@ -73,7 +73,7 @@ type Publisher struct {
 	secrets   map[mesh.ServiceAccount]*cache.Set
 	// dependents indexes the rendered groups by the services whose
 	// endpoints they receive; nil when a group's dependencies changed.
-	dependents map[mesh.MeshService][]*group
+	dependents map[mesh.MeshService][]dependent
 	// memo shares what render builds for one upstream between the groups
 	// that call it, and byMessage the Resource (one marshal) of each
 	// message it shares; both are reset with each specification.
@@ -120,6 +120,7 @@ type group struct {
 	rds    *cache.Set
 	cds    *cache.Set
 	slots  []*edsSlot // of the services whose endpoints it receives, sorted by EDS name
+	eds    *cache.Set // the slots' resources when last built (see Publisher.edsSet)
 	err    error
 }
 
@@ -138,6 +139,13 @@ type node struct {
 	proxy Proxy
 	group *group
 	lds   *cache.Set
+}
+
+// dependent is a group that receives a service's endpoints, and the index
+// of that service's slot in the group's slots.
+type dependent struct {
+	g    *group
+	slot int
 }
 
 type internKey struct{ typeURL, name, version string }
@@ -509,13 +517,13 @@ func (p *Publisher) dropAllEDS() {
 // to the proxies that depend on them.
 func (p *Publisher) publishEDS(changed map[mesh.MeshService]bool) {
 	if p.dependents == nil {
-		p.dependents = map[mesh.MeshService][]*group{}
+		p.dependents = map[mesh.MeshService][]dependent{}
 		for _, g := range p.groups {
 			if g.err != nil || g.cds == nil {
 				continue
 			}
-			for _, sl := range g.slots {
-				p.dependents[sl.svc] = append(p.dependents[sl.svc], g)
+			for i, sl := range g.slots {
+				p.dependents[sl.svc] = append(p.dependents[sl.svc], dependent{g, i})
 			}
 		}
 	}
@@ -524,14 +532,34 @@ func (p *Publisher) publishEDS(changed map[mesh.MeshService]bool) {
 		done = map[*group]bool{}
 	}
 	for svc := range changed {
-		for _, g := range p.dependents[svc] {
-			if done != nil {
+		deps := p.dependents[svc]
+		if len(deps) == 0 {
+			continue
+		}
+		r, err := p.edsResource(p.eds[svc])
+		if err != nil {
+			p.log.Error("render endpoints", "service", svc, "err", err)
+			continue
+		}
+		for _, d := range deps {
+			g := d.g
+			var set *cache.Set
+			switch {
+			case done != nil:
 				if done[g] {
 					continue
 				}
 				done[g] = true
+				set, err = p.edsSet(g)
+			case g.eds != nil:
+				// The one service changed: its slot's resource is replaced.
+				rs := slices.Clone(g.eds.Resources())
+				rs[d.slot] = r
+				set, err = g.eds.Update(rs)
+				g.eds = set
+			default:
+				set, err = p.edsSet(g)
 			}
-			set, err := p.edsSet(g)
 			if err != nil {
 				p.log.Error("render endpoints", "service", g.key.service, "err", err)
 				continue
@@ -543,16 +571,44 @@ func (p *Publisher) publishEDS(changed map[mesh.MeshService]bool) {
 	}
 }
 
+// edsSet returns the group's load assignments. The set last built is kept:
+// unchanged, it is returned as is; when some slots' resources changed (an
+// endpoint change), the new set is an Update of it.
 func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
-	rs := make([]*cache.Resource, len(g.slots))
+	var held []*cache.Resource
+	if g.eds != nil {
+		held = g.eds.Resources() // one per slot, in slot order
+	}
+	var rs []*cache.Resource
 	for i, sl := range g.slots {
 		r, err := p.edsResource(sl)
 		if err != nil {
 			return nil, err
 		}
+		if rs == nil && held != nil && held[i] == r {
+			continue
+		}
+		if rs == nil {
+			rs = make([]*cache.Resource, len(g.slots))
+			copy(rs, held[:i])
+		}
 		rs[i] = r
 	}
-	return cache.NewSortedSet(rs) // slots are sorted by EDS name
+	var set *cache.Set
+	var err error
+	switch {
+	case g.eds == nil:
+		set, err = cache.NewSortedSet(rs) // slots are sorted by EDS name
+	case rs == nil:
+		return g.eds, nil
+	default:
+		set, err = g.eds.Update(rs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	g.eds = set
+	return set, nil
 }
 
 // renderAll re-renders every group and rebuilds every load assignment
@@ -616,7 +672,7 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 	for _, g := range groups {
 		old = append(old, g.resources()...)
 		oldSlots = append(oldSlots, g.slots...)
-		g.rds, g.cds, g.shared, g.slots, g.err = nil, nil, nil, nil, nil
+		g.rds, g.cds, g.shared, g.slots, g.eds, g.err = nil, nil, nil, nil, nil, nil
 	}
 	if len(groups) > 0 {
 		p.dependents = nil
@@ -670,7 +726,7 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 		slots[i].refs++
 	}
 	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(render.EDSName(a.svc), render.EDSName(b.svc)) })
-	g.inputs, g.rds, g.cds, g.slots, g.shared = in, rds, cds, slots, shared
+	g.inputs, g.rds, g.cds, g.slots, g.shared, g.eds = in, rds, cds, slots, shared, nil
 	p.retain(g.resources())
 	p.dependents = nil
 	return nil

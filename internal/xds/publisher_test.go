@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -248,6 +249,52 @@ func TestIncrementalSpecificationChangesMatchAFreshPublisher(t *testing.T) {
 	}
 	if got := sizes(); got != before {
 		t.Errorf("interned, held, EDS slots, validator memos = %v after the changes and back, want %v as before", got, before)
+	}
+}
+
+// Endpoint changes, one service or several at a time, leave every proxy
+// with the load assignments a publisher rendering everything afresh gives
+// (groups' EDS sets are updated in place, not rebuilt).
+func TestEndpointChangesMatchAFreshPublisher(t *testing.T) {
+	const services = 30
+	p, cat, c := benchPublisher(t, services, 3)
+	fresh, freshCat, fc := benchPublisher(t, services, 3)
+	ctx := context.Background()
+	endpoints := map[mesh.MeshService][]mesh.Endpoint{}
+	for i := range services {
+		for e := range 3 {
+			endpoints[benchService(i)] = append(endpoints[benchService(i)], mesh.Endpoint{IP: netip.AddrFrom4([4]byte{10, 0, byte(i), byte(e + 1)}), Port: 8080})
+		}
+	}
+	move := func(i, port int) {
+		eps := slices.Clone(endpoints[benchService(i)])
+		eps[0].Port = uint16(port)
+		endpoints[benchService(i)] = eps
+		cat.SetEndpoints("bench", benchService(i), eps)
+	}
+	steps := []struct {
+		name string
+		do   func()
+	}{
+		{"the hub", func() { move(0, 9001) }},
+		{"the hub again", func() { move(0, 9002) }},
+		{"a neighbour", func() { move(7, 9003) }},
+		{"two services at once", func() { move(0, 9004); move(8, 9005) }},
+		{"a service emptied", func() { endpoints[benchService(9)] = nil; cat.SetEndpoints("bench", benchService(9), nil) }},
+		{"the hub back", func() { move(0, 8080) }},
+	}
+	for _, step := range steps {
+		step.do()
+		p.pass(ctx, false, true, nil)
+		freshCat.ReplaceProvider("bench", endpoints)
+		fresh.catSnap = freshCat.Snapshot()
+		fresh.renderAll(ctx)
+		for id := range fresh.nodes {
+			got, want := c.View(id)[resource.EndpointType], fc.View(id)[resource.EndpointType]
+			if got.Version() != want.Version() || got.Len() != want.Len() {
+				t.Errorf("%s: node %s: EDS version %s (%d), a fresh publisher's %s (%d)", step.name, id, got.Version(), got.Len(), want.Version(), want.Len())
+			}
+		}
 	}
 }
 

@@ -101,7 +101,10 @@ type Set struct {
 	typeURL string
 	sorted  []*Resource
 	digest  uint64
-	anys    []*anypb.Any
+	// anys are the resources' Anys for a wildcard response, made at the
+	// first one (most sets, such as EDS's, are never sent whole); guarded
+	// by the Cache's mutex.
+	anys []*anypb.Any
 }
 
 // NewSet returns a Set of resources, which must share one type URL and have
@@ -144,15 +147,14 @@ func compareNames(a, b *Resource) int { return compareStrings(a.name, b.name) }
 
 // newSet returns a Set of sorted, distinct resources (which it keeps).
 func newSet(sorted []*Resource) (*Set, error) {
-	s := &Set{sorted: sorted, anys: make([]*anypb.Any, len(sorted))}
-	for i, r := range sorted {
+	s := &Set{sorted: sorted}
+	for _, r := range sorted {
 		if s.typeURL == "" {
 			s.typeURL = r.typeURL
 		} else if r.typeURL != s.typeURL {
 			return nil, fmt.Errorf("cache: resource %q is a %s but the set holds %s", r.name, r.typeURL, s.typeURL)
 		}
 		s.digest += r.digest
-		s.anys[i] = r.any
 	}
 	return s, nil
 }
@@ -192,6 +194,33 @@ func (s *Set) With(resources ...*Resource) (*Set, error) {
 		slices.SortFunc(rs, compareNames)
 	}
 	return newSet(rs)
+}
+
+// Update returns the Set of rs, which must name the resources of s in
+// s's order: new versions of some of them, as when endpoints change. It
+// keeps rs, which the caller must not modify afterwards. Cheaper than
+// NewSortedSet: names are compared for equality, not order, and only the
+// resources that changed are added into the digest again.
+func (s *Set) Update(rs []*Resource) (*Set, error) {
+	if len(rs) != len(s.sorted) {
+		return nil, fmt.Errorf("cache: updating a set of %d resources with %d; build a new set with NewSet", len(s.sorted), len(rs))
+	}
+	out := &Set{typeURL: s.typeURL, sorted: rs, digest: s.digest}
+	for i, r := range rs {
+		have := s.sorted[i]
+		switch {
+		case r == have:
+			continue
+		case r == nil:
+			return nil, errNilResource
+		case r.name != have.name:
+			return nil, fmt.Errorf("cache: updating resource %q with %q: an update keeps the names; build a new set with NewSet", have.name, r.name)
+		case r.typeURL != s.typeURL:
+			return nil, fmt.Errorf("cache: resource %q is a %s but the set holds %s", r.name, r.typeURL, s.typeURL)
+		}
+		out.digest += r.digest - have.digest
+	}
+	return out, nil
 }
 
 // Without returns a copy of s without the named resources.
@@ -596,6 +625,12 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 		// version rather than a map of every resource: a wildcard response
 		// then costs O(1) per proxy. If the stream later narrows to names,
 		// the server drops the entry and the named subset is sent afresh.
+		if set.anys == nil && len(set.sorted) > 0 {
+			set.anys = make([]*anypb.Any, len(set.sorted))
+			for i, r := range set.sorted {
+				set.anys[i] = r.any
+			}
+		}
 		resp = &sotwResponse{req: w.req, version: set.Version(), anys: set.anys, returned: map[string]string{wildcardKey: set.Version()}}
 	} else {
 		var sel []*Resource

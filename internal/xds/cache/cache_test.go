@@ -431,6 +431,40 @@ func TestSetErrors(t *testing.T) {
 	}
 }
 
+// Update gives the set NewSet gives for the same resources, and refuses
+// anything but new versions of the same names in the same order.
+func TestSetUpdate(t *testing.T) {
+	c := New(testLogger(t))
+	a1, b1, c1 := mustResource(t, c, "a", cla("a", 1, 1)), mustResource(t, c, "b", cla("b", 2, 1)), mustResource(t, c, "c", cla("c", 3, 1))
+	b2 := mustResource(t, c, "b", cla("b", 2, 2))
+	set := mustSet(t, a1, b1, c1)
+	got, err := set.Update([]*Resource{a1, b2, c1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := mustSet(t, a1, b2, c1); got.Version() != want.Version() || got.Get("b") != b2 || got.Len() != 3 {
+		t.Errorf("Update = version %s with b %v, want NewSet's %s with b2", got.Version(), got.Get("b"), want.Version())
+	}
+	if set.Get("b") != b1 {
+		t.Error("Update changed the set it was called on")
+	}
+	back, err := got.Update([]*Resource{a1, b1, c1})
+	if err != nil || back.Version() != set.Version() {
+		t.Errorf("updating back = %v, %v; want version %s", back.Version(), err, set.Version())
+	}
+	for name, rs := range map[string][]*Resource{
+		"fewer":          {a1, b2},
+		"renamed":        {a1, mustResource(t, c, "d", cla("d", 4, 1)), c1},
+		"reordered":      {b2, a1, c1},
+		"nil":            {a1, nil, c1},
+		"different type": {a1, mustResource(t, c, "b", cluster("b")), c1},
+	} {
+		if _, err := set.Update(rs); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
 // A stream that starts as a wildcard and then names resources gets the named
 // subset, and is not resent what it holds.
 func TestSotWWildcardThenNamed(t *testing.T) {
