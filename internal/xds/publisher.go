@@ -811,7 +811,7 @@ func (p *Publisher) validate(f render.Flavor, sets ...*cache.Set) error {
 			msgs = append(msgs, r.Message())
 		}
 	}
-	return p.validators[f].Validate(msgs...)
+	return p.validators[f].ValidateWith(p.memo, msgs...)
 }
 
 // intern returns the Resource already held for r's content, or r.

@@ -2,6 +2,7 @@ package render
 
 import (
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
@@ -27,6 +28,28 @@ type Memo struct {
 	trustDomain string
 	plans       map[planKey][]outbound
 	msgs        map[memoKey]proto.Message
+	// packed holds the typed message of each Any packed while building a
+	// message of msgs, so that a Validator given the Memo (see
+	// [Validator.ValidateWith]) need not unpack it. The Validator drops
+	// each entry it uses; the rest go with the Memo's snapshot. So it
+	// never holds more than one entry per Any inside msgs.
+	packed map[*anypb.Any]packedAny
+}
+
+// packedAny is the message an Any was packed from, with the Any's content
+// when it was packed (to tell whether it has been replaced since).
+type packedAny struct {
+	any     *anypb.Any
+	typeURL string
+	value   []byte
+	msg     proto.Message
+}
+
+// of returns the message a was packed from, if a still holds what it was
+// packed with.
+func (p packedAny) of(a *anypb.Any) (proto.Message, bool) {
+	same := len(a.Value) == len(p.value) && (len(p.value) == 0 || &a.Value[0] == &p.value[0])
+	return p.msg, same && a.TypeUrl == p.typeURL
 }
 
 type planKey struct {
@@ -56,7 +79,7 @@ type memoKey struct {
 
 // NewMemo returns an empty Memo.
 func NewMemo() *Memo {
-	return &Memo{plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}}
+	return &Memo{plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}, packed: map[*anypb.Any]packedAny{}}
 }
 
 // Len returns the number of messages the Memo holds (for tests and metrics).
@@ -68,12 +91,14 @@ func (mm *Memo) use(m Mesh) {
 	if mm.spec != m.Spec || mm.trustDomain != m.TrustDomain {
 		clear(mm.plans)
 		clear(mm.msgs)
+		clear(mm.packed)
 		mm.spec, mm.trustDomain = m.Spec, m.TrustDomain
 	}
 }
 
 // memoised returns the message m.Memo holds for k, or builds it with build
-// and remembers it (unless b has failed). Without a Memo it only builds.
+// and remembers it (unless b has failed), with the typed message of each
+// Any b packs for it. Without a Memo it only builds.
 func memoised[T proto.Message](m Mesh, b *builder, k memoKey, build func() T) T {
 	if m.Memo == nil {
 		return build()
@@ -82,9 +107,17 @@ func memoised[T proto.Message](m Mesh, b *builder, k memoKey, build func() T) T 
 	if msg, ok := m.Memo.msgs[k]; ok {
 		return msg.(T)
 	}
+	start := len(b.packed)
+	b.keep++
 	msg := build()
+	b.keep--
 	if b.err == nil {
 		m.Memo.msgs[k] = msg
+		for _, p := range b.packed[start:] {
+			m.Memo.packed[p.any] = p
+		}
 	}
+	clear(b.packed[start:])
+	b.packed = b.packed[:start]
 	return msg
 }

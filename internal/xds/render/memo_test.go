@@ -10,7 +10,9 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // memoMeshes are the specifications the Memo is checked against: the
@@ -106,6 +108,82 @@ func TestMemoForgetsAnotherSpecification(t *testing.T) {
 			t.Errorf("%s: with the Memo used before for another Mesh (-want +got):\n%s", step.name, diff)
 		}
 	}
+}
+
+// TestMemoPackedIsBounded: the typed messages a Memo keeps for the
+// validator are those of Anys inside the messages it holds, so rendering
+// the same proxies again (or proxies on other addresses) does not add any,
+// and a Memo given another specification lets them go.
+func TestMemoPackedIsBounded(t *testing.T) {
+	ms := memoMeshes(t)
+	memo := NewMemo()
+	m := ms["smi"]
+	m.Memo = memo
+	var sizes []int
+	for pass := range 2 {
+		for i, info := range m.Spec.Services() {
+			for _, f := range []Flavor{Envoy, GRPC} {
+				renderAll(t, m, Proxy{Service: info.Service, Flavor: f, Address: netip.AddrFrom4([4]byte{10, 7, byte(pass), byte(i + 1)})})
+			}
+		}
+		sizes = append(sizes, len(memo.packed))
+	}
+	// The Anys inside the Memo's messages, and inside the messages those
+	// were packed from.
+	held := map[*anypb.Any]bool{}
+	for _, msg := range memo.msgs {
+		anysIn(msg.ProtoReflect(), held)
+	}
+	for n := 0; n != len(held); {
+		n = len(held)
+		for a := range held {
+			if p, ok := memo.packed[a]; ok {
+				anysIn(p.msg.ProtoReflect(), held)
+			}
+		}
+	}
+	if sizes[0] == 0 || sizes[1] != sizes[0] {
+		t.Errorf("the Memo holds %v packed messages after each pass, want the same number (> 0) after both", sizes)
+	}
+	for a := range memo.packed {
+		if !held[a] {
+			t.Errorf("the Memo keeps the message of an Any %q that none of its messages holds", a.GetTypeUrl())
+		}
+	}
+	p := Proxy{Service: svc("bookbuyer"), Flavor: Envoy, Address: netip.MustParseAddr("10.0.0.1")}
+	m = ms["permissive"]
+	m.Memo = memo
+	renderAll(t, m, p)
+	for a := range memo.packed {
+		if held[a] {
+			t.Fatalf("after another specification, the Memo still keeps the message of an Any of the previous one")
+		}
+	}
+}
+
+// anysIn adds the Anys below m (not inside them) to into.
+func anysIn(m protoreflect.Message, into map[*anypb.Any]bool) {
+	if a, ok := m.Interface().(*anypb.Any); ok {
+		into[a] = true
+		return
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case messageOf(fd) == nil:
+		case fd.IsList():
+			for i := range v.List().Len() {
+				anysIn(v.List().Get(i).Message(), into)
+			}
+		case fd.IsMap():
+			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+				anysIn(mv.Message(), into)
+				return true
+			})
+		default:
+			anysIn(v.Message(), into)
+		}
+		return true
+	})
 }
 
 // TestListenersSplitPerProxy: PerProxyListeners are exactly the listeners

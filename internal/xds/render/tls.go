@@ -27,7 +27,13 @@ var alpn = []string{"h2", "http/1.1"}
 
 // builder collects the first error of marshalling typed configs, so the
 // rendering code stays a tree of literals.
-type builder struct{ err error }
+type builder struct {
+	err error
+	// keep > 0 while building a message for a Memo: packed collects the
+	// Anys packed meanwhile with their typed messages (see memoised).
+	keep   int
+	packed []packedAny
+}
 
 // any packs m deterministically (maps in key order), so equal content
 // gives equal bytes and an unchanged resource keeps its version.
@@ -36,6 +42,9 @@ func (b *builder) any(m proto.Message) *anypb.Any {
 	err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true})
 	if err != nil && b.err == nil {
 		b.err = fmt.Errorf("render: marshal %T: %w", m, err)
+	}
+	if b.keep > 0 {
+		b.packed = append(b.packed, packedAny{any: a, typeURL: a.TypeUrl, value: a.Value, msg: m})
 	}
 	return a
 }

@@ -114,7 +114,15 @@ func (vr *Validator) ForgetMessage(m proto.Message) { delete(vr.memo, m) }
 
 // Validate checks one proxy's complete set; see [Validate].
 func (vr *Validator) Validate(resources ...proto.Message) error {
-	v := &validation{vr: vr, flavor: vr.flavor, listeners: map[string]bool{}, routes: map[string]bool{}, clusters: map[string]bool{}, eds: map[string]bool{}, secrets: map[string]bool{}, addrs: map[string]string{}}
+	return vr.ValidateWith(nil, resources...)
+}
+
+// ValidateWith checks one proxy's complete set as Validate does, taking
+// the inner message of each Any that rendering with mm packed from mm
+// instead of unpacking it. Any other Any (packed elsewhere, or replaced
+// since) is unpacked. mm may be nil.
+func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
+	v := &validation{vr: vr, flavor: vr.flavor, memo: mm, listeners: map[string]bool{}, routes: map[string]bool{}, clusters: map[string]bool{}, eds: map[string]bool{}, secrets: map[string]bool{}, addrs: map[string]string{}}
 	for _, r := range resources {
 		v.index(r)
 	}
@@ -180,6 +188,7 @@ type reference struct{ from, kind, name string }
 type validation struct {
 	vr                                        *Validator
 	flavor                                    Flavor
+	memo                                      *Memo // may hold what Anys were packed from
 	listeners, routes, clusters, eds, secrets map[string]bool
 	addrs                                     map[string]string // listener address -> listener
 	refs                                      []reference
@@ -259,7 +268,7 @@ func (v *validation) walk(m protoreflect.Message) {
 		return
 	}
 	if a, ok := m.Interface().(*anypb.Any); ok {
-		inner, err := a.UnmarshalNew()
+		inner, err := v.unpack(a)
 		if err != nil {
 			v.fail("Any %q: %v", a.GetTypeUrl(), err)
 			return
@@ -273,6 +282,21 @@ func (v *validation) walk(m protoreflect.Message) {
 		return
 	}
 	v.walkFields(m)
+}
+
+// unpack returns the message in a: the one it was packed from, if the
+// Memo knows it (then forgetting it: what the walk finds is remembered),
+// or else a new one unmarshalled from it.
+func (v *validation) unpack(a *anypb.Any) (proto.Message, error) {
+	if v.memo != nil {
+		if p, ok := v.memo.packed[a]; ok {
+			delete(v.memo.packed, a)
+			if m, ok := p.of(a); ok {
+				return m, nil
+			}
+		}
+	}
+	return a.UnmarshalNew()
 }
 
 // walkChain walks a per-proxy listener's filter chain once per Validator:

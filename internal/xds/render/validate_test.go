@@ -290,24 +290,52 @@ func TestPerProxy(t *testing.T) {
 // TestWalkReachesEveryCheckedMessage walks every golden set twice: with
 // the validator's walk, which descends only towards checked types and
 // Anys, and with a full walk of every populated field. Both must meet the
-// same checked messages (counted per type).
+// same checked messages (counted per type). Rendered with a Memo, the
+// validator's walk takes the messages Anys were packed from from the Memo
+// (and must use every one of them) instead of unpacking them.
 func TestWalkReachesEveryCheckedMessage(t *testing.T) {
 	eps := bookstoreEndpoints(t)
-	for _, tc := range goldenCases() {
-		m := meshOf(bookstoreSpec(t, tc.permissive).Snapshot(), eps)
-		r := renderAll(t, m, Proxy{Service: svc(tc.service), Flavor: tc.flavor, Address: netip.MustParseAddr("10.0.0.1")})
-		pruned, full := map[protoreflect.FullName]int{}, map[protoreflect.FullName]int{}
-		v := &validation{vr: NewValidator(tc.flavor), flavor: tc.flavor, met: pruned}
-		for _, msg := range r.all() {
-			v.walk(msg.ProtoReflect())
-			fullWalk(t, msg.ProtoReflect(), full)
+	for _, withMemo := range []bool{false, true} {
+		for _, tc := range goldenCases() {
+			m := meshOf(bookstoreSpec(t, tc.permissive).Snapshot(), eps)
+			if withMemo {
+				m.Memo = NewMemo()
+			}
+			r := renderAll(t, m, Proxy{Service: svc(tc.service), Flavor: tc.flavor, Address: netip.MustParseAddr("10.0.0.1")})
+			if withMemo && len(m.Memo.packed) == 0 {
+				t.Fatalf("%s: the Memo holds no packed message", tc.name)
+			}
+			pruned, full := map[protoreflect.FullName]int{}, map[protoreflect.FullName]int{}
+			v := &validation{vr: NewValidator(tc.flavor), flavor: tc.flavor, memo: m.Memo, met: pruned}
+			for _, msg := range r.all() {
+				v.walk(msg.ProtoReflect())
+				fullWalk(t, msg.ProtoReflect(), full)
+			}
+			if len(full) < 5 {
+				t.Fatalf("%s: the full walk met only %v", tc.name, full)
+			}
+			if diff := cmp.Diff(full, pruned); diff != "" {
+				t.Errorf("%s (Memo %v): checked messages met (-full +pruned):\n%s", tc.name, withMemo, diff)
+			}
+			if withMemo && len(m.Memo.packed) != 0 {
+				t.Errorf("%s: %d packed messages left unused in the Memo", tc.name, len(m.Memo.packed))
+			}
 		}
-		if len(full) < 5 {
-			t.Fatalf("%s: the full walk met only %v", tc.name, full)
-		}
-		if diff := cmp.Diff(full, pruned); diff != "" {
-			t.Errorf("%s: checked messages met (-full +pruned):\n%s", tc.name, diff)
-		}
+	}
+}
+
+// TestValidateWithReplacedAny: an Any of a memoised message whose content
+// is replaced after rendering is unpacked, not taken from the Memo.
+func TestValidateWithReplacedAny(t *testing.T) {
+	m := meshOf(bookstoreSpec(t, false).Snapshot(), bookstoreEndpoints(t))
+	m.Memo = NewMemo()
+	s := set(renderAll(t, m, Proxy{Service: svc("bookbuyer"), Flavor: GRPC, Address: netip.MustParseAddr("127.0.10.1")}).all())
+	hcm, store := hcmOf(t, s.find(t, `listener "bookstore.default.mesh:14001"`).(*listenerv3.Listener))
+	hcm.HttpFilters = append(hcm.HttpFilters, &hcmv3.HttpFilter{Name: httpRBACFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAnyT(t, &rbachttpv3.RBAC{})}})
+	store()
+	err := NewValidator(GRPC).ValidateWith(m.Memo, s...)
+	if want := "http_filters must end in the router filter"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("ValidateWith = %v, want an error containing %q", err, want)
 	}
 }
 
