@@ -37,6 +37,9 @@ const (
 // secretLen is the length of a token secret: 32 random bytes in hex.
 const secretLen = 64
 
+// idLen is the length of a token's ID, the start of its secret's hash.
+const idLen = 8
+
 // Errors of token operations, wrapped with the detail.
 var (
 	// ErrTokenNotFound: no token has the ID (Revoke).
@@ -131,10 +134,6 @@ func (t *Tokens) Create(ctx context.Context, req TokenRequest) (string, Token, e
 	ttl := cmp.Or(req.TTL, DefaultTokenTTL)
 	uses := cmp.Or(req.Uses, DefaultTokenUses)
 
-	existing, err := t.List(ctx)
-	if err != nil {
-		return "", Token{}, err
-	}
 	for range 5 {
 		var raw [32]byte
 		if _, err := rand.Read(raw[:]); err != nil {
@@ -142,9 +141,13 @@ func (t *Tokens) Create(ctx context.Context, req TokenRequest) (string, Token, e
 		}
 		secret := hex.EncodeToString(raw[:])
 		hash := hashSecret(secret)
-		id := hash[:8]
-		if slices.ContainsFunc(existing, func(x Token) bool { return x.ID == id }) {
-			continue // keep short IDs unique so Revoke is unambiguous
+		id := hash[:idLen]
+		// Keep short IDs unique so Revoke is unambiguous. An ID is the
+		// prefix of its key's hash, so only tokens sharing it are read.
+		if same, err := t.withID(ctx, id); err != nil {
+			return "", Token{}, err
+		} else if len(same) > 0 {
+			continue
 		}
 		now := t.now().UTC().Truncate(time.Second)
 		tok := Token{
@@ -198,29 +201,14 @@ func (t *Tokens) List(ctx context.Context) ([]Token, error) {
 // not an error. Proxies already enrolled with it keep their certificates.
 func (t *Tokens) Revoke(ctx context.Context, id string) (Token, error) {
 	for range 5 {
-		kvs, err := t.st.List(ctx, TokenPrefix)
+		same, err := t.withID(ctx, id)
 		if err != nil {
-			return Token{}, fmt.Errorf("list join tokens: %w", err)
+			return Token{}, err
 		}
-		var (
-			found   bool
-			tok     Token
-			key     string
-			version uint64
-		)
-		for _, kv := range kvs {
-			var x Token
-			if err := json.Unmarshal(kv.Value, &x); err != nil {
-				return Token{}, fmt.Errorf("join token %s: decode: %w", kv.Key, err)
-			}
-			if x.ID == id {
-				found, tok, key, version = true, x, kv.Key, kv.Version
-				break
-			}
-		}
-		if !found {
+		if len(same) == 0 {
 			return Token{}, fmt.Errorf("%w: no join token has ID %q (list them with `osm-server token list`)", ErrTokenNotFound, id)
 		}
+		tok, key, version := same[0].tok, same[0].key, same[0].version
 		if tok.Revoked {
 			return tok, nil
 		}
@@ -239,6 +227,37 @@ func (t *Tokens) Revoke(ctx context.Context, id string) (Token, error) {
 		}
 	}
 	return Token{}, fmt.Errorf("revoke join token %s: it kept changing under us (5 tries); try again", id)
+}
+
+// storedToken is a token with its store key and version.
+type storedToken struct {
+	tok     Token
+	key     string
+	version uint64
+}
+
+// withID returns the tokens whose ID is id. A token's ID is the first
+// idLen hex digits of the hash in its key, so only keys with that prefix
+// are read, not every token (creating the 10,000th token read 10,000).
+func (t *Tokens) withID(ctx context.Context, id string) ([]storedToken, error) {
+	if len(id) != idLen || strings.Trim(id, "0123456789abcdef") != "" {
+		return nil, nil // no token has such an ID; and "" would list them all
+	}
+	kvs, err := t.st.List(ctx, TokenPrefix+id)
+	if err != nil {
+		return nil, fmt.Errorf("list join tokens: %w", err)
+	}
+	var out []storedToken
+	for _, kv := range kvs {
+		var x Token
+		if err := json.Unmarshal(kv.Value, &x); err != nil {
+			return nil, fmt.Errorf("join token %s: decode: %w", kv.Key, err)
+		}
+		if x.ID == id {
+			out = append(out, storedToken{x, kv.Key, kv.Version})
+		}
+	}
+	return out, nil
 }
 
 // lookup returns the token with the secret, its store key and version;

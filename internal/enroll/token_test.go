@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -190,5 +192,56 @@ func TestJoinCommand(t *testing.T) {
 	want := "osm-agent enroll --server https://10.0.0.1:15443 --token abc --ca-cert-hash sha256:00 --service bookstore --namespace default"
 	if got != want {
 		t.Errorf("JoinCommand = %q, want %q", got, want)
+	}
+}
+
+// listCounter is a Store that counts the keys its List calls return.
+type listCounter struct {
+	Store
+	read int
+}
+
+func (l *listCounter) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	kvs, err := l.Store.List(ctx, prefix)
+	l.read += len(kvs)
+	return kvs, err
+}
+
+// Creating and revoking a token read only the tokens sharing its ID, not
+// every token (which made creating n tokens cost n² decodes), and an ID
+// that cannot be one matches nothing.
+func TestTokenOperationsReadOnlyTheirID(t *testing.T) {
+	ctx := context.Background()
+	st := &listCounter{Store: store.NewMemory()}
+	tokens := NewTokens(st, nil)
+	var last Token
+	for i := range 50 {
+		_, tok, err := tokens.Create(ctx, TokenRequest{Service: mesh.MeshService{Namespace: "default", Name: fmt.Sprintf("svc-%d", i)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = tok
+	}
+	if st.read > 5 { // 50 random 32-bit IDs collide with odds of about 3 in 10 million
+		t.Errorf("creating 50 tokens read %d stored tokens, want about none", st.read)
+	}
+	st.read = 0
+	if _, err := tokens.Revoke(ctx, last.ID); err != nil {
+		t.Fatal(err)
+	}
+	if st.read != 1 {
+		t.Errorf("revoking one token read %d stored tokens, want 1", st.read)
+	}
+	for _, id := range []string{"", strings.ToUpper(last.ID), last.ID[:4], last.ID + "0"} {
+		if _, err := tokens.Revoke(ctx, id); !errors.Is(err, ErrTokenNotFound) {
+			t.Errorf("Revoke(%q) = %v, want ErrTokenNotFound", id, err)
+		}
+	}
+	list, err := tokens.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if revoked := slices.IndexFunc(list, func(x Token) bool { return x.Revoked }); len(list) != 50 || revoked < 0 || list[revoked].ID != last.ID {
+		t.Errorf("after revoking %s: %d tokens, revoked at %d; want 50 with only %s revoked", last.ID, len(list), revoked, last.ID)
 	}
 }
