@@ -38,9 +38,10 @@ var (
 // each naming the resource:
 //
 //   - ValidateAll on every resource and on every Any inside it (unpacked
-//     with anypb.UnmarshalNew, recursively); an Any of an unexpected type
-//     where a network filter, HTTP filter, transport socket, protocol
-//     options or API listener is configured;
+//     with anypb.UnmarshalNew, recursively, unless [Validator.ValidateWith]
+//     is given the Memo that knows what it was packed from); an Any of an
+//     unexpected type where a network filter, HTTP filter, transport
+//     socket, protocol options or API listener is configured;
 //   - every RDS, cluster (routes, weighted clusters, tcp_proxy), EDS and
 //     SDS name referenced exists in the set; names are unique per type;
 //   - no two listeners on one address:port; weighted clusters sum to more
@@ -67,6 +68,10 @@ type Validator struct {
 	// not once per proxy. See ForgetChains.
 	chains map[*listenerv3.FilterChain]walked
 	fields map[protoreflect.FullName][]protoreflect.FieldDescriptor // see fieldsOf
+	// rest holds, for each type with a typed walk, the fields of
+	// interest it leaves to reflection (see restOf).
+	rest     [numTyped][]protoreflect.FieldDescriptor
+	restDone [numTyped]bool
 }
 
 // walked is what walking one message found.
@@ -154,7 +159,7 @@ func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
 		// chains are shared, and remembered.
 		perProxy := isListener && PerProxy(l.GetName())
 		v.chains = perProxy
-		v.walk(r.ProtoReflect())
+		v.walkMsg(r)
 		v.chains = false
 		if !perProxy {
 			vr.memo[r] = walked{refs: slices.Clone(v.refs[refs:]), errs: slices.Clone(v.errs[errs:])}
@@ -195,7 +200,7 @@ type validation struct {
 	errs                                      []finding
 	chains                                    bool                          // walking a per-proxy listener: use Validator.chains
 	label                                     string                        // the resource being walked
-	met                                       map[protoreflect.FullName]int // if set, counts the checked messages walk meets (tests)
+	met                                       map[protoreflect.FullName]int // if set, counts the checks walk runs, by type (tests)
 }
 
 func labelOf(r proto.Message) string {
@@ -212,6 +217,14 @@ func labelOf(r proto.Message) string {
 		return fmt.Sprintf("secret %q", r.GetName())
 	}
 	return ""
+}
+
+// meet counts m as met by a check, if counting (tests); every check calls
+// it first.
+func (v *validation) meet(m proto.Message) {
+	if v.met != nil {
+		v.met[proto.MessageName(m)]++
+	}
 }
 
 func (v *validation) fail(format string, args ...any) {
@@ -262,26 +275,12 @@ func (v *validation) validateAll(m proto.Message) {
 // walk visits m and every message below it that a check applies to,
 // unpacking Anys. It descends only into fields through which such a
 // message can be reached (see [Validator.fieldsOf]); ValidateAll has
-// already checked the rest.
+// already checked the rest. Types render produces have a typed walk (see
+// typedWalks); others are walked reflectively.
 func (v *validation) walk(m protoreflect.Message) {
-	if !m.IsValid() {
-		return
+	if m.IsValid() {
+		v.walkMsg(m.Interface())
 	}
-	if a, ok := m.Interface().(*anypb.Any); ok {
-		inner, err := v.unpack(a)
-		if err != nil {
-			v.fail("Any %q: %v", a.GetTypeUrl(), err)
-			return
-		}
-		v.validateAll(inner)
-		v.walk(inner.ProtoReflect())
-		return
-	}
-	if fc, ok := m.Interface().(*listenerv3.FilterChain); ok && v.chains {
-		v.walkChain(fc)
-		return
-	}
-	v.walkFields(m)
 }
 
 // unpack returns the message in a: the one it was packed from, if the
@@ -306,7 +305,7 @@ func (v *validation) walkChain(fc *listenerv3.FilterChain) {
 	w, ok := v.vr.chains[fc]
 	if !ok {
 		refs, errs := len(v.refs), len(v.errs)
-		v.walkFields(fc.ProtoReflect())
+		v.wFilterChain(fc)
 		w = walked{refs: slices.Clone(v.refs[refs:]), errs: slices.Clone(v.errs[errs:])}
 		v.refs, v.errs = v.refs[:refs], v.errs[:errs]
 		v.vr.chains[fc] = w
@@ -321,16 +320,21 @@ func (v *validation) walkChain(fc *listenerv3.FilterChain) {
 	}
 }
 
-// walkFields checks m and walks on below it.
+// walkFields checks m and walks on below it, reflectively.
 func (v *validation) walkFields(m protoreflect.Message) {
+	if !m.IsValid() {
+		return
+	}
 	md := m.Descriptor()
 	if check := checks[md.FullName()]; check != nil {
 		check(v, m.Interface())
-		if v.met != nil {
-			v.met[md.FullName()]++
-		}
 	}
-	for _, fd := range v.vr.fieldsOf(md) {
+	v.walkFieldsOf(m, v.vr.fieldsOf(md))
+}
+
+// walkFieldsOf walks the messages in fields fds of m.
+func (v *validation) walkFieldsOf(m protoreflect.Message, fds []protoreflect.FieldDescriptor) {
+	for _, fd := range fds {
 		switch {
 		case fd.IsList():
 			for i, l := 0, m.Get(fd).List(); i < l.Len(); i++ {
@@ -416,7 +420,8 @@ func anyIs(a *anypb.Any, want ...protoreflect.FullName) bool {
 
 // check is what walk checks of one message of a given type (recording its
 // references); checks lists every type that has one, and walk descends
-// only towards those types and Anys.
+// only towards those types and Anys. The typed walks (see typedWalks)
+// call the same methods.
 type check func(*validation, proto.Message)
 
 func checkOf[T proto.Message](f func(*validation, T)) (protoreflect.FullName, check) {
@@ -428,81 +433,125 @@ var checks = func() map[protoreflect.FullName]check {
 	m := map[protoreflect.FullName]check{}
 	add := func(name protoreflect.FullName, c check) { m[name] = c }
 	add(checkOf((*validation).listener))
-	add(checkOf(func(v *validation, m *listenerv3.ApiListener) {
-		if !anyIs(m.GetApiListener(), nameOf(&hcmv3.HttpConnectionManager{})) {
-			v.fail("api_listener holds %q, want an HttpConnectionManager", m.GetApiListener().GetTypeUrl())
-		}
-	}))
-	add(checkOf(func(v *validation, m *listenerv3.FilterChain) {
-		if ts := m.GetTransportSocket(); ts != nil && !anyIs(ts.GetTypedConfig(), nameOf(&tlsv3.DownstreamTlsContext{})) {
-			v.fail("filter chain transport socket holds %q, want a DownstreamTlsContext", ts.GetTypedConfig().GetTypeUrl())
-		}
-	}))
-	add(checkOf(func(v *validation, m *listenerv3.Filter) {
-		if !anyIs(m.GetTypedConfig(), networkFilterTypes...) {
-			v.fail("network filter %q holds %q, want one of %v", m.GetName(), m.GetTypedConfig().GetTypeUrl(), networkFilterTypes)
-		}
-	}))
-	add(checkOf(func(v *validation, m *hcmv3.HttpConnectionManager) {
-		fs := m.GetHttpFilters()
-		if len(fs) == 0 || !anyIs(fs[len(fs)-1].GetTypedConfig(), nameOf(&routerv3.Router{})) {
-			v.fail("HTTP connection manager %q: http_filters must end in the router filter", m.GetStatPrefix())
-		}
-	}))
-	add(checkOf(func(v *validation, m *hcmv3.HttpFilter) {
-		if !anyIs(m.GetTypedConfig(), httpFilterTypes...) {
-			v.fail("HTTP filter %q holds %q, want one of %v", m.GetName(), m.GetTypedConfig().GetTypeUrl(), httpFilterTypes)
-		}
-	}))
-	add(checkOf(func(v *validation, m *hcmv3.Rds) { v.ref("route configuration", m.GetRouteConfigName()) }))
-	add(checkOf(func(v *validation, m *corev3.ConfigSource) {
-		if v.flavor == GRPC && m.GetAds() == nil && m.GetSelf() == nil {
-			v.fail("config source %v: gRPC accepts only ads or self", m)
-		}
-	}))
-	add(checkOf(func(v *validation, m *routev3.RouteAction) {
-		if c := m.GetCluster(); c != "" {
-			v.ref("cluster", c)
-		}
-	}))
-	add(checkOf(func(v *validation, m *routev3.WeightedCluster) {
-		var sum uint64
-		for _, c := range m.GetClusters() {
-			v.ref("cluster", c.GetName())
-			sum += uint64(c.GetWeight().GetValue())
-		}
-		if sum == 0 {
-			v.fail("weighted clusters %v sum to 0: drop the route or give a backend weight", clusterNames(m.GetClusters()))
-		}
-	}))
-	add(checkOf(func(v *validation, m *tcpproxyv3.TcpProxy) {
-		if c := m.GetCluster(); c != "" {
-			v.ref("cluster", c)
-		}
-	}))
-	add(checkOf(func(v *validation, m *tcpproxyv3.TcpProxy_WeightedCluster) {
-		var sum uint64
-		for _, c := range m.GetClusters() {
-			v.ref("cluster", c.GetName())
-			sum += uint64(c.GetWeight())
-		}
-		if sum == 0 {
-			v.fail("tcp_proxy weighted clusters sum to 0: give a backend weight")
-		}
-	}))
-	add(checkOf(func(v *validation, m *tlsv3.SdsSecretConfig) { v.ref("secret", m.GetName()) }))
+	add(checkOf((*validation).apiListener))
+	add(checkOf((*validation).filterChain))
+	add(checkOf((*validation).networkFilter))
+	add(checkOf((*validation).hcm))
+	add(checkOf((*validation).httpFilter))
+	add(checkOf((*validation).rds))
+	add(checkOf((*validation).configSource))
+	add(checkOf((*validation).routeAction))
+	add(checkOf((*validation).weightedClusters))
+	add(checkOf((*validation).tcpProxy))
+	add(checkOf((*validation).tcpWeightedClusters))
+	add(checkOf((*validation).sdsSecretConfig))
 	add(checkOf((*validation).commonTLS))
-	add(checkOf(func(v *validation, m *matcherv3.RegexMatcher) {
-		if _, err := regexp.Compile(m.GetRegex()); err != nil {
-			v.fail("regex %q is not RE2: %v", m.GetRegex(), err)
-		}
-	}))
+	add(checkOf((*validation).regex))
 	add(checkOf((*validation).cluster))
 	add(checkOf((*validation).loadAssignment))
 	return m
 }()
 
+func (v *validation) apiListener(m *listenerv3.ApiListener) {
+	v.meet(m)
+	if !anyIs(m.GetApiListener(), nameOf(&hcmv3.HttpConnectionManager{})) {
+		v.fail("api_listener holds %q, want an HttpConnectionManager", m.GetApiListener().GetTypeUrl())
+	}
+}
+
+func (v *validation) filterChain(m *listenerv3.FilterChain) {
+	v.meet(m)
+	if ts := m.GetTransportSocket(); ts != nil && !anyIs(ts.GetTypedConfig(), nameOf(&tlsv3.DownstreamTlsContext{})) {
+		v.fail("filter chain transport socket holds %q, want a DownstreamTlsContext", ts.GetTypedConfig().GetTypeUrl())
+	}
+}
+
+func (v *validation) networkFilter(m *listenerv3.Filter) {
+	v.meet(m)
+	if !anyIs(m.GetTypedConfig(), networkFilterTypes...) {
+		v.fail("network filter %q holds %q, want one of %v", m.GetName(), m.GetTypedConfig().GetTypeUrl(), networkFilterTypes)
+	}
+}
+
+func (v *validation) hcm(m *hcmv3.HttpConnectionManager) {
+	v.meet(m)
+	fs := m.GetHttpFilters()
+	if len(fs) == 0 || !anyIs(fs[len(fs)-1].GetTypedConfig(), nameOf(&routerv3.Router{})) {
+		v.fail("HTTP connection manager %q: http_filters must end in the router filter", m.GetStatPrefix())
+	}
+}
+
+func (v *validation) httpFilter(m *hcmv3.HttpFilter) {
+	v.meet(m)
+	if !anyIs(m.GetTypedConfig(), httpFilterTypes...) {
+		v.fail("HTTP filter %q holds %q, want one of %v", m.GetName(), m.GetTypedConfig().GetTypeUrl(), httpFilterTypes)
+	}
+}
+
+func (v *validation) rds(m *hcmv3.Rds) {
+	v.meet(m)
+	v.ref("route configuration", m.GetRouteConfigName())
+}
+
+func (v *validation) configSource(m *corev3.ConfigSource) {
+	v.meet(m)
+	if v.flavor == GRPC && m.GetAds() == nil && m.GetSelf() == nil {
+		v.fail("config source %v: gRPC accepts only ads or self", m)
+	}
+}
+
+func (v *validation) routeAction(m *routev3.RouteAction) {
+	v.meet(m)
+	if c := m.GetCluster(); c != "" {
+		v.ref("cluster", c)
+	}
+}
+
+func (v *validation) weightedClusters(m *routev3.WeightedCluster) {
+	v.meet(m)
+	var sum uint64
+	for _, c := range m.GetClusters() {
+		v.ref("cluster", c.GetName())
+		sum += uint64(c.GetWeight().GetValue())
+	}
+	if sum == 0 {
+		v.fail("weighted clusters %v sum to 0: drop the route or give a backend weight", clusterNames(m.GetClusters()))
+	}
+}
+
+func (v *validation) tcpProxy(m *tcpproxyv3.TcpProxy) {
+	v.meet(m)
+	if c := m.GetCluster(); c != "" {
+		v.ref("cluster", c)
+	}
+}
+
+func (v *validation) tcpWeightedClusters(m *tcpproxyv3.TcpProxy_WeightedCluster) {
+	v.meet(m)
+	var sum uint64
+	for _, c := range m.GetClusters() {
+		v.ref("cluster", c.GetName())
+		sum += uint64(c.GetWeight())
+	}
+	if sum == 0 {
+		v.fail("tcp_proxy weighted clusters sum to 0: give a backend weight")
+	}
+}
+
+func (v *validation) sdsSecretConfig(m *tlsv3.SdsSecretConfig) {
+	v.meet(m)
+	v.ref("secret", m.GetName())
+}
+
+func (v *validation) regex(m *matcherv3.RegexMatcher) {
+	v.meet(m)
+	if _, err := regexp.Compile(m.GetRegex()); err != nil {
+		v.fail("regex %q is not RE2: %v", m.GetRegex(), err)
+	}
+}
+
 func (v *validation) loadAssignment(m *endpointv3.ClusterLoadAssignment) {
+	v.meet(m)
 	seen := map[string]bool{}
 	for _, loc := range m.GetEndpoints() {
 		for _, e := range loc.GetLbEndpoints() {
@@ -528,6 +577,7 @@ func clusterNames(ws []*routev3.WeightedCluster_ClusterWeight) []string {
 }
 
 func (v *validation) listener(l *listenerv3.Listener) {
+	v.meet(l)
 	if l.GetApiListener() != nil {
 		if v.flavor == Envoy {
 			v.fail("api_listener is for gRPC clients; Envoy needs an address")
@@ -561,6 +611,7 @@ func (v *validation) uniqueAddress(l *listenerv3.Listener) {
 }
 
 func (v *validation) commonTLS(c *tlsv3.CommonTlsContext) {
+	v.meet(c)
 	usesSDS := len(c.GetTlsCertificateSdsSecretConfigs()) > 0 || c.GetValidationContextSdsSecretConfig() != nil ||
 		c.GetCombinedValidationContext().GetValidationContextSdsSecretConfig() != nil
 	usesProvider := c.GetTlsCertificateProviderInstance() != nil || c.GetValidationContext().GetCaCertificateProviderInstance() != nil ||
@@ -578,6 +629,7 @@ func (v *validation) commonTLS(c *tlsv3.CommonTlsContext) {
 }
 
 func (v *validation) cluster(c *clusterv3.Cluster) {
+	v.meet(c)
 	if ts := c.GetTransportSocket(); ts != nil && !anyIs(ts.GetTypedConfig(), nameOf(&tlsv3.UpstreamTlsContext{})) {
 		v.fail("transport socket holds %q, want an UpstreamTlsContext", ts.GetTypedConfig().GetTypeUrl())
 	}

@@ -15,12 +15,15 @@ import (
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -408,5 +411,145 @@ func TestValidatorSharesPerProxyChains(t *testing.T) {
 	vr.ForgetChains()
 	if len(vr.chains) != 0 {
 		t.Errorf("after ForgetChains: %d chains", len(vr.chains))
+	}
+}
+
+// TestTypedWalkFieldByField checks the validator's walk field by field:
+// for every type reachable from the resources and typed configs render
+// produces (through fields that can lead to a checked message or an Any),
+// and for every such field of it, a message with only that field set,
+// to a value that leads to a checked message by the shortest way, must
+// make the walk meet the same checked messages as a walk of every field.
+// So a typed walk (see typedWalks) that skips a field, or visits one
+// twice, fails here, whatever render fills in.
+func TestTypedWalkFieldByField(t *testing.T) {
+	vr := NewValidator(Envoy)
+	roots := []proto.Message{
+		&listenerv3.Listener{}, &routev3.RouteConfiguration{}, &clusterv3.Cluster{}, &endpointv3.ClusterLoadAssignment{}, &tlsv3.Secret{},
+		&hcmv3.HttpConnectionManager{}, &tcpproxyv3.TcpProxy{}, &rbacnetv3.RBAC{}, &rbachttpv3.RBAC{}, &routerv3.Router{},
+		&tlsv3.DownstreamTlsContext{}, &tlsv3.UpstreamTlsContext{}, &httpv3.HttpProtocolOptions{},
+	}
+	// Every type of interest reachable from the roots.
+	reach := map[protoreflect.FullName]protoreflect.MessageDescriptor{}
+	var collect func(md protoreflect.MessageDescriptor)
+	collect = func(md protoreflect.MessageDescriptor) {
+		if _, ok := reach[md.FullName()]; ok || md.FullName() == anyName {
+			return
+		}
+		reach[md.FullName()] = md
+		for _, fd := range vr.fieldsOf(md) {
+			collect(messageOf(fd))
+		}
+	}
+	for _, r := range roots {
+		collect(r.ProtoReflect().Descriptor())
+	}
+	for id, tw := range typedWalks {
+		md := tw.msg.ProtoReflect().Descriptor()
+		if _, ok := reach[md.FullName()]; !ok {
+			t.Errorf("typed walk %d of %s: not reachable from render's types", id, md.FullName())
+		}
+		if got := len(vr.restOf(typedID(id))); got != tw.guarded {
+			t.Errorf("typed walk of %s: its guard tests %d fields, but %d are left to it (see validation.rest)", md.FullName(), tw.guarded, got)
+		}
+		for _, n := range tw.handled {
+			found := false
+			for _, fd := range vr.fieldsOf(md) {
+				found = found || fd.Name() == n || fd.ContainingOneof() != nil && fd.ContainingOneof().Name() == n
+			}
+			if !found {
+				t.Errorf("typed walk of %s handles %q, which names no field or oneof of interest", md.FullName(), n)
+			}
+		}
+	}
+	if len(reach) < 100 {
+		t.Fatalf("only %d types reachable", len(reach))
+	}
+	// dist is how many messages down from a type the nearest checked
+	// message or Any is.
+	dist := map[protoreflect.FullName]int{anyName: 0}
+	for name := range reach {
+		if checks[name] != nil {
+			dist[name] = 0
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		for name, md := range reach {
+			for _, fd := range vr.fieldsOf(md) {
+				if d, ok := dist[messageOf(fd).FullName()]; ok {
+					if cur, ok := dist[name]; !ok || d+1 < cur {
+						dist[name], changed = d+1, true
+					}
+				}
+			}
+		}
+	}
+	rds, err := anypb.New(&hcmv3.Rds{RouteConfigName: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// probe returns a message of type md that leads to a checked message.
+	var probe func(md protoreflect.MessageDescriptor) protoreflect.Message
+	probe = func(md protoreflect.MessageDescriptor) protoreflect.Message {
+		if md.FullName() == anyName {
+			return proto.Clone(rds).ProtoReflect()
+		}
+		m := newMessage(t, md)
+		if checks[md.FullName()] != nil {
+			return m
+		}
+		var next protoreflect.FieldDescriptor
+		for _, fd := range vr.fieldsOf(md) {
+			if d, ok := dist[messageOf(fd).FullName()]; ok && (next == nil || d < dist[messageOf(next).FullName()]) {
+				next = fd
+			}
+		}
+		if next == nil {
+			t.Fatalf("%s leads to no checked message", md.FullName())
+		}
+		setProbe(m, next, probe(messageOf(next)))
+		return m
+	}
+	fields := 0
+	for name, md := range reach {
+		for _, fd := range vr.fieldsOf(md) {
+			m := newMessage(t, md)
+			setProbe(m, fd, probe(messageOf(fd)))
+			pruned, full := map[protoreflect.FullName]int{}, map[protoreflect.FullName]int{}
+			v := &validation{vr: vr, flavor: Envoy, met: pruned}
+			v.walkMsg(m.Interface())
+			fullWalk(t, m, full)
+			if len(full) == 0 {
+				t.Errorf("%s.%s: the probe reaches no checked message", name, fd.Name())
+			}
+			if diff := cmp.Diff(full, pruned); diff != "" {
+				t.Errorf("%s with only %s set: checked messages met (-full +walk):\n%s", name, fd.Name(), diff)
+			}
+			fields++
+		}
+	}
+	t.Logf("%d types, %d fields", len(reach), fields)
+}
+
+// newMessage returns an empty message of the generated type of md.
+func newMessage(t *testing.T, md protoreflect.MessageDescriptor) protoreflect.Message {
+	t.Helper()
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(md.FullName())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mt.New()
+}
+
+// setProbe sets field fd of m to (a list or map holding) val.
+func setProbe(m protoreflect.Message, fd protoreflect.FieldDescriptor, val protoreflect.Message) {
+	switch {
+	case fd.IsList():
+		m.Mutable(fd).List().Append(protoreflect.ValueOfMessage(val))
+	case fd.IsMap():
+		m.Mutable(fd).Map().Set(fd.MapKey().Default().MapKey(), protoreflect.ValueOfMessage(val))
+	default:
+		m.Set(fd, protoreflect.ValueOfMessage(val))
 	}
 }
