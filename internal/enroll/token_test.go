@@ -232,7 +232,7 @@ func TestTokenOperationsReadOnlyTheirID(t *testing.T) {
 	if st.read != 1 {
 		t.Errorf("revoking one token read %d stored tokens, want 1", st.read)
 	}
-	for _, id := range []string{"", strings.ToUpper(last.ID), last.ID[:4], last.ID + "0"} {
+	for _, id := range []string{"", "DEADBEEF", "0000000x", last.ID[:4], last.ID + "0"} {
 		if _, err := tokens.Revoke(ctx, id); !errors.Is(err, ErrTokenNotFound) {
 			t.Errorf("Revoke(%q) = %v, want ErrTokenNotFound", id, err)
 		}
