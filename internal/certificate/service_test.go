@@ -457,3 +457,69 @@ func TestEarlierRecordsFollowLifetimes(t *testing.T) {
 		t.Errorf("rotated certificate of an earlier record lives %s, want the new default 2h (less jitter)", got)
 	}
 }
+
+// readCounter is a Store that counts the service certificate records it
+// hands out with their values (by List or Get).
+type readCounter struct {
+	*store.Memory
+	mu   sync.Mutex
+	read int
+}
+
+func (r *readCounter) count(n int) {
+	r.mu.Lock()
+	r.read += n
+	r.mu.Unlock()
+}
+
+func (r *readCounter) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	kvs, err := r.Memory.List(ctx, prefix)
+	if strings.HasPrefix(prefix, servicePrefix) {
+		r.count(len(kvs))
+	}
+	return kvs, err
+}
+
+func (r *readCounter) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	val, ver, err := r.Memory.Get(ctx, key)
+	if strings.HasPrefix(key, servicePrefix) && ver != 0 {
+		r.count(1)
+	}
+	return val, ver, err
+}
+
+// Following the store after one more service certificate reads that one
+// record, not every service's (a fleet's first proxies of n services made
+// n syncs of n records each).
+func TestSyncServicesReadsOnlyChangedRecords(t *testing.T) {
+	st := &readCounter{Memory: store.NewMemory()}
+	m := newTestManager(t, st, Options{})
+	ctx := t.Context()
+	for i := range 20 {
+		if _, err := m.ServiceCertificate(ctx, mesh.ServiceAccount{Namespace: "default", Name: fmt.Sprintf("svc-%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.syncServices(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	// Another replica issues one more.
+	other := newTestManager(t, st.Memory, Options{})
+	if _, err := other.ServiceCertificate(ctx, mesh.ServiceAccount{Namespace: "default", Name: "new"}); err != nil {
+		t.Fatal(err)
+	}
+	st.mu.Lock()
+	st.read = 0
+	st.mu.Unlock()
+	if err := m.syncServices(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if st.read != 1 {
+		t.Errorf("a sync after one new certificate read %d records, want 1", st.read)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.services[m.ServiceCommonName(mesh.ServiceAccount{Namespace: "default", Name: "new"})] == nil || len(m.services) != 21 {
+		t.Errorf("after the sync: %d service certificates known, want 21 with the new one", len(m.services))
+	}
+}
