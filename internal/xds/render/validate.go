@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strconv"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -28,8 +29,11 @@ import (
 func nameOf(m proto.Message) protoreflect.FullName { return proto.MessageName(m) }
 
 var (
-	networkFilterTypes = []protoreflect.FullName{nameOf(&hcmv3.HttpConnectionManager{}), nameOf(&tcpproxyv3.TcpProxy{}), nameOf(&rbacnetv3.RBAC{})}
-	httpFilterTypes    = []protoreflect.FullName{nameOf(&routerv3.Router{}), nameOf(&rbachttpv3.RBAC{})}
+	hcmName, routerName       = nameOf(&hcmv3.HttpConnectionManager{}), nameOf(&routerv3.Router{})
+	downstreamTLSName         = nameOf(&tlsv3.DownstreamTlsContext{})
+	upstreamTLSName, httpOpts = nameOf(&tlsv3.UpstreamTlsContext{}), nameOf(&httpv3.HttpProtocolOptions{})
+	networkFilterTypes        = []protoreflect.FullName{nameOf(&hcmv3.HttpConnectionManager{}), nameOf(&tcpproxyv3.TcpProxy{}), nameOf(&rbacnetv3.RBAC{})}
+	httpFilterTypes           = []protoreflect.FullName{nameOf(&routerv3.Router{}), nameOf(&rbachttpv3.RBAC{})}
 )
 
 // Validate checks one proxy's complete set of resources (listeners, route
@@ -72,7 +76,15 @@ type Validator struct {
 	// interest it leaves to reflection (see restOf).
 	rest     [numTyped][]protoreflect.FieldDescriptor
 	restDone [numTyped]bool
+	// regexes remembers whether each regex compiles (at most maxRegexes,
+	// then it starts again).
+	regexes map[string]error
+	// scratch is the state of a Validate call, kept to reuse its maps and
+	// slices.
+	scratch validation
 }
+
+const maxRegexes = 4096
 
 // walked is what walking one message found.
 type walked struct {
@@ -80,20 +92,22 @@ type walked struct {
 	errs []finding
 }
 
-// finding is one problem; label names the resource it was found in ("" for
-// problems of the set).
-type finding struct{ label, msg string }
+// finding is one problem, in a resource (nil for problems of the set).
+type finding struct {
+	in  proto.Message
+	msg string
+}
 
 func (f finding) err() error {
-	if f.label == "" {
+	if f.in == nil {
 		return errors.New(f.msg)
 	}
-	return errors.New(f.label + ": " + f.msg)
+	return errors.New(labelOf(f.in) + ": " + f.msg)
 }
 
 // NewValidator returns a Validator for flavour f.
 func NewValidator(f Flavor) *Validator {
-	return &Validator{flavor: f, memo: map[proto.Message]walked{}, chains: map[*listenerv3.FilterChain]walked{}, fields: map[protoreflect.FullName][]protoreflect.FieldDescriptor{}}
+	return &Validator{flavor: f, memo: map[proto.Message]walked{}, chains: map[*listenerv3.FilterChain]walked{}, fields: map[protoreflect.FullName][]protoreflect.FieldDescriptor{}, regexes: map[string]error{}}
 }
 
 // Len returns the number of resources whose findings the Validator
@@ -105,6 +119,7 @@ func (vr *Validator) Len() int { return len(vr.memo) }
 func (vr *Validator) Forget() {
 	clear(vr.memo)
 	clear(vr.chains)
+	clear(vr.regexes)
 }
 
 // ForgetChains drops what the Validator remembers of per-proxy listeners'
@@ -127,7 +142,9 @@ func (vr *Validator) Validate(resources ...proto.Message) error {
 // instead of unpacking it. Any other Any (packed elsewhere, or replaced
 // since) is unpacked. mm may be nil.
 func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
-	v := &validation{vr: vr, flavor: vr.flavor, memo: mm, listeners: map[string]bool{}, routes: map[string]bool{}, clusters: map[string]bool{}, eds: map[string]bool{}, secrets: map[string]bool{}, addrs: map[string]string{}}
+	v := &vr.scratch
+	v.start(vr, mm)
+	defer v.end()
 	for _, r := range resources {
 		v.index(r)
 	}
@@ -135,15 +152,12 @@ func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
 		if r == nil {
 			continue
 		}
+		if kind, _ := kindAndName(r); kind == "" {
+			continue
+		}
 		w, remembered := vr.memo[r]
 		l, isListener := r.(*listenerv3.Listener)
-		if !remembered || isListener {
-			// The label names the resource in errors; a remembered one
-			// carries its labelled references and errors already.
-			if v.label = labelOf(r); v.label == "" {
-				continue
-			}
-		}
+		v.in = r
 		if isListener {
 			v.uniqueAddress(l)
 		}
@@ -188,35 +202,73 @@ func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
 	return errors.Join(errs...)
 }
 
-type reference struct{ from, kind, name string }
+// reference is a name of kind that resource from (nil once remembered
+// for a filter chain) refers to.
+type reference struct {
+	from       proto.Message
+	kind, name string
+}
 
 type validation struct {
 	vr                                        *Validator
 	flavor                                    Flavor
 	memo                                      *Memo // may hold what Anys were packed from
 	listeners, routes, clusters, eds, secrets map[string]bool
-	addrs                                     map[string]string // listener address -> listener
+	addrs                                     map[netip.AddrPort]string // listener address -> listener
+	endpoints                                 map[endpointAddr]bool     // see loadAssignment
 	refs                                      []reference
 	errs                                      []finding
 	chains                                    bool                          // walking a per-proxy listener: use Validator.chains
-	label                                     string                        // the resource being walked
+	in                                        proto.Message                 // the resource being walked
 	met                                       map[protoreflect.FullName]int // if set, counts the checks walk runs, by type (tests)
 }
 
-func labelOf(r proto.Message) string {
+// start readies v, kept from vr's last call, for a new one.
+func (v *validation) start(vr *Validator, mm *Memo) {
+	v.vr, v.flavor, v.memo = vr, vr.flavor, mm
+	if v.listeners == nil {
+		v.listeners, v.routes, v.clusters, v.eds, v.secrets = map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
+		v.addrs = map[netip.AddrPort]string{}
+	}
+}
+
+// end lets go of what the call saw, keeping the space.
+func (v *validation) end() {
+	for _, m := range []map[string]bool{v.listeners, v.routes, v.clusters, v.eds, v.secrets} {
+		clear(m)
+	}
+	clear(v.addrs)
+	clear(v.refs)
+	clear(v.errs)
+	v.refs, v.errs, v.memo, v.in, v.chains = v.refs[:0], v.errs[:0], nil, nil, false
+}
+
+// kindAndName returns the kind and name of resource r ("" for another
+// type).
+func kindAndName(r proto.Message) (kind, name string) {
 	switch r := r.(type) {
 	case *listenerv3.Listener:
-		return fmt.Sprintf("listener %q", r.GetName())
+		return "listener", r.GetName()
 	case *routev3.RouteConfiguration:
-		return fmt.Sprintf("route configuration %q", r.GetName())
+		return "route configuration", r.GetName()
 	case *clusterv3.Cluster:
-		return fmt.Sprintf("cluster %q", r.GetName())
+		return "cluster", r.GetName()
 	case *endpointv3.ClusterLoadAssignment:
-		return fmt.Sprintf("load assignment %q", r.GetClusterName())
+		return "load assignment", r.GetClusterName()
 	case *tlsv3.Secret:
-		return fmt.Sprintf("secret %q", r.GetName())
+		return "secret", r.GetName()
 	}
-	return ""
+	return "", ""
+}
+
+// labelOf names resource r in errors (`cluster "default/bookstore"`), or
+// returns "".
+func labelOf(r proto.Message) string {
+	kind, name := kindAndName(r)
+	if kind == "" {
+		return ""
+	}
+	return kind + " " + strconv.Quote(name)
 }
 
 // meet counts m as met by a check, if counting (tests); every check calls
@@ -228,20 +280,20 @@ func (v *validation) meet(m proto.Message) {
 }
 
 func (v *validation) fail(format string, args ...any) {
-	v.errs = append(v.errs, finding{v.label, fmt.Sprintf(format, args...)})
+	v.errs = append(v.errs, finding{v.in, fmt.Sprintf(format, args...)})
 }
 
 func (v *validation) ref(kind, name string) {
-	v.refs = append(v.refs, reference{from: v.label, kind: kind, name: name})
+	v.refs = append(v.refs, reference{from: v.in, kind: kind, name: name})
 }
 
 func (v *validation) index(r proto.Message) {
 	add := func(m map[string]bool, kind, name string) {
 		switch {
 		case name == "":
-			v.errs = append(v.errs, finding{"", kind + " without a name"})
+			v.errs = append(v.errs, finding{nil, kind + " without a name"})
 		case m[name]:
-			v.errs = append(v.errs, finding{"", fmt.Sprintf("%s %q appears twice in the set", kind, name)})
+			v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q appears twice in the set", kind, name)})
 		}
 		m[name] = true
 	}
@@ -256,11 +308,11 @@ func (v *validation) index(r proto.Message) {
 		add(v.eds, "load assignment", r.GetClusterName())
 	case *tlsv3.Secret:
 		if v.flavor == GRPC {
-			v.errs = append(v.errs, finding{"", fmt.Sprintf("secret %q: gRPC has no SDS; its TLS comes from certificate provider %q", r.GetName(), CertProviderInstance)})
+			v.errs = append(v.errs, finding{nil, fmt.Sprintf("secret %q: gRPC has no SDS; its TLS comes from certificate provider %q", r.GetName(), CertProviderInstance)})
 		}
 		add(v.secrets, "secret", r.GetName())
 	default:
-		v.errs = append(v.errs, finding{"", fmt.Sprintf("unexpected resource type %T: want a listener, route configuration, cluster, load assignment or secret", r)})
+		v.errs = append(v.errs, finding{nil, fmt.Sprintf("unexpected resource type %T: want a listener, route configuration, cluster, load assignment or secret", r)})
 	}
 }
 
@@ -307,15 +359,21 @@ func (v *validation) walkChain(fc *listenerv3.FilterChain) {
 		refs, errs := len(v.refs), len(v.errs)
 		v.wFilterChain(fc)
 		w = walked{refs: slices.Clone(v.refs[refs:]), errs: slices.Clone(v.errs[errs:])}
+		for i := range w.refs {
+			w.refs[i].from = nil
+		}
+		for i := range w.errs {
+			w.errs[i].in = nil
+		}
 		v.refs, v.errs = v.refs[:refs], v.errs[:errs]
 		v.vr.chains[fc] = w
 	}
 	for _, r := range w.refs {
-		r.from = v.label
+		r.from = v.in
 		v.refs = append(v.refs, r)
 	}
 	for _, f := range w.errs {
-		f.label = v.label
+		f.in = v.in
 		v.errs = append(v.errs, f)
 	}
 }
@@ -454,14 +512,14 @@ var checks = func() map[protoreflect.FullName]check {
 
 func (v *validation) apiListener(m *listenerv3.ApiListener) {
 	v.meet(m)
-	if !anyIs(m.GetApiListener(), nameOf(&hcmv3.HttpConnectionManager{})) {
+	if !anyIs(m.GetApiListener(), hcmName) {
 		v.fail("api_listener holds %q, want an HttpConnectionManager", m.GetApiListener().GetTypeUrl())
 	}
 }
 
 func (v *validation) filterChain(m *listenerv3.FilterChain) {
 	v.meet(m)
-	if ts := m.GetTransportSocket(); ts != nil && !anyIs(ts.GetTypedConfig(), nameOf(&tlsv3.DownstreamTlsContext{})) {
+	if ts := m.GetTransportSocket(); ts != nil && !anyIs(ts.GetTypedConfig(), downstreamTLSName) {
 		v.fail("filter chain transport socket holds %q, want a DownstreamTlsContext", ts.GetTypedConfig().GetTypeUrl())
 	}
 }
@@ -476,7 +534,7 @@ func (v *validation) networkFilter(m *listenerv3.Filter) {
 func (v *validation) hcm(m *hcmv3.HttpConnectionManager) {
 	v.meet(m)
 	fs := m.GetHttpFilters()
-	if len(fs) == 0 || !anyIs(fs[len(fs)-1].GetTypedConfig(), nameOf(&routerv3.Router{})) {
+	if len(fs) == 0 || !anyIs(fs[len(fs)-1].GetTypedConfig(), routerName) {
 		v.fail("HTTP connection manager %q: http_filters must end in the router filter", m.GetStatPrefix())
 	}
 }
@@ -545,20 +603,37 @@ func (v *validation) sdsSecretConfig(m *tlsv3.SdsSecretConfig) {
 
 func (v *validation) regex(m *matcherv3.RegexMatcher) {
 	v.meet(m)
-	if _, err := regexp.Compile(m.GetRegex()); err != nil {
+	err, ok := v.vr.regexes[m.GetRegex()]
+	if !ok {
+		_, err = regexp.Compile(m.GetRegex())
+		if len(v.vr.regexes) >= maxRegexes {
+			clear(v.vr.regexes)
+		}
+		v.vr.regexes[m.GetRegex()] = err
+	}
+	if err != nil {
 		v.fail("regex %q is not RE2: %v", m.GetRegex(), err)
 	}
 }
 
+type endpointAddr struct {
+	ip   string
+	port uint32
+}
+
 func (v *validation) loadAssignment(m *endpointv3.ClusterLoadAssignment) {
 	v.meet(m)
-	seen := map[string]bool{}
+	if v.endpoints == nil {
+		v.endpoints = map[endpointAddr]bool{}
+	}
+	seen := v.endpoints
+	defer clear(seen)
 	for _, loc := range m.GetEndpoints() {
 		for _, e := range loc.GetLbEndpoints() {
 			sa := e.GetEndpoint().GetAddress().GetSocketAddress()
-			a := fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue())
+			a := endpointAddr{sa.GetAddress(), sa.GetPortValue()}
 			if seen[a] {
-				v.fail("endpoint %s appears twice (gRPC rejects duplicate endpoint addresses)", a)
+				v.fail("endpoint %s:%d appears twice (gRPC rejects duplicate endpoint addresses)", a.ip, a.port)
 			}
 			seen[a] = true
 		}
@@ -602,7 +677,7 @@ func (v *validation) uniqueAddress(l *listenerv3.Listener) {
 	if l.GetApiListener() != nil || sa == nil || err != nil {
 		return
 	}
-	addr := netip.AddrPortFrom(ip, uint16(sa.GetPortValue())).String()
+	addr := netip.AddrPortFrom(ip, uint16(sa.GetPortValue()))
 	if other, ok := v.addrs[addr]; ok {
 		v.fail("listens on %s like listener %q: give each listener its own address and port", addr, other)
 		return
@@ -630,11 +705,11 @@ func (v *validation) commonTLS(c *tlsv3.CommonTlsContext) {
 
 func (v *validation) cluster(c *clusterv3.Cluster) {
 	v.meet(c)
-	if ts := c.GetTransportSocket(); ts != nil && !anyIs(ts.GetTypedConfig(), nameOf(&tlsv3.UpstreamTlsContext{})) {
+	if ts := c.GetTransportSocket(); ts != nil && !anyIs(ts.GetTypedConfig(), upstreamTLSName) {
 		v.fail("transport socket holds %q, want an UpstreamTlsContext", ts.GetTypedConfig().GetTypeUrl())
 	}
 	for k, a := range c.GetTypedExtensionProtocolOptions() {
-		if k != httpProtocolOpts || !anyIs(a, nameOf(&httpv3.HttpProtocolOptions{})) {
+		if k != httpProtocolOpts || !anyIs(a, httpOpts) {
 			v.fail("typed_extension_protocol_options[%q] holds %q, want %s", k, a.GetTypeUrl(), httpProtocolOpts)
 		}
 	}

@@ -553,3 +553,31 @@ func setProbe(m protoreflect.Message, fd protoreflect.FieldDescriptor, val proto
 		m.Set(fd, protoreflect.ValueOfMessage(val))
 	}
 }
+
+// TestValidatorReuse: a Validator that found problems in one set finds
+// none in a good one after it (nothing is left over from the earlier call),
+// and the same problems again in an equal broken set (the regex it
+// remembers as not compiling included).
+func TestValidatorReuse(t *testing.T) {
+	m := meshOf(bookstoreSpec(t, false).Snapshot(), bookstoreEndpoints(t))
+	good := renderAll(t, m, Proxy{Service: svc("bookbuyer"), Address: netip.MustParseAddr("127.0.10.1")}).all()
+	broken := func() set {
+		s := cloneSet(good).without(t, `secret "root-ca"`)
+		rc := s.find(t, `route configuration "outbound|default/bookstore|14001"`).(*routev3.RouteConfiguration)
+		rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: `/books(?=/new)`}}
+		return s
+	}
+	vr := NewValidator(Envoy)
+	first := vr.Validate(broken()...)
+	for _, want := range []string{`regex "/books(?=/new)" is not RE2`, `references secret "root-ca"`} {
+		if first == nil || !strings.Contains(first.Error(), want) {
+			t.Fatalf("Validate(broken) = %v, want an error containing %q", first, want)
+		}
+	}
+	if err := vr.Validate(good...); err != nil {
+		t.Errorf("Validate(good) after Validate(broken) = %v", err)
+	}
+	if again := vr.Validate(broken()...); again == nil || again.Error() != first.Error() {
+		t.Errorf("Validate(broken) again:\n%v\nwant\n%v", again, first)
+	}
+}
