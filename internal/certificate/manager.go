@@ -407,9 +407,9 @@ func (m *Manager) wake() {
 	}
 }
 
-// proxySyncDelay is how long Run lets proxy-record commits by other writers
-// accumulate before it reads them.
-const proxySyncDelay = 200 * time.Millisecond
+// syncDelay is how long Run lets commits of service certificates or proxy
+// records accumulate before it reads them.
+const syncDelay = 200 * time.Millisecond
 
 // Run rotates service certificates before they expire, follows changes
 // other replicas make in the store, announcing them, and writes proxy
@@ -451,7 +451,7 @@ func (m *Manager) run(ctx context.Context) error {
 	}
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	var proxySync <-chan time.Time
+	var svcSync, proxySync <-chan time.Time
 	for {
 		wait := m.untilNextRotation()
 		if !retryAt.IsZero() {
@@ -464,15 +464,21 @@ func (m *Manager) run(ctx context.Context) error {
 			return nil
 		case <-m.kick:
 		case <-svcCh:
+			// Local changes are observed as they are made; this follows
+			// other writers. Waiting a moment turns the first proxies of
+			// many services (each issuing a certificate) into one pass.
+			if svcSync == nil {
+				svcSync = time.After(syncDelay)
+			}
+		case <-svcSync:
+			svcSync = nil
 			if err := m.syncServices(ctx, true); err != nil && ctx.Err() == nil {
 				fail("follow service certificates", err)
 			}
 		case <-proxyCh:
-			// Local changes are announced as they are made; this follows
-			// other writers. Waiting a moment turns a burst of commits (a
-			// fleet connecting) into one pass over the records.
+			// Likewise: a fleet connecting is one pass over the records.
 			if proxySync == nil {
-				proxySync = time.After(proxySyncDelay)
+				proxySync = time.After(syncDelay)
 			}
 		case <-proxySync:
 			proxySync = nil
