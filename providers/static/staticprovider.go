@@ -283,8 +283,16 @@ func (p *staticProvider) reload(seen time.Time) {
 	var (
 		state  map[provider.Service][]provider.Endpoint
 		parsed time.Time
+		sum    [32]byte
 	)
 	if err == nil {
+		sum = sha256.Sum256(data)
+		p.mu.Lock()
+		same := sum == p.sum && p.health == nil
+		p.mu.Unlock()
+		if same {
+			return // a poll of an unchanged file: nothing to parse
+		}
 		state, err = p.entries.parse(file, data)
 		parsed = time.Now()
 	} else {
@@ -302,9 +310,8 @@ func (p *staticProvider) reload(seen time.Time) {
 		}
 		return
 	}
-	sum := sha256.Sum256(data)
 	if sum == p.sum && p.health == nil {
-		return
+		return // read twice at once
 	}
 	p.sum = sum
 	if p.health != nil {
