@@ -124,8 +124,8 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&logLevel, "log-level", "info", "the harness's log level (debug logs every change with its start time, to line up with the server's log)")
 	fs.StringVar(&c.serverLogLevel, "server-log-level", "warn", "osm-server's --log-level for O; its log is servers.log in --work-dir")
 	fs.DurationVar(&c.plan.QuietMax, "quiet-max", 5*time.Second, "before each M2/M3 change, wait up to this long for the server to finish the previous one (under 5% of a core for 200 ms); 0: do not wait")
-	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace of osm-server (/debug/pprof/trace) taken during each change metric's first changes to DIR/O-<metric>.trace (go tool trace)")
-	fs.StringVar(&c.plan.ProfileDir, "profile-dir", "", "with the fleet connected, write to DIR/<server>-*: O's CPU profile of M1's idle window; after M7's RSS is read, each server's /proc status and smaps_rollup, and O's heap profile, MemStats (heap?debug=1), goroutines and /debug/proxies")
+	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace and a CPU profile of osm-server taken during each change metric's first changes to DIR/O-<metric>.trace (go tool trace) , DIR/O-<metric>.cpu.pb.gz and DIR/O-<metric>.allocs.pb.gz (go tool pprof)")
+	fs.StringVar(&c.plan.ProfileDir, "profile-dir", "", "write to DIR/<server>-*: O's CPU profile of the fleet fill's first 15 s and of M1's idle window; after M7's RSS is read, each server's /proc status and smaps_rollup, and O's heap profile, MemStats (heap?debug=1), goroutines and /debug/proxies")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

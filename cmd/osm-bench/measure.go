@@ -111,6 +111,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	// M1: hold N streams; idle CPU with nothing changing.
 	start := time.Now()
 	fillCPU0, fillErr := cpuSeconds(pid)
+	fillProfiled := m.profileFill(ctx, srv, t.Name())
 	pcs, err := f.connectAll(ctx, srv.ids[:w.Proxies], p.Parallel, p.FillTimeout)
 	defer func() { closeAll(pcs) }()
 	if err != nil {
@@ -121,6 +122,9 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	res.set("fleet_fill_reconnects", float64(f.retries.Load()))
 	if fillCPU1, err := cpuSeconds(pid); err == nil && fillErr == nil {
 		res.set("fleet_fill_server_cpu_s", fillCPU1-fillCPU0)
+	}
+	if err := fillProfiled(); err != nil {
+		res.note("fill profile: %v", err)
 	}
 	time.Sleep(p.IdleWindow / 2) // let the last ACKs drain
 	idleProfiled := m.profileIdle(ctx, srv, t.Name())
@@ -336,20 +340,29 @@ func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, nam
 	if m.plan.TraceDir == "" || srv.debugAddr == "" {
 		return func() error { return nil }
 	}
-	res.note("%s: the first %d s of changes measured under a runtime trace of the server (--trace-dir)", name, traceSeconds)
-	done := make(chan error, 1)
-	go func() { done <- fetchTrace(ctx, srv.debugAddr, filepath.Join(m.plan.TraceDir, name+".trace")) }()
+	res.note("%s: the first %d s of changes measured under a runtime trace, a CPU profile and an allocation profile of the server (--trace-dir)", name, traceSeconds)
+	kinds := []struct{ path, file string }{{"trace", ".trace"}, {"profile", ".cpu.pb.gz"}, {"allocs", ".allocs.pb.gz"}}
+	done := make(chan error, len(kinds))
+	for _, f := range kinds {
+		go func() { done <- fetchPprof(ctx, srv.debugAddr, f.path, filepath.Join(m.plan.TraceDir, name+f.file)) }()
+	}
 	time.Sleep(50 * time.Millisecond) // let the trace start before the first change
-	return func() error { return <-done }
+	return func() error {
+		var errs []error
+		for range kinds {
+			errs = append(errs, <-done)
+		}
+		return errors.Join(errs...)
+	}
 }
 
-// fetchTrace writes traceSeconds of the runtime trace of the process
-// serving pprof at addr to path.
-func fetchTrace(ctx context.Context, addr, path string) error {
+// fetchPprof writes traceSeconds of /debug/pprof/<kind> (trace, profile
+// or allocs) of the process serving pprof at addr to path.
+func fetchPprof(ctx context.Context, addr, kind, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/trace?seconds=%d", addr, traceSeconds), path)
+	return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, traceSeconds), path)
 }
 
 // measureWide is M9: the largest single message a proxy that sees every

@@ -69,6 +69,27 @@ func (m *measurer) profileIdle(ctx context.Context, srv *server, name string) (w
 	}
 }
 
+// fillProfileSeconds is how much of the fleet fill --profile-dir profiles.
+const fillProfileSeconds = 15
+
+// profileFill, with --profile-dir, profiles O's CPU over the first
+// fillProfileSeconds of the fleet fill (DIR/O-fill.cpu.pb.gz). The function
+// it returns waits for the profile.
+func (m *measurer) profileFill(ctx context.Context, srv *server, name string) (wait func() error) {
+	dir := m.plan.ProfileDir
+	if dir == "" || srv.debugAddr == "" {
+		return func() error { return nil }
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return func() error { return err }
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.debugAddr, fillProfileSeconds), filepath.Join(dir, name+"-fill.cpu.pb.gz"))
+	}()
+	return func() error { return <-done }
+}
+
 // fetchTo writes the body of GET url to path.
 func fetchTo(ctx context.Context, url, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
