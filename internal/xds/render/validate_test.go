@@ -529,7 +529,35 @@ func TestTypedWalkFieldByField(t *testing.T) {
 			fields++
 		}
 	}
-	t.Logf("%d types, %d fields", len(reach), fields)
+	// Every member of every oneof of the typed types, of interest or not
+	// (scalars too): the type switches' other cases.
+	for _, tw := range typedWalks {
+		md := tw.msg.ProtoReflect().Descriptor()
+		for i := range md.Oneofs().Len() {
+			od := md.Oneofs().Get(i)
+			for j := range od.Fields().Len() {
+				fd := od.Fields().Get(j)
+				m := newMessage(t, md)
+				switch {
+				case fd.Message() == nil:
+					m.Set(fd, fd.Default())
+				case slices.Contains(vr.fieldsOf(md), fd):
+					m.Set(fd, protoreflect.ValueOfMessage(probe(fd.Message())))
+				default:
+					m.Set(fd, protoreflect.ValueOfMessage(newMessage(t, fd.Message())))
+				}
+				pruned, full := map[protoreflect.FullName]int{}, map[protoreflect.FullName]int{}
+				v := &validation{vr: vr, flavor: Envoy, met: pruned}
+				v.walkMsg(m.Interface())
+				fullWalk(t, m, full)
+				if diff := cmp.Diff(full, pruned); diff != "" {
+					t.Errorf("%s with only %s set: checked messages met (-full +walk):\n%s", md.FullName(), fd.Name(), diff)
+				}
+				fields++
+			}
+		}
+	}
+	t.Logf("%d types, %d fields and oneof members", len(reach), fields)
 }
 
 // newMessage returns an empty message of the generated type of md.
