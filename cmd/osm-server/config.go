@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 )
 
@@ -40,6 +42,9 @@ type Config struct {
 	// MemoryLimit is the Go runtime's soft memory limit (GOMEMLIMIT), for
 	// example "3GiB"; "" for none. The GOMEMLIMIT environment variable wins.
 	MemoryLimit string `yaml:"memoryLimit"`
+	// TokenRetention is how long a join token is kept after it expired or
+	// was revoked before it is deleted, for example "168h".
+	TokenRetention time.Duration `yaml:"tokenRetention"`
 }
 
 // ProviderConfig is one `providers:` entry.
@@ -54,13 +59,14 @@ type ProviderConfig struct {
 // config file.
 func defaultConfig() Config {
 	return Config{
-		DataDir:      defaultDataDir(),
-		PluginDir:    defaultPluginDir(),
-		DebugAddress: "127.0.0.1:15090",
-		APIAddress:   "0.0.0.0:15443",
-		XDSAddress:   "0.0.0.0:15128",
-		TrustDomain:  "osm.local",
-		GCPercent:    defaultGCPercent,
+		DataDir:        defaultDataDir(),
+		PluginDir:      defaultPluginDir(),
+		DebugAddress:   "127.0.0.1:15090",
+		APIAddress:     "0.0.0.0:15443",
+		XDSAddress:     "0.0.0.0:15128",
+		TrustDomain:    "osm.local",
+		GCPercent:      defaultGCPercent,
+		TokenRetention: enroll.DefaultTokenRetention,
 	}
 }
 
@@ -113,6 +119,7 @@ func loadConfig(path string) (Config, error) {
 		"apiAddress": &cfg.APIAddress, "xdsAddress": &cfg.XDSAddress,
 		"trustDomain": &cfg.TrustDomain, "serverNames": &cfg.ServerNames,
 		"gcPercent": &cfg.GCPercent, "memoryLimit": &cfg.MemoryLimit,
+		"tokenRetention": &cfg.TokenRetention,
 	}
 	err = decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers"), func(key string, v *yaml.Node) error {
 		if key != "providers" {
@@ -226,6 +233,9 @@ func (c Config) validate() error {
 	}
 	if c.GCPercent < 10 {
 		errs = append(errs, fmt.Errorf("gcPercent %d: want at least 10 (Go's own default is 100; lower collects more often, costing CPU)", c.GCPercent))
+	}
+	if c.TokenRetention < 0 {
+		errs = append(errs, fmt.Errorf("tokenRetention %s is negative: give a duration such as 168h (0 deletes tokens as soon as they expire)", c.TokenRetention))
 	}
 	if c.MemoryLimit != "" {
 		if _, err := parseBytes(c.MemoryLimit); err != nil {

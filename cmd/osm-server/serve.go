@@ -175,6 +175,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return certs.Run(ctx) })
 	g.Go(func() error { return followLifetimes(ctx, log, sp, certs) })
+	g.Go(func() error { return pruneTokens(ctx, log, tokens, cfg.TokenRetention, tokenPruneEvery) })
 	// xDS starts once every provider has listed its endpoints: a proxy
 	// that reconnects after a restart must not be told its upstreams have
 	// none.
@@ -203,6 +204,36 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	err = g.Wait()
 	log.Info("osm-server stopped")
 	return err
+}
+
+// tokenPruneEvery is how often osm-server deletes join tokens past their
+// retention.
+const tokenPruneEvery = time.Hour
+
+// tokenPruner is what pruneTokens needs of the join tokens.
+type tokenPruner interface {
+	Prune(ctx context.Context, retention time.Duration) (int, error)
+}
+
+// pruneTokens deletes the join tokens that expired or were revoked more
+// than retention ago, at start and then every period, until ctx is done.
+// A failure is logged and tried again at the next period.
+func pruneTokens(ctx context.Context, log *slog.Logger, tokens tokenPruner, retention, every time.Duration) error {
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for {
+		switch n, err := tokens.Prune(ctx, retention); {
+		case err != nil && ctx.Err() == nil:
+			log.Error("pruning join tokens failed; trying again later", "err", err, "retry_in", every)
+		case n > 0:
+			log.Info("pruned join tokens", "deleted", n, "retention", retention)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+	}
 }
 
 // followLifetimes gives the certificate manager the MeshConfig's

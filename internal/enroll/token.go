@@ -229,6 +229,61 @@ func (t *Tokens) Revoke(ctx context.Context, id string) (Token, error) {
 	return Token{}, fmt.Errorf("revoke join token %s: it kept changing under us (5 tries); try again", id)
 }
 
+// DefaultTokenRetention is how long a token is kept after it stopped
+// being usable (see [Tokens.Prune]).
+const DefaultTokenRetention = 7 * 24 * time.Hour
+
+// Prune deletes the tokens that stopped being usable (expired, or
+// revoked) more than retention ago, so the store does not keep every token
+// ever made; `token list` shows the recent ones. A used-up token is
+// pruned by its expiry (its last use has no time). It returns how many it
+// deleted; a token changed meanwhile is left for the next Prune.
+func (t *Tokens) Prune(ctx context.Context, retention time.Duration) (int, error) {
+	kvs, err := t.st.List(ctx, TokenPrefix)
+	if err != nil {
+		return 0, fmt.Errorf("list join tokens: %w", err)
+	}
+	now := t.now()
+	var ops []store.Op
+	for _, kv := range kvs {
+		var tok Token
+		if err := json.Unmarshal(kv.Value, &tok); err != nil {
+			continue // not ours to judge; List reports it
+		}
+		dead := tok.Expires
+		if tok.Revoked && tok.RevokedAt != nil && tok.RevokedAt.Before(dead) {
+			dead = *tok.RevokedAt
+		}
+		if now.Sub(dead) >= retention {
+			ops = append(ops, store.Delete(kv.Key, kv.Version))
+		}
+	}
+	// A transaction per batch (each is a disk sync); a batch with a token
+	// changed meanwhile is retried one token at a time.
+	const batch = 256
+	n := 0
+	for chunk := range slices.Chunk(ops, batch) {
+		ok, err := t.st.Txn(ctx, chunk...)
+		if err != nil {
+			return n, fmt.Errorf("prune join tokens: %w", err)
+		}
+		if ok {
+			n += len(chunk)
+			continue
+		}
+		for _, op := range chunk {
+			ok, err := t.st.Txn(ctx, op)
+			if err != nil {
+				return n, fmt.Errorf("prune join tokens: %w", err)
+			}
+			if ok {
+				n++
+			}
+		}
+	}
+	return n, nil
+}
+
 // storedToken is a token with its store key and version.
 type storedToken struct {
 	tok     Token

@@ -245,3 +245,97 @@ func TestTokenOperationsReadOnlyTheirID(t *testing.T) {
 		t.Errorf("after revoking %s: %d tokens, revoked at %d; want 50 with only %s revoked", last.ID, len(list), revoked, last.ID)
 	}
 }
+
+// Prune deletes the tokens dead (expired, or revoked) for longer than the
+// retention, and only those; a token changed since it was read stays.
+func TestPruneTokens(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	tokens := NewTokens(st, func() time.Time { return now })
+	create := func(name string, ttl time.Duration) Token {
+		t.Helper()
+		_, tok, err := tokens.Create(ctx, TokenRequest{Service: mesh.MeshService{Namespace: "default", Name: name}, TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	const retention = 48 * time.Hour
+	longDead := create("long-dead", time.Hour)              // expires at +1h
+	recentlyDead := create("recently-dead", 3*24*time.Hour) // expires at +3d
+	revokedLong := create("revoked", 30*24*time.Hour)
+	valid := create("valid", 30*24*time.Hour)
+	if _, err := tokens.Revoke(ctx, revokedLong.ID); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(4 * 24 * time.Hour) // long-dead: dead 95h; recently-dead: 24h; revoked: 96h
+	n, err := tokens.Prune(ctx, retention)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := tokens.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, tok := range list {
+		left = append(left, tok.Service.Name)
+	}
+	slices.Sort(left)
+	if want := []string{recentlyDead.Service.Name, valid.Service.Name}; n != 2 || !slices.Equal(left, want) {
+		t.Errorf("Prune deleted %d, left %v; want 2 deleted (%s, %s), left %v", n, left, longDead.Service.Name, revokedLong.Service.Name, want)
+	}
+	if n, err := tokens.Prune(ctx, retention); err != nil || n != 0 {
+		t.Errorf("pruning again = %d, %v; want 0, nil", n, err)
+	}
+}
+
+// A token changed between Prune's listing and its delete is not deleted.
+func TestPruneKeepsATokenChangedMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	st := &changingStore{Memory: store.NewMemory()}
+	tokens := NewTokens(st, func() time.Time { return now })
+	var ids []string
+	for i := range 3 {
+		_, tok, err := tokens.Create(ctx, TokenRequest{Service: mesh.MeshService{Namespace: "default", Name: fmt.Sprintf("svc-%d", i)}, TTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, tok.ID)
+	}
+	now = now.Add(time.Hour)
+	st.touch = ids[1] // rewritten after the listing
+	n, err := tokens.Prune(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, _ := tokens.List(ctx)
+	if n != 2 || len(list) != 1 || list[0].ID != ids[1] {
+		t.Errorf("Prune deleted %d and left %v; want 2 deleted and only %s left", n, list, ids[1])
+	}
+}
+
+// changingStore rewrites the token whose ID is touch right after the
+// first List of the tokens.
+type changingStore struct {
+	*store.Memory
+	touch string
+}
+
+func (c *changingStore) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	kvs, err := c.Memory.List(ctx, prefix)
+	if c.touch == "" || prefix != TokenPrefix {
+		return kvs, err
+	}
+	for _, kv := range kvs {
+		if strings.HasPrefix(kv.Key, TokenPrefix+c.touch) {
+			if ok, err := c.Memory.Txn(ctx, store.Set(kv.Key, kv.Version, kv.Value)); err != nil || !ok {
+				return nil, fmt.Errorf("touch %s: %v %v", c.touch, ok, err)
+			}
+		}
+	}
+	c.touch = ""
+	return kvs, err
+}
