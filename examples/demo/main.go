@@ -249,9 +249,9 @@ providers:
 				return err
 			}
 		}
-		say("started 10 osm-agents (data and logs in %s/<service>/ and %s/<service>-envoy/), each enrolled with its own join token; the -envoy ones run Envoy", rel(o.state), rel(o.state))
+		say("started %d osm-agents (data and logs in %s/<service>/ and %s/<service>-envoy/), each enrolled with its own join token; the -envoy ones run Envoy", 2*len(machines), rel(o.state), rel(o.state))
 	} else {
-		say("started 5 osm-agents (data and logs in %s/<service>/), each enrolled with its own join token", rel(o.state))
+		say("started %d osm-agents (data and logs in %s/<service>/), each enrolled with its own join token", len(machines), rel(o.state))
 	}
 
 	// Each app starts once its agent has written the gRPC bootstrap and the
