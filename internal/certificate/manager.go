@@ -25,6 +25,8 @@
 //     and the serials it may present. A connecting proxy is checked against
 //     its record at once, while the record of its connection (the claim)
 //     is written by Run in the background, many claims per transaction.
+//     Run deletes a record once every certificate it vouches for expired
+//     more than ProxyRecordRetention (7 days) ago (prune.go).
 //   - serving certificates for the HTTPS API and the xDS server
 //     (ServingCertificate), held in memory by each replica.
 //
@@ -33,8 +35,8 @@
 // decide. Private keys of the CA and of service certificates are stored in
 // the store unencrypted (the bbolt file is 0600).
 //
-// Not done yet: root rotation (the root lives 10 years), pruning records of
-// revoked or long-expired proxies, and encrypting keys at rest.
+// Not done yet: root rotation (the root lives 10 years) and encrypting keys
+// at rest.
 //
 // Announcements (Subscribe) are buffered per subscriber and never block
 // the manager; a subscriber that falls far behind gets one Resync instead
@@ -74,6 +76,9 @@ const (
 	DefaultTrustDomain     = "osm.local"
 	DefaultServiceLifetime = 24 * time.Hour
 	DefaultProxyLifetime   = 7 * 24 * time.Hour
+	// DefaultProxyRecordRetention is how long a proxy record is kept
+	// after every certificate it vouches for expired.
+	DefaultProxyRecordRetention = 7 * 24 * time.Hour
 )
 
 // subscriberBuffer is how many announcements a subscriber may fall behind
@@ -117,6 +122,11 @@ type Options struct {
 	ServiceLifetime time.Duration
 	// ProxyLifetime of proxy certificates; default 7 days.
 	ProxyLifetime time.Duration
+	// ProxyRecordRetention is how long a proxy's record is kept after its
+	// current certificate and every earlier one still in its renewal
+	// overlap expired, revoked or not; Run then deletes it (at start and
+	// about hourly). Default 7 days; negative is refused.
+	ProxyRecordRetention time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -233,6 +243,12 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 	}
 	if opts.ServiceLifetime < time.Second || opts.ProxyLifetime < time.Second {
 		return nil, fmt.Errorf("certificate lifetimes must be at least 1s (service %s, proxy %s)", opts.ServiceLifetime, opts.ProxyLifetime)
+	}
+	if opts.ProxyRecordRetention == 0 {
+		opts.ProxyRecordRetention = DefaultProxyRecordRetention
+	}
+	if opts.ProxyRecordRetention < 0 {
+		return nil, fmt.Errorf("proxy record retention %s is negative: give a duration such as %s", opts.ProxyRecordRetention, DefaultProxyRecordRetention)
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -412,8 +428,9 @@ func (m *Manager) wake() {
 const syncDelay = 200 * time.Millisecond
 
 // Run rotates service certificates before they expire, follows changes
-// other replicas make in the store, announcing them, and writes proxy
-// claims (ClaimProxy) in the background. It returns nil when ctx is done,
+// other replicas make in the store, announcing them, writes proxy claims
+// (ClaimProxy) in the background and deletes proxy records past their
+// retention (at start and then about hourly). It returns nil when ctx is done,
 // once the pending claims are written. Store errors are logged and retried
 // with backoff: a rotation loop that gives up takes the mesh down when the
 // certificates expire.
@@ -449,13 +466,16 @@ func (m *Manager) run(ctx context.Context) error {
 	if err := m.syncProxies(ctx, true); err != nil {
 		fail("load proxy records", err)
 	}
+	// Proxy records past their retention are deleted at once (the first
+	// wait is none) and then every proxyPruneEvery.
+	var nextPrune time.Time
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var svcSync, proxySync <-chan time.Time
 	for {
-		wait := m.untilNextRotation()
+		wait := min(m.untilNextRotation(), max(nextPrune.Sub(m.now()), 0))
 		if !retryAt.IsZero() {
-			// Something failed: retry the syncs and rotations then.
+			// Something failed: retry the syncs, rotations and prune then.
 			wait = max(retryAt.Sub(m.now()), 0)
 		}
 		timer.Reset(wait)
@@ -487,11 +507,24 @@ func (m *Manager) run(ctx context.Context) error {
 			}
 		case <-timer.C:
 			err := errors.Join(m.syncServices(ctx, true), m.syncProxies(ctx, true), m.rotateDue(ctx))
+			var pruneErr error
+			if !m.now().Before(nextPrune) {
+				var n int
+				n, pruneErr = m.pruneProxies(ctx)
+				if n > 0 {
+					m.log.Info("deleted proxy records whose certificates all expired", "deleted", n, "retention", m.opts.ProxyRecordRetention)
+				}
+				if pruneErr == nil {
+					nextPrune = m.now().Add(proxyPruneEvery)
+				}
+			}
 			switch {
 			case ctx.Err() != nil:
 				return nil
 			case err != nil:
-				fail("rotate service certificates", err)
+				fail("rotate service certificates", errors.Join(err, pruneErr))
+			case pruneErr != nil:
+				fail("prune proxy records", pruneErr)
 			default:
 				backoff, retryAt = 0, time.Time{}
 			}

@@ -57,11 +57,27 @@ type priorCert struct {
 }
 
 // proxyKnown is what this replica last saw of a proxy record, to announce
-// changes once.
+// changes once and to find the records past their retention.
 type proxyKnown struct {
 	version uint64
 	state   ProxyState
 	serial  string
+	// lastExpiry is when the last of the certificates the record vouches
+	// for expires, in Unix seconds rounded up.
+	lastExpiry int64
+}
+
+// lastExpiry returns when the last certificate e vouches for expires: the
+// current one's expiry or, when a MeshConfig shortened the lifetime at a
+// renewal, an earlier one's.
+func (e *proxyEntry) lastExpiry() time.Time {
+	last := e.Expires
+	for _, p := range e.Previous {
+		if p.Expires.After(last) {
+			last = p.Expires
+		}
+	}
+	return last
 }
 
 func proxyKey(cn string) string { return proxyPrefix + cn }
@@ -380,18 +396,24 @@ func (m *Manager) observeProxy(ctx context.Context, cn string) {
 		return
 	}
 	m.mu.Lock()
-	m.observeProxyLocked(e.ProxyRecord, ver, true)
+	m.observeProxyLocked(&e, ver, true)
 	m.mu.Unlock()
 }
 
 // observeProxyLocked records a proxy record seen at version ver and, when
 // announce is set, announces its changes. Older observations are ignored.
-func (m *Manager) observeProxyLocked(r ProxyRecord, ver uint64, announce bool) {
+func (m *Manager) observeProxyLocked(e *proxyEntry, ver uint64, announce bool) {
+	r := &e.ProxyRecord
 	old, seen := m.proxies[r.CN]
 	if seen && ver <= old.version {
 		return
 	}
-	m.proxies[r.CN] = proxyKnown{version: ver, state: r.State, serial: r.Serial}
+	last := e.lastExpiry()
+	lastSec := last.Unix()
+	if last.Nanosecond() != 0 {
+		lastSec++
+	}
+	m.proxies[r.CN] = proxyKnown{version: ver, state: r.State, serial: r.Serial, lastExpiry: lastSec}
 	if !announce {
 		return
 	}
@@ -415,7 +437,8 @@ func (m *Manager) observeProxyLocked(r ProxyRecord, ver uint64, announce bool) {
 	}
 }
 
-// syncProxies reloads every proxy record and announces changes.
+// syncProxies reloads every proxy record, announces changes and forgets
+// the records deleted (prune.go) by this replica or another.
 func (m *Manager) syncProxies(ctx context.Context, announce bool) error {
 	// A large fleet has many records and few change: list versions only,
 	// and read the records this replica has not seen at their version.
@@ -424,25 +447,59 @@ func (m *Manager) syncProxies(ctx context.Context, announce bool) error {
 		return fmt.Errorf("list proxy records: %w", err)
 	}
 	var changed []store.KV
+	var missing []string // known here, not listed
 	m.mu.Lock()
+	listedKnown := 0
 	for _, kv := range kvs {
-		if old, seen := m.proxies[strings.TrimPrefix(kv.Key, proxyPrefix)]; !seen || kv.Version > old.version {
+		old, seen := m.proxies[strings.TrimPrefix(kv.Key, proxyPrefix)]
+		if seen {
+			listedKnown++
+		}
+		if !seen || kv.Version > old.version {
 			changed = append(changed, kv)
 		}
 	}
+	if listedKnown < len(m.proxies) {
+		// Some record known here was not listed: deleted, unless it was
+		// created and observed after the listing (the read below tells).
+		listed := make(map[string]struct{}, len(kvs))
+		for _, kv := range kvs {
+			listed[strings.TrimPrefix(kv.Key, proxyPrefix)] = struct{}{}
+		}
+		for cn := range m.proxies {
+			if _, ok := listed[cn]; !ok {
+				missing = append(missing, cn)
+			}
+		}
+	}
 	m.mu.Unlock()
+	var gone []string
 	for _, kv := range changed {
 		val, ver, err := m.st.Get(ctx, kv.Key)
 		if err != nil {
 			return fmt.Errorf("read proxy record %s: %w", kv.Key, err)
 		}
 		var e proxyEntry
-		if val == nil || json.Unmarshal(val, &e) != nil {
+		if ver == 0 {
+			gone = append(gone, strings.TrimPrefix(kv.Key, proxyPrefix)) // deleted since the listing
+			continue
+		}
+		if json.Unmarshal(val, &e) != nil {
 			continue
 		}
 		m.mu.Lock()
-		m.observeProxyLocked(e.ProxyRecord, ver, announce)
+		m.observeProxyLocked(&e, ver, announce)
 		m.mu.Unlock()
 	}
+	for _, cn := range missing {
+		_, ver, err := m.st.Get(ctx, proxyKey(cn))
+		if err != nil {
+			return fmt.Errorf("read proxy record %s: %w", proxyKey(cn), err)
+		}
+		if ver == 0 {
+			gone = append(gone, cn)
+		}
+	}
+	m.forgetProxies(gone)
 	return nil
 }
