@@ -15,6 +15,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 )
@@ -45,6 +46,10 @@ type Config struct {
 	// TokenRetention is how long a join token is kept after it expired or
 	// was revoked before it is deleted, for example "168h".
 	TokenRetention time.Duration `yaml:"tokenRetention"`
+	// ProxyRecordRetention is how long a proxy's record is kept after
+	// every certificate it vouches for expired before it is deleted, for
+	// example "168h".
+	ProxyRecordRetention time.Duration `yaml:"proxyRecordRetention"`
 }
 
 // ProviderConfig is one `providers:` entry.
@@ -59,14 +64,15 @@ type ProviderConfig struct {
 // config file.
 func defaultConfig() Config {
 	return Config{
-		DataDir:        defaultDataDir(),
-		PluginDir:      defaultPluginDir(),
-		DebugAddress:   "127.0.0.1:15090",
-		APIAddress:     "0.0.0.0:15443",
-		XDSAddress:     "0.0.0.0:15128",
-		TrustDomain:    "osm.local",
-		GCPercent:      defaultGCPercent,
-		TokenRetention: enroll.DefaultTokenRetention,
+		DataDir:              defaultDataDir(),
+		PluginDir:            defaultPluginDir(),
+		DebugAddress:         "127.0.0.1:15090",
+		APIAddress:           "0.0.0.0:15443",
+		XDSAddress:           "0.0.0.0:15128",
+		TrustDomain:          "osm.local",
+		GCPercent:            defaultGCPercent,
+		TokenRetention:       enroll.DefaultTokenRetention,
+		ProxyRecordRetention: certificate.DefaultProxyRecordRetention,
 	}
 }
 
@@ -119,7 +125,7 @@ func loadConfig(path string) (Config, error) {
 		"apiAddress": &cfg.APIAddress, "xdsAddress": &cfg.XDSAddress,
 		"trustDomain": &cfg.TrustDomain, "serverNames": &cfg.ServerNames,
 		"gcPercent": &cfg.GCPercent, "memoryLimit": &cfg.MemoryLimit,
-		"tokenRetention": &cfg.TokenRetention,
+		"tokenRetention": &cfg.TokenRetention, "proxyRecordRetention": &cfg.ProxyRecordRetention,
 	}
 	err = decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers"), func(key string, v *yaml.Node) error {
 		if key != "providers" {
@@ -236,6 +242,9 @@ func (c Config) validate() error {
 	}
 	if c.TokenRetention < 0 {
 		errs = append(errs, fmt.Errorf("tokenRetention %s is negative: give a duration such as 168h (0 deletes tokens as soon as they expire)", c.TokenRetention))
+	}
+	if c.ProxyRecordRetention < 0 {
+		errs = append(errs, fmt.Errorf("proxyRecordRetention %s is negative: give a duration such as 168h (0 deletes a proxy's record as soon as its certificates expire)", c.ProxyRecordRetention))
 	}
 	if c.MemoryLimit != "" {
 		if _, err := parseBytes(c.MemoryLimit); err != nil {

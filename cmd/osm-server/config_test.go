@@ -25,15 +25,16 @@ func TestLoadConfigExample(t *testing.T) {
 		t.Fatalf("examples/server.yaml: %v", err)
 	}
 	want := Config{
-		DataDir:        "/var/lib/osm",
-		PluginDir:      "/usr/lib/osm/plugins",
-		DebugAddress:   "127.0.0.1:15090",
-		APIAddress:     "0.0.0.0:15443",
-		XDSAddress:     "0.0.0.0:15128",
-		TrustDomain:    "osm.local",
-		ServerNames:    []string{"osm.example.com"},
-		GCPercent:      50,
-		TokenRetention: 7 * 24 * time.Hour,
+		DataDir:              "/var/lib/osm",
+		PluginDir:            "/usr/lib/osm/plugins",
+		DebugAddress:         "127.0.0.1:15090",
+		APIAddress:           "0.0.0.0:15443",
+		XDSAddress:           "0.0.0.0:15128",
+		TrustDomain:          "osm.local",
+		ServerNames:          []string{"osm.example.com"},
+		GCPercent:            50,
+		TokenRetention:       7 * 24 * time.Hour,
+		ProxyRecordRetention: 7 * 24 * time.Hour,
 		Providers: []ProviderConfig{{
 			Name: "onprem", Plugin: "osm-provider-static",
 			Config: map[string]any{"file": "/etc/osm/endpoints.yaml"},
@@ -51,6 +52,16 @@ func TestLoadConfigTokenRetention(t *testing.T) {
 	cfg, err := loadConfig(writeConfig(t, "tokenRetention: 36h\n"))
 	if err != nil || cfg.TokenRetention != 36*time.Hour {
 		t.Errorf("tokenRetention: 36h = %s, %v; want 36h", cfg.TokenRetention, err)
+	}
+}
+
+func TestLoadConfigProxyRecordRetention(t *testing.T) {
+	cfg, err := loadConfig(writeConfig(t, "proxyRecordRetention: 36h\n"))
+	if err != nil || cfg.ProxyRecordRetention != 36*time.Hour {
+		t.Errorf("proxyRecordRetention: 36h = %s, %v; want 36h", cfg.ProxyRecordRetention, err)
+	}
+	if cfg, _ := loadConfig(writeConfig(t, "gcPercent: 50\n")); cfg.ProxyRecordRetention != 7*24*time.Hour {
+		t.Errorf("proxyRecordRetention unset = %s, want 168h", cfg.ProxyRecordRetention)
 	}
 }
 
@@ -82,6 +93,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"not yaml", "dataDir: [\n", []string{"server.yaml"}},
 		{"not a mapping", "- a\n", []string{"mapping"}},
 		{"tokenRetention not a duration", "tokenRetention: 7 days\n", []string{"line 1", "tokenRetention"}},
+		{"proxyRecordRetention not a duration", "proxyRecordRetention: 7 days\n", []string{"line 1", "proxyRecordRetention"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadConfig(writeConfig(t, tc.content))
@@ -120,6 +132,7 @@ func TestValidate(t *testing.T) {
 		{"server name with a port", func(c *Config) { c.ServerNames = []string{"osm.example.com:15443"} }, "serverNames[0]"},
 		{"gcPercent too low", func(c *Config) { c.GCPercent = 0 }, "gcPercent 0: want at least 10"},
 		{"tokenRetention negative", func(c *Config) { c.TokenRetention = -time.Hour }, "tokenRetention -1h0m0s is negative"},
+		{"proxyRecordRetention negative", func(c *Config) { c.ProxyRecordRetention = -time.Hour }, "proxyRecordRetention -1h0m0s is negative"},
 		{"memoryLimit without a number", func(c *Config) { c.MemoryLimit = "GiB" }, `memoryLimit "GiB" is not a size`},
 		{"memoryLimit in GB", func(c *Config) { c.MemoryLimit = "3GB" }, `memoryLimit "3GB" is not a size`},
 	} {

@@ -124,6 +124,8 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		TrustDomain:     cfg.TrustDomain,
 		ServiceLifetime: meshCfg.ServiceCertLifetime(),
 		ProxyLifetime:   meshCfg.ProxyCertLifetime(),
+		// 0 in Options means the default; the setting's 0 means at expiry.
+		ProxyRecordRetention: max(cfg.ProxyRecordRetention, time.Nanosecond),
 	})
 	if err != nil {
 		return err
