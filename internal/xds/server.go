@@ -32,7 +32,6 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	gcpdelta "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
-	gcpsotw "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -315,26 +314,28 @@ func (s *Server) close(st *stream) {
 	}
 }
 
-// ads serves each authenticated stream with go-control-plane's stream
-// handler, bound to the stream's own context: cancelling that context (a
-// revocation, Disconnect, or the end of Register's ctx) ends the handler,
-// and with it the RPC, whose end unblocks the pending Recv. So a stream
-// needs no goroutine of ours besides go-control-plane's reader.
+// ads serves each authenticated stream, SotW with sotwStream and Delta
+// with go-control-plane's delta handler, bound to the stream's own
+// context: cancelling that context (a revocation, Disconnect, a refused
+// request, or the end of Register's ctx) ends the handler, and with it
+// the RPC, whose end unblocks the pending Recv.
 type ads struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer
 	s *Server
 }
 
-// streamErr is what a stream ends with: a refusal recorded by Recv or the
-// cancellation cause.
-func streamErr(ctx context.Context, refused error) error {
-	if refused != nil {
-		return refused
+// streamErr is what a stream ends with, from the cause its context was
+// cancelled with: a request refused by authRecv (a gRPC status) as is, a
+// revocation or Disconnect as PermissionDenied naming the cause.
+func streamErr(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	if cause == nil || errors.Is(cause, context.Canceled) {
+		return nil
 	}
-	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-		return status.Errorf(codes.PermissionDenied, "stream closed by the control plane: %v", cause)
+	if _, ok := status.FromError(cause); ok {
+		return cause
 	}
-	return nil
+	return status.Errorf(codes.PermissionDenied, "stream closed by the control plane: %v", cause)
 }
 
 // nodeRequest is a SotW or Delta discovery request.
@@ -346,8 +347,8 @@ type nodeRequest interface {
 // authRecv is Recv of an authenticated stream: it returns the next request
 // after checking its node against the stream's certificate (and rewriting
 // node.id to the cache key), or an error when the stream was cancelled or
-// the request refused.
-func authRecv[R nodeRequest](ctx context.Context, s *Server, st *stream, recv func() (R, error), refused *error) (R, error) {
+// the request refused (which cancels the stream with it as the cause).
+func authRecv[R nodeRequest](ctx context.Context, s *Server, st *stream, recv func() (R, error)) (R, error) {
 	var zero R
 	m, err := recv()
 	if err != nil {
@@ -357,7 +358,6 @@ func authRecv[R nodeRequest](ctx context.Context, s *Server, st *stream, recv fu
 		return zero, err
 	}
 	if err := s.checkNode(ctx, st, m.GetNode()); err != nil {
-		*refused = err
 		st.cancel(err)
 		return zero, err
 	}
@@ -367,45 +367,30 @@ func authRecv[R nodeRequest](ctx context.Context, s *Server, st *stream, recv fu
 	return m, nil
 }
 
-type sotwStream struct {
-	discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer
-	ctx     context.Context
-	s       *Server
-	st      *stream
-	refused error
-}
-
-func (w *sotwStream) Context() context.Context { return w.ctx }
-
-func (w *sotwStream) Recv() (*discovery.DiscoveryRequest, error) {
-	return authRecv(w.ctx, w.s, w.st, w.AggregatedDiscoveryService_StreamAggregatedResourcesServer.Recv, &w.refused)
-}
-
 func (a *ads) StreamAggregatedResources(inner discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	st, ctx, err := a.s.open(inner.Context())
 	if err != nil {
 		return err
 	}
 	defer a.s.close(st)
-	w := &sotwStream{AggregatedDiscoveryService_StreamAggregatedResourcesServer: inner, ctx: ctx, s: a.s, st: st}
-	if err := gcpsotw.NewServer(ctx, a.s.cache, nil).StreamHandler(w, resource.AnyType); err != nil {
+	recv := func() (*discovery.DiscoveryRequest, error) { return authRecv(ctx, a.s, st, inner.Recv) }
+	if err := newSotwStream(inner, a.s.cache).serve(ctx, recv); err != nil {
 		return err
 	}
-	return streamErr(ctx, w.refused)
+	return streamErr(ctx)
 }
 
 type deltaStream struct {
 	discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer
-	ctx     context.Context
-	s       *Server
-	st      *stream
-	refused error
+	ctx context.Context
+	s   *Server
+	st  *stream
 }
 
 func (w *deltaStream) Context() context.Context { return w.ctx }
 
 func (w *deltaStream) Recv() (*discovery.DeltaDiscoveryRequest, error) {
-	return authRecv(w.ctx, w.s, w.st, w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Recv, &w.refused)
+	return authRecv(w.ctx, w.s, w.st, w.AggregatedDiscoveryService_DeltaAggregatedResourcesServer.Recv)
 }
 
 func (a *ads) DeltaAggregatedResources(inner discovery.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
@@ -418,7 +403,7 @@ func (a *ads) DeltaAggregatedResources(inner discovery.AggregatedDiscoveryServic
 	if err := gcpdelta.NewServer(ctx, a.s.cache, nil).DeltaStreamHandler(w, resource.AnyType); err != nil {
 		return err
 	}
-	return streamErr(ctx, w.refused)
+	return streamErr(ctx)
 }
 
 // http2DefaultWindow is HTTP/2's initial flow-control window (RFC 9113

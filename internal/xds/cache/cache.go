@@ -314,9 +314,9 @@ type sentState struct {
 }
 
 type sotwWatch struct {
-	req *gcpcache.Request
-	sub gcpcache.Subscription
-	ch  chan gcpcache.Response
+	req     *gcpcache.Request
+	sub     gcpcache.Subscription
+	deliver func(gcpcache.Response) bool
 }
 
 type deltaWatch struct {
@@ -459,8 +459,26 @@ func (c *Cache) gc(n *node) {
 	}
 }
 
-// CreateWatch implements cache.ConfigWatcher for SotW streams.
+// CreateWatch implements cache.ConfigWatcher for SotW streams: the
+// response is sent on ch without blocking.
 func (c *Cache) CreateWatch(req *gcpcache.Request, sub gcpcache.Subscription, ch chan gcpcache.Response) (func(), error) {
+	return c.WatchSotw(req, sub, func(r gcpcache.Response) bool {
+		select {
+		case ch <- r:
+			return true
+		default:
+			return false
+		}
+	}), nil
+}
+
+// WatchSotw is CreateWatch for a stream handler that takes its response
+// by function (see internal/xds): deliver is called once, with the cache
+// locked, and must not block or call the Cache; it reports whether it
+// took the response (if not, the watch stays open and is answered again
+// at the next publish). cancel closes the watch; it may be called after
+// the watch was answered.
+func (c *Cache) WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, deliver func(gcpcache.Response) bool) (cancel func()) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.node(req.GetNode().GetId())
@@ -473,10 +491,10 @@ func (c *Cache) CreateWatch(req *gcpcache.Request, sub gcpcache.Subscription, ch
 	} else if req.GetResponseNonce() != "" {
 		n.recordACK(req.GetTypeUrl(), req.GetVersionInfo())
 	}
-	w := &sotwWatch{req: req, sub: sub, ch: ch}
+	w := &sotwWatch{req: req, sub: sub, deliver: deliver}
 	if c.answerSotw(n, w) {
 		c.gc(n)
-		return func() {}, nil
+		return func() {}
 	}
 	n.sotw[w] = struct{}{}
 	return func() {
@@ -484,7 +502,7 @@ func (c *Cache) CreateWatch(req *gcpcache.Request, sub gcpcache.Subscription, ch
 		defer c.mu.Unlock()
 		delete(n.sotw, w)
 		c.gc(n)
-	}, nil
+	}
 }
 
 // CreateDeltaWatch implements cache.ConfigWatcher for Delta streams.
@@ -665,14 +683,12 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 		}
 		resp = &sotwResponse{req: w.req, version: digestString(d), anys: anys, returned: versionMap(sel)}
 	}
-	select {
-	case w.ch <- resp:
-		n.recordSent(w.req.GetTypeUrl(), resp.version)
-		return true
-	default:
-		c.log.Error("xDS response channel full; will retry at the next publish", "node", n.id, "type", w.req.GetTypeUrl())
+	if !w.deliver(resp) {
+		c.log.Error("xDS stream did not take a response; will retry at the next publish", "node", n.id, "type", w.req.GetTypeUrl())
 		return false
 	}
+	n.recordSent(w.req.GetTypeUrl(), resp.version)
+	return true
 }
 
 // answerDelta sends w the resources whose versions differ from what the

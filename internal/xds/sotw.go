@@ -1,0 +1,176 @@
+package xds
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	gcpstream "github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// sotwStream serves one state-of-the-world ADS stream, as
+// go-control-plane's sotw server does (the same nonce, subscription and
+// wildcard rules), with less per stream and per request: no reflect.Select
+// over a channel per watch, no channel and watch allocated per request,
+// and the subscription rebuilt only when the names asked for change. A
+// stream costs two goroutines besides gRPC's: the handler, which sends,
+// and a reader, which receives (so that cancelling the stream's context,
+// a revocation or Disconnect, ends the handler and with it the RPC while
+// a Recv is pending).
+//
+// The cache answers a watch by calling deliver, with the cache locked;
+// deliver queues the response and wakes the handler. Responses to a
+// watch that a later request of the same type replaced are dropped, as
+// go-control-plane drops them with the replaced watch's channel.
+type sotwStream struct {
+	gs    discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer
+	cache sotwCache
+	node  *corev3.Node
+	nonce int64
+	types map[string]*sotwType
+
+	mu      sync.Mutex
+	pending []gcpcache.Response
+	wake    chan struct{} // capacity 1: responses are pending
+}
+
+// sotwCache is what a SotW stream needs of the cache.
+type sotwCache interface {
+	WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, deliver func(gcpcache.Response) bool) (cancel func())
+}
+
+// sotwType is a stream's state for one type URL.
+type sotwType struct {
+	sub    gcpstream.Subscription
+	names  []string          // the resource names sub was last set from
+	watch  *gcpcache.Request // the request of the open watch
+	cancel func()
+	nonce  string // of the last response sent
+}
+
+func newSotwStream(gs discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer, c sotwCache) *sotwStream {
+	return &sotwStream{gs: gs, cache: c, types: map[string]*sotwType{}, wake: make(chan struct{}, 1)}
+}
+
+// serve handles requests from recv and sends responses until ctx is done
+// or recv fails; it returns an error only for a request it refuses or a
+// failed send.
+func (h *sotwStream) serve(ctx context.Context, recv func() (*discovery.DiscoveryRequest, error)) error {
+	defer func() {
+		for _, t := range h.types {
+			t.cancel()
+		}
+	}()
+	reqs := make(chan *discovery.DiscoveryRequest)
+	go func() {
+		defer close(reqs)
+		for {
+			req, err := recv()
+			if err != nil {
+				return
+			}
+			select {
+			case reqs <- req:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case req, ok := <-reqs:
+			if !ok {
+				return nil
+			}
+			if err := h.request(req); err != nil {
+				return err
+			}
+		case <-h.wake:
+			if err := h.flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// deliver takes a watch's response (called by the cache, locked).
+func (h *sotwStream) deliver(r gcpcache.Response) bool {
+	h.mu.Lock()
+	h.pending = append(h.pending, r)
+	h.mu.Unlock()
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// request opens the watch a request asks for, after go-control-plane's
+// rules: the first request carries the node; a request whose nonce is not
+// the last one sent for its type is stale and ignored.
+func (h *sotwStream) request(req *discovery.DiscoveryRequest) error {
+	if req == nil {
+		return status.Errorf(codes.Unavailable, "empty request")
+	}
+	if req.GetNode() != nil {
+		h.node = req.GetNode()
+	} else {
+		req.Node = h.node
+	}
+	typeURL := req.GetTypeUrl()
+	if typeURL == "" {
+		return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+	}
+	t := h.types[typeURL]
+	switch {
+	case t == nil:
+		t = &sotwType{sub: gcpstream.NewSotwSubscription(req.GetResourceNames(), true), names: slices.Clone(req.GetResourceNames())}
+		h.types[typeURL] = t
+	case t.nonce != "" && req.GetResponseNonce() != t.nonce:
+		return nil // stale: an answer to an earlier response
+	default:
+		t.cancel()
+		if !slices.Equal(req.GetResourceNames(), t.names) {
+			t.sub.SetResourceSubscription(req.GetResourceNames())
+			t.names = slices.Clone(req.GetResourceNames())
+		}
+	}
+	t.watch = req
+	t.cancel = h.cache.WatchSotw(req, t.sub, h.deliver)
+	return nil
+}
+
+// flush sends the pending responses of the open watches, in the order
+// they were answered.
+func (h *sotwStream) flush() error {
+	h.mu.Lock()
+	pending := h.pending
+	h.pending = nil
+	h.mu.Unlock()
+	for _, r := range pending {
+		t := h.types[r.GetRequest().GetTypeUrl()]
+		if t == nil || r.GetRequest() != t.watch {
+			continue // its watch was replaced
+		}
+		out, err := r.GetDiscoveryResponse()
+		if err != nil {
+			return err
+		}
+		h.nonce++
+		out.Nonce = strconv.FormatInt(h.nonce, 10)
+		t.sub.SetReturnedResources(r.GetReturnedResources())
+		t.nonce = out.Nonce
+		if err := h.gs.Send(out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
