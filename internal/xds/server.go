@@ -96,7 +96,8 @@ type stream struct {
 	cn     string
 	peer   *x509.Certificate
 	cancel context.CancelCauseFunc
-	proxy  *Proxy // set by the first request's node
+	proxy  *Proxy      // set by the first request's node
+	expiry *time.Timer // ends the stream when peer expires
 }
 
 // NewServer returns a server over c. SetWatcher must be called before
@@ -143,6 +144,12 @@ func (s *Server) Proxies() []Proxy {
 
 // ErrRevoked is the cause given to streams ended by Disconnect.
 var ErrRevoked = errors.New("proxy certificate revoked")
+
+// ErrExpired is the cause given to a stream whose client certificate
+// expired: TLS checks expiry only at the handshake, so a stream would
+// otherwise outlive its certificate. The proxy reconnects with its
+// renewed certificate.
+var ErrExpired = errors.New("proxy certificate expired")
 
 // Disconnect ends every live stream of the proxy with this CN.
 func (s *Server) Disconnect(cn string, cause error) int {
@@ -226,6 +233,10 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 		return nil, nil, status.Error(codes.Unavailable, "xDS server is stopping")
 	}
 	s.streams[st] = struct{}{}
+	st.expiry = time.AfterFunc(time.Until(cert.NotAfter), func() {
+		s.log.Info("proxy certificate expired; closing its stream", "cn", cn, "not_after", cert.NotAfter)
+		cancel(fmt.Errorf("%w at %s: reconnect with the renewed certificate", ErrExpired, cert.NotAfter.UTC().Format(time.RFC3339)))
+	})
 	return st, sctx, nil
 }
 
@@ -293,6 +304,7 @@ func (s *Server) checkNode(ctx context.Context, st *stream, node *corev3.Node) e
 
 // close unregisters a finished stream.
 func (s *Server) close(st *stream) {
+	st.expiry.Stop()
 	s.mu.Lock()
 	delete(s.streams, st)
 	var gone *Proxy

@@ -316,6 +316,41 @@ func TestRevokedProxyIsDisconnectedAndRefused(t *testing.T) {
 	wantCode(t, err, codes.PermissionDenied, "revoked")
 }
 
+// TLS checks a client certificate's expiry only at the handshake: the
+// server ends a stream when its certificate expires, naming the cause.
+func TestStreamEndsWhenItsCertificateExpires(t *testing.T) {
+	e := startEnv(t)
+	svc, _ := e.certs.Lifetimes()
+	if err := e.certs.SetLifetimes(svc, 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cert := e.enroll(t, "bookbuyer")
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := e.dial(t, cert, nil)
+	s.Send(&discovery.DiscoveryRequest{Node: envoyNode(leaf.Subject.CommonName, "10.0.0.10"), TypeUrl: resource.ClusterType})
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		_, err = s.Recv()
+		if err != nil {
+			break
+		}
+	}
+	wantCode(t, err, codes.PermissionDenied, "proxy certificate expired")
+	if late := time.Since(leaf.NotAfter); late < 0 || late > time.Second {
+		t.Errorf("stream ended %v after the certificate's expiry, want within a second after it", late)
+	}
+	for deadline := time.Now().Add(2 * time.Second); len(e.srv.Proxies()) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the stream ended: %+v connected, want none", e.srv.Proxies())
+		}
+	}
+}
+
 func TestBookthiefGetsNoRouteToBookstore(t *testing.T) {
 	e := startEnv(t)
 	cert := e.enroll(t, "bookthief")
