@@ -41,8 +41,9 @@ type Config struct {
 	// before the next collection. The GOGC environment variable wins.
 	GCPercent int `yaml:"gcPercent"`
 	// MemoryLimit is the Go runtime's soft memory limit (GOMEMLIMIT), for
-	// example "3GiB"; "" for none. The GOMEMLIMIT environment variable wins.
-	MemoryLimit string `yaml:"memoryLimit"`
+	// example "3GiB" in the file; 0 ("" in the file) for none. The
+	// GOMEMLIMIT environment variable wins.
+	MemoryLimit byteSize `yaml:"memoryLimit"`
 	// TokenRetention is how long a join token is kept after it expired or
 	// was revoked before it is deleted, for example "168h".
 	TokenRetention time.Duration `yaml:"tokenRetention"`
@@ -245,11 +246,6 @@ func (c Config) validate() error {
 	}
 	if c.ProxyRecordRetention < 0 {
 		errs = append(errs, fmt.Errorf("proxyRecordRetention %s is negative: give a duration such as 168h (0 deletes a proxy's record as soon as its certificates expire)", c.ProxyRecordRetention))
-	}
-	if c.MemoryLimit != "" {
-		if _, err := parseBytes(c.MemoryLimit); err != nil {
-			errs = append(errs, fmt.Errorf("memoryLimit %w", err))
-		}
 	}
 	names := map[string]bool{}
 	for i, p := range c.Providers {

@@ -65,6 +65,15 @@ func TestLoadConfigProxyRecordRetention(t *testing.T) {
 	}
 }
 
+func TestLoadConfigMemoryLimit(t *testing.T) {
+	for in, want := range map[string]byteSize{`""`: 0, "3GiB": 3 << 30, "512 MiB": 512 << 20, "1000": 1000} {
+		cfg, err := loadConfig(writeConfig(t, "memoryLimit: "+in+"\n"))
+		if err != nil || cfg.MemoryLimit != want {
+			t.Errorf("memoryLimit: %s = %d, %v; want %d", in, cfg.MemoryLimit, err, want)
+		}
+	}
+}
+
 func TestLoadConfigKeepsDefaults(t *testing.T) {
 	cfg, err := loadConfig(writeConfig(t, "debugAddress: 127.0.0.1:1\n"))
 	if err != nil {
@@ -93,6 +102,8 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"not yaml", "dataDir: [\n", []string{"server.yaml"}},
 		{"not a mapping", "- a\n", []string{"mapping"}},
 		{"tokenRetention not a duration", "tokenRetention: 7 days\n", []string{"line 1", "tokenRetention"}},
+		{"memoryLimit without a number", "memoryLimit: GiB\n", []string{":1:", "memoryLimit", `"GiB" is not a size`}},
+		{"memoryLimit in GB", "dataDir: /x\nmemoryLimit: 3GB\n", []string{":2:", "memoryLimit", `"3GB" is not a size`}},
 		{"proxyRecordRetention not a duration", "proxyRecordRetention: 7 days\n", []string{"line 1", "proxyRecordRetention"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -133,8 +144,6 @@ func TestValidate(t *testing.T) {
 		{"gcPercent too low", func(c *Config) { c.GCPercent = 0 }, "gcPercent 0: want at least 10"},
 		{"tokenRetention negative", func(c *Config) { c.TokenRetention = -time.Hour }, "tokenRetention -1h0m0s is negative"},
 		{"proxyRecordRetention negative", func(c *Config) { c.ProxyRecordRetention = -time.Hour }, "proxyRecordRetention -1h0m0s is negative"},
-		{"memoryLimit without a number", func(c *Config) { c.MemoryLimit = "GiB" }, `memoryLimit "GiB" is not a size`},
-		{"memoryLimit in GB", func(c *Config) { c.MemoryLimit = "3GB" }, `memoryLimit "3GB" is not a size`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good

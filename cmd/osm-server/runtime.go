@@ -8,6 +8,8 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // defaultGCPercent is osm-server's garbage-collector target (Go's GOGC)
@@ -48,8 +50,8 @@ func applyRuntime(log *slog.Logger, cfg Config) runtimeSettings {
 		src = append(src, "GOMEMLIMIT")
 	} else {
 		s.MemoryLimit = math.MaxInt64
-		if cfg.MemoryLimit != "" {
-			s.MemoryLimit, _ = parseBytes(cfg.MemoryLimit) // validated with the config
+		if cfg.MemoryLimit > 0 {
+			s.MemoryLimit = int64(cfg.MemoryLimit)
 			src = append(src, "memoryLimit")
 		}
 		debug.SetMemoryLimit(s.MemoryLimit)
@@ -61,6 +63,28 @@ func applyRuntime(log *slog.Logger, cfg Config) runtimeSettings {
 	}
 	log.Info("Go runtime memory settings", "gc_percent", s.GCPercent, "memory_limit_bytes", limit, "from", s.Source)
 	return s
+}
+
+// byteSize is a size in bytes, written in the config file as GOMEMLIMIT
+// writes it ("3GiB"; "" for 0); the file is refused, naming the key and
+// line, when it is not one.
+type byteSize int64
+
+func (b *byteSize) UnmarshalYAML(n *yaml.Node) error {
+	var v string
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	if v == "" {
+		*b = 0
+		return nil
+	}
+	size, err := parseBytes(v)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(size)
+	return nil
 }
 
 // parseBytes parses a size as GOMEMLIMIT writes it: a whole number of

@@ -50,7 +50,7 @@ func TestApplyRuntimeFromConfig(t *testing.T) {
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
 	cfg := defaultConfig()
-	cfg.GCPercent, cfg.MemoryLimit = 30, "2GiB"
+	cfg.GCPercent, cfg.MemoryLimit = 30, 2<<30
 	got := applyRuntime(discardLogger(), cfg)
 	if got.GCPercent != 30 || got.MemoryLimit != 2<<30 || got.Source != "gcPercent, memoryLimit" {
 		t.Errorf("applyRuntime = %+v; want 30%%, 2 GiB from the config keys", got)
@@ -80,7 +80,7 @@ func TestApplyRuntimeEnvironmentWins(t *testing.T) {
 	debug.SetGCPercent(80)
 	debug.SetMemoryLimit(1 << 30)
 	cfg := defaultConfig()
-	cfg.MemoryLimit = "4GiB"
+	cfg.MemoryLimit = 4 << 30
 	got := applyRuntime(discardLogger(), cfg)
 	if got.GCPercent != 80 || got.MemoryLimit != 1<<30 || got.Source != "GOGC, GOMEMLIMIT" {
 		t.Errorf("applyRuntime = %+v; want GOGC's 80%% and GOMEMLIMIT's 1 GiB", got)
