@@ -268,14 +268,13 @@ const providerWait = 30 * time.Second
 
 // providers is what waitForProviders needs of the plugin host.
 type providers interface {
-	Ready() bool
-	Status() []pluginhost.Status
+	Waiting() []string // providers that have not sent their first list
 }
 
 // waitForProviders returns once every provider has sent its first list,
 // ctx is done, or max has passed (logging which providers it gave up on).
 func waitForProviders(ctx context.Context, log *slog.Logger, p providers, max time.Duration) {
-	if p.Ready() {
+	if len(p.Waiting()) == 0 {
 		return
 	}
 	start := time.Now()
@@ -289,16 +288,10 @@ func waitForProviders(ctx context.Context, log *slog.Logger, p providers, max ti
 		case <-ctx.Done():
 			return
 		case <-deadline.C:
-			var waiting []string
-			for _, st := range p.Status() {
-				if st.LastSync.IsZero() {
-					waiting = append(waiting, st.Name)
-				}
-			}
-			log.Warn("serving xDS before every provider has listed its endpoints: their services have no endpoints until they do (see /api/v1/providers)", "waiting", waiting, "after", max)
+			log.Warn("serving xDS before every provider has listed its endpoints: their services have no endpoints until they do (see /api/v1/providers)", "waiting", p.Waiting(), "after", max)
 			return
 		case <-tick.C:
-			if p.Ready() {
+			if len(p.Waiting()) == 0 {
 				log.Info("every provider has listed its endpoints; serving xDS", "after", time.Since(start).Round(time.Millisecond))
 				return
 			}

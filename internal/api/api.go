@@ -31,7 +31,7 @@ type Catalog interface {
 // Providers is the view of the plugin host the API reads.
 type Providers interface {
 	Status() []pluginhost.Status
-	Ready() bool
+	Waiting() []string // providers that have not sent their first list
 }
 
 // Server is the debug HTTP server.
@@ -112,13 +112,7 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
-	if !s.providers.Ready() {
-		var waiting []string
-		for _, st := range s.providers.Status() {
-			if st.LastSync.IsZero() {
-				waiting = append(waiting, st.Name)
-			}
-		}
+	if waiting := s.providers.Waiting(); len(waiting) > 0 {
 		http.Error(w, fmt.Sprintf("not ready: waiting for the first list from providers %v (see /api/v1/providers)", waiting), http.StatusServiceUnavailable)
 		return
 	}

@@ -20,11 +20,16 @@ import (
 
 type fakeProviders struct {
 	status []pluginhost.Status
-	ready  bool
+	ready  bool // if not, "lab" has not listed yet
 }
 
 func (f fakeProviders) Status() []pluginhost.Status { return f.status }
-func (f fakeProviders) Ready() bool                 { return f.ready }
+func (f fakeProviders) Waiting() []string {
+	if f.ready {
+		return nil
+	}
+	return []string{"lab"}
+}
 
 func newTestServer(t *testing.T, ready bool) *httptest.Server {
 	t.Helper()

@@ -129,14 +129,16 @@ func (h *Host) Run(ctx context.Context) error {
 	return nil
 }
 
-// Ready reports whether every instance has answered its first list.
-func (h *Host) Ready() bool {
+// Waiting returns the names of the instances that have not sent their
+// first list yet, in configuration order (none once every one has).
+func (h *Host) Waiting() []string {
+	var out []string
 	for _, in := range h.instances {
-		if in.snapshot().LastSync.IsZero() {
-			return false
+		if st := in.snapshot(); st.LastSync.IsZero() {
+			out = append(out, st.Name)
 		}
 	}
-	return true
+	return out
 }
 
 // Status returns every instance's status, in configuration order.

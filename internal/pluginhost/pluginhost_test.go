@@ -192,8 +192,8 @@ func TestTwoInstancesContributeToOneService(t *testing.T) {
 	b := endpointsFile(t, dir, "b.yaml", "10.0.0.2:80", "10.0.0.3:80")
 	h := start(t, Options{Instances: []Instance{staticInstance("site-a", a), staticInstance("site-b", b)}})
 	waitFor(t, 10*time.Second, "both providers' endpoints", h.endpointsAre(bookstore, "10.0.0.1:80@site-a", "10.0.0.2:80@site-b", "10.0.0.3:80@site-b"))
-	if !h.host.Ready() {
-		t.Errorf("Ready() = false after both providers listed")
+	if w := h.host.Waiting(); len(w) != 0 {
+		t.Errorf("Waiting() = %v after both providers listed, want none", w)
 	}
 	// An edit to one file changes only that provider's share, within a second.
 	writeFile(t, b, staticYAML("10.0.0.2:80"))
@@ -351,8 +351,8 @@ func TestStartErrorsNameTheFix(t *testing.T) {
 			return ""
 		})
 	}
-	if h.host.Ready() {
-		t.Errorf("Ready() = true while two providers never listed")
+	if w := h.host.Waiting(); !slices.Equal(w, []string{"missing", "badconfig"}) {
+		t.Errorf("Waiting() = %v, want the two providers that never listed: [missing badconfig]", w)
 	}
 }
 
@@ -390,8 +390,8 @@ func TestNoPluginOutlivesTheHost(t *testing.T) {
 	}
 	h := start(t, Options{Instances: instances})
 	waitFor(t, 10*time.Second, "all running", func() string {
-		if !h.host.Ready() {
-			return "not ready"
+		if w := h.host.Waiting(); len(w) != 0 {
+			return fmt.Sprintf("waiting for %v", w)
 		}
 		return ""
 	})
