@@ -50,6 +50,8 @@ type runningServer struct {
 	exited chan error
 }
 
+// startServer runs osm-server from bin with two static providers reading
+// one endpoints file, and waits until it is ready.
 func startServer(t *testing.T, bin string) *runningServer {
 	t.Helper()
 	dir := t.TempDir()
@@ -58,8 +60,29 @@ func startServer(t *testing.T, bin string) *runningServer {
 		t.Fatal(err)
 	}
 	debug := freeAddr(t)
-	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: 127.0.0.1:0\nxdsAddress: 127.0.0.1:0\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n  - {name: second, plugin: osm-provider-static, config: {file: %s}}\n",
-		filepath.Join(dir, "data"), bin, debug, endpoints, endpoints)
+	s := launchServer(t, bin, dir, fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: 127.0.0.1:0\nxdsAddress: 127.0.0.1:0\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n  - {name: second, plugin: osm-provider-static, config: {file: %s}}\n",
+		filepath.Join(dir, "data"), bin, debug, endpoints, endpoints))
+	s.base = "http://" + debug
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if resp, err := http.Get(s.base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("osm-server not ready within 20s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// launchServer starts osm-server from bin with config (written to dir),
+// its output in dir/server.log; the test's end kills it and, if the test
+// failed, logs that file.
+func launchServer(t *testing.T, bin, dir, config string) *runningServer {
+	t.Helper()
 	configFile := filepath.Join(dir, "server.yaml")
 	if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
@@ -75,29 +98,22 @@ func startServer(t *testing.T, bin string) *runningServer {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	s := &runningServer{cmd: cmd, base: "http://" + debug, log: logFile, exited: make(chan error, 1)}
+	s := &runningServer{cmd: cmd, log: logFile, exited: make(chan error, 1)}
 	go func() { s.exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-s.exited
 		if t.Failed() {
-			b, _ := os.ReadFile(logFile)
-			t.Logf("server log:\n%s", b)
+			t.Logf("server log:\n%s", s.output())
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if resp, err := http.Get(s.base + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("osm-server not ready within 20s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return s
+}
+
+// output returns what the server has logged so far.
+func (s *runningServer) output() string {
+	b, _ := os.ReadFile(s.log)
+	return string(b)
 }
 
 func (s *runningServer) pluginPIDs(t *testing.T) []int {
@@ -176,31 +192,10 @@ func TestServeEndToEnd(t *testing.T) {
 	t.Run("xDS waits for the providers' first lists", func(t *testing.T) {
 		dir := t.TempDir()
 		endpoints := filepath.Join(dir, "endpoints.yaml") // written later
-		xds, debug := freeAddr(t), freeAddr(t)
-		config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: 127.0.0.1:0\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
-			filepath.Join(dir, "data"), bin, debug, xds, endpoints)
-		configFile := filepath.Join(dir, "server.yaml")
-		if err := os.WriteFile(configFile, []byte(config), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		logFile, err := os.Create(filepath.Join(dir, "server.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer logFile.Close()
-		serverLog := func() string { b, _ := os.ReadFile(logFile.Name()); return string(b) }
-		cmd := exec.Command(filepath.Join(bin, "osm-server"), "serve", "--config", configFile)
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			if t.Failed() {
-				t.Logf("server log:\n%s", serverLog())
-			}
-		})
+		xds := freeAddr(t)
+		srv := launchServer(t, bin, dir, fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: 127.0.0.1:0\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
+			filepath.Join(dir, "data"), bin, freeAddr(t), xds, endpoints))
+		serverLog := srv.output
 		waitFor := func(what string, cond func() bool) {
 			t.Helper()
 			deadline := time.Now().Add(20 * time.Second)
