@@ -51,21 +51,14 @@ func dumpMemory(ctx context.Context, dir, name string, srv *server) error {
 // profile and writes the window's start (DIR/O-idle.start), to compare
 // with the ACK times dumpMemory saves.
 func (m *measurer) profileIdle(ctx context.Context, srv *server, name string) (wait func() error) {
-	dir := m.plan.ProfileDir
-	if dir == "" || srv.debugAddr == "" {
-		return func() error { return nil }
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return func() error { return err }
-	}
 	start := time.Now()
-	done := make(chan error, 1)
-	go func() {
-		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.debugAddr, int(m.plan.IdleWindow.Seconds())), filepath.Join(dir, name+"-idle.cpu.pb.gz"))
-	}()
+	profiled := m.profileCPU(ctx, srv, name+"-idle", int(m.plan.IdleWindow.Seconds()))
 	return func() error {
-		err := <-done
-		return errors.Join(err, os.WriteFile(filepath.Join(dir, name+"-idle.start"), []byte(start.UTC().Format(time.RFC3339Nano)+"\n"), 0o644))
+		err := profiled()
+		if m.plan.ProfileDir == "" || srv.debugAddr == "" || err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(m.plan.ProfileDir, name+"-idle.start"), []byte(start.UTC().Format(time.RFC3339Nano)+"\n"), 0o644)
 	}
 }
 
@@ -76,6 +69,12 @@ const fillProfileSeconds = 15
 // fillProfileSeconds of the fleet fill (DIR/O-fill.cpu.pb.gz). The function
 // it returns waits for the profile.
 func (m *measurer) profileFill(ctx context.Context, srv *server, name string) (wait func() error) {
+	return m.profileCPU(ctx, srv, name+"-fill", fillProfileSeconds)
+}
+
+// profileCPU, for O with --profile-dir, starts a CPU profile of the next
+// seconds into DIR/<file>.cpu.pb.gz; the function it returns waits for it.
+func (m *measurer) profileCPU(ctx context.Context, srv *server, file string, seconds int) (wait func() error) {
 	dir := m.plan.ProfileDir
 	if dir == "" || srv.debugAddr == "" {
 		return func() error { return nil }
@@ -85,7 +84,7 @@ func (m *measurer) profileFill(ctx context.Context, srv *server, name string) (w
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.debugAddr, fillProfileSeconds), filepath.Join(dir, name+"-fill.cpu.pb.gz"))
+		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.debugAddr, seconds), filepath.Join(dir, file+".cpu.pb.gz"))
 	}()
 	return func() error { return <-done }
 }
