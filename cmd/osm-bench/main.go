@@ -113,7 +113,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.IntVar(&services, "services", 0, "services in W (default 1000, quick 100)")
 	fs.IntVar(&endpoints, "endpoints", 10, "endpoints per service")
 	fs.IntVar(&reps, "reps", 0, "changes measured for M2 and M3 (default 20, quick 5)")
-	fs.IntVar(&joins, "joins", 0, "joins measured for M5 (default 50, quick 10)")
+	fs.IntVar(&joins, "joins", 0, "joins measured for M5, one after another (default 200, quick 10); p99 is nearest-rank")
 	fs.StringVar(&servers, "servers", "O,L,L-mux,F", "servers to measure, in order")
 	fs.StringVar(&c.out, "out", "bench/results/latest.json", "JSON results file")
 	fs.StringVar(&c.osmServer, "osm-server", "bin/osm-server", "osm-server binary for O (O is skipped when missing)")
@@ -124,7 +124,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&logLevel, "log-level", "info", "the harness's log level (debug logs every change with its start time, to line up with the server's log)")
 	fs.StringVar(&c.serverLogLevel, "server-log-level", "warn", "osm-server's --log-level for O; its log is servers.log in --work-dir")
 	fs.DurationVar(&c.plan.QuietMax, "quiet-max", 5*time.Second, "before each M2/M3 change, wait up to this long for the server to finish the previous one (under 5% of a core for 200 ms); 0: do not wait")
-	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace and a CPU profile of osm-server taken during each change metric's first changes to DIR/O-<metric>.trace (go tool trace) , DIR/O-<metric>.cpu.pb.gz and DIR/O-<metric>.allocs.pb.gz (go tool pprof)")
+	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace, a CPU and an allocation profile of osm-server over the first seconds of M2's and M3's changes and of M5's joins, to DIR/O-<metric>.trace (go tool trace), DIR/O-<metric>.cpu.pb.gz and DIR/O-<metric>.allocs.pb.gz (go tool pprof)")
 	fs.StringVar(&c.plan.ProfileDir, "profile-dir", "", "write to DIR/<server>-*: O's CPU profile of the fleet fill's first 15 s and of M1's idle window; after M7's RSS is read, each server's /proc status and smaps_rollup, and O's heap profile, MemStats (heap?debug=1), goroutines and /debug/proxies")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -140,7 +140,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	def(&proxies, 10000, 500)
 	def(&services, 1000, 100)
 	def(&reps, 20, 5)
-	def(&joins, 50, 10)
+	def(&joins, 200, 10)
 	if c.timeout == 0 {
 		c.timeout = 15 * time.Minute
 		if c.quick {

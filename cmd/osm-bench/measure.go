@@ -221,6 +221,10 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 
 	// M5: a new proxy joins the full fleet.
 	var joins []float64
+	var joinsTraced func() error
+	if p.want("M5") {
+		joinsTraced = m.startTrace(ctx, srv, res, t.Name()+"-M5")
+	}
 	for j := range p.Joins {
 		if !p.want("M5") {
 			break
@@ -242,6 +246,9 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		pc.close()
 	}
 	if p.want("M5") {
+		if err := joinsTraced(); err != nil {
+			res.note("M5: trace: %v", err)
+		}
 		log.Info("joins measured", "n", len(joins))
 		res.set("M5.p50", percentile(joins, 50))
 		res.set("M5.p99", percentile(joins, 99))
