@@ -209,7 +209,11 @@ type Manager struct {
 	mu       sync.Mutex
 	services map[CommonName]*serviceState
 	proxies  map[string]proxyKnown
-	subs     map[chan Announcement]struct{}
+	// undecodable holds the version of each proxy record (by key) that did
+	// not decode, so syncProxies reports it once and skips it until it
+	// changes.
+	undecodable map[string]uint64
+	subs        map[chan Announcement]struct{}
 	// kick wakes Run to recompute its rotation timer.
 	kick chan struct{}
 
@@ -257,13 +261,14 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{
-		log:      log,
-		st:       st,
-		opts:     opts,
-		services: map[CommonName]*serviceState{},
-		proxies:  map[string]proxyKnown{},
-		subs:     map[chan Announcement]struct{}{},
-		kick:     make(chan struct{}, 1),
+		log:         log,
+		st:          st,
+		opts:        opts,
+		services:    map[CommonName]*serviceState{},
+		proxies:     map[string]proxyKnown{},
+		undecodable: map[string]uint64{},
+		subs:        map[chan Announcement]struct{}{},
+		kick:        make(chan struct{}, 1),
 
 		claims:    map[string]time.Time{},
 		claimKick: make(chan struct{}, 1),

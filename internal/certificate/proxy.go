@@ -450,7 +450,13 @@ func (m *Manager) syncProxies(ctx context.Context, announce bool) error {
 	var missing []string // known here, not listed
 	m.mu.Lock()
 	listedKnown := 0
+	undecodable := m.undecodable
+	m.undecodable = map[string]uint64{} // those still listed at the same version stay
 	for _, kv := range kvs {
+		if v, bad := undecodable[kv.Key]; bad && v == kv.Version {
+			m.undecodable[kv.Key] = v // reported once; read again when rewritten
+			continue
+		}
 		old, seen := m.proxies[strings.TrimPrefix(kv.Key, proxyPrefix)]
 		if seen {
 			listedKnown++
@@ -484,7 +490,11 @@ func (m *Manager) syncProxies(ctx context.Context, announce bool) error {
 			gone = append(gone, strings.TrimPrefix(kv.Key, proxyPrefix)) // deleted since the listing
 			continue
 		}
-		if json.Unmarshal(val, &e) != nil {
+		if err := json.Unmarshal(val, &e); err != nil {
+			m.log.Warn("skipping a proxy record that does not decode: the proxy is refused until it enrolls again; the record is read again when rewritten", "key", kv.Key, "err", err)
+			m.mu.Lock()
+			m.undecodable[kv.Key] = ver
+			m.mu.Unlock()
 			continue
 		}
 		m.mu.Lock()

@@ -2,6 +2,7 @@ package certificate
 
 import (
 	"bytes"
+	"context"
 	"crypto"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -10,9 +11,11 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"log/slog"
 	"net"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -404,5 +407,79 @@ func TestReplicaAnnouncesRevocation(t *testing.T) {
 	}
 	if a := nextAnnouncement(t, ch, ProxyRevoked, 5*time.Second); a.ProxyCN != cn || a.ServiceAccount != bookstoreSA {
 		t.Errorf("ProxyRevoked = %+v", a)
+	}
+}
+
+// proxyGetCounter counts the proxy records read with Get.
+type proxyGetCounter struct {
+	*store.Memory
+	mu   sync.Mutex
+	gets int
+}
+
+func (c *proxyGetCounter) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	if strings.HasPrefix(key, proxyPrefix) {
+		c.mu.Lock()
+		c.gets++
+		c.mu.Unlock()
+	}
+	return c.Memory.Get(ctx, key)
+}
+
+func (c *proxyGetCounter) reads() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.gets
+	c.gets = 0
+	return n
+}
+
+// A proxy record that does not decode is reported once and not read again
+// at every sync until it is rewritten; once deleted it is forgotten.
+func TestUndecodableProxyRecordReportedOnce(t *testing.T) {
+	ctx := t.Context()
+	st := &proxyGetCounter{Memory: store.NewMemory()}
+	var logs syncBuffer
+	m, err := New(ctx, slog.New(slog.NewTextHandler(&logs, nil)), st, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := proxyKey("11111111-2222-3333-4444-555555555555.web.default")
+	write := func(version uint64, val string) {
+		t.Helper()
+		if ok, err := st.Memory.Txn(ctx, store.Set(key, version, []byte(val))); err != nil || !ok {
+			t.Fatalf("write %s: %v %v", key, ok, err)
+		}
+	}
+	write(0, "{not json")
+	sync := func() {
+		t.Helper()
+		if err := m.syncProxies(ctx, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sync()
+	sync()
+	if n := st.reads(); n != 1 {
+		t.Errorf("two syncs read the bad record %d times, want once", n)
+	}
+	if n := strings.Count(logs.String(), "does not decode"); n != 1 {
+		t.Errorf("reported %d times, want once:\n%s", n, logs.String())
+	}
+	_, ver, _ := st.Memory.Get(ctx, key)
+	write(ver, "{still not json")
+	sync()
+	if n := st.reads(); n != 1 {
+		t.Errorf("a sync after the record was rewritten read it %d times, want once", n)
+	}
+	_, ver, _ = st.Memory.Get(ctx, key)
+	if ok, err := st.Memory.Txn(ctx, store.Delete(key, ver)); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	sync()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.undecodable) != 0 {
+		t.Errorf("after the record was deleted: %v remembered, want nothing", m.undecodable)
 	}
 }
