@@ -310,10 +310,7 @@ func (p *staticProvider) reload(seen time.Time) {
 		}
 		return
 	}
-	if sum == p.sum && p.health == nil {
-		return // read twice at once
-	}
-	p.sum = sum
+	p.sum = sum // only reload (the follow goroutine) writes sum and health
 	if p.health != nil {
 		p.log.Info("endpoints file good again", "file", file)
 		p.health = nil
