@@ -9,9 +9,12 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 // clock is a settable clock for Options.Now.
@@ -137,4 +140,44 @@ func drain(ch <-chan Announcement) []Announcement {
 			return out
 		}
 	}
+}
+
+// readCounter is a Store that counts the records under prefix it hands
+// out with their values (by List or Get).
+type readCounter struct {
+	*store.Memory
+	prefix string
+	mu     sync.Mutex
+	read   int
+}
+
+func (r *readCounter) count(n int) {
+	r.mu.Lock()
+	r.read += n
+	r.mu.Unlock()
+}
+
+// reads returns the count so far and starts it again.
+func (r *readCounter) reads() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.read
+	r.read = 0
+	return n
+}
+
+func (r *readCounter) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	kvs, err := r.Memory.List(ctx, prefix)
+	if strings.HasPrefix(prefix, r.prefix) {
+		r.count(len(kvs))
+	}
+	return kvs, err
+}
+
+func (r *readCounter) Get(ctx context.Context, key string) ([]byte, uint64, error) {
+	val, ver, err := r.Memory.Get(ctx, key)
+	if strings.HasPrefix(key, r.prefix) && ver != 0 {
+		r.count(1)
+	}
+	return val, ver, err
 }

@@ -2,7 +2,6 @@ package certificate
 
 import (
 	"bytes"
-	"context"
 	"crypto"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -15,7 +14,6 @@ import (
 	"net"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -410,35 +408,11 @@ func TestReplicaAnnouncesRevocation(t *testing.T) {
 	}
 }
 
-// proxyGetCounter counts the proxy records read with Get.
-type proxyGetCounter struct {
-	*store.Memory
-	mu   sync.Mutex
-	gets int
-}
-
-func (c *proxyGetCounter) Get(ctx context.Context, key string) ([]byte, uint64, error) {
-	if strings.HasPrefix(key, proxyPrefix) {
-		c.mu.Lock()
-		c.gets++
-		c.mu.Unlock()
-	}
-	return c.Memory.Get(ctx, key)
-}
-
-func (c *proxyGetCounter) reads() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.gets
-	c.gets = 0
-	return n
-}
-
 // A proxy record that does not decode is reported once and not read again
 // at every sync until it is rewritten; once deleted it is forgotten.
 func TestUndecodableProxyRecordReportedOnce(t *testing.T) {
 	ctx := t.Context()
-	st := &proxyGetCounter{Memory: store.NewMemory()}
+	st := &readCounter{Memory: store.NewMemory(), prefix: proxyPrefix}
 	var logs syncBuffer
 	m, err := New(ctx, slog.New(slog.NewTextHandler(&logs, nil)), st, Options{})
 	if err != nil {

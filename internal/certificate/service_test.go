@@ -458,41 +458,11 @@ func TestEarlierRecordsFollowLifetimes(t *testing.T) {
 	}
 }
 
-// readCounter is a Store that counts the service certificate records it
-// hands out with their values (by List or Get).
-type readCounter struct {
-	*store.Memory
-	mu   sync.Mutex
-	read int
-}
-
-func (r *readCounter) count(n int) {
-	r.mu.Lock()
-	r.read += n
-	r.mu.Unlock()
-}
-
-func (r *readCounter) List(ctx context.Context, prefix string) ([]store.KV, error) {
-	kvs, err := r.Memory.List(ctx, prefix)
-	if strings.HasPrefix(prefix, servicePrefix) {
-		r.count(len(kvs))
-	}
-	return kvs, err
-}
-
-func (r *readCounter) Get(ctx context.Context, key string) ([]byte, uint64, error) {
-	val, ver, err := r.Memory.Get(ctx, key)
-	if strings.HasPrefix(key, servicePrefix) && ver != 0 {
-		r.count(1)
-	}
-	return val, ver, err
-}
-
 // Following the store after one more service certificate reads that one
 // record, not every service's (a fleet's first proxies of n services made
 // n syncs of n records each).
 func TestSyncServicesReadsOnlyChangedRecords(t *testing.T) {
-	st := &readCounter{Memory: store.NewMemory()}
+	st := &readCounter{Memory: store.NewMemory(), prefix: servicePrefix}
 	m := newTestManager(t, st, Options{})
 	ctx := t.Context()
 	for i := range 20 {
@@ -508,14 +478,12 @@ func TestSyncServicesReadsOnlyChangedRecords(t *testing.T) {
 	if _, err := other.ServiceCertificate(ctx, mesh.ServiceAccount{Namespace: "default", Name: "new"}); err != nil {
 		t.Fatal(err)
 	}
-	st.mu.Lock()
-	st.read = 0
-	st.mu.Unlock()
+	st.reads()
 	if err := m.syncServices(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	if st.read != 1 {
-		t.Errorf("a sync after one new certificate read %d records, want 1", st.read)
+	if n := st.reads(); n != 1 {
+		t.Errorf("a sync after one new certificate read %d records, want 1", n)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
