@@ -8,7 +8,6 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -16,9 +15,10 @@ import (
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 )
 
-// sentStream is the server side of a SotW stream that records what is sent.
+// sentStream is the server side of a SotW stream that records what is
+// sent (sotwStream receives through the function serve is given).
 type sentStream struct {
-	grpc.ServerStream
+	discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer
 	sent []*discovery.DiscoveryResponse
 }
 
@@ -26,8 +26,6 @@ func (s *sentStream) Send(r *discovery.DiscoveryResponse) error {
 	s.sent = append(s.sent, r)
 	return nil
 }
-
-func (s *sentStream) Recv() (*discovery.DiscoveryRequest, error) { panic("not used") }
 
 // sotwFixture drives a sotwStream by hand (no goroutines): request, then
 // flush what the cache delivered.
