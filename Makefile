@@ -16,7 +16,7 @@ PLUGINS  := $(notdir $(wildcard providers/*))
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build test test-deps demo proto bench fmt-check vet clean
+.PHONY: all build test test-deps demo proto bench fuzz fmt-check vet clean
 
 # apt-get as root, or through sudo.
 APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
@@ -85,6 +85,11 @@ bench:
 	@# Micro-benchmarks, benchstat-comparable: benchstat old.txt bench/results/micro.txt
 	$(if $(QUICK),@echo "QUICK=1: micro-benchmarks skipped",$(GO) test -run '^$$' -bench . -benchmem -count $(or $(BENCH_COUNT),5) \
 		./internal/xds/ ./internal/xds/cache/ ./internal/xds/render/ > bench/results/micro.txt; s=$$?; cat bench/results/micro.txt; exit $$s)
+
+# Every Go fuzz target for FUZZTIME each (default 30s); `make test` runs
+# their committed seed corpora as ordinary tests. FUZZ=regexp picks targets.
+fuzz:
+	FUZZTIME=$(or $(FUZZTIME),30s) ./hack/fuzz.sh $(FUZZ)
 
 clean:
 	rm -rf bin .tools

@@ -109,11 +109,17 @@ func defaultPluginDir() string {
 // loadConfig reads the YAML file at path over the defaults. Unknown keys,
 // wrong types and bad values are errors naming the file, line and key.
 func loadConfig(path string) (Config, error) {
-	cfg := defaultConfig()
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return cfg, fmt.Errorf("read config: %w", err)
+		return defaultConfig(), fmt.Errorf("read config: %w", err)
 	}
+	return parseConfig(path, data)
+}
+
+// parseConfig decodes the contents of the config file at path over the
+// defaults; path only names the file in errors.
+func parseConfig(path string, data []byte) (Config, error) {
+	cfg := defaultConfig()
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return cfg, fmt.Errorf("config %s: %s", path, strings.TrimPrefix(err.Error(), "yaml: "))
@@ -128,7 +134,7 @@ func loadConfig(path string) (Config, error) {
 		"gcPercent": &cfg.GCPercent, "memoryLimit": &cfg.MemoryLimit,
 		"tokenRetention": &cfg.TokenRetention, "proxyRecordRetention": &cfg.ProxyRecordRetention,
 	}
-	err = decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers"), func(key string, v *yaml.Node) error {
+	err := decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers"), func(key string, v *yaml.Node) error {
 		if key != "providers" {
 			return v.Decode(fields[key])
 		}

@@ -153,6 +153,12 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("read agent config: %w (write it with `osm-agent install`)", err)
 	}
+	return ParseConfig(path, data)
+}
+
+// ParseConfig decodes and validates the contents of the agent config file
+// at path, as LoadConfig does; path only names the file in errors.
+func ParseConfig(path string, data []byte) (Config, error) {
 	var c Config
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
