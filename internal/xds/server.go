@@ -92,6 +92,10 @@ type Server struct {
 	cache *cache.Cache
 	ids   Identities
 
+	// handshakeTimeout bounds a new connection's TLS handshake and HTTP/2
+	// preface (DefaultHandshakeTimeout unless set).
+	handshakeTimeout time.Duration
+
 	mu      sync.Mutex
 	watcher Watcher
 	streams map[*stream]struct{}
@@ -110,8 +114,19 @@ type stream struct {
 // NewServer returns a server over c. SetWatcher must be called before
 // Register's streams arrive.
 func NewServer(log *slog.Logger, c *cache.Cache, ids Identities) *Server {
-	return &Server{log: log, cache: c, ids: ids, streams: map[*stream]struct{}{}, proxies: map[string]*Proxy{}}
+	return &Server{log: log, cache: c, ids: ids, handshakeTimeout: DefaultHandshakeTimeout, streams: map[*stream]struct{}{}, proxies: map[string]*Proxy{}}
 }
+
+// DefaultHandshakeTimeout bounds how long a new connection to the xDS port
+// may take to finish its TLS handshake and send the HTTP/2 preface; gRPC's
+// own default, 120 s, let a peer that sends nothing hold a connection (and
+// a file descriptor) for two minutes. A proxy on a slow link handshakes in
+// well under a second.
+const DefaultHandshakeTimeout = 10 * time.Second
+
+// SetHandshakeTimeout sets the bound on a new connection's handshake
+// (DefaultHandshakeTimeout by default). Call it before Serve.
+func (s *Server) SetHandshakeTimeout(d time.Duration) { s.handshakeTimeout = d }
 
 // SetWatcher sets who is told about connects and disconnects. A Publisher
 // is also given the means to end the streams of a proxy it cannot
@@ -543,6 +558,9 @@ func (s *Server) Serve(ctx context.Context, addr string, tlsCfg *tls.Config, rea
 	}
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
+		// A connection that has not finished its TLS handshake and sent
+		// the HTTP/2 preface by then is closed.
+		grpc.ConnectionTimeout(s.handshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// An HTTP/2 ping costs both ends a TLS record each way and
 		// goroutine wake-ups: about 0.3 ms of server CPU on a 2-core VM
