@@ -13,13 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	xdscreds "google.golang.org/grpc/credentials/xds"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -232,4 +235,57 @@ func TestStartupGrace(t *testing.T) {
 	s.Send(newRequest(envoyNode(cnOf(t, buyer), "10.0.0.10")))
 	waitFor(t, "bookstore-v1's endpoint sent during the grace period", func() bool { got := eds(); return len(got) == 1 && got[0] == "10.0.0.12:14001" })
 	waitFor(t, "bookstore-v1's endpoint withdrawn after the grace period (its proxy never connected)", func() bool { return len(eds()) == 0 })
+}
+
+// TestDeniedGRPCCallerIsAnsweredAtOnce: bookthief, a proxyless gRPC app
+// with the agent's files, asks for bookstore's listener, which no
+// TrafficTarget lets it have. The server answers that subscription at once
+// (without the listener) and the real gRPC-Go client ACKs the answer.
+// gRPC-Go 1.85 still fails the RPC only at its 15 s does-not-exist timer:
+// it takes a never-received listener missing from an answer as "not yet
+// known" (xdsclient/authority.go), so the RPC is only logged here.
+func TestDeniedGRPCCallerIsAnsweredAtOnce(t *testing.T) {
+	e := startEnv(t)
+	rb, err := xds.NewXDSResolverWithConfigForTesting(e.grpcBootstrap(t, "bookthief", "127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient("xds:///bookstore.default.mesh:14001", grpc.WithTransportCredentials(creds), grpc.WithResolvers(rb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	start := time.Now()
+	conn.Connect()
+	var nodeID string
+	waitFor(t, "bookthief connected", func() bool {
+		ps := e.srv.Proxies()
+		if len(ps) == 1 {
+			nodeID = ps[0].NodeID
+		}
+		return nodeID != ""
+	})
+	waitFor(t, "bookthief's listener subscription answered and ACKed", func() bool {
+		for _, ts := range e.cache.Status(nodeID) {
+			if ts.TypeURL == resource.ListenerType && ts.SentAt.After(start) && ts.ACKed == ts.Sent {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("bookthief's LDS subscription answered and ACKed %v after dialling", time.Since(start))
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("bookthief's LDS subscription answered after %v, want at once", took)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	if status.Code(err) == codes.OK {
+		t.Fatal("bookthief reached bookstore")
+	}
+	t.Logf("bookthief -> bookstore within 1 s: %v", err)
 }

@@ -63,6 +63,12 @@ type Publisher struct {
 	pending []proxyEvent
 	wake    chan struct{}
 
+	// refuse ends a proxy's streams, telling it why (set by
+	// Server.SetWatcher, before Run): for a proxy whose configuration
+	// cannot be rendered and that has none, which would otherwise wait in
+	// silence.
+	refuse func(nodeID string, err error)
+
 	// Owned by Run.
 	specSnap  *spec.Snapshot
 	catSnap   *catalog.Snapshot
@@ -740,10 +746,20 @@ func renderProxy(px Proxy) render.Proxy {
 func (p *Publisher) publishNode(ctx context.Context, n *node) {
 	err := p.renderNode(ctx, n)
 	p.setErr(n.proxy.NodeID, err)
-	if err != nil {
+	switch {
+	case err == nil:
+	case n.lds == nil && p.refuse != nil:
+		// Nothing was ever published for this proxy: it would wait for
+		// its first answer forever. End its streams naming the cause; it
+		// reconnects, and is served once the cause is fixed.
+		p.log.Error("proxy refused: its configuration cannot be rendered", "node", n.proxy.NodeID, "err", err)
+		p.refuse(n.proxy.NodeID, err)
+	default:
 		p.log.Error("proxy configuration not published; the proxy keeps its last good configuration", "node", n.proxy.NodeID, "err", err)
 	}
 }
+
+func (p *Publisher) setRefuse(f func(nodeID string, err error)) { p.refuse = f }
 
 func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 	g := n.group

@@ -9,6 +9,12 @@
 // Anything else ends the stream with PermissionDenied. Disconnect ends a
 // proxy's live streams, which is how a revocation takes effect at once.
 //
+// No stream waits in silence: a node without a usable osm.advertiseAddress
+// or osm.flavor, or a request for a type this proxy is never served, ends
+// the stream with InvalidArgument naming the fix; a proxy whose
+// configuration cannot be rendered and that has none yet is ended with
+// FailedPrecondition naming the cause.
+//
 // What a proxy is sent is decided by the Publisher in this package, which
 // renders with internal/xds/render and publishes into the cache; the
 // server only tells it who is connected.
@@ -38,6 +44,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -85,6 +92,10 @@ type Server struct {
 	cache *cache.Cache
 	ids   Identities
 
+	// handshakeTimeout bounds a new connection's TLS handshake and HTTP/2
+	// preface (DefaultHandshakeTimeout unless set).
+	handshakeTimeout time.Duration
+
 	mu      sync.Mutex
 	watcher Watcher
 	streams map[*stream]struct{}
@@ -103,14 +114,46 @@ type stream struct {
 // NewServer returns a server over c. SetWatcher must be called before
 // Register's streams arrive.
 func NewServer(log *slog.Logger, c *cache.Cache, ids Identities) *Server {
-	return &Server{log: log, cache: c, ids: ids, streams: map[*stream]struct{}{}, proxies: map[string]*Proxy{}}
+	return &Server{log: log, cache: c, ids: ids, handshakeTimeout: DefaultHandshakeTimeout, streams: map[*stream]struct{}{}, proxies: map[string]*Proxy{}}
 }
 
-// SetWatcher sets who is told about connects and disconnects.
+// DefaultHandshakeTimeout bounds how long a new connection to the xDS port
+// may take to finish its TLS handshake and send the HTTP/2 preface; gRPC's
+// own default, 120 s, let a peer that sends nothing hold a connection (and
+// a file descriptor) for two minutes. A proxy on a slow link handshakes in
+// well under a second.
+const DefaultHandshakeTimeout = 10 * time.Second
+
+// SetHandshakeTimeout sets the bound on a new connection's handshake
+// (DefaultHandshakeTimeout by default). Call it before Serve.
+func (s *Server) SetHandshakeTimeout(d time.Duration) { s.handshakeTimeout = d }
+
+// SetWatcher sets who is told about connects and disconnects. A Publisher
+// is also given the means to end the streams of a proxy it cannot
+// configure (see refuse).
 func (s *Server) SetWatcher(w Watcher) {
+	if r, ok := w.(interface {
+		setRefuse(func(nodeID string, err error))
+	}); ok {
+		r.setRefuse(s.refuse)
+	}
 	s.mu.Lock()
 	s.watcher = w
 	s.mu.Unlock()
+}
+
+// refuse ends the live streams of the proxy with this node ID with
+// FailedPrecondition naming err: no configuration can be rendered for it,
+// and it has none, so it would otherwise wait for an answer in silence.
+func (s *Server) refuse(nodeID string, err error) {
+	st := status.Errorf(codes.FailedPrecondition, "no configuration can be rendered for proxy %s: %v", nodeID, err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for str := range s.streams {
+		if str.proxy != nil && str.proxy.NodeID == nodeID {
+			str.cancel(st)
+		}
+	}
 }
 
 // Register registers the ADS service (SotW and Delta) on g. ctx bounds
@@ -240,39 +283,29 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 	return st, sctx, nil
 }
 
-// checkNode validates a request's node against the stream's certificate;
-// the first node also registers the proxy.
-func (s *Server) checkNode(ctx context.Context, st *stream, node *corev3.Node) error {
+// checkNode validates a request's node against the stream's certificate,
+// and its type against what the proxy's flavour is served; the first node
+// also registers the proxy.
+func (s *Server) checkNode(ctx context.Context, st *stream, node *corev3.Node, typeURL string) error {
 	if node == nil {
 		if st.proxy == nil {
 			return status.Error(codes.InvalidArgument, "the first request on a stream must carry the node")
 		}
-		return nil
+		return checkType(st.proxy.Flavor, typeURL)
 	}
 	if node.GetId() != st.cn {
 		return status.Errorf(codes.PermissionDenied, "node.id %q does not match the client certificate's common name %q: set the bootstrap's node id to the proxy identity", node.GetId(), st.cn)
 	}
 	if st.proxy != nil {
-		return nil
+		return checkType(st.proxy.Flavor, typeURL)
 	}
 	id, _ := mesh.ParseProxyIdentity(st.cn)
-	flavor := render.Envoy
-	addr := netip.Addr{}
-	if md := node.GetMetadata().GetFields(); md != nil {
-		switch f := md[MetadataFlavor].GetStringValue(); f {
-		case "", "envoy":
-		case "grpc":
-			flavor = render.GRPC
-		default:
-			return status.Errorf(codes.InvalidArgument, "node metadata %s %q: want envoy or grpc", MetadataFlavor, f)
-		}
-		if a := md[MetadataAddress].GetStringValue(); a != "" {
-			ip, err := netip.ParseAddr(a)
-			if err != nil {
-				return status.Errorf(codes.InvalidArgument, "node metadata %s %q is not an IP address", MetadataAddress, a)
-			}
-			addr = ip
-		}
+	flavor, addr, err := parseNode(node)
+	if err != nil {
+		return err
+	}
+	if err := checkType(flavor, typeURL); err != nil {
+		return err
 	}
 	nodeID := st.cn
 	if flavor == render.GRPC {
@@ -300,6 +333,85 @@ func (s *Server) checkNode(ctx context.Context, st *stream, node *corev3.Node) e
 		}
 	}
 	return nil
+}
+
+// parseNode reads the proxy's flavour and advertise address from the node
+// metadata the agent writes. A proxy without an advertise address is
+// refused rather than given the connection's peer address: behind NAT, a
+// load balancer or on a machine with several addresses the peer address is
+// not the one others reach it on, so its inbound listeners would bind an
+// address the machine does not have and its endpoints would never count as
+// connected; an error the proxy logs at once names the fix instead.
+func parseNode(node *corev3.Node) (render.Flavor, netip.Addr, error) {
+	md := node.GetMetadata().GetFields()
+	flavor := render.Envoy
+	if v, ok := md[MetadataFlavor]; ok {
+		f, ok := v.GetKind().(*structpb.Value_StringValue)
+		if !ok {
+			return 0, netip.Addr{}, status.Errorf(codes.InvalidArgument, "node metadata %s is %s, want the string envoy or grpc", MetadataFlavor, kindOf(v))
+		}
+		switch f.StringValue {
+		case "", "envoy":
+		case "grpc":
+			flavor = render.GRPC
+		default:
+			return 0, netip.Addr{}, status.Errorf(codes.InvalidArgument, "node metadata %s %q: want envoy or grpc", MetadataFlavor, f.StringValue)
+		}
+	}
+	v, ok := md[MetadataAddress]
+	if !ok || v.GetStringValue() == "" && kindOf(v) == "a string" {
+		return 0, netip.Addr{}, status.Errorf(codes.InvalidArgument, "node metadata %s is missing: set advertiseAddress in the osm-agent config (or %s in a hand-written bootstrap) to the IP address other machines reach this one on", MetadataAddress, MetadataAddress)
+	}
+	a, ok := v.GetKind().(*structpb.Value_StringValue)
+	if !ok {
+		return 0, netip.Addr{}, status.Errorf(codes.InvalidArgument, "node metadata %s is %s, want an IP address as a string", MetadataAddress, kindOf(v))
+	}
+	ip, err := netip.ParseAddr(a.StringValue)
+	switch {
+	case err != nil:
+		return 0, netip.Addr{}, status.Errorf(codes.InvalidArgument, "node metadata %s %q is not an IP address: set advertiseAddress in the osm-agent config to this machine's address", MetadataAddress, a.StringValue)
+	case ip.Zone() != "" || ip.IsUnspecified() || ip.IsMulticast():
+		return 0, netip.Addr{}, status.Errorf(codes.InvalidArgument, "node metadata %s %q is not an address other machines can reach this one on: set advertiseAddress in the osm-agent config to this machine's unicast address", MetadataAddress, a.StringValue)
+	}
+	return flavor, ip.Unmap(), nil
+}
+
+// kindOf names the kind of a metadata value for an error message.
+func kindOf(v *structpb.Value) string {
+	switch v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return "a string"
+	case *structpb.Value_NumberValue:
+		return "a number"
+	case *structpb.Value_BoolValue:
+		return "a bool"
+	case *structpb.Value_StructValue:
+		return "an object"
+	case *structpb.Value_ListValue:
+		return "a list"
+	}
+	return "null"
+}
+
+// checkType refuses a request for a type the server never publishes for a
+// proxy of this flavour: it would otherwise wait for an answer forever.
+func checkType(f render.Flavor, typeURL string) error {
+	switch typeURL {
+	case resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType:
+		return nil
+	case resource.SecretType:
+		if f == render.Envoy {
+			return nil
+		}
+		return status.Errorf(codes.InvalidArgument, "type %s is served to Envoy proxies only; a proxyless gRPC client (node metadata %s grpc) reads its certificates from files", typeURL, MetadataFlavor)
+	case "":
+		return status.Error(codes.InvalidArgument, "type_url is required on every ADS request")
+	}
+	served := "CDS, EDS, LDS and RDS"
+	if f == render.Envoy {
+		served += " (and SDS)"
+	}
+	return status.Errorf(codes.InvalidArgument, "type %q is not served: osm-server serves %s over ADS", typeURL, served)
 }
 
 // close unregisters a finished stream.
@@ -354,6 +466,7 @@ func streamErr(ctx context.Context) error {
 type nodeRequest interface {
 	comparable
 	GetNode() *corev3.Node
+	GetTypeUrl() string
 }
 
 // authRecv is Recv of an authenticated stream: it returns the next request
@@ -369,7 +482,7 @@ func authRecv[R nodeRequest](ctx context.Context, s *Server, st *stream, recv fu
 	if err := ctx.Err(); err != nil {
 		return zero, err
 	}
-	if err := s.checkNode(ctx, st, m.GetNode()); err != nil {
+	if err := s.checkNode(ctx, st, m.GetNode(), m.GetTypeUrl()); err != nil {
 		st.cancel(err)
 		return zero, err
 	}
@@ -445,6 +558,9 @@ func (s *Server) Serve(ctx context.Context, addr string, tlsCfg *tls.Config, rea
 	}
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
+		// A connection that has not finished its TLS handshake and sent
+		// the HTTP/2 preface by then is closed.
+		grpc.ConnectionTimeout(s.handshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// An HTTP/2 ping costs both ends a TLS record each way and
 		// goroutine wake-ups: about 0.3 ms of server CPU on a 2-core VM

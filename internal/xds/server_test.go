@@ -598,3 +598,99 @@ func TestStreamsEndWithRegisterContext(t *testing.T) {
 	_, err = again.Recv()
 	wantCode(t, err, codes.Unavailable, "stopping")
 }
+
+// TestBadRequestsEndTheStream: a request the server cannot serve ends the
+// stream at once with InvalidArgument naming what is wrong and the fix; a
+// client never waits in silence.
+func TestBadRequestsEndTheStream(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookbuyer")
+	cn := cnOf(t, cert)
+	meta := func(fields map[string]any) *corev3.Node {
+		md, err := structpb.NewStruct(fields)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &corev3.Node{Id: cn, Metadata: md}
+	}
+	for _, tc := range []struct {
+		name    string
+		node    *corev3.Node
+		typeURL string
+		want    string
+	}{
+		{"no metadata", &corev3.Node{Id: cn}, resource.ClusterType, "osm.advertiseAddress is missing: set advertiseAddress in the osm-agent config"},
+		{"gRPC without an address", meta(map[string]any{MetadataFlavor: "grpc"}), resource.ListenerType, "osm.advertiseAddress is missing"},
+		{"empty address", meta(map[string]any{MetadataAddress: ""}), resource.ClusterType, "osm.advertiseAddress is missing"},
+		{"address a number", meta(map[string]any{MetadataAddress: 10.5}), resource.ClusterType, "osm.advertiseAddress is a number, want an IP address as a string"},
+		{"address a list", meta(map[string]any{MetadataAddress: []any{"10.0.0.10"}}), resource.ClusterType, "osm.advertiseAddress is a list"},
+		{"address unspecified", meta(map[string]any{MetadataAddress: "0.0.0.0"}), resource.ClusterType, "not an address other machines can reach"},
+		{"address with a zone", meta(map[string]any{MetadataAddress: "fe80::1%eth0"}), resource.ClusterType, "not an address other machines can reach"},
+		{"flavor a bool", meta(map[string]any{MetadataFlavor: true, MetadataAddress: "10.0.0.10"}), resource.ClusterType, "osm.flavor is a bool, want the string envoy or grpc"},
+		{"flavor unknown", meta(map[string]any{MetadataFlavor: "istio", MetadataAddress: "10.0.0.10"}), resource.ClusterType, `osm.flavor "istio": want envoy or grpc`},
+		{"unknown type", envoyNode(cn, "10.0.0.10"), "type.googleapis.com/envoy.config.core.v3.TypedExtensionConfig", "is not served"},
+		{"no type", envoyNode(cn, "10.0.0.10"), "", "type_url is required"},
+		{"SDS for gRPC", meta(map[string]any{MetadataFlavor: "grpc", MetadataAddress: "10.0.0.10"}), resource.SecretType, "served to Envoy proxies only"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			s := e.dialCtx(t, ctx, cert)
+			if err := s.Send(&discovery.DiscoveryRequest{Node: tc.node, TypeUrl: tc.typeURL}); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := s.Recv()
+			if err == nil {
+				t.Fatalf("got a %s response; want the stream ended with InvalidArgument containing %q", resp.GetTypeUrl(), tc.want)
+			}
+			wantCode(t, err, codes.InvalidArgument, tc.want)
+		})
+	}
+	t.Run("a later request of an unknown type", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		s := e.dialCtx(t, ctx, cert)
+		s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: resource.ClusterType})
+		if _, err := s.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		s.Send(&discovery.DiscoveryRequest{TypeUrl: "type.googleapis.com/nonsense"})
+		for {
+			if _, err := s.Recv(); err != nil {
+				wantCode(t, err, codes.InvalidArgument, "is not served")
+				return
+			}
+		}
+	})
+	t.Run("delta", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13})
+		conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Send(&discovery.DeltaDiscoveryRequest{Node: &corev3.Node{Id: cn}, TypeUrl: resource.ClusterType})
+		_, err = s.Recv()
+		wantCode(t, err, codes.InvalidArgument, "osm.advertiseAddress is missing")
+	})
+}
+
+// TestUnrenderableProxyIsTold: a proxy whose configuration cannot be
+// rendered, and which has none yet, is told why at once (its stream ends
+// with FailedPrecondition naming the cause) rather than left waiting.
+func TestUnrenderableProxyIsTold(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "ghost") // no Service ghost in the specification
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	s := e.dialCtx(t, ctx, cert)
+	s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cnOf(t, cert), "10.0.0.30"), TypeUrl: resource.ClusterType})
+	_, err := s.Recv()
+	wantCode(t, err, codes.FailedPrecondition, `no Service "ghost" in namespace "default"`)
+}

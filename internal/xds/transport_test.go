@@ -2,10 +2,12 @@ package xds
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -14,6 +16,8 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/osm-vm/osm-vm/internal/xds/cache"
 )
 
 // h2Proxy is a proxy speaking HTTP/2 frames itself, to see the frames the
@@ -181,5 +185,72 @@ func TestServerSendsNoPingPerRequest(t *testing.T) {
 	}
 	if table != 0 {
 		t.Errorf("server's SETTINGS_HEADER_TABLE_SIZE = %d (-1: not sent), want 0", table)
+	}
+}
+
+// TestHandshakeTimeout: a connection to the xDS port that sends nothing, or
+// stops in the middle of its ClientHello, is closed by the server once the
+// handshake timeout has passed, not held for gRPC's default 120 s.
+func TestHandshakeTimeout(t *testing.T) {
+	e := startEnv(t)
+	const bound = 300 * time.Millisecond
+	srv := NewServer(discard(), cache.New(discard()), e.certs)
+	srv.SetHandshakeTimeout(bound)
+	tlsCfg := &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: e.certs.ServingCertificate([]string{"localhost", "127.0.0.1"}),
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      e.certs.CertPool(),
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, "127.0.0.1:0", tlsCfg, ready) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	addr := (<-ready).String()
+	for _, tc := range []struct {
+		name string
+		send []byte
+	}{
+		{"nothing", nil},
+		// A TLS handshake record header announcing 512 bytes, and the
+		// first bytes of a ClientHello.
+		{"a partial ClientHello", []byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03}},
+		// A proxy's TLS handshake, then no HTTP/2 preface.
+		{"no HTTP/2 preface after TLS", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			var c net.Conn
+			var err error
+			if tc.name == "no HTTP/2 preface after TLS" {
+				c, err = tls.Dial("tcp", addr, &tls.Config{Certificates: []tls.Certificate{e.enroll(t, "bookbuyer")}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13, NextProtos: []string{"h2"}})
+			} else {
+				c, err = net.Dial("tcp", addr)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Write(tc.send); err != nil {
+				t.Fatal(err)
+			}
+			// Wait for the server to close it; the deadline only ends a test that fails.
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err = io.Copy(io.Discard, c)
+			took := time.Since(start)
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("connection still open after %v; want it closed after the %v handshake timeout", took, bound)
+			}
+			t.Logf("closed after %v (err %v)", took, err)
+			if took < bound-50*time.Millisecond {
+				t.Errorf("closed after %v, before the %v handshake timeout", took, bound)
+			}
+		})
 	}
 }

@@ -21,8 +21,8 @@
 // Cache implements go-control-plane's cache.Cache (SotW and Delta, ADS or
 // not). The response to a SotW request is the requested subset of the view
 // (all of it for a wildcard request); a request naming resources the view
-// does not hold is answered with those it does hold, and again when the
-// missing ones appear. For EDS and RDS, once a stream holds resources, a
+// does not hold is answered at once with those it does hold (possibly
+// none), and again when the missing ones appear. For EDS and RDS, once a stream holds resources, a
 // response carries only the ones whose version changed (the others are
 // still counted in its version). Nothing is sent for a type until the producer has
 // published a Set of that type for the node. A SotW response version is the
@@ -651,13 +651,14 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 		}
 		resp = &sotwResponse{req: w.req, version: set.Version(), anys: set.anys, returned: map[string]string{wildcardKey: set.Version()}}
 	} else {
+		subscribed := w.sub.SubscribedResources()
 		var sel []*Resource
-		for name := range w.sub.SubscribedResources() {
+		for name := range subscribed {
 			if r := set.Get(name); r != nil {
 				sel = append(sel, r)
 			}
 		}
-		if sameAsReturned(sel, returned) {
+		if answered(subscribed, sel, returned) {
 			return false
 		}
 		slices.SortFunc(sel, compareNames)
@@ -665,7 +666,14 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 		// stream holds them, a response need carry only those that changed
 		// (the xDS protocol allows it and Envoy and gRPC rely on it), so a
 		// one-endpoint change costs one ClusterLoadAssignment per proxy.
-		partial := len(returned) > 0 && len(returned) <= len(sel) && partialTypes[w.req.GetTypeUrl()]
+		// Not when a resource the stream holds went away: then the full
+		// subset shows the change.
+		partial := partialTypes[w.req.GetTypeUrl()] && holds(returned) > 0
+		for name, v := range returned {
+			if v != absent && set.Get(name) == nil {
+				partial = false
+			}
+		}
 		var d uint64
 		anys := make([]*anypb.Any, 0, len(sel))
 		for _, r := range sel {
@@ -676,12 +684,23 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 			anys = append(anys, r.any)
 		}
 		if partial && len(anys) == 0 {
-			// Only names went away: send the full subset so the change shows.
+			// Only names the view does not hold were added: send the subset.
 			for _, r := range sel {
 				anys = append(anys, r.any)
 			}
 		}
-		resp = &sotwResponse{req: w.req, version: digestString(d), anys: anys, returned: versionMap(sel)}
+		// Names asked for that the view does not hold are recorded as
+		// answered (absent), so the answer is sent once, at once, and
+		// again only when they appear: a SotW response that omits an LDS
+		// or CDS name tells the client it does not exist, and no client
+		// waits in silence for a name the server does not have.
+		ret := versionMap(sel)
+		for name := range subscribed {
+			if _, ok := ret[name]; !ok {
+				ret[name] = absent
+			}
+		}
+		resp = &sotwResponse{req: w.req, version: digestString(d), anys: anys, returned: ret}
 	}
 	if !w.deliver(resp) {
 		c.log.Error("xDS stream did not take a response; will retry at the next publish", "node", n.id, "type", w.req.GetTypeUrl())
@@ -760,16 +779,43 @@ func (c *Cache) answerDelta(n *node, w *deltaWatch) bool {
 	}
 }
 
-func sameAsReturned(sel []*Resource, returned map[string]string) bool {
-	if len(sel) != len(returned) {
+// absent is the version recorded in a stream's returned resources for a
+// name it asked for and was answered without (the view does not hold it);
+// no resource version is empty.
+const absent = ""
+
+// answered reports whether the stream already holds the answer to its
+// named subscription: each subscribed name at the version of sel, or
+// absent when sel does not hold it.
+func answered(subscribed map[string]struct{}, sel []*Resource, returned map[string]string) bool {
+	if len(subscribed) != len(returned) {
 		return false
 	}
-	for _, r := range sel {
-		if v, ok := returned[r.name]; !ok || v != r.version {
+	for name := range subscribed {
+		if _, ok := returned[name]; !ok {
 			return false
 		}
 	}
-	return true
+	held := 0
+	for _, r := range sel {
+		if v := returned[r.name]; v != r.version {
+			return false
+		}
+		held++
+	}
+	return held == holds(returned)
+}
+
+// holds counts the resources a stream holds (its returned resources
+// without the names answered absent).
+func holds(returned map[string]string) int {
+	n := 0
+	for _, v := range returned {
+		if v != absent {
+			n++
+		}
+	}
+	return n
 }
 
 func versionMap(rs []*Resource) map[string]string {
@@ -783,6 +829,9 @@ func versionMap(rs []*Resource) map[string]string {
 func returnedDigest(m map[string]string) uint64 {
 	var d uint64
 	for n, v := range m {
+		if v == absent {
+			continue // answered without it: not part of the version sent
+		}
 		d += entryDigest(n, v)
 	}
 	return d

@@ -267,6 +267,8 @@ func TestSotWNamedResourceAnsweredWhenItAppears(t *testing.T) {
 	mustPublish(t, c, "n1", resource.EndpointType, eds)
 	a := newADSClient(t, conn, "n1")
 	a.send(resource.EndpointType, []string{"c"}, "", "", nil)
+	empty := a.recv() // answered at once, without c (see TestSotWMissingNamesAnsweredAtOnce)
+	a.ack(empty, []string{"c"})
 	a.expectNothing(200 * time.Millisecond)
 	eds2, _ := eds.With(mustResource(t, c, "c", cla("c", 3000, 1)))
 	mustPublish(t, c, "n1", resource.EndpointType, eds2)
@@ -564,4 +566,43 @@ func TestSotWEDSCarriesOnlyChangedResources(t *testing.T) {
 	}
 	a.ack(second, names)
 	a.expectNothing(200 * time.Millisecond)
+}
+
+// TestSotWMissingNamesAnsweredAtOnce: a named subscription is answered at
+// once with the named resources the view holds, none if it holds none, so
+// a client learns at once that the others do not exist (for LDS and CDS,
+// where a SotW response carries every resource the client asked for) and
+// never waits in silence; an ACK or a NACK of that answer is not answered
+// again.
+func TestSotWMissingNamesAnsweredAtOnce(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "x", cluster("x"))))
+	a := newADSClient(t, conn, "n1")
+
+	a.send(resource.ClusterType, []string{"nope"}, "", "", nil)
+	r := a.recv()
+	if got := respNames(t, r); len(got) != 0 {
+		t.Errorf("answer to a subscription to a missing name: got %v, want no resources", got)
+	}
+	a.ack(r, []string{"nope"})
+	a.expectNothing(200 * time.Millisecond)
+
+	// Adding an existing name and another missing one: answered with what exists.
+	names := []string{"nope", "x", "gone"}
+	a.send(resource.ClusterType, names, r.GetVersionInfo(), r.GetNonce(), nil)
+	r2 := a.recv()
+	if diff := cmp.Diff([]string{"x"}, respNames(t, r2)); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// A NACK is not answered with the same version again (no NACK loop).
+	a.send(resource.ClusterType, names, r.GetVersionInfo(), r2.GetNonce(), fmt.Errorf("cluster x: invalid"))
+	a.expectNothing(200 * time.Millisecond)
+	a.ack(r2, names)
+	a.expectNothing(200 * time.Millisecond)
+	// A missing name that appears is sent.
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "x", cluster("x")), mustResource(t, c, "gone", cluster("gone"))))
+	if diff := cmp.Diff([]string{"gone", "x"}, respNames(t, a.recv())); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
 }
