@@ -24,7 +24,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,7 +104,10 @@ type Agent struct {
 	id         enroll.Identity
 	leaf       *x509.Certificate
 	xdsAddress string
-	st         Status
+	// advertise is the detected advertise address (when the config sets
+	// none) and the xDS address it was detected for.
+	advertise, advertiseFor string
+	st                      Status
 	ready      chan struct{} // closed once the proxy has a bootstrap
 	readyOnce  sync.Once
 }
@@ -328,6 +333,59 @@ func (a *Agent) xds() string {
 	return a.xdsAddress
 }
 
+// advertiseAddress returns the configured advertise address or, when the
+// config sets none, the local address this machine reaches the xDS server
+// from: the one other machines most likely reach it on. The server refuses
+// a proxy without one, and does not guess it from the connection (behind
+// NAT that guess is wrong); an operator whose machine is reached on another
+// address sets advertiseAddress.
+func (a *Agent) advertiseAddress() string {
+	if a.cfg.AdvertiseAddress != "" {
+		return a.cfg.AdvertiseAddress
+	}
+	xds := a.xds()
+	a.mu.Lock()
+	if a.advertiseFor == xds && a.advertise != "" {
+		defer a.mu.Unlock()
+		return a.advertise
+	}
+	a.mu.Unlock()
+	addr, err := localAddressTowards(xds)
+	if err != nil {
+		a.log.Warn("no advertiseAddress configured and none detected: the server will refuse the proxy until advertiseAddress is set in the agent config", "xdsAddress", xds, "err", err)
+		return ""
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.advertise != addr {
+		a.log.Info("advertise address detected from the route to the xDS server (set advertiseAddress in the agent config to choose another)", "advertiseAddress", addr, "xdsAddress", xds)
+	}
+	a.advertise, a.advertiseFor = addr, xds
+	return addr
+}
+
+// localAddressTowards returns the local IP address the kernel picks to
+// reach hostport. A UDP "connection" sends nothing; it only routes.
+func localAddressTowards(hostport string) (string, error) {
+	if hostport == "" {
+		return "", errors.New("the xDS server address is not known yet")
+	}
+	c, err := net.Dial("udp", hostport)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	ap, err := netip.ParseAddrPort(c.LocalAddr().String())
+	if err != nil {
+		return "", err
+	}
+	addr := ap.Addr().Unmap()
+	if addr.IsUnspecified() {
+		return "", fmt.Errorf("the route to %s has no local address", hostport)
+	}
+	return addr.String(), nil
+}
+
 func (a *Agent) markReady() { a.readyOnce.Do(func() { close(a.ready) }) }
 
 // state is what the agent remembers between runs beside the identity.
@@ -371,7 +429,7 @@ func (a *Agent) ProxyConfig() sidecar.ProxyConfig {
 		KeyFile:          a.path(enroll.KeyFile),
 		CAFile:           a.path(enroll.CAFile),
 		AgentVersion:     a.opts.Version,
-		AdvertiseAddress: a.cfg.AdvertiseAddress,
+		AdvertiseAddress: a.advertiseAddress(),
 		AppPort:          a.cfg.AppPort,
 		Labels:           labels,
 	}
