@@ -108,8 +108,8 @@ type Agent struct {
 	// none) and the xDS address it was detected for.
 	advertise, advertiseFor string
 	st                      Status
-	ready      chan struct{} // closed once the proxy has a bootstrap
-	readyOnce  sync.Once
+	ready                   chan struct{} // closed once the proxy has a bootstrap
+	readyOnce               sync.Once
 }
 
 // New returns an agent for cfg (with defaults applied and validated by the
