@@ -89,9 +89,11 @@ const (
 // maxBody bounds a request body; a CSR is about 500 bytes.
 const maxBody = 64 << 10
 
-// maxSpendAttempts bounds the retries when concurrent enrollments spend
-// the same multi-use token.
-const maxSpendAttempts = 5
+// maxSpendAttempts bounds the tries to spend a token whose version check
+// keeps failing. Within one process spends of a token are serialised, so
+// only other replicas make it fail; with the jittered backoff between
+// tries (up to 100ms) that gives them several seconds.
+const maxSpendAttempts = 64
 
 // NewHandler returns the enrollment API, authenticated by join tokens and
 // proxy certificates (mount it without the admin-token middleware):
@@ -141,6 +143,17 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// Spends of one token are serialised in this process, so concurrent
+	// enrollments with a multi-use token (a scale set booting) do not fail
+	// each other's version checks; a check that still fails (another
+	// replica spent it) is retried after a jittered backoff.
+	if key, ok := tokenKey(req.Token); ok {
+		unlock, err := h.tokens.spends.lock(ctx, key)
+		if err != nil {
+			return // the client went away while queued
+		}
+		defer unlock()
+	}
 	for attempt := 1; ; attempt++ {
 		tok, key, version, err := h.tokens.lookup(ctx, req.Token)
 		if err != nil {
@@ -153,8 +166,9 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if attempt > maxSpendAttempts {
+			h.log.Warn("join token kept changing while an enrollment tried to spend it", "token", tok.ID, "attempts", maxSpendAttempts, "remote", r.RemoteAddr)
 			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, ReasonConflict, fmt.Sprintf("join token %s: other enrollments spent it %d times while this one tried; try again", tok.ID, maxSpendAttempts))
+			writeError(w, http.StatusServiceUnavailable, ReasonConflict, fmt.Sprintf("join token %s: other servers spent it %d times while this one tried; try again", tok.ID, maxSpendAttempts))
 			return
 		}
 		spent := tok
@@ -184,6 +198,9 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 		if current == version {
 			h.internal(w, "issue proxy certificate", issueErr)
 			return
+		}
+		if !backoff(ctx, attempt) {
+			return // the client went away
 		}
 	}
 }
