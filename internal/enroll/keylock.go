@@ -2,6 +2,7 @@ package enroll
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -22,9 +23,13 @@ type keyLock struct {
 	waiters int // holders and waiters, guarded by keyLocks.mu
 }
 
+// errBusy: too many callers already hold or wait for the key's lock.
+var errBusy = errors.New("busy")
+
 // lock takes key's lock, or returns ctx's error if ctx ends first. The
-// returned func releases it.
-func (k *keyLocks) lock(ctx context.Context, key string) (func(), error) {
+// returned func releases it. When maxWaiters is above 0 and that many
+// callers already hold or wait for the lock, it returns errBusy at once.
+func (k *keyLocks) lock(ctx context.Context, key string, maxWaiters int) (func(), error) {
 	k.mu.Lock()
 	if k.locks == nil {
 		k.locks = map[string]*keyLock{}
@@ -33,6 +38,10 @@ func (k *keyLocks) lock(ctx context.Context, key string) (func(), error) {
 	if l == nil {
 		l = &keyLock{sem: make(chan struct{}, 1)}
 		k.locks[key] = l
+	}
+	if maxWaiters > 0 && l.waiters >= maxWaiters {
+		k.mu.Unlock()
+		return nil, errBusy
 	}
 	l.waiters++
 	k.mu.Unlock()
