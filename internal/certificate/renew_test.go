@@ -1,10 +1,14 @@
 package certificate
 
 import (
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/elliptic"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -209,4 +213,44 @@ func TestRenewProxyConcurrentFlood(t *testing.T) {
 	if ok != 1 {
 		t.Errorf("%d of %d concurrent renewals issued a certificate, want 1 (the others too early)", ok, n)
 	}
+}
+
+// FuzzCheckCSR feeds checkCSR arbitrary DER: it never panics, and what it
+// accepts is a verified request with an accepted key.
+func FuzzCheckCSR(f *testing.F) {
+	for _, key := range []crypto.Signer{ecKey(f, elliptic.P256()), ecKey(f, elliptic.P384()), ecKey(f, elliptic.P224())} {
+		der := csrFor(f, key, nil)
+		f.Add(der)
+		f.Add(der[:len(der)/2])
+		bad := slices.Clone(der)
+		bad[len(bad)-1] ^= 1
+		f.Add(bad)
+	}
+	f.Add([]byte{})
+	f.Add([]byte{0x30, 0x82, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, der []byte) {
+		pub, err := checkCSR(der)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidCSR) {
+				t.Fatalf("checkCSR error %v does not wrap ErrInvalidCSR", err)
+			}
+			return
+		}
+		csr, perr := x509.ParseCertificateRequest(der)
+		if perr != nil || csr.CheckSignature() != nil {
+			t.Fatalf("checkCSR accepted a request that does not parse or verify: %v", perr)
+		}
+		switch k := pub.(type) {
+		case *ecdsa.PublicKey:
+			if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {
+				t.Fatalf("checkCSR accepted curve %s", k.Curve.Params().Name)
+			}
+		case *rsa.PublicKey:
+			if k.N.BitLen() < 2048 {
+				t.Fatalf("checkCSR accepted RSA %d", k.N.BitLen())
+			}
+		default:
+			t.Fatalf("checkCSR accepted a %T key", pub)
+		}
+	})
 }
