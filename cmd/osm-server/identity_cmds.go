@@ -35,7 +35,7 @@ func newProxyListCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List enrolled proxies: identity, service, state, certificate dates, last seen",
+		Short: "List enrolled proxies: identity, service, state, the certificates still accepted (current and overlap), last seen",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var body struct {
@@ -44,18 +44,29 @@ func newProxyListCmd() *cobra.Command {
 			if err := adminCall(cmd.Context(), &cf, http.MethodGet, "/api/v1/proxies", &body); err != nil {
 				return err
 			}
-			return printList(cmd.OutOrStdout(), output, body.Items, "CN\tSERVICE\tSTATE\tISSUED\tEXPIRES\tLAST SEEN", func(p certificate.ProxyRecord) string {
-				seen := "never"
-				if !p.LastSeen.IsZero() {
-					seen = p.LastSeen.Format(time.RFC3339)
-				}
-				return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", p.CN, p.Service, p.State, p.Issued.Format(time.RFC3339), p.Expires.Format(time.RFC3339), seen)
-			})
+			return printList(cmd.OutOrStdout(), output, body.Items, proxyHeader, proxyRow)
 		},
 	}
 	cf.register(cmd)
 	cmd.Flags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 	return cmd
+}
+
+const proxyHeader = "CN\tSERVICE\tSTATE\tSERIAL\tISSUED\tEXPIRES\tOVERLAP (SERIAL UNTIL)\tLAST SEEN"
+
+// proxyRow is a proxy's line of `proxy list`: every certificate still
+// accepted, the current one (serial, issued, expires) and the overlap one
+// (the certificate the proxy renewed with, accepted until it expires).
+func proxyRow(p certificate.ProxyRecord) string {
+	seen := "never"
+	if !p.LastSeen.IsZero() {
+		seen = p.LastSeen.Format(time.RFC3339)
+	}
+	overlap := "-"
+	if o := p.Overlap; o != nil {
+		overlap = o.Serial + " until " + o.Expires.Format(time.RFC3339)
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", p.CN, p.Service, p.State, p.Serial, p.Issued.Format(time.RFC3339), p.Expires.Format(time.RFC3339), overlap, seen)
 }
 
 func newProxyRevokeCmd() *cobra.Command {

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"fmt"
+	mrand "math/rand/v2"
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/enroll"
@@ -27,7 +28,9 @@ func RenewAt(c *x509.Certificate, obtained time.Time) time.Time {
 
 // renewLoop renews the proxy certificate at two thirds of its lifetime.
 // While the server is unreachable it retries with backoff and says, on
-// every failure, how long the current certificate has left.
+// every failure, how long the current certificate has left. A server that
+// refuses the renewal as too early (429 RenewalTooEarly) is asked again
+// after its Retry-After, not on the failure backoff.
 func (a *Agent) renewLoop(ctx context.Context) {
 	for {
 		_, leaf := a.identity()
@@ -42,6 +45,18 @@ func (a *Agent) renewLoop(ctx context.Context) {
 			}
 			if ctx.Err() != nil {
 				return
+			}
+			if wait, ok := enroll.RenewalTooEarly(err); ok {
+				// The server renewed this proxy recently (this agent's
+				// answer was lost, or a clock is off): the certificate
+				// held stays valid; renew when the server allows, with
+				// a little jitter so agents do not come back together.
+				wait += mrand.N(wait/10 + time.Second)
+				a.log.Info("server says the proxy certificate was renewed too recently; renewing when it allows", "retryIn", wait.Round(time.Second).String(), "expiresIn", time.Until(leaf.NotAfter).Round(time.Second).String())
+				if !sleep(ctx, wait) {
+					return
+				}
+				continue
 			}
 			left := time.Until(leaf.NotAfter).Round(time.Second)
 			a.updateStatus(func(s *Status) { s.LastRenewError = err.Error() })

@@ -22,7 +22,11 @@
 //     CSR, so the key never leaves the machine; the server chooses the
 //     subject and SANs and ignores what the CSR asks for. A record per proxy
 //     (certificate/proxy/<cn>) keeps its state (unclaimed, claimed, revoked)
-//     and the serials it may present. A connecting proxy is checked against
+//     and the serials it may present: the current certificate and at most
+//     one overlap certificate (the one it renewed with), so a record does
+//     not grow with renewals. A proxy renews at most once per hour (or
+//     tenth of its certificate lifetime, if shorter): an earlier renewal
+//     is refused with a *TooEarlyError saying when it is allowed. A connecting proxy is checked against
 //     its record at once, while the record of its connection (the claim)
 //     is written by Run in the background, many claims per transaction.
 //     Run deletes a record once every certificate it vouches for expired
@@ -205,6 +209,8 @@ type Manager struct {
 	issueMu sync.Mutex
 	// syncMu serialises syncServices (a List and its diff).
 	syncMu sync.Mutex
+	// renewals serialises this replica's renewals of each proxy.
+	renewals keyLocks
 
 	mu       sync.Mutex
 	services map[CommonName]*serviceState

@@ -42,19 +42,93 @@ type ProxyRecord struct {
 	Issued   time.Time `json:"issued"`
 	Expires  time.Time `json:"expires"`
 	LastSeen time.Time `json:"lastSeen,omitzero"`
+	// Overlap is the one earlier certificate still accepted (the renewal
+	// overlap: the certificate the proxy renewed with, which it keeps
+	// using until it has switched to the current one). Every other
+	// certificate of the proxy is refused. Nil when there is none or it
+	// expired.
+	Overlap *OverlapCertificate `json:"overlap,omitempty"`
 }
 
-// proxyEntry is the stored form: the record plus the earlier certificates
-// that stay valid until they expire (the renewal overlap).
-type proxyEntry struct {
-	ProxyRecord
-	Previous []priorCert `json:"previous,omitempty"`
-}
-
-type priorCert struct {
+// OverlapCertificate names a proxy's earlier certificate that is still
+// accepted until it expires.
+type OverlapCertificate struct {
 	Serial  string    `json:"serial"`
 	Expires time.Time `json:"expires"`
 }
+
+// proxyEntry is the stored form of a record. Previous is only read: the
+// records of earlier versions kept every replaced certificate there, an
+// unbounded list; decodeProxy keeps the newest unexpired one as Overlap.
+type proxyEntry struct {
+	ProxyRecord
+	Previous []OverlapCertificate `json:"previous,omitempty"`
+}
+
+// decodeProxy decodes a stored record, turning an old record's list of
+// earlier certificates into at most one overlap certificate.
+func decodeProxy(raw []byte) (proxyEntry, error) {
+	var e proxyEntry
+	if err := json.Unmarshal(raw, &e); err != nil {
+		return proxyEntry{}, err
+	}
+	for _, p := range e.Previous {
+		if e.Overlap == nil || p.Expires.After(e.Overlap.Expires) {
+			e.Overlap = &p
+		}
+	}
+	e.Previous = nil
+	return e, nil
+}
+
+// withoutExpiredOverlap returns r without its overlap certificate if that
+// has expired at now, for listing what is still valid.
+func withoutExpiredOverlap(r ProxyRecord, now time.Time) ProxyRecord {
+	if r.Overlap != nil && !now.Before(r.Overlap.Expires) {
+		r.Overlap = nil
+	}
+	return r
+}
+
+// The renewal rate bound: a proxy may renew once its current certificate
+// is minRenewalFraction of its lifetime old, or maxMinRenewalAge old,
+// whichever comes first. osm-agent renews at two thirds of the lifetime,
+// well after; a renewal loop (or a stolen key) gets at most one
+// certificate an hour. See renewableAt.
+const (
+	minRenewalFraction = 10 // a tenth of the lifetime
+	maxMinRenewalAge   = time.Hour
+)
+
+// renewableAt returns when the proxy may renew its current certificate.
+func (e *proxyEntry) renewableAt() time.Time {
+	age := min(e.Expires.Sub(e.Issued)/minRenewalFraction, maxMinRenewalAge)
+	return e.Issued.Add(max(age, 0))
+}
+
+// ErrTooEarly: a renewal came while the current certificate is younger
+// than the minimum renewal age. The error is a *TooEarlyError, which says
+// when renewal is allowed.
+var ErrTooEarly = errors.New("renewal too early")
+
+// TooEarlyError refuses a renewal that came too early.
+type TooEarlyError struct {
+	CN      string
+	Serial  string    // the current certificate
+	Issued  time.Time // when it was issued
+	Allowed time.Time // when the proxy may renew
+}
+
+func (e *TooEarlyError) Error() string {
+	return fmt.Sprintf("proxy %s: current certificate %s was issued at %s; renewal is allowed from %s (a proxy renews at most once per %s or tenth of its certificate lifetime)",
+		e.CN, e.Serial, e.Issued.UTC().Format(time.RFC3339), e.Allowed.UTC().Format(time.RFC3339), maxMinRenewalAge)
+}
+
+// Unwrap makes the error match ErrTooEarly.
+func (e *TooEarlyError) Unwrap() error { return ErrTooEarly }
+
+// RetryAt returns when renewal is allowed.
+func (e *TooEarlyError) RetryAt() time.Time { return e.Allowed }
 
 // proxyKnown is what this replica last saw of a proxy record, to announce
 // changes once and to find the records past their retention.
@@ -72,10 +146,8 @@ type proxyKnown struct {
 // renewal, an earlier one's.
 func (e *proxyEntry) lastExpiry() time.Time {
 	last := e.Expires
-	for _, p := range e.Previous {
-		if p.Expires.After(last) {
-			last = p.Expires
-		}
+	if e.Overlap != nil && e.Overlap.Expires.After(last) {
+		last = e.Overlap.Expires
 	}
 	return last
 }
@@ -182,9 +254,17 @@ func (m *Manager) IssueProxy(ctx context.Context, csrDER []byte, svc mesh.MeshSe
 // RenewProxy issues a new certificate for the proxy that presented peer (a
 // certificate the TLS layer verified), for the CSR's key, with the same
 // subject and SANs. It is refused when the proxy is revoked (ErrRevoked),
-// when peer has expired (ErrExpired) or when peer is not a current
-// certificate of the proxy. The replaced certificate stays valid for
-// VerifyProxy until it expires.
+// when peer has expired (ErrExpired), when peer is neither the proxy's
+// current certificate nor its overlap certificate (ErrRevoked), and while
+// the current certificate is younger than the minimum renewal age (a
+// *TooEarlyError, matching ErrTooEarly, saying when renewal is allowed).
+// The certificate peer stays valid as the overlap until it expires; any
+// other earlier certificate is refused from then on, so a record holds at
+// most two certificates however often the proxy renews.
+//
+// Renewals of one proxy are serialised in this replica; a record changed
+// meanwhile (a claim, another replica) is read again and the renewal
+// retried, with a jittered backoff, up to renewAttempts times.
 func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER []byte) ([]byte, error) {
 	if peer == nil {
 		return nil, fmt.Errorf("renew proxy certificate: no client certificate presented")
@@ -198,7 +278,15 @@ func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER
 	if err != nil {
 		return nil, fmt.Errorf("renew proxy certificate: %w", err)
 	}
-	for range 5 {
+	unlock, err := m.renewals.lock(ctx, cn)
+	if err != nil {
+		return nil, fmt.Errorf("renew proxy certificate %s: %w", cn, err)
+	}
+	defer unlock()
+	for attempt := 1; attempt <= renewAttempts; attempt++ {
+		if attempt > 1 && !backoff(ctx, attempt-1) {
+			return nil, fmt.Errorf("renew proxy certificate %s: %w", cn, ctx.Err())
+		}
 		e, ver, err := m.loadProxy(ctx, cn)
 		if err != nil {
 			return nil, fmt.Errorf("renew proxy certificate: %w", err)
@@ -207,13 +295,16 @@ func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER
 		if err := m.checkPeer(e, peer, now); err != nil {
 			return nil, fmt.Errorf("renew proxy certificate: %w", err)
 		}
+		if at := e.renewableAt(); now.Before(at) {
+			return nil, &TooEarlyError{CN: cn, Serial: e.Serial, Issued: e.Issued, Allowed: at}
+		}
 		cert, certPEM, err := m.signProxy(id, e.ServiceAccount, pub, now)
 		if err != nil {
 			return nil, err
 		}
-		prev := slices.DeleteFunc(append(e.Previous, priorCert{Serial: e.Serial, Expires: e.Expires}),
-			func(p priorCert) bool { return !now.Before(p.Expires) })
-		e.Previous = prev
+		// The overlap is the certificate the proxy renewed with: the one
+		// it holds and keeps using until it switches to the new one.
+		e.Overlap = &OverlapCertificate{Serial: serialString(peer.SerialNumber), Expires: peer.NotAfter}
 		e.Serial, e.Issued, e.Expires = serialString(cert.SerialNumber), now, cert.NotAfter
 		val, err := json.Marshal(e)
 		if err != nil {
@@ -224,13 +315,18 @@ func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER
 			return nil, fmt.Errorf("store proxy record %s: %w", cn, err)
 		}
 		if ok {
-			m.log.Info("renewed proxy certificate", "cn", cn, "serial", e.Serial, "expires", e.Expires)
+			m.log.Info("renewed proxy certificate", "cn", cn, "serial", e.Serial, "expires", e.Expires, "overlap", e.Overlap.Serial)
 			m.observeProxy(ctx, cn)
 			return certPEM, nil
 		}
 	}
-	return nil, fmt.Errorf("renew proxy certificate %s: the record keeps changing: %w", cn, ErrConflict)
+	return nil, fmt.Errorf("renew proxy certificate %s: the record changed %d times while renewing (another replica or a claim writes it); try again: %w", cn, renewAttempts, ErrConflict)
 }
+
+// renewAttempts bounds the tries of one renewal whose record keeps
+// changing. Renewals of a proxy are serialised in a replica, so only
+// claims and other replicas change it meanwhile.
+const renewAttempts = 32
 
 // checkPeer checks a presented certificate against the proxy's record.
 func (m *Manager) checkPeer(e proxyEntry, peer *x509.Certificate, now time.Time) error {
@@ -247,12 +343,10 @@ func (m *Manager) checkPeer(e proxyEntry, peer *x509.Certificate, now time.Time)
 	if serial == e.Serial {
 		return nil
 	}
-	for _, p := range e.Previous {
-		if p.Serial == serial && now.Before(p.Expires) {
-			return nil
-		}
+	if o := e.Overlap; o != nil && o.Serial == serial && now.Before(o.Expires) {
+		return nil
 	}
-	return fmt.Errorf("certificate %s is not a current certificate of proxy %s: %w", serial, e.CN, ErrRevoked)
+	return fmt.Errorf("certificate %s is not a current certificate of proxy %s (it was replaced by two renewals or more): %w", serial, e.CN, ErrRevoked)
 }
 
 // VerifyProxy checks a peer certificate the TLS layer verified against the
@@ -280,7 +374,7 @@ func (m *Manager) Proxy(ctx context.Context, cn string) (ProxyRecord, error) {
 	if err != nil {
 		return ProxyRecord{}, err
 	}
-	return m.withPendingClaim(e.ProxyRecord), nil
+	return withoutExpiredOverlap(m.withPendingClaim(e.ProxyRecord), m.now()), nil
 }
 
 // ListProxies returns every proxy record, ordered by CN, with the claims
@@ -291,13 +385,14 @@ func (m *Manager) ListProxies(ctx context.Context) ([]ProxyRecord, error) {
 		return nil, fmt.Errorf("list proxy records: %w", err)
 	}
 	out := make([]ProxyRecord, 0, len(kvs))
+	now := m.now()
 	for _, kv := range kvs {
-		var e proxyEntry
-		if err := json.Unmarshal(kv.Value, &e); err != nil {
+		e, err := decodeProxy(kv.Value)
+		if err != nil {
 			m.log.Warn("skipping undecodable proxy record", "key", kv.Key, "err", err)
 			continue
 		}
-		out = append(out, e.ProxyRecord)
+		out = append(out, withoutExpiredOverlap(e.ProxyRecord, now))
 	}
 	m.claimMu.Lock()
 	for i := range out {
@@ -377,8 +472,8 @@ func (m *Manager) loadProxy(ctx context.Context, cn string) (proxyEntry, uint64,
 	if ver == 0 {
 		return proxyEntry{}, 0, fmt.Errorf("proxy %s: %w (was it enrolled on this mesh?)", cn, ErrNotFound)
 	}
-	var e proxyEntry
-	if err := json.Unmarshal(raw, &e); err != nil {
+	e, err := decodeProxy(raw)
+	if err != nil {
 		return proxyEntry{}, 0, fmt.Errorf("proxy record %s %w: %w", cn, errUndecodable, err)
 	}
 	return e, ver, nil
@@ -391,8 +486,8 @@ func (m *Manager) observeProxy(ctx context.Context, cn string) {
 	if err != nil || ver == 0 {
 		return // the watch in Run catches up
 	}
-	var e proxyEntry
-	if err := json.Unmarshal(raw, &e); err != nil {
+	e, err := decodeProxy(raw)
+	if err != nil {
 		return
 	}
 	m.mu.Lock()
@@ -485,12 +580,12 @@ func (m *Manager) syncProxies(ctx context.Context, announce bool) error {
 		if err != nil {
 			return fmt.Errorf("read proxy record %s: %w", kv.Key, err)
 		}
-		var e proxyEntry
 		if ver == 0 {
 			gone = append(gone, strings.TrimPrefix(kv.Key, proxyPrefix)) // deleted since the listing
 			continue
 		}
-		if err := json.Unmarshal(val, &e); err != nil {
+		e, err := decodeProxy(val)
+		if err != nil {
 			m.log.Warn("skipping a proxy record that does not decode: the proxy is refused until it enrolls again; the record is read again when rewritten", "key", kv.Key, "err", err)
 			m.mu.Lock()
 			m.undecodable[kv.Key] = ver

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -124,6 +125,8 @@ func JoinCommand(serverURL, secret, caHash string, svc mesh.MeshService) string 
 type APIError struct {
 	Status int
 	Body   ErrorBody
+	// RetryAfter is the server's Retry-After (in seconds), 0 if none.
+	RetryAfter time.Duration
 }
 
 func (e *APIError) Error() string {
@@ -139,6 +142,17 @@ func (e *APIError) Unwrap() error {
 		return ErrTokenNotFound
 	}
 	return nil
+}
+
+// RenewalTooEarly reports whether err is the server's refusal of a
+// renewal that came too early, and how long to wait before renewing again.
+// The certificate presented stays valid meanwhile.
+func RenewalTooEarly(err error) (retryIn time.Duration, ok bool) {
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusTooManyRequests || apiErr.Body.Reason != ReasonRenewalTooEarly {
+		return 0, false
+	}
+	return max(apiErr.RetryAfter, time.Second), true
 }
 
 // TokenAdminClient calls the token admin API of a running osm-server.
@@ -235,6 +249,9 @@ func roundTrip(hc *http.Client, req *http.Request, out any) error {
 	}
 	if resp.StatusCode/100 != 2 {
 		apiErr := &APIError{Status: resp.StatusCode}
+		if secs, err := strconv.ParseUint(resp.Header.Get("Retry-After"), 10, 32); err == nil {
+			apiErr.RetryAfter = time.Duration(secs) * time.Second
+		}
 		if json.Unmarshal(raw, &apiErr.Body) != nil || apiErr.Body.Error == "" {
 			apiErr.Body.Error = fmt.Sprintf("%s %s: server answered %s: %q", req.Method, req.URL.Redacted(), resp.Status, bytes.TrimSpace(truncate(raw, 200)))
 		}

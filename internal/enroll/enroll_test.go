@@ -10,8 +10,10 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
@@ -443,6 +445,7 @@ func (r *racingIssuer) IssueProxy(ctx context.Context, csrDER []byte, svc mesh.M
 }
 
 // TestEnrollTokenSpentMeanwhile covers the retry path deterministically:
+// another replica spends the token between this one's read and its write,
 // the version check fails, the handler reads the token again and either
 // retries (uses left) or answers used up.
 func TestEnrollTokenSpentMeanwhile(t *testing.T) {
@@ -458,8 +461,13 @@ func TestEnrollTokenSpentMeanwhile(t *testing.T) {
 			var secret string
 			e := newTestEnv(t, func(e *testEnv) {
 				e.issuer = &racingIssuer{Issuer: e.iss, first: func() {
-					if _, err := Enroll(context.Background(), nil, e.join(secret), newKey(t)); err != nil {
-						t.Errorf("the racing enrollment: %v", err)
+					// Another replica on the same store spends the token.
+					replica := NewHandler(slog.New(slog.DiscardHandler), NewTokens(e.st, e.now), e.iss, func(string) string { return testXDS })
+					body := jsonBody(t, EnrollRequest{Token: secret, Service: bookstore, CSR: csrFor(t, newKey(t), &x509.CertificateRequest{})})
+					rec := httptest.NewRecorder()
+					replica.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/api/v1/enroll", body))
+					if rec.Code != http.StatusOK {
+						t.Errorf("the racing enrollment on another replica: %d %s", rec.Code, rec.Body)
 					}
 				}}
 			})

@@ -31,7 +31,7 @@ func newKey(t testing.TB) *ecdsa.PrivateKey { return enrolltest.NewKey(t) }
 // testEnv is a real HTTPS enrollment server on 127.0.0.1.
 type testEnv struct {
 	ca     *enrolltest.CA
-	st     *store.Memory
+	st     store.Store
 	tokens *Tokens
 	iss    *enrolltest.Issuer
 	// issuer is what the handlers use; configure may wrap iss.
@@ -50,7 +50,24 @@ var bookstore = mesh.MeshService{Namespace: "default", Name: "bookstore"}
 // newTestEnv starts the server after configure, if any, has changed it.
 func newTestEnv(t testing.TB, configure ...func(*testEnv)) *testEnv {
 	t.Helper()
-	e := &testEnv{ca: enrolltest.NewCA(t, "osm mesh root"), st: store.NewMemory()}
+	return newTestEnvOn(t, store.NewMemory(), configure...)
+}
+
+// newBoltTestEnv is newTestEnv on a real bbolt file in a temporary
+// directory.
+func newBoltTestEnv(t testing.TB, configure ...func(*testEnv)) *testEnv {
+	t.Helper()
+	st, err := store.OpenBolt(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return newTestEnvOn(t, st, configure...)
+}
+
+func newTestEnvOn(t testing.TB, st store.Store, configure ...func(*testEnv)) *testEnv {
+	t.Helper()
+	e := &testEnv{ca: enrolltest.NewCA(t, "osm mesh root"), st: st}
 	e.tokens = NewTokens(e.st, e.now)
 	e.iss = enrolltest.NewIssuer(e.ca, e.st)
 	e.issuer = e.iss

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -81,6 +82,7 @@ const (
 	ReasonCertificateExpired  = "CertificateExpired"        // 401
 	ReasonNotProxyCertificate = "NotProxyCertificate"       // 401
 	ReasonRefused             = "Refused"                   // 403
+	ReasonRenewalTooEarly     = "RenewalTooEarly"           // 429, Retry-After
 	ReasonConflict            = "Conflict"                  // 503, retry
 	ReasonNotFound            = "NotFound"                  // 404
 	ReasonInternal            = "Internal"                  // 500
@@ -89,15 +91,39 @@ const (
 // maxBody bounds a request body; a CSR is about 500 bytes.
 const maxBody = 64 << 10
 
-// maxSpendAttempts bounds the retries when concurrent enrollments spend
-// the same multi-use token.
-const maxSpendAttempts = 5
+// A refused (too early) renewal keeps the proxy's renewal turn for
+// refusedRenewalHold, so one identity is refused at most about once per
+// second; at most maxQueuedRenewals of its renewals wait for the turn.
+const (
+	refusedRenewalHold = time.Second
+	maxQueuedRenewals  = 16
+)
+
+// maxSpendAttempts bounds the tries to spend a token whose version check
+// keeps failing. Within one process spends of a token are serialised, so
+// only other replicas make it fail; with the jittered backoff between
+// tries (up to 100ms) that gives them several seconds.
+const maxSpendAttempts = 64
+
+// retryAter is an Issuer's refusal of a renewal that came too early
+// (*certificate.TooEarlyError): it says when renewal is allowed.
+type retryAter interface {
+	error
+	RetryAt() time.Time
+}
 
 // NewHandler returns the enrollment API, authenticated by join tokens and
 // proxy certificates (mount it without the admin-token middleware):
 //
 //	POST /api/v1/enroll  EnrollRequest -> CertificateResponse
 //	POST /api/v1/renew   RenewRequest  -> CertificateResponse (mTLS: the current proxy certificate)
+//
+// A renewal the Issuer refuses as too early (its error has a
+// RetryAt() time.Time method) is answered 429 RenewalTooEarly with
+// Retry-After in seconds: refusing, rather than answering with the current
+// certificate, is the only answer that costs the server no signature and
+// no write, and the current certificate is for a key the caller may no
+// longer hold (osm-agent makes a new key per renewal).
 //
 // xdsAddress returns the xDS address to give an agent that reached this
 // API with the given Host header (a server listening on a wildcard address
@@ -114,11 +140,13 @@ func NewHandler(log *slog.Logger, tokens *Tokens, iss Issuer, xdsAddress func(ho
 }
 
 type handler struct {
-	log     *slog.Logger
-	tokens  *Tokens
-	iss     Issuer
-	xds     func(host string) string
-	refused []error
+	// renewing holds the proxies (by CN) with a renewal in progress.
+	renewing keyLocks
+	log      *slog.Logger
+	tokens   *Tokens
+	iss      Issuer
+	xds      func(host string) string
+	refused  []error
 }
 
 func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
@@ -141,6 +169,17 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// Spends of one token are serialised in this process, so concurrent
+	// enrollments with a multi-use token (a scale set booting) do not fail
+	// each other's version checks; a check that still fails (another
+	// replica spent it) is retried after a jittered backoff.
+	if key, ok := tokenKey(req.Token); ok {
+		unlock, err := h.tokens.spends.lock(ctx, key, 0)
+		if err != nil {
+			return // the client went away while queued
+		}
+		defer unlock()
+	}
 	for attempt := 1; ; attempt++ {
 		tok, key, version, err := h.tokens.lookup(ctx, req.Token)
 		if err != nil {
@@ -153,8 +192,9 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if attempt > maxSpendAttempts {
+			h.log.Warn("join token kept changing while an enrollment tried to spend it", "token", tok.ID, "attempts", maxSpendAttempts, "remote", r.RemoteAddr)
 			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, ReasonConflict, fmt.Sprintf("join token %s: other enrollments spent it %d times while this one tried; try again", tok.ID, maxSpendAttempts))
+			writeError(w, http.StatusServiceUnavailable, ReasonConflict, fmt.Sprintf("join token %s: other servers spent it %d times while this one tried; try again", tok.ID, maxSpendAttempts))
 			return
 		}
 		spent := tok
@@ -184,6 +224,9 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 		if current == version {
 			h.internal(w, "issue proxy certificate", issueErr)
 			return
+		}
+		if !backoff(ctx, attempt) {
+			return // the client went away
 		}
 	}
 }
@@ -226,6 +269,37 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, ReasonNotProxyCertificate, fmt.Sprintf("the client certificate is not a proxy certificate: %v", err))
 		return
 	}
+	// One renewal per proxy at a time, and a refused one holds its turn
+	// for refusedRenewalHold: a machine never renews twice at once, so the
+	// requests queued behind are a loop or a flood, which then waits
+	// without costing the server anything and cannot crowd out other
+	// machines. Beyond maxQueuedRenewals a request is refused after the
+	// same hold, without queueing (answering at once would only feed the
+	// loop; closing the connection would make it cost TLS handshakes).
+	unlock, err := h.renewing.lock(r.Context(), cn, maxQueuedRenewals)
+	if errors.Is(err, errBusy) {
+		t := time.NewTimer(refusedRenewalHold)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return
+		}
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusTooManyRequests, ReasonRenewalTooEarly, fmt.Sprintf("renewal of %s refused: %d renewals of this proxy are in progress or queued; the certificate presented stays valid", cn, maxQueuedRenewals))
+		return
+	}
+	if err != nil {
+		return // the client went away while queued
+	}
+	hold := false
+	defer func() {
+		if hold {
+			time.AfterFunc(refusedRenewalHold, unlock)
+			return
+		}
+		unlock()
+	}()
 	var req RenewRequest
 	if !decode(w, r, &req) {
 		return
@@ -237,6 +311,16 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 	}
 	certPEM, err := h.iss.RenewProxy(r.Context(), peer, csr.Raw)
 	if err != nil {
+		var early retryAter
+		if errors.As(err, &early) {
+			hold = true
+			wait := early.RetryAt().Sub(h.tokens.now())
+			secs := max(int64((wait+time.Second-1)/time.Second), 1)
+			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+			writeError(w, http.StatusTooManyRequests, ReasonRenewalTooEarly,
+				fmt.Sprintf("renewal of %s refused: %v; the certificate presented stays valid, renew again in %s", cn, err, time.Duration(secs)*time.Second))
+			return
+		}
 		for _, e := range h.refused {
 			if errors.Is(err, e) {
 				h.log.Info("renewal refused", "identity", cn, "error", err, "remote", r.RemoteAddr)

@@ -105,6 +105,8 @@ type TokenRequest struct {
 type Tokens struct {
 	st  Store
 	now func() time.Time
+	// spends serialises the spends of each token in this process.
+	spends keyLocks
 }
 
 // NewTokens returns the join tokens kept in st; now defaults to time.Now.
@@ -318,10 +320,10 @@ func (t *Tokens) withID(ctx context.Context, id string) ([]storedToken, error) {
 // lookup returns the token with the secret, its store key and version;
 // version 0 means there is none.
 func (t *Tokens) lookup(ctx context.Context, secret string) (Token, string, uint64, error) {
-	if !validSecret(secret) {
+	key, ok := tokenKey(secret)
+	if !ok {
 		return Token{}, "", 0, nil
 	}
-	key := TokenPrefix + hashSecret(secret)
 	val, version, err := t.st.Get(ctx, key)
 	if err != nil || version == 0 {
 		return Token{}, key, 0, err
@@ -331,6 +333,15 @@ func (t *Tokens) lookup(ctx context.Context, secret string) (Token, string, uint
 		return Token{}, key, 0, fmt.Errorf("join token %s: decode: %w", key, err)
 	}
 	return tok, key, version, nil
+}
+
+// tokenKey returns the store key of the token with the secret; ok is
+// false when secret is not a well-formed token secret.
+func tokenKey(secret string) (key string, ok bool) {
+	if !validSecret(secret) {
+		return "", false
+	}
+	return TokenPrefix + hashSecret(secret), true
 }
 
 func hashSecret(secret string) string {

@@ -1,0 +1,67 @@
+package enroll
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestEnrollScaleSetOneToken boots a scale set: 200 machines enroll at
+// once over HTTPS with one 200-use token on a real bbolt store. Every one
+// succeeds (store contention is the server's business, never the
+// client's), the token ends with no use left, and a 201st is refused as
+// used up.
+func TestEnrollScaleSetOneToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("200 enrollments over HTTPS with fsync'd commits")
+	}
+	const n = 200
+	e := newBoltTestEnv(t)
+	secret, _ := e.token(t, TokenRequest{Service: bookstore, Uses: n})
+
+	errs := make([]error, n)
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+	)
+	for i := range n {
+		key := newKey(t)
+		wg.Go(func() {
+			<-start
+			_, errs[i] = Enroll(context.Background(), nil, e.join(secret), key)
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	outcomes := map[string]int{}
+	for _, err := range errs {
+		var apiErr *APIError
+		switch {
+		case err == nil:
+			outcomes["ok"]++
+		case errors.As(err, &apiErr):
+			outcomes[apiErr.Body.Reason]++
+		default:
+			outcomes[err.Error()]++
+		}
+	}
+	if diff := cmp.Diff(map[string]int{"ok": n}, outcomes); diff != "" {
+		t.Errorf("outcomes of %d concurrent enrollments (-want +got):\n%s", n, diff)
+	}
+	if got, want := e.storedToken(t, secret).UsesLeft, 0; got != want {
+		t.Errorf("token uses left = %d, want %d", got, want)
+	}
+	if got, want := e.proxies(t), n; got != want {
+		t.Errorf("proxy records = %d, want %d", got, want)
+	}
+
+	_, err := Enroll(context.Background(), nil, e.join(secret), newKey(t))
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Body.Reason != ReasonTokenUsedUp {
+		t.Errorf("enrollment %d = %v, want refused with %s", n+1, err, ReasonTokenUsedUp)
+	}
+}
