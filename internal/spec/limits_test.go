@@ -132,3 +132,14 @@ func TestStoredSpecificationIsBounded(t *testing.T) {
 		t.Errorf("Delete above the limit: %v, want it allowed (it shrinks the specification)", err)
 	}
 }
+
+// TestRequestBodyIsBounded: a body over MaxRequestBytes is refused with 413
+// before it is parsed.
+func TestRequestBodyIsBounded(t *testing.T) {
+	srv, _ := newTestServer(t)
+	body := "# " + strings.Repeat("x", MaxRequestBytes) + "\n"
+	code, got := do(t, "POST", srv.URL+"/api/v1/spec/apply?dryRun=true", "application/yaml", body)
+	if want := fmt.Sprintf("request body is larger than %d bytes: split the batch", MaxRequestBytes); code != http.StatusRequestEntityTooLarge || !strings.Contains(got, want) {
+		t.Errorf("POST of %d bytes = %d %s, want 413 containing %q", len(body), code, got, want)
+	}
+}
