@@ -20,6 +20,12 @@ func FuzzParse(f *testing.F) {
 		"---\n---\n",
 		"a: &a [*a, *a]\n",
 		"apiVersion: specs.smi-spec.io/v1alpha4\nkind: HTTPRouteGroup\nmetadata: {name: r}\nspec:\n  matches:\n    - {name: m, pathRegex: \"/a(\", headers: {x: \"[\"}}\n",
+		// Alias bombs: refused by their expanded size, not decoded.
+		aliasBomb(4<<10, 80),
+		nestedBomb(3, 1<<10),
+		"a: &a [&b [*c], &c [*b]]\n",
+		svcHead + "spec: &s {ports: [{port: 80}], x: *s}\n",
+		"- &x {apiVersion: osm-vm.io/v1alpha1, kind: Service, metadata: {name: a}, spec: {ports: [{port: 1}]}}\n- *x\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -27,6 +33,17 @@ func FuzzParse(f *testing.F) {
 		docs, err := Parse(data, "fuzz")
 		if err != nil {
 			return
+		}
+		var total int
+		for _, d := range docs {
+			n := len(canonicalJSON(d.Object))
+			if n > maxDocumentBytes+1<<10 { // the defaults add a little
+				t.Fatalf("%s accepted at %d bytes, over the limit of %d", d.Key(), n, maxDocumentBytes)
+			}
+			total += n
+		}
+		if total > maxRequestExpandedBytes+len(docs)<<10 {
+			t.Fatalf("%d documents accepted at %d bytes together, over the limit of %d", len(docs), total, maxRequestExpandedBytes)
 		}
 		for _, d := range docs {
 			y := CanonicalYAML(d.Object)

@@ -11,9 +11,6 @@ import (
 	"strconv"
 )
 
-// maxBody bounds a request body.
-const maxBody = 8 << 20
-
 // FilesMediaType is the content type of a batch made of several files (as
 // `apply -f DIR` sends), so errors name each file: a JSON object
 // {"files": [{"source": "a.yaml", "data": "..."}]}.
@@ -76,11 +73,11 @@ type handler struct {
 }
 
 func (h *handler) readDocs(w http.ResponseWriter, r *http.Request) ([]Document, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			h.writeError(w, http.StatusRequestEntityTooLarge, "BadRequest", fmt.Errorf("request body is larger than %d bytes: split the batch", maxBody))
+			h.writeError(w, http.StatusRequestEntityTooLarge, "BadRequest", fmt.Errorf("request body is larger than %d bytes: split the batch", MaxRequestBytes))
 			return nil, false
 		}
 		h.writeError(w, http.StatusBadRequest, "BadRequest", fmt.Errorf("read request body: %w", err))
@@ -110,11 +107,12 @@ func (h *handler) readDocs(w http.ResponseWriter, r *http.Request) ([]Document, 
 // ParseFiles parses several files into one batch.
 func ParseFiles(files []File) ([]Document, error) {
 	var (
-		docs []Document
-		all  []FieldError
+		docs   []Document
+		all    []FieldError
+		budget = int64(maxRequestExpandedBytes) // shared by the files
 	)
 	for _, f := range files {
-		d, err := Parse([]byte(f.Data), f.Source)
+		d, err := parse([]byte(f.Data), f.Source, &budget)
 		var ve *ValidationError
 		if errors.As(err, &ve) {
 			all = append(all, ve.Errors...)
@@ -122,6 +120,9 @@ func ParseFiles(files []File) ([]Document, error) {
 			return nil, err
 		}
 		docs = append(docs, d...)
+		if budget < 0 {
+			break // the request is too large: the rest is not read
+		}
 	}
 	if len(all) > 0 {
 		return nil, &ValidationError{Errors: all}

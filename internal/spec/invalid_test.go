@@ -57,6 +57,22 @@ func TestParseInvalid(t *testing.T) {
 		{"negative weight", "apiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: s}\nspec:\n  service: web\n  backends:\n    - {service: web-v1, weight: -5}\n    - {service: web-v2, weight: 10}\n", []string{
 			"TrafficSplit default/s (web.yaml document 1, line 1): spec.backends[0].weight: negative weight -5: want 0 or more",
 		}},
+		{"weight past uint32", "apiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: s}\nspec:\n  service: web\n  backends:\n    - {service: web-v1, weight: 4294967296}\n    - {service: web-v2, weight: 1}\n", []string{
+			"TrafficSplit default/s (web.yaml document 1, line 1): spec.backends[0].weight: weight 4294967296 is out of range: want 0-4294967295",
+		}},
+		{"weights sum past uint32", "apiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: s}\nspec:\n  service: web\n  backends:\n    - {service: web-v1, weight: 4294967295}\n    - {service: web-v2, weight: 1}\n", []string{
+			"TrafficSplit default/s (web.yaml document 1, line 1): spec.backends: weights sum to 4294967296, more than 4294967295 (Envoy and gRPC refuse larger totals): scale the weights down, such as to percentages",
+		}},
+		{"weight too large for an integer", "apiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: s}\nspec:\n  service: web\n  backends:\n    - {service: web-v1, weight: 18446744073709551616}\n", []string{
+			"TrafficSplit default/s (web.yaml document 1, line 1): spec.backends[0].weight: got the number 1.8446744073709552e+19, want a whole number",
+		}},
+		{"meshconfig lifetime too long", "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec:\n  certificate: {serviceLifetime: 8761h, proxyLifetime: 2562047h}\n", []string{
+			"MeshConfig mesh (web.yaml document 1, line 1): spec.certificate.serviceLifetime: 8761h0m0s is too long: want at most 8760h (a year), such as \"24h\"",
+			"MeshConfig mesh (web.yaml document 1, line 1): spec.certificate.proxyLifetime: 2562047h0m0s is too long: want at most 8760h (a year), such as \"168h\"",
+		}},
+		{"meshconfig large range", "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec:\n  outbound: {vipRange: 8.0.0.0/7}\n", []string{
+			"MeshConfig mesh (web.yaml document 1, line 1): spec.outbound.vipRange: \"8.0.0.0/7\" is too large: want /8 or smaller, such as 127.77.0.0/16",
+		}},
 		{"invalid path regex", "apiVersion: specs.smi-spec.io/v1alpha4\nkind: HTTPRouteGroup\nmetadata: {name: r}\nspec:\n  matches:\n    - {name: m, pathRegex: \"/books(\"}\n", []string{
 			"HTTPRouteGroup default/r (web.yaml document 1, line 1): spec.matches[0].pathRegex: invalid RE2 regular expression \"/books(\": missing closing ): `/books(`",
 		}},

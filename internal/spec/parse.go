@@ -124,7 +124,15 @@ func (v *validator) warnf(field, format string, args ...any) {
 // documents, defaulted and validated on their own. source names the input
 // in errors. All document errors are returned together in a
 // *ValidationError; references between documents are checked on apply.
+// Documents larger than the limits (see MaxRequestBytes) are refused
+// before they are decoded.
 func Parse(data []byte, source string) ([]Document, error) {
+	budget := int64(maxRequestExpandedBytes)
+	return parse(data, source, &budget)
+}
+
+// parse is Parse, taking the expanded size of its documents from budget.
+func parse(data []byte, source string, budget *int64) ([]Document, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var (
 		docs  []Document
@@ -152,9 +160,18 @@ func Parse(data []byte, source string) ([]Document, error) {
 		} else if isList(root) {
 			items = listItems(root)
 		}
+		// Anchors are per YAML document: one expander measures its items.
+		exp := newExpander(maxDocumentBytes)
 		for _, n := range items {
 			if n.Kind == yaml.ScalarNode && n.Tag == "!!null" || n.Kind == 0 {
 				continue // empty document
+			}
+			if fe, ok := checkExpanded(exp, n, source, index, budget); !ok {
+				errs = append(errs, fe)
+				if *budget < 0 {
+					return docs, &ValidationError{Errors: errs}
+				}
+				continue
 			}
 			d, fes := parseOne(n, source, index)
 			errs = append(errs, fes...)
@@ -167,6 +184,31 @@ func Parse(data []byte, source string) ([]Document, error) {
 		return docs, &ValidationError{Errors: errs}
 	}
 	return docs, nil
+}
+
+// checkExpanded measures n with YAML aliases expanded and takes its size
+// from budget; it refuses n when n is over the document limit, and the
+// rest of the request when the budget runs out (budget then < 0).
+func checkExpanded(exp *expander, n *yaml.Node, source string, index int, budget *int64) (FieldError, bool) {
+	target := n
+	if n.Kind == yaml.AliasNode && n.Alias != nil {
+		target = n.Alias
+	}
+	fe := FieldError{Document: describe(peekKey(target), source, index, n.Line)}
+	size, err := exp.size(n)
+	switch {
+	case err != nil:
+		fe.Message = fmt.Sprintf("a YAML alias (line %d) refers to a node that contains it: remove the alias", exp.cycle.Line)
+		return fe, false
+	case size > maxDocumentBytes:
+		fe.Message = fmt.Sprintf("more than %s with YAML aliases expanded, over the limit of %s per document: split it into smaller documents", sizeString(maxDocumentBytes), sizeString(maxDocumentBytes))
+		return fe, false
+	}
+	if *budget -= size; *budget < 0 {
+		fe.Message = fmt.Sprintf("the documents of this request add up to more than %s with YAML aliases expanded, over the limit of %s per request: split the batch", sizeString(maxRequestExpandedBytes), sizeString(maxRequestExpandedBytes))
+		return fe, false
+	}
+	return FieldError{}, true
 }
 
 func isList(n *yaml.Node) bool {
@@ -250,6 +292,9 @@ func parseOne(n *yaml.Node, source string, index int) (*Document, []FieldError) 
 	js, err := json.Marshal(raw)
 	if err != nil {
 		return nil, bad(k, "", "cannot convert to JSON: %v", err)
+	}
+	if len(js) > maxDocumentBytes {
+		return nil, bad(k, "", "%d bytes as JSON, over the limit of %s per document: split it into smaller documents", len(js), sizeString(maxDocumentBytes))
 	}
 	if err := json.Unmarshal(js, obj); err != nil {
 		var te *json.UnmarshalTypeError

@@ -74,6 +74,9 @@ func (b BatchResult) Changed() bool {
 type Spec struct {
 	log   *slog.Logger
 	store Store
+	// maxStored bounds the stored specification (maxStoredBytes; tests
+	// lower it).
+	maxStored int
 
 	writeMu sync.Mutex // serializes this process's writers; the CAS guards against others
 	snap    atomic.Pointer[Snapshot]
@@ -84,7 +87,7 @@ type Spec struct {
 
 // New loads the specification from store and publishes its first snapshot.
 func New(ctx context.Context, log *slog.Logger, store Store) (*Spec, error) {
-	s := &Spec{log: log, store: store, subs: map[chan struct{}]struct{}{}}
+	s := &Spec{log: log, store: store, maxStored: maxStoredBytes, subs: map[chan struct{}]struct{}{}}
 	st, ver, err := s.load(ctx)
 	if err != nil {
 		return nil, err
@@ -165,6 +168,8 @@ func (s *Spec) publish(st *state, ver uint64) {
 type state struct {
 	objects map[Key]Object
 	vips    map[mesh.MeshService]netip.Addr
+	// size is the length of the stored value it was read from.
+	size int
 }
 
 type storedState struct {
@@ -173,7 +178,7 @@ type storedState struct {
 }
 
 func (st *state) clone() *state {
-	return &state{objects: maps.Clone(st.objects), vips: maps.Clone(st.vips)}
+	return &state{objects: maps.Clone(st.objects), vips: maps.Clone(st.vips), size: st.size}
 }
 
 func (st *state) meshConfig() *MeshConfig {
@@ -188,7 +193,7 @@ func (s *Spec) load(ctx context.Context) (*state, uint64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("read mesh specification from the store: %w", err)
 	}
-	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}}
+	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}, size: len(raw)}
 	if raw == nil {
 		return st, ver, nil
 	}
@@ -298,17 +303,24 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 			res.Warnings = append(res.Warnings, fmt.Sprintf("the outbound vipRange changed: %d services get new virtual IPs (%s); agents rewrite their hosts files on the next update", len(moved), strings.Join(names, ", ")))
 		}
 		res.Version = ver
-		if dryRun {
-			res.DryRun = true
-			return res, nil
-		}
-		if !res.Changed() && maps.Equal(cur.vips, next.vips) {
+		unchanged := !res.Changed() && maps.Equal(cur.vips, next.vips)
+		if unchanged && !dryRun {
 			s.publish(cur, ver)
 			return res, nil
 		}
 		value, err := encodeState(next)
 		if err != nil {
 			return BatchResult{}, err
+		}
+		// A change that shrinks the specification is always allowed, so
+		// one stored before a lower limit can still be cut down.
+		if len(value) > s.maxStored && len(value) > cur.size {
+			return BatchResult{}, &ValidationError{Errors: []FieldError{{Document: "mesh specification", Message: fmt.Sprintf(
+				"would be %d bytes stored, over the limit of %s (now %d bytes): delete documents that are no longer needed", len(value), sizeString(int64(s.maxStored)), cur.size)}}}
+		}
+		if dryRun {
+			res.DryRun = true
+			return res, nil
 		}
 		nv, ok, err := s.store.CompareAndSwap(ctx, StoreKey, ver, value)
 		if err != nil {

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -12,6 +13,20 @@ import (
 )
 
 var appProtocols = []string{"http", "tcp", "grpc"}
+
+// Bounds of the numbers in the documents (ports are 1-maxPort).
+const (
+	// maxWeight bounds each TrafficSplit weight and their sum: Envoy's
+	// weighted clusters and gRPC's weighted targets carry uint32 weights
+	// and refuse a total that does not fit one.
+	maxWeight = math.MaxUint32
+	// Certificate lifetimes: at least a second, and at most a year, well
+	// within the mesh root's ten years (a leaf must not outlive its root).
+	minLifetime = time.Second
+	maxLifetime = 365 * 24 * time.Hour
+	// The VIP range is a /8 (16 M addresses) to a /30 (two).
+	minVIPBits, maxVIPBits = 8, 30
+)
 
 func checkPort(v *validator, field string, p int) {
 	if p < 1 || p > maxPort {
@@ -160,14 +175,20 @@ func (s *TrafficSplit) validate(v *validator) {
 		} else {
 			seen[b.Service] = i
 		}
-		if b.Weight < 0 {
+		switch {
+		case b.Weight < 0:
 			v.errorf(f+".weight", "negative weight %d: want 0 or more", b.Weight)
-		} else {
-			total += b.Weight
+		case b.Weight > maxWeight:
+			v.errorf(f+".weight", "weight %d is out of range: want 0-%d", b.Weight, maxWeight)
+		default:
+			total += b.Weight // at most len(backends) * 2^32: no overflow
 		}
 	}
-	if len(s.Spec.Backends) > 0 && total == 0 {
+	switch {
+	case len(s.Spec.Backends) > 0 && total == 0:
 		v.errorf("spec.backends", "weights sum to 0: give at least one backend a positive weight")
+	case total > maxWeight:
+		v.errorf("spec.backends", "weights sum to %d, more than %d (Envoy and gRPC refuse larger totals): scale the weights down, such as to percentages", total, maxWeight)
 	}
 	for i, m := range s.Spec.Matches {
 		f := fmt.Sprintf("spec.matches[%d]", i)
@@ -190,8 +211,10 @@ func (c *MeshConfig) validate(v *validator) {
 		v.errorf("spec.outbound.vipRange", "%q is not a CIDR: want a range such as %s", c.Spec.Outbound.VIPRange, DefaultVIPRange)
 	case !p.Addr().Is4():
 		v.errorf("spec.outbound.vipRange", "%q is not an IPv4 range: want a range such as %s", c.Spec.Outbound.VIPRange, DefaultVIPRange)
-	case p.Bits() > 30:
-		v.errorf("spec.outbound.vipRange", "%q is too small: want /30 or larger, such as %s", c.Spec.Outbound.VIPRange, DefaultVIPRange)
+	case p.Bits() > maxVIPBits:
+		v.errorf("spec.outbound.vipRange", "%q is too small: want /%d or larger, such as %s", c.Spec.Outbound.VIPRange, maxVIPBits, DefaultVIPRange)
+	case p.Bits() < minVIPBits:
+		v.errorf("spec.outbound.vipRange", "%q is too large: want /%d or smaller, such as %s", c.Spec.Outbound.VIPRange, minVIPBits, DefaultVIPRange)
 	case p.Masked() != p:
 		v.errorf("spec.outbound.vipRange", "%q has host bits set: write %s", c.Spec.Outbound.VIPRange, p.Masked())
 	}
@@ -205,8 +228,10 @@ func (c *MeshConfig) validate(v *validator) {
 		switch {
 		case l.d < 0:
 			v.errorf(l.field, "negative duration: want a positive value such as %q", l.example)
-		case l.d > 0 && time.Duration(l.d) < time.Second:
+		case l.d > 0 && time.Duration(l.d) < minLifetime:
 			v.errorf(l.field, "%s is too short: want at least 1s, such as %q", time.Duration(l.d), l.example)
+		case time.Duration(l.d) > maxLifetime:
+			v.errorf(l.field, "%s is too long: want at most 8760h (a year), such as %q", time.Duration(l.d), l.example)
 		}
 	}
 }

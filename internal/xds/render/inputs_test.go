@@ -29,11 +29,18 @@ type randomMesh struct {
 	tcpPorts   []int
 	targets    []randomTarget
 	splits     []randomSplit
+	// config is more of MeshConfig's spec, such as
+	// "certificate: {serviceLifetime: 1s}"; empty for none.
+	config string
 }
 
 type randomService struct {
 	account string
 	ports   []int // of 8080 (http), 7070 (grpc), 9090 (tcp)
+	// protocols and targetPorts override, per port, the protocol given by
+	// the port number (tcp for other ports) and the target port (port+1).
+	protocols   map[int]string
+	targetPorts map[int]int
 }
 
 type randomMatch struct {
@@ -169,12 +176,26 @@ func (m randomMesh) mutate(r *rand.Rand) randomMesh {
 
 func (m randomMesh) yaml() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {traffic: {permissive: %v}}\n", m.permissive)
+	config := ""
+	if m.config != "" {
+		config = ", " + m.config
+	}
+	fmt.Fprintf(&b, "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {traffic: {permissive: %v}%s}\n", m.permissive, config)
 	protocol := map[int]string{8080: "http", 7070: "grpc", 9090: "tcp"}
 	for i, s := range m.services {
 		var ports []string
 		for _, p := range s.ports {
-			ports = append(ports, fmt.Sprintf("{port: %d, targetPort: %d, appProtocol: %s}", p, p+1, protocol[p]))
+			proto, target := s.protocols[p], p+1
+			if proto == "" {
+				proto = protocol[p]
+			}
+			if proto == "" {
+				proto = "tcp"
+			}
+			if t, ok := s.targetPorts[p]; ok {
+				target = t
+			}
+			ports = append(ports, fmt.Sprintf("{port: %d, targetPort: %d, appProtocol: %s}", p, target, proto))
 		}
 		fmt.Fprintf(&b, "---\napiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: s%d, namespace: default}\nspec: {serviceAccount: %s, ports: [%s]}\n", i, s.account, strings.Join(ports, ", "))
 	}
@@ -347,7 +368,7 @@ func svcNamed(i int) mesh.MeshService { return svc(fmt.Sprintf("s%d", i)) }
 // policies, a map inside an Any): every rendering must marshal to the same
 // bytes, or an unchanged listener would get a new version and drain.
 func TestRenderingIsByteStable(t *testing.T) {
-	m := randomMesh{services: []randomService{{"s0", []int{8080}}, {"s1", []int{8080}}, {"s2", []int{8080}}, {"s3", []int{8080}}, {"s4", []int{8080}}},
+	m := randomMesh{services: []randomService{{account: "s0", ports: []int{8080}}, {account: "s1", ports: []int{8080}}, {account: "s2", ports: []int{8080}}, {account: "s3", ports: []int{8080}}, {account: "s4", ports: []int{8080}}},
 		groups: [2][]randomMatch{{{path: "/a"}}, {{path: "/b"}}}, tcpPorts: []int{9090},
 		targets: []randomTarget{{dest: "s0", sources: []string{"s1"}, rules: []string{"g0"}}, {dest: "s0", sources: []string{"s2"}, rules: []string{"g1"}}}}
 	mesh := Mesh{Spec: snapshotOf(t, m.yaml()), TrustDomain: trustDomain}

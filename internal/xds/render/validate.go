@@ -3,6 +3,7 @@ package render
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net/netip"
 	"regexp"
 	"slices"
@@ -49,7 +50,7 @@ var (
 //   - every RDS, cluster (routes, weighted clusters, tcp_proxy), EDS and
 //     SDS name referenced exists in the set; names are unique per type;
 //   - no two listeners on one address:port; weighted clusters sum to more
-//     than 0; every regex compiles as RE2 (Go's regexp); EDS clusters have
+//     than 0 and at most MaxUint32; every regex compiles as RE2 (Go's regexp); EDS clusters have
 //     eds_cluster_config; HCM filters end in the router; no endpoint
 //     address twice in one load assignment;
 //   - gRPC: no STATIC clusters, only ADS config sources, TLS from
@@ -572,8 +573,11 @@ func (v *validation) weightedClusters(m *routev3.WeightedCluster) {
 		v.ref("cluster", c.GetName())
 		sum += uint64(c.GetWeight().GetValue())
 	}
-	if sum == 0 {
+	switch {
+	case sum == 0:
 		v.fail("weighted clusters %v sum to 0: drop the route or give a backend weight", clusterNames(m.GetClusters()))
+	case sum > math.MaxUint32:
+		v.fail("weighted clusters %v sum to %d, more than %d (Envoy and gRPC refuse it)", clusterNames(m.GetClusters()), sum, uint32(math.MaxUint32))
 	}
 }
 
@@ -591,8 +595,11 @@ func (v *validation) tcpWeightedClusters(m *tcpproxyv3.TcpProxy_WeightedCluster)
 		v.ref("cluster", c.GetName())
 		sum += uint64(c.GetWeight())
 	}
-	if sum == 0 {
+	switch {
+	case sum == 0:
 		v.fail("tcp_proxy weighted clusters sum to 0: give a backend weight")
+	case sum > math.MaxUint32:
+		v.fail("tcp_proxy weighted clusters sum to %d, more than %d (kept within uint32, as Envoy and gRPC require of routes)", sum, uint32(math.MaxUint32))
 	}
 }
 

@@ -139,6 +139,23 @@ func TestValidateRejects(t *testing.T) {
 			}
 			return s
 		}, "sum to 0"},
+		{"weights sum past uint32", Envoy, envoy, func(t *testing.T, s set) set {
+			rc := s.find(t, splitRoute).(*routev3.RouteConfiguration)
+			for _, c := range rc.VirtualHosts[0].Routes[0].GetRoute().GetWeightedClusters().Clusters {
+				c.Weight = wrapperspb.UInt32(1<<32 - 1)
+			}
+			return s
+		}, "sum to 8589934590, more than 4294967295 (Envoy and gRPC refuse it)"},
+		{"tcp_proxy weights sum past uint32", Envoy, envoy, func(t *testing.T, s set) set {
+			l := s.find(t, v1Listener).(*listenerv3.Listener)
+			l.FilterChains[0].Filters[0] = &listenerv3.Filter{Name: tcpProxyFilter, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAnyT(t, &tcpproxyv3.TcpProxy{
+				StatPrefix: "x",
+				ClusterSpecifier: &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: &tcpproxyv3.TcpProxy_WeightedCluster{Clusters: []*tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{
+					{Name: "default/bookstore-v1", Weight: 1<<32 - 1}, {Name: "default/bookstore-v1", Weight: 1},
+				}}},
+			})}}
+			return s
+		}, "sum to 4294967296, more than 4294967295 (kept within uint32"},
 		{"Perl-only regex", Envoy, envoy, func(t *testing.T, s set) set {
 			rc := s.find(t, splitRoute).(*routev3.RouteConfiguration)
 			rc.VirtualHosts[0].Routes[0].Match.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: `/books(?=/new)`}}
