@@ -137,7 +137,8 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 
 	cat := catalog.New()
 	host := pluginhost.New(log, pluginhost.Options{PluginDir: cfg.PluginDir, Instances: instances}, cat)
-	debugAPI := api.New(log, buildVersion(), cat, host)
+	// The debug listener's /debug/ routes take the admin API's token.
+	debugAPI := api.New(log.With("component", "debug-api"), buildVersion(), adminToken, cat, host)
 
 	xdsFor := xdsAddressFor(cfg.XDSAddress)
 	tokens := enroll.NewTokens(st, nil)
@@ -201,8 +202,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
 	g.Go(afterProviders(func() error { return xdsServer.Serve(ctx, cfg.XDSAddress, xdsTLS, nil) }))
 	g.Go(func() error { return host.Run(ctx) })
-	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, nil) })
-	g.Go(func() error { return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, nil) })
+	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, api.ServeOptions{}) })
+	g.Go(func() error {
+		return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, api.ServeOptions{})
+	})
 	err = g.Wait()
 	log.Info("osm-server stopped")
 	return err
