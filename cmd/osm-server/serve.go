@@ -82,7 +82,7 @@ override the matching keys of the config file.`,
 	f.StringVar(&configFile, "config", "", "YAML configuration file")
 	f.StringVar(&overrides.DataDir, "data-dir", "", "directory for the server's state (config key dataDir)")
 	f.StringVar(&overrides.PluginDir, "plugin-dir", "", "directory holding provider plugins (config key pluginDir)")
-	f.StringVar(&overrides.DebugAddress, "debug-address", "", "address for health, metrics and the read-only API (config key debugAddress)")
+	f.StringVar(&overrides.DebugAddress, "debug-address", "", "address for health, metrics, the read-only API and, with the admin token, /debug/ (config key debugAddress)")
 	f.StringVar(&overrides.APIAddress, "api-address", "", "HTTPS address for enrollment and the admin API (config key apiAddress)")
 	f.StringVar(&overrides.XDSAddress, "xds-address", "", "gRPC mTLS address for xDS (config key xdsAddress)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
