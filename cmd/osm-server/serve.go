@@ -202,7 +202,9 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
 	g.Go(afterProviders(func() error { return xdsServer.Serve(ctx, cfg.XDSAddress, xdsTLS, nil) }))
 	g.Go(func() error { return host.Run(ctx) })
-	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, api.ServeOptions{}) })
+	// The debug listener also answers to the names the serving certificate
+	// covers, for a scraper that reaches it by the host's name.
+	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, api.ServeOptions{Names: servingNames(cfg)}) })
 	g.Go(func() error {
 		return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, api.ServeOptions{})
 	})

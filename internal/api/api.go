@@ -128,7 +128,7 @@ func (s *Server) Serve(ctx context.Context, addr string, opts ServeOptions) erro
 	if opts.Ready != nil {
 		opts.Ready <- ln.Addr()
 	}
-	srv := opts.server(hostCheck(s.log, addr, ln.Addr(), s.mux))
+	srv := opts.server(hostCheck(s.log, addr, ln.Addr(), opts.Names, s.mux))
 	srv.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
 	s.log.Info("debug API listening", "address", ln.Addr().String())
 	if ip, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && !ip.Addr().IsLoopback() {

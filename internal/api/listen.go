@@ -33,6 +33,10 @@ type ServeOptions struct {
 	// IdleTimeout bounds how long a keep-alive connection waits for its
 	// next request; 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// Names are further host names and addresses the debug listener
+	// answers to (the server's own: its host name, serverNames), for a
+	// scraper that reaches it by name; the HTTPS API ignores them.
+	Names []string
 }
 
 // server returns an http.Server for h with the options' bounds. net/http
@@ -53,23 +57,33 @@ func (o ServeOptions) server(h http.Handler) *http.Server {
 // so a web page whose own name was rebound to a loopback address (DNS
 // rebinding) cannot read the debug listener from a browser on the server
 // host. Accepted: "localhost", any loopback address, the host of the
-// configured address, the bound address, and, when bound to every
-// interface, any IP address literal (a page served from an IP address
-// literal has that address as its origin, not the attacker's name); with
-// no port or the bound port. Anything else is 421 Misdirected Request.
-func hostCheck(log *slog.Logger, configured string, bound net.Addr, next http.Handler) http.Handler {
+// configured address, the bound address, the names given, and, when bound
+// to every interface, any IP address literal (a page served from an IP
+// address literal has that address as its origin, not the attacker's
+// name); with no port or the bound port. Anything else is 421 Misdirected
+// Request.
+func hostCheck(log *slog.Logger, configured string, bound net.Addr, names []string, next http.Handler) http.Handler {
 	boundAP, _ := netip.ParseAddrPort(bound.String())
 	port := fmt.Sprint(boundAP.Port())
+	norm := func(h string) string { return strings.ToLower(strings.TrimSuffix(h, ".")) }
 	cfgHost, _, _ := net.SplitHostPort(configured)
-	cfgHost = strings.ToLower(strings.TrimSuffix(cfgHost, "."))
+	cfgHost = norm(cfgHost)
 	accepted := []string{"localhost", "127.0.0.1", "[::1]"}
-	if cfgHost != "" && cfgHost != "localhost" {
-		if ip, err := netip.ParseAddr(cfgHost); err != nil || (!ip.IsLoopback() && !ip.IsUnspecified()) {
-			accepted = append(accepted, cfgHost)
+	known := map[string]bool{"localhost": true}
+	add := func(h string) {
+		if h = norm(h); h == "" || known[h] {
+			return
 		}
+		if ip, err := netip.ParseAddr(h); err == nil && (ip.IsLoopback() || ip.IsUnspecified()) {
+			return // loopback is accepted anyway; the wildcard is no host
+		}
+		known[h] = true
+		accepted = append(accepted, h)
 	}
-	if a := boundAP.Addr(); !a.IsLoopback() && !a.IsUnspecified() && a.String() != cfgHost {
-		accepted = append(accepted, a.String())
+	add(cfgHost)
+	add(boundAP.Addr().String())
+	for _, n := range names {
+		add(n)
 	}
 	if boundAP.Addr().IsUnspecified() {
 		accepted = append(accepted, "any IP address")
@@ -83,8 +97,7 @@ func hostCheck(log *slog.Logger, configured string, bound net.Addr, next http.Ha
 		if p != port {
 			return false
 		}
-		host = strings.ToLower(strings.TrimSuffix(host, "."))
-		if host == "localhost" || (host != "" && host == cfgHost) {
+		if host = norm(host); known[host] {
 			return true
 		}
 		ip, err := netip.ParseAddr(host)
