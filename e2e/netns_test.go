@@ -30,7 +30,15 @@ import (
 func TestMain(m *testing.M) {
 	agenttest.RunFakeEnvoyIfAsked() // the test binary doubles as the Envoy stand-in
 	if url := os.Getenv("OSM_E2E_GET"); url != "" {
-		resp, err := http.Get(url)
+		req, err := http.NewRequest(http.MethodGet, url, nil)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if tok := os.Getenv("OSM_E2E_ADMIN_TOKEN"); tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok) // the /debug/ routes need it
+		}
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -146,6 +154,9 @@ func (m *mesh) debug(path string, v any) error {
 	srv := m.hosts["server"]
 	cmd := exec.Command("ip", "netns", "exec", srv.ns, os.Args[0])
 	cmd.Env = append(os.Environ(), "OSM_E2E_GET=http://"+srv.ip+":15090"+path)
+	if tok, err := os.ReadFile(filepath.Join(m.dir, "server", "admin.token")); err == nil {
+		cmd.Env = append(cmd.Env, "OSM_E2E_ADMIN_TOKEN="+strings.TrimSpace(string(tok)))
+	}
 	out, err := cmd.Output()
 	if err != nil {
 		return err

@@ -25,8 +25,9 @@ type server struct {
 	// writes the new endpoints file that change renames into place).
 	prepare func(u, seq int) error
 	close   func()
-	// debugAddr is O's debug HTTP address (pprof), "" for the others.
-	debugAddr string
+	// debugAddr is O's debug HTTP address (pprof), "" for the others;
+	// debugToken the admin token its /debug/ routes need.
+	debugAddr, debugToken string
 }
 
 // target starts a server kind for a workload.
@@ -351,7 +352,9 @@ func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, nam
 	kinds := []struct{ path, file string }{{"trace", ".trace"}, {"profile", ".cpu.pb.gz"}, {"allocs", ".allocs.pb.gz"}}
 	done := make(chan error, len(kinds))
 	for _, f := range kinds {
-		go func() { done <- fetchPprof(ctx, srv.debugAddr, f.path, filepath.Join(m.plan.TraceDir, name+f.file)) }()
+		go func() {
+			done <- fetchPprof(ctx, srv.debugAddr, srv.debugToken, f.path, filepath.Join(m.plan.TraceDir, name+f.file))
+		}()
 	}
 	time.Sleep(50 * time.Millisecond) // let the trace start before the first change
 	return func() error {
@@ -365,11 +368,11 @@ func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, nam
 
 // fetchPprof writes traceSeconds of /debug/pprof/<kind> (trace, profile
 // or allocs) of the process serving pprof at addr to path.
-func fetchPprof(ctx context.Context, addr, kind, path string) error {
+func fetchPprof(ctx context.Context, addr, token, kind, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, traceSeconds), path)
+	return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, traceSeconds), token, path)
 }
 
 // measureWide is M9: the largest single message a proxy that sees every

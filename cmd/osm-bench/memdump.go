@@ -41,7 +41,7 @@ func dumpMemory(ctx context.Context, dir, name string, srv *server) error {
 		{"pprof/goroutine?debug=1", "goroutine.txt"},
 		{"proxies", "proxies.json"},
 	} {
-		errs = append(errs, fetchTo(ctx, fmt.Sprintf("http://%s/debug/%s", srv.debugAddr, p.path), filepath.Join(dir, name+"-"+p.file)))
+		errs = append(errs, fetchTo(ctx, fmt.Sprintf("http://%s/debug/%s", srv.debugAddr, p.path), srv.debugToken, filepath.Join(dir, name+"-"+p.file)))
 	}
 	return errors.Join(errs...)
 }
@@ -84,17 +84,18 @@ func (m *measurer) profileCPU(ctx context.Context, srv *server, file string, sec
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.debugAddr, seconds), filepath.Join(dir, file+".cpu.pb.gz"))
+		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.debugAddr, seconds), srv.debugToken, filepath.Join(dir, file+".cpu.pb.gz"))
 	}()
 	return func() error { return <-done }
 }
 
-// fetchTo writes the body of GET url to path.
-func fetchTo(ctx context.Context, url, path string) error {
+// fetchTo writes the body of GET url, sent with the admin token, to path.
+func fetchTo(ctx context.Context, url, token, path string) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
+	req.Header.Set("Authorization", "Bearer "+token) // the /debug/ routes need the admin token
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

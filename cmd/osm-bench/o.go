@@ -256,6 +256,8 @@ providers:
 		ep:        endpoint{Addr: xdsAddr, ServerName: host, Roots: roots},
 		ids:       ids,
 		debugAddr: addrs[0],
+		// The debug listener's /debug/ routes take the admin token.
+		debugToken: strings.TrimSpace(string(adminToken)),
 		// The change is the rename, as an operator's tooling makes it; the
 		// new file is written beside the old one before the clock starts.
 		// Earlier changes stay in it, as they stay in L's and F's state

@@ -82,7 +82,7 @@ override the matching keys of the config file.`,
 	f.StringVar(&configFile, "config", "", "YAML configuration file")
 	f.StringVar(&overrides.DataDir, "data-dir", "", "directory for the server's state (config key dataDir)")
 	f.StringVar(&overrides.PluginDir, "plugin-dir", "", "directory holding provider plugins (config key pluginDir)")
-	f.StringVar(&overrides.DebugAddress, "debug-address", "", "address for health, metrics and the read-only API (config key debugAddress)")
+	f.StringVar(&overrides.DebugAddress, "debug-address", "", "address for health, metrics, the read-only API and, with the admin token, /debug/ (config key debugAddress)")
 	f.StringVar(&overrides.APIAddress, "api-address", "", "HTTPS address for enrollment and the admin API (config key apiAddress)")
 	f.StringVar(&overrides.XDSAddress, "xds-address", "", "gRPC mTLS address for xDS (config key xdsAddress)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
@@ -137,7 +137,8 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 
 	cat := catalog.New()
 	host := pluginhost.New(log, pluginhost.Options{PluginDir: cfg.PluginDir, Instances: instances}, cat)
-	debugAPI := api.New(log, buildVersion(), cat, host)
+	// The debug listener's /debug/ routes take the admin API's token.
+	debugAPI := api.New(log.With("component", "debug-api"), buildVersion(), adminToken, cat, host)
 
 	xdsFor := xdsAddressFor(cfg.XDSAddress)
 	tokens := enroll.NewTokens(st, nil)
@@ -201,8 +202,12 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
 	g.Go(afterProviders(func() error { return xdsServer.Serve(ctx, cfg.XDSAddress, xdsTLS, nil) }))
 	g.Go(func() error { return host.Run(ctx) })
-	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, nil) })
-	g.Go(func() error { return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, nil) })
+	// The debug listener also answers to the names the serving certificate
+	// covers, for a scraper that reaches it by the host's name.
+	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, api.ServeOptions{Names: servingNames(cfg)}) })
+	g.Go(func() error {
+		return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, api.ServeOptions{})
+	})
 	err = g.Wait()
 	log.Info("osm-server stopped")
 	return err

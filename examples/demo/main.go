@@ -219,10 +219,16 @@ providers:
 		return err
 	}
 	base := "http://" + o.debugAddr
-	if err := waitFor(ctx, 20*time.Second, server, func() bool { _, err := get(ctx, base+"/readyz"); return err == nil }); err != nil {
+	if err := waitFor(ctx, 20*time.Second, server, func() bool { _, err := get(ctx, base+"/readyz", ""); return err == nil }); err != nil {
 		return fmt.Errorf("osm-server not ready: %w; its log %s:\n%s", err, serverLog, tail(serverLog))
 	}
 	say("osm-server ready (API https://%s, xDS %s, debug http://%s; log %s)", o.apiAddr, o.xdsAddr, o.debugAddr, rel(serverLog))
+	// /debug/proxies takes the admin token, which the server wrote before it listened.
+	tokenBytes, err := os.ReadFile(filepath.Join(serverDir, "admin.token"))
+	if err != nil {
+		return fmt.Errorf("read the admin token for the debug listener: %w", err)
+	}
+	adminToken := strings.TrimSpace(string(tokenBytes))
 
 	admin := func(args ...string) (string, error) {
 		full := append(args, "--server", "https://"+o.apiAddr, "--data-dir", serverDir)
@@ -285,7 +291,7 @@ providers:
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
-		connected, err := connectedProxies(ctx, base)
+		connected, err := connectedProxies(ctx, base, adminToken)
 		if err == nil {
 			sum.observeProxies(connected)
 		}
@@ -380,14 +386,15 @@ func parseJoin(out string) (map[string]string, error) {
 }
 
 // connectedProxies returns "<service> (<flavor>)" for each connected proxy.
-func connectedProxies(ctx context.Context, base string) ([]string, error) {
+// GET /debug/proxies needs the admin token.
+func connectedProxies(ctx context.Context, base, adminToken string) ([]string, error) {
 	var body struct {
 		Proxies []struct {
 			Service struct{ Namespace, Name string }
 			Flavor  string
 		}
 	}
-	if err := getJSON(ctx, base+"/debug/proxies", &body); err != nil {
+	if err := getJSON(ctx, base+"/debug/proxies", adminToken, &body); err != nil {
 		return nil, err
 	}
 	var out []string
@@ -466,12 +473,16 @@ func rel(path string) string {
 	return r
 }
 
-func get(ctx context.Context, url string) ([]byte, error) {
+// get returns the body of GET url, sent with the admin token unless it is "".
+func get(ctx context.Context, url, adminToken string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
+	}
+	if adminToken != "" {
+		req.Header.Set("Authorization", "Bearer "+adminToken)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -488,8 +499,8 @@ func get(ctx context.Context, url string) ([]byte, error) {
 	return body, nil
 }
 
-func getJSON(ctx context.Context, url string, v any) error {
-	body, err := get(ctx, url)
+func getJSON(ctx context.Context, url, adminToken string, v any) error {
+	body, err := get(ctx, url, adminToken)
 	if err != nil {
 		return err
 	}

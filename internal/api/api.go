@@ -1,7 +1,23 @@
-// Package api serves osm-server's plain-HTTP debug listener: health and
-// readiness probes, Prometheus metrics, and the read-only JSON API over the
-// catalog and the provider plugins. It binds to loopback by default and
-// carries no secrets; everything that changes state is on the HTTPS API.
+// Package api serves osm-server's HTTP listeners: the plain-HTTP debug
+// listener (health and readiness probes, Prometheus metrics, the read-only
+// JSON API over the catalog and the provider plugins, and the /debug/
+// routes) and the HTTPS API's routing and admin-token check.
+//
+// The debug listener binds to loopback by default and carries no secrets:
+//   - configuration dumps go through xds.Redact, so a private key or other
+//     secret shows only as a note naming its certificate (serial, SAN,
+//     expiry); the one copy of a service key that leaves the server goes to
+//     the proxy or agent that owns it, over its own mutual-TLS connection;
+//   - the /debug/ routes (proxies, configuration dumps, pprof) need the
+//     admin token, the same one as the HTTPS admin API
+//     (<data-dir>/admin.token, Authorization: Bearer);
+//   - it answers only requests whose Host names it (localhost, a loopback
+//     address, or the address it listens on), so a web page cannot reach it
+//     through DNS rebinding.
+//
+// Health, readiness, metrics, the version and the read-only catalog stay
+// open to anyone who can reach the address. Everything that changes state
+// is on the HTTPS API. docs/security.md has the threat model.
 //
 // Every read-only route lives here, so operators find the whole surface in
 // one place. api reads the catalog and the plugin host through the small
@@ -16,7 +32,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"time"
+	"net/netip"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -36,16 +52,19 @@ type Providers interface {
 
 // Server is the debug HTTP server.
 type Server struct {
-	log       *slog.Logger
-	catalog   Catalog
-	providers Providers
-	version   string
-	mux       *http.ServeMux
+	log        *slog.Logger
+	catalog    Catalog
+	providers  Providers
+	version    string
+	adminToken string
+	mux        *http.ServeMux
 }
 
-// New returns a debug server over the given components.
-func New(log *slog.Logger, version string, cat Catalog, providers Providers) *Server {
-	s := &Server{log: log, catalog: cat, providers: providers, version: version, mux: http.NewServeMux()}
+// New returns a debug server over the given components. adminToken guards
+// the /debug/ routes: it is the HTTPS admin API's token, and an empty one
+// refuses those routes to everyone.
+func New(log *slog.Logger, version, adminToken string, cat Catalog, providers Providers) *Server {
+	s := &Server{log: log, catalog: cat, providers: providers, version: version, adminToken: adminToken, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET /metrics", s.metrics)
@@ -53,15 +72,21 @@ func New(log *slog.Logger, version string, cat Catalog, providers Providers) *Se
 	s.mux.HandleFunc("GET /api/v1/services", s.listServices)
 	s.mux.HandleFunc("GET /api/v1/services/{namespace}/{name}/endpoints", s.serviceEndpoints)
 	s.mux.HandleFunc("GET /api/v1/providers", s.listProviders)
-	// Profiles for diagnosing the server (the debug address is loopback
-	// by default and carries no secrets).
-	s.mux.HandleFunc("GET /debug/pprof/", pprof.Index)
-	s.mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
-	s.mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
-	s.mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
-	s.mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	// Profiles for diagnosing the server, behind the admin token: a CPU
+	// profile or trace costs the server CPU for as long as the caller asks,
+	// and goroutine and heap profiles show its internals.
+	s.admin("GET /debug/pprof/", pprof.Index)
+	s.admin("GET /debug/pprof/cmdline", pprof.Cmdline)
+	s.admin("GET /debug/pprof/profile", pprof.Profile)
+	s.admin("GET /debug/pprof/symbol", pprof.Symbol)
+	s.admin("GET /debug/pprof/trace", pprof.Trace)
 	s.mux.HandleFunc("/", s.notFound)
 	return s
+}
+
+// admin serves pattern behind the admin token.
+func (s *Server) admin(pattern string, h http.HandlerFunc) {
+	s.mux.Handle(pattern, requireAdmin(s.log, s.adminToken, h))
 }
 
 // XDSDebug is the view of the xDS server the debug routes read.
@@ -72,14 +97,15 @@ type XDSDebug interface {
 	Config(proxy string) (json.RawMessage, error)
 }
 
-// ServeXDSDebug adds GET /debug/proxies (connected proxies, identity,
-// versions sent, ACKed and NACKed, last NACK error) and GET
-// /debug/config/{proxy} (that proxy's full configuration as JSON).
+// ServeXDSDebug adds, behind the admin token, GET /debug/proxies (connected
+// proxies, identity, versions sent, ACKed and NACKed, last NACK error) and
+// GET /debug/config/{proxy} (that proxy's full configuration as JSON; d
+// must redact its secrets).
 func (s *Server) ServeXDSDebug(d XDSDebug) {
-	s.mux.HandleFunc("GET /debug/proxies", func(w http.ResponseWriter, _ *http.Request) {
+	s.admin("GET /debug/proxies", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"proxies": d.Proxies()})
 	})
-	s.mux.HandleFunc("GET /debug/config/{proxy}", func(w http.ResponseWriter, r *http.Request) {
+	s.admin("GET /debug/config/{proxy}", func(w http.ResponseWriter, r *http.Request) {
 		cfg, err := d.Config(r.PathValue("proxy"))
 		if err != nil {
 			writeError(w, http.StatusNotFound, err)
@@ -89,21 +115,25 @@ func (s *Server) ServeXDSDebug(d XDSDebug) {
 	})
 }
 
-// Handler returns the server's routes.
+// Handler returns the server's routes, without the Host check Serve adds.
 func (s *Server) Handler() http.Handler { return s.mux }
 
-// Serve listens on addr until ctx is done. ready, when not nil, receives
-// the bound address once listening (tests pass port 0).
-func (s *Server) Serve(ctx context.Context, addr string, ready chan<- net.Addr) error {
+// Serve listens on addr until ctx is done, answering only requests whose
+// Host names this listener (see hostCheck).
+func (s *Server) Serve(ctx context.Context, addr string, opts ServeOptions) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("debug listener on %s: %w (set debugAddress / --debug-address to a free address)", addr, err)
 	}
-	if ready != nil {
-		ready <- ln.Addr()
+	if opts.Ready != nil {
+		opts.Ready <- ln.Addr()
 	}
-	srv := &http.Server{Handler: s.mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := opts.server(hostCheck(s.log, addr, ln.Addr(), opts.Names, s.mux))
+	srv.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
 	s.log.Info("debug API listening", "address", ln.Addr().String())
+	if ip, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && !ip.Addr().IsLoopback() {
+		s.log.Warn("the debug listener is not on loopback: its admin token crosses the network in clear text; keep debugAddress on 127.0.0.1 and use an SSH tunnel", "address", ln.Addr().String())
+	}
 	return serve(ctx, "debug listener", srv, ln)
 }
 
@@ -184,7 +214,7 @@ func (s *Server) listProviders(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, fmt.Errorf("no route %s %s on the debug API (routes: /healthz, /readyz, /metrics, /version, /api/v1/services, /api/v1/services/{namespace}/{name}/endpoints, /api/v1/providers, /debug/proxies, /debug/config/{proxy})", r.Method, r.URL.Path))
+	writeError(w, http.StatusNotFound, fmt.Errorf("no route %s %s on the debug API (routes: /healthz, /readyz, /metrics, /version, /api/v1/services, /api/v1/services/{namespace}/{name}/endpoints, /api/v1/providers; with the admin token: /debug/proxies, /debug/config/{proxy}, /debug/pprof/)", r.Method, r.URL.Path))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -192,6 +222,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // error texts such as "Bearer <token>" read as written
 	_ = enc.Encode(v)
 }
 

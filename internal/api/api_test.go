@@ -42,14 +42,38 @@ func newTestServer(t *testing.T, ready bool) *httptest.Server {
 		{Name: "onprem", State: pluginhost.StateRunning, LastSync: since},
 		{Name: "lab", State: pluginhost.StateRestarting, StaleSince: &since, Restarts: 2},
 	}}
-	srv := httptest.NewServer(New(slog.New(slog.DiscardHandler), "test", cat, providers).Handler())
+	debug := New(slog.New(slog.DiscardHandler), "test", testAdminToken, cat, providers)
+	debug.ServeXDSDebug(fakeXDS{})
+	srv := httptest.NewServer(debug.Handler())
 	t.Cleanup(srv.Close)
 	return srv
 }
 
+const testAdminToken = "s3cret-admin-token"
+
+type fakeXDS struct{}
+
+func (fakeXDS) Proxies() any { return []string{"p1"} }
+func (fakeXDS) Config(proxy string) (json.RawMessage, error) {
+	return json.RawMessage(`{"config":"of ` + proxy + `"}`), nil
+}
+
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	return getAuth(t, url, "")
+}
+
+// getAuth is get with an Authorization header ("" for none).
+func getAuth(t *testing.T, url, auth string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,23 +107,36 @@ func TestEndpointsMarkStaleProviders(t *testing.T) {
 
 func TestRoutes(t *testing.T) {
 	srv := newTestServer(t, false)
+	const bearer = "Bearer " + testAdminToken
 	for _, tc := range []struct {
-		path     string
-		wantCode int
-		wantBody string
+		path, auth string
+		wantCode   int
+		wantBody   string
 	}{
-		{"/healthz", 200, "ok"},
-		{"/readyz", 503, "waiting for the first list from providers [lab]"},
-		{"/api/v1/services", 200, `"name": "bookstore"`},
-		{"/api/v1/services/default/nope/endpoints", 404, "service default/nope is not known"},
-		{"/api/v1/providers", 200, `"staleSince": "2026-01-01T00:00:00Z"`},
-		{"/metrics", 200, `osm_provider_stale{provider="lab"} 1`},
-		{"/nope", 404, "no route GET /nope"},
+		{"/healthz", "", 200, "ok"},
+		{"/readyz", "", 503, "waiting for the first list from providers [lab]"},
+		{"/api/v1/services", "", 200, `"name": "bookstore"`},
+		{"/api/v1/services/default/nope/endpoints", "", 404, "service default/nope is not known"},
+		{"/api/v1/providers", "", 200, `"staleSince": "2026-01-01T00:00:00Z"`},
+		{"/metrics", "", 200, `osm_provider_stale{provider="lab"} 1`},
+		{"/nope", "", 404, "no route GET /nope"},
+		// The /debug/ routes need the admin token, and say how to pass it.
+		{"/debug/proxies", "", 401, "Authorization: Bearer <token>"},
+		{"/debug/config/p1", "", 401, "<data-dir>/admin.token"},
+		{"/debug/pprof/", "", 401, "no admin token"},
+		{"/debug/pprof/cmdline", "", 401, "no admin token"},
+		{"/debug/pprof/profile?seconds=1", "", 401, "no admin token"},
+		{"/debug/pprof/trace?seconds=1", "", 401, "no admin token"},
+		{"/debug/pprof/goroutine?debug=2", "", 401, "no admin token"},
+		{"/debug/proxies", "Bearer wrong", 401, "wrong admin token"},
+		{"/debug/proxies", bearer, 200, `"p1"`},
+		{"/debug/config/p1", bearer, 200, `"of p1"`},
+		{"/debug/pprof/goroutine?debug=1", bearer, 200, "goroutine profile"},
 	} {
-		t.Run(tc.path, func(t *testing.T) {
-			code, body := get(t, srv.URL+tc.path)
+		t.Run(tc.path+" "+tc.auth, func(t *testing.T) {
+			code, body := getAuth(t, srv.URL+tc.path, tc.auth)
 			if code != tc.wantCode || !strings.Contains(body, tc.wantBody) {
-				t.Errorf("GET %s = %d %q; want %d containing %q", tc.path, code, body, tc.wantCode, tc.wantBody)
+				t.Errorf("GET %s = %d %.200q; want %d containing %q", tc.path, code, body, tc.wantCode, tc.wantBody)
 			}
 		})
 	}

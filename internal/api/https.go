@@ -32,14 +32,15 @@ func NewHTTPSHandler(log *slog.Logger, adminToken string, public []Route, admin 
 	return mux
 }
 
-// requireAdmin lets a request through only with the admin token.
+// requireAdmin lets a request through only with the admin token. The
+// HTTPS admin API and the debug listener's /debug/ routes share it.
 func requireAdmin(log *slog.Logger, token string, next http.Handler) http.Handler {
 	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		switch {
 		case !ok || got == "":
-			writeError(w, http.StatusUnauthorized, errors.New("no admin token: pass --admin-token, set OSM_ADMIN_TOKEN, or run on the server host where <data-dir>/admin.token is read"))
+			writeError(w, http.StatusUnauthorized, errors.New("no admin token: send the header `Authorization: Bearer <token>` with the token in <data-dir>/admin.token on the server host (osm-server's commands read it there, or take --admin-token or OSM_ADMIN_TOKEN)"))
 		case subtle.ConstantTimeCompare([]byte(got), want) != 1:
 			log.Warn("admin API request with a wrong admin token", "remote", r.RemoteAddr, "path", r.URL.Path)
 			writeError(w, http.StatusUnauthorized, errors.New("wrong admin token: use the one in <data-dir>/admin.token on the server host"))
@@ -49,17 +50,24 @@ func requireAdmin(log *slog.Logger, token string, next http.Handler) http.Handle
 	})
 }
 
-// ServeTLS serves h on addr with cfg until ctx is done. ready, when not
-// nil, receives the bound address once listening.
-func ServeTLS(ctx context.Context, log *slog.Logger, addr string, cfg *tls.Config, h http.Handler, ready chan<- net.Addr) error {
+// httpsReadTimeout bounds the read of a whole request on the HTTPS API,
+// body included (bodies are small: a CSR, a specification).
+const httpsReadTimeout = time.Minute
+
+// ServeTLS serves h on addr with cfg until ctx is done. A connection that
+// does not finish its TLS handshake within opts.HandshakeTimeout is closed.
+func ServeTLS(ctx context.Context, log *slog.Logger, addr string, cfg *tls.Config, h http.Handler, opts ServeOptions) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("HTTPS API listener on %s: %w (set apiAddress / --api-address to a free address)", addr, err)
 	}
-	if ready != nil {
-		ready <- ln.Addr()
+	if opts.Ready != nil {
+		opts.Ready <- ln.Addr()
 	}
-	srv := &http.Server{Handler: h, TLSConfig: cfg, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelDebug)}
+	srv := opts.server(h)
+	srv.TLSConfig = cfg
+	srv.ReadTimeout = max(httpsReadTimeout, srv.ReadHeaderTimeout)
+	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	log.Info("HTTPS API listening", "address", ln.Addr().String())
 	return serve(ctx, "HTTPS API", srv, tls.NewListener(ln, cfg))
 }

@@ -62,7 +62,9 @@ func TestServeTLS(t *testing.T) {
 	ready := make(chan net.Addr, 1)
 	done := make(chan error, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello") })
-	go func() { done <- ServeTLS(ctx, slog.New(slog.DiscardHandler), "127.0.0.1:0", cfg, h, ready) }()
+	go func() {
+		done <- ServeTLS(ctx, slog.New(slog.DiscardHandler), "127.0.0.1:0", cfg, h, ServeOptions{Ready: ready})
+	}()
 	addr := <-ready
 	pool := x509.NewCertPool()
 	pool.AddCert(cert)

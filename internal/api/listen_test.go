@@ -1,0 +1,234 @@
+package api
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/catalog"
+)
+
+// serveDebug runs a debug server on addr with opts until the test ends and
+// returns the bound address.
+func serveDebug(t *testing.T, addr string, opts ServeOptions) string {
+	t.Helper()
+	s := New(slog.New(slog.DiscardHandler), "test", testAdminToken, catalog.New(), fakeProviders{ready: true})
+	s.ServeXDSDebug(fakeXDS{})
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	opts.Ready = ready
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, addr, opts) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("debug Serve after cancel: %v", err)
+		}
+	})
+	select {
+	case a := <-ready:
+		return a.String()
+	case err := <-done:
+		t.Fatalf("debug Serve: %v", err)
+		return ""
+	}
+}
+
+// serveHTTPS runs ServeTLS with a self-signed certificate for 127.0.0.1
+// until the test ends and returns the bound address.
+func serveHTTPS(t *testing.T, opts ServeOptions) string {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "osm-server"}, NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan net.Addr, 1)
+	opts.Ready = ready
+	done := make(chan error, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "hello") })
+	go func() { done <- ServeTLS(ctx, slog.New(slog.DiscardHandler), "127.0.0.1:0", cfg, h, opts) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return (<-ready).String()
+}
+
+// closedWithin opens a TCP connection to addr, sends first, and waits (up
+// to a generous guard) for the server to close it; it fails the test if
+// that took longer than bound.
+func closedWithin(t *testing.T, addr string, first []byte, bound time.Duration) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if len(first) > 0 {
+		if _, err := c.Write(first); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	const guard = 30 * time.Second
+	c.SetReadDeadline(start.Add(guard))
+	_, err = io.Copy(io.Discard, c) // returns when the server closes (or resets) the connection
+	took := time.Since(start)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the server still held the connection after %v", guard)
+	}
+	if took > bound {
+		t.Errorf("the server closed the connection after %v, want within %v", took.Round(time.Millisecond), bound)
+	}
+}
+
+// TestListenersCloseStalledConnections opens connections that never finish
+// their TLS handshake or their request headers and checks both listeners
+// close them within the configured bound (plus slack for a busy machine),
+// far below the 10 s they were held before.
+func TestListenersCloseStalledConnections(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	const bound = 3 * time.Second // timeout plus scheduling slack; the default is 5 s
+	opts := ServeOptions{HandshakeTimeout: timeout}
+	debug := serveDebug(t, "127.0.0.1:0", opts)
+	https := serveHTTPS(t, opts)
+	// A TLS record header announcing a 512-byte ClientHello, and its first byte.
+	halfHello := []byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01}
+	for _, tc := range []struct {
+		name, addr string
+		first      []byte
+	}{
+		{"HTTPS API, nothing sent", https, nil},
+		{"HTTPS API, half a ClientHello", https, halfHello},
+		{"debug listener, nothing sent", debug, nil},
+		{"debug listener, half a request line", debug, []byte("GET /healthz HT")},
+		{"debug listener, headers never ended", debug, []byte("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			closedWithin(t, tc.addr, tc.first, bound)
+		})
+	}
+}
+
+// TestListenersCloseIdleKeepAlives checks a keep-alive connection that
+// sends no further request is closed after the idle timeout.
+func TestListenersCloseIdleKeepAlives(t *testing.T) {
+	opts := ServeOptions{IdleTimeout: 300 * time.Millisecond}
+	addr := serveDebug(t, "127.0.0.1:0", opts)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /healthz = %d", resp.StatusCode)
+	}
+	start := time.Now()
+	c.SetReadDeadline(start.Add(30 * time.Second))
+	_, err = br.ReadByte()
+	if took := time.Since(start); errors.Is(err, os.ErrDeadlineExceeded) || took > 3*time.Second {
+		t.Errorf("idle keep-alive connection closed after %v (%v), want about 300ms", took.Round(time.Millisecond), err)
+	}
+}
+
+// TestDebugListenerChecksHost sends requests with the Host headers a
+// browser would send: its own names pass, any other name (a DNS-rebound
+// attacker's) is refused with 421 naming the accepted hosts.
+func TestDebugListenerChecksHost(t *testing.T) {
+	addr := serveDebug(t, "127.0.0.1:0", ServeOptions{})
+	_, port, _ := net.SplitHostPort(addr)
+	for _, tc := range []struct {
+		host     string
+		wantCode int
+	}{
+		{"127.0.0.1:" + port, 200},
+		{"localhost:" + port, 200},
+		{"LOCALHOST.:" + port, 200},
+		{"127.0.0.2:" + port, 200},
+		{"[::1]:" + port, 200},
+		{"localhost", 200},
+		{"attacker.example:" + port, 421},
+		{"attacker.example", 421},
+		{"127.0.0.1.nip.io:" + port, 421},
+		{"localhost.attacker.example:" + port, 421},
+		{"10.1.2.3:" + port, 421}, // not this listener's address
+		{"127.0.0.1:1", 421},      // another port: another service
+	} {
+		t.Run(tc.host, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, "http://"+addr+"/healthz", nil)
+			req.Host = tc.host
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tc.wantCode {
+				t.Fatalf("GET /healthz with Host %q = %d %s, want %d", tc.host, resp.StatusCode, b, tc.wantCode)
+			}
+			if tc.wantCode == 421 && (!strings.Contains(string(b), "localhost, 127.0.0.1, [::1]") || !strings.Contains(string(b), "http://127.0.0.1:"+port+"/healthz")) {
+				t.Errorf("refusal %s does not name the accepted hosts and the URL to use", b)
+			}
+		})
+	}
+}
+
+// TestHostCheckOnAllInterfaces checks that a listener bound to every
+// interface accepts any IP address literal (an address cannot be rebound)
+// and the server's own names, and still refuses other names. (Tests listen on loopback only, so this one
+// calls the check with the address such a listener would have.)
+func TestHostCheckOnAllInterfaces(t *testing.T) {
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
+	h := hostCheck(slog.New(slog.DiscardHandler), "0.0.0.0:15090", &net.TCPAddr{IP: net.IPv4zero, Port: 15090}, []string{"osm-1.example.internal"}, ok)
+	for host, want := range map[string]int{
+		"10.1.2.3:15090":         200,
+		"[fd00::1]:15090":        200,
+		"127.0.0.1:15090":        200,
+		"10.1.2.3:15443":         421,
+		"attacker.example:15090": 421,
+		// A scraper reaching the server by one of its own names.
+		"osm-1.example.internal:15090":  200,
+		"OSM-1.example.internal.:15090": 200,
+		"osm-2.example.internal:15090":  421,
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/healthz", nil)
+		req.Host = host
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != want {
+			t.Errorf("GET /healthz with Host %q = %d %s, want %d", host, rec.Code, rec.Body, want)
+		}
+	}
+}
