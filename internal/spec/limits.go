@@ -25,12 +25,33 @@ import (
 //     with a TrafficTarget each (the benchmark's 1,000 store 0.8 MB). A
 //     change that shrinks it is always allowed. Consul's 512 KiB value
 //     limit means a Consul store must keep it as one key per document.
+//   - A file of a request holds at most maxRequestNodes YAML nodes, counted
+//     from its bytes before it is parsed (see nodeBound): the YAML parser
+//     spends some 500 bytes per node, so 4 MiB of "[1,1,1,...]" cost over a
+//     gigabyte before this bound; 250,000 nodes are about 120 MiB, and a
+//     batch of 200 benchmark documents holds some 6,000.
 const (
+	maxRequestNodes         = 250_000
 	MaxRequestBytes         = 4 << 20
 	maxDocumentBytes        = 256 << 10
 	maxRequestExpandedBytes = 4 << 20
 	maxStoredBytes          = 32 << 20
 )
+
+// nodeBound returns an upper bound of the number of YAML nodes data can
+// hold, without parsing it: every node ends at, or begins with, one of the
+// bytes counted (a separator, an indicator or a line break), and a key and
+// its value share at most one ':'.
+func nodeBound(data []byte) int {
+	n := 1
+	for _, b := range data {
+		switch b {
+		case '\n', ',', ':', '-', '[', ']', '{', '}', '?':
+			n += 2
+		}
+	}
+	return n
+}
 
 // sizeString writes a limit as "256 KiB" or "4 MiB".
 func sizeString(n int64) string {

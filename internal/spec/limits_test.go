@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -142,4 +143,25 @@ func TestRequestBodyIsBounded(t *testing.T) {
 	if want := fmt.Sprintf("request body is larger than %d bytes: split the batch", MaxRequestBytes); code != http.StatusRequestEntityTooLarge || !strings.Contains(got, want) {
 		t.Errorf("POST of %d bytes = %d %s, want 413 containing %q", len(body), code, got, want)
 	}
+}
+
+// TestParseBoundsNodes: YAML without aliases still costs hundreds of bytes
+// of parser memory per node, so a request under the body limit that is all
+// tiny nodes ("[1,1,1,...]") is refused before it is parsed, naming the
+// file and the limit, and parsing it allocates little.
+func TestParseBoundsNodes(t *testing.T) {
+	flood := "[" + strings.Repeat("1,", (MaxRequestBytes-16)/2) + "1]\n"
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := Parse([]byte(flood), "flood.yaml")
+	runtime.ReadMemStats(&after)
+	allocated := after.TotalAlloc - before.TotalAlloc
+	if err == nil || !strings.Contains(err.Error(), "flood.yaml") || !strings.Contains(err.Error(), "YAML nodes") {
+		t.Errorf("Parse(%d bytes of [1,1,...]) = %v; want an error naming flood.yaml and the node limit", len(flood), err)
+	}
+	if allocated > 64<<20 {
+		t.Errorf("parsing %d bytes of [1,1,...] allocated %d MiB; want it refused before it is parsed", len(flood), allocated>>20)
+	}
+	t.Logf("%d bytes of [1,1,...]: %d MiB allocated", len(flood), allocated>>20)
 }

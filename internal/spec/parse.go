@@ -2,6 +2,7 @@ package spec
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -133,6 +134,12 @@ func Parse(data []byte, source string) ([]Document, error) {
 
 // parse is Parse, taking the expanded size of its documents from budget.
 func parse(data []byte, source string, budget *int64) ([]Document, error) {
+	if n := nodeBound(data); n > maxRequestNodes {
+		return nil, &ValidationError{Errors: []FieldError{{
+			Document: describe(Key{}, source, 1, 0),
+			Message:  fmt.Sprintf("%s may hold up to %d YAML nodes (counted from its separators and line breaks), over the limit of %d per file: split it into several requests", cmp.Or(source, "the request"), n, maxRequestNodes),
+		}}}
+	}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	var (
 		docs  []Document
