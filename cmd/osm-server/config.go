@@ -18,6 +18,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/xds"
 )
 
 // Config is osm-server's configuration. Its YAML keys are a user-facing
@@ -51,6 +52,10 @@ type Config struct {
 	// every certificate it vouches for expired before it is deleted, for
 	// example "168h".
 	ProxyRecordRetention time.Duration `yaml:"proxyRecordRetention"`
+	// HandshakeTimeout bounds how long a new connection to any listener
+	// (xDS, HTTPS API, debug) may take to finish its TLS handshake (and,
+	// on HTTP, its request headers) before it is closed.
+	HandshakeTimeout time.Duration `yaml:"handshakeTimeout"`
 }
 
 // ProviderConfig is one `providers:` entry.
@@ -74,6 +79,7 @@ func defaultConfig() Config {
 		GCPercent:            defaultGCPercent,
 		TokenRetention:       enroll.DefaultTokenRetention,
 		ProxyRecordRetention: certificate.DefaultProxyRecordRetention,
+		HandshakeTimeout:     xds.DefaultHandshakeTimeout,
 	}
 }
 
@@ -133,6 +139,7 @@ func parseConfig(path string, data []byte) (Config, error) {
 		"trustDomain": &cfg.TrustDomain, "serverNames": &cfg.ServerNames,
 		"gcPercent": &cfg.GCPercent, "memoryLimit": &cfg.MemoryLimit,
 		"tokenRetention": &cfg.TokenRetention, "proxyRecordRetention": &cfg.ProxyRecordRetention,
+		"handshakeTimeout": &cfg.HandshakeTimeout,
 	}
 	err := decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers"), func(key string, v *yaml.Node) error {
 		if key != "providers" {
@@ -249,6 +256,9 @@ func (c Config) validate() error {
 	}
 	if c.TokenRetention < 0 {
 		errs = append(errs, fmt.Errorf("tokenRetention %s is negative: give a duration such as 168h (0 deletes tokens as soon as they expire)", c.TokenRetention))
+	}
+	if c.HandshakeTimeout < 100*time.Millisecond || c.HandshakeTimeout > 5*time.Minute {
+		errs = append(errs, fmt.Errorf("handshakeTimeout %s is out of range: give a duration from 100ms to 5m, such as 10s", c.HandshakeTimeout))
 	}
 	if c.ProxyRecordRetention < 0 {
 		errs = append(errs, fmt.Errorf("proxyRecordRetention %s is negative: give a duration such as 168h (0 deletes a proxy's record as soon as its certificates expire)", c.ProxyRecordRetention))

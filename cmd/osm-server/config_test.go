@@ -35,6 +35,7 @@ func TestLoadConfigExample(t *testing.T) {
 		GCPercent:            50,
 		TokenRetention:       7 * 24 * time.Hour,
 		ProxyRecordRetention: 7 * 24 * time.Hour,
+		HandshakeTimeout:     10 * time.Second,
 		Providers: []ProviderConfig{{
 			Name: "onprem", Plugin: "osm-provider-static",
 			Config: map[string]any{"file": "/etc/osm/endpoints.yaml"},
@@ -143,6 +144,8 @@ func TestValidate(t *testing.T) {
 		{"server name with a port", func(c *Config) { c.ServerNames = []string{"osm.example.com:15443"} }, "serverNames[0]"},
 		{"gcPercent too low", func(c *Config) { c.GCPercent = 0 }, "gcPercent 0: want at least 10"},
 		{"tokenRetention negative", func(c *Config) { c.TokenRetention = -time.Hour }, "tokenRetention -1h0m0s is negative"},
+		{"handshakeTimeout zero", func(c *Config) { c.HandshakeTimeout = 0 }, "handshakeTimeout 0s is out of range"},
+		{"handshakeTimeout an hour", func(c *Config) { c.HandshakeTimeout = time.Hour }, "from 100ms to 5m"},
 		{"proxyRecordRetention negative", func(c *Config) { c.ProxyRecordRetention = -time.Hour }, "proxyRecordRetention -1h0m0s is negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -167,6 +167,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	// endpoint for a while, so no caller sees its upstreams vanish.
 	publisher.SetStartupGrace(startupGrace)
 	xdsServer.SetWatcher(publisher)
+	xdsServer.SetHandshakeTimeout(cfg.HandshakeTimeout)
 	debugAPI.ServeXDSDebug(xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}})
 	xdsTLS := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
@@ -204,9 +205,9 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	g.Go(func() error { return host.Run(ctx) })
 	// The debug listener also answers to the names the serving certificate
 	// covers, for a scraper that reaches it by the host's name.
-	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, api.ServeOptions{Names: servingNames(cfg)}) })
+	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, api.ServeOptions{Names: servingNames(cfg), HandshakeTimeout: cfg.HandshakeTimeout}) })
 	g.Go(func() error {
-		return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, api.ServeOptions{})
+		return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, api.ServeOptions{HandshakeTimeout: cfg.HandshakeTimeout})
 	})
 	err = g.Wait()
 	log.Info("osm-server stopped")
