@@ -37,7 +37,7 @@ func NewHTTPSHandler(log *slog.Logger, adminToken string, public []Route, admin 
 func requireAdmin(log *slog.Logger, token string, next http.Handler) http.Handler {
 	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, ok := bearerToken(r.Header.Get("Authorization"))
 		switch {
 		case !ok || got == "":
 			writeError(w, http.StatusUnauthorized, errors.New("no admin token: send the header `Authorization: Bearer <token>` with the token in <data-dir>/admin.token on the server host (osm-server's commands read it there, or take --admin-token or OSM_ADMIN_TOKEN)"))
@@ -86,4 +86,14 @@ func serve(ctx context.Context, what string, srv *http.Server, ln net.Listener) 
 	err := srv.Shutdown(shutdownCtx)
 	<-errc
 	return err
+}
+
+// bearerToken returns the token of an "Authorization: Bearer <token>"
+// header; the scheme is case-insensitive (RFC 9110 11.1).
+func bearerToken(h string) (string, bool) {
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
 }

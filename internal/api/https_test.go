@@ -33,6 +33,8 @@ func TestHTTPSAdminToken(t *testing.T) {
 		{"admin route with a wrong token", "GET", "/api/v1/tokens", "Bearer nope", 401, "wrong admin token"},
 		{"admin route with a non-bearer header", "GET", "/api/v1/tokens", "Basic s3cret", 401, "no admin token"},
 		{"admin route with the token", "GET", "/api/v1/tokens", "Bearer s3cret", 200, "admin"},
+		{"the scheme is case-insensitive", "GET", "/api/v1/tokens", "bearer s3cret", 200, "admin"},
+		{"a token with a prefix is wrong", "GET", "/api/v1/tokens", "Bearer xs3cret", 401, "wrong admin token"},
 		{"GET on a public POST route is an admin route", "GET", "/api/v1/enroll", "", 401, "no admin token"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
