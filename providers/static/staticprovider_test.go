@@ -170,6 +170,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate endpoint", "services:\n  - name: a\n    namespace: default\n    endpoints:\n      - {ip: 10.0.0.1, port: 80}\n      - {ip: 10.0.0.1, port: 80}\n",
 			"endpoints.yaml:6: service default/a endpoint 2: 10.0.0.1:80 is listed twice (first at line 5)"},
 		{"not yaml", "services: [\n", "endpoints.yaml"},
+		{"not a mapping", "0\n", "line 1: cannot unmarshal !!int `0` into the file (a mapping with the key services)"},
+		{"services not a list", "services: x\n", "into the services list (a list of services)"},
 		{"wrong type", "services:\n  - name: a\n    namespace: default\n    endpoints:\n      - {ip: 10.0.0.1, port: eighty}\n", "line 5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
