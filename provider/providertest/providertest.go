@@ -42,6 +42,16 @@ type Backend interface {
 	DeleteService(ctx context.Context, svc provider.Service) error
 }
 
+// Breaker is a Backend that can also make the provider's source fail (an
+// API that refuses calls, a file that no longer parses) and repair it.
+// The health cases run only for Backends that implement it.
+type Breaker interface {
+	// Break makes every read of the source fail until Repair.
+	Break(ctx context.Context) error
+	// Repair undoes Break; the source says what it said before.
+	Repair(ctx context.Context) error
+}
+
 // Timeout bounds how long the suite waits for a change to become visible.
 // Providers whose source is polled set their test poll interval well below.
 var Timeout = 10 * time.Second
@@ -62,6 +72,9 @@ func Run(t *testing.T, h Harness) {
 		{"TwoWatchers", testTwoWatchers},
 		{"WatchEndsOnCancel", testWatchCancel},
 		{"TwoServicesIndependent", testTwoServices},
+		{"SlowWatcherGetsLatestState", testSlowWatcher},
+		{"DeleteThenReAdd", testDeleteThenReAdd},
+		{"HealthTransitions", testHealth},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -76,6 +89,8 @@ func Run(t *testing.T, h Harness) {
 var (
 	svcA = provider.Service{Namespace: "conformance", Name: "svc-a"}
 	svcB = provider.Service{Namespace: "conformance", Name: "svc-b"}
+	// svcProbe is changed to learn that a watcher is subscribed.
+	svcProbe = provider.Service{Namespace: "conformance", Name: "probe"}
 )
 
 func ep(ip string, port uint16) provider.Endpoint {
@@ -201,19 +216,83 @@ type watcher struct {
 	mu     sync.Mutex
 	events []provider.Event
 	done   chan error
+	// hold, when set, is where the receiver waits after recording the
+	// first event for holdFor: a slow watcher.
+	hold    chan struct{}
+	holdFor provider.Service
 }
 
 func startWatch(ctx context.Context, p provider.Provider) *watcher {
-	w := &watcher{done: make(chan error, 1)}
+	return startWatchHolding(ctx, p, nil, provider.Service{})
+}
+
+// startWatchHolding starts a watcher that, when hold is not nil, stops
+// receiving after its first event for svc until hold is closed.
+func startWatchHolding(ctx context.Context, p provider.Provider, hold chan struct{}, svc provider.Service) *watcher {
+	w := &watcher{done: make(chan error, 1), hold: hold, holdFor: svc}
 	go func() {
 		w.done <- p.Watch(ctx, func(ev provider.Event) error {
 			w.mu.Lock()
-			defer w.mu.Unlock()
 			w.events = append(w.events, ev)
+			hold := w.hold
+			if hold != nil && ev.Health == nil && ev.Service == w.holdFor {
+				w.hold = nil
+			} else {
+				hold = nil
+			}
+			w.mu.Unlock()
+			if hold != nil {
+				select {
+				case <-hold:
+				case <-ctx.Done():
+				}
+			}
 			return nil
 		})
 	}()
 	return w
+}
+
+// subscribed waits until the watchers receive changes: it changes a probe
+// service until each has seen a change of it. (A conforming provider must
+// not lose changes made after Watch started; this is how the suite knows
+// it started, across a plugin boundary too.)
+func subscribed(ctx context.Context, t *testing.T, b Backend, ws ...*watcher) {
+	t.Helper()
+	deadline := time.Now().Add(Timeout)
+	for {
+		probes.Lock()
+		probes.n++
+		e := ep("192.0.2.250", uint16(probes.n))
+		probes.Unlock()
+		set(ctx, t, b, svcProbe, e)
+		// Wait a while for the change; a watcher that subscribed after it
+		// was made never sees it, so then change the probe again.
+		retry := time.Now().Add(Timeout / 10)
+		for {
+			seen := 0
+			for _, w := range ws {
+				if last, _ := w.lastFor(svcProbe); last != nil {
+					seen++
+				}
+			}
+			switch {
+			case seen == len(ws):
+				return
+			case time.Now().After(deadline) || ctx.Err() != nil:
+				t.Fatalf("watch not subscribed within %v: %d of %d watchers saw a change of %s", Timeout, seen, len(ws), svcProbe)
+			}
+			if time.Now().After(retry) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+var probes struct {
+	sync.Mutex
+	n int
 }
 
 // saw returns "" once an event for svc matching the condition arrived.
@@ -249,16 +328,11 @@ func (w *watcher) saw(t *testing.T, svc provider.Service, deleted bool, eps []st
 	}
 }
 
-// settle gives a Watch call time to subscribe before the source changes;
-// a conforming provider must not lose changes made after Watch started, and
-// the suite cannot observe "started" from outside.
-func settle() { time.Sleep(200 * time.Millisecond) }
-
 func testWatchUpdate(ctx context.Context, t *testing.T, p provider.Provider, b Backend) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := startWatch(wctx, p)
-	settle()
+	subscribed(ctx, t, b, w)
 	eps := []provider.Endpoint{ep("192.0.2.20", 9000)}
 	set(ctx, t, b, svcA, eps...)
 	eventually(ctx, t, "watch event for the update", w.saw(t, svcA, false, want(eps...)))
@@ -273,7 +347,7 @@ func testWatchDelete(ctx context.Context, t *testing.T, p provider.Provider, b B
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := startWatch(wctx, p)
-	settle()
+	subscribed(ctx, t, b, w)
 	if err := b.DeleteService(ctx, svcA); err != nil {
 		t.Fatalf("backend DeleteService: %v", err)
 	}
@@ -294,17 +368,17 @@ func testTwoWatchers(ctx context.Context, t *testing.T, p provider.Provider, b B
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w1, w2 := startWatch(wctx, p), startWatch(wctx, p)
-	settle()
+	subscribed(ctx, t, b, w1, w2)
 	eps := []provider.Endpoint{ep("192.0.2.40", 9000)}
 	set(ctx, t, b, svcA, eps...)
 	eventually(ctx, t, "first watcher sees the update", w1.saw(t, svcA, false, want(eps...)))
 	eventually(ctx, t, "second watcher sees the update", w2.saw(t, svcA, false, want(eps...)))
 }
 
-func testWatchCancel(ctx context.Context, t *testing.T, p provider.Provider, _ Backend) {
+func testWatchCancel(ctx context.Context, t *testing.T, p provider.Provider, b Backend) {
 	wctx, cancel := context.WithCancel(ctx)
 	w := startWatch(wctx, p)
-	settle()
+	subscribed(ctx, t, b, w)
 	cancel()
 	select {
 	case err := <-w.done:
@@ -334,6 +408,160 @@ func testTwoServices(ctx context.Context, t *testing.T, p provider.Provider, b B
 		return ""
 	})
 	eventually(ctx, t, "service A unaffected", endpointsAre(ctx, t, p, svcA, want(a...)))
+}
+
+// lastFor returns the last event w received for svc, and how many it
+// received for svc.
+func (w *watcher) lastFor(svc provider.Service) (last *provider.Event, n int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, ev := range w.events {
+		if ev.Health == nil && ev.Service == svc {
+			last, n = &w.events[i], n+1
+		}
+	}
+	return last, n
+}
+
+// endsWith returns "" once the last event w received for svc says svc has
+// exactly eps.
+func (w *watcher) endsWith(t *testing.T, svc provider.Service, eps []string) func() string {
+	return func() string {
+		last, _ := w.lastFor(svc)
+		switch {
+		case last == nil:
+			return fmt.Sprintf("no event for %s", svc)
+		case last.Deleted:
+			return fmt.Sprintf("last event for %s says deleted; want %v", svc, eps)
+		}
+		if got := addrs(t, last.Endpoints); !slices.Equal(got, eps) {
+			return fmt.Sprintf("last event for %s has %v; want %v", svc, got, eps)
+		}
+		return ""
+	}
+}
+
+// testSlowWatcher holds one watcher on its first event for a service while
+// the service changes several times: the provider must not block on it (the
+// changes show in List and reach a second watcher), and once it reads again
+// it must be given the latest state. In-process, where nothing buffers
+// between the provider and the receiver, it must also be given no more
+// than that: the intermediate states coalesce.
+func testSlowWatcher(ctx context.Context, t *testing.T, p provider.Provider, b Backend) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	release := make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	slow, fast := startWatchHolding(wctx, p, release, svcA), startWatch(wctx, p)
+	subscribed(ctx, t, b, slow, fast)
+	set(ctx, t, b, svcA, ep("192.0.2.60", 80))
+	eventually(ctx, t, "slow watcher receives an event for the service (and is then held)", func() string {
+		if last, _ := slow.lastFor(svcA); last == nil {
+			return "no event for " + svcA.String()
+		}
+		return ""
+	})
+	var last []provider.Endpoint
+	for i := 1; i <= 4; i++ {
+		last = []provider.Endpoint{ep("192.0.2.60", 80), ep(fmt.Sprintf("192.0.2.%d", 60+i), 80)}
+		set(ctx, t, b, svcA, last...)
+	}
+	eventually(ctx, t, "the latest change listed while a watcher is held", endpointsAre(ctx, t, p, svcA, want(last...)))
+	eventually(ctx, t, "a second watcher sees the latest change while the first is held", fast.endsWith(t, svcA, want(last...)))
+	close(release)
+	eventually(ctx, t, "the slow watcher is given the latest state", slow.endsWith(t, svcA, want(last...)))
+	if _, remote := p.(*provider.GRPCClient); remote {
+		return // gRPC buffers the intermediate events: the count says nothing
+	}
+	if _, n := slow.lastFor(svcA); n > 2 {
+		t.Errorf("the slow watcher received %d events for %s; want at most 2 (the one it was held on, then the latest state)", n, svcA)
+	}
+}
+
+// testDeleteThenReAdd deletes a service and adds it back, once after the
+// deletion was seen and once at once: the end state is the re-added one.
+func testDeleteThenReAdd(ctx context.Context, t *testing.T, p provider.Provider, b Backend) {
+	set(ctx, t, b, svcA, ep("192.0.2.70", 80))
+	eventually(ctx, t, "set endpoints visible", endpointsAre(ctx, t, p, svcA, want(ep("192.0.2.70", 80))))
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := startWatch(wctx, p)
+	subscribed(ctx, t, b, w)
+	if err := b.DeleteService(ctx, svcA); err != nil {
+		t.Fatalf("backend DeleteService: %v", err)
+	}
+	eventually(ctx, t, "watch event for the delete", w.saw(t, svcA, true, nil))
+	set(ctx, t, b, svcA, ep("192.0.2.71", 80))
+	eventually(ctx, t, "re-added service listed", endpointsAre(ctx, t, p, svcA, want(ep("192.0.2.71", 80))))
+	eventually(ctx, t, "watch event for the re-added service", w.endsWith(t, svcA, want(ep("192.0.2.71", 80))))
+
+	if err := b.DeleteService(ctx, svcA); err != nil {
+		t.Fatalf("backend DeleteService: %v", err)
+	}
+	set(ctx, t, b, svcA, ep("192.0.2.72", 80))
+	eventually(ctx, t, "service deleted and at once re-added is listed", endpointsAre(ctx, t, p, svcA, want(ep("192.0.2.72", 80))))
+	eventually(ctx, t, "the last watch event for it is the re-added state", w.endsWith(t, svcA, want(ep("192.0.2.72", 80))))
+}
+
+// health returns "" once w's last health event matches healthy (and, when
+// unhealthy, has a message).
+func (w *watcher) health(healthy bool) func() string {
+	return func() string {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		var last *provider.Health
+		for _, ev := range w.events {
+			if ev.Health != nil {
+				last = ev.Health
+			}
+		}
+		switch {
+		case last == nil:
+			return "no health event"
+		case last.Healthy != healthy:
+			return fmt.Sprintf("last health event %+v; want healthy=%v", *last, healthy)
+		case !healthy && last.Message == "":
+			return "unhealthy event without a message; it must say what failed and the fix"
+		}
+		return ""
+	}
+}
+
+// testHealth breaks the source (when the Backend is a Breaker): the
+// provider reports unhealthy with a message, keeps serving the last good
+// endpoints, tells a new watcher at once, and after the repair reports
+// healthy and follows the source again.
+func testHealth(ctx context.Context, t *testing.T, p provider.Provider, b Backend) {
+	br, ok := b.(Breaker)
+	if !ok {
+		t.Skipf("the Backend (%T) cannot break its source (implement providertest.Breaker)", b)
+	}
+	set(ctx, t, b, svcA, ep("192.0.2.80", 80))
+	eventually(ctx, t, "set endpoints visible", endpointsAre(ctx, t, p, svcA, want(ep("192.0.2.80", 80))))
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := startWatch(wctx, p)
+	subscribed(ctx, t, b, w)
+	if err := br.Break(ctx); err != nil {
+		t.Fatalf("backend Break: %v", err)
+	}
+	eventually(ctx, t, "unhealthy reported", w.health(false))
+	eventually(ctx, t, "the last good endpoints still listed", endpointsAre(ctx, t, p, svcA, want(ep("192.0.2.80", 80))))
+	late := startWatch(wctx, p)
+	eventually(ctx, t, "a new watcher told at once that the provider is unhealthy", late.health(false))
+	if err := br.Repair(ctx); err != nil {
+		t.Fatalf("backend Repair: %v", err)
+	}
+	eventually(ctx, t, "healthy again", w.health(true))
+	set(ctx, t, b, svcA, ep("192.0.2.81", 80))
+	eventually(ctx, t, "a change after the repair is listed", endpointsAre(ctx, t, p, svcA, want(ep("192.0.2.81", 80))))
+	eventually(ctx, t, "a change after the repair is watched", w.endsWith(t, svcA, want(ep("192.0.2.81", 80))))
 }
 
 // StartPlugin starts the provider plugin executable run by cmd over real

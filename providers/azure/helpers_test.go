@@ -51,7 +51,7 @@ func modelOpener(m *fakearm.Model) fixtureOpener {
 // startModel configures a provider on model m. extra is merged into the
 // config (for example `"resourceGroups": ["rg-a"]`); the poll interval
 // defaults to 50ms.
-func startModel(ctx context.Context, t *testing.T, m *fakearm.Model, extra string) *azureProvider {
+func startModel(ctx context.Context, t *testing.T, m *fakearm.Model, extra string) *provider.Plugin {
 	t.Helper()
 	p := newProvider(testLogger(t), connectARM, modelOpener(m))
 	cfg := fmt.Sprintf(`{"subscriptionId": %q, "testFixture": "in-memory", "pollInterval": "50ms"}`, testSub)
@@ -241,6 +241,21 @@ func (b *fixtureBackend) DeleteService(_ context.Context, svc provider.Service) 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.removeLocked(svc)
+	return b.apply(b.fx)
+}
+
+// Break makes the credential fail; Repair makes it work again.
+func (b *fixtureBackend) Break(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fx.CredentialError = "AADSTS7000215: Invalid client secret provided (conformance suite)"
+	return b.apply(b.fx)
+}
+
+func (b *fixtureBackend) Repair(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.fx.CredentialError = ""
 	return b.apply(b.fx)
 }
 

@@ -2,145 +2,84 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/osm-vm/osm-vm/provider"
 )
 
-// azureProvider is the Azure endpoints provider: one instance reads one
-// subscription. It holds no package state, so several can run in one
+// azureDriver is the Azure endpoints provider's driver: one instance reads
+// one subscription. It holds no package state, so several can run in one
 // process (tests do) as well as one per plugin process.
-type azureProvider struct {
+type azureDriver struct {
 	log     *slog.Logger
 	connect connectFunc
 	// fixture is the test mode's connector; nil in production builds,
 	// which then refuse the testFixture key.
 	fixture connectFunc
-	// firstPollWait bounds how long Configure waits for the first poll.
-	firstPollWait time.Duration
 
-	mu     sync.Mutex
-	hub    *hub // nil until configured
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	// Set by Configure.
+	cfg     config
+	clients *armClients
 }
 
-var _ provider.Provider = (*azureProvider)(nil)
+var _ provider.Driver = (*azureDriver)(nil)
 
-// newProvider returns a provider that reads ARM through connect. open is
-// the test mode's fixture opener, nil in production builds.
-func newProvider(log *slog.Logger, connect connectFunc, open fixtureOpener) *azureProvider {
-	p := &azureProvider{log: log, connect: connect, firstPollWait: 20 * time.Second}
+// newProvider returns the Azure provider, which reads ARM through connect.
+// open is the test mode's fixture opener, nil in production builds.
+// Configure waits up to 20 s for the first poll; if ARM cannot be read it
+// still succeeds, reports unhealthy, and List calls return ErrUnavailable
+// until a poll succeeds.
+func newProvider(log *slog.Logger, connect connectFunc, open fixtureOpener) *provider.Plugin {
+	d := &azureDriver{log: log, connect: connect}
 	if open != nil {
-		p.fixture = connectFixture(open)
+		d.fixture = connectFixture(open)
 	}
+	p := provider.NewPlugin(log, d)
+	p.FirstReadWait = 20 * time.Second
 	return p
 }
 
-func (p *azureProvider) Describe(context.Context) (provider.Info, error) {
+func (d *azureDriver) Describe() provider.Info {
 	version := "(devel)"
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
 		version = bi.Main.Version
 	}
 	desc := "Azure VM Scale Sets (Uniform and Flexible) and VMs, tagged with a mesh service, read from Azure Resource Manager"
-	if p.fixture != nil {
+	if d.fixture != nil {
 		desc += " (test build: accepts testFixture)"
 	}
-	return provider.Info{Name: "azure", Version: version, Description: desc}, nil
+	return provider.Info{Name: "azure", Version: version, Description: desc}
 }
 
-// Configure parses the config, builds the ARM clients and starts polling.
-// It waits up to firstPollWait (bounded by ctx) for the first poll; if ARM
-// cannot be read by then it still succeeds, reports unhealthy, and List
-// calls return ErrUnavailable until a poll succeeds. A bad config is
+// Configure parses the config and builds the ARM clients. A bad config is
 // ErrInvalidConfig.
-func (p *azureProvider) Configure(ctx context.Context, instance string, raw []byte) error {
-	cfg, err := parseConfig(raw, p.fixture != nil)
+func (d *azureDriver) Configure(_ context.Context, instance string, raw []byte) error {
+	cfg, err := parseConfig(raw, d.fixture != nil)
 	if err != nil {
 		return err
 	}
-	connect := p.connect
+	connect := d.connect
 	if cfg.TestFixture != "" {
-		connect = p.fixture
-	}
-	p.mu.Lock()
-	if p.hub != nil {
-		p.mu.Unlock()
-		return fmt.Errorf("azure provider instance %q is already configured; restart the plugin to change its config", instance)
+		connect = d.fixture
 	}
 	clients, err := connect(cfg)
 	if err != nil {
-		p.mu.Unlock()
 		return err
 	}
-	log := p.log.With("instance", instance)
-	h := newHub(log)
-	// The poller outlives this call: it runs until Close (or the plugin
-	// process ends).
-	runCtx, cancel := context.WithCancel(context.Background())
-	pl := &poller{log: log, cfg: cfg, clients: clients, hub: h}
-	p.wg.Go(func() { pl.run(runCtx) })
-	p.hub, p.cancel = h, cancel
-	p.mu.Unlock()
-
-	wait := time.NewTimer(p.firstPollWait)
-	defer wait.Stop()
-	select {
-	case <-h.polled:
-	case <-ctx.Done():
-	case <-wait.C:
-	}
+	d.log = d.log.With("instance", instance)
+	d.cfg, d.clients = cfg, clients
 	return nil
 }
 
-func (p *azureProvider) configured() (*hub, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.hub == nil {
-		return nil, fmt.Errorf("azure provider: call Configure first: %w", provider.ErrNotConfigured)
-	}
-	return p.hub, nil
-}
-
-func (p *azureProvider) ListServices(context.Context) ([]provider.Service, error) {
-	h, err := p.configured()
-	if err != nil {
-		return nil, err
-	}
-	return h.listServices()
-}
-
-func (p *azureProvider) ListEndpoints(_ context.Context, svc provider.Service) ([]provider.Endpoint, error) {
-	h, err := p.configured()
-	if err != nil {
-		return nil, err
-	}
-	return h.listEndpoints(svc)
-}
-
-func (p *azureProvider) Watch(ctx context.Context, send func(provider.Event) error) error {
-	h, err := p.configured()
-	if err != nil {
-		return err
-	}
-	return h.watch(ctx, send)
-}
-
-// Close stops polling and waits for it. The plugin process does not need
-// it (it ends with the host); tests do.
-func (p *azureProvider) Close() error {
-	p.mu.Lock()
-	cancel := p.cancel
-	p.mu.Unlock()
-	if cancel != nil {
-		cancel()
-	}
-	p.wg.Wait()
+// Run polls ARM until ctx is done.
+func (d *azureDriver) Run(ctx context.Context, s *provider.State) error {
+	pl := &poller{log: d.log, cfg: d.cfg, clients: d.clients, state: s}
+	pl.run(ctx)
 	return nil
 }
 
@@ -149,7 +88,10 @@ type poller struct {
 	log     *slog.Logger
 	cfg     config
 	clients *armClients
-	hub     *hub
+	state   *provider.State
+	// tags describes the resources with unusable tags found by the last
+	// complete read; "" when there were none.
+	tags string
 }
 
 func (pl *poller) run(ctx context.Context) {
@@ -165,12 +107,18 @@ func (pl *poller) run(ctx context.Context) {
 			throttled = 0
 		}
 		wait := nextPoll(pl.cfg.pollInterval(), err, throttled)
+		var problems []string
 		if err != nil {
-			pl.hub.setProblem(sourceARM, describe(err, pl.cfg, wait))
-		} else {
-			pl.hub.setProblem(sourceARM, "")
+			problems = append(problems, describe(err, pl.cfg, wait))
 		}
-		pl.hub.pollDone()
+		if pl.tags != "" {
+			problems = append(problems, pl.tags)
+		}
+		if len(problems) == 0 {
+			pl.state.SetHealthy()
+		} else {
+			pl.state.SetUnhealthy(errors.New(strings.Join(problems, "; also ")))
+		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
@@ -194,8 +142,8 @@ func (pl *poller) poll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pl.hub.replace(d.services)
-	pl.hub.setProblem(sourceTags, summarize(d.problems))
+	pl.state.ReplaceAll(d.services)
+	pl.tags = summarize(d.problems)
 	pl.log.Debug("polled Azure Resource Manager", "services", len(d.services), "took", time.Since(start))
 	return nil
 }

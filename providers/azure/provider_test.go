@@ -158,7 +158,7 @@ func TestDiscovery(t *testing.T) {
 				t.Errorf("services (-want +got):\n%s", diff)
 			}
 			health := ""
-			if err := p.hub.health(); err != nil {
+			if err := p.State().Health(); err != nil {
 				health = err.Error()
 			}
 			for _, want := range tc.problems {
@@ -365,10 +365,10 @@ func TestNoEventWithoutChange(t *testing.T) {
 
 // healthIs waits until the provider's health matches: healthy, or
 // unhealthy with a message containing every one of contains.
-func healthIs(t *testing.T, p *azureProvider, healthy bool, contains ...string) {
+func healthIs(t *testing.T, p *provider.Plugin, healthy bool, contains ...string) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("healthy=%v %q", healthy, contains), func() string {
-		err := p.hub.health()
+		err := p.State().Health()
 		if healthy {
 			if err != nil {
 				return "unhealthy: " + err.Error()
@@ -516,7 +516,7 @@ func TestNotFound(t *testing.T) {
 		if diff := cmp.Diff(map[string][]string{}, got); diff != "" {
 			t.Errorf("services (-want +got):\n%s", diff)
 		}
-		if err := p.hub.health(); err != nil {
+		if err := p.State().Health(); err != nil {
 			t.Errorf("health: %v; want healthy (a resource deleted mid-read is not a failure)", err)
 		}
 	})
@@ -573,7 +573,7 @@ func TestRetryAfter(t *testing.T) {
 		if n := m.Calls(fakearm.OpListAllScaleSets); n != 2 {
 			t.Errorf("scale-set list requests = %d; want 2 (the throttled one and its retry)", n)
 		}
-		if err := p.hub.health(); err != nil {
+		if err := p.State().Health(); err != nil {
 			t.Errorf("health %v; want healthy (the retry succeeded)", err)
 		}
 	})

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
+	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,14 +30,15 @@ import (
 const meshIndex = "mesh-service"
 
 // cluster watches one Kubernetes cluster's Services and EndpointSlices with
-// shared informers and keeps hub up to date. It never polls: a change
-// reaches the hub in the informer's event handler.
+// shared informers and keeps the provider's state up to date. It never
+// polls: a change reaches the state in the informer's event handler.
 type cluster struct {
-	log    *slog.Logger
-	cfg    config
-	host   string // API server address, for messages
-	client kubernetes.Interface
-	hub    *hub
+	log      *slog.Logger
+	cfg      config
+	host     string // API server address, for messages
+	client   kubernetes.Interface
+	state    *provider.State
+	problems problems
 
 	services []cache.SharedIndexInformer // one per watched namespace
 	slices   []cache.SharedIndexInformer // one per watched namespace
@@ -45,8 +49,8 @@ type cluster struct {
 	synced bool
 }
 
-func newCluster(log *slog.Logger, cfg config, client kubernetes.Interface, host string, h *hub) (*cluster, error) {
-	c := &cluster{log: log, cfg: cfg, host: host, client: client, hub: h}
+func newCluster(log *slog.Logger, cfg config, client kubernetes.Interface, host string, s *provider.State) (*cluster, error) {
+	c := &cluster{log: log, cfg: cfg, host: host, client: client, state: s, problems: problems{state: s, bySource: map[string]error{}}}
 	for _, ns := range cfg.watchNamespaces() {
 		where := "all namespaces"
 		if ns != "" {
@@ -137,7 +141,7 @@ func (c *cluster) watchErrorHandler(source string) cache.WatchErrorHandlerWithCo
 func (c *cluster) report(ctx context.Context, source string, err error) {
 	switch {
 	case err == nil:
-		c.hub.setProblem(source, nil)
+		c.problems.set(source, nil)
 		return
 	case ctx.Err() != nil:
 		return // shutting down
@@ -154,7 +158,7 @@ func (c *cluster) report(ctx context.Context, source string, err error) {
 	case apierrors.IsForbidden(err):
 		fix = "grant the provider's identity get, list and watch on services and discovery.k8s.io endpointslices (see docs/plugins/kubernetes.md); the provider keeps serving the last known endpoints and retries"
 	}
-	c.hub.setProblem(source, fmt.Errorf("kubernetes API %s: %v; %s", c.host, cause(err), fix))
+	c.problems.set(source, fmt.Errorf("kubernetes API %s: %v; %s", c.host, cause(err), fix))
 }
 
 // cause returns the part of a list or watch error that names what went
@@ -173,8 +177,8 @@ func cause(err error) error {
 }
 
 // run runs the informers until ctx is done. Once all have synced it
-// computes every service, marks the hub synced and from then on recomputes
-// the services each event touches.
+// computes every service, publishes them as the first complete read, and
+// from then on recomputes the services each event touches.
 func (c *cluster) run(ctx context.Context) {
 	var wg sync.WaitGroup
 	var synced []cache.InformerSynced
@@ -185,16 +189,21 @@ func (c *cluster) run(ctx context.Context) {
 	if cache.WaitForCacheSync(ctx.Done(), synced...) {
 		c.mu.Lock()
 		c.synced = true
-		c.recomputeLocked(c.allKeys()...)
+		all := map[provider.Service][]provider.Endpoint{}
+		for _, key := range c.allKeys() {
+			if eps, ok := c.compute(key); ok {
+				all[key] = eps
+			}
+		}
+		c.state.ReplaceAll(all)
 		c.mu.Unlock()
-		c.hub.markSynced()
 		c.log.Info("synced with kubernetes cluster", "api", c.host)
 	}
 	wg.Wait()
 }
 
 // recompute recomputes the given mesh services from the informer caches
-// and tells the hub. Before the initial sync it does nothing: run computes
+// and tells the state. Before the initial sync it does nothing: run computes
 // everything once the caches are complete.
 func (c *cluster) recompute(keys ...provider.Service) {
 	if len(keys) == 0 {
@@ -205,38 +214,82 @@ func (c *cluster) recompute(keys ...provider.Service) {
 	if !c.synced {
 		return
 	}
-	c.recomputeLocked(keys...)
-}
-
-func (c *cluster) recomputeLocked(keys ...provider.Service) {
 	done := map[provider.Service]bool{}
 	for _, key := range keys {
 		if done[key] {
 			continue
 		}
 		done[key] = true
-		var svcs []*corev1.Service
-		for _, inf := range c.services {
-			objs, _ := inf.GetIndexer().ByIndex(meshIndex, key.String())
-			for _, o := range objs {
-				svcs = append(svcs, o.(*corev1.Service))
-			}
+		if eps, ok := c.compute(key); ok {
+			c.state.SetEndpoints(key, eps)
+		} else {
+			c.state.DeleteService(key)
 		}
-		bySvc := map[string][]*discoveryv1.EndpointSlice{}
-		for _, inf := range c.slices {
-			objs, _ := inf.GetIndexer().ByIndex(meshIndex, key.String())
-			for _, o := range objs {
-				s := o.(*discoveryv1.EndpointSlice)
-				k := s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]
-				bySvc[k] = append(bySvc[k], s)
-			}
-		}
-		lists := make([][]provider.Endpoint, 0, len(svcs))
-		for _, svc := range svcs {
-			lists = append(lists, serviceEndpoints(svc, bySvc[svc.Namespace+"/"+svc.Name]))
-		}
-		c.hub.set(key, mergeEndpoints(lists...), len(svcs) > 0)
 	}
+}
+
+// compute returns the endpoints of a mesh service from the informer caches
+// (sorted), and false when no Kubernetes Service maps to it.
+func (c *cluster) compute(key provider.Service) ([]provider.Endpoint, bool) {
+	var svcs []*corev1.Service
+	for _, inf := range c.services {
+		objs, _ := inf.GetIndexer().ByIndex(meshIndex, key.String())
+		for _, o := range objs {
+			svcs = append(svcs, o.(*corev1.Service))
+		}
+	}
+	bySvc := map[string][]*discoveryv1.EndpointSlice{}
+	for _, inf := range c.slices {
+		objs, _ := inf.GetIndexer().ByIndex(meshIndex, key.String())
+		for _, o := range objs {
+			s := o.(*discoveryv1.EndpointSlice)
+			k := s.Namespace + "/" + s.Labels[discoveryv1.LabelServiceName]
+			bySvc[k] = append(bySvc[k], s)
+		}
+	}
+	lists := make([][]provider.Endpoint, 0, len(svcs))
+	for _, svc := range svcs {
+		lists = append(lists, serviceEndpoints(svc, bySvc[svc.Namespace+"/"+svc.Name]))
+	}
+	return mergeEndpoints(lists...), len(svcs) > 0
+}
+
+// problems are the current errors of the informers by source; the provider
+// is healthy when there are none. One outage fails every informer, so the
+// health message names each cause once with the sources it affects, for
+// example "kubernetes API https://10.0.0.1:6443: dial tcp ...: connection
+// refused; check ... (failing: endpointslices in all namespaces, services
+// in all namespaces)".
+type problems struct {
+	state *provider.State
+
+	mu       sync.Mutex
+	bySource map[string]error
+}
+
+// set records (err != nil) or clears (err == nil) the problem of one source
+// and tells the state the resulting health.
+func (p *problems) set(source string, err error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err == nil {
+		delete(p.bySource, source)
+	} else {
+		p.bySource[source] = err
+	}
+	sources := map[string][]string{} // cause -> sources
+	for src, err := range p.bySource {
+		sources[err.Error()] = append(sources[err.Error()], src)
+	}
+	var msgs []string
+	for _, cause := range slices.Sorted(maps.Keys(sources)) {
+		msgs = append(msgs, fmt.Sprintf("%s (failing: %s)", cause, strings.Join(slices.Sorted(slices.Values(sources[cause])), ", ")))
+	}
+	if len(msgs) == 0 {
+		p.state.SetHealthy()
+		return
+	}
+	p.state.SetUnhealthy(errors.New(strings.Join(msgs, "; also ")))
 }
 
 // allKeys returns the mesh service of every cached Service.

@@ -167,11 +167,3 @@ func preferred(a, b provider.Endpoint) bool {
 	}
 	return a.Labels[labelNamespace] < b.Labels[labelNamespace]
 }
-
-// sameEndpoints reports whether two sorted endpoint lists are equal,
-// labels included.
-func sameEndpoints(a, b []provider.Endpoint) bool {
-	return slices.EqualFunc(a, b, func(x, y provider.Endpoint) bool {
-		return x.IP == y.IP && x.Port == y.Port && maps.Equal(x.Labels, y.Labels)
-	})
-}

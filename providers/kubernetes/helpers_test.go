@@ -90,7 +90,7 @@ func (fc *fakeCluster) fail(err error) {
 
 // start configures a provider on the fake cluster and waits until all its
 // informers watch.
-func (fc *fakeCluster) start(ctx context.Context, t *testing.T, cfgJSON string) *kubeProvider {
+func (fc *fakeCluster) start(ctx context.Context, t *testing.T, cfgJSON string) *provider.Plugin {
 	t.Helper()
 	p := newProvider(testLogger(t), func(config, string) (kubernetes.Interface, string, error) {
 		return fc.client, "fake-cluster", nil

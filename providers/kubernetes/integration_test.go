@@ -176,7 +176,7 @@ func TestRealInformers(t *testing.T) {
 	})
 }
 
-func startReal(ctx context.Context, t *testing.T, cp *controlPlane, cfg map[string]any) *kubeProvider {
+func startReal(ctx context.Context, t *testing.T, cp *controlPlane, cfg map[string]any) *provider.Plugin {
 	t.Helper()
 	cfg["kubeconfig"] = cp.kubeconfig
 	raw, err := json.Marshal(cfg)

@@ -511,7 +511,7 @@ func TestConfigureWithUnreachableCluster(t *testing.T) {
 	fc := newFakeCluster()
 	fc.fail(apierrors.NewForbidden(schema.GroupResource{Resource: "services"}, "", errors.New(`User "system:serviceaccount:osm:provider" cannot list resource "services"`)))
 	p := newProvider(testLogger(t), func(config, string) (kubernetes.Interface, string, error) { return fc.client, "fake-cluster", nil })
-	p.syncTimeout = 300 * time.Millisecond
+	p.FirstReadWait = 300 * time.Millisecond
 	t.Cleanup(func() { p.Close() })
 	if err := p.Configure(ctx, "test", []byte(`{}`)); err != nil {
 		t.Fatalf("Configure: %v; want nil (unhealthy, retrying)", err)

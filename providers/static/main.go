@@ -6,7 +6,6 @@ package main
 import "github.com/osm-vm/osm-vm/provider"
 
 func main() {
-	log := provider.Logger()
-	p := newStaticProvider(log)
-	provider.Serve(p)
+	log := provider.Logger().With("provider", "static")
+	provider.Serve(provider.NewPlugin(log, newStaticDriver(log)))
 }

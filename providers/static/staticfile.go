@@ -107,6 +107,15 @@ func yamlMessage(err error) string {
 	for _, typ := range []string{"main.fileDoc", "main.fileService", "main.fileEndpoint"} {
 		msg = strings.ReplaceAll(msg, " in type "+typ, "")
 	}
+	// A value of the wrong kind ("cannot unmarshal !!int `0` into
+	// main.fileDoc") says what was expected instead of the Go type.
+	msg = strings.NewReplacer(
+		"into []main.fileService", "into the services list (a list of services)",
+		"into []main.fileEndpoint", "into a service's endpoints (a list of endpoints)",
+		"into main.fileDoc", "into the file (a mapping with the key services)",
+		"into main.fileService", "into a service (a mapping with name, namespace, endpoints)",
+		"into main.fileEndpoint", "into an endpoint (a mapping with ip, port, labels)",
+	).Replace(msg)
 	msg = strings.ReplaceAll(msg, "field ", "unknown key ")
 	msg = strings.ReplaceAll(msg, " not found", " (known keys: services; name, namespace, endpoints; ip, port, labels)")
 	return msg

@@ -25,7 +25,8 @@ const pluginEnv = "OSM_TEST_STATIC_PLUGIN"
 // serves the static provider over go-plugin (the helper-process pattern).
 func TestMain(m *testing.M) {
 	if os.Getenv(pluginEnv) == "1" {
-		provider.Serve(newStaticProvider(provider.Logger()))
+		log := provider.Logger()
+		provider.Serve(provider.NewPlugin(log, newStaticDriver(log)))
 		return
 	}
 	os.Exit(m.Run())
@@ -50,6 +51,19 @@ func (b *fileBackend) DeleteService(_ context.Context, svc provider.Service) err
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	delete(b.state, svc)
+	return b.write()
+}
+
+// Break writes a file that does not parse; Repair writes the content again.
+func (b *fileBackend) Break(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return writeAtomic(b.path, "services: [\n")
+}
+
+func (b *fileBackend) Repair(context.Context) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return b.write()
 }
 
@@ -111,11 +125,19 @@ func (subprocess) MakeProvider(ctx context.Context, t *testing.T) (provider.Prov
 	return p, b
 }
 
-func newTestProvider(t *testing.T) *staticProvider {
+// testProvider is the static provider in-process, with its driver at hand.
+type testProvider struct {
+	*provider.Plugin
+	driver *staticDriver
+}
+
+func newTestProvider(t *testing.T) testProvider {
 	t.Helper()
-	p := newStaticProvider(slog.New(slog.NewTextHandler(testLog{t}, nil)))
-	t.Cleanup(p.close)
-	return p
+	log := slog.New(slog.NewTextHandler(testLog{t}, nil))
+	d := newStaticDriver(log)
+	p := provider.NewPlugin(log, d)
+	t.Cleanup(func() { p.Close() })
+	return testProvider{p, d}
 }
 
 type testLog struct{ t *testing.T }
@@ -148,6 +170,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate endpoint", "services:\n  - name: a\n    namespace: default\n    endpoints:\n      - {ip: 10.0.0.1, port: 80}\n      - {ip: 10.0.0.1, port: 80}\n",
 			"endpoints.yaml:6: service default/a endpoint 2: 10.0.0.1:80 is listed twice (first at line 5)"},
 		{"not yaml", "services: [\n", "endpoints.yaml"},
+		{"not a mapping", "0\n", "line 1: cannot unmarshal !!int `0` into the file (a mapping with the key services)"},
+		{"services not a list", "services: x\n", "into the services list (a list of services)"},
 		{"wrong type", "services:\n  - name: a\n    namespace: default\n    endpoints:\n      - {ip: 10.0.0.1, port: eighty}\n", "line 5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -373,7 +397,7 @@ func TestRenameIsReadAtOnceInPlaceWriteAfterDebounce(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newTestProvider(t)
-	p.debounce, p.maxDelay = time.Hour, time.Hour // only a rename is read before the hour is up
+	p.driver.debounce, p.driver.maxDelay = time.Hour, time.Hour // only a rename is read before the hour is up
 	if err := p.Configure(ctx, "onprem", configFor(path)); err != nil {
 		t.Fatal(err)
 	}

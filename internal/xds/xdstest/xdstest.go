@@ -15,6 +15,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -102,9 +103,11 @@ type Proxy struct {
 }
 
 // Connect opens the proxy's ADS stream, announcing address as its
-// advertise address, and subscribes to the EDS resources named.
+// advertise address, and subscribes to the EDS resources named. It first
+// waits for the xDS listener (see WaitXDS).
 func (s Server) Connect(t *testing.T, cert tls.Certificate, address string, eds ...string) *Proxy {
 	t.Helper()
+	s.WaitXDS(t, 30*time.Second)
 	_, _, ca := s.admin(t)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
@@ -144,6 +147,26 @@ func (s Server) Connect(t *testing.T, cert tls.Certificate, address string, eds 
 		}
 	}()
 	return p
+}
+
+// WaitXDS waits until the server's xDS listener accepts connections and
+// fails the test after timeout. osm-server opens xDS only after every
+// provider has sent its first list (and /readyz can say ready a moment
+// before), so a proxy that dials as soon as the API answers may be refused.
+func (s Server) WaitXDS(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", s.XDS, time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("osm-server's xDS listener %s does not accept connections after %v: %v", s.XDS, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // WaitEDS waits until the EDS resource name holds exactly want (sorted
