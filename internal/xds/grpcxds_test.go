@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -22,6 +21,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 
@@ -237,55 +237,93 @@ func TestStartupGrace(t *testing.T) {
 	waitFor(t, "bookstore-v1's endpoint withdrawn after the grace period (its proxy never connected)", func() bool { return len(eds()) == 0 })
 }
 
-// TestDeniedGRPCCallerIsAnsweredAtOnce: bookthief, a proxyless gRPC app
-// with the agent's files, asks for bookstore's listener, which no
-// TrafficTarget lets it have. The server answers that subscription at once
-// (without the listener) and the real gRPC-Go client ACKs the answer.
-// gRPC-Go 1.85 still fails the RPC only at its 15 s does-not-exist timer:
-// it takes a never-received listener missing from an answer as "not yet
-// known" (xdsclient/authority.go), so the RPC is only logged here.
-func TestDeniedGRPCCallerIsAnsweredAtOnce(t *testing.T) {
-	e := startEnv(t)
-	rb, err := xds.NewXDSResolverWithConfigForTesting(e.grpcBootstrap(t, "bookthief", "127.0.0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+// dialXDS dials target through gRPC-Go's xDS resolver with rb and the
+// xDS client credentials, as a proxyless app does.
+func dialXDS(t *testing.T, rb resolver.Builder, target string) *grpc.ClientConn {
+	t.Helper()
 	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient("xds:///bookstore.default.mesh:14001", grpc.WithTransportCredentials(creds), grpc.WithResolvers(rb))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds), grpc.WithResolvers(rb))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	start := time.Now()
-	conn.Connect()
-	var nodeID string
-	waitFor(t, "bookthief connected", func() bool {
-		ps := e.srv.Proxies()
-		if len(ps) == 1 {
-			nodeID = ps[0].NodeID
-		}
-		return nodeID != ""
-	})
-	waitFor(t, "bookthief's listener subscription answered and ACKed", func() bool {
-		for _, ts := range e.cache.Status(nodeID) {
-			if ts.TypeURL == resource.ListenerType && ts.SentAt.After(start) && ts.ACKed == ts.Sent {
-				return true
-			}
-		}
-		return false
-	})
-	t.Logf("bookthief's LDS subscription answered and ACKed %v after dialling", time.Since(start))
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("bookthief's LDS subscription answered after %v, want at once", took)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// timedCheck runs one health RPC on conn, bounded by timeout, and returns
+// its error and how long it took. Not WaitForReady: an RPC that meets a
+// cluster just removed (the publisher sends clusters before listeners)
+// would wait for it for ever.
+func timedCheck(t *testing.T, conn *grpc.ClientConn, timeout time.Duration) (error, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
 	defer cancel()
-	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if status.Code(err) == codes.OK {
-		t.Fatal("bookthief reached bookstore")
+	start := time.Now()
+	_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err, time.Since(start)
+}
+
+// refusedWithin is the bound a refused first RPC must fail within: far
+// from gRPC's 15 s does-not-exist timer (it takes tens of milliseconds).
+const refusedWithin = 5 * time.Second
+
+// TestDeniedGRPCCallerIsRefusedAtOnce: bookthief, a proxyless gRPC app
+// with the agent's files, dials bookstore, which no TrafficTarget lets it
+// call. Its first RPC fails at once with PermissionDenied (before, it
+// failed with Unavailable at gRPC-Go's 15 s does-not-exist timer: gRPC-Go
+// takes a never-received listener missing from an answer as "not yet
+// known"). When a TrafficTarget allows the call the same channel's RPCs
+// reach bookstore, and when it is deleted they are refused again. A name
+// that is no service fails at once with NotFound.
+func TestDeniedGRPCCallerIsRefusedAtOnce(t *testing.T) {
+	e := startEnv(t)
+	applyYAML(t, e.spec, "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {endpoints: {requireConnectedProxy: false}}\n")
+	port := e.startBackend(t, mesh.ServiceAccount{Namespace: "default", Name: "bookstore"})
+	for _, name := range []string{"bookstore", "bookstore-v1", "bookstore-v2"} {
+		e.cat.SetEndpoints("test", mesh.MeshService{Namespace: "default", Name: name}, []mesh.Endpoint{{IP: netip.MustParseAddr("127.0.0.1"), Port: port}})
 	}
-	t.Logf("bookthief -> bookstore within 1 s: %v", err)
+	rb, err := xds.NewXDSResolverWithConfigForTesting(e.grpcBootstrap(t, "bookthief", "127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := dialXDS(t, rb, "xds:///bookstore.default.mesh:14001")
+	err, took := timedCheck(t, conn, 20*time.Second)
+	t.Logf("bookthief -> bookstore, first RPC: %v after %v", err, took)
+	if status.Code(err) != codes.PermissionDenied || took > refusedWithin {
+		t.Fatalf("bookthief -> bookstore: %v after %v; want PermissionDenied within %v", err, took, refusedWithin)
+	}
+	err, took = timedCheck(t, conn, 20*time.Second)
+	if status.Code(err) != codes.PermissionDenied || took > 100*time.Millisecond {
+		t.Errorf("bookthief -> bookstore, second RPC: %v after %v; want PermissionDenied at once", err, took)
+	}
+
+	typo := dialXDS(t, rb, "xds:///bookstor.default.mesh:14001")
+	err, took = timedCheck(t, typo, 20*time.Second)
+	t.Logf("bookthief -> bookstor (no such service), first RPC: %v after %v", err, took)
+	if status.Code(err) != codes.NotFound || took > refusedWithin {
+		t.Errorf("bookthief -> bookstor: %v after %v; want NotFound within %v", err, took, refusedWithin)
+	}
+
+	allow := "apiVersion: access.smi-spec.io/v1alpha3\nkind: TrafficTarget\nmetadata: {name: bookthief-allowed, namespace: default}\n" +
+		"spec:\n  destination: {kind: ServiceAccount, name: bookstore, namespace: default}\n" +
+		"  rules: [{kind: HTTPRouteGroup, name: bookstore-service-routes, matches: [books]}]\n" +
+		"  sources: [{kind: ServiceAccount, name: bookthief, namespace: default}]\n"
+	applyYAML(t, e.spec, allow)
+	waitFor(t, "bookthief's RPCs to reach bookstore once a TrafficTarget allows them", func() bool {
+		err, _ := timedCheck(t, conn, time.Second)
+		return err == nil
+	})
+	if _, err := e.spec.Delete(t.Context(), []spec.Key{{Kind: "TrafficTarget", Namespace: "default", Name: "bookthief-allowed"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bookthief's RPCs to be refused again once the TrafficTarget is deleted", func() bool {
+		err, _ := timedCheck(t, conn, time.Second)
+		return status.Code(err) == codes.PermissionDenied
+	})
+	if n := e.cache.NACKs(); len(n) != 0 {
+		t.Errorf("gRPC NACKed: %+v", n)
+	}
 }
