@@ -2,9 +2,17 @@ package xds
 
 import (
 	"context"
+	"slices"
+
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"net"
 	"net/netip"
 	"os"
@@ -27,6 +35,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/xds/cache"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 )
 
@@ -326,4 +335,118 @@ func TestDeniedGRPCCallerIsRefusedAtOnce(t *testing.T) {
 	if n := e.cache.NACKs(); len(n) != 0 {
 		t.Errorf("gRPC NACKed: %+v", n)
 	}
+}
+
+func grpcNode(id, addr string) *corev3.Node {
+	md, _ := structpb.NewStruct(map[string]any{MetadataFlavor: "grpc", MetadataAddress: addr})
+	return &corev3.Node{Id: id, Cluster: "test", Metadata: md}
+}
+
+// TestDeltaGRPCSubscriberIsAnswered: a Delta subscriber (gRPC flavour) to
+// a listener it may not have is given the refusal listener, and to a name
+// the server has no listener for (a server listener on an address the
+// service does not run on) is told at once, in removed_resources.
+func TestDeltaGRPCSubscriberIsAnswered(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookthief")
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	ds, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const denied = "bookstore.default.mesh:14001"
+	server := render.GRPCServerListenerName(netip.MustParseAddrPort("10.0.0.99:1"))
+	if err := ds.Send(&discovery.DeltaDiscoveryRequest{Node: grpcNode(cnOf(t, cert), "10.0.0.11"), TypeUrl: resource.ListenerType, ResourceNamesSubscribe: []string{denied, server}}); err != nil {
+		t.Fatal(err)
+	}
+	var refusal *listenerv3.Listener
+	removed := false
+	for refusal == nil || !removed {
+		r, err := ds.Recv()
+		if err != nil {
+			t.Fatalf("waiting for the refusal of %s (got %v) and the removal of %s (got %v): %v", denied, refusal != nil, server, removed, err)
+		}
+		for _, res := range r.GetResources() {
+			if res.GetName() == denied {
+				refusal = &listenerv3.Listener{}
+				if err := res.GetResource().UnmarshalTo(refusal); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		removed = removed || slices.Contains(r.GetRemovedResources(), server)
+		if err := ds.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ListenerType, ResponseNonce: r.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hcm := &hcmv3.HttpConnectionManager{}
+	if err := refusal.GetApiListener().GetApiListener().UnmarshalTo(hcm); err != nil {
+		t.Fatal(err)
+	}
+	if got := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster(); got != render.RefusalClusterName {
+		t.Errorf("%s routes to %q, want the refusal cluster %q", denied, got, render.RefusalClusterName)
+	}
+}
+
+// TestRefusalsAreBounded: a gRPC client asking for 10,000 names that are
+// no service is given refusal listeners for the first maxRefusals only,
+// and the server marshals about that many resources, not 10,000; when the
+// stream ends they go.
+func TestRefusalsAreBounded(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookthief")
+	ctx, cancel := context.WithCancel(t.Context())
+	s := e.dialCtx(t, ctx, cert)
+	nodeID := cnOf(t, cert) + "~grpc"
+	names := make([]string, 10000)
+	for i := range names {
+		names[i] = fmt.Sprintf("bogus-%05d.default.mesh:14001", i)
+	}
+	before := e.cache.Stats().Marshals
+	if err := s.Send(&discovery.DiscoveryRequest{Node: grpcNode(cnOf(t, cert), "10.0.0.11"), TypeUrl: resource.ListenerType, ResourceNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	refusals := func() int {
+		set := e.cache.View(nodeID)[resource.ListenerType]
+		n := 0
+		for _, name := range names {
+			if set != nil && set.Get(name) != nil {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "refusal listeners published", func() bool { return refusals() == maxRefusals })
+	r, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ListenerType, ResourceNames: names, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()}); err != nil {
+		t.Fatal(err)
+	}
+	marshals := e.cache.Stats().Marshals - before
+	t.Logf("10,000 bogus names: %d refusal listeners, %d resources marshalled", refusals(), marshals)
+	if marshals > maxRefusals+50 {
+		t.Errorf("%d resources marshalled for a client asking for 10,000 bogus names; want at most about %d", marshals, maxRefusals)
+	}
+	if got := set(names[maxRefusals-1:maxRefusals+1], e.cache.View(nodeID)[resource.ListenerType]); !slices.Equal(got, []bool{true, false}) {
+		t.Errorf("refused %v of %v; want the first %d names by order", got, names[maxRefusals-1:maxRefusals+1], maxRefusals)
+	}
+	cancel()
+	waitFor(t, "the node forgotten when its stream ended", func() bool { return e.cache.View(nodeID) == nil })
+}
+
+func set(names []string, s interface{ Get(string) *cache.Resource }) []bool {
+	out := make([]bool, len(names))
+	for i, n := range names {
+		out[i] = s.Get(n) != nil
+	}
+	return out
 }
