@@ -143,6 +143,11 @@ func checkTraffic(t *testing.T, got summary) {
 	if th.Stolen != 0 || th.RefusedMesh == 0 || th.RefusedDirect == 0 {
 		t.Errorf("bookthief: stolen %d, refused through the mesh %d, directly %d: want nothing stolen and both ways refused", th.Stolen, th.RefusedMesh, th.RefusedDirect)
 	}
+	// Through the mesh bookthief is refused at once with PermissionDenied
+	// (its refusal listener), not by a timeout: its calls have 1 s.
+	if th.DeniedMesh == 0 || th.DeniedMesh < th.RefusedMesh*9/10 {
+		t.Errorf("bookthief's mesh calls: %d PermissionDenied of %d refused, want (nearly) all (last error %q)", th.DeniedMesh, th.RefusedMesh, th.LastError)
+	}
 	if th.DeniedDirect != th.RefusedDirect {
 		t.Errorf("bookthief's direct calls: %d denied by RBAC of %d refused, want all (last error %q)", th.DeniedDirect, th.RefusedDirect, th.LastError)
 	}

@@ -19,6 +19,7 @@ type summary struct {
 		Refused       int64  `json:"refused"`
 		RefusedMesh   int64  `json:"refusedMesh"`
 		RefusedDirect int64  `json:"refusedDirect"`
+		DeniedMesh    int64  `json:"deniedMesh"` // of RefusedMesh, PermissionDenied by the refusal listener
 		DeniedDirect  int64  `json:"deniedDirect"`
 		Stolen        int64  `json:"stolen"`
 		LastError     string `json:"lastError,omitempty"`
@@ -48,6 +49,7 @@ func (s *summary) snapshot(ps *procs) {
 	s.Bookthief.RefusedMesh = t["deniedMesh"] + t["failedMesh"]
 	s.Bookthief.RefusedDirect = t["deniedDirect"] + t["failedDirect"]
 	s.Bookthief.DeniedDirect = t["deniedDirect"]
+	s.Bookthief.DeniedMesh = t["deniedMesh"]
 	s.Bookthief.Refused = s.Bookthief.RefusedMesh + s.Bookthief.RefusedDirect
 	s.Bookthief.Stolen = t["stolenMesh"] + t["stolenDirect"]
 	s.Bookthief.LastError = thief.LastError

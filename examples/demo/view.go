@@ -59,8 +59,8 @@ func (v *viewer) show(ps *procs, proxies []string, proxyErr error) {
 	thief := ps.stat("bookthief").Counts
 	refusedMesh := thief["deniedMesh"] + thief["failedMesh"]
 	refusedDirect := thief["deniedDirect"] + thief["failedDirect"]
-	fmt.Fprintf(&b, "  bookthief   refused %5d   (no mesh route %d, direct mTLS denied by RBAC %d)   stolen %d\n",
-		refusedMesh+refusedDirect, refusedMesh, thief["deniedDirect"], thief["stolenMesh"]+thief["stolenDirect"])
+	fmt.Fprintf(&b, "  bookthief   refused %5d   (through the mesh %d, PermissionDenied at once by its refusal listener %d; direct mTLS denied by RBAC %d)   stolen %d\n",
+		refusedMesh+refusedDirect, refusedMesh, thief["deniedMesh"], thief["deniedDirect"], thief["stolenMesh"]+thief["stolenDirect"])
 	v1, v2, wh := ps.stat("bookstore-v1").Counts, ps.stat("bookstore-v2").Counts, ps.stat("bookwarehouse").Counts
 	fmt.Fprintf(&b, "  bookstores  v1 sold %d, v2 sold %d; bookwarehouse restocked %d\n", v1["sold"], v2["sold"], wh["restocked"])
 	if proxyErr != nil {

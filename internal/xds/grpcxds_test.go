@@ -2,9 +2,17 @@ package xds
 
 import (
 	"context"
+	"slices"
+
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"net"
 	"net/netip"
 	"os"
@@ -13,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -22,11 +29,13 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/xds"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/xds/cache"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 )
 
@@ -237,55 +246,207 @@ func TestStartupGrace(t *testing.T) {
 	waitFor(t, "bookstore-v1's endpoint withdrawn after the grace period (its proxy never connected)", func() bool { return len(eds()) == 0 })
 }
 
-// TestDeniedGRPCCallerIsAnsweredAtOnce: bookthief, a proxyless gRPC app
-// with the agent's files, asks for bookstore's listener, which no
-// TrafficTarget lets it have. The server answers that subscription at once
-// (without the listener) and the real gRPC-Go client ACKs the answer.
-// gRPC-Go 1.85 still fails the RPC only at its 15 s does-not-exist timer:
-// it takes a never-received listener missing from an answer as "not yet
-// known" (xdsclient/authority.go), so the RPC is only logged here.
-func TestDeniedGRPCCallerIsAnsweredAtOnce(t *testing.T) {
-	e := startEnv(t)
-	rb, err := xds.NewXDSResolverWithConfigForTesting(e.grpcBootstrap(t, "bookthief", "127.0.0.1"))
-	if err != nil {
-		t.Fatal(err)
-	}
+// dialXDS dials target through gRPC-Go's xDS resolver with rb and the
+// xDS client credentials, as a proxyless app does.
+func dialXDS(t *testing.T, rb resolver.Builder, target string) *grpc.ClientConn {
+	t.Helper()
 	creds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient("xds:///bookstore.default.mesh:14001", grpc.WithTransportCredentials(creds), grpc.WithResolvers(rb))
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds), grpc.WithResolvers(rb))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// timedCheck runs one health RPC on conn, bounded by timeout, and returns
+// its error and how long it took. Not WaitForReady: an RPC that meets a
+// cluster just removed (the publisher sends clusters before listeners)
+// would wait for it for ever.
+func timedCheck(t *testing.T, conn *grpc.ClientConn, timeout time.Duration) (error, time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	start := time.Now()
+	_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err, time.Since(start)
+}
+
+// refusedWithin is the bound a refused first RPC must fail within: far
+// from gRPC's 15 s does-not-exist timer (it takes tens of milliseconds).
+const refusedWithin = 5 * time.Second
+
+// TestDeniedGRPCCallerIsRefusedAtOnce: bookthief, a proxyless gRPC app
+// with the agent's files, dials bookstore, which no TrafficTarget lets it
+// call. Its first RPC fails at once with PermissionDenied (before, it
+// failed with Unavailable at gRPC-Go's 15 s does-not-exist timer: gRPC-Go
+// takes a never-received listener missing from an answer as "not yet
+// known"). When a TrafficTarget allows the call the same channel's RPCs
+// reach bookstore, and when it is deleted they are refused again. A name
+// that is no service fails at once with NotFound.
+func TestDeniedGRPCCallerIsRefusedAtOnce(t *testing.T) {
+	e := startEnv(t)
+	applyYAML(t, e.spec, "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {endpoints: {requireConnectedProxy: false}}\n")
+	port := e.startBackend(t, mesh.ServiceAccount{Namespace: "default", Name: "bookstore"})
+	for _, name := range []string{"bookstore", "bookstore-v1", "bookstore-v2"} {
+		e.cat.SetEndpoints("test", mesh.MeshService{Namespace: "default", Name: name}, []mesh.Endpoint{{IP: netip.MustParseAddr("127.0.0.1"), Port: port}})
+	}
+	rb, err := xds.NewXDSResolverWithConfigForTesting(e.grpcBootstrap(t, "bookthief", "127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := dialXDS(t, rb, "xds:///bookstore.default.mesh:14001")
+	err, took := timedCheck(t, conn, 20*time.Second)
+	t.Logf("bookthief -> bookstore, first RPC: %v after %v", err, took)
+	if status.Code(err) != codes.PermissionDenied || took > refusedWithin {
+		t.Fatalf("bookthief -> bookstore: %v after %v; want PermissionDenied within %v", err, took, refusedWithin)
+	}
+	err, took = timedCheck(t, conn, 20*time.Second)
+	if status.Code(err) != codes.PermissionDenied || took > 100*time.Millisecond {
+		t.Errorf("bookthief -> bookstore, second RPC: %v after %v; want PermissionDenied at once", err, took)
+	}
+
+	typo := dialXDS(t, rb, "xds:///bookstor.default.mesh:14001")
+	err, took = timedCheck(t, typo, 20*time.Second)
+	t.Logf("bookthief -> bookstor (no such service), first RPC: %v after %v", err, took)
+	if status.Code(err) != codes.NotFound || took > refusedWithin {
+		t.Errorf("bookthief -> bookstor: %v after %v; want NotFound within %v", err, took, refusedWithin)
+	}
+
+	allow := "apiVersion: access.smi-spec.io/v1alpha3\nkind: TrafficTarget\nmetadata: {name: bookthief-allowed, namespace: default}\n" +
+		"spec:\n  destination: {kind: ServiceAccount, name: bookstore, namespace: default}\n" +
+		"  rules: [{kind: HTTPRouteGroup, name: bookstore-service-routes, matches: [books]}]\n" +
+		"  sources: [{kind: ServiceAccount, name: bookthief, namespace: default}]\n"
+	applyYAML(t, e.spec, allow)
+	waitFor(t, "bookthief's RPCs to reach bookstore once a TrafficTarget allows them", func() bool {
+		err, _ := timedCheck(t, conn, time.Second)
+		return err == nil
+	})
+	if _, err := e.spec.Delete(t.Context(), []spec.Key{{Kind: "TrafficTarget", Namespace: "default", Name: "bookthief-allowed"}}, false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bookthief's RPCs to be refused again once the TrafficTarget is deleted", func() bool {
+		err, _ := timedCheck(t, conn, time.Second)
+		return status.Code(err) == codes.PermissionDenied
+	})
+	if n := e.cache.NACKs(); len(n) != 0 {
+		t.Errorf("gRPC NACKed: %+v", n)
+	}
+}
+
+func grpcNode(id, addr string) *corev3.Node {
+	md, _ := structpb.NewStruct(map[string]any{MetadataFlavor: "grpc", MetadataAddress: addr})
+	return &corev3.Node{Id: id, Cluster: "test", Metadata: md}
+}
+
+// TestDeltaGRPCSubscriberIsAnswered: a Delta subscriber (gRPC flavour) to
+// a listener it may not have is given the refusal listener, and to a name
+// the server has no listener for (a server listener on an address the
+// service does not run on) is told at once, in removed_resources.
+func TestDeltaGRPCSubscriberIsAnswered(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookthief")
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	start := time.Now()
-	conn.Connect()
-	var nodeID string
-	waitFor(t, "bookthief connected", func() bool {
-		ps := e.srv.Proxies()
-		if len(ps) == 1 {
-			nodeID = ps[0].NodeID
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	ds, err := discovery.NewAggregatedDiscoveryServiceClient(conn).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const denied = "bookstore.default.mesh:14001"
+	server := render.GRPCServerListenerName(netip.MustParseAddrPort("10.0.0.99:1"))
+	if err := ds.Send(&discovery.DeltaDiscoveryRequest{Node: grpcNode(cnOf(t, cert), "10.0.0.11"), TypeUrl: resource.ListenerType, ResourceNamesSubscribe: []string{denied, server}}); err != nil {
+		t.Fatal(err)
+	}
+	var refusal *listenerv3.Listener
+	removed := false
+	for refusal == nil || !removed {
+		r, err := ds.Recv()
+		if err != nil {
+			t.Fatalf("waiting for the refusal of %s (got %v) and the removal of %s (got %v): %v", denied, refusal != nil, server, removed, err)
 		}
-		return nodeID != ""
-	})
-	waitFor(t, "bookthief's listener subscription answered and ACKed", func() bool {
-		for _, ts := range e.cache.Status(nodeID) {
-			if ts.TypeURL == resource.ListenerType && ts.SentAt.After(start) && ts.ACKed == ts.Sent {
-				return true
+		for _, res := range r.GetResources() {
+			if res.GetName() == denied {
+				refusal = &listenerv3.Listener{}
+				if err := res.GetResource().UnmarshalTo(refusal); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
-		return false
-	})
-	t.Logf("bookthief's LDS subscription answered and ACKed %v after dialling", time.Since(start))
-	if took := time.Since(start); took > 2*time.Second {
-		t.Errorf("bookthief's LDS subscription answered after %v, want at once", took)
+		removed = removed || slices.Contains(r.GetRemovedResources(), server)
+		if err := ds.Send(&discovery.DeltaDiscoveryRequest{TypeUrl: resource.ListenerType, ResponseNonce: r.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-	defer cancel()
-	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
-	if status.Code(err) == codes.OK {
-		t.Fatal("bookthief reached bookstore")
+	hcm := &hcmv3.HttpConnectionManager{}
+	if err := refusal.GetApiListener().GetApiListener().UnmarshalTo(hcm); err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("bookthief -> bookstore within 1 s: %v", err)
+	if got := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster(); got != render.RefusalClusterName {
+		t.Errorf("%s routes to %q, want the refusal cluster %q", denied, got, render.RefusalClusterName)
+	}
+}
+
+// TestRefusalsAreBounded: a gRPC client asking for 10,000 names that are
+// no service is given refusal listeners for the first maxRefusals only,
+// and the server marshals about that many resources, not 10,000; when the
+// stream ends they go.
+func TestRefusalsAreBounded(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookthief")
+	ctx, cancel := context.WithCancel(t.Context())
+	s := e.dialCtx(t, ctx, cert)
+	nodeID := cnOf(t, cert) + "~grpc"
+	names := make([]string, 10000)
+	for i := range names {
+		names[i] = fmt.Sprintf("bogus-%05d.default.mesh:14001", i)
+	}
+	before := e.cache.Stats().Marshals
+	if err := s.Send(&discovery.DiscoveryRequest{Node: grpcNode(cnOf(t, cert), "10.0.0.11"), TypeUrl: resource.ListenerType, ResourceNames: names}); err != nil {
+		t.Fatal(err)
+	}
+	refusals := func() int {
+		set := e.cache.View(nodeID)[resource.ListenerType]
+		n := 0
+		for _, name := range names {
+			if set != nil && set.Get(name) != nil {
+				n++
+			}
+		}
+		return n
+	}
+	waitFor(t, "refusal listeners published", func() bool { return refusals() == maxRefusals })
+	r, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ListenerType, ResourceNames: names, ResponseNonce: r.GetNonce(), VersionInfo: r.GetVersionInfo()}); err != nil {
+		t.Fatal(err)
+	}
+	marshals := e.cache.Stats().Marshals - before
+	t.Logf("10,000 bogus names: %d refusal listeners, %d resources marshalled", refusals(), marshals)
+	if marshals > maxRefusals+50 {
+		t.Errorf("%d resources marshalled for a client asking for 10,000 bogus names; want at most about %d", marshals, maxRefusals)
+	}
+	if got := set(names[maxRefusals-1:maxRefusals+1], e.cache.View(nodeID)[resource.ListenerType]); !slices.Equal(got, []bool{true, false}) {
+		t.Errorf("refused %v of %v; want the first %d names by order", got, names[maxRefusals-1:maxRefusals+1], maxRefusals)
+	}
+	cancel()
+	waitFor(t, "the node forgotten when its stream ended", func() bool { return e.cache.View(nodeID) == nil })
+}
+
+func set(names []string, s interface{ Get(string) *cache.Resource }) []bool {
+	out := make([]bool, len(names))
+	for i, n := range names {
+		out[i] = s.Get(n) != nil
+	}
+	return out
 }

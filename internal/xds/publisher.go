@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -59,9 +60,10 @@ type Publisher struct {
 	certs       CertSource
 	trustDomain string
 
-	mu      sync.Mutex
-	pending []proxyEvent
-	wake    chan struct{}
+	mu       sync.Mutex
+	pending  []proxyEvent
+	requests []listenerRequest
+	wake     chan struct{}
 
 	// refuse ends a proxy's streams, telling it why (set by
 	// Server.SetWatcher, before Run): for a proxy whose configuration
@@ -77,6 +79,14 @@ type Publisher struct {
 	connected map[mesh.MeshService]map[netip.Addr]int // advertise addresses of connected proxies
 	eds       map[mesh.MeshService]*edsSlot           // the ClusterLoadAssignment of each service a group depends on
 	secrets   map[mesh.ServiceAccount]*cache.Set
+	// wants holds the listener names each gRPC stream of a node asks
+	// for (by node ID and stream), refusing the nodes that hold refusal
+	// listeners, and refusalCluster and refusalCLA the resources their
+	// routes need (made once; see renderNode).
+	wants          map[string]map[uint64][]string
+	refusing       map[*node]struct{}
+	refusalCluster *cache.Resource
+	refusalCLA     *cache.Resource
 	// dependents indexes the rendered groups by the services whose
 	// endpoints they receive; nil when a group's dependencies changed.
 	dependents map[mesh.MeshService][]dependent
@@ -145,7 +155,36 @@ type node struct {
 	proxy Proxy
 	group *group
 	lds   *cache.Set
+	// refused holds the refusal listeners in lds, by name: the names
+	// its streams ask for that it may not have (see refusalNames).
+	refused map[string]refusal
+	capped  bool // more names were asked for than maxRefusals
 }
+
+// refusal is a refusal listener a node holds and the gRPC code it
+// fails RPCs with.
+type refusal struct {
+	res  *cache.Resource
+	code uint32
+}
+
+// listenerRequest is the listener names one gRPC stream of a node asks
+// for (nil when the stream ended).
+type listenerRequest struct {
+	nodeID string
+	stream uint64
+	names  []string
+}
+
+// Refusal bounds: a node is given at most maxRefusals refusal listeners
+// (the first by name), so a client asking for many names cannot make the
+// server render without bound; the names beyond wait for gRPC's own
+// does-not-exist timer. A name longer than maxRefusalName (no
+// <svc>.<ns>.mesh:<port> is) is not answered with one either.
+const (
+	maxRefusals    = 256
+	maxRefusalName = 300
+)
 
 // dependent is a group that receives a service's endpoints, and the index
 // of that service's slot in the group's slots.
@@ -177,6 +216,8 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, sp SpecSource, eps EndpointS
 		connected: map[mesh.MeshService]map[netip.Addr]int{},
 		eds:       map[mesh.MeshService]*edsSlot{},
 		secrets:   map[mesh.ServiceAccount]*cache.Set{},
+		wants:     map[string]map[uint64][]string{},
+		refusing:  map[*node]struct{}{},
 		errs:      map[string]string{},
 		memo:      render.NewMemo(),
 		byMessage: map[proto.Message]*cache.Resource{},
@@ -201,6 +242,20 @@ func (p *Publisher) ProxyConnected(px Proxy) { p.enqueue(proxyEvent{px, true}) }
 
 // ProxyDisconnected implements Watcher.
 func (p *Publisher) ProxyDisconnected(px Proxy) { p.enqueue(proxyEvent{px, false}) }
+
+// ListenersRequested is told by the server which listener names a gRPC
+// stream of a node asks for (names nil when the stream ends). A name the
+// node may not have is answered with a refusal listener (see
+// renderNode), in a pass of Run, coalesced like connects.
+func (p *Publisher) ListenersRequested(nodeID string, stream uint64, names []string) {
+	p.mu.Lock()
+	p.requests = append(p.requests, listenerRequest{nodeID, stream, names})
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
 
 func (p *Publisher) enqueue(e proxyEvent) {
 	p.mu.Lock()
@@ -309,6 +364,8 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 	p.mu.Lock()
 	events := p.pending
 	p.pending = nil
+	requests := p.requests
+	p.requests = nil
 	p.mu.Unlock()
 
 	// Which services' endpoints (as sent) may have changed.
@@ -329,9 +386,39 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 			joined = append(joined, n)
 		}
 	}
+	// Nodes whose refusal listeners may have to change: those whose
+	// streams asked for other names, and after a specification change
+	// those holding some (a name may have become a Service, or a real
+	// listener; checked without rendering in refusalsChanged).
+	var recheck map[string]bool
+	for _, r := range requests {
+		if recheck == nil {
+			recheck = map[string]bool{}
+		}
+		recheck[r.nodeID] = true
+		streams := p.wants[r.nodeID]
+		if len(r.names) == 0 {
+			delete(streams, r.stream)
+			if len(streams) == 0 {
+				delete(p.wants, r.nodeID)
+			}
+			continue
+		}
+		if streams == nil {
+			streams = map[uint64][]string{}
+			p.wants[r.nodeID] = streams
+		}
+		streams[r.stream] = r.names
+	}
 	if specChanged {
 		if next := p.spec.Snapshot(); next.Version() != p.specSnap.Version() {
 			p.useSpec(ctx, next)
+			for n := range p.refusing {
+				if recheck == nil {
+					recheck = map[string]bool{}
+				}
+				recheck[n.proxy.NodeID] = true
+			}
 		}
 	}
 	if rotated[allAccounts] {
@@ -362,6 +449,12 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 	}
 	for _, n := range joined {
 		if p.nodes[n.proxy.NodeID] == n { // still connected at the end of the batch
+			p.publishNode(ctx, n)
+			delete(recheck, n.proxy.NodeID)
+		}
+	}
+	for id := range recheck {
+		if n := p.nodes[id]; n != nil && n.lds != nil && p.refusalsChanged(n) {
 			p.publishNode(ctx, n)
 		}
 	}
@@ -403,6 +496,9 @@ func (p *Publisher) applyProxyEvent(e proxyEvent) bool {
 }
 
 func (p *Publisher) dropNode(n *node) {
+	p.releaseRefusals(n.refused)
+	n.refused = nil
+	delete(p.refusing, n)
 	delete(p.nodes, n.proxy.NodeID)
 	delete(n.group.nodes, n.proxy.NodeID)
 	if g := n.group; len(g.nodes) == 0 {
@@ -570,8 +666,8 @@ func (p *Publisher) publishEDS(changed map[mesh.MeshService]bool) {
 				p.log.Error("render endpoints", "service", g.key.service, "err", err)
 				continue
 			}
-			for id := range g.nodes {
-				p.publish(id, resource.EndpointType, set)
+			for id, n := range g.nodes {
+				p.publish(id, resource.EndpointType, p.withRefusalEDS(n, set))
 			}
 		}
 	}
@@ -786,28 +882,58 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 		lds = append(lds, r)
 	}
 	lds = append(lds, g.shared...)
-	ldsSet, err := cache.NewSet(lds...)
+	real := func(name string) bool {
+		_, ok := slices.BinarySearchFunc(g.shared, name, func(r *cache.Resource, name string) int { return strings.Compare(r.Name(), name) })
+		return ok || slices.ContainsFunc(own, func(l *listenerv3.Listener) bool { return l.GetName() == name })
+	}
+	refused, err := p.refusals(n, real)
 	if err != nil {
 		return err
 	}
-	eds, err := p.edsSet(g)
+	for _, r := range refused {
+		lds = append(lds, r.res)
+	}
+	ldsSet, err := cache.NewSet(lds...)
 	if err != nil {
+		p.releaseRefusals(refused)
+		return err
+	}
+	cds := g.cds
+	eds, err := p.edsSet(g)
+	if err == nil && len(refused) > 0 {
+		// The refusal listeners' route needs its cluster, which is not
+		// the group's: this node's CDS and EDS sets are its own.
+		if cds, err = cds.With(p.refusalCluster); err == nil {
+			eds = p.withRefusalEDSSet(eds)
+		}
+	}
+	if err != nil {
+		p.releaseRefusals(refused)
 		return err
 	}
 	var sds *cache.Set
 	if n.proxy.Flavor == render.Envoy {
 		if sds, err = p.secretSet(ctx, n.proxy.Service); err != nil {
+			p.releaseRefusals(refused)
 			return err
 		}
 	}
-	if err := p.validate(n.proxy.Flavor, ldsSet, g.rds, g.cds, eds, sds); err != nil {
+	if err := p.validate(n.proxy.Flavor, ldsSet, g.rds, cds, eds, sds); err != nil {
+		p.releaseRefusals(refused)
 		return fmt.Errorf("generated configuration failed validation (a bug: please report it with GET /debug/config/%s): %w", n.proxy.NodeID, err)
+	}
+	p.releaseRefusals(n.refused)
+	n.refused = refused
+	if len(refused) > 0 {
+		p.refusing[n] = struct{}{}
+	} else {
+		delete(p.refusing, n)
 	}
 	n.lds = ldsSet
 	id := n.proxy.NodeID
 	// Publish in the order xDS wants: clusters and endpoints before the
 	// listeners and routes that use them.
-	p.publish(id, resource.ClusterType, g.cds)
+	p.publish(id, resource.ClusterType, cds)
 	p.publish(id, resource.EndpointType, eds)
 	if sds != nil {
 		p.publish(id, resource.SecretType, sds)
@@ -965,4 +1091,137 @@ func resources[T namedMessage](p *Publisher, msgs []T) ([]*cache.Resource, error
 		rs = append(rs, r)
 	}
 	return rs, nil
+}
+
+// refusalNames returns the listener names n's gRPC streams ask for that
+// real (the listeners it is given) does not hold, sorted, at most
+// maxRefusals: a caller dialling an upstream it may not call, or a name
+// that is no service, is given a refusal listener under that name, which
+// fails its RPCs at once (gRPC clients otherwise wait 15 s for their
+// does-not-exist timer). Server listener names (bound to an address) and
+// over-long names get none.
+func (p *Publisher) refusalNames(n *node, real func(string) bool) []string {
+	streams := p.wants[n.proxy.NodeID]
+	if len(streams) == 0 || n.proxy.Flavor != render.GRPC {
+		n.capped = false
+		return nil
+	}
+	var names []string
+	for _, ns := range streams {
+		for _, name := range ns {
+			if len(name) <= maxRefusalName && !render.PerProxy(name) && !real(name) {
+				names = append(names, name)
+			}
+		}
+	}
+	slices.Sort(names)
+	if len(streams) > 1 {
+		names = slices.Compact(names)
+	}
+	if capped := len(names) > maxRefusals; capped != n.capped {
+		n.capped = capped
+		if capped {
+			p.log.Warn("a gRPC client asks for more listeners it may not have than are answered with refusals; the rest wait for its does-not-exist timer",
+				"node", n.proxy.NodeID, "names", len(names), "answered", maxRefusals, "first_unanswered", names[maxRefusals])
+		}
+	}
+	if len(names) > maxRefusals {
+		names = names[:maxRefusals]
+	}
+	return names
+}
+
+// refusals returns the refusal listeners n is to hold (see refusalNames),
+// interned, reusing those it holds where the code is the same.
+func (p *Publisher) refusals(n *node, real func(string) bool) (map[string]refusal, error) {
+	names := p.refusalNames(n, real)
+	if len(names) == 0 {
+		return nil, nil
+	}
+	if p.refusalCluster == nil {
+		c, err := p.cache.NewResource(render.RefusalClusterName, render.RefusalCluster())
+		if err != nil {
+			return nil, err
+		}
+		cla := render.RefusalLoadAssignment()
+		e, err := p.cache.NewResource(cla.GetClusterName(), cla)
+		if err != nil {
+			return nil, err
+		}
+		p.refusalCluster, p.refusalCLA = c, e
+	}
+	m := p.mesh()
+	out := make(map[string]refusal, len(names))
+	for _, name := range names {
+		code := render.RefusalCode(m, name)
+		if r, ok := n.refused[name]; ok && r.code == code {
+			out[name] = r
+			continue
+		}
+		l, err := render.RefusalListener(m, name)
+		if err != nil {
+			return nil, err
+		}
+		res, err := p.cache.NewResource(name, l)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = refusal{res: p.intern(res), code: code}
+	}
+	p.retainRefusals(out)
+	return out, nil
+}
+
+// refusalsChanged reports whether n's refusal listeners differ from those
+// it would be given now (without rendering them).
+func (p *Publisher) refusalsChanged(n *node) bool {
+	real := func(name string) bool { _, refused := n.refused[name]; return !refused && n.lds.Get(name) != nil }
+	names := p.refusalNames(n, real)
+	if len(names) != len(n.refused) {
+		return true
+	}
+	m := p.mesh()
+	for _, name := range names {
+		if r, ok := n.refused[name]; !ok || r.code != render.RefusalCode(m, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Publisher) retainRefusals(rs map[string]refusal) {
+	for _, r := range rs {
+		p.held[r.res]++
+	}
+}
+
+// releaseRefusals counts one holder less of each refusal listener of rs
+// (refusals counted one more of each it returned).
+func (p *Publisher) releaseRefusals(rs map[string]refusal) {
+	if len(rs) == 0 {
+		return
+	}
+	out := make([]*cache.Resource, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, r.res)
+	}
+	p.release(out)
+}
+
+// withRefusalEDS returns the EDS set to publish to n from its group's
+// set: with the refusal cluster's (empty) load assignment when n holds
+// refusal listeners.
+func (p *Publisher) withRefusalEDS(n *node, set *cache.Set) *cache.Set {
+	if len(n.refused) == 0 {
+		return set
+	}
+	return p.withRefusalEDSSet(set)
+}
+
+func (p *Publisher) withRefusalEDSSet(set *cache.Set) *cache.Set {
+	out, err := set.With(p.refusalCLA)
+	if err != nil { // cannot fail: the resource is not nil
+		return set
+	}
+	return out
 }

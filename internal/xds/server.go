@@ -86,6 +86,20 @@ type Watcher interface {
 	ProxyDisconnected(p Proxy)
 }
 
+// listenerWatcher, when the Watcher implements it, is told which listener
+// names each proxyless gRPC stream asks for, whenever they change, and
+// names nil when the stream ends (after which the stream reports nothing
+// more). The Publisher answers a name the proxy may not have with a
+// refusal listener: gRPC clients take a name left out of an answer as
+// "not known yet" and wait 15 s for their own does-not-exist timer.
+//
+// It is the server that tells, not the cache: subscriptions belong to
+// streams, and only the server sees one stream's names apart from
+// another's of the same node and knows when a stream ends.
+type listenerWatcher interface {
+	ListenersRequested(nodeID string, stream uint64, names []string)
+}
+
 // Server is the ADS server.
 type Server struct {
 	log   *slog.Logger
@@ -96,19 +110,28 @@ type Server struct {
 	// preface (DefaultHandshakeTimeout unless set).
 	handshakeTimeout time.Duration
 
-	mu      sync.Mutex
-	watcher Watcher
-	streams map[*stream]struct{}
-	proxies map[string]*Proxy // by node ID
-	stopped bool              // Register's ctx has ended
+	mu        sync.Mutex
+	watcher   Watcher
+	listeners listenerWatcher // the watcher, if it implements it
+	lastID    uint64
+	streams   map[*stream]struct{}
+	proxies   map[string]*Proxy // by node ID
+	stopped   bool              // Register's ctx has ended
 }
 
 type stream struct {
+	id     uint64
 	cn     string
 	peer   *x509.Certificate
 	cancel context.CancelCauseFunc
 	proxy  *Proxy      // set by the first request's node
 	expiry *time.Timer // ends the stream when peer expires
+
+	// The listener names a gRPC stream asks for, as last reported to
+	// Server.listeners; done once the stream reported its end.
+	ldsMu sync.Mutex
+	lds   map[string]struct{}
+	done  bool
 }
 
 // NewServer returns a server over c. SetWatcher must be called before
@@ -137,8 +160,10 @@ func (s *Server) SetWatcher(w Watcher) {
 	}); ok {
 		r.setRefuse(s.refuse)
 	}
+	lw, _ := w.(listenerWatcher)
 	s.mu.Lock()
 	s.watcher = w
+	s.listeners = lw
 	s.mu.Unlock()
 }
 
@@ -275,6 +300,8 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 		cancel(nil)
 		return nil, nil, status.Error(codes.Unavailable, "xDS server is stopping")
 	}
+	s.lastID++
+	st.id = s.lastID
 	s.streams[st] = struct{}{}
 	st.expiry = time.AfterFunc(time.Until(cert.NotAfter), func() {
 		s.log.Info("proxy certificate expired; closing its stream", "cn", cn, "not_after", cert.NotAfter)
@@ -428,8 +455,15 @@ func (s *Server) close(st *stream) {
 		}
 	}
 	w := s.watcher
+	lw := s.listeners
 	s.mu.Unlock()
 	st.cancel(nil)
+	st.ldsMu.Lock()
+	if len(st.lds) > 0 && lw != nil {
+		lw.ListenersRequested(st.proxy.NodeID, st.id, nil)
+	}
+	st.lds, st.done = nil, true
+	st.ldsMu.Unlock()
 	if gone != nil {
 		s.log.Info("proxy disconnected", "cn", gone.CN, "flavor", gone.Flavor)
 		if w != nil {
@@ -489,7 +523,65 @@ func authRecv[R nodeRequest](ctx context.Context, s *Server, st *stream, recv fu
 	if n := m.GetNode(); n != nil && st.proxy != nil {
 		n.Id = st.proxy.NodeID
 	}
+	if st.proxy.Flavor == render.GRPC && m.GetTypeUrl() == resource.ListenerType {
+		s.noteListeners(st, any(m))
+	}
 	return m, nil
+}
+
+// noteListeners tells the listener watcher when the listener names a gRPC
+// stream asks for change (a SotW request names them all; a Delta request
+// subscribes and unsubscribes some).
+func (s *Server) noteListeners(st *stream, req any) {
+	s.mu.Lock()
+	lw := s.listeners
+	s.mu.Unlock()
+	if lw == nil {
+		return
+	}
+	st.ldsMu.Lock()
+	defer st.ldsMu.Unlock()
+	if st.done {
+		return
+	}
+	var next map[string]struct{}
+	switch r := req.(type) {
+	case *discovery.DiscoveryRequest:
+		names := r.GetResourceNames()
+		if len(names) == len(st.lds) && !slices.ContainsFunc(names, func(n string) bool { _, ok := st.lds[n]; return !ok }) {
+			return // unchanged (as in most requests: ACKs)
+		}
+		next = make(map[string]struct{}, len(names))
+		for _, n := range names {
+			next[n] = struct{}{}
+		}
+	case *discovery.DeltaDiscoveryRequest:
+		if len(r.GetResourceNamesSubscribe()) == 0 && len(r.GetResourceNamesUnsubscribe()) == 0 {
+			return
+		}
+		next = make(map[string]struct{}, len(st.lds)+len(r.GetResourceNamesSubscribe()))
+		for n := range st.lds {
+			next[n] = struct{}{}
+		}
+		for _, n := range r.GetResourceNamesSubscribe() {
+			next[n] = struct{}{}
+		}
+		for _, n := range r.GetResourceNamesUnsubscribe() {
+			delete(next, n)
+		}
+	default:
+		return
+	}
+	delete(next, "*") // the wildcard is no name
+	if len(next) == 0 && len(st.lds) == 0 {
+		return
+	}
+	st.lds = next
+	names := make([]string, 0, len(next))
+	for n := range next {
+		names = append(names, n)
+	}
+	lw.ListenersRequested(st.proxy.NodeID, st.id, names)
 }
 
 func (a *ads) StreamAggregatedResources(inner discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {

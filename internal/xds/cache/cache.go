@@ -37,7 +37,9 @@
 //
 // Delta responses carry only the resources whose versions differ from those
 // the stream holds (including initial_resource_versions after a reconnect)
-// and the names removed from the view.
+// and the names removed from the view; a name subscribed to that the view
+// does not hold is answered once, at once, in removed_resources, and sent
+// when it appears.
 //
 // Not supported: resource TTLs and heartbeats, and REST (Fetch).
 //
@@ -738,10 +740,30 @@ func (c *Cache) answerDelta(n *node, w *deltaWatch) bool {
 		}
 		slices.SortFunc(changed, func(a, b *discovery.Resource) int { return compareStrings(a.Name, b.Name) })
 	}
-	for name := range returned {
+	// A name the stream holds that the view no longer does is removed.
+	// So is, once, a name it asked for by name that the view does not
+	// hold (recorded as answered absent, sent when it appears): Delta
+	// clients learn "does not exist" from removed_resources rather than
+	// from a timer. (In a wildcard subscription an empty version is
+	// go-control-plane's "answer this name", so it is not skipped there.)
+	var absentNames []string
+	for name, v := range returned {
 		_, sub := subscribed[name]
-		if (wildcard || sub) && set.Get(name) == nil {
+		switch {
+		case set.Get(name) != nil:
+		case wildcard:
 			removed = append(removed, name)
+		case sub && v != absent:
+			removed = append(removed, name)
+			absentNames = append(absentNames, name)
+		}
+	}
+	if !wildcard {
+		for name := range subscribed {
+			if _, ok := returned[name]; !ok && set.Get(name) == nil {
+				removed = append(removed, name)
+				absentNames = append(absentNames, name)
+			}
 		}
 	}
 	first := w.req.GetResponseNonce() == "" && len(returned) == 0 && wildcard
@@ -758,6 +780,9 @@ func (c *Cache) answerDelta(n *node, w *deltaWatch) bool {
 	}
 	for _, name := range removed {
 		delete(next, name)
+	}
+	for _, name := range absentNames {
+		next[name] = absent
 	}
 	resp := &deltaResponse{
 		req:  w.req,

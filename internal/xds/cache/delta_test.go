@@ -143,6 +143,14 @@ func TestDeltaWildcardAndNamed(t *testing.T) {
 	// A named subscription to a resource that appears later.
 	d.send(resource.ClusterType, nil, nil, r2.GetNonce(), nil)
 	d.send(resource.EndpointType, []string{"c"}, nil, "", nil)
+	// Answered at once: it does not exist (so far), and only once.
+	r3 := d.recv()
+	if diff := cmp.Diff([]string{"-c"}, deltaNames(r3)); diff != "" {
+		t.Errorf("missing EDS (-want +got):\n%s", diff)
+	}
+	d.send(resource.EndpointType, nil, nil, r3.GetNonce(), nil)
+	d.expectNothing(200 * time.Millisecond)
+	mustPublish(t, c, "n1", resource.EndpointType, eds2) // another publish without it: nothing again
 	d.expectNothing(200 * time.Millisecond)
 	eds3, _ := eds2.With(mustResource(t, c, "c", cla("c", 3000, 1)))
 	mustPublish(t, c, "n1", resource.EndpointType, eds3)
@@ -171,4 +179,43 @@ func TestDeltaReconnectWithInitialVersions(t *testing.T) {
 	}
 	d.send(resource.EndpointType, nil, nil, r.GetNonce(), nil)
 	d.expectNothing(200 * time.Millisecond)
+}
+
+// TestDeltaMissingNamesAnsweredAtOnce: a Delta subscription to names the
+// view does not hold is answered at once with them in removed_resources,
+// alongside those it holds; a removed resource still subscribed to is not
+// removed again; unsubscribing and subscribing again answers again.
+func TestDeltaMissingNamesAnsweredAtOnce(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	lds := mustSet(t, mustResource(t, c, "a", cluster("a")), mustResource(t, c, "b", cluster("b")))
+	mustPublish(t, c, "n1", resource.ClusterType, lds)
+	d := newDeltaClient(t, conn, "n1")
+	d.send(resource.ClusterType, []string{"a", "x", "y"}, nil, "", nil)
+	r := d.recv()
+	if diff := cmp.Diff([]string{"-x", "-y", "a"}, deltaNames(r)); diff != "" {
+		t.Errorf("first answer (-want +got):\n%s", diff)
+	}
+	d.send(resource.ClusterType, nil, nil, r.GetNonce(), nil)
+	d.expectNothing(200 * time.Millisecond)
+	mustPublish(t, c, "n1", resource.ClusterType, lds.Without("a"))
+	r = d.recv()
+	if diff := cmp.Diff([]string{"-a"}, deltaNames(r)); diff != "" {
+		t.Errorf("removal (-want +got):\n%s", diff)
+	}
+	d.send(resource.ClusterType, nil, nil, r.GetNonce(), nil)
+	d.expectNothing(200 * time.Millisecond)
+	d.send(resource.ClusterType, nil, []string{"x"}, r.GetNonce(), nil)
+	d.expectNothing(200 * time.Millisecond)
+	d.send(resource.ClusterType, []string{"x"}, nil, r.GetNonce(), nil)
+	r = d.recv()
+	if diff := cmp.Diff([]string{"-x"}, deltaNames(r)); diff != "" {
+		t.Errorf("subscribed again (-want +got):\n%s", diff)
+	}
+	mustPublish(t, c, "n1", resource.ClusterType, lds)
+	d.send(resource.ClusterType, nil, nil, r.GetNonce(), nil)
+	r = d.recv()
+	if diff := cmp.Diff([]string{"a"}, deltaNames(r)); diff != "" {
+		t.Errorf("appeared (-want +got):\n%s", diff)
+	}
 }

@@ -66,6 +66,7 @@ const (
 	memoRoute
 	memoInboundChain    // the filter chain of an Envoy inbound listener (any address)
 	memoGRPCServerChain // the filter chain of a gRPC server listener (any address)
+	memoRefusal         // the API listener body of a refusal listener (by gRPC code)
 )
 
 // memoKey names a shared message by what determines its content within one

@@ -14,6 +14,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -34,7 +35,7 @@ var (
 	downstreamTLSName         = nameOf(&tlsv3.DownstreamTlsContext{})
 	upstreamTLSName, httpOpts = nameOf(&tlsv3.UpstreamTlsContext{}), nameOf(&httpv3.HttpProtocolOptions{})
 	networkFilterTypes        = []protoreflect.FullName{nameOf(&hcmv3.HttpConnectionManager{}), nameOf(&tcpproxyv3.TcpProxy{}), nameOf(&rbacnetv3.RBAC{})}
-	httpFilterTypes           = []protoreflect.FullName{nameOf(&routerv3.Router{}), nameOf(&rbachttpv3.RBAC{})}
+	httpFilterTypes           = []protoreflect.FullName{nameOf(&routerv3.Router{}), nameOf(&rbachttpv3.RBAC{}), nameOf(&faultv3.HTTPFault{})}
 )
 
 // Validate checks one proxy's complete set of resources (listeners, route
