@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -201,7 +202,24 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	})
 	g.Go(afterProviders(func() error { return publisher.Run(ctx) }))
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
-	g.Go(afterProviders(func() error { return xdsServer.Serve(ctx, cfg.XDSAddress, xdsTLS, nil) }))
+	// Ready means a client may dial xDS at once: the listener is open.
+	xdsListening := make(chan net.Addr, 1)
+	var xdsOpen atomic.Bool
+	debugAPI.AddReadyCheck(func() error {
+		if !xdsOpen.Load() {
+			return fmt.Errorf("the xDS listener on %s is not open yet (it opens once every provider has listed)", cfg.XDSAddress)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		select {
+		case <-ctx.Done():
+		case <-xdsListening:
+			xdsOpen.Store(true)
+		}
+		return nil
+	})
+	g.Go(afterProviders(func() error { return xdsServer.Serve(ctx, cfg.XDSAddress, xdsTLS, xdsListening) }))
 	g.Go(func() error { return host.Run(ctx) })
 	// The debug listener also answers to the names the serving certificate
 	// covers, for a scraper that reaches it by the host's name.

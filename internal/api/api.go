@@ -33,6 +33,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"sync"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -58,6 +59,9 @@ type Server struct {
 	version    string
 	adminToken string
 	mux        *http.ServeMux
+
+	readyMu sync.Mutex
+	checks  []func() error // more readiness conditions (see AddReadyCheck)
 }
 
 // New returns a debug server over the given components. adminToken guards
@@ -141,10 +145,28 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
+// AddReadyCheck adds a condition of readiness: /readyz answers 503 with
+// the error of the first check that fails (after the providers' first
+// lists).
+func (s *Server) AddReadyCheck(check func() error) {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	s.checks = append(s.checks, check)
+}
+
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if waiting := s.providers.Waiting(); len(waiting) > 0 {
 		http.Error(w, fmt.Sprintf("not ready: waiting for the first list from providers %v (see /api/v1/providers)", waiting), http.StatusServiceUnavailable)
 		return
+	}
+	s.readyMu.Lock()
+	checks := s.checks
+	s.readyMu.Unlock()
+	for _, check := range checks {
+		if err := check(); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 	}
 	fmt.Fprintln(w, "ok")
 }

@@ -2,12 +2,14 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,6 +104,35 @@ func TestEndpointsMarkStaleProviders(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"10.0.0.5:14001@onprem", "10.0.0.6:14001@lab stale"}, summary); diff != "" {
 		t.Errorf("endpoints (-want +got):\n%s", diff)
+	}
+}
+
+// /readyz waits for every check added after the providers' first lists:
+// osm-server adds "the xDS listener is open", so a client that waits for
+// readiness can dial xDS at once.
+func TestReadyChecks(t *testing.T) {
+	srv := New(slog.New(slog.DiscardHandler), "test", testAdminToken, catalog.New(), fakeProviders{ready: true})
+	get := func() (int, string) {
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/readyz", nil))
+		return rec.Code, rec.Body.String()
+	}
+	if code, body := get(); code != 200 {
+		t.Fatalf("/readyz with no checks = %d %q, want 200", code, body)
+	}
+	var listening atomic.Bool
+	srv.AddReadyCheck(func() error {
+		if !listening.Load() {
+			return errors.New("the xDS listener is not open yet")
+		}
+		return nil
+	})
+	if code, body := get(); code != 503 || !strings.Contains(body, "the xDS listener is not open yet") {
+		t.Errorf("/readyz before xDS listens = %d %q, want 503 naming the xDS listener", code, body)
+	}
+	listening.Store(true)
+	if code, body := get(); code != 200 {
+		t.Errorf("/readyz once xDS listens = %d %q, want 200", code, body)
 	}
 }
 
