@@ -205,7 +205,9 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	g.Go(func() error { return host.Run(ctx) })
 	// The debug listener also answers to the names the serving certificate
 	// covers, for a scraper that reaches it by the host's name.
-	g.Go(func() error { return debugAPI.Serve(ctx, cfg.DebugAddress, api.ServeOptions{Names: servingNames(cfg), HandshakeTimeout: cfg.HandshakeTimeout}) })
+	g.Go(func() error {
+		return debugAPI.Serve(ctx, cfg.DebugAddress, api.ServeOptions{Names: servingNames(cfg), HandshakeTimeout: cfg.HandshakeTimeout})
+	})
 	g.Go(func() error {
 		return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, api.ServeOptions{HandshakeTimeout: cfg.HandshakeTimeout})
 	})
