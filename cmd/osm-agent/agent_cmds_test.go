@@ -15,7 +15,6 @@ import (
 	"github.com/osm-vm/osm-vm/internal/agent"
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
-	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 )
 
@@ -106,7 +105,7 @@ func TestBootstrapPrintsEnvoyBootstrap(t *testing.T) {
 	ca := agenttest.NewCA(t)
 	id := mesh.NewProxyIdentity(mesh.MeshService{Namespace: "default", Name: "bookstore"})
 	certPEM, keyPEM := ca.KeyPair(t, id.CommonName(), time.Hour)
-	if err := enroll.SaveIdentity(data, enroll.Identity{KeyPEM: keyPEM, CertPEM: certPEM, CAPEM: ca.PEM}); err != nil {
+	if err := agent.SaveIdentity(data, agent.Identity{KeyPEM: keyPEM, CertPEM: certPEM, CAPEM: ca.PEM}); err != nil {
 		t.Fatal(err)
 	}
 	cfgPath := filepath.Join(dir, agent.ConfigFile)

@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -16,13 +13,15 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/agent"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
 // enrollConfig is the parsed and checked input of `osm-agent enroll`.
 type enrollConfig struct {
-	join    enroll.JoinRequest
+	join    meshclient.JoinRequest
 	dataDir string
 	force   bool
 	timeout time.Duration
@@ -74,7 +73,7 @@ written into the data directory, and the proxy identity is printed.`,
 	f.StringVar(&cfg.join.CACertHash, "ca-cert-hash", "", "sha256:<hex> pin of the mesh CA, printed by 'osm-server token create'")
 	f.StringVar(&service, "service", "", "mesh service this machine runs (the token is bound to it)")
 	f.StringVar(&namespace, "namespace", "default", "namespace of the service")
-	f.StringVar(&cfg.dataDir, "data-dir", enroll.DefaultDataDir(), "directory for the proxy key, certificate and mesh CA")
+	f.StringVar(&cfg.dataDir, "data-dir", agent.DefaultDataDir(), "directory for the proxy key, certificate and mesh CA")
 	f.BoolVar(&cfg.force, "force", false, "enroll again even if the data directory already holds an identity (replaces it)")
 	f.DurationVar(&cfg.timeout, "timeout", 30*time.Second, "give up on the server after this long")
 	for _, name := range []string{"server", "ca-cert-hash", "service"} {
@@ -92,10 +91,10 @@ func runEnroll(ctx context.Context, log *slog.Logger, stdout io.Writer, cfg enro
 	if err := cfg.join.Service.Validate(); err != nil {
 		return fmt.Errorf("--service/--namespace: %w", err)
 	}
-	if _, err := enroll.ParseCAHash(cfg.join.CACertHash); err != nil {
+	if _, err := meshapi.ParseCAHash(cfg.join.CACertHash); err != nil {
 		return err
 	}
-	if id, err := enroll.LoadIdentity(cfg.dataDir); err == nil && !cfg.force {
+	if id, err := agent.LoadIdentity(cfg.dataDir); err == nil && !cfg.force {
 		cn := "an unknown identity"
 		if c, err := id.TLS(); err == nil {
 			cn = c.Leaf.Subject.CommonName
@@ -106,23 +105,23 @@ func runEnroll(ctx context.Context, log *slog.Logger, stdout io.Writer, cfg enro
 		return fmt.Errorf("data directory %s: %w (run as root, or pass --data-dir)", cfg.dataDir, err)
 	}
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := meshapi.GenerateKey()
 	if err != nil {
 		return fmt.Errorf("generate proxy key: %w", err)
 	}
-	keyPEM, err := enroll.MarshalKey(key)
+	keyPEM, err := agent.MarshalKey(key)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	log.Debug("enrolling", "server", cfg.join.Server, "service", cfg.join.Service.String())
-	res, err := enroll.Enroll(ctx, nil, cfg.join, key)
+	res, err := meshclient.Enroll(ctx, nil, cfg.join, key)
 	if err != nil {
 		return err
 	}
-	id := enroll.Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: res.CAPEM}
-	if err := enroll.SaveIdentity(cfg.dataDir, id); err != nil {
+	id := agent.Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: res.CAPEM}
+	if err := agent.SaveIdentity(cfg.dataDir, id); err != nil {
 		return fmt.Errorf("enrolled as %s, but %w; the token use is spent: create a new token with `osm-server token create` and enroll again", res.Identity, err)
 	}
 	expires := "unknown"
@@ -131,9 +130,9 @@ func runEnroll(ctx context.Context, log *slog.Logger, stdout io.Writer, cfg enro
 	}
 	_, err = fmt.Fprintf(stdout, "Enrolled as %s\n  certificate: %s (expires %s)\n  key:         %s\n  mesh CA:     %s\n  xDS server:  %s\n",
 		res.Identity,
-		filepath.Join(cfg.dataDir, enroll.CertFile), expires,
-		filepath.Join(cfg.dataDir, enroll.KeyFile),
-		filepath.Join(cfg.dataDir, enroll.CAFile),
+		filepath.Join(cfg.dataDir, agent.CertFile), expires,
+		filepath.Join(cfg.dataDir, agent.KeyFile),
+		filepath.Join(cfg.dataDir, agent.CAFile),
 		res.XDSAddress)
 	return err
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/osm-vm/osm-vm/internal/agent"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/enroll/enrolltest"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -122,7 +123,7 @@ func TestEnrollCommand(t *testing.T) {
 	if got, want := readCert(t, filepath.Join(dir, "ca.crt")).Raw, s.ca.Cert.Raw; !bytes.Equal(got, want) {
 		t.Error("ca.crt is not the mesh root")
 	}
-	if _, err := enroll.LoadIdentity(dir); err != nil {
+	if _, err := agent.LoadIdentity(dir); err != nil {
 		t.Errorf("LoadIdentity after enroll: %v", err)
 	}
 

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/osm-vm/osm-vm/internal/agent"
-	"github.com/osm-vm/osm-vm/internal/enroll"
 )
 
 // defaultConfigPath is agent.yaml in the default config directory.
@@ -128,7 +127,7 @@ use 'osm-agent run' under your own supervisor there.`,
 	fl.Uint16Var(&f.cfg.AppPort, "app-port", 0, "the application's port on 127.0.0.1")
 	fl.StringVar(&f.cfg.AdvertiseAddress, "advertise-address", "", "IP address other machines reach this one on")
 	fl.StringVar(&f.configDir, "config-dir", agent.DefaultConfigDir(), "directory for agent.yaml")
-	fl.StringVar(&f.cfg.DataDir, "data-dir", enroll.DefaultDataDir(), "directory for the identity, bootstraps and state")
+	fl.StringVar(&f.cfg.DataDir, "data-dir", agent.DefaultDataDir(), "directory for the identity, bootstraps and state")
 	fl.BoolVar(&f.noService, "no-service", false, "write the configuration and token only, register no service (containers, your own supervisor)")
 	for _, name := range []string{"server", "service"} {
 		_ = cmd.MarkFlagRequired(name)
@@ -149,7 +148,7 @@ func runInstall(stdout io.Writer, f installFlags) error {
 		return err
 	}
 	enrolled := false
-	if _, err := enroll.LoadIdentity(cfg.DataDir); err == nil {
+	if _, err := agent.LoadIdentity(cfg.DataDir); err == nil {
 		enrolled = true
 	}
 	if f.token == "" && !enrolled {
@@ -259,7 +258,7 @@ func newStatusCmd(stdout io.Writer) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", defaultConfigPath(), "agent configuration file (for its data directory)")
-	cmd.Flags().StringVar(&dataDir, "data-dir", enroll.DefaultDataDir(), "agent data directory (instead of reading --config)")
+	cmd.Flags().StringVar(&dataDir, "data-dir", agent.DefaultDataDir(), "agent data directory (instead of reading --config)")
 	return cmd
 }
 

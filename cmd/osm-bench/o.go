@@ -22,8 +22,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
 // oTarget runs the real osm-server: the workload's endpoints go into the
@@ -225,7 +226,7 @@ providers:
 			return nil, fmt.Errorf("O: apply the workload's spec (batch %d): %w", i, err)
 		}
 	}
-	ids, xdsAddr, err := t.enrollAll(ctx, api, w, extra, enroll.CAHash(block.Bytes))
+	ids, xdsAddr, err := t.enrollAll(ctx, api, w, extra, meshapi.CAHash(block.Bytes))
 	if err != nil {
 		return nil, err
 	}
@@ -285,10 +286,10 @@ func (t *oTarget) enrollAll(ctx context.Context, api *apiClient, w Workload, ext
 	}
 	secrets := map[int]string{}
 	for s, uses := range perService {
-		body, _ := json.Marshal(enroll.CreateTokenBody{
+		body, _ := json.Marshal(meshapi.CreateTokenRequest{
 			Service: mesh.MeshService{Name: w.ServiceName(s), Namespace: benchNamespace}, Uses: uses, TTL: "2h",
 		})
-		var created enroll.CreatedToken
+		var created meshapi.CreatedToken
 		if err := api.do(ctx, http.MethodPost, "/api/v1/tokens", "application/json", body, &created); err != nil {
 			return nil, "", fmt.Errorf("O: join token for %s: %w", w.ServiceName(s), err)
 		}
@@ -316,7 +317,7 @@ func (t *oTarget) enrollAll(ctx context.Context, api *apiClient, w Workload, ext
 					continue
 				}
 				s := w.ProxyService(p)
-				res, err := enroll.Enroll(ctx, nil, enroll.JoinRequest{
+				res, err := meshclient.Enroll(ctx, nil, meshclient.JoinRequest{
 					Server: api.base, Token: secrets[s], CACertHash: caHash,
 					Service: mesh.MeshService{Name: w.ServiceName(s), Namespace: benchNamespace},
 				}, key)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/osm-vm/osm-vm/internal/enroll"
-	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
+	"github.com/osm-vm/osm-vm/internal/spec/specclient"
 )
 
 // adminClientFlags are the flags every admin client subcommand takes: the
@@ -31,9 +31,9 @@ func (f *adminClientFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.dataDir, "data-dir", defaultDataDir(), "server data directory, read for the admin token and CA when run on the server host")
 }
 
-// connection returns the server URL, an HTTP client trusting the mesh CA,
-// and the admin token.
-func (f *adminClientFlags) connection() (string, *http.Client, string, error) {
+// admin returns the admin API client every subcommand uses: the server
+// URL, an HTTP client trusting the mesh CA, and the admin token.
+func (f *adminClientFlags) admin() (*meshclient.Admin, error) {
 	token := f.token
 	if token == "" {
 		token = os.Getenv("OSM_ADMIN_TOKEN")
@@ -53,31 +53,23 @@ func (f *adminClientFlags) connection() (string, *http.Client, string, error) {
 	if caFile != "" {
 		pem, err := os.ReadFile(caFile)
 		if err != nil {
-			return "", nil, "", fmt.Errorf("--ca-file: %w", err)
+			return nil, fmt.Errorf("--ca-file: %w", err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return "", nil, "", fmt.Errorf("--ca-file %s: no PEM certificate found: pass the mesh CA certificate", caFile)
+			return nil, fmt.Errorf("--ca-file %s: no PEM certificate found: pass the mesh CA certificate", caFile)
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
-	return strings.TrimSuffix(f.server, "/"), &http.Client{Transport: tr, Timeout: time.Minute}, token, nil
+	return meshclient.NewAdmin(f.server, &http.Client{Transport: tr, Timeout: time.Minute}, token), nil
 }
 
-func (f *adminClientFlags) specClient() (*spec.Client, error) {
-	base, hc, token, err := f.connection()
+func (f *adminClientFlags) specClient() (*specclient.Client, error) {
+	admin, err := f.admin()
 	if err != nil {
 		return nil, err
 	}
-	return spec.NewClient(base, hc, token), nil
-}
-
-func (f *adminClientFlags) tokenClient() (*enroll.TokenAdminClient, error) {
-	base, hc, token, err := f.connection()
-	if err != nil {
-		return nil, err
-	}
-	return enroll.NewTokenAdminClient(base, hc, token), nil
+	return specclient.New(admin), nil
 }
 
 func fileExists(p string) bool {

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/osm-vm/osm-vm/internal/api"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -161,7 +161,7 @@ func serviceKeyPEM(t *testing.T, apiAddr, dataDir string, pair tls.Certificate) 
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var cfg api.AgentConfig
+	var cfg meshapi.AgentConfig
 	if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil {
 		t.Fatalf("agent config: %d %v", resp.StatusCode, err)
 	}

@@ -7,22 +7,22 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
 // `proxy list` shows every certificate a proxy may still present: the
 // current one and the overlap one.
 func TestProxyListShowsEveryValidCertificate(t *testing.T) {
 	at := func(h int) time.Time { return time.Date(2026, 3, 1, h, 0, 0, 0, time.UTC) }
-	recs := []certificate.ProxyRecord{
+	recs := []meshapi.Proxy{
 		{
-			CN: "a.bookstore.default", Service: mesh.MeshService{Namespace: "default", Name: "bookstore"}, State: certificate.StateClaimed,
+			CN: "a.bookstore.default", Service: mesh.MeshService{Namespace: "default", Name: "bookstore"}, State: "claimed",
 			Serial: "c0ffee", Issued: at(10), Expires: at(20), LastSeen: at(11),
-			Overlap: &certificate.OverlapCertificate{Serial: "beef", Expires: at(15)},
+			Overlap: &meshapi.OverlapCertificate{Serial: "beef", Expires: at(15)},
 		},
 		{
-			CN: "b.bookstore.default", Service: mesh.MeshService{Namespace: "default", Name: "bookstore"}, State: certificate.StateUnclaimed,
+			CN: "b.bookstore.default", Service: mesh.MeshService{Namespace: "default", Name: "bookstore"}, State: "unclaimed",
 			Serial: "f00d", Issued: at(10), Expires: at(20),
 		},
 	}

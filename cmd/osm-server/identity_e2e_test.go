@@ -20,8 +20,9 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/certificate"
-	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
 // identityServer is an osm-server process with a fixed data dir and API
@@ -120,12 +121,12 @@ func parseJoin(t *testing.T, line string) (token, hash string) {
 	return token, hash
 }
 
-func enrollOnce(ctx context.Context, server, token, hash string, svc mesh.MeshService) (enroll.Result, error) {
+func enrollOnce(ctx context.Context, server, token, hash string, svc mesh.MeshService) (meshclient.Result, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return enroll.Result{}, err
+		return meshclient.Result{}, err
 	}
-	return enroll.Enroll(ctx, nil, enroll.JoinRequest{Server: server, Token: token, CACertHash: hash, Service: svc}, key)
+	return meshclient.Enroll(ctx, nil, meshclient.JoinRequest{Server: server, Token: token, CACertHash: hash, Service: svc}, key)
 }
 
 func TestEnrollmentThroughTheServer(t *testing.T) {
@@ -153,7 +154,7 @@ func TestEnrollmentThroughTheServer(t *testing.T) {
 	if fi, err := os.Stat(filepath.Join(agentDir, "proxy.key")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("proxy.key: %v mode %v, want 0600", err, fi.Mode().Perm())
 	}
-	res := enroll.Result{CertificatePEM: certPEM}
+	res := meshclient.Result{CertificatePEM: certPEM}
 	block, _ := pem.Decode(res.CertificatePEM)
 	cert, err := x509.ParseCertificate(block.Bytes)
 	if err != nil {
@@ -300,7 +301,7 @@ func TestSIGKILLDuringEnrollments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var toks []enroll.TokenStatus
+	var toks []meshapi.TokenStatus
 	if err := json.Unmarshal([]byte(out), &toks); err != nil || len(toks) != 1 {
 		t.Fatalf("token list: %v %s", err, out)
 	}

@@ -4,20 +4,18 @@ package main
 // admin subcommand they are clients of the HTTPS API.
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/osm-vm/osm-vm/internal/api"
-	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
 func newTokenCmd() *cobra.Command {
@@ -50,24 +48,29 @@ enrollments.`,
 			if err := svc.Validate(); err != nil {
 				return fmt.Errorf("--service/--namespace: %w", err)
 			}
-			c, err := cf.tokenClient()
+			c, err := cf.admin()
 			if err != nil {
 				return err
 			}
-			ca, err := fetchCA(cmd.Context(), &cf)
+			ca, err := c.CA(cmd.Context())
 			if err != nil {
 				return err
 			}
-			secret, tok, err := c.Create(cmd.Context(), enroll.TokenRequest{Service: svc, ServiceAccount: account, TTL: ttl, Uses: uses})
+			req := meshapi.CreateTokenRequest{Service: svc, ServiceAccount: account, Uses: uses}
+			if ttl != 0 {
+				req.TTL = ttl.String()
+			}
+			created, err := c.CreateToken(cmd.Context(), req)
 			if err != nil {
 				return err
 			}
+			secret, tok := created.Secret, created.Token
 			if joinServer == "" {
 				joinServer = cf.server
 			}
 			w := cmd.OutOrStdout()
 			fmt.Fprintf(cmd.ErrOrStderr(), "Token %s for %s: %d use(s), expires %s. Run on the machine to enroll:\n", tok.ID, tok.Service, tok.UsesTotal, tok.Expires.Format(time.RFC3339))
-			_, err = fmt.Fprintln(w, enroll.JoinCommand(joinServer, secret, ca.Hash, svc))
+			_, err = fmt.Fprintln(w, meshapi.JoinCommand(joinServer, secret, ca.Hash, svc))
 			return err
 		},
 	}
@@ -93,15 +96,15 @@ func newTokenListCmd() *cobra.Command {
 		Short: "List join tokens and their state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := cf.tokenClient()
+			c, err := cf.admin()
 			if err != nil {
 				return err
 			}
-			items, err := c.List(cmd.Context())
+			items, err := c.ListTokens(cmd.Context())
 			if err != nil {
 				return err
 			}
-			return printList(cmd.OutOrStdout(), output, items, "ID\tSERVICE\tSERVICE ACCOUNT\tSTATE\tUSES LEFT\tEXPIRES", func(t enroll.TokenStatus) string {
+			return printList(cmd.OutOrStdout(), output, items, "ID\tSERVICE\tSERVICE ACCOUNT\tSTATE\tUSES LEFT\tEXPIRES", func(t meshapi.TokenStatus) string {
 				return fmt.Sprintf("%s\t%s\t%s\t%s\t%d/%d\t%s", t.ID, t.Service, t.ServiceAccount, t.State, t.UsesLeft, t.UsesTotal, t.Expires.Format(time.RFC3339))
 			})
 		},
@@ -118,12 +121,12 @@ func newTokenRevokeCmd() *cobra.Command {
 		Short: "Revoke a join token (machines already enrolled keep their identity)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.tokenClient()
+			c, err := cf.admin()
 			if err != nil {
 				return err
 			}
-			tok, err := c.Revoke(cmd.Context(), args[0])
-			if errors.Is(err, enroll.ErrTokenNotFound) {
+			tok, err := c.RevokeToken(cmd.Context(), args[0])
+			if errors.Is(err, meshclient.ErrNotFound) {
 				return fmt.Errorf("no join token with ID %q (osm-server token list shows the IDs)", args[0])
 			}
 			if err != nil {
@@ -135,13 +138,6 @@ func newTokenRevokeCmd() *cobra.Command {
 	}
 	cf.register(cmd)
 	return cmd
-}
-
-// fetchCA reads the mesh CA from the server.
-func fetchCA(ctx context.Context, cf *adminClientFlags) (api.CAInfo, error) {
-	var out api.CAInfo
-	err := adminCall(ctx, cf, http.MethodGet, "/api/v1/ca", &out)
-	return out, err
 }
 
 // printList writes items as JSON (-o json) or as a table (-o table, the

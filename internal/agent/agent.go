@@ -6,17 +6,19 @@
 //
 // Subpackages: sidecar (driver abstraction and supervisor), envoy (the
 // reference driver), hostsfile, atomicfile, agenttest (fakes for tests).
-// The agent talks to the server only over its HTTPS and xDS APIs: it
-// imports internal/enroll and internal/mesh of osm-vm and none of the
-// server's packages (deps_test.go enforces this).
+// The agent talks to the server only over its HTTPS and xDS APIs: of
+// osm-vm it imports internal/meshclient (the HTTPS client), internal/meshapi
+// (the documents), internal/mesh and internal/atomicfile, and none of the
+// server's packages: no internal/enroll, internal/store, go.etcd.io/bbolt,
+// internal/certificate or internal/spec (deps_test.go enforces this).
+//
+// The agent's identity in its data directory (proxy.key, proxy.crt,
+// ca.crt) is [SaveIdentity] and [LoadIdentity].
 package agent
 
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -38,12 +40,13 @@ import (
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
 	"github.com/osm-vm/osm-vm/internal/agent/sidecar"
 	"github.com/osm-vm/osm-vm/internal/atomicfile"
-	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
-// Names of the agent's files in the data directory, beside enroll's
-// proxy.key, proxy.crt and ca.crt and the driver's files.
+// Names of the agent's files in the data directory, beside the identity
+// files (KeyFile, CertFile, CAFile) and the driver's files.
 const (
 	JoinTokenFile     = "join-token"
 	StateFile         = "state.json"
@@ -57,25 +60,25 @@ const (
 // Enroller is the enrollment client the agent needs. NetworkEnroller is the
 // real one; tests use a fake that signs with a test CA.
 type Enroller interface {
-	Enroll(ctx context.Context, req enroll.JoinRequest, key crypto.Signer) (enroll.Result, error)
-	Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificate, key crypto.Signer) (enroll.Result, error)
+	Enroll(ctx context.Context, req meshclient.JoinRequest, key crypto.Signer) (meshclient.Result, error)
+	Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificate, key crypto.Signer) (meshclient.Result, error)
 }
 
 // NetworkEnroller enrolls and renews against osm-server over HTTPS with
-// internal/enroll.
+// internal/meshclient.
 type NetworkEnroller struct {
 	// HTTPClient is used for enrollment; nil means a default client.
 	HTTPClient *http.Client
 }
 
 // Enroll implements Enroller.
-func (e NetworkEnroller) Enroll(ctx context.Context, req enroll.JoinRequest, key crypto.Signer) (enroll.Result, error) {
-	return enroll.Enroll(ctx, e.HTTPClient, req, key)
+func (e NetworkEnroller) Enroll(ctx context.Context, req meshclient.JoinRequest, key crypto.Signer) (meshclient.Result, error) {
+	return meshclient.Enroll(ctx, e.HTTPClient, req, key)
 }
 
 // Renew implements Enroller.
-func (NetworkEnroller) Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificate, key crypto.Signer) (enroll.Result, error) {
-	return enroll.Renew(ctx, server, caPEM, cert, key)
+func (NetworkEnroller) Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificate, key crypto.Signer) (meshclient.Result, error) {
+	return meshclient.Renew(ctx, server, caPEM, cert, key)
 }
 
 // Options tune an Agent; zero fields take defaults.
@@ -101,7 +104,7 @@ type Agent struct {
 	hc       *http.Client
 
 	mu         sync.Mutex
-	id         enroll.Identity
+	id         Identity
 	leaf       *x509.Certificate
 	xdsAddress string
 	// advertise is the detected advertise address (when the config sets
@@ -206,7 +209,7 @@ func (a *Agent) Run(ctx context.Context) error {
 // ensureIdentity loads the proxy identity, enrolling with the join token
 // when it is missing, corrupt or expired.
 func (a *Agent) ensureIdentity(ctx context.Context) error {
-	id, leaf, err := loadIdentity(a.cfg.DataDir)
+	id, leaf, err := loadCurrentIdentity(a.cfg.DataDir)
 	if err == nil {
 		a.setIdentity(id, leaf)
 		return nil
@@ -235,7 +238,7 @@ func (a *Agent) ensureIdentity(ctx context.Context) error {
 		}
 		backoff = min(2*backoff, a.opts.RetryMax)
 	}
-	id, leaf, err = loadIdentity(a.cfg.DataDir)
+	id, leaf, err = loadCurrentIdentity(a.cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("after enrollment: %w", err)
 	}
@@ -248,21 +251,21 @@ func (a *Agent) ensureIdentity(ctx context.Context) error {
 }
 
 func (a *Agent) enrollOnce(ctx context.Context, token string) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := meshapi.GenerateKey()
 	if err != nil {
 		return err
 	}
-	res, err := a.enroller.Enroll(ctx, enroll.JoinRequest{
+	res, err := a.enroller.Enroll(ctx, meshclient.JoinRequest{
 		Server: a.cfg.Server, Token: token, CACertHash: a.cfg.CACertHash, Service: a.cfg.MeshService(),
 	}, key)
 	if err != nil {
 		return err
 	}
-	keyPEM, err := enroll.MarshalKey(key)
+	keyPEM, err := MarshalKey(key)
 	if err != nil {
 		return err
 	}
-	if err := enroll.SaveIdentity(a.cfg.DataDir, enroll.Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: res.CAPEM}); err != nil {
+	if err := SaveIdentity(a.cfg.DataDir, Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: res.CAPEM}); err != nil {
 		return err
 	}
 	a.setXDSAddress(res.XDSAddress)
@@ -272,39 +275,39 @@ func (a *Agent) enrollOnce(ctx context.Context, token string) error {
 // permanent reports whether an enrollment error will not go away by
 // retrying: the server refused the request, or it is not the pinned server.
 func permanent(err error) bool {
-	var apiErr *enroll.APIError
+	var apiErr *meshclient.APIError
 	if errors.As(err, &apiErr) {
 		return apiErr.Status >= 400 && apiErr.Status < 500 && apiErr.Status != http.StatusTooManyRequests
 	}
-	return errors.Is(err, enroll.ErrCAHashMismatch)
+	return errors.Is(err, meshclient.ErrCAHashMismatch)
 }
 
-// loadIdentity is enroll.LoadIdentity plus an expiry check.
-func loadIdentity(dir string) (enroll.Identity, *x509.Certificate, error) {
-	id, err := enroll.LoadIdentity(dir)
+// loadIdentity is LoadIdentity plus an expiry check.
+func loadCurrentIdentity(dir string) (Identity, *x509.Certificate, error) {
+	id, err := LoadIdentity(dir)
 	if err != nil {
-		return enroll.Identity{}, nil, err
+		return Identity{}, nil, err
 	}
 	c, err := id.TLS()
 	if err != nil {
-		return enroll.Identity{}, nil, err
+		return Identity{}, nil, err
 	}
 	leaf := c.Leaf
 	if leaf == nil {
 		if leaf, err = x509.ParseCertificate(c.Certificate[0]); err != nil {
-			return enroll.Identity{}, nil, err
+			return Identity{}, nil, err
 		}
 	}
 	if _, err := mesh.ParseProxyIdentity(leaf.Subject.CommonName); err != nil {
-		return enroll.Identity{}, nil, fmt.Errorf("%s: %w", filepath.Join(dir, enroll.CertFile), err)
+		return Identity{}, nil, fmt.Errorf("%s: %w", filepath.Join(dir, CertFile), err)
 	}
 	if now := time.Now(); now.After(leaf.NotAfter) {
-		return enroll.Identity{}, nil, fmt.Errorf("proxy certificate %s expired at %s", filepath.Join(dir, enroll.CertFile), leaf.NotAfter.Format(time.RFC3339))
+		return Identity{}, nil, fmt.Errorf("proxy certificate %s expired at %s", filepath.Join(dir, CertFile), leaf.NotAfter.Format(time.RFC3339))
 	}
 	return id, leaf, nil
 }
 
-func (a *Agent) setIdentity(id enroll.Identity, leaf *x509.Certificate) {
+func (a *Agent) setIdentity(id Identity, leaf *x509.Certificate) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.id, a.leaf = id, leaf
@@ -312,7 +315,7 @@ func (a *Agent) setIdentity(id enroll.Identity, leaf *x509.Certificate) {
 	a.st.CertificateExpires = leaf.NotAfter
 }
 
-func (a *Agent) identity() (enroll.Identity, *x509.Certificate) {
+func (a *Agent) identity() (Identity, *x509.Certificate) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.id, a.leaf
@@ -425,9 +428,9 @@ func (a *Agent) ProxyConfig() sidecar.ProxyConfig {
 		NodeID:           cn,
 		Service:          a.cfg.MeshService(),
 		XDSAddress:       a.xds(),
-		CertFile:         a.path(enroll.CertFile),
-		KeyFile:          a.path(enroll.KeyFile),
-		CAFile:           a.path(enroll.CAFile),
+		CertFile:         a.path(CertFile),
+		KeyFile:          a.path(KeyFile),
+		CAFile:           a.path(CAFile),
 		AgentVersion:     a.opts.Version,
 		AdvertiseAddress: a.advertiseAddress(),
 		AppPort:          a.cfg.AppPort,
@@ -515,7 +518,7 @@ func NewDriver(cfg Config) (sidecar.Driver, error) {
 // directory and the xDS address the agent last learned (or xdsAddress when
 // not empty). It writes nothing.
 func (a *Agent) RenderBootstrap(xdsAddress string) ([]byte, error) {
-	id, leaf, err := loadIdentity(a.cfg.DataDir)
+	id, leaf, err := loadCurrentIdentity(a.cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}

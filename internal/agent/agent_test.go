@@ -24,7 +24,8 @@ import (
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
 	"github.com/osm-vm/osm-vm/internal/agent/hostsfile"
 	"github.com/osm-vm/osm-vm/internal/agent/sidecar"
-	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
 func TestMain(m *testing.M) {
@@ -72,14 +73,14 @@ func newHarness(t *testing.T) *harness {
 			xdsAddr = h.ads.Addr
 		}
 		h.mu.Unlock()
-		json.NewEncoder(w).Encode(agent.ServerConfig{
+		json.NewEncoder(w).Encode(meshapi.AgentConfig{
 			Identity:   cn,
 			XDSAddress: xdsAddr,
-			Hosts: []agent.HostEntry{
+			Hosts: []meshapi.HostEntry{
 				{Hostname: "bookstore.default.mesh", IP: "127.77.0.3"},
 				{Hostname: "bookbuyer.default.mesh", IP: "127.77.0.2"},
 			},
-			ServiceCertificate: agent.ServiceCertificateBundle{
+			ServiceCertificate: meshapi.ServiceCertificate{
 				CertificatePEM: string(svcCert), PrivateKeyPEM: string(svcKey), CAPEM: string(h.ca.PEM),
 				Expires: time.Now().Add(time.Hour).UTC().Truncate(time.Second),
 			},
@@ -181,7 +182,7 @@ func waitAck(t *testing.T, h *harness) agenttest.Ack {
 
 func proxyCN(t *testing.T, dir string) (string, *x509.Certificate) {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(dir, enroll.CertFile))
+	data, err := os.ReadFile(filepath.Join(dir, agent.CertFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +220,7 @@ func TestRunEnrollsOnceAndRunsTheProxy(t *testing.T) {
 		t.Errorf("hosts file (-got +want):\n%s", diff)
 	}
 	for name, mode := range map[string]os.FileMode{
-		enroll.KeyFile: 0o600, agent.ServiceKeyFile: 0o600, agent.ServiceCertFile: 0o644, agent.ServiceCAFile: 0o644,
+		agent.KeyFile: 0o600, agent.ServiceKeyFile: 0o600, agent.ServiceCertFile: 0o644, agent.ServiceCAFile: 0o644,
 		agent.GRPCBootstrapFile: 0o644, envoy.BootstrapFile: 0o644, envoy.ClientCertSDS: 0o644, envoy.CASDS: 0o644,
 	} {
 		fi, err := os.Stat(filepath.Join(h.cfg.DataDir, name))
@@ -376,7 +377,7 @@ func writeGarbageIdentity(t *testing.T, dir string) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{enroll.KeyFile, enroll.CertFile, enroll.CAFile} {
+	for _, f := range []string{agent.KeyFile, agent.CertFile, agent.CAFile} {
 		if err := os.WriteFile(filepath.Join(dir, f), []byte("garbage"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -458,12 +459,12 @@ func TestFetchServerConfigErrors(t *testing.T) {
 	refusing.TLS = h.ca.ServerTLS(t)
 	refusing.StartTLS()
 	defer refusing.Close()
-	_, err = agent.FetchServerConfig(context.Background(), refusing.URL, h.ca.PEM, pair)
+	_, err = meshclient.FetchAgentConfig(context.Background(), refusing.URL, h.ca.PEM, pair)
 	if err == nil || !strings.Contains(err.Error(), "403") || !strings.Contains(err.Error(), "revoked") {
 		t.Errorf("FetchServerConfig = %v, want the 403 and the server's reason", err)
 	}
 	other := agenttest.NewCA(t)
-	_, err = agent.FetchServerConfig(context.Background(), h.api.URL, other.PEM, pair)
+	_, err = meshclient.FetchAgentConfig(context.Background(), h.api.URL, other.PEM, pair)
 	if err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Errorf("FetchServerConfig with the wrong CA = %v, want a TLS verification error", err)
 	}

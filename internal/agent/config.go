@@ -16,8 +16,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
-	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
 // Config is the agent's configuration, <config-dir>/agent.yaml. Its YAML
@@ -73,7 +73,7 @@ func (c Config) WithDefaults() Config {
 		c.AdminPort = envoy.DefaultAdminPort
 	}
 	if c.DataDir == "" {
-		c.DataDir = enroll.DefaultDataDir()
+		c.DataDir = DefaultDataDir()
 	}
 	if c.HostsFile == "" {
 		c.HostsFile = defaultHostsFile()
@@ -110,7 +110,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("server %q: want https://host:port", c.Server))
 	}
 	if c.CACertHash != "" {
-		if _, err := enroll.ParseCAHash(c.CACertHash); err != nil {
+		if _, err := meshapi.ParseCAHash(c.CACertHash); err != nil {
 			errs = append(errs, fmt.Errorf("caCertHash: %w", err))
 		}
 	}

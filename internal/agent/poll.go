@@ -4,87 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/agent/hostsfile"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
-
-// ServerConfig is the body of GET <server>/api/v1/agent/config.
-type ServerConfig struct {
-	Identity           string                   `json:"identity"`
-	XDSAddress         string                   `json:"xdsAddress"`
-	Hosts              []HostEntry              `json:"hosts"`
-	ServiceCertificate ServiceCertificateBundle `json:"serviceCertificate"`
-}
-
-// HostEntry maps a mesh host name to its virtual IP.
-type HostEntry struct {
-	Hostname string `json:"hostname"`
-	IP       string `json:"ip"`
-}
-
-// ServiceCertificateBundle is the service certificate for proxyless gRPC.
-type ServiceCertificateBundle struct {
-	CertificatePEM string    `json:"certificatePEM"`
-	PrivateKeyPEM  string    `json:"privateKeyPEM"`
-	CAPEM          string    `json:"caPEM"`
-	Expires        time.Time `json:"expires"`
-}
-
-// FetchServerConfig reads the agent config from the server over mTLS with
-// the proxy certificate; the server must present a certificate caPEM
-// verifies.
-func FetchServerConfig(ctx context.Context, server string, caPEM []byte, cert tls.Certificate) (ServerConfig, error) {
-	u, err := url.Parse(server)
-	if err != nil {
-		return ServerConfig{}, fmt.Errorf("server %q: %w", server, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return ServerConfig{}, errors.New("agent config: ca.crt holds no PEM certificate")
-	}
-	tr := &http.Transport{TLSClientConfig: &tls.Config{
-		RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
-	}}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.JoinPath("/api/v1/agent/config").String(), nil)
-	if err != nil {
-		return ServerConfig{}, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return ServerConfig{}, fmt.Errorf("agent config: %w", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-	if err != nil {
-		return ServerConfig{}, fmt.Errorf("agent config: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return ServerConfig{}, fmt.Errorf("agent config: server answered %s: %s", resp.Status, e.Error)
-		}
-		return ServerConfig{}, fmt.Errorf("agent config: server answered %s", resp.Status)
-	}
-	var sc ServerConfig
-	if err := json.Unmarshal(body, &sc); err != nil {
-		return ServerConfig{}, fmt.Errorf("agent config: %w", err)
-	}
-	return sc, nil
-}
 
 // pollLoop fetches the server config now and every PollInterval; while the
 // server is unreachable it retries with backoff.
@@ -117,7 +46,7 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sc, err := FetchServerConfig(ctx, a.cfg.Server, id.CAPEM, cert)
+	sc, err := meshclient.FetchAgentConfig(ctx, a.cfg.Server, id.CAPEM, cert)
 	if err != nil {
 		return err
 	}
@@ -146,7 +75,7 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-func (a *Agent) applyHosts(hosts []HostEntry) error {
+func (a *Agent) applyHosts(hosts []meshapi.HostEntry) error {
 	entries := make([]hostsfile.Entry, 0, len(hosts))
 	for _, h := range hosts {
 		ip, err := netip.ParseAddr(h.IP)
@@ -171,7 +100,7 @@ func (a *Agent) applyHosts(hosts []HostEntry) error {
 // written first and the certificate last so a watcher that reads between
 // renames sees at worst the old certificate with the new key rejected, and
 // retries on its next refresh.
-func (a *Agent) writeServiceCertificate(sc ServiceCertificateBundle) error {
+func (a *Agent) writeServiceCertificate(sc meshapi.ServiceCertificate) error {
 	if sc.CertificatePEM == "" {
 		return nil
 	}

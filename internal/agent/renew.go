@@ -2,15 +2,13 @@ package agent
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"fmt"
 	mrand "math/rand/v2"
 	"time"
 
-	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
 // RenewAt returns when a certificate held since obtained is renewed: two
@@ -46,7 +44,7 @@ func (a *Agent) renewLoop(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			if wait, ok := enroll.RenewalTooEarly(err); ok {
+			if wait, ok := meshclient.RenewalTooEarly(err); ok {
 				// The server renewed this proxy recently (this agent's
 				// answer was lost, or a clock is off): the certificate
 				// held stays valid; renew when the server allows, with
@@ -83,7 +81,7 @@ func (a *Agent) renewOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := meshapi.GenerateKey()
 	if err != nil {
 		return err
 	}
@@ -91,7 +89,7 @@ func (a *Agent) renewOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	keyPEM, err := enroll.MarshalKey(key)
+	keyPEM, err := MarshalKey(key)
 	if err != nil {
 		return err
 	}
@@ -99,10 +97,10 @@ func (a *Agent) renewOnce(ctx context.Context) error {
 	if len(caPEM) == 0 {
 		caPEM = id.CAPEM
 	}
-	if err := enroll.SaveIdentity(a.cfg.DataDir, enroll.Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: caPEM}); err != nil {
+	if err := SaveIdentity(a.cfg.DataDir, Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: caPEM}); err != nil {
 		return fmt.Errorf("save renewed certificate: %w", err)
 	}
-	nid, leaf, err := loadIdentity(a.cfg.DataDir)
+	nid, leaf, err := loadCurrentIdentity(a.cfg.DataDir)
 	if err != nil {
 		return fmt.Errorf("renewed certificate: %w", err)
 	}

@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"time"
 
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/spec"
 )
 
@@ -27,34 +27,6 @@ type Identity interface {
 // SpecSource is the mesh specification the agent config is read from.
 type SpecSource interface {
 	Snapshot() *spec.Snapshot
-}
-
-// CAInfo is the body of GET /api/v1/ca.
-type CAInfo struct {
-	PEM  string `json:"pem"`
-	Hash string `json:"hash"`
-}
-
-// HostEntry is one line of an agent's managed hosts block.
-type HostEntry struct {
-	Hostname string `json:"hostname"`
-	IP       string `json:"ip"`
-}
-
-// ServiceCertificate is a service certificate as the agent receives it.
-type ServiceCertificate struct {
-	CertificatePEM string    `json:"certificatePEM"`
-	PrivateKeyPEM  string    `json:"privateKeyPEM"`
-	CAPEM          string    `json:"caPEM"`
-	Expires        time.Time `json:"expires"`
-}
-
-// AgentConfig is the body of GET /api/v1/agent/config.
-type AgentConfig struct {
-	Identity           string             `json:"identity"`
-	XDSAddress         string             `json:"xdsAddress"`
-	Hosts              []HostEntry        `json:"hosts"`
-	ServiceCertificate ServiceCertificate `json:"serviceCertificate"`
 }
 
 // IdentityRoutes serves the CA, the proxy admin routes and the agents'
@@ -84,15 +56,15 @@ func (ir *IdentityRoutes) Public() []Route {
 
 // Admin returns the proxy admin routes (mount behind the admin token):
 //
-//	GET  /api/v1/proxies               -> {"items": [ProxyRecord...]}
-//	POST /api/v1/proxies/{cn}/revoke   -> ProxyRecord state revoked
+//	GET  /api/v1/proxies               -> meshapi.ProxyList
+//	POST /api/v1/proxies/{cn}/revoke   -> meshapi.ProxyRevoked
 func (ir *IdentityRoutes) Admin(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/proxies", ir.listProxies)
 	mux.HandleFunc("POST /api/v1/proxies/{cn}/revoke", ir.revokeProxy)
 }
 
 func (ir *IdentityRoutes) ca(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, CAInfo{PEM: string(ir.ids.RootPEM()), Hash: ir.ids.CAHash()})
+	writeJSON(w, http.StatusOK, meshapi.CAInfo{PEM: string(ir.ids.RootPEM()), Hash: ir.ids.CAHash()})
 }
 
 func (ir *IdentityRoutes) listProxies(w http.ResponseWriter, r *http.Request) {
@@ -101,12 +73,11 @@ func (ir *IdentityRoutes) listProxies(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	if recs == nil {
-		recs = []certificate.ProxyRecord{}
+	list := meshapi.ProxyList{Items: make([]meshapi.Proxy, 0, len(recs))}
+	for _, rec := range recs {
+		list.Items = append(list.Items, wireProxy(rec))
 	}
-	writeJSON(w, http.StatusOK, struct {
-		Items []certificate.ProxyRecord `json:"items"`
-	}{recs})
+	writeJSON(w, http.StatusOK, list)
 }
 
 func (ir *IdentityRoutes) revokeProxy(w http.ResponseWriter, r *http.Request) {
@@ -121,7 +92,7 @@ func (ir *IdentityRoutes) revokeProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ir.log.Info("proxy revoked", "cn", cn)
-	writeJSON(w, http.StatusOK, map[string]string{"cn": cn, "state": string(certificate.StateRevoked)})
+	writeJSON(w, http.StatusOK, meshapi.ProxyRevoked{CN: cn, State: string(certificate.StateRevoked)})
 }
 
 // agentConfig answers an agent authenticated by its proxy certificate.
@@ -141,23 +112,35 @@ func (ir *IdentityRoutes) agentConfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	snap := ir.spec.Snapshot()
-	hosts := []HostEntry{}
+	hosts := []meshapi.HostEntry{}
 	for _, up := range snap.Upstreams(rec.ServiceAccount) {
 		info, ok := snap.Service(up)
 		if !ok || !info.VIP.IsValid() {
 			continue
 		}
-		hosts = append(hosts, HostEntry{Hostname: info.Hostname(), IP: info.VIP.String()})
+		hosts = append(hosts, meshapi.HostEntry{Hostname: info.Hostname(), IP: info.VIP.String()})
 	}
-	writeJSON(w, http.StatusOK, AgentConfig{
+	writeJSON(w, http.StatusOK, meshapi.AgentConfig{
 		Identity:   rec.CN,
 		XDSAddress: ir.xds(r.Host),
 		Hosts:      hosts,
-		ServiceCertificate: ServiceCertificate{
+		ServiceCertificate: meshapi.ServiceCertificate{
 			CertificatePEM: string(cert.GetCertificateChain()),
 			PrivateKeyPEM:  string(cert.GetPrivateKey()),
 			CAPEM:          string(cert.GetIssuingCA()),
 			Expires:        cert.GetExpiration(),
 		},
 	})
+}
+
+// wireProxy is a proxy record as the admin API lists it.
+func wireProxy(rec certificate.ProxyRecord) meshapi.Proxy {
+	p := meshapi.Proxy{
+		CN: rec.CN, Service: rec.Service, ServiceAccount: rec.ServiceAccount, State: string(rec.State),
+		Serial: rec.Serial, Issued: rec.Issued, Expires: rec.Expires, LastSeen: rec.LastSeen,
+	}
+	if o := rec.Overlap; o != nil {
+		p.Overlap = &meshapi.OverlapCertificate{Serial: o.Serial, Expires: o.Expires}
+	}
+	return p
 }

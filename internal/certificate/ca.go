@@ -5,16 +5,16 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
 	"net/url"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
 // rootLifetime is the validity of the mesh root. The root is not rotated
@@ -143,15 +143,6 @@ func parseCertPEM(b []byte) (*x509.Certificate, error) {
 	return x509.ParseCertificate(block.Bytes)
 }
 
-// CAHash returns "sha256:<hex>" of the SubjectPublicKeyInfo of the DER
-// certificate rootDER, the format of kubeadm's --discovery-token-ca-cert-hash.
-// An agent pins the server by comparing it with the hash of the root the
-// server presents. It returns "" when rootDER is not a certificate.
-func CAHash(rootDER []byte) string {
-	c, err := x509.ParseCertificate(rootDER)
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(c.RawSubjectPublicKeyInfo)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
+// CAHash is [meshapi.CAHash] of the DER certificate rootDER, the pin an
+// agent compares with the hash of the root the server presents.
+func CAHash(rootDER []byte) string { return meshapi.CAHash(rootDER) }

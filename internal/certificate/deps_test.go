@@ -6,8 +6,8 @@ import (
 	"testing"
 )
 
-// TestImports enforces the package comment: of osm-vm, only internal/mesh
-// and internal/store.
+// TestImports enforces the package comment: of osm-vm, only internal/mesh,
+// internal/meshapi and internal/store.
 func TestImports(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", ".").Output()
 	if err != nil {
@@ -17,11 +17,12 @@ func TestImports(t *testing.T) {
 	allowed := map[string]bool{
 		module + "internal/certificate": true,
 		module + "internal/mesh":        true,
+		module + "internal/meshapi":     true,
 		module + "internal/store":       true,
 	}
 	for _, dep := range strings.Fields(string(out)) {
 		if strings.HasPrefix(dep, module) && !allowed[dep] {
-			t.Errorf("internal/certificate depends on %s; it may import only internal/mesh and internal/store of osm-vm", dep)
+			t.Errorf("internal/certificate depends on %s; it may import only internal/mesh, internal/meshapi and internal/store of osm-vm", dep)
 		}
 	}
 }

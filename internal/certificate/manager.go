@@ -46,9 +46,10 @@
 // the manager; a subscriber that falls far behind gets one Resync instead
 // of the backlog.
 //
-// The package imports internal/mesh and internal/store (for the KV and Op
-// vocabulary) only; it must not import catalog, spec, xds, enroll, api or
-// anything that serves a protocol.
+// The package imports internal/mesh, internal/meshapi (for the CA hash
+// agents pin, CAHash) and internal/store (for the KV and Op vocabulary)
+// only; it must not import catalog, spec, xds, enroll, api or anything that
+// serves a protocol.
 package certificate
 
 import (

@@ -8,8 +8,9 @@ import (
 )
 
 // TestImports enforces the package comments: of osm-vm, enroll and
-// enrolltest import only internal/mesh and internal/store (enrolltest not
-// even enroll, so enroll's tests can use it).
+// enrolltest import only internal/mesh, internal/meshapi (the wire types)
+// and internal/store (enrolltest not even enroll, so enroll's tests can use
+// it).
 func TestImports(t *testing.T) {
 	const module = "github.com/osm-vm/osm-vm/"
 	for _, pkg := range []string{".", "./enrolltest"} {
@@ -22,8 +23,9 @@ func TestImports(t *testing.T) {
 			t.Fatalf("go list -deps %s: %v", pkg, err)
 		}
 		allowed := map[string]bool{
-			module + "internal/mesh":  true,
-			module + "internal/store": true,
+			module + "internal/mesh":    true,
+			module + "internal/meshapi": true,
+			module + "internal/store":   true,
 		}
 		self := module + "internal/enroll"
 		if pkg == "./enrolltest" {
@@ -32,7 +34,7 @@ func TestImports(t *testing.T) {
 		allowed[self] = true
 		for _, dep := range strings.Fields(string(out)) {
 			if strings.HasPrefix(dep, module) && !allowed[dep] {
-				t.Errorf("%s depends on %s; it may import only internal/mesh and internal/store of osm-vm", self, dep)
+				t.Errorf("%s depends on %s; it may import only internal/mesh, internal/meshapi and internal/store of osm-vm", self, dep)
 			}
 		}
 	}

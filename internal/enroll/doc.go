@@ -1,7 +1,9 @@
-// Package enroll owns joining a machine to the mesh, modelled on `kubeadm
-// join`: join tokens (create, list, revoke, spend), the enrollment and
-// renewal HTTPS endpoints of osm-server, the client side of both used by
-// osm-agent, and the agent's identity files in its data directory.
+// Package enroll is the server side of joining a machine to the mesh,
+// modelled on `kubeadm join`: join tokens (create, list, revoke, spend) and
+// the enrollment, renewal and token admin HTTPS endpoints of osm-server.
+// The client side (osm-agent's enrollment and renewal, the CLI's token
+// commands) is internal/meshclient; the JSON documents both sides exchange
+// are internal/meshapi; the agent's identity files are internal/agent's.
 //
 // # Tokens
 //
@@ -19,20 +21,20 @@
 //
 // [NewHandler] serves POST /api/v1/enroll (authenticated by the join token)
 // and POST /api/v1/renew (authenticated by the current proxy certificate
-// over mTLS). Errors are JSON [ErrorBody] values whose Reason names the
-// cause: an unknown, expired, revoked or used-up token is 401 with nothing
-// issued; a token for another service is 403; a weak key or a bad CSR is
-// 400. The server decides the proxy identity; what the CSR asks for is
-// ignored. [NewTokenAdminHandler] serves the token admin endpoints and does
-// no authentication itself: mount it behind the admin-token middleware.
-// [Enroll], [Renew] and [TokenAdminClient] are the clients.
+// over mTLS). Errors are JSON [meshapi.ErrorBody] values whose Reason names
+// the cause: an unknown, expired, revoked or used-up token is 401 with
+// nothing issued; a token for another service is 403; a weak key
+// ([meshapi.CheckKey] refuses it) or a bad CSR is 400. The server decides
+// the proxy identity; what the CSR asks for is ignored.
+// [NewTokenAdminHandler] serves the token admin endpoints and does no
+// authentication itself: mount it behind the admin-token middleware.
 //
 // # How the server must be configured
 //
 // The agent pins the server by the hash of the mesh root (--ca-cert-hash,
-// [CAHash]) during the TLS handshake, before it sends the token. It finds the
-// root in the certificate chain the server presents, so the HTTPS server's
-// tls.Certificate must carry the full chain: the serving leaf, any
+// [meshapi.CAHash]) during the TLS handshake, before it sends the token. It
+// finds the root in the certificate chain the server presents, so the HTTPS
+// server's tls.Certificate must carry the full chain: the serving leaf, any
 // intermediates and the mesh root itself. The serving certificate must be
 // issued by the mesh root for the host names and IPs agents use in --server
 // and carry the ServerAuth extended key usage. For renewal the server must
@@ -40,17 +42,11 @@
 // tls.VerifyClientCertIfGiven, ClientCAs: <pool with the mesh root>}; the
 // renew handler reads the verified chain and refuses requests without one.
 //
-// # Agent files
-//
-// [SaveIdentity] writes proxy.key (0600), proxy.crt and ca.crt into the
-// agent's data directory (0700), each by write to a temporary file, fsync and
-// rename; [LoadIdentity] reads them back and checks they belong together.
-//
 // Package enrolltest holds a test CA and a real signing Issuer for tests of
-// anything that enrolls. [CAHash] is the same function as
-// certificate.CAHash; both must stay equal (kubeadm's SPKI hash).
+// anything that enrolls.
 //
-// The package imports internal/mesh and internal/store only; it must not
-// import internal/certificate (the certificate manager satisfies [Issuer]),
-// internal/agent, internal/api or anything under cmd/.
+// The package imports internal/mesh, internal/meshapi and internal/store
+// only; it must not import internal/certificate (the certificate manager
+// satisfies [Issuer]), internal/meshclient, internal/agent, internal/api or
+// anything under cmd/.
 package enroll

@@ -25,6 +25,8 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/enroll/enrolltest"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -33,7 +35,7 @@ func TestEnroll(t *testing.T) {
 	secret, _ := e.token(t, TokenRequest{Service: bookstore})
 	key := newKey(t)
 
-	res, err := Enroll(context.Background(), nil, e.join(secret), key)
+	res, err := meshclient.Enroll(context.Background(), nil, e.join(secret), key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,13 +80,13 @@ func TestEnrollRefusesServerBeforeSendingToken(t *testing.T) {
 		name string
 		// server changes the server before it starts; join the request.
 		server func(t *testing.T, e *testEnv)
-		join   func(req *JoinRequest)
+		join   func(req *meshclient.JoinRequest)
 		want   error
 	}{
 		{
 			name: "wrong CA hash",
-			join: func(req *JoinRequest) { req.CACertHash = other.Hash() },
-			want: ErrCAHashMismatch,
+			join: func(req *meshclient.JoinRequest) { req.CACertHash = other.Hash() },
+			want: meshclient.ErrCAHashMismatch,
 		},
 		{
 			name: "server from another CA presenting the pinned root in its chain",
@@ -101,7 +103,7 @@ func TestEnrollRefusesServerBeforeSendingToken(t *testing.T) {
 				c.Certificate = c.Certificate[:1]
 				e.srv.TLS.Certificates = []tls.Certificate{c}
 			},
-			want: ErrCAHashMismatch,
+			want: meshclient.ErrCAHashMismatch,
 		},
 		{
 			name: "pinned CA but a client-only certificate (a proxy's) serving",
@@ -142,7 +144,7 @@ func TestEnrollRefusesServerBeforeSendingToken(t *testing.T) {
 				tc.join(&req)
 			}
 
-			_, err := Enroll(context.Background(), nil, req, newKey(t))
+			_, err := meshclient.Enroll(context.Background(), nil, req, newKey(t))
 			if err == nil {
 				t.Fatal("Enroll succeeded, want the server refused")
 			}
@@ -173,12 +175,12 @@ func TestEnrollTokenRefused(t *testing.T) {
 		{
 			name:       "unknown",
 			token:      func(*testing.T, *testEnv) string { return strings.Repeat("ab", 32) },
-			wantStatus: http.StatusUnauthorized, wantReason: ReasonTokenUnknown, wantText: "join token unknown",
+			wantStatus: http.StatusUnauthorized, wantReason: meshapi.ReasonTokenUnknown, wantText: "join token unknown",
 		},
 		{
 			name:       "malformed",
 			token:      func(*testing.T, *testEnv) string { return "not-a-token" },
-			wantStatus: http.StatusUnauthorized, wantReason: ReasonTokenUnknown, wantText: "join token unknown",
+			wantStatus: http.StatusUnauthorized, wantReason: meshapi.ReasonTokenUnknown, wantText: "join token unknown",
 		},
 		{
 			name: "expired",
@@ -187,7 +189,7 @@ func TestEnrollTokenRefused(t *testing.T) {
 				e.setNow(tok.Expires.Add(time.Second))
 				return secret
 			},
-			wantStatus: http.StatusUnauthorized, wantReason: ReasonTokenExpired, wantText: "expired at",
+			wantStatus: http.StatusUnauthorized, wantReason: meshapi.ReasonTokenExpired, wantText: "expired at",
 		},
 		{
 			name: "revoked",
@@ -198,18 +200,18 @@ func TestEnrollTokenRefused(t *testing.T) {
 				}
 				return secret
 			},
-			wantStatus: http.StatusUnauthorized, wantReason: ReasonTokenRevoked, wantText: "was revoked",
+			wantStatus: http.StatusUnauthorized, wantReason: meshapi.ReasonTokenRevoked, wantText: "was revoked",
 		},
 		{
 			name: "used up",
 			token: func(t *testing.T, e *testEnv) string {
 				secret, _ := e.token(t, TokenRequest{Service: bookstore})
-				if _, err := Enroll(context.Background(), nil, e.join(secret), newKey(t)); err != nil {
+				if _, err := meshclient.Enroll(context.Background(), nil, e.join(secret), newKey(t)); err != nil {
 					t.Fatal(err)
 				}
 				return secret
 			},
-			wantStatus: http.StatusUnauthorized, wantReason: ReasonTokenUsedUp, wantText: "used up",
+			wantStatus: http.StatusUnauthorized, wantReason: meshapi.ReasonTokenUsedUp, wantText: "used up",
 		},
 		{
 			name: "token for another service",
@@ -218,7 +220,7 @@ func TestEnrollTokenRefused(t *testing.T) {
 				return secret
 			},
 			service:    mesh.MeshService{Namespace: "default", Name: "bookbuyer"},
-			wantStatus: http.StatusForbidden, wantReason: ReasonServiceMismatch, wantText: "is for service default/bookstore, not default/bookbuyer",
+			wantStatus: http.StatusForbidden, wantReason: meshapi.ReasonServiceMismatch, wantText: "is for service default/bookstore, not default/bookbuyer",
 		},
 		{
 			name: "token for the service in another namespace",
@@ -227,7 +229,7 @@ func TestEnrollTokenRefused(t *testing.T) {
 				return secret
 			},
 			service:    mesh.MeshService{Namespace: "prod", Name: "bookstore"},
-			wantStatus: http.StatusForbidden, wantReason: ReasonServiceMismatch, wantText: "not prod/bookstore",
+			wantStatus: http.StatusForbidden, wantReason: meshapi.ReasonServiceMismatch, wantText: "not prod/bookstore",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -239,11 +241,11 @@ func TestEnrollTokenRefused(t *testing.T) {
 				req.Service = tc.service
 			}
 
-			_, err := Enroll(context.Background(), nil, req, newKey(t))
+			_, err := meshclient.Enroll(context.Background(), nil, req, newKey(t))
 
-			var apiErr *APIError
+			var apiErr *meshclient.APIError
 			if !errors.As(err, &apiErr) {
-				t.Fatalf("Enroll error = %v, want an *APIError", err)
+				t.Fatalf("Enroll error = %v, want an *meshclient.APIError", err)
 			}
 			if got, want := apiErr.Status, tc.wantStatus; got != want {
 				t.Errorf("status = %d, want %d", got, want)
@@ -269,10 +271,10 @@ func TestEnrollServiceMismatchDoesNotSpendToken(t *testing.T) {
 	secret, _ := e.token(t, TokenRequest{Service: bookstore})
 	req := e.join(secret)
 	req.Service.Name = "bookbuyer"
-	if _, err := Enroll(context.Background(), nil, req, newKey(t)); err == nil {
+	if _, err := meshclient.Enroll(context.Background(), nil, req, newKey(t)); err == nil {
 		t.Fatal("Enroll with another service succeeded")
 	}
-	if _, err := Enroll(context.Background(), nil, e.join(secret), newKey(t)); err != nil {
+	if _, err := meshclient.Enroll(context.Background(), nil, e.join(secret), newKey(t)); err != nil {
 		t.Fatalf("Enroll with the token's service after a refused attempt: %v", err)
 	}
 }
@@ -288,8 +290,8 @@ func TestEnrollCSRIdentityIgnored(t *testing.T) {
 		URIs:     []*url.URL{evil},
 	})
 
-	var resp CertificateResponse
-	status, body := e.postJSON(t, e.client(), "/api/v1/enroll", EnrollRequest{Token: secret, Service: bookstore, CSR: csr}, &resp)
+	var resp meshapi.CertificateResponse
+	status, body := e.postJSON(t, e.client(), "/api/v1/enroll", meshapi.EnrollRequest{Token: secret, Service: bookstore, CSR: csr}, &resp)
 	if status != http.StatusOK {
 		t.Fatalf("status = %d %+v, want 200", status, body)
 	}
@@ -333,14 +335,14 @@ func TestEnrollBadCSR(t *testing.T) {
 		wantReason string
 		wantText   string
 	}{
-		{"RSA 1024", func() string { return csrFor(t, rsaKey, &x509.CertificateRequest{}) }, http.StatusBadRequest, ReasonWeakKey, "RSA key of 1024 bits is too weak"},
-		{"not PEM", func() string { return "hello" }, http.StatusBadRequest, ReasonBadRequest, "CERTIFICATE REQUEST"},
-		{"bad signature", forged, http.StatusBadRequest, ReasonBadRequest, "bad signature"},
+		{"RSA 1024", func() string { return csrFor(t, rsaKey, &x509.CertificateRequest{}) }, http.StatusBadRequest, meshapi.ReasonWeakKey, "RSA key of 1024 bits is too weak"},
+		{"not PEM", func() string { return "hello" }, http.StatusBadRequest, meshapi.ReasonBadRequest, "CERTIFICATE REQUEST"},
+		{"bad signature", forged, http.StatusBadRequest, meshapi.ReasonBadRequest, "bad signature"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newTestEnv(t)
 			secret, _ := e.token(t, TokenRequest{Service: bookstore})
-			status, body := e.postJSON(t, e.client(), "/api/v1/enroll", EnrollRequest{Token: secret, Service: bookstore, CSR: tc.csr()}, &CertificateResponse{})
+			status, body := e.postJSON(t, e.client(), "/api/v1/enroll", meshapi.EnrollRequest{Token: secret, Service: bookstore, CSR: tc.csr()}, &meshapi.CertificateResponse{})
 			if got, want := status, tc.wantStatus; got != want {
 				t.Errorf("status = %d, want %d", got, want)
 			}
@@ -359,7 +361,7 @@ func TestEnrollBadCSR(t *testing.T) {
 	t.Run("client refuses a weak key before sending", func(t *testing.T) {
 		e := newTestEnv(t)
 		secret, _ := e.token(t, TokenRequest{Service: bookstore})
-		_, err := Enroll(context.Background(), nil, e.join(secret), rsaKey)
+		_, err := meshclient.Enroll(context.Background(), nil, e.join(secret), rsaKey)
 		if err == nil || !strings.Contains(err.Error(), "too weak") {
 			t.Errorf("Enroll with RSA 1024 = %v, want a weak key error", err)
 		}
@@ -375,8 +377,8 @@ func TestEnrollChecksIssuerResult(t *testing.T) {
 		c.Subject.CommonName = mesh.NewProxyIdentity(mesh.MeshService{Namespace: "default", Name: "other"}).CommonName()
 	}
 	secret, _ := e.token(t, TokenRequest{Service: bookstore})
-	_, err := Enroll(context.Background(), nil, e.join(secret), newKey(t))
-	var apiErr *APIError
+	_, err := meshclient.Enroll(context.Background(), nil, e.join(secret), newKey(t))
+	var apiErr *meshclient.APIError
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusInternalServerError {
 		t.Fatalf("Enroll with an issuer returning another identity = %v, want a 500", err)
 	}
@@ -397,7 +399,7 @@ func TestEnrollConcurrentSingleUse(t *testing.T) {
 				key := newKey(t)
 				wg.Go(func() {
 					<-start
-					_, errs[i] = Enroll(context.Background(), nil, e.join(secret), key)
+					_, errs[i] = meshclient.Enroll(context.Background(), nil, e.join(secret), key)
 				})
 			}
 			close(start)
@@ -405,7 +407,7 @@ func TestEnrollConcurrentSingleUse(t *testing.T) {
 
 			reasons := map[string]int{}
 			for _, err := range errs {
-				var apiErr *APIError
+				var apiErr *meshclient.APIError
 				switch {
 				case err == nil:
 					reasons["ok"]++
@@ -415,7 +417,7 @@ func TestEnrollConcurrentSingleUse(t *testing.T) {
 					t.Errorf("Enroll: %v", err)
 				}
 			}
-			if diff := cmp.Diff(map[string]int{"ok": uses, ReasonTokenUsedUp: n - uses}, reasons); diff != "" {
+			if diff := cmp.Diff(map[string]int{"ok": uses, meshapi.ReasonTokenUsedUp: n - uses}, reasons); diff != "" {
 				t.Errorf("outcomes (-want +got):\n%s", diff)
 			}
 			if got, want := e.proxies(t), uses; got != want {
@@ -454,7 +456,7 @@ func TestEnrollTokenSpentMeanwhile(t *testing.T) {
 		wantReason string
 		wantIssued int
 	}{
-		{uses: 1, wantReason: ReasonTokenUsedUp, wantIssued: 1},
+		{uses: 1, wantReason: meshapi.ReasonTokenUsedUp, wantIssued: 1},
 		{uses: 2, wantReason: "", wantIssued: 2},
 	} {
 		t.Run(fmt.Sprint("uses=", tc.uses), func(t *testing.T) {
@@ -463,7 +465,7 @@ func TestEnrollTokenSpentMeanwhile(t *testing.T) {
 				e.issuer = &racingIssuer{Issuer: e.iss, first: func() {
 					// Another replica on the same store spends the token.
 					replica := NewHandler(slog.New(slog.DiscardHandler), NewTokens(e.st, e.now), e.iss, func(string) string { return testXDS })
-					body := jsonBody(t, EnrollRequest{Token: secret, Service: bookstore, CSR: csrFor(t, newKey(t), &x509.CertificateRequest{})})
+					body := jsonBody(t, meshapi.EnrollRequest{Token: secret, Service: bookstore, CSR: csrFor(t, newKey(t), &x509.CertificateRequest{})})
 					rec := httptest.NewRecorder()
 					replica.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/api/v1/enroll", body))
 					if rec.Code != http.StatusOK {
@@ -473,10 +475,10 @@ func TestEnrollTokenSpentMeanwhile(t *testing.T) {
 			})
 			secret, _ = e.token(t, TokenRequest{Service: bookstore, Uses: tc.uses})
 
-			_, err := Enroll(context.Background(), nil, e.join(secret), newKey(t))
+			_, err := meshclient.Enroll(context.Background(), nil, e.join(secret), newKey(t))
 
 			reason := ""
-			var apiErr *APIError
+			var apiErr *meshclient.APIError
 			if errors.As(err, &apiErr) {
 				reason = apiErr.Body.Reason
 			} else if err != nil {
@@ -508,8 +510,8 @@ func (failingIssuer) IssueProxy(context.Context, []byte, mesh.MeshService, mesh.
 func TestEnrollIssuerFailureSpendsNothing(t *testing.T) {
 	e := newTestEnv(t, func(e *testEnv) { e.issuer = failingIssuer{e.iss} })
 	secret, _ := e.token(t, TokenRequest{Service: bookstore})
-	_, err := Enroll(context.Background(), nil, e.join(secret), newKey(t))
-	var apiErr *APIError
+	_, err := meshclient.Enroll(context.Background(), nil, e.join(secret), newKey(t))
+	var apiErr *meshclient.APIError
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusInternalServerError || !strings.Contains(err.Error(), "signer unavailable") {
 		t.Fatalf("Enroll = %v, want a 500 naming the issuer's error", err)
 	}

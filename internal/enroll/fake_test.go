@@ -23,6 +23,8 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/enroll/enrolltest"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -131,9 +133,9 @@ func (e *testEnv) proxies(t testing.TB) int {
 	return len(kvs)
 }
 
-// join returns a JoinRequest for secret and bookstore.
-func (e *testEnv) join(secret string) JoinRequest {
-	return JoinRequest{Server: e.srv.URL, Token: secret, CACertHash: e.ca.Hash(), Service: bookstore}
+// join returns a meshclient.JoinRequest for secret and bookstore.
+func (e *testEnv) join(secret string) meshclient.JoinRequest {
+	return meshclient.JoinRequest{Server: e.srv.URL, Token: secret, CACertHash: e.ca.Hash(), Service: bookstore}
 }
 
 // client returns an HTTPS client trusting the test CA, presenting certs.
@@ -142,21 +144,21 @@ func (e *testEnv) client(certs ...tls.Certificate) *http.Client {
 }
 
 // postJSON posts v and returns the status and the decoded error body.
-func (e *testEnv) postJSON(t testing.TB, hc *http.Client, path string, v any, out any) (int, ErrorBody) {
+func (e *testEnv) postJSON(t testing.TB, hc *http.Client, path string, v any, out any) (int, meshapi.ErrorBody) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, e.srv.URL+path, jsonBody(t, v))
+	b, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = roundTrip(hc, req, out)
-	var apiErr *APIError
+	err = meshclient.NewAdmin(e.srv.URL, hc, "").Do(context.Background(), http.MethodPost, path, "application/json", b, out)
+	var apiErr *meshclient.APIError
 	if errors.As(err, &apiErr) {
 		return apiErr.Status, apiErr.Body
 	}
 	if err != nil {
 		t.Fatalf("POST %s: %v", path, err)
 	}
-	return http.StatusOK, ErrorBody{}
+	return http.StatusOK, meshapi.ErrorBody{}
 }
 
 func jsonBody(t testing.TB, v any) io.Reader {

@@ -27,7 +27,10 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/enroll/enrolltest"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -84,23 +87,16 @@ func newKey(t testing.TB) *ecdsa.PrivateKey {
 }
 
 // enrolled enrolls a machine with secret and returns its TLS certificate.
-func (s *realServer) enroll(t testing.TB, secret string) (tls.Certificate, enroll.Result, time.Duration) {
+func (s *realServer) enroll(t testing.TB, secret string) (tls.Certificate, meshclient.Result, time.Duration) {
 	t.Helper()
 	key := newKey(t)
 	start := time.Now()
-	res, err := enroll.Enroll(context.Background(), nil, enroll.JoinRequest{Server: s.srv.URL, Token: secret, CACertHash: s.certs.CAHash(), Service: bookstore}, key)
+	res, err := meshclient.Enroll(context.Background(), nil, meshclient.JoinRequest{Server: s.srv.URL, Token: secret, CACertHash: s.certs.CAHash(), Service: bookstore}, key)
 	took := time.Since(start)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyPEM, err := enroll.MarshalKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := enroll.Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: res.CAPEM}.TLS()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cert := enrolltest.TLSCertificate(t, key, res.CertificatePEM)
 	return cert, res, took
 }
 
@@ -119,9 +115,9 @@ func TestRenewTooEarlyRealIssuer(t *testing.T) {
 	s := newRealServer(t)
 	cert, res, _ := s.enroll(t, s.token(t, 1))
 
-	_, err := enroll.Renew(context.Background(), s.srv.URL, res.CAPEM, cert, newKey(t))
+	_, err := meshclient.Renew(context.Background(), s.srv.URL, res.CAPEM, cert, newKey(t))
 
-	wait, ok := enroll.RenewalTooEarly(err)
+	wait, ok := meshclient.RenewalTooEarly(err)
 	if !ok {
 		t.Fatalf("Renew right after enrollment = %v, want refused as too early", err)
 	}
@@ -183,7 +179,7 @@ func TestRenewalFloodDoesNotSlowOthers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := json.Marshal(enroll.RenewRequest{CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))})
+	body, _ := json.Marshal(meshapi.RenewRequest{CSR: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))})
 	floodCtx, stop := context.WithCancel(ctx)
 	var (
 		wg       sync.WaitGroup

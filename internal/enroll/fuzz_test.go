@@ -17,6 +17,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/enroll/enrolltest"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -55,7 +56,7 @@ func checkAnswer(t *testing.T, rec *httptest.ResponseRecorder) {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
 	if rec.Code != http.StatusOK {
-		var e ErrorBody
+		var e meshapi.ErrorBody
 		if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Reason == "" || e.Error == "" {
 			t.Fatalf("error answer %q is not an ErrorBody: %v", rec.Body, err)
 		}
@@ -74,7 +75,7 @@ func FuzzEnrollRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	fuzzSeeds(f, func(csr string) []byte {
-		b, _ := json.Marshal(EnrollRequest{Token: secret, Service: bookstore, CSR: csr})
+		b, _ := json.Marshal(meshapi.EnrollRequest{Token: secret, Service: bookstore, CSR: csr})
 		return b
 	})
 	f.Fuzz(func(t *testing.T, body []byte) {
@@ -104,7 +105,7 @@ func FuzzRenewRequest(f *testing.F) {
 		f.Fatal(err)
 	}
 	fuzzSeeds(f, func(csr string) []byte {
-		b, _ := json.Marshal(RenewRequest{CSR: csr})
+		b, _ := json.Marshal(meshapi.RenewRequest{CSR: csr})
 		return b
 	})
 	f.Fuzz(func(t *testing.T, body []byte) {

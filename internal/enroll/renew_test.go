@@ -12,26 +12,21 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/enroll/enrolltest"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 // enrolled enrolls one proxy of bookstore and returns its TLS certificate.
-func (e *testEnv) enrolled(t *testing.T) (tls.Certificate, Result) {
+func (e *testEnv) enrolled(t *testing.T) (tls.Certificate, meshclient.Result) {
 	t.Helper()
 	secret, _ := e.token(t, TokenRequest{Service: bookstore})
 	key := newKey(t)
-	res, err := Enroll(context.Background(), nil, e.join(secret), key)
+	res, err := meshclient.Enroll(context.Background(), nil, e.join(secret), key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	keyPEM, err := MarshalKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: res.CAPEM}.TLS()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cert := enrolltest.TLSCertificate(t, key, res.CertificatePEM)
 	return cert, res
 }
 
@@ -40,7 +35,7 @@ func TestRenew(t *testing.T) {
 	cert, first := e.enrolled(t)
 	newKey := newKey(t)
 
-	res, err := Renew(context.Background(), e.srv.URL, first.CAPEM, cert, newKey)
+	res, err := meshclient.Renew(context.Background(), e.srv.URL, first.CAPEM, cert, newKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +69,7 @@ func TestRenewRefused(t *testing.T) {
 		{
 			name:       "no client certificate",
 			cert:       func(*testing.T, *testEnv) *tls.Certificate { return nil },
-			wantStatus: http.StatusUnauthorized, wantReason: ReasonClientCertRequired,
+			wantStatus: http.StatusUnauthorized, wantReason: meshapi.ReasonClientCertRequired,
 		},
 		{
 			name: "revoked proxy",
@@ -83,7 +78,7 @@ func TestRenewRefused(t *testing.T) {
 				e.iss.Revoke(res.Identity)
 				return &c
 			},
-			wantStatus: http.StatusForbidden, wantReason: ReasonRefused,
+			wantStatus: http.StatusForbidden, wantReason: meshapi.ReasonRefused,
 		},
 		{
 			name: "proxy the issuer does not know",
@@ -94,7 +89,7 @@ func TestRenewRefused(t *testing.T) {
 				}
 				return &c
 			},
-			wantStatus: http.StatusForbidden, wantReason: ReasonRefused,
+			wantStatus: http.StatusForbidden, wantReason: meshapi.ReasonRefused,
 		},
 		{
 			name: "expired by the server's clock",
@@ -103,7 +98,7 @@ func TestRenewRefused(t *testing.T) {
 				e.setNow(c.Leaf.NotAfter.Add(time.Second))
 				return &c
 			},
-			wantStatus: http.StatusUnauthorized, wantReason: ReasonCertificateExpired,
+			wantStatus: http.StatusUnauthorized, wantReason: meshapi.ReasonCertificateExpired,
 		},
 		{
 			name: "a mesh certificate that is not a proxy's",
@@ -116,7 +111,7 @@ func TestRenewRefused(t *testing.T) {
 				}, key.Public())
 				return &tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}
 			},
-			wantStatus: http.StatusUnauthorized, wantReason: ReasonNotProxyCertificate,
+			wantStatus: http.StatusUnauthorized, wantReason: meshapi.ReasonNotProxyCertificate,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -128,14 +123,14 @@ func TestRenewRefused(t *testing.T) {
 			}
 			issued := e.iss.Issued()
 			csr := csrFor(t, newKey(t), &x509.CertificateRequest{})
-			status, body := e.postJSON(t, e.client(certs...), "/api/v1/renew", RenewRequest{CSR: csr}, &CertificateResponse{})
+			status, body := e.postJSON(t, e.client(certs...), "/api/v1/renew", meshapi.RenewRequest{CSR: csr}, &meshapi.CertificateResponse{})
 			if got, want := status, tc.wantStatus; got != want {
 				t.Errorf("status = %d, want %d (%s)", got, want, body.Error)
 			}
 			if got, want := body.Reason, tc.wantReason; got != want {
 				t.Errorf("reason = %q, want %q (%s)", got, want, body.Error)
 			}
-			if tc.wantReason == ReasonRefused || tc.wantReason == ReasonCertificateExpired {
+			if tc.wantReason == meshapi.ReasonRefused || tc.wantReason == meshapi.ReasonCertificateExpired {
 				if !strings.Contains(body.Error, "enroll again") {
 					t.Errorf("error %q does not say to enroll again", body.Error)
 				}
@@ -162,9 +157,9 @@ func TestRenewExpiredCertificateFailsHandshake(t *testing.T) {
 	cert := tls.Certificate{Certificate: [][]byte{expired.Raw}, PrivateKey: current.PrivateKey, Leaf: expired}
 	before := e.requests.Load()
 
-	_, err := Renew(context.Background(), e.srv.URL, res.CAPEM, cert, newKey(t))
+	_, err := meshclient.Renew(context.Background(), e.srv.URL, res.CAPEM, cert, newKey(t))
 
-	var apiErr *APIError
+	var apiErr *meshclient.APIError
 	if err == nil || errors.As(err, &apiErr) {
 		t.Fatalf("Renew with an expired certificate = %v, want a TLS handshake failure", err)
 	}
@@ -182,7 +177,7 @@ func TestRenewChecksIdentityBeforeSending(t *testing.T) {
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}, key.Public())
-	_, err := Renew(context.Background(), e.srv.URL, e.ca.PEM(), tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key}, key)
+	_, err := meshclient.Renew(context.Background(), e.srv.URL, e.ca.PEM(), tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key}, key)
 	if err == nil || !strings.Contains(err.Error(), "not-a-proxy") {
 		t.Errorf("Renew with a non-proxy certificate = %v, want an error naming it", err)
 	}

@@ -7,6 +7,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
 // TestEnrollScaleSetOneToken boots a scale set: 200 machines enroll at
@@ -31,7 +34,7 @@ func TestEnrollScaleSetOneToken(t *testing.T) {
 		key := newKey(t)
 		wg.Go(func() {
 			<-start
-			_, errs[i] = Enroll(context.Background(), nil, e.join(secret), key)
+			_, errs[i] = meshclient.Enroll(context.Background(), nil, e.join(secret), key)
 		})
 	}
 	close(start)
@@ -39,7 +42,7 @@ func TestEnrollScaleSetOneToken(t *testing.T) {
 
 	outcomes := map[string]int{}
 	for _, err := range errs {
-		var apiErr *APIError
+		var apiErr *meshclient.APIError
 		switch {
 		case err == nil:
 			outcomes["ok"]++
@@ -59,9 +62,9 @@ func TestEnrollScaleSetOneToken(t *testing.T) {
 		t.Errorf("proxy records = %d, want %d", got, want)
 	}
 
-	_, err := Enroll(context.Background(), nil, e.join(secret), newKey(t))
-	var apiErr *APIError
-	if !errors.As(err, &apiErr) || apiErr.Body.Reason != ReasonTokenUsedUp {
-		t.Errorf("enrollment %d = %v, want refused with %s", n+1, err, ReasonTokenUsedUp)
+	_, err := meshclient.Enroll(context.Background(), nil, e.join(secret), newKey(t))
+	var apiErr *meshclient.APIError
+	if !errors.As(err, &apiErr) || apiErr.Body.Reason != meshapi.ReasonTokenUsedUp {
+		t.Errorf("enrollment %d = %v, want refused with %s", n+1, err, meshapi.ReasonTokenUsedUp)
 	}
 }

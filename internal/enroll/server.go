@@ -3,9 +3,6 @@ package enroll
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -17,6 +14,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -33,60 +31,6 @@ type Issuer interface {
 	// RootPEM returns the mesh CA bundle.
 	RootPEM() []byte
 }
-
-// EnrollRequest is the body of POST /api/v1/enroll.
-type EnrollRequest struct {
-	Token string `json:"token"`
-	// Service is the service the machine joins; it must be the one the
-	// token is bound to.
-	Service mesh.MeshService `json:"service"`
-	// CSR is a PEM "CERTIFICATE REQUEST". Its subject and SANs are
-	// ignored: the server decides the identity.
-	CSR string `json:"csr"`
-}
-
-// RenewRequest is the body of POST /api/v1/renew.
-type RenewRequest struct {
-	CSR string `json:"csr"`
-}
-
-// CertificateResponse is the body of a successful enrollment or renewal.
-type CertificateResponse struct {
-	// Identity is the proxy certificate's CN, <uuid>.<service>.<namespace>.
-	Identity string `json:"identity"`
-	// Certificate is the proxy certificate, PEM.
-	Certificate string `json:"certificate"`
-	// CA is the mesh CA bundle, PEM.
-	CA string `json:"ca"`
-	// XDSAddress is the host:port of the xDS server.
-	XDSAddress string `json:"xdsAddress"`
-}
-
-// ErrorBody is the JSON body of every error response.
-type ErrorBody struct {
-	// Reason is one of the Reason constants.
-	Reason string `json:"reason"`
-	Error  string `json:"error"`
-}
-
-// Reasons of error responses.
-const (
-	ReasonBadRequest          = "BadRequest"                // 400
-	ReasonWeakKey             = "WeakKey"                   // 400
-	ReasonTokenUnknown        = "TokenUnknown"              // 401
-	ReasonTokenExpired        = "TokenExpired"              // 401
-	ReasonTokenRevoked        = "TokenRevoked"              // 401
-	ReasonTokenUsedUp         = "TokenUsedUp"               // 401
-	ReasonServiceMismatch     = "ServiceMismatch"           // 403
-	ReasonClientCertRequired  = "ClientCertificateRequired" // 401
-	ReasonCertificateExpired  = "CertificateExpired"        // 401
-	ReasonNotProxyCertificate = "NotProxyCertificate"       // 401
-	ReasonRefused             = "Refused"                   // 403
-	ReasonRenewalTooEarly     = "RenewalTooEarly"           // 429, Retry-After
-	ReasonConflict            = "Conflict"                  // 503, retry
-	ReasonNotFound            = "NotFound"                  // 404
-	ReasonInternal            = "Internal"                  // 500
-)
 
 // maxBody bounds a request body; a CSR is about 500 bytes.
 const maxBody = 64 << 10
@@ -115,8 +59,8 @@ type retryAter interface {
 // NewHandler returns the enrollment API, authenticated by join tokens and
 // proxy certificates (mount it without the admin-token middleware):
 //
-//	POST /api/v1/enroll  EnrollRequest -> CertificateResponse
-//	POST /api/v1/renew   RenewRequest  -> CertificateResponse (mTLS: the current proxy certificate)
+//	POST /api/v1/enroll  meshapi.EnrollRequest -> meshapi.CertificateResponse
+//	POST /api/v1/renew   meshapi.RenewRequest  -> meshapi.CertificateResponse (mTLS: the current proxy certificate)
 //
 // A renewal the Issuer refuses as too early (its error has a
 // RetryAt() time.Time method) is answered 429 RenewalTooEarly with
@@ -151,16 +95,16 @@ type handler struct {
 
 func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	var req EnrollRequest
+	var req meshapi.EnrollRequest
 	if !decode(w, r, &req) {
 		return
 	}
 	if req.Token == "" {
-		writeError(w, http.StatusUnauthorized, ReasonTokenUnknown, "the request has no join token: pass --token from `osm-server token create`")
+		writeError(w, http.StatusUnauthorized, meshapi.ReasonTokenUnknown, "the request has no join token: pass --token from `osm-server token create`")
 		return
 	}
 	if err := req.Service.Validate(); err != nil {
-		writeError(w, http.StatusBadRequest, ReasonBadRequest, "service: "+err.Error())
+		writeError(w, http.StatusBadRequest, meshapi.ReasonBadRequest, "service: "+err.Error())
 		return
 	}
 	csr, reason, err := parseCSR(req.CSR)
@@ -194,7 +138,7 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 		if attempt > maxSpendAttempts {
 			h.log.Warn("join token kept changing while an enrollment tried to spend it", "token", tok.ID, "attempts", maxSpendAttempts, "remote", r.RemoteAddr)
 			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, ReasonConflict, fmt.Sprintf("join token %s: other servers spent it %d times while this one tried; try again", tok.ID, maxSpendAttempts))
+			writeError(w, http.StatusServiceUnavailable, meshapi.ReasonConflict, fmt.Sprintf("join token %s: other servers spent it %d times while this one tried; try again", tok.ID, maxSpendAttempts))
 			return
 		}
 		spent := tok
@@ -211,7 +155,7 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			h.log.Info("proxy enrolled", "identity", cn, "token", tok.ID, "usesLeft", spent.UsesLeft, "remote", r.RemoteAddr)
-			writeJSON(w, http.StatusOK, CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds(r.Host)})
+			writeJSON(w, http.StatusOK, meshapi.CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds(r.Host)})
 			return
 		}
 		// Someone may have spent the token first: if its version moved,
@@ -237,18 +181,18 @@ func (h *handler) check(tok Token, version uint64, svc mesh.MeshService) (status
 	const create = "create a new one with `osm-server token create --service %s --namespace %s`"
 	switch version {
 	case 0:
-		return http.StatusUnauthorized, ReasonTokenUnknown, fmt.Sprintf("join token unknown: check that the whole token was pasted, or "+create, svc.Name, svc.Namespace)
+		return http.StatusUnauthorized, meshapi.ReasonTokenUnknown, fmt.Sprintf("join token unknown: check that the whole token was pasted, or "+create, svc.Name, svc.Namespace)
 	}
 	switch tok.State(h.tokens.now()) {
 	case StateRevoked:
-		return http.StatusUnauthorized, ReasonTokenRevoked, fmt.Sprintf("join token %s was revoked: "+create, tok.ID, svc.Name, svc.Namespace)
+		return http.StatusUnauthorized, meshapi.ReasonTokenRevoked, fmt.Sprintf("join token %s was revoked: "+create, tok.ID, svc.Name, svc.Namespace)
 	case StateExpired:
-		return http.StatusUnauthorized, ReasonTokenExpired, fmt.Sprintf("join token %s expired at %s: "+create, tok.ID, tok.Expires.Format(time.RFC3339), svc.Name, svc.Namespace)
+		return http.StatusUnauthorized, meshapi.ReasonTokenExpired, fmt.Sprintf("join token %s expired at %s: "+create, tok.ID, tok.Expires.Format(time.RFC3339), svc.Name, svc.Namespace)
 	case StateUsedUp:
-		return http.StatusUnauthorized, ReasonTokenUsedUp, fmt.Sprintf("join token %s is used up (%d of %d uses): "+create, tok.ID, tok.UsesTotal, tok.UsesTotal, svc.Name, svc.Namespace)
+		return http.StatusUnauthorized, meshapi.ReasonTokenUsedUp, fmt.Sprintf("join token %s is used up (%d of %d uses): "+create, tok.ID, tok.UsesTotal, tok.UsesTotal, svc.Name, svc.Namespace)
 	}
 	if tok.Service != svc {
-		return http.StatusForbidden, ReasonServiceMismatch, fmt.Sprintf("join token %s is for service %s, not %s: use --service %s --namespace %s, or "+create,
+		return http.StatusForbidden, meshapi.ReasonServiceMismatch, fmt.Sprintf("join token %s is for service %s, not %s: use --service %s --namespace %s, or "+create,
 			tok.ID, tok.Service, svc, tok.Service.Name, tok.Service.Namespace, svc.Name, svc.Namespace)
 	}
 	return 0, "", ""
@@ -256,17 +200,17 @@ func (h *handler) check(tok Token, version uint64, svc mesh.MeshService) (status
 
 func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
-		writeError(w, http.StatusUnauthorized, ReasonClientCertRequired, "renewal is authenticated by the current proxy certificate: connect with it as the TLS client certificate")
+		writeError(w, http.StatusUnauthorized, meshapi.ReasonClientCertRequired, "renewal is authenticated by the current proxy certificate: connect with it as the TLS client certificate")
 		return
 	}
 	peer := r.TLS.VerifiedChains[0][0]
 	cn := peer.Subject.CommonName
 	if now := h.tokens.now(); now.After(peer.NotAfter) {
-		writeError(w, http.StatusUnauthorized, ReasonCertificateExpired, fmt.Sprintf("proxy certificate %s expired at %s: enroll again with a new join token", cn, peer.NotAfter.Format(time.RFC3339)))
+		writeError(w, http.StatusUnauthorized, meshapi.ReasonCertificateExpired, fmt.Sprintf("proxy certificate %s expired at %s: enroll again with a new join token", cn, peer.NotAfter.Format(time.RFC3339)))
 		return
 	}
 	if _, err := mesh.ParseProxyIdentity(cn); err != nil {
-		writeError(w, http.StatusUnauthorized, ReasonNotProxyCertificate, fmt.Sprintf("the client certificate is not a proxy certificate: %v", err))
+		writeError(w, http.StatusUnauthorized, meshapi.ReasonNotProxyCertificate, fmt.Sprintf("the client certificate is not a proxy certificate: %v", err))
 		return
 	}
 	// One renewal per proxy at a time, and a refused one holds its turn
@@ -286,7 +230,7 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusTooManyRequests, ReasonRenewalTooEarly, fmt.Sprintf("renewal of %s refused: %d renewals of this proxy are in progress or queued; the certificate presented stays valid", cn, maxQueuedRenewals))
+		writeError(w, http.StatusTooManyRequests, meshapi.ReasonRenewalTooEarly, fmt.Sprintf("renewal of %s refused: %d renewals of this proxy are in progress or queued; the certificate presented stays valid", cn, maxQueuedRenewals))
 		return
 	}
 	if err != nil {
@@ -300,7 +244,7 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 		}
 		unlock()
 	}()
-	var req RenewRequest
+	var req meshapi.RenewRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -317,14 +261,14 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 			wait := early.RetryAt().Sub(h.tokens.now())
 			secs := max(int64((wait+time.Second-1)/time.Second), 1)
 			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
-			writeError(w, http.StatusTooManyRequests, ReasonRenewalTooEarly,
+			writeError(w, http.StatusTooManyRequests, meshapi.ReasonRenewalTooEarly,
 				fmt.Sprintf("renewal of %s refused: %v; the certificate presented stays valid, renew again in %s", cn, err, time.Duration(secs)*time.Second))
 			return
 		}
 		for _, e := range h.refused {
 			if errors.Is(err, e) {
 				h.log.Info("renewal refused", "identity", cn, "error", err, "remote", r.RemoteAddr)
-				writeError(w, http.StatusForbidden, ReasonRefused, fmt.Sprintf("renewal of %s refused: %v; enroll again with a new join token", cn, err))
+				writeError(w, http.StatusForbidden, meshapi.ReasonRefused, fmt.Sprintf("renewal of %s refused: %v; enroll again with a new join token", cn, err))
 				return
 			}
 		}
@@ -337,12 +281,12 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("proxy certificate renewed", "identity", cn, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds(r.Host)})
+	writeJSON(w, http.StatusOK, meshapi.CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds(r.Host)})
 }
 
 func (h *handler) internal(w http.ResponseWriter, what string, err error) {
 	h.log.Error(what, "error", err)
-	writeError(w, http.StatusInternalServerError, ReasonInternal, fmt.Sprintf("%s: %v", what, err))
+	writeError(w, http.StatusInternalServerError, meshapi.ReasonInternal, fmt.Sprintf("%s: %v", what, err))
 }
 
 // parseCSR decodes a PEM CSR, checks its signature (proof that the sender
@@ -350,37 +294,19 @@ func (h *handler) internal(w http.ResponseWriter, what string, err error) {
 func parseCSR(csrPEM string) (*x509.CertificateRequest, string, error) {
 	block, _ := pem.Decode([]byte(csrPEM))
 	if block == nil || block.Type != "CERTIFICATE REQUEST" {
-		return nil, ReasonBadRequest, errors.New(`csr: want a PEM "CERTIFICATE REQUEST" block`)
+		return nil, meshapi.ReasonBadRequest, errors.New(`csr: want a PEM "CERTIFICATE REQUEST" block`)
 	}
 	csr, err := x509.ParseCertificateRequest(block.Bytes)
 	if err != nil {
-		return nil, ReasonBadRequest, fmt.Errorf("csr: %w", err)
+		return nil, meshapi.ReasonBadRequest, fmt.Errorf("csr: %w", err)
 	}
 	if err := csr.CheckSignature(); err != nil {
-		return nil, ReasonBadRequest, fmt.Errorf("csr: bad signature: %w", err)
+		return nil, meshapi.ReasonBadRequest, fmt.Errorf("csr: bad signature: %w", err)
 	}
-	if err := checkKey(csr.PublicKey); err != nil {
-		return nil, ReasonWeakKey, fmt.Errorf("csr: %w", err)
+	if err := meshapi.CheckKey(csr.PublicKey); err != nil {
+		return nil, meshapi.ReasonWeakKey, fmt.Errorf("csr: %w", err)
 	}
 	return csr, "", nil
-}
-
-// checkKey accepts ECDSA P-256 and P-384 and RSA of 2048 bits or more.
-func checkKey(pub any) error {
-	const use = "generate an ECDSA P-256 key (osm-agent does)"
-	switch k := pub.(type) {
-	case *ecdsa.PublicKey:
-		if k.Curve == elliptic.P256() || k.Curve == elliptic.P384() {
-			return nil
-		}
-		return fmt.Errorf("ECDSA curve %s is not accepted (P-256 or P-384): %s", k.Curve.Params().Name, use)
-	case *rsa.PublicKey:
-		if k.N.BitLen() >= 2048 {
-			return nil
-		}
-		return fmt.Errorf("RSA key of %d bits is too weak (2048 or more): %s", k.N.BitLen(), use)
-	}
-	return fmt.Errorf("%T keys are not accepted: %s", pub, use)
 }
 
 // checkIssued makes sure the issuer's certificate is what was asked for:
@@ -421,10 +347,10 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	if err := dec.Decode(v); err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, ReasonBadRequest, fmt.Sprintf("request body is larger than %d bytes", maxBody))
+			writeError(w, http.StatusRequestEntityTooLarge, meshapi.ReasonBadRequest, fmt.Sprintf("request body is larger than %d bytes", maxBody))
 			return false
 		}
-		writeError(w, http.StatusBadRequest, ReasonBadRequest, fmt.Sprintf("decode request body: %v", err))
+		writeError(w, http.StatusBadRequest, meshapi.ReasonBadRequest, fmt.Sprintf("decode request body: %v", err))
 		return false
 	}
 	return true
@@ -438,5 +364,5 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, reason, msg string) {
-	writeJSON(w, status, ErrorBody{Reason: reason, Error: msg})
+	writeJSON(w, status, meshapi.ErrorBody{Reason: reason, Error: msg})
 }

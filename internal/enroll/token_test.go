@@ -15,6 +15,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -118,36 +120,38 @@ func TestTokenState(t *testing.T) {
 func TestTokenAdminAPI(t *testing.T) {
 	e := newTestEnv(t)
 	ctx := context.Background()
-	c := NewTokenAdminClient(e.srv.URL, e.client(), "admin-token")
+	c := meshclient.NewAdmin(e.srv.URL, e.client(), "admin-token")
 
-	secret, created, err := c.Create(ctx, TokenRequest{Service: bookstore, TTL: 2 * time.Hour, Uses: 2})
+	ct, err := c.CreateToken(ctx, meshapi.CreateTokenRequest{Service: bookstore, TTL: (2 * time.Hour).String(), Uses: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
+	secret, created := ct.Secret, ct.Token
 	if got, want := created.Expires.Sub(created.Created), 2*time.Hour; got != want {
 		t.Errorf("token lifetime = %s, want %s", got, want)
 	}
 	// The secret the API returned works.
-	if _, err := Enroll(ctx, nil, e.join(secret), newKey(t)); err != nil {
+	if _, err := meshclient.Enroll(ctx, nil, e.join(secret), newKey(t)); err != nil {
 		t.Fatalf("Enroll with the created token: %v", err)
 	}
-	_, other, err := c.Create(ctx, TokenRequest{Service: mesh.MeshService{Namespace: "default", Name: "bookbuyer"}})
+	ct, err = c.CreateToken(ctx, meshapi.CreateTokenRequest{Service: mesh.MeshService{Namespace: "default", Name: "bookbuyer"}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	other := ct.Token
 
-	revoked, err := c.Revoke(ctx, other.ID)
+	revoked, err := c.RevokeToken(ctx, other.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !revoked.Revoked || revoked.RevokedAt == nil {
 		t.Errorf("Revoke returned %+v, want it revoked with a time", revoked)
 	}
-	if _, err := c.Revoke(ctx, other.ID); err != nil {
+	if _, err := c.RevokeToken(ctx, other.ID); err != nil {
 		t.Errorf("revoking twice: %v, want no error", err)
 	}
 
-	list, err := c.List(ctx)
+	list, err := c.ListTokens(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +169,8 @@ func TestTokenAdminAPI(t *testing.T) {
 		}
 	}
 
-	if _, err := c.Revoke(ctx, "deadbeef"); !errors.Is(err, ErrTokenNotFound) {
-		t.Errorf("Revoke of an unknown ID = %v, want ErrTokenNotFound", err)
+	if _, err := c.RevokeToken(ctx, "deadbeef"); !errors.Is(err, meshclient.ErrNotFound) {
+		t.Errorf("Revoke of an unknown ID = %v, want meshclient.ErrNotFound", err)
 	}
 	for _, tc := range []struct {
 		name string
@@ -179,7 +183,7 @@ func TestTokenAdminAPI(t *testing.T) {
 		{"unknown field", map[string]any{"service": bookstore, "usez": 3}, `unknown field "usez"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			status, body := e.postJSON(t, e.client(), "/api/v1/tokens", tc.body, &CreatedToken{})
+			status, body := e.postJSON(t, e.client(), "/api/v1/tokens", tc.body, &meshapi.CreatedToken{})
 			if status != http.StatusBadRequest || !strings.Contains(body.Error, tc.want) {
 				t.Errorf("POST /api/v1/tokens = %d %q, want 400 saying %q", status, body.Error, tc.want)
 			}
@@ -188,10 +192,10 @@ func TestTokenAdminAPI(t *testing.T) {
 }
 
 func TestJoinCommand(t *testing.T) {
-	got := JoinCommand("https://10.0.0.1:15443", "abc", "sha256:00", bookstore)
+	got := meshapi.JoinCommand("https://10.0.0.1:15443", "abc", "sha256:00", bookstore)
 	want := "osm-agent enroll --server https://10.0.0.1:15443 --token abc --ca-cert-hash sha256:00 --service bookstore --namespace default"
 	if got != want {
-		t.Errorf("JoinCommand = %q, want %q", got, want)
+		t.Errorf("meshapi.JoinCommand = %q, want %q", got, want)
 	}
 }
 

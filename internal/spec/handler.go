@@ -9,6 +9,8 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
 // FilesMediaType is the content type of a batch made of several files (as
@@ -26,14 +28,10 @@ type filesBody struct {
 	Files []File `json:"files"`
 }
 
-// ErrorBody is the JSON body of every error response.
-type ErrorBody struct {
-	// Reason is Invalid, Conflict, NotFound, BadRequest or Internal.
-	Reason string `json:"reason"`
-	Error  string `json:"error"`
-	// Errors lists every problem of an invalid batch.
-	Errors []FieldError `json:"errors,omitempty"`
-}
+// ErrorBody is the JSON body of every error response, the API's one
+// error document; Reason is Invalid (with Errors), Conflict, NotFound,
+// BadRequest or Internal.
+type ErrorBody = meshapi.ErrorBody
 
 // ListBody is the JSON body of a list.
 type ListBody struct {
@@ -269,7 +267,7 @@ func (h *handler) writeSpecError(w http.ResponseWriter, err error) {
 	var ve *ValidationError
 	switch {
 	case errors.As(err, &ve):
-		writeJSON(w, http.StatusBadRequest, ErrorBody{Reason: "Invalid", Error: fmt.Sprintf("%d problem(s) in the mesh specification; nothing was changed", len(ve.Errors)), Errors: ve.Errors})
+		writeJSON(w, http.StatusBadRequest, ErrorBody{Reason: meshapi.ReasonInvalid, Error: fmt.Sprintf("%d problem(s) in the mesh specification; nothing was changed", len(ve.Errors)), Errors: ve.Errors})
 	case errors.Is(err, ErrConflict):
 		h.writeError(w, http.StatusConflict, "Conflict", err)
 	case errors.Is(err, ErrNotFound):

@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
 // Document is one parsed, defaulted and individually validated document,
@@ -70,23 +71,11 @@ func describe(k Key, source string, index, line int) string {
 // ErrInvalid is wrapped by every ValidationError.
 var ErrInvalid = errors.New("invalid mesh specification")
 
-// FieldError is one problem with one document.
-type FieldError struct {
-	// Document names the document: kind, namespace/name and position.
-	Document string `json:"document"`
-	// Field is the field path, such as spec.ports[0].port; empty for the
-	// whole document.
-	Field string `json:"field,omitempty"`
-	// Message says what is wrong and how to fix it.
-	Message string `json:"message"`
-}
-
-func (e FieldError) Error() string {
-	if e.Field == "" {
-		return e.Document + ": " + e.Message
-	}
-	return e.Document + ": " + e.Field + ": " + e.Message
-}
+// FieldError is one problem of a document: the document, the field path
+// (such as spec.ports[0].port; empty for the whole document) and what is
+// wrong and how to fix it. It is the API's document, so a client reads it
+// without linking this package.
+type FieldError = meshapi.FieldError
 
 // ValidationError lists every problem found in a batch.
 type ValidationError struct {

@@ -7,7 +7,6 @@ package agenttest
 import (
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -18,6 +17,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
 // CA is a throwaway ECDSA P-256 certificate authority.
@@ -31,7 +32,7 @@ type CA struct {
 // NewCA returns a new CA valid for a day.
 func NewCA(t testing.TB) *CA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := meshapi.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func (ca *CA) Sign(cn string, pub crypto.PublicKey, lifetime time.Duration, host
 // KeyPair issues a fresh key and certificate and returns both as PEM.
 func (ca *CA) KeyPair(t testing.TB, cn string, lifetime time.Duration, hosts ...string) (certPEM, keyPEM []byte) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, err := meshapi.GenerateKey()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
 // Enroller is a fake enrollment client that signs with a test CA. It
@@ -55,43 +56,43 @@ func (e *Enroller) lifetime() time.Duration {
 
 // Enroll issues a certificate for a new proxy identity of req.Service when
 // req.Token is the valid token.
-func (e *Enroller) Enroll(ctx context.Context, req enroll.JoinRequest, key crypto.Signer) (enroll.Result, error) {
+func (e *Enroller) Enroll(ctx context.Context, req meshclient.JoinRequest, key crypto.Signer) (meshclient.Result, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.unreachable {
-		return enroll.Result{}, errUnreachable
+		return meshclient.Result{}, errUnreachable
 	}
 	if req.Token != e.Token {
-		return enroll.Result{}, &enroll.APIError{Status: http.StatusUnauthorized, Body: enroll.ErrorBody{Reason: enroll.ReasonTokenUnknown, Error: "join token unknown"}}
+		return meshclient.Result{}, &meshclient.APIError{Status: http.StatusUnauthorized, Body: meshapi.ErrorBody{Reason: meshapi.ReasonTokenUnknown, Error: "join token unknown"}}
 	}
 	id := mesh.NewProxyIdentity(req.Service)
 	certPEM, err := e.CA.Sign(id.CommonName(), key.Public(), e.lifetime())
 	if err != nil {
-		return enroll.Result{}, err
+		return meshclient.Result{}, err
 	}
 	e.enrolls++
-	return enroll.Result{CertificatePEM: certPEM, CAPEM: e.CA.PEM, XDSAddress: e.XDSAddress, Identity: id.CommonName()}, nil
+	return meshclient.Result{CertificatePEM: certPEM, CAPEM: e.CA.PEM, XDSAddress: e.XDSAddress, Identity: id.CommonName()}, nil
 }
 
 // Renew issues a certificate for the identity of cert and the new key.
-func (e *Enroller) Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificate, key crypto.Signer) (enroll.Result, error) {
+func (e *Enroller) Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificate, key crypto.Signer) (meshclient.Result, error) {
 	e.mu.Lock()
 	if e.unreachable {
 		e.mu.Unlock()
-		return enroll.Result{}, errUnreachable
+		return meshclient.Result{}, errUnreachable
 	}
 	e.mu.Unlock()
 	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
-		return enroll.Result{}, err
+		return meshclient.Result{}, err
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: e.CA.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		return enroll.Result{}, &enroll.APIError{Status: http.StatusUnauthorized, Body: enroll.ErrorBody{Error: err.Error()}}
+		return meshclient.Result{}, &meshclient.APIError{Status: http.StatusUnauthorized, Body: meshapi.ErrorBody{Error: err.Error()}}
 	}
 	cn := leaf.Subject.CommonName
 	certPEM, err := e.CA.Sign(cn, key.Public(), e.lifetime())
 	if err != nil {
-		return enroll.Result{}, err
+		return meshclient.Result{}, err
 	}
 	e.mu.Lock()
 	e.renews++
@@ -102,5 +103,5 @@ func (e *Enroller) Renew(ctx context.Context, server string, caPEM []byte, cert 
 		case <-ctx.Done():
 		}
 	}
-	return enroll.Result{CertificatePEM: certPEM, CAPEM: e.CA.PEM, XDSAddress: e.XDSAddress, Identity: cn}, nil
+	return meshclient.Result{CertificatePEM: certPEM, CAPEM: e.CA.PEM, XDSAddress: e.XDSAddress, Identity: cn}, nil
 }

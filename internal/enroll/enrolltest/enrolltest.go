@@ -275,3 +275,18 @@ func (f *Issuer) signProxy(id mesh.ProxyIdentity, sa mesh.ServiceAccount, pub cr
 	}
 	return f.ca.sign(tmpl, pub)
 }
+
+// TLSCertificate returns key and the PEM certificate issued for it as a
+// tls.Certificate, as a client presents it.
+func TLSCertificate(t testing.TB, key crypto.Signer, certPEM []byte) tls.Certificate {
+	t.Helper()
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		t.Fatal("TLSCertificate: no PEM certificate")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{block.Bytes}, PrivateKey: key, Leaf: leaf}
+}

@@ -32,9 +32,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/structpb"
 
-	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/specclient"
 )
 
 // Server is a running osm-server.
@@ -65,7 +67,7 @@ func (s Server) admin(t *testing.T) (*http.Client, string, []byte) {
 func (s Server) Apply(t *testing.T, yaml string) {
 	t.Helper()
 	hc, tok, _ := s.admin(t)
-	if _, err := spec.NewClient("https://"+s.API, hc, tok).Apply(t.Context(), []spec.File{{Source: "test.yaml", Data: yaml}}, false); err != nil {
+	if _, err := specclient.New(meshclient.NewAdmin("https://"+s.API, hc, tok)).Apply(t.Context(), []spec.File{{Source: "test.yaml", Data: yaml}}, false); err != nil {
 		t.Fatalf("apply: %v", err)
 	}
 }
@@ -74,20 +76,21 @@ func (s Server) Apply(t *testing.T, yaml string) {
 func (s Server) Enroll(t *testing.T, svc mesh.MeshService) tls.Certificate {
 	t.Helper()
 	hc, tok, ca := s.admin(t)
-	secret, _, err := enroll.NewTokenAdminClient("https://"+s.API, hc, tok).Create(t.Context(), enroll.TokenRequest{Service: svc})
+	created, err := meshclient.NewAdmin("https://"+s.API, hc, tok).CreateToken(t.Context(), meshapi.CreateTokenRequest{Service: svc})
 	if err != nil {
 		t.Fatalf("token create: %v", err)
 	}
 	block, _ := pemDecode(ca)
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	res, err := enroll.Enroll(t.Context(), nil, enroll.JoinRequest{Server: "https://" + s.API, Token: secret, CACertHash: enroll.CAHash(block), Service: svc}, key)
+	res, err := meshclient.Enroll(t.Context(), nil, meshclient.JoinRequest{Server: "https://" + s.API, Token: created.Secret, CACertHash: meshapi.CAHash(block), Service: svc}, key)
 	if err != nil {
 		t.Fatalf("enroll: %v", err)
 	}
-	keyPEM, err := enroll.MarshalKey(key)
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
 	if err != nil {
 		t.Fatal(err)
 	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
 	pair, err := tls.X509KeyPair(res.CertificatePEM, keyPEM)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package enroll
+package agent
 
 import (
 	"cmp"
@@ -15,7 +15,8 @@ import (
 	"time"
 )
 
-// Names of the identity files in the agent's data directory.
+// Names of the identity files in the agent's data directory, written by
+// `osm-agent enroll` and the renewal loop.
 const (
 	KeyFile  = "proxy.key"
 	CertFile = "proxy.crt"
@@ -224,4 +225,25 @@ func parseIdentity(id Identity) (*x509.Certificate, error) {
 		return nil, fmt.Errorf("%s is not issued by a CA in %s: %w", CertFile, CAFile, err)
 	}
 	return cert, nil
+}
+
+// withinValidity returns now clamped into the certificate's validity, the
+// time to verify its chain at when only the chain matters (expiry is the
+// renewal loop's business).
+func withinValidity(cert *x509.Certificate, now time.Time) time.Time {
+	switch {
+	case now.Before(cert.NotBefore):
+		return cert.NotBefore
+	case now.After(cert.NotAfter):
+		return cert.NotAfter
+	}
+	return now
+}
+
+func parseCertPEM(b []byte) (*x509.Certificate, error) {
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New(`want a PEM "CERTIFICATE" block`)
+	}
+	return x509.ParseCertificate(block.Bytes)
 }

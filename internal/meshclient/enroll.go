@@ -1,14 +1,12 @@
-package enroll
+package meshclient
 
 import (
 	"bytes"
 	"context"
 	"crypto"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
 // ErrCAHashMismatch: the server's TLS chain holds no CA with the pinned
@@ -57,12 +56,12 @@ const defaultTimeout = 30 * time.Second
 
 // Enroll sends a CSR for key with the join token and returns the issued
 // certificate. The server is trusted only if its TLS chain contains a CA
-// whose [CAHash] is req.CACertHash and that CA verifies the server's
+// whose [meshapi.CAHash] is req.CACertHash and that CA verifies the server's
 // certificate for the URL's host; this is checked during the handshake,
 // before the token is sent. hc may be nil; its Transport, if set, must be
 // an *http.Transport (its TLS settings are replaced by the pin).
 func Enroll(ctx context.Context, hc *http.Client, req JoinRequest, key crypto.Signer) (Result, error) {
-	pin, err := ParseCAHash(req.CACertHash)
+	pin, err := meshapi.ParseCAHash(req.CACertHash)
 	if err != nil {
 		return Result{}, err
 	}
@@ -86,8 +85,8 @@ func Enroll(ctx context.Context, hc *http.Client, req JoinRequest, key crypto.Si
 	}
 	defer closeIdle()
 
-	var resp CertificateResponse
-	body := EnrollRequest{Token: req.Token, Service: req.Service, CSR: string(csrPEM)}
+	var resp meshapi.CertificateResponse
+	body := meshapi.EnrollRequest{Token: req.Token, Service: req.Service, CSR: string(csrPEM)}
 	if err := post(ctx, client, u.JoinPath("/api/v1/enroll"), body, &resp); err != nil {
 		return Result{}, fmt.Errorf("enroll with %s: %w", u.Redacted(), err)
 	}
@@ -139,8 +138,8 @@ func Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificat
 	}
 	defer closeIdle()
 
-	var resp CertificateResponse
-	if err := post(ctx, client, u.JoinPath("/api/v1/renew"), RenewRequest{CSR: string(csrPEM)}, &resp); err != nil {
+	var resp meshapi.CertificateResponse
+	if err := post(ctx, client, u.JoinPath("/api/v1/renew"), meshapi.RenewRequest{CSR: string(csrPEM)}, &resp); err != nil {
 		return Result{}, fmt.Errorf("renew %s with %s: %w", id, u.Redacted(), err)
 	}
 	res, err := checkResponse(resp, key, id.Service)
@@ -151,32 +150,6 @@ func Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificat
 		return Result{}, fmt.Errorf("renew %s with %s: the server returned a certificate for %s", id, u.Redacted(), res.Identity)
 	}
 	return res, nil
-}
-
-// CAHash returns "sha256:" and the hex SHA-256 of the certificate's
-// SubjectPublicKeyInfo, the pin of --ca-cert-hash (as kubeadm's
-// --discovery-token-ca-cert-hash). It returns "" for DER that does not
-// parse, which matches no pin.
-func CAHash(caDER []byte) string {
-	cert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return ""
-	}
-	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
-
-// ParseCAHash checks a --ca-cert-hash value and returns it in the form
-// CAHash returns.
-func ParseCAHash(s string) (string, error) {
-	h, ok := strings.CutPrefix(strings.ToLower(strings.TrimSpace(s)), "sha256:")
-	if !ok {
-		return "", fmt.Errorf("--ca-cert-hash %q: want sha256:<64 hex digits> as printed by `osm-server token create`", s)
-	}
-	if b, err := hex.DecodeString(h); err != nil || len(b) != sha256.Size {
-		return "", fmt.Errorf("--ca-cert-hash %q: want sha256:<64 hex digits> as printed by `osm-server token create`", s)
-	}
-	return "sha256:" + h, nil
 }
 
 func parseServer(s string) (*url.URL, error) {
@@ -209,7 +182,7 @@ func verifyPinned(chain []*x509.Certificate, pin, host string) error {
 	intermediates := x509.NewCertPool()
 	var seen []string
 	for _, c := range chain[1:] {
-		h := CAHash(c.Raw)
+		h := meshapi.CAHash(c.Raw)
 		if h == pin && c.BasicConstraintsValid && c.IsCA {
 			root = c
 			continue
@@ -278,7 +251,7 @@ func makeCSR(key crypto.Signer) ([]byte, error) {
 	if key == nil {
 		return nil, errors.New("make CSR: no private key")
 	}
-	if err := checkKey(key.Public()); err != nil {
+	if err := meshapi.CheckKey(key.Public()); err != nil {
 		return nil, fmt.Errorf("make CSR: %w", err)
 	}
 	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
@@ -290,7 +263,7 @@ func makeCSR(key crypto.Signer) ([]byte, error) {
 
 // checkResponse checks that the certificate is for key and a proxy of svc,
 // and that the CA bundle verifies it.
-func checkResponse(resp CertificateResponse, key crypto.Signer, svc mesh.MeshService) (Result, error) {
+func checkResponse(resp meshapi.CertificateResponse, key crypto.Signer, svc mesh.MeshService) (Result, error) {
 	cert, err := parseCertPEM([]byte(resp.Certificate))
 	if err != nil {
 		return Result{}, fmt.Errorf("certificate in the answer: %w", err)
@@ -328,7 +301,7 @@ func bundleHas(bundle []byte, pin string) bool {
 		if block == nil {
 			return false
 		}
-		if block.Type == "CERTIFICATE" && CAHash(block.Bytes) == pin {
+		if block.Type == "CERTIFICATE" && meshapi.CAHash(block.Bytes) == pin {
 			return true
 		}
 	}
@@ -346,4 +319,12 @@ func withinValidity(cert *x509.Certificate, now time.Time) time.Time {
 		return cert.NotAfter
 	}
 	return now
+}
+
+func parseCertPEM(b []byte) (*x509.Certificate, error) {
+	block, _ := pem.Decode(b)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New(`want a PEM "CERTIFICATE" block`)
+	}
+	return x509.ParseCertificate(block.Bytes)
 }

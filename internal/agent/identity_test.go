@@ -1,30 +1,36 @@
-package enroll
+package agent
 
 import (
-	"bytes"
-	"context"
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/osm-vm/osm-vm/internal/enroll/enrolltest"
+	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
-// identity enrolls a proxy and returns its files' contents.
-func (e *testEnv) identity(t *testing.T) Identity {
+// identityCA issues test identities as enrollment would.
+type identityCA struct{ ca *agenttest.CA }
+
+func newIdentityCA(t *testing.T) identityCA { return identityCA{agenttest.NewCA(t)} }
+
+// identity issues a proxy certificate for a new key and returns the files'
+// contents.
+func (e identityCA) identity(t *testing.T) Identity {
 	t.Helper()
-	secret, _ := e.token(t, TokenRequest{Service: bookstore})
-	key := newKey(t)
-	res, err := Enroll(context.Background(), nil, e.join(secret), key)
+	key, err := meshapi.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := mesh.NewProxyIdentity(mesh.MeshService{Namespace: "default", Name: "bookstore"})
+	certPEM, err := e.ca.Sign(id.CommonName(), key.Public(), time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,11 +38,11 @@ func (e *testEnv) identity(t *testing.T) Identity {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: res.CAPEM}
+	return Identity{KeyPEM: keyPEM, CertPEM: certPEM, CAPEM: e.ca.PEM}
 }
 
 func TestSaveLoadIdentity(t *testing.T) {
-	e := newTestEnv(t)
+	e := newIdentityCA(t)
 	dir := filepath.Join(t.TempDir(), "state", "osm-agent")
 	first := e.identity(t)
 	if err := SaveIdentity(dir, first); err != nil {
@@ -85,7 +91,7 @@ func names(entries []os.DirEntry) []string {
 }
 
 func TestSaveIdentityRefusesMismatch(t *testing.T) {
-	e := newTestEnv(t)
+	e := newIdentityCA(t)
 	a, b := e.identity(t), e.identity(t)
 	dir := t.TempDir()
 	if err := SaveIdentity(dir, Identity{KeyPEM: a.KeyPEM, CertPEM: b.CertPEM, CAPEM: a.CAPEM}); err == nil {
@@ -97,10 +103,10 @@ func TestSaveIdentityRefusesMismatch(t *testing.T) {
 }
 
 func TestLoadIdentityErrors(t *testing.T) {
-	e := newTestEnv(t)
+	e := newIdentityCA(t)
 	id := e.identity(t)
 	other := e.identity(t)
-	stranger := enrolltest.NewCA(t, "another mesh")
+	stranger := agenttest.NewCA(t)
 	for _, tc := range []struct {
 		name     string
 		edit     func(t *testing.T, dir string)
@@ -115,7 +121,7 @@ func TestLoadIdentityErrors(t *testing.T) {
 		{"corrupt key", func(t *testing.T, dir string) { write(t, dir, KeyFile, []byte("garbage")) }, "proxy.key is corrupt", false},
 		{"key of another proxy", func(t *testing.T, dir string) { write(t, dir, KeyFile, other.KeyPEM) }, "proxy.key and proxy.crt do not belong together", false},
 		{"corrupt CA", func(t *testing.T, dir string) { write(t, dir, CAFile, []byte("garbage")) }, "ca.crt is corrupt", false},
-		{"another mesh's CA", func(t *testing.T, dir string) { write(t, dir, CAFile, stranger.PEM()) }, "proxy.crt is not issued by a CA in ca.crt", false},
+		{"another mesh's CA", func(t *testing.T, dir string) { write(t, dir, CAFile, stranger.PEM) }, "proxy.crt is not issued by a CA in ca.crt", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -177,70 +183,6 @@ func TestDefaultDataDir(t *testing.T) {
 	} {
 		if got := defaultDataDir(tc.goos, tc.euid, tc.getenv, tc.home); got != tc.want {
 			t.Errorf("%s: defaultDataDir = %q, want %q", tc.name, got, tc.want)
-		}
-	}
-}
-
-func TestCAHash(t *testing.T) {
-	ca := enrolltest.NewCA(t, "root")
-	spki, err := x509.MarshalPKIXPublicKey(ca.Cert.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(spki)
-	want := "sha256:" + hex.EncodeToString(sum[:])
-	if got := CAHash(ca.Cert.Raw); got != want {
-		t.Errorf("CAHash = %q, want %q", got, want)
-	}
-	if got, want := CAHash(ca.Cert.Raw), ca.Hash(); got != want {
-		t.Errorf("CAHash = %q, enrolltest.CA.Hash = %q", got, want)
-	}
-	if got := CAHash([]byte("not DER")); got != "" {
-		t.Errorf("CAHash of garbage = %q, want empty", got)
-	}
-
-	// The hash an operator computes with openssl, as kubeadm documents:
-	// openssl x509 -pubkey -noout | openssl pkey -pubin -outform der | sha256.
-	if _, err := exec.LookPath("openssl"); err != nil {
-		t.Fatal("openssl not found: install it with `apt-get install openssl` (make test does) so the CA hash is cross-checked")
-	}
-	pub := exec.Command("openssl", "x509", "-pubkey", "-noout")
-	pub.Stdin = bytes.NewReader(ca.PEM())
-	pubPEM, err := pub.Output()
-	if err != nil {
-		t.Fatalf("openssl x509 -pubkey: %v", err)
-	}
-	der := exec.Command("openssl", "pkey", "-pubin", "-outform", "der")
-	der.Stdin = bytes.NewReader(pubPEM)
-	derOut, err := der.Output()
-	if err != nil {
-		t.Fatalf("openssl pkey: %v", err)
-	}
-	sum = sha256.Sum256(derOut)
-	if got, want := CAHash(ca.Cert.Raw), "sha256:"+hex.EncodeToString(sum[:]); got != want {
-		t.Errorf("CAHash = %q, openssl says %q", got, want)
-	}
-}
-
-func TestParseCAHash(t *testing.T) {
-	hex64 := strings.Repeat("ab", 32)
-	for _, tc := range []struct {
-		in, want string
-		ok       bool
-	}{
-		{"sha256:" + hex64, "sha256:" + hex64, true},
-		{"SHA256:" + strings.ToUpper(hex64), "sha256:" + hex64, true},
-		{hex64, "", false},
-		{"sha256:" + hex64[:10], "", false},
-		{"sha1:" + hex64, "", false},
-		{"sha256:" + strings.Repeat("zz", 32), "", false},
-	} {
-		got, err := ParseCAHash(tc.in)
-		if (err == nil) != tc.ok || got != tc.want {
-			t.Errorf("ParseCAHash(%q) = %q, %v; want %q, ok %v", tc.in, got, err, tc.want, tc.ok)
-		}
-		if err != nil && !strings.Contains(err.Error(), "--ca-cert-hash") {
-			t.Errorf("ParseCAHash(%q) error %q does not name the flag", tc.in, err)
 		}
 	}
 }
