@@ -18,11 +18,12 @@ func TestImports(t *testing.T) {
 		module + "internal/certificate": true,
 		module + "internal/mesh":        true,
 		module + "internal/meshapi":     true,
+		module + "internal/keylock":     true,
 		module + "internal/store":       true,
 	}
 	for _, dep := range strings.Fields(string(out)) {
 		if strings.HasPrefix(dep, module) && !allowed[dep] {
-			t.Errorf("internal/certificate depends on %s; it may import only internal/mesh, internal/meshapi and internal/store of osm-vm", dep)
+			t.Errorf("internal/certificate depends on %s; it may import only internal/mesh, internal/meshapi, internal/keylock and internal/store of osm-vm", dep)
 		}
 	}
 }

@@ -65,6 +65,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/osm-vm/osm-vm/internal/keylock"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
@@ -211,7 +212,7 @@ type Manager struct {
 	// syncMu serialises syncServices (a List and its diff).
 	syncMu sync.Mutex
 	// renewals serialises this replica's renewals of each proxy.
-	renewals keyLocks
+	renewals keylock.Set
 
 	mu       sync.Mutex
 	services map[CommonName]*serviceState

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/osm-vm/osm-vm/internal/keylock"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
@@ -278,13 +279,13 @@ func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER
 	if err != nil {
 		return nil, fmt.Errorf("renew proxy certificate: %w", err)
 	}
-	unlock, err := m.renewals.lock(ctx, cn)
+	unlock, err := m.renewals.Lock(ctx, cn, 0)
 	if err != nil {
 		return nil, fmt.Errorf("renew proxy certificate %s: %w", cn, err)
 	}
 	defer unlock()
 	for attempt := 1; attempt <= renewAttempts; attempt++ {
-		if attempt > 1 && !backoff(ctx, attempt-1) {
+		if attempt > 1 && !keylock.Backoff(ctx, attempt-1) {
 			return nil, fmt.Errorf("renew proxy certificate %s: %w", cn, ctx.Err())
 		}
 		e, ver, err := m.loadProxy(ctx, cn)

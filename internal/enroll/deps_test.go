@@ -25,6 +25,7 @@ func TestImports(t *testing.T) {
 		allowed := map[string]bool{
 			module + "internal/mesh":    true,
 			module + "internal/meshapi": true,
+			module + "internal/keylock": true,
 			module + "internal/store":   true,
 		}
 		self := module + "internal/enroll"
@@ -34,7 +35,7 @@ func TestImports(t *testing.T) {
 		allowed[self] = true
 		for _, dep := range strings.Fields(string(out)) {
 			if strings.HasPrefix(dep, module) && !allowed[dep] {
-				t.Errorf("%s depends on %s; it may import only internal/mesh, internal/meshapi and internal/store of osm-vm", self, dep)
+				t.Errorf("%s depends on %s; it may import only internal/mesh, internal/meshapi, internal/keylock and internal/store of osm-vm", self, dep)
 			}
 		}
 	}

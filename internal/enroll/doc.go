@@ -45,7 +45,7 @@
 // Package enrolltest holds a test CA and a real signing Issuer for tests of
 // anything that enrolls.
 //
-// The package imports internal/mesh, internal/meshapi and internal/store
+// The package imports internal/mesh, internal/meshapi, internal/keylock and internal/store
 // only; it must not import internal/certificate (the certificate manager
 // satisfies [Issuer]), internal/meshclient, internal/agent, internal/api or
 // anything under cmd/.

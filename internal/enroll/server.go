@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/osm-vm/osm-vm/internal/keylock"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/store"
@@ -85,7 +86,7 @@ func NewHandler(log *slog.Logger, tokens *Tokens, iss Issuer, xdsAddress func(ho
 
 type handler struct {
 	// renewing holds the proxies (by CN) with a renewal in progress.
-	renewing keyLocks
+	renewing keylock.Set
 	log      *slog.Logger
 	tokens   *Tokens
 	iss      Issuer
@@ -118,7 +119,7 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 	// each other's version checks; a check that still fails (another
 	// replica spent it) is retried after a jittered backoff.
 	if key, ok := tokenKey(req.Token); ok {
-		unlock, err := h.tokens.spends.lock(ctx, key, 0)
+		unlock, err := h.tokens.spends.Lock(ctx, key, 0)
 		if err != nil {
 			return // the client went away while queued
 		}
@@ -169,7 +170,7 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 			h.internal(w, "issue proxy certificate", issueErr)
 			return
 		}
-		if !backoff(ctx, attempt) {
+		if !keylock.Backoff(ctx, attempt) {
 			return // the client went away
 		}
 	}
@@ -220,8 +221,8 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 	// machines. Beyond maxQueuedRenewals a request is refused after the
 	// same hold, without queueing (answering at once would only feed the
 	// loop; closing the connection would make it cost TLS handshakes).
-	unlock, err := h.renewing.lock(r.Context(), cn, maxQueuedRenewals)
-	if errors.Is(err, errBusy) {
+	unlock, err := h.renewing.Lock(r.Context(), cn, maxQueuedRenewals)
+	if errors.Is(err, keylock.ErrBusy) {
 		t := time.NewTimer(refusedRenewalHold)
 		select {
 		case <-t.C:

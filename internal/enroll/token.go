@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/osm-vm/osm-vm/internal/keylock"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
@@ -106,7 +107,7 @@ type Tokens struct {
 	st  Store
 	now func() time.Time
 	// spends serialises the spends of each token in this process.
-	spends keyLocks
+	spends keylock.Set
 }
 
 // NewTokens returns the join tokens kept in st; now defaults to time.Now.

@@ -1,4 +1,14 @@
-package enroll
+// Package keylock serialises work on one key within a process (renewing
+// one proxy, spending one join token) while work on other keys runs in
+// parallel, and spaces out the retries of a store write that lost a
+// version check.
+//
+// It is an optimisation, not the correctness mechanism: the store's
+// version checks are, so replicas sharing a store stay correct; the lock
+// keeps the callers of one process from failing each other's checks.
+//
+// keylock imports nothing of ours.
+package keylock
 
 import (
 	"context"
@@ -8,28 +18,25 @@ import (
 	"time"
 )
 
-// keyLocks serialises work on one key within this process (spending one
-// join token), while work on other keys runs in parallel. It is an
-// optimisation, not the correctness mechanism: the store's version checks
-// are, so replicas sharing a store stay correct; with the lock, the
-// enrollments of one process no longer make each other's checks fail.
-type keyLocks struct {
+// Set holds a lock per key; the zero value is ready to use.
+type Set struct {
 	mu    sync.Mutex
 	locks map[string]*keyLock
 }
 
 type keyLock struct {
 	sem     chan struct{}
-	waiters int // holders and waiters, guarded by keyLocks.mu
+	waiters int // holders and waiters, guarded by Set.mu
 }
 
-// errBusy: too many callers already hold or wait for the key's lock.
-var errBusy = errors.New("busy")
+// ErrBusy is returned by Lock when too many callers already hold or wait
+// for the key's lock.
+var ErrBusy = errors.New("busy")
 
-// lock takes key's lock, or returns ctx's error if ctx ends first. The
+// Lock takes key's lock, or returns ctx's error if ctx ends first. The
 // returned func releases it. When maxWaiters is above 0 and that many
-// callers already hold or wait for the lock, it returns errBusy at once.
-func (k *keyLocks) lock(ctx context.Context, key string, maxWaiters int) (func(), error) {
+// callers already hold or wait for the lock, it returns ErrBusy at once.
+func (k *Set) Lock(ctx context.Context, key string, maxWaiters int) (func(), error) {
 	k.mu.Lock()
 	if k.locks == nil {
 		k.locks = map[string]*keyLock{}
@@ -41,7 +48,7 @@ func (k *keyLocks) lock(ctx context.Context, key string, maxWaiters int) (func()
 	}
 	if maxWaiters > 0 && l.waiters >= maxWaiters {
 		k.mu.Unlock()
-		return nil, errBusy
+		return nil, ErrBusy
 	}
 	l.waiters++
 	k.mu.Unlock()
@@ -62,11 +69,11 @@ func (k *keyLocks) lock(ctx context.Context, key string, maxWaiters int) (func()
 	}
 }
 
-// backoff waits a jittered, exponentially growing time before retry
+// Backoff waits a jittered, exponentially growing time before retry
 // attempt (1 is the first retry): between half and all of 2ms·2^(attempt-1),
 // at most 100ms, so replicas that collided spread out. It returns false
 // if ctx ends first.
-func backoff(ctx context.Context, attempt int) bool {
+func Backoff(ctx context.Context, attempt int) bool {
 	const base, ceiling = 2 * time.Millisecond, 100 * time.Millisecond
 	d := ceiling
 	if attempt < 8 {
