@@ -43,6 +43,7 @@ func Run(t *testing.T, h Harness) {
 		{"TxnConditions", testTxnConditions},
 		{"ListPrefixOrdered", testListPrefixOrdered},
 		{"EmptyValue", testEmptyValue},
+		{"IdenticalWriteIsACommit", testIdenticalWriteIsACommit},
 		{"WatchCoalescesAndFilters", testWatchCoalescesAndFilters},
 		{"WatchSeesDeletes", testWatchSeesDeletes},
 		{"WatchSeesEveryChangeEventually", testWatchSeesEveryChangeEventually},
@@ -228,6 +229,30 @@ func testEmptyValue(t *testing.T, _ Harness, s store.Store) {
 	got, gotVer, err := s.Get(ctx, "e")
 	if err != nil || len(got) != 0 || gotVer != ver {
 		t.Fatalf("Get(empty value) = %q@%d, %v; want empty@%d", got, gotVer, err, ver)
+	}
+}
+
+// Writing the value a key already has is still a commit: a new version,
+// and watchers signalled (Consul would skip it; its backend must not).
+func testIdenticalWriteIsACommit(t *testing.T, _ Harness, s store.Store) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	v1, ok, err := s.CompareAndSwap(ctx, "same/k", 0, []byte("v"))
+	if err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	ch := s.Watch(ctx, "same/")
+	v2, ok, err := s.CompareAndSwap(ctx, "same/k", v1, []byte("v"))
+	if err != nil || !ok || v2 <= v1 {
+		t.Fatalf("rewrite of the same value: version %d after %d, %v, %v; want a higher version", v2, v1, ok, err)
+	}
+	if _, ver, _ := s.Get(ctx, "same/k"); ver != v2 {
+		t.Fatalf("Get version %d, want %d", ver, v2)
+	}
+	select {
+	case <-ch:
+	case <-time.After(eventually):
+		t.Fatal("no notification for a rewrite of the same value")
 	}
 }
 
