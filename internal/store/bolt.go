@@ -131,7 +131,7 @@ func (b *Bolt) Txn(ctx context.Context, ops ...Op) (bool, error) {
 }
 
 func (b *Bolt) txn(ctx context.Context, ops []Op, newVersion *uint64) (bool, error) {
-	if err := validateOps(ops); err != nil {
+	if err := ValidateOps(ops); err != nil {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -72,7 +72,7 @@ func (m *Memory) CompareAndSwap(ctx context.Context, key string, version uint64,
 
 // Txn implements Store.
 func (m *Memory) Txn(ctx context.Context, ops ...Op) (bool, error) {
-	if err := validateOps(ops); err != nil {
+	if err := ValidateOps(ops); err != nil {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -1,11 +1,17 @@
 // Package store persists osm-server's state: the mesh CA, certificates,
 // join tokens, proxy records and the mesh specification. It owns one small
-// contract, [Store], with two implementations: [Bolt], an embedded bbolt
-// file in the data directory (the default; nothing else to install), and
-// [Memory] for tests. The contract is shaped so a Consul KV implementation
-// can follow: every value has a version (like Consul's ModifyIndex), writes
-// can be conditional on it (check-and-set), several writes can commit as one
-// transaction, and a prefix can be watched.
+// contract, [Store], with three implementations: [Bolt], an embedded bbolt
+// file in the data directory (the default; nothing else to install),
+// [Memory] for tests, and Consul KV in the consulstore subpackage, for
+// several osm-servers sharing one state. Every value has a version (Consul's
+// ModifyIndex, or a store-wide counter: increasing, not dense), writes can
+// be conditional on it (check-and-set), several writes can commit as one
+// transaction, and a prefix can be watched. The storetest subpackage is the
+// contract's conformance suite; every implementation runs it.
+//
+// Transactions are bounded: a caller that keeps each within [MaxTxnOps] ops
+// and [MaxTxnBytes] bytes of values works on every backend. Bolt and Memory
+// accept more; Consul refuses more with [ErrTooLarge] before sending it.
 //
 // Consumers declare the subset they need as their own interface; the types
 // here (KV, Op) are the vocabulary they share.
@@ -38,6 +44,23 @@ const (
 	// OpCheck writes nothing; it only makes the transaction conditional.
 	OpCheck
 )
+
+// Limits every backend meets, set by Consul's defaults (the tightest).
+const (
+	// MaxTxnOps is the most ops one transaction may hold. Consul 1.20
+	// accepts 128 (txn endpoint), older releases 64.
+	MaxTxnOps = 64
+	// MaxTxnBytes bounds a transaction's values and keys together. Consul
+	// limits a transaction's request body to 512 KiB (txn_max_req_len),
+	// with values base64-encoded (4/3 of their size) and some 150 bytes of
+	// JSON per op: 360 KiB of values and keys encode to 480 KiB, leaving
+	// 32 KiB for the JSON of MaxTxnOps ops.
+	MaxTxnBytes = 360 << 10
+)
+
+// ErrTooLarge is wrapped by the error of a transaction over a backend's
+// limits (see [MaxTxnOps]); nothing of it was applied.
+var ErrTooLarge = errors.New("transaction over the store's limits")
 
 // AnyVersion in an Op's Version skips the version check.
 const AnyVersion = ^uint64(0)
@@ -91,8 +114,10 @@ type Store interface {
 	Watch(ctx context.Context, prefix string) <-chan struct{}
 }
 
-// validateOps checks the ops of a transaction before anything is applied.
-func validateOps(ops []Op) error {
+// ValidateOps checks the ops of a transaction before anything is applied:
+// at least one op, no empty key, no key written twice, known kinds. Every
+// implementation calls it first.
+func ValidateOps(ops []Op) error {
 	if len(ops) == 0 {
 		return errors.New("store: empty transaction")
 	}
