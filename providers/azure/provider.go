@@ -107,17 +107,8 @@ func (pl *poller) run(ctx context.Context) {
 			throttled = 0
 		}
 		wait := nextPoll(pl.cfg.pollInterval(), err, throttled)
-		var problems []string
 		if err != nil {
-			problems = append(problems, describe(err, pl.cfg, wait))
-		}
-		if pl.tags != "" {
-			problems = append(problems, pl.tags)
-		}
-		if len(problems) == 0 {
-			pl.state.SetHealthy()
-		} else {
-			pl.state.SetUnhealthy(errors.New(strings.Join(problems, "; also ")))
+			pl.setHealth(err, wait)
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -126,6 +117,23 @@ func (pl *poller) run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// setHealth reports the last poll's error (retried after wait) and the
+// unusable tags of the last complete read.
+func (pl *poller) setHealth(err error, wait time.Duration) {
+	var problems []string
+	if err != nil {
+		problems = append(problems, describe(err, pl.cfg, wait))
+	}
+	if pl.tags != "" {
+		problems = append(problems, pl.tags)
+	}
+	if len(problems) == 0 {
+		pl.state.SetHealthy()
+	} else {
+		pl.state.SetUnhealthy(errors.New(strings.Join(problems, "; also ")))
 	}
 }
 
@@ -142,8 +150,11 @@ func (pl *poller) poll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pl.state.ReplaceAll(d.services)
+	// Health first: whoever sees the new endpoints sees the problems of
+	// the read that found them.
 	pl.tags = summarize(d.problems)
+	pl.setHealth(nil, 0)
+	pl.state.ReplaceAll(d.services)
 	pl.log.Debug("polled Azure Resource Manager", "services", len(d.services), "took", time.Since(start))
 	return nil
 }
