@@ -49,7 +49,8 @@ type Model struct {
 	subs    map[chan struct{}]struct{}
 	wake    chan struct{}
 
-	// Owned by Run (and NewModel before it).
+	// Owned by Update (under updateMu).
+	updateMu  sync.Mutex
 	catSnap   *Snapshot
 	connected map[mesh.MeshService]map[netip.Addr]int // proxies connected from each address
 	inGrace   bool
@@ -73,7 +74,7 @@ func NewModel(cat *Catalog, sp SpecSource, trustDomain string, grace time.Durati
 		inGrace:   grace > 0,
 		current:   &View{historyFrom: 1},
 	}
-	m.update()
+	m.Update()
 	return m
 }
 
@@ -135,24 +136,30 @@ func (m *Model) Run(ctx context.Context) error {
 		defer t.Stop()
 		graceOver = t.C
 	}
-	m.update() // what changed before the subscriptions
+	m.Update() // what changed before the subscriptions
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-graceOver:
 			// From now on only connected proxies' endpoints participate.
+			m.updateMu.Lock()
 			m.inGrace = false
+			m.updateMu.Unlock()
 		case <-specCh:
 		case <-catCh:
 		case <-m.wake:
 		}
-		m.update()
+		m.Update()
 	}
 }
 
-// update publishes the next view if anything a proxy receives changed.
-func (m *Model) update() {
+// Update publishes the next view now if anything a proxy receives changed
+// (Run calls it on every change; tests and benchmarks may call it to
+// publish without waiting for Run).
+func (m *Model) Update() {
+	m.updateMu.Lock()
+	defer m.updateMu.Unlock()
 	m.mu.Lock()
 	events := m.pending
 	m.pending = nil

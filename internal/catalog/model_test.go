@@ -70,7 +70,7 @@ func TestModelParticipantRule(t *testing.T) {
 
 	// A connect from an address a has an endpoint on: a changes, b does not.
 	m.ProxyConnected(a, ip2)
-	m.update()
+	m.Update()
 	v1 := m.View()
 	if got, want := ipsOf(v1.Endpoints(a)), []string{"10.0.0.2"}; !cmp.Equal(got, want) {
 		t.Errorf("participants of a = %v, want %v", got, want)
@@ -81,7 +81,7 @@ func TestModelParticipantRule(t *testing.T) {
 
 	// A connect from an address with no endpoint of the service: no view.
 	m.ProxyConnected(b, ip2)
-	m.update()
+	m.Update()
 	if m.View() != v1 {
 		t.Error("a connect that changes no participants published a view")
 	}
@@ -89,12 +89,12 @@ func TestModelParticipantRule(t *testing.T) {
 	// A second proxy on the same address, then one leaving: still there.
 	m.ProxyConnected(a, ip2)
 	m.ProxyDisconnected(a, ip2)
-	m.update()
+	m.Update()
 	if m.View() != v1 {
 		t.Error("a second proxy on a connected address changed the view")
 	}
 	m.ProxyDisconnected(a, ip2)
-	m.update()
+	m.Update()
 	v2 := m.View()
 	if got := ipsOf(v2.Endpoints(a)); len(got) != 0 {
 		t.Errorf("participants of a after its proxy left = %v, want none", got)
@@ -105,7 +105,7 @@ func TestModelParticipantRule(t *testing.T) {
 
 	// Turning the rule off makes every discovered endpoint participate.
 	setRule(t, sp, false)
-	m.update()
+	m.Update()
 	v3 := m.View()
 	if got, want := ipsOf(v3.Endpoints(a)), []string{"10.0.0.1", "10.0.0.2"}; !cmp.Equal(got, want) {
 		t.Errorf("participants of a without the rule = %v, want %v", got, want)
@@ -119,7 +119,7 @@ func TestModelParticipantRule(t *testing.T) {
 
 	// An endpoint change is listed; an unknown service is gone.
 	cat.DeleteService("p", b)
-	m.update()
+	m.Update()
 	v4 := m.View()
 	if got, all := v4.Changed(v3); all || !cmp.Equal(got, []mesh.MeshService{b}) {
 		t.Errorf("Changed after b was deleted = %v, %v; want [b], false", got, all)
@@ -148,7 +148,7 @@ func TestModelChangedBeyondHistory(t *testing.T) {
 	recent := old
 	for i, svc := range svcs {
 		cat.SetEndpoints("p", svc, []mesh.Endpoint{{IP: netip.MustParseAddr("10.0.0.2"), Port: 80}})
-		m.update()
+		m.Update()
 		if i == len(svcs)-3 {
 			recent = m.View()
 		}

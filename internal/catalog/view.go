@@ -58,17 +58,36 @@ func NewView(sp *spec.Snapshot, trustDomain string, endpoints map[mesh.MeshServi
 }
 
 // Version increases with every published view.
-func (v *View) Version() uint64 { return v.version }
+func (v *View) Version() uint64 {
+	if v == nil {
+		return 0
+	}
+	return v.version
+}
 
-// Spec returns the mesh specification snapshot (nil if there is none).
-func (v *View) Spec() *spec.Snapshot { return v.spec }
+// Spec returns the mesh specification snapshot (nil if there is none, or
+// v is nil).
+func (v *View) Spec() *spec.Snapshot {
+	if v == nil {
+		return nil
+	}
+	return v.spec
+}
 
 // TrustDomain returns the SPIFFE trust domain of service certificates.
-func (v *View) TrustDomain() string { return v.trustDomain }
+func (v *View) TrustDomain() string {
+	if v == nil {
+		return ""
+	}
+	return v.trustDomain
+}
 
 // Endpoints returns svc's participant endpoints: the endpoints other
 // proxies are sent, sorted by address. The result must not be modified.
 func (v *View) Endpoints(svc mesh.MeshService) []mesh.Endpoint {
+	if v == nil {
+		return nil
+	}
 	if p := v.services[svc]; p != nil {
 		return p.endpoints
 	}

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -18,20 +16,14 @@ import (
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/mesh"
-	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 )
 
-// SpecSource is the mesh specification the publisher renders from.
-type SpecSource interface {
-	Snapshot() *spec.Snapshot
-	Subscribe() (notify <-chan struct{}, cancel func())
-}
-
-// EndpointSource is the catalog of discovered endpoints.
-type EndpointSource interface {
-	Snapshot() *catalog.Snapshot
+// ViewSource is the mesh model the publisher renders from: the catalog's
+// current View, and a coalescing notification when a new one is published.
+type ViewSource interface {
+	View() *catalog.View
 	Subscribe() (notify <-chan struct{}, cancel func())
 }
 
@@ -43,8 +35,9 @@ type CertSource interface {
 }
 
 // Publisher renders what each connected proxy receives and publishes it
-// into the cache. It is event-driven: a specification change re-renders
-// every group of proxies, an endpoint change rebuilds the changed services'
+// into the cache. It reads the mesh from the catalog's View and is
+// event-driven: a specification change re-renders the groups of proxies it
+// touches, a change of some services' participant endpoints rebuilds their
 // ClusterLoadAssignments once and publishes them only to the proxies that
 // depend on them, a certificate rotation republishes the secrets of that
 // service account, and a connecting proxy gets its group's resources.
@@ -53,12 +46,10 @@ type CertSource interface {
 // resource except their inbound listeners (bound to each proxy's address),
 // so each resource is rendered and marshalled once per version and shared.
 type Publisher struct {
-	log         *slog.Logger
-	cache       *cache.Cache
-	spec        SpecSource
-	endpoints   EndpointSource
-	certs       CertSource
-	trustDomain string
+	log   *slog.Logger
+	cache *cache.Cache
+	views ViewSource
+	certs CertSource
 
 	mu       sync.Mutex
 	pending  []proxyEvent
@@ -72,13 +63,11 @@ type Publisher struct {
 	refuse func(nodeID string, err error)
 
 	// Owned by Run.
-	specSnap  *spec.Snapshot
-	catSnap   *catalog.Snapshot
-	groups    map[groupKey]*group
-	nodes     map[string]*node
-	connected map[mesh.MeshService]map[netip.Addr]int // advertise addresses of connected proxies
-	eds       map[mesh.MeshService]*edsSlot           // the ClusterLoadAssignment of each service a group depends on
-	secrets   map[mesh.ServiceAccount]*cache.Set
+	view    *catalog.View
+	groups  map[groupKey]*group
+	nodes   map[string]*node
+	eds     map[mesh.MeshService]*edsSlot // the ClusterLoadAssignment of each service a group depends on
+	secrets map[mesh.ServiceAccount]*cache.Set
 	// wants holds the listener names each gRPC stream of a node asks
 	// for (by node ID and stream), refusing the nodes that hold refusal
 	// listeners, and refusalCluster and refusalCLA the resources their
@@ -91,31 +80,21 @@ type Publisher struct {
 	// endpoints they receive; nil when a group's dependencies changed.
 	dependents map[mesh.MeshService][]dependent
 	// memo shares what render builds for one upstream between the groups
-	// that call it, and byMessage the Resource (one marshal) of each
-	// message it shares; both are reset with each specification.
-	// interned holds one Resource per content (type, name and version),
-	// so groups that render equal resources share one and the validators,
-	// which remember what they found in each message, walk it once. A
-	// Resource stays interned while something holds it: held counts the
-	// groups and secret sets holding each (an EDS slot is the only holder
-	// of its load assignment), and at 0 it is forgotten, by the validators
-	// too. So what renders to the same bytes after a specification change
-	// keeps its Resource and is not validated again.
+	// that call it; interned holds the Resource (one marshal) of each
+	// message it shares, reset with each specification, and one Resource
+	// per content, so groups that render equal resources share one and
+	// the validators, which remember what they found in each message, walk
+	// it once. The holders of each Resource are the groups, secret sets
+	// and refusals (an EDS slot is the only holder of its load assignment,
+	// outside the counts); one that nothing holds is forgotten, by the
+	// validators too. So what renders to the same bytes after a
+	// specification change keeps its Resource and is not validated again.
 	memo       *render.Memo
-	byMessage  map[proto.Message]*cache.Resource
-	interned   map[internKey]*cache.Resource
-	held       map[*cache.Resource]int
+	interned   *cache.Interner
 	validators map[render.Flavor]*render.Validator
 
 	statusMu sync.Mutex
 	errs     map[string]string // node ID -> last render error
-
-	// startupGrace: until graceEnd the participant rule sends every
-	// discovered endpoint, because after a server restart the proxies
-	// reconnect one by one and a caller that reconnects first must not be
-	// told that its upstreams are gone.
-	startupGrace time.Duration
-	graceEnd     time.Time
 }
 
 type proxyEvent struct {
@@ -193,8 +172,6 @@ type dependent struct {
 	slot int
 }
 
-type internKey struct{ typeURL, name, version string }
-
 // edsSlot holds a service's ClusterLoadAssignment; groups keep pointers to
 // the slots of their dependencies, so publishing an endpoint change to many
 // groups does not look each dependency up. res is nil until built, and
@@ -206,36 +183,33 @@ type edsSlot struct {
 	refs int // groups whose slots include it; at 0 it is dropped
 }
 
-// NewPublisher returns a publisher; Run starts it.
-func NewPublisher(log *slog.Logger, c *cache.Cache, sp SpecSource, eps EndpointSource, certs CertSource, trustDomain string) *Publisher {
-	return &Publisher{
-		log: log, cache: c, spec: sp, endpoints: eps, certs: certs, trustDomain: trustDomain,
-		wake:      make(chan struct{}, 1),
-		groups:    map[groupKey]*group{},
-		nodes:     map[string]*node{},
-		connected: map[mesh.MeshService]map[netip.Addr]int{},
-		eds:       map[mesh.MeshService]*edsSlot{},
-		secrets:   map[mesh.ServiceAccount]*cache.Set{},
-		wants:     map[string]map[uint64][]string{},
-		refusing:  map[*node]struct{}{},
-		errs:      map[string]string{},
-		memo:      render.NewMemo(),
-		byMessage: map[proto.Message]*cache.Resource{},
-		interned:  map[internKey]*cache.Resource{},
-		held:      map[*cache.Resource]int{},
+// NewPublisher returns a publisher of the views of the mesh model; Run
+// starts it.
+func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs CertSource) *Publisher {
+	p := &Publisher{
+		log: log, cache: c, views: views, certs: certs,
+		wake:     make(chan struct{}, 1),
+		view:     views.View(),
+		groups:   map[groupKey]*group{},
+		nodes:    map[string]*node{},
+		eds:      map[mesh.MeshService]*edsSlot{},
+		secrets:  map[mesh.ServiceAccount]*cache.Set{},
+		wants:    map[string]map[uint64][]string{},
+		refusing: map[*node]struct{}{},
+		errs:     map[string]string{},
+		memo:     render.NewMemo(),
 		validators: map[render.Flavor]*render.Validator{
 			render.Envoy: render.NewValidator(render.Envoy),
 			render.GRPC:  render.NewValidator(render.GRPC),
 		},
 	}
+	p.interned = cache.NewInterner(c, func(m proto.Message) {
+		for _, v := range p.validators {
+			v.ForgetMessage(m)
+		}
+	})
+	return p
 }
-
-// SetStartupGrace sets how long after Run starts every discovered endpoint
-// is sent, whatever the participant rule says (0, the default, for none).
-// Call it before Run.
-func (p *Publisher) SetStartupGrace(d time.Duration) { p.startupGrace = d }
-
-func (p *Publisher) inGrace() bool { return !p.graceEnd.IsZero() && time.Now().Before(p.graceEnd) }
 
 // ProxyConnected implements Watcher.
 func (p *Publisher) ProxyConnected(px Proxy) { p.enqueue(proxyEvent{px, true}) }
@@ -288,42 +262,19 @@ func (p *Publisher) setErr(nodeID string, err error) {
 // Run publishes until ctx is done. Bursts of changes coalesce: each pass
 // handles everything that arrived since the previous one.
 func (p *Publisher) Run(ctx context.Context) error {
-	specCh, cancelSpec := p.spec.Subscribe()
-	defer cancelSpec()
-	catCh, cancelCat := p.endpoints.Subscribe()
-	defer cancelCat()
+	viewCh, cancelViews := p.views.Subscribe()
+	defer cancelViews()
 	certCh, cancelCerts := p.certs.Subscribe()
 	defer cancelCerts()
 
-	p.specSnap = p.spec.Snapshot()
-	p.catSnap = p.endpoints.Snapshot()
-	var graceOver <-chan time.Time
-	if p.startupGrace > 0 {
-		p.graceEnd = time.Now().Add(p.startupGrace)
-		t := time.NewTimer(p.startupGrace)
-		defer t.Stop()
-		graceOver = t.C
-	}
+	viewChanged := true // since NewPublisher
 	for {
-		var specChanged, catChanged bool
 		rotated := map[mesh.ServiceAccount]bool{}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-graceOver:
-			// From now on only connected proxies' endpoints are sent.
-			p.graceEnd = time.Time{}
-			p.dropAllEDS()
-			all := map[mesh.MeshService]bool{}
-			for _, svc := range p.catSnap.Services() {
-				all[svc] = true
-			}
-			p.publishEDS(all)
-			continue
-		case <-specCh:
-			specChanged = true
-		case <-catCh:
-			catChanged = true
+		case <-viewCh:
+			viewChanged = true
 		case a := <-certCh:
 			noteRotation(rotated, a)
 		case <-p.wake:
@@ -332,17 +283,16 @@ func (p *Publisher) Run(ctx context.Context) error {
 	drain:
 		for {
 			select {
-			case <-specCh:
-				specChanged = true
-			case <-catCh:
-				catChanged = true
+			case <-viewCh:
+				viewChanged = true
 			case a := <-certCh:
 				noteRotation(rotated, a)
 			default:
 				break drain
 			}
 		}
-		p.pass(ctx, specChanged, catChanged, rotated)
+		p.pass(ctx, viewChanged, rotated)
+		viewChanged = false
 	}
 }
 
@@ -359,8 +309,10 @@ func noteRotation(rotated map[mesh.ServiceAccount]bool, a certificate.Announceme
 	}
 }
 
-// pass applies one batch of changes.
-func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rotated map[mesh.ServiceAccount]bool) {
+// pass applies one batch of changes: proxies joining and leaving, the
+// listener names gRPC streams ask for, a new View (if viewChanged) and
+// certificate rotations.
+func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh.ServiceAccount]bool) {
 	p.mu.Lock()
 	events := p.pending
 	p.pending = nil
@@ -368,20 +320,9 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 	p.requests = nil
 	p.mu.Unlock()
 
-	// Which services' endpoints (as sent) may have changed.
-	changedEDS := map[mesh.MeshService]bool{}
-	if catChanged {
-		next := p.endpoints.Snapshot()
-		for _, svc := range next.Changed(p.catSnap) {
-			changedEDS[svc] = true
-		}
-		p.catSnap = next
-	}
 	var joined []*node
 	for _, e := range events {
-		if p.applyProxyEvent(e) && p.participates(e.proxy) {
-			changedEDS[e.proxy.Service] = true
-		}
+		p.applyProxyEvent(e)
 		if n := p.nodes[e.proxy.NodeID]; n != nil && e.connected {
 			joined = append(joined, n)
 		}
@@ -410,15 +351,37 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 		}
 		streams[r.stream] = r.names
 	}
-	if specChanged {
-		if next := p.spec.Snapshot(); next.Version() != p.specSnap.Version() {
-			p.useSpec(ctx, next)
+	// Which services' participant endpoints changed.
+	var changedEDS []mesh.MeshService
+	if viewChanged {
+		next := p.views.View()
+		prev := p.view
+		p.view = next
+		changed, all := next.Changed(prev)
+		specChanged := next.Spec() != prev.Spec() // snapshots are immutable: a new one is a change
+		ruleChanged := specChanged && prev.Spec().RequireConnectedProxy() != next.Spec().RequireConnectedProxy()
+		switch {
+		case ruleChanged:
+			// The participant rule changed: everything is rebuilt.
+			p.renderAll(ctx)
+		case specChanged:
+			p.renderChanged(ctx)
+		}
+		if specChanged {
 			for n := range p.refusing {
 				if recheck == nil {
 					recheck = map[string]bool{}
 				}
 				recheck[n.proxy.NodeID] = true
 			}
+		}
+		switch {
+		case ruleChanged: // rebuilt already
+		case all:
+			// Every service's participants (the startup grace ended).
+			changedEDS = slices.Collect(maps.Keys(p.eds))
+		default:
+			changedEDS = changed
 		}
 	}
 	if rotated[allAccounts] {
@@ -429,7 +392,7 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 	for sa := range rotated {
 		p.dropSecrets(sa)
 	}
-	for svc := range changedEDS {
+	for _, svc := range changedEDS {
 		p.dropEDS(svc)
 	}
 	if len(changedEDS) > 0 {
@@ -440,7 +403,7 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 			if g.key.flavor != render.Envoy {
 				continue
 			}
-			if info, ok := p.specSnap.Service(g.key.service); rotated[allAccounts] || ok && rotated[info.ServiceAccount] {
+			if info, ok := p.view.Spec().Service(g.key.service); rotated[allAccounts] || ok && rotated[info.ServiceAccount] {
 				for _, n := range g.nodes {
 					p.publishSecrets(ctx, n)
 				}
@@ -460,11 +423,10 @@ func (p *Publisher) pass(ctx context.Context, specChanged, catChanged bool, rota
 	}
 }
 
-// applyProxyEvent updates the connected set; it reports whether the
-// service's participating endpoints may have changed.
-func (p *Publisher) applyProxyEvent(e proxyEvent) bool {
+// applyProxyEvent adds a joining proxy to its group, or removes a leaving
+// one.
+func (p *Publisher) applyProxyEvent(e proxyEvent) {
 	px := e.proxy
-	addrs := p.connected[px.Service]
 	if e.connected {
 		if old := p.nodes[px.NodeID]; old != nil {
 			p.dropNode(old)
@@ -478,21 +440,15 @@ func (p *Publisher) applyProxyEvent(e proxyEvent) bool {
 		n := &node{proxy: px, group: g}
 		g.nodes[px.NodeID] = n
 		p.nodes[px.NodeID] = n
-		if addrs == nil {
-			addrs = map[netip.Addr]int{}
-			p.connected[px.Service] = addrs
-		}
-		addrs[px.Address]++
-		return addrs[px.Address] == 1
+		return
 	}
 	n := p.nodes[px.NodeID]
 	if n == nil {
-		return false
+		return
 	}
 	p.dropNode(n)
 	p.cache.Forget(px.NodeID)
 	p.setErr(px.NodeID, nil)
-	return addrs[px.Address] == 0
 }
 
 func (p *Publisher) dropNode(n *node) {
@@ -503,64 +459,15 @@ func (p *Publisher) dropNode(n *node) {
 	delete(n.group.nodes, n.proxy.NodeID)
 	if g := n.group; len(g.nodes) == 0 {
 		delete(p.groups, g.key)
-		p.release(g.resources())
+		p.interned.Release(g.resources()...)
 		p.releaseSlots(g.slots)
 		p.dependents = nil
 	}
-	if addrs := p.connected[n.proxy.Service]; addrs != nil {
-		addrs[n.proxy.Address]--
-		if addrs[n.proxy.Address] <= 0 {
-			delete(addrs, n.proxy.Address)
-		}
-		if len(addrs) == 0 {
-			delete(p.connected, n.proxy.Service)
-		}
-	}
 }
 
-// participates reports whether px connecting or leaving can change what
-// is sent as its service's endpoints: only under the participant rule,
-// after the startup grace, and for an address the service has an endpoint
-// on. (Otherwise nothing is rebuilt or sent for a join.)
-func (p *Publisher) participates(px Proxy) bool {
-	if !p.specSnap.RequireConnectedProxy() || p.inGrace() {
-		return false
-	}
-	se, ok := p.catSnap.Endpoints(px.Service)
-	if !ok {
-		return false
-	}
-	for _, e := range se.Endpoints {
-		if e.IP == px.Address {
-			return true
-		}
-	}
-	return false
-}
-
-// participants returns the endpoints of svc that are sent to others: all
-// discovered ones, or with RequireConnectedProxy only those whose proxy is
-// connected (issued ∩ connected ∩ discovered).
-func (p *Publisher) participants(svc mesh.MeshService) []mesh.Endpoint {
-	se, ok := p.catSnap.Endpoints(svc)
-	if !ok {
-		return nil
-	}
-	if !p.specSnap.RequireConnectedProxy() || p.inGrace() {
-		return se.Endpoints
-	}
-	addrs := p.connected[svc]
-	var out []mesh.Endpoint
-	for _, e := range se.Endpoints {
-		if addrs[e.IP] > 0 {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
+// mesh is what render reads: the current View, and the Memo.
 func (p *Publisher) mesh() render.Mesh {
-	return render.Mesh{Spec: p.specSnap, Endpoints: p.participants, TrustDomain: p.trustDomain, Memo: p.memo}
+	return render.Mesh{View: p.view, Memo: p.memo}
 }
 
 // slot returns svc's EDS slot.
@@ -587,11 +494,11 @@ func (p *Publisher) edsResource(sl *edsSlot) (*cache.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	if res = p.intern(res); res.Message() == proto.Message(cla) {
+	if res = p.interned.Intern(res); res.Message() == proto.Message(cla) {
 		// New content. The validator remembers it (until dropEDS), so
 		// validating the sets that hold it does not walk it again.
 		if err := p.validators[render.Envoy].Validate(cla); err != nil {
-			p.unintern(res)
+			p.interned.Forget(res)
 			return nil, fmt.Errorf("endpoints of %s failed validation: %w", sl.svc, err)
 		}
 	}
@@ -604,7 +511,7 @@ func (p *Publisher) edsResource(sl *edsSlot) (*cache.Resource, error) {
 // longer interned either).
 func (p *Publisher) dropEDS(svc mesh.MeshService) {
 	if sl := p.eds[svc]; sl != nil && sl.res != nil {
-		p.unintern(sl.res)
+		p.interned.Forget(sl.res)
 		sl.res = nil
 	}
 }
@@ -617,7 +524,7 @@ func (p *Publisher) dropAllEDS() {
 
 // publishEDS rebuilds the changed services' endpoints and publishes them
 // to the proxies that depend on them.
-func (p *Publisher) publishEDS(changed map[mesh.MeshService]bool) {
+func (p *Publisher) publishEDS(changed []mesh.MeshService) {
 	if p.dependents == nil {
 		p.dependents = map[mesh.MeshService][]dependent{}
 		for _, g := range p.groups {
@@ -633,7 +540,7 @@ func (p *Publisher) publishEDS(changed map[mesh.MeshService]bool) {
 	if len(changed) > 1 {
 		done = map[*group]bool{}
 	}
-	for svc := range changed {
+	for _, svc := range changed {
 		deps := p.dependents[svc]
 		if len(deps) == 0 {
 			continue
@@ -721,23 +628,11 @@ func (p *Publisher) renderAll(ctx context.Context) {
 	p.rerender(ctx, slices.Collect(maps.Values(p.groups)))
 }
 
-// useSpec re-renders what the specification next changes.
-func (p *Publisher) useSpec(ctx context.Context, next *spec.Snapshot) {
-	prev := p.specSnap
-	p.specSnap = next
-	if prev.RequireConnectedProxy() != next.RequireConnectedProxy() {
-		// The participant rule changed: every EDS is rebuilt.
-		p.renderAll(ctx)
-		return
-	}
-	p.renderChanged(ctx)
-}
-
 // newMemo starts rendering from a new specification: render shares new
 // messages, so what was remembered of the old ones goes.
 func (p *Publisher) newMemo() {
 	p.memo = render.NewMemo()
-	clear(p.byMessage)
+	p.interned.ForgetMessages()
 	for _, v := range p.validators {
 		v.ForgetChains()
 	}
@@ -784,7 +679,7 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 			p.publishNode(ctx, n)
 		}
 	}
-	p.release(old)
+	p.interned.Release(old...)
 	p.releaseSlots(oldSlots)
 }
 
@@ -805,15 +700,15 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
-	rds, err := newSet(p, routes)
+	rds, err := cache.InternedSet(p.interned, routes)
 	if err != nil {
 		return err
 	}
-	cds, err := newSet(p, clusters)
+	cds, err := cache.InternedSet(p.interned, clusters)
 	if err != nil {
 		return err
 	}
-	shared, err := resources(p, listeners)
+	shared, err := cache.Resources(p.interned, listeners)
 	if err != nil {
 		return err
 	}
@@ -829,7 +724,7 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	}
 	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(render.EDSName(a.svc), render.EDSName(b.svc)) })
 	g.inputs, g.rds, g.cds, g.slots, g.shared, g.eds = in, rds, cds, slots, shared, nil
-	p.retain(g.resources())
+	p.interned.Retain(g.resources()...)
 	p.dependents = nil
 	return nil
 }
@@ -956,34 +851,6 @@ func (p *Publisher) validate(f render.Flavor, sets ...*cache.Set) error {
 	return p.validators[f].ValidateWith(p.memo, msgs...)
 }
 
-// intern returns the Resource already held for r's content, or r.
-func (p *Publisher) intern(r *cache.Resource) *cache.Resource {
-	k := internKey{r.TypeURL(), r.Name(), r.Version()}
-	if old := p.interned[k]; old != nil {
-		return old
-	}
-	p.interned[k] = r
-	return r
-}
-
-// retain counts one more holder of each Resource.
-func (p *Publisher) retain(rs []*cache.Resource) {
-	for _, r := range rs {
-		p.held[r]++
-	}
-}
-
-// release counts one holder less of each Resource, forgetting those no
-// longer held.
-func (p *Publisher) release(rs []*cache.Resource) {
-	for _, r := range rs {
-		if p.held[r]--; p.held[r] <= 0 {
-			delete(p.held, r)
-			p.unintern(r)
-		}
-	}
-}
-
 // releaseSlots counts one group less depending on each slot, dropping
 // the slots no group depends on.
 func (p *Publisher) releaseSlots(slots []*edsSlot) {
@@ -1000,25 +867,13 @@ func (p *Publisher) releaseSlots(slots []*edsSlot) {
 func (p *Publisher) dropSecrets(sa mesh.ServiceAccount) {
 	if set := p.secrets[sa]; set != nil {
 		delete(p.secrets, sa)
-		p.release(set.Resources())
-	}
-}
-
-// unintern forgets r, which no set holds any more, and the validators
-// forget what they found in it.
-func (p *Publisher) unintern(r *cache.Resource) {
-	k := internKey{r.TypeURL(), r.Name(), r.Version()}
-	if p.interned[k] == r {
-		delete(p.interned, k)
-	}
-	for _, v := range p.validators {
-		v.ForgetMessage(r.Message())
+		p.interned.Release(set.Resources()...)
 	}
 }
 
 // secretSet returns the SDS secrets of svc's service account.
 func (p *Publisher) secretSet(ctx context.Context, svc mesh.MeshService) (*cache.Set, error) {
-	info, ok := p.specSnap.Service(svc)
+	info, ok := p.view.Spec().Service(svc)
 	sa := mesh.ServiceAccount{Namespace: svc.Namespace, Name: svc.Name}
 	if ok {
 		sa = info.ServiceAccount
@@ -1034,12 +889,12 @@ func (p *Publisher) secretSet(ctx context.Context, svc mesh.MeshService) (*cache
 	if err != nil {
 		return nil, err
 	}
-	set, err := newSet(p, secrets)
+	set, err := cache.InternedSet(p.interned, secrets)
 	if err != nil {
 		return nil, err
 	}
 	p.secrets[sa] = set
-	p.retain(set.Resources())
+	p.interned.Retain(set.Resources()...)
 	return set, nil
 }
 
@@ -1056,41 +911,6 @@ func (p *Publisher) publish(nodeID, typeURL string, set *cache.Set) {
 	if err := p.cache.Publish(nodeID, typeURL, set); err != nil {
 		p.log.Error("publish", "node", nodeID, "type", typeURL, "err", err)
 	}
-}
-
-type namedMessage interface {
-	proto.Message
-	GetName() string
-}
-
-// newSet returns a Set of the messages' interned Resources.
-func newSet[T namedMessage](p *Publisher, msgs []T) (*cache.Set, error) {
-	rs, err := resources(p, msgs)
-	if err != nil {
-		return nil, err
-	}
-	return cache.NewSet(rs...)
-}
-
-// resources returns the interned Resource of each message, marshalling
-// only messages it has not seen (render's Memo returns one message for
-// every group that receives an upstream's resource).
-func resources[T namedMessage](p *Publisher, msgs []T) ([]*cache.Resource, error) {
-	rs := make([]*cache.Resource, 0, len(msgs))
-	for _, m := range msgs {
-		if r := p.byMessage[m]; r != nil {
-			rs = append(rs, r)
-			continue
-		}
-		r, err := p.cache.NewResource(m.GetName(), m)
-		if err != nil {
-			return nil, err
-		}
-		r = p.intern(r)
-		p.byMessage[m] = r
-		rs = append(rs, r)
-	}
-	return rs, nil
 }
 
 // refusalNames returns the listener names n's gRPC streams ask for that
@@ -1166,7 +986,7 @@ func (p *Publisher) refusals(n *node, real func(string) bool) (map[string]refusa
 		if err != nil {
 			return nil, err
 		}
-		out[name] = refusal{res: p.intern(res), code: code}
+		out[name] = refusal{res: p.interned.Intern(res), code: code}
 	}
 	p.retainRefusals(out)
 	return out, nil
@@ -1191,7 +1011,7 @@ func (p *Publisher) refusalsChanged(n *node) bool {
 
 func (p *Publisher) retainRefusals(rs map[string]refusal) {
 	for _, r := range rs {
-		p.held[r.res]++
+		p.interned.Retain(r.res)
 	}
 }
 
@@ -1205,7 +1025,7 @@ func (p *Publisher) releaseRefusals(rs map[string]refusal) {
 	for _, r := range rs {
 		out = append(out, r.res)
 	}
-	p.release(out)
+	p.interned.Release(out...)
 }
 
 // withRefusalEDS returns the EDS set to publish to n from its group's
