@@ -15,9 +15,14 @@
 // configuration cannot be rendered and that has none yet is ended with
 // FailedPrecondition naming the cause.
 //
-// What a proxy is sent is decided by the Publisher in this package, which
-// renders with internal/xds/render and publishes into the cache; the
-// server only tells it who is connected.
+// What a proxy is sent is decided by the Publisher in this package: it
+// reads the mesh model's views (catalog.View: the specification, each
+// service's participant endpoints, the trust domain and what changed),
+// groups proxies, renders with internal/xds/render, validates, and
+// publishes into the cache. The server only tells who is connected: the
+// Publisher (Watcher), which configures each proxy that joins, and the
+// mesh model (Presence), whose participant rule counts connected proxies.
+// The package does not decide who participates in the mesh.
 package xds
 
 import (
