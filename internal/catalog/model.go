@@ -182,16 +182,30 @@ func (m *Model) Update() {
 	version := cur.version + 1
 	next := &View{
 		version: version, spec: sp, trustDomain: m.trustDomain, all: all, allSince: cur.allSince,
-		services: cur.services, history: cur.history, historyFrom: cur.historyFrom,
+		cat: m.catSnap, services: cur.services, history: cur.history, historyFrom: cur.historyFrom,
 	}
-	if all != cur.all || cur.services == nil {
+	switch {
+	case all != cur.all || cur.cat == nil:
 		// The rule (or the grace) changed: every service is recomputed.
-		next.services = make(map[mesh.MeshService]*participants, m.catSnap.Len())
-		for svc, se := range m.catSnap.services {
-			next.services[svc] = &participants{version: version, endpoints: m.participants(se, all)}
+		next.services = nil
+		if !all {
+			next.services = make(map[mesh.MeshService]*participants, m.catSnap.Len())
+			for svc, se := range m.catSnap.services {
+				next.services[svc] = &participants{version: version, endpoints: m.participants(se, all)}
+			}
 		}
 		next.allSince, next.history, next.historyFrom = version, nil, version+1
-	} else {
+	case all:
+		// Every discovered endpoint participates: the catalog's snapshot
+		// is shared as it is, and its changes are the view's.
+		if len(touched) == 0 && sp == cur.spec {
+			return
+		}
+		if len(touched) > 0 {
+			slices.SortFunc(touched, mesh.MeshService.Compare)
+			next.history, next.historyFrom = appendHistory(cur.history, cur.historyFrom, delta{version, slices.Compact(touched)})
+		}
+	default:
 		var changed []mesh.MeshService
 		var services map[mesh.MeshService]*participants
 		for _, svc := range touched {

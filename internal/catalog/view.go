@@ -22,6 +22,9 @@ type View struct {
 	// at which every service's participants were last recomputed at once.
 	all      bool
 	allSince uint64
+	// While all is set, the participants are the discovered endpoints of
+	// cat, shared as they are; otherwise services holds them.
+	cat      *Snapshot
 	services map[mesh.MeshService]*participants
 	// history holds the services whose participants changed at each of
 	// the last versions (oldest first, at most maxHistory), so Changed
@@ -88,6 +91,12 @@ func (v *View) Endpoints(svc mesh.MeshService) []mesh.Endpoint {
 	if v == nil {
 		return nil
 	}
+	if v.all && v.cat != nil {
+		if se, ok := v.cat.Endpoints(svc); ok {
+			return se.Endpoints
+		}
+		return nil
+	}
 	if p := v.services[svc]; p != nil {
 		return p.endpoints
 	}
@@ -96,6 +105,9 @@ func (v *View) Endpoints(svc mesh.MeshService) []mesh.Endpoint {
 
 // Services returns every service with discovered endpoints, sorted.
 func (v *View) Services() []mesh.MeshService {
+	if v.all && v.cat != nil {
+		return v.cat.Services()
+	}
 	out := slices.Collect(maps.Keys(v.services))
 	slices.SortFunc(out, mesh.MeshService.Compare)
 	return out
@@ -121,6 +133,9 @@ func (v *View) Changed(old *View) (services []mesh.MeshService, all bool) {
 		}
 		slices.SortFunc(out, mesh.MeshService.Compare)
 		return slices.Compact(out), false
+	}
+	if v.all && v.cat != nil {
+		return v.cat.Changed(old.cat), false
 	}
 	var out []mesh.MeshService
 	for svc, p := range v.services {
