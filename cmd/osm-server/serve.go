@@ -163,11 +163,15 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 
 	xdsCache := xdscache.New(log.With("component", "xds-cache"))
 	xdsServer := xds.NewServer(log.With("component", "xds"), xdsCache, certs)
-	publisher := xds.NewPublisher(log.With("component", "xds-publisher"), xdsCache, sp, cat, certs, certs.TrustDomain())
-	// After a restart proxies reconnect one by one: send every discovered
-	// endpoint for a while, so no caller sees its upstreams vanish.
-	publisher.SetStartupGrace(startupGrace)
+	// The mesh model joins the specification, the discovered endpoints and
+	// the connected proxies (the xDS server tells it) into the views the
+	// publisher renders. After a restart proxies reconnect one by one: for
+	// the startup grace every discovered endpoint is sent, so no caller
+	// sees its upstreams vanish.
+	model := catalog.NewModel(cat, sp, certs.TrustDomain(), startupGrace)
+	publisher := xds.NewPublisher(log.With("component", "xds-publisher"), xdsCache, model, certs)
 	xdsServer.SetWatcher(publisher)
+	xdsServer.SetPresence(model)
 	xdsServer.SetHandshakeTimeout(cfg.HandshakeTimeout)
 	debugAPI.ServeXDSDebug(xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}})
 	xdsTLS := &tls.Config{
@@ -200,6 +204,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		close(providersListed)
 		return nil
 	})
+	g.Go(afterProviders(func() error { return model.Run(ctx) }))
 	g.Go(afterProviders(func() error { return publisher.Run(ctx) }))
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
 	// Ready means a client may dial xDS at once: the listener is open.

@@ -1,7 +1,10 @@
 // Package api serves osm-server's HTTP listeners: the plain-HTTP debug
 // listener (health and readiness probes, Prometheus metrics, the read-only
 // JSON API over the catalog and the provider plugins, and the /debug/
-// routes) and the HTTPS API's routing and admin-token check.
+// routes) and the HTTPS API: its routing and admin-token check, and the
+// identity routes (the CA, proxy administration, the agents' config). The
+// enrollment and renewal handlers and the specification's admin routes are
+// handed in by osm-server's wiring from internal/enroll and internal/spec.
 //
 // The debug listener binds to loopback by default and carries no secrets:
 //   - configuration dumps go through xds.Redact, so a private key or other
@@ -20,8 +23,9 @@
 // is on the HTTPS API. docs/security.md has the threat model.
 //
 // Every read-only route lives here, so operators find the whole surface in
-// one place. api reads the catalog and the plugin host through the small
-// interfaces it declares.
+// one place. api reads the catalog, the plugin host, the xDS server's debug
+// view and the certificate manager through the small interfaces it declares
+// (Catalog, Providers, XDSDebug, Identity); it does not import internal/xds.
 package api
 
 import (

@@ -1,6 +1,10 @@
-// Package catalog joins the endpoints that provider instances discover into
-// one immutable, versioned view of the mesh (a Snapshot) and tells
-// subscribers when a new one is published.
+// Package catalog is the mesh model. The Catalog merges the endpoints that
+// provider instances discover into an immutable, versioned Snapshot; the
+// Model joins that with the specification, the connected proxies and the
+// startup grace into an immutable, versioned View (the specification, each
+// service's participant endpoints, the trust domain, and what changed), which
+// is everything xDS rendering reads. Both tell subscribers when a new one is
+// published.
 //
 // Endpoints of one service may come from several providers (two static
 // files, a cluster and a scale set); the catalog keeps each provider's
@@ -9,8 +13,9 @@
 // published, and publishing one copies only the service map, sharing the
 // unchanged services' endpoint slices.
 //
-// The catalog imports only internal/mesh. It knows nothing about plugins,
-// policies or Envoy.
+// The catalog imports only internal/mesh and internal/spec. It knows nothing
+// about plugins, xDS or Envoy: the xDS server tells it of connected proxies
+// through Model.ProxyConnected and ProxyDisconnected.
 package catalog
 
 import (

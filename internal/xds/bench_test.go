@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,14 +103,14 @@ func publisherOver(b testing.TB, services, endpoints int, y string) (*Publisher,
 	}
 	cat.ReplaceProvider("bench", all)
 	c := cache.New(discard())
-	p := NewPublisher(discard(), c, sp, cat, certs, certs.TrustDomain())
-	p.specSnap, p.catSnap = sp.Snapshot(), cat.Snapshot()
+	src := &testSpec{snap: sp.Snapshot()}
+	p := NewPublisher(discard(), c, &testViews{catalog.NewModel(cat, src, certs.TrustDomain(), 0), src}, certs)
 	for i := range services {
 		svc := mesh.MeshService{Namespace: "bench", Name: fmt.Sprintf("svc-%05d", i)}
 		px := Proxy{NodeID: fmt.Sprintf("%08x-0000-4000-8000-000000000000.%s.bench", i, svc.Name), Service: svc, Flavor: render.Envoy, Address: netip.AddrFrom4([4]byte{10, 254, byte(i >> 8), byte(i)})}
-		p.ProxyConnected(px)
+		p.connect(px)
 	}
-	p.pass(ctx, false, false, nil) // connect everyone: renders each group once
+	p.step(ctx) // connect everyone: renders each group once
 	return p, cat, c
 }
 
@@ -139,13 +140,12 @@ func BenchmarkSpecificationChange(b *testing.B) {
 	p, _, c := benchPublisher(b, 1000, 10)
 	ctx := context.Background()
 	extra := "---\napiVersion: access.smi-spec.io/v1alpha3\nkind: TrafficTarget\nmetadata: {name: extra, namespace: bench}\nspec:\n  destination: {kind: ServiceAccount, name: svc-00500, namespace: bench}\n  rules: [{kind: HTTPRouteGroup, name: all}]\n  sources: [{kind: ServiceAccount, name: svc-00900, namespace: bench}]\n"
-	specs := [2]*spec.Snapshot{p.specSnap, specOver(b, store.NewMemory(), workloadYAML(1000)+extra).Snapshot()}
+	specs := [2]*spec.Snapshot{p.view.Spec(), specOver(b, store.NewMemory(), workloadYAML(1000)+extra).Snapshot()}
 	before := c.Stats().Marshals
 	cpu := startCPU()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		p.specSnap = specs[(i+1)%2]
-		p.renderChanged(ctx)
+		p.setSpec(ctx, specs[(i+1)%2])
 	}
 	b.ReportMetric(float64(c.Stats().Marshals-before)/float64(b.N), "marshals/op")
 	cpu.report(b)
@@ -164,7 +164,7 @@ func BenchmarkIncrementalEndpointChange(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		eps := []mesh.Endpoint{{IP: netip.AddrFrom4([4]byte{10, 0, 0, 1}), Port: uint16(9000 + i%1000)}}
 		cat.SetEndpoints("bench", hub, eps)
-		p.pass(ctx, false, true, nil)
+		p.step(ctx)
 	}
 	b.ReportMetric(float64(c.Stats().Marshals-before)/float64(b.N), "marshals/op")
 	cpu.report(b)
@@ -202,10 +202,10 @@ func BenchmarkProxyJoin(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		svc := mesh.MeshService{Namespace: "bench", Name: fmt.Sprintf("svc-%05d", i%1000)}
 		px := Proxy{NodeID: fmt.Sprintf("%08x-0000-4000-8000-000000000001.%s.bench", i, svc.Name), Service: svc, Flavor: render.Envoy, Address: netip.AddrFrom4([4]byte{10, 253, byte(i >> 8), byte(i)})}
-		p.ProxyConnected(px)
-		p.pass(ctx, false, false, nil)
-		p.ProxyDisconnected(px)
-		p.pass(ctx, false, false, nil)
+		p.connect(px)
+		p.step(ctx)
+		p.disconnect(px)
+		p.step(ctx)
 	}
 	cpu.report(b)
 }
@@ -216,8 +216,58 @@ func (p *Publisher) forgetContent() {
 	for sa := range p.secrets {
 		p.dropSecrets(sa)
 	}
-	clear(p.interned)
+	p.interned.Reset()
 	for _, v := range p.validators {
 		v.Forget()
 	}
+}
+
+// testSpec is a specification source a test sets directly.
+type testSpec struct {
+	mu   sync.Mutex
+	snap *spec.Snapshot
+}
+
+func (s *testSpec) Snapshot() *spec.Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snap
+}
+
+func (s *testSpec) Subscribe() (<-chan struct{}, func()) { return nil, func() {} }
+
+// testViews is the mesh model of a publisher a test drives pass by pass.
+type testViews struct {
+	*catalog.Model
+	spec *testSpec
+}
+
+func (p *Publisher) testViews() *testViews { return p.views.(*testViews) }
+
+// step does what Run does after a change: the model publishes its next
+// view and the publisher passes it on.
+func (p *Publisher) step(ctx context.Context) {
+	p.testViews().Update()
+	p.pass(ctx, true, nil)
+}
+
+// setSpec makes sp the specification and steps.
+func (p *Publisher) setSpec(ctx context.Context, sp *spec.Snapshot) {
+	v := p.testViews()
+	v.spec.mu.Lock()
+	v.spec.snap = sp
+	v.spec.mu.Unlock()
+	p.step(ctx)
+}
+
+// connect and disconnect tell the model and the publisher of a proxy, as
+// the server does.
+func (p *Publisher) connect(px Proxy) {
+	p.testViews().ProxyConnected(px.Service, px.Address)
+	p.ProxyConnected(px)
+}
+
+func (p *Publisher) disconnect(px Proxy) {
+	p.testViews().ProxyDisconnected(px.Service, px.Address)
+	p.ProxyDisconnected(px)
 }

@@ -84,7 +84,7 @@ func TestEndpointChangeReachesDependentsOnly(t *testing.T) {
 			aps = append(aps, ap)
 			cat.SetEndpoints("bench", benchService(s), []mesh.Endpoint{{IP: ap.Addr(), Port: ap.Port()}})
 		}
-		p.pass(ctx, false, true, nil)
+		p.step(ctx)
 		after := edsVersions(c, p)
 		want := callers(svcs...)
 		for id := range p.nodes {
@@ -147,14 +147,13 @@ func TestSpecificationChangeKeepsUnchangedResources(t *testing.T) {
 		nodeOf[i] = id
 	}
 	sizes := func() [3]int {
-		return [3]int{len(p.interned), p.validators[render.Envoy].Len(), p.validators[render.GRPC].Len()}
+		return [3]int{p.interned.Len(), p.validators[render.Envoy].Len(), p.validators[render.GRPC].Len()}
 	}
 	first, firstSizes := published(), sizes()
 
 	// svc-00020 may now call svc-00010 (called by 6..9 already) and
 	// svc-00001 (called by nobody).
-	p.specSnap = specWith(t, services, extraTarget(20, 10)+strings.Replace(extraTarget(20, 1), "name: extra,", "name: extra-1,", 1))
-	p.renderChanged(ctx)
+	p.setSpec(ctx, specWith(t, services, extraTarget(20, 10)+strings.Replace(extraTarget(20, 1), "name: extra,", "name: extra-1,", 1)))
 	second := published()
 	kept, changed := 0, 0
 	for k, r := range second {
@@ -190,8 +189,7 @@ func TestSpecificationChangeKeepsUnchangedResources(t *testing.T) {
 	}
 
 	// And back: the extra upstream is forgotten, nothing piles up.
-	p.specSnap = specWith(t, services, "")
-	p.renderChanged(ctx)
+	p.setSpec(ctx, specWith(t, services, ""))
 	for _, cl := range []string{cluster, "bench/svc-00001"} {
 		if _, ok := published()[key{nodeOf[20], resource.ClusterType, cl}]; ok {
 			t.Errorf("svc-00020's proxy still has cluster %s", cl)
@@ -226,11 +224,11 @@ func TestIncrementalSpecificationChangesMatchAFreshPublisher(t *testing.T) {
 	p, _, c := benchPublisher(t, services, 3)
 	ctx := context.Background()
 	sizes := func() [5]int {
-		return [5]int{len(p.interned), len(p.held), len(p.eds), p.validators[render.Envoy].Len(), p.validators[render.GRPC].Len()}
+		return [5]int{p.interned.Len(), p.interned.Held(), len(p.eds), p.validators[render.Envoy].Len(), p.validators[render.GRPC].Len()}
 	}
 	before := sizes()
 	for _, step := range steps {
-		p.useSpec(ctx, snapshotOf(t, step.yaml))
+		p.setSpec(ctx, snapshotOf(t, step.yaml))
 		fresh, _, fc := publisherOver(t, services, 3, step.yaml)
 		if len(fresh.nodes) != len(p.nodes) {
 			t.Fatalf("%s: %d nodes, fresh publisher %d", step.name, len(p.nodes), len(fresh.nodes))
@@ -285,9 +283,10 @@ func TestEndpointChangesMatchAFreshPublisher(t *testing.T) {
 	}
 	for _, step := range steps {
 		step.do()
-		p.pass(ctx, false, true, nil)
+		p.step(ctx)
 		freshCat.ReplaceProvider("bench", endpoints)
-		fresh.catSnap = freshCat.Snapshot()
+		fresh.testViews().Update()
+		fresh.view = fresh.views.View()
 		fresh.renderAll(ctx)
 		for id := range fresh.nodes {
 			got, want := c.View(id)[resource.EndpointType], fc.View(id)[resource.EndpointType]
@@ -313,8 +312,8 @@ func TestJoinRebuildsEndpointsOnlyWhenTheyCanChange(t *testing.T) {
 	ctx := context.Background()
 	join := func(p *Publisher, i int, addr netip.Addr) {
 		svc := benchService(i)
-		p.ProxyConnected(Proxy{NodeID: fmt.Sprintf("%08x-0000-4000-8000-0000000000ff.%s.bench", i, svc.Name), Service: svc, Flavor: render.Envoy, Address: addr})
-		p.pass(ctx, false, false, nil)
+		p.connect(Proxy{NodeID: fmt.Sprintf("%08x-0000-4000-8000-0000000000ff.%s.bench", i, svc.Name), Service: svc, Flavor: render.Envoy, Address: addr})
+		p.step(ctx)
 	}
 	endpointOf7 := netip.AddrFrom4([4]byte{10, 0, 7, 1}) // W's first endpoint of svc-00007
 	caller := func(p *Publisher) string {                // svc-00006 calls svc-00007

@@ -15,9 +15,14 @@
 // configuration cannot be rendered and that has none yet is ended with
 // FailedPrecondition naming the cause.
 //
-// What a proxy is sent is decided by the Publisher in this package, which
-// renders with internal/xds/render and publishes into the cache; the
-// server only tells it who is connected.
+// What a proxy is sent is decided by the Publisher in this package: it
+// reads the mesh model's views (catalog.View: the specification, each
+// service's participant endpoints, the trust domain and what changed),
+// groups proxies, renders with internal/xds/render, validates, and
+// publishes into the cache. The server only tells who is connected: the
+// Publisher (Watcher), which configures each proxy that joins, and the
+// mesh model (Presence), whose participant rule counts connected proxies.
+// The package does not decide who participates in the mesh.
 package xds
 
 import (
@@ -80,10 +85,19 @@ type Proxy struct {
 	Streams   int                `json:"streams"`
 }
 
-// Watcher is told when the set of connected proxies changes.
+// Watcher is told when the set of connected proxies changes (the
+// publisher, which configures each proxy that joins).
 type Watcher interface {
 	ProxyConnected(p Proxy)
 	ProxyDisconnected(p Proxy)
+}
+
+// Presence is told from which address a proxy of which service is
+// connected, once when it connects and once when it leaves (the mesh
+// model, whose participant rule counts connected proxies).
+type Presence interface {
+	ProxyConnected(svc mesh.MeshService, addr netip.Addr)
+	ProxyDisconnected(svc mesh.MeshService, addr netip.Addr)
 }
 
 // listenerWatcher, when the Watcher implements it, is told which listener
@@ -113,6 +127,7 @@ type Server struct {
 	mu        sync.Mutex
 	watcher   Watcher
 	listeners listenerWatcher // the watcher, if it implements it
+	presence  Presence
 	lastID    uint64
 	streams   map[*stream]struct{}
 	proxies   map[string]*Proxy // by node ID
@@ -164,6 +179,14 @@ func (s *Server) SetWatcher(w Watcher) {
 	s.mu.Lock()
 	s.watcher = w
 	s.listeners = lw
+	s.mu.Unlock()
+}
+
+// SetPresence sets who is told from which address each connected proxy
+// is (see Presence). Call it before Serve.
+func (s *Server) SetPresence(p Presence) {
+	s.mu.Lock()
+	s.presence = p
 	s.mu.Unlock()
 }
 
@@ -350,11 +373,14 @@ func (s *Server) checkNode(ctx context.Context, st *stream, node *corev3.Node, t
 	}
 	p.Streams++
 	st.proxy = p
-	w := s.watcher
+	w, pr := s.watcher, s.presence
 	snapshot := *p
 	s.mu.Unlock()
 	if first {
 		s.log.Info("proxy connected", "cn", st.cn, "flavor", flavor, "address", addr)
+		if pr != nil {
+			pr.ProxyConnected(snapshot.Service, snapshot.Address)
+		}
 		if w != nil {
 			w.ProxyConnected(snapshot)
 		}
@@ -454,7 +480,7 @@ func (s *Server) close(st *stream) {
 			gone = p
 		}
 	}
-	w := s.watcher
+	w, pr := s.watcher, s.presence
 	lw := s.listeners
 	s.mu.Unlock()
 	st.cancel(nil)
@@ -466,6 +492,9 @@ func (s *Server) close(st *stream) {
 	st.ldsMu.Unlock()
 	if gone != nil {
 		s.log.Info("proxy disconnected", "cn", gone.CN, "flavor", gone.Flavor)
+		if pr != nil {
+			pr.ProxyDisconnected(gone.Service, gone.Address)
+		}
 		if w != nil {
 			w.ProxyDisconnected(*gone)
 		}

@@ -87,9 +87,10 @@ func startEnvGrace(t *testing.T, grace time.Duration) *env {
 	}
 	c := cache.New(discard())
 	srv := NewServer(discard(), c, certs)
-	pub := NewPublisher(discard(), c, sp, cat, certs, certs.TrustDomain())
-	pub.SetStartupGrace(grace)
+	model := catalog.NewModel(cat, sp, certs.TrustDomain(), grace)
+	pub := NewPublisher(discard(), c, model, certs)
 	srv.SetWatcher(pub)
+	srv.SetPresence(model)
 	tlsCfg := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: certs.ServingCertificate([]string{"localhost", "127.0.0.1"}),
@@ -97,7 +98,8 @@ func startEnvGrace(t *testing.T, grace time.Duration) *env {
 		ClientCAs:      certs.CertPool(),
 	}
 	ready := make(chan net.Addr, 1)
-	done := make(chan struct{}, 4)
+	done := make(chan struct{}, 5)
+	go func() { model.Run(ctx); done <- struct{}{} }()
 	go func() { certs.Run(ctx); done <- struct{}{} }()
 	go func() { pub.Run(ctx); done <- struct{}{} }()
 	go func() { srv.WatchRevocations(ctx, certs.Subscribe); done <- struct{}{} }()
@@ -110,7 +112,7 @@ func startEnvGrace(t *testing.T, grace time.Duration) *env {
 	addr := <-ready
 	t.Cleanup(func() {
 		cancel()
-		for range 4 {
+		for range 5 {
 			<-done
 		}
 	})

@@ -1,6 +1,6 @@
 // Package hostsfile keeps one managed block in a hosts file (/etc/hosts)
 // that maps mesh host names to their virtual IPs, leaving every other line
-// untouched. It imports only internal/agent/atomicfile of osm-vm.
+// untouched. Of osm-vm it imports only internal/atomicfile.
 package hostsfile
 
 import (

@@ -33,7 +33,7 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 	b := &builder{}
 	var out []*clusterv3.Cluster
 	for _, svc := range upstreamServices(plan(m, p, self)) {
-		info, _ := m.Spec.Service(svc)
+		info, _ := m.Spec().Service(svc)
 		out = append(out, memoised(m, b, memoKey{memoCluster, ClusterName(svc, p.Flavor)}, func() *clusterv3.Cluster {
 			return b.edsCluster(m, info, p.Flavor)
 		}))
@@ -56,7 +56,7 @@ func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor) *clusterv3
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads()},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
-		TransportSocket:      b.transportSocket(upstreamTLS(f, []string{info.ServiceAccount.SPIFFEID(m.TrustDomain)}, hasHTTP(info))),
+		TransportSocket:      b.transportSocket(upstreamTLS(f, []string{info.ServiceAccount.SPIFFEID(m.TrustDomain())}, hasHTTP(info))),
 	}
 	// Envoy asks for the cluster's name when service_name is empty; the
 	// gRPC cluster's name differs from the EDS name it shares. Leaving out
@@ -111,8 +111,8 @@ func lbEndpoint(ap netip.AddrPort) *endpointv3.LbEndpoint {
 // and shared by both flavours: one locality (weight 1) with the service's
 // endpoints, each address:port once, sorted.
 func ClusterLoadAssignment(m Mesh, svc mesh.MeshService) (*endpointv3.ClusterLoadAssignment, error) {
-	if m.Endpoints == nil {
-		return nil, fmt.Errorf("render: no endpoint source: set Mesh.Endpoints")
+	if m.View == nil {
+		return nil, fmt.Errorf("render: no mesh view: set Mesh.View")
 	}
 	var addrs []netip.AddrPort
 	for _, e := range m.Endpoints(svc) {

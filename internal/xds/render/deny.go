@@ -56,14 +56,14 @@ func RefusalCode(m Mesh, name string) uint32 {
 		return CodeNotFound
 	}
 	svcName, ns, ok := strings.Cut(strings.TrimSuffix(host, ".mesh"), ".")
-	if !ok || !strings.HasSuffix(host, ".mesh") || strings.Contains(ns, ".") || m.Spec == nil {
+	if !ok || !strings.HasSuffix(host, ".mesh") || strings.Contains(ns, ".") || m.Spec() == nil {
 		return CodeNotFound
 	}
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
 		return CodeNotFound
 	}
-	info, ok := m.Spec.Service(mesh.MeshService{Namespace: ns, Name: svcName})
+	info, ok := m.Spec().Service(mesh.MeshService{Namespace: ns, Name: svcName})
 	if !ok {
 		return CodeNotFound
 	}

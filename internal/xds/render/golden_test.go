@@ -104,7 +104,7 @@ func TestSharedResourcesAreIdentical(t *testing.T) {
 				owner := map[string]string{}
 				shared := 0
 				proxies := []Proxy{{Service: svc("bookstore-v1"), Flavor: f, Address: netip.MustParseAddr("10.0.0.1")}}
-				for _, info := range m.Spec.Services() {
+				for _, info := range m.Spec().Services() {
 					proxies = append(proxies, Proxy{Service: info.Service, Flavor: f, Address: netip.MustParseAddr("10.0.0.2")})
 				}
 				for _, p := range proxies {

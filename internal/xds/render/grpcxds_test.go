@@ -483,7 +483,7 @@ spec:
 	c := cache.New(discard())
 	ads := startADS(t, c)
 	const node = "bookstore-v1"
-	m := Mesh{Spec: sp.Snapshot(), TrustDomain: trustDomain, Endpoints: func(mesh.MeshService) []mesh.Endpoint { return nil }}
+	m := meshOf(sp.Snapshot(), nil)
 	publish(t, c, node, m, Proxy{Service: svc("bookstore-v1"), Flavor: GRPC, Address: netip.MustParseAddr("127.0.0.1")})
 
 	cert, key, caFile := writeCertFiles(t, ca, mesh.ServiceAccount{Namespace: "default", Name: "bookstore"})

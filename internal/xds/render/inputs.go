@@ -37,12 +37,12 @@ func InputsOf(m Mesh, p Proxy) (Inputs, error) {
 	if err != nil {
 		return Inputs{}, err
 	}
-	in := Inputs{self: self, permissive: m.Spec.Permissive(), plan: plan(m, p, self)}
+	in := Inputs{self: self, permissive: m.Spec().Permissive(), plan: plan(m, p, self)}
 	if !in.permissive {
-		in.inbound = m.Spec.Inbound(p.Service)
+		in.inbound = m.Spec().Inbound(p.Service)
 	}
 	for _, svc := range upstreamServices(in.plan) {
-		info, _ := m.Spec.Service(svc)
+		info, _ := m.Spec().Service(svc)
 		in.upstreams = append(in.upstreams, info)
 	}
 	return in, nil

@@ -318,7 +318,7 @@ func TestEqualInputsRenderEqually(t *testing.T) {
 		if a == nil || b == nil {
 			continue
 		}
-		ma, mb := Mesh{Spec: a, TrustDomain: trustDomain}, Mesh{Spec: b, TrustDomain: trustDomain}
+		ma, mb := meshOf(a, nil), meshOf(b, nil)
 		for s := range 5 {
 			for _, f := range []Flavor{Envoy, GRPC} {
 				p := Proxy{Service: svcNamed(s), Flavor: f, Address: addr}
@@ -371,7 +371,7 @@ func TestRenderingIsByteStable(t *testing.T) {
 	m := randomMesh{services: []randomService{{account: "s0", ports: []int{8080}}, {account: "s1", ports: []int{8080}}, {account: "s2", ports: []int{8080}}, {account: "s3", ports: []int{8080}}, {account: "s4", ports: []int{8080}}},
 		groups: [2][]randomMatch{{{path: "/a"}}, {{path: "/b"}}}, tcpPorts: []int{9090},
 		targets: []randomTarget{{dest: "s0", sources: []string{"s1"}, rules: []string{"g0"}}, {dest: "s0", sources: []string{"s2"}, rules: []string{"g1"}}}}
-	mesh := Mesh{Spec: snapshotOf(t, m.yaml()), TrustDomain: trustDomain}
+	mesh := meshOf(snapshotOf(t, m.yaml()), nil)
 	p := Proxy{Service: svcNamed(0), Flavor: Envoy, Address: netip.MustParseAddr("10.0.0.9")}
 	var first map[string][]byte
 	for range 20 {

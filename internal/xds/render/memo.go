@@ -89,11 +89,11 @@ func (mm *Memo) Len() int { return len(mm.msgs) }
 // use makes mm serve m, forgetting what it holds for another snapshot or
 // trust domain.
 func (mm *Memo) use(m Mesh) {
-	if mm.spec != m.Spec || mm.trustDomain != m.TrustDomain {
+	if mm.spec != m.Spec() || mm.trustDomain != m.TrustDomain() {
 		clear(mm.plans)
 		clear(mm.msgs)
 		clear(mm.packed)
-		mm.spec, mm.trustDomain = m.Spec, m.TrustDomain
+		mm.spec, mm.trustDomain = m.Spec(), m.TrustDomain()
 	}
 }
 

@@ -40,7 +40,7 @@ func TestMemoSameOutput(t *testing.T) {
 			byName := map[string]proto.Message{} // shared message by type and name
 			reused := 0
 			for pass := range 2 {
-				for i, info := range m.Spec.Services() {
+				for i, info := range m.Spec().Services() {
 					for _, f := range []Flavor{Envoy, GRPC} {
 						p := Proxy{Service: info.Service, Flavor: f, Address: netip.AddrFrom4([4]byte{10, 9, byte(pass), byte(i + 1)})}
 						want := renderAll(t, m, p)
@@ -97,7 +97,7 @@ func TestMemoForgetsAnotherSpecification(t *testing.T) {
 	}{
 		{"smi", ms["smi"]},
 		{"permissive", ms["permissive"]},
-		{"smi, other trust domain", Mesh{Spec: ms["smi"].Spec, Endpoints: ms["smi"].Endpoints, TrustDomain: "other.example"}},
+		{"smi, other trust domain", meshIn(ms["smi"].Spec(), bookstoreEndpoints(t), "other.example")},
 		{"smi again", ms["smi"]},
 	} {
 		m := step.m
@@ -121,7 +121,7 @@ func TestMemoPackedIsBounded(t *testing.T) {
 	m.Memo = memo
 	var sizes []int
 	for pass := range 2 {
-		for i, info := range m.Spec.Services() {
+		for i, info := range m.Spec().Services() {
 			for _, f := range []Flavor{Envoy, GRPC} {
 				renderAll(t, m, Proxy{Service: info.Service, Flavor: f, Address: netip.AddrFrom4([4]byte{10, 7, byte(pass), byte(i + 1)})})
 			}
@@ -190,7 +190,7 @@ func anysIn(m protoreflect.Message, into map[*anypb.Any]bool) {
 // PerProxy names, SharedListeners the others, and together Listeners.
 func TestListenersSplitPerProxy(t *testing.T) {
 	for name, m := range memoMeshes(t) {
-		for i, info := range m.Spec.Services() {
+		for i, info := range m.Spec().Services() {
 			for _, f := range []Flavor{Envoy, GRPC} {
 				p := Proxy{Service: info.Service, Flavor: f, Address: netip.AddrFrom4([4]byte{10, 8, 0, byte(i + 1)})}
 				all, err := Listeners(m, p)

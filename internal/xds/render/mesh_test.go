@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
@@ -104,7 +105,11 @@ func bookstoreEndpoints(t *testing.T) map[mesh.MeshService][]mesh.Endpoint {
 }
 
 func meshOf(s *spec.Snapshot, eps map[mesh.MeshService][]mesh.Endpoint) Mesh {
-	return Mesh{Spec: s, TrustDomain: trustDomain, Endpoints: func(svc mesh.MeshService) []mesh.Endpoint { return eps[svc] }}
+	return meshIn(s, eps, trustDomain)
+}
+
+func meshIn(s *spec.Snapshot, eps map[mesh.MeshService][]mesh.Endpoint, td string) Mesh {
+	return Mesh{View: catalog.NewView(s, td, eps)}
 }
 
 // resources is one proxy's complete rendering.

@@ -346,8 +346,8 @@ func TestRenderErrors(t *testing.T) {
 	}{
 		{"unknown service", m, Proxy{Service: svc("bookstor"), Address: netip.MustParseAddr("10.0.0.1")}, `no Service "bookstor"`},
 		{"no address", m, Proxy{Service: svc("bookbuyer")}, "no address"},
-		{"no trust domain", Mesh{Spec: m.Spec}, Proxy{Service: svc("bookbuyer"), Address: netip.MustParseAddr("10.0.0.1")}, "empty trust domain"},
-		{"no snapshot", Mesh{TrustDomain: trustDomain}, Proxy{Service: svc("bookbuyer"), Address: netip.MustParseAddr("10.0.0.1")}, "no mesh specification"},
+		{"no trust domain", meshIn(m.Spec(), nil, ""), Proxy{Service: svc("bookbuyer"), Address: netip.MustParseAddr("10.0.0.1")}, "empty trust domain"},
+		{"no snapshot", meshIn(nil, nil, trustDomain), Proxy{Service: svc("bookbuyer"), Address: netip.MustParseAddr("10.0.0.1")}, "no mesh specification"},
 		{"bad flavor", m, Proxy{Service: svc("bookbuyer"), Flavor: 7, Address: netip.MustParseAddr("10.0.0.1")}, "unknown flavor"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -19,16 +19,16 @@ import (
 // domain in permissive mode.
 func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort) *rbacv3.RBAC {
 	rules := &rbacv3.RBAC{Action: rbacv3.RBAC_ALLOW, Policies: map[string]*rbacv3.Policy{}}
-	if m.Spec.Permissive() {
+	if m.Spec().Permissive() {
 		rules.Policies["permissive"] = &rbacv3.Policy{
 			Permissions: []*rbacv3.Permission{{Rule: &rbacv3.Permission_Any{Any: true}}},
 			Principals: []*rbacv3.Principal{{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{
-				PrincipalName: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: "spiffe://" + m.TrustDomain + "/"}},
+				PrincipalName: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: "spiffe://" + m.TrustDomain() + "/"}},
 			}}}},
 		}
 		return rules
 	}
-	for _, r := range m.Spec.Inbound(svc) {
+	for _, r := range m.Spec().Inbound(svc) {
 		if r.Port != 0 && r.Port != port.Port || len(r.Sources) == 0 {
 			continue
 		}
@@ -56,7 +56,7 @@ func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort) *rbacv3.RB
 		var principals []*rbacv3.Principal
 		for _, a := range accounts {
 			principals = append(principals, &rbacv3.Principal{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{
-				PrincipalName: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: a.SPIFFEID(m.TrustDomain)}},
+				PrincipalName: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: a.SPIFFEID(m.TrustDomain())}},
 			}}})
 		}
 		rules.Policies[r.Policy.Namespace+"/"+r.Policy.Name] = &rbacv3.Policy{Permissions: perms, Principals: principals}

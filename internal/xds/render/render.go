@@ -1,12 +1,13 @@
-// Package render turns the mesh (the specification snapshot, the endpoints
-// of each service and the trust domain) into the xDS resources one proxy
-// receives: listeners, routes, clusters, endpoints and secrets. It is pure:
-// no I/O, no globals, no serving. The xDS server (internal/xds) calls it and
+// Package render turns the mesh (a catalog.View: the specification
+// snapshot, the participant endpoints of each service and the trust domain)
+// into the xDS resources one proxy receives: listeners, routes, clusters,
+// endpoints and secrets. It is pure: no I/O, no globals, no serving. The xDS server (internal/xds) calls it and
 // publishes the result through internal/xds/cache after [Validate] passes.
 //
-// It imports only internal/mesh and internal/spec (and Envoy's and gRPC's
-// protos); it must not import the store, the catalog's live state, the cache
-// or anything that does I/O.
+// It reads one [catalog.View] as a plain value and calls back into nothing.
+// It imports only internal/mesh, internal/spec and internal/catalog (for
+// the View; and Envoy's and gRPC's protos); it must not import the store,
+// the cache or anything that does I/O.
 //
 // # Flavours
 //
@@ -76,6 +77,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
 )
@@ -118,17 +120,15 @@ const (
 	GRPCServerListenerTemplate = "grpc/server?xds.resource.listening_address=%s"
 )
 
-// Mesh is everything rendering reads.
+// Mesh is everything rendering reads: the mesh catalog's view (the
+// specification snapshot, each service's participant endpoints, already
+// filtered by the participant rule, and the trust domain; rendering never
+// decides who participates) and an optional Memo.
 type Mesh struct {
-	Spec *spec.Snapshot
-	// Endpoints returns a service's endpoints, already filtered by the
-	// server's participant rule; rendering never decides who participates.
-	Endpoints func(mesh.MeshService) []mesh.Endpoint
-	// TrustDomain is the SPIFFE trust domain of service certificates.
-	TrustDomain string
+	*catalog.View
 	// Memo, when set, shares what rendering builds between the proxies
-	// rendered from this Spec and TrustDomain (see [Memo]). Optional: the
-	// output is the same without it.
+	// rendered from this View's specification and trust domain (see
+	// [Memo]). Optional: the output is the same without it.
 	Memo *Memo
 }
 
@@ -185,16 +185,16 @@ func APIListenerName(info spec.ServiceInfo, port int) string {
 }
 
 func (m Mesh) check(p Proxy) (spec.ServiceInfo, error) {
-	if m.Spec == nil {
+	if m.Spec() == nil {
 		return spec.ServiceInfo{}, fmt.Errorf("render: no mesh specification snapshot")
 	}
-	if m.TrustDomain == "" {
+	if m.TrustDomain() == "" {
 		return spec.ServiceInfo{}, fmt.Errorf("render: empty trust domain: set the mesh trust domain (e.g. osm.local)")
 	}
 	if p.Flavor != Envoy && p.Flavor != GRPC {
 		return spec.ServiceInfo{}, fmt.Errorf("render: proxy of %s: unknown flavor %d", p.Service, p.Flavor)
 	}
-	info, ok := m.Spec.Service(p.Service)
+	info, ok := m.Spec().Service(p.Service)
 	if !ok {
 		return spec.ServiceInfo{}, fmt.Errorf("render: proxy of %s: no Service %q in namespace %q in the mesh specification: apply one", p.Service, p.Service.Name, p.Service.Namespace)
 	}
@@ -279,25 +279,25 @@ func plan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 	src := self.ServiceAccount
 	var out []outbound
-	for _, svc := range m.Spec.Upstreams(src) {
+	for _, svc := range m.Spec().Upstreams(src) {
 		if svc == p.Service {
 			continue
 		}
-		info, ok := m.Spec.Service(svc)
+		info, ok := m.Spec().Service(svc)
 		if !ok {
 			continue
 		}
-		base := outbound{info: info, direct: m.Spec.Allows(src, svc)}
-		if sp, ok := m.Spec.Split(svc); ok {
+		base := outbound{info: info, direct: m.Spec().Allows(src, svc)}
+		if sp, ok := m.Spec().Split(svc); ok {
 			total := 0
 			for _, b := range sp.Backends {
 				if b.Weight > 0 {
 					total++
 				}
-				if b.Weight <= 0 || !m.Spec.Allows(src, b.Service) {
+				if b.Weight <= 0 || !m.Spec().Allows(src, b.Service) {
 					continue
 				}
-				if _, ok := m.Spec.Service(b.Service); !ok {
+				if _, ok := m.Spec().Service(b.Service); !ok {
 					continue
 				}
 				base.split = append(base.split, backend{svc: b.Service, weight: uint32(b.Weight)})

@@ -1,0 +1,192 @@
+package catalog
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+// specWith returns a specification whose MeshConfig sets
+// endpoints.requireConnectedProxy.
+func specWith(t *testing.T, require bool) *spec.Spec {
+	t.Helper()
+	ctx := context.Background()
+	sp, err := spec.New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), spec.NewMemoryStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	setRule(t, sp, require)
+	return sp
+}
+
+func setRule(t *testing.T, sp *spec.Spec, require bool) {
+	t.Helper()
+	v := "false"
+	if require {
+		v = "true"
+	}
+	docs, err := spec.Parse([]byte("apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {endpoints: {requireConnectedProxy: "+v+"}}\n"), "mesh.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Apply(context.Background(), docs, spec.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ipsOf(eps []mesh.Endpoint) []string {
+	var out []string
+	for _, e := range eps {
+		out = append(out, e.IP.String())
+	}
+	return out
+}
+
+func TestModelParticipantRule(t *testing.T) {
+	a := mesh.MeshService{Namespace: "ns", Name: "a"}
+	b := mesh.MeshService{Namespace: "ns", Name: "b"}
+	ip1, ip2 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	cat := New()
+	cat.SetEndpoints("p", a, []mesh.Endpoint{{IP: ip1, Port: 80}, {IP: ip2, Port: 80}})
+	cat.SetEndpoints("p", b, []mesh.Endpoint{{IP: ip1, Port: 80}})
+	sp := specWith(t, true)
+	m := NewModel(cat, sp, "td", 0)
+
+	v0 := m.View()
+	if got := ipsOf(v0.Endpoints(a)); len(got) != 0 {
+		t.Errorf("participants of a with no proxy connected = %v, want none", got)
+	}
+	if v0.TrustDomain() != "td" || v0.Spec() == nil {
+		t.Errorf("view: trust domain %q, spec %v", v0.TrustDomain(), v0.Spec())
+	}
+
+	// A connect from an address a has an endpoint on: a changes, b does not.
+	m.ProxyConnected(a, ip2)
+	m.Update()
+	v1 := m.View()
+	if got, want := ipsOf(v1.Endpoints(a)), []string{"10.0.0.2"}; !cmp.Equal(got, want) {
+		t.Errorf("participants of a = %v, want %v", got, want)
+	}
+	if got, all := v1.Changed(v0); all || !cmp.Equal(got, []mesh.MeshService{a}) {
+		t.Errorf("Changed = %v, %v; want [a], false", got, all)
+	}
+
+	// A connect from an address with no endpoint of the service: no view.
+	m.ProxyConnected(b, ip2)
+	m.Update()
+	if m.View() != v1 {
+		t.Error("a connect that changes no participants published a view")
+	}
+
+	// A second proxy on the same address, then one leaving: still there.
+	m.ProxyConnected(a, ip2)
+	m.ProxyDisconnected(a, ip2)
+	m.Update()
+	if m.View() != v1 {
+		t.Error("a second proxy on a connected address changed the view")
+	}
+	m.ProxyDisconnected(a, ip2)
+	m.Update()
+	v2 := m.View()
+	if got := ipsOf(v2.Endpoints(a)); len(got) != 0 {
+		t.Errorf("participants of a after its proxy left = %v, want none", got)
+	}
+	if got, all := v2.Changed(v0); all || len(got) != 1 || got[0] != a {
+		t.Errorf("Changed over two views = %v, %v; want [a], false", got, all)
+	}
+
+	// Turning the rule off makes every discovered endpoint participate.
+	setRule(t, sp, false)
+	m.Update()
+	v3 := m.View()
+	if got, want := ipsOf(v3.Endpoints(a)), []string{"10.0.0.1", "10.0.0.2"}; !cmp.Equal(got, want) {
+		t.Errorf("participants of a without the rule = %v, want %v", got, want)
+	}
+	if _, all := v3.Changed(v2); !all {
+		t.Error("a change of the rule did not change every service")
+	}
+	if v3.Spec().Version() == v2.Spec().Version() {
+		t.Error("the view does not carry the new specification")
+	}
+
+	// An endpoint change is listed; an unknown service is gone.
+	cat.DeleteService("p", b)
+	m.Update()
+	v4 := m.View()
+	if got, all := v4.Changed(v3); all || !cmp.Equal(got, []mesh.MeshService{b}) {
+		t.Errorf("Changed after b was deleted = %v, %v; want [b], false", got, all)
+	}
+	if got := v4.Services(); !cmp.Equal(got, []mesh.MeshService{a}) {
+		t.Errorf("Services = %v, want [a]", got)
+	}
+	// Unchanged services share their endpoints with the previous view.
+	if &v4.Endpoints(a)[0] != &v3.Endpoints(a)[0] {
+		t.Error("an unchanged service's endpoints were copied")
+	}
+}
+
+// TestModelChangedBeyondHistory: a reader further behind than the history
+// still gets exactly the changed services.
+func TestModelChangedBeyondHistory(t *testing.T) {
+	cat := New()
+	var svcs []mesh.MeshService
+	for i := range 3 * maxHistory {
+		svc := mesh.MeshService{Namespace: "ns", Name: "s" + string(rune('a'+i%26)) + string(rune('a'+i/26))}
+		svcs = append(svcs, svc)
+		cat.SetEndpoints("p", svc, []mesh.Endpoint{{IP: netip.MustParseAddr("10.0.0.1"), Port: 80}})
+	}
+	m := NewModel(cat, specWith(t, false), "td", 0)
+	old := m.View()
+	recent := old
+	for i, svc := range svcs {
+		cat.SetEndpoints("p", svc, []mesh.Endpoint{{IP: netip.MustParseAddr("10.0.0.2"), Port: 80}})
+		m.Update()
+		if i == len(svcs)-3 {
+			recent = m.View()
+		}
+	}
+	v := m.View()
+	if got, all := v.Changed(old); all || len(got) != len(svcs) {
+		t.Errorf("Changed against a view %d versions old: %d services (all %v), want %d", v.Version()-old.Version(), len(got), all, len(svcs))
+	}
+	if got, all := v.Changed(recent); all || len(got) != 2 {
+		t.Errorf("Changed against a recent view: %v (all %v), want 2 services", got, all)
+	}
+	if got, all := v.Changed(v); all || len(got) != 0 {
+		t.Errorf("Changed against itself: %v (all %v), want none", got, all)
+	}
+}
+
+// TestModelStartupGrace: during the grace every discovered endpoint
+// participates; when it ends, only connected proxies' do.
+func TestModelStartupGrace(t *testing.T) {
+	a := mesh.MeshService{Namespace: "ns", Name: "a"}
+	cat := New()
+	cat.SetEndpoints("p", a, []mesh.Endpoint{{IP: netip.MustParseAddr("10.0.0.1"), Port: 80}})
+	m := NewModel(cat, specWith(t, true), "td", 50*time.Millisecond)
+	if got := m.View().Endpoints(a); len(got) != 1 {
+		t.Fatalf("participants in the grace = %v, want the discovered endpoint", got)
+	}
+	notify, cancel := m.Subscribe()
+	defer cancel()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- m.Run(ctx) }()
+	defer func() { stop(); <-done }()
+	deadline := time.After(10 * time.Second)
+	for len(m.View().Endpoints(a)) != 0 {
+		select {
+		case <-notify:
+		case <-deadline:
+			t.Fatal("the grace did not end")
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package cache
+
+import "google.golang.org/protobuf/proto"
+
+// Interner holds one Resource per content (type URL, name and version), so
+// that producers that build equal resources for many proxies share one
+// Resource (and one marshal), and whatever remembers something per message
+// (a validator) sees each content once. A Resource stays interned while
+// something holds it: Retain and Release count the holders, and at 0 it is
+// forgotten, and the forget function given to NewInterner is told.
+//
+// It also remembers the Resource of each message it marshalled
+// ([Interner.Resource]), until ForgetMessages: a producer that hands out
+// the same message to many proxies (render's Memo) marshals it once.
+//
+// Not safe for concurrent use: it belongs to one producer.
+type Interner struct {
+	c         *Cache
+	forget    func(proto.Message)
+	byContent map[internKey]*Resource
+	byMessage map[proto.Message]*Resource
+	held      map[*Resource]int
+}
+
+type internKey struct{ typeURL, name, version string }
+
+// NewInterner returns an Interner making resources with c; forget (may be
+// nil) is told of each message whose Resource is no longer interned.
+func NewInterner(c *Cache, forget func(proto.Message)) *Interner {
+	return &Interner{
+		c: c, forget: forget,
+		byContent: map[internKey]*Resource{},
+		byMessage: map[proto.Message]*Resource{},
+		held:      map[*Resource]int{},
+	}
+}
+
+// Intern returns the Resource already held for r's content, or r, which
+// is interned from now on.
+func (in *Interner) Intern(r *Resource) *Resource {
+	k := internKey{r.typeURL, r.name, r.version}
+	if old := in.byContent[k]; old != nil {
+		return old
+	}
+	in.byContent[k] = r
+	return r
+}
+
+// Resource returns the interned Resource of msg named name, marshalling
+// only a message it has not seen since ForgetMessages.
+func (in *Interner) Resource(name string, msg proto.Message) (*Resource, error) {
+	if r := in.byMessage[msg]; r != nil {
+		return r, nil
+	}
+	r, err := in.c.NewResource(name, msg)
+	if err != nil {
+		return nil, err
+	}
+	r = in.Intern(r)
+	in.byMessage[msg] = r
+	return r, nil
+}
+
+// Named is a message with a name: every xDS resource.
+type Named interface {
+	proto.Message
+	GetName() string
+}
+
+// Resources returns the interned Resource of each message (see
+// [Interner.Resource]).
+func Resources[T Named](in *Interner, msgs []T) ([]*Resource, error) {
+	rs := make([]*Resource, 0, len(msgs))
+	for _, m := range msgs {
+		r, err := in.Resource(m.GetName(), m)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, r)
+	}
+	return rs, nil
+}
+
+// InternedSet returns a Set of the messages' interned Resources.
+func InternedSet[T Named](in *Interner, msgs []T) (*Set, error) {
+	rs, err := Resources(in, msgs)
+	if err != nil {
+		return nil, err
+	}
+	return NewSet(rs...)
+}
+
+// ForgetMessages forgets which message each Resource was made from (when
+// the messages handed out before will not be seen again); the Resources
+// stay interned.
+func (in *Interner) ForgetMessages() { clear(in.byMessage) }
+
+// Retain counts one more holder of each Resource.
+func (in *Interner) Retain(rs ...*Resource) {
+	for _, r := range rs {
+		in.held[r]++
+	}
+}
+
+// Release counts one holder less of each Resource, forgetting those no
+// longer held.
+func (in *Interner) Release(rs ...*Resource) {
+	for _, r := range rs {
+		if in.held[r]--; in.held[r] <= 0 {
+			delete(in.held, r)
+			in.Forget(r)
+		}
+	}
+}
+
+// Forget uninterns r (which nothing holds any more, or which is held
+// outside the counts, as a producer's only copy) and tells the forget
+// function.
+func (in *Interner) Forget(r *Resource) {
+	k := internKey{r.typeURL, r.name, r.version}
+	if in.byContent[k] == r {
+		delete(in.byContent, k)
+	}
+	if in.forget != nil {
+		in.forget(r.msg)
+	}
+}
+
+// Reset forgets every interned Resource without telling the forget
+// function (benchmarks start cold with it).
+func (in *Interner) Reset() {
+	clear(in.byContent)
+	clear(in.byMessage)
+}
+
+// Len returns the number of interned Resources.
+func (in *Interner) Len() int { return len(in.byContent) }
+
+// Held returns the number of Resources with at least one holder.
+func (in *Interner) Held() int { return len(in.held) }

@@ -1,0 +1,192 @@
+package xds
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/xds/cache"
+	"github.com/osm-vm/osm-vm/internal/xds/render"
+)
+
+// dependent is a group that receives a service's endpoints, and the index
+// of that service's slot in the group's slots.
+type dependent struct {
+	g    *group
+	slot int
+}
+
+// edsSlot holds a service's ClusterLoadAssignment; groups keep pointers to
+// the slots of their dependencies, so publishing an endpoint change to many
+// groups does not look each dependency up. res is nil until built, and
+// again when the service's endpoints, its connected proxies or the
+// participant rule change.
+type edsSlot struct {
+	svc  mesh.MeshService
+	res  *cache.Resource
+	refs int // groups whose slots include it; at 0 it is dropped
+}
+
+// slot returns svc's EDS slot.
+func (p *Publisher) slot(svc mesh.MeshService) *edsSlot {
+	sl := p.eds[svc]
+	if sl == nil {
+		sl = &edsSlot{svc: svc}
+		p.eds[svc] = sl
+	}
+	return sl
+}
+
+// edsResource returns the (shared) ClusterLoadAssignment of the slot's
+// service, built once until dropEDS drops it.
+func (p *Publisher) edsResource(sl *edsSlot) (*cache.Resource, error) {
+	if sl.res != nil {
+		return sl.res, nil
+	}
+	cla, err := render.ClusterLoadAssignment(p.mesh(), sl.svc)
+	if err != nil {
+		return nil, err
+	}
+	res, err := p.cache.NewResource(render.EDSName(sl.svc), cla)
+	if err != nil {
+		return nil, err
+	}
+	if res = p.interned.Intern(res); res.Message() == proto.Message(cla) {
+		// New content. The validator remembers it (until dropEDS), so
+		// validating the sets that hold it does not walk it again.
+		if err := p.validators[render.Envoy].Validate(cla); err != nil {
+			p.interned.Forget(res)
+			return nil, fmt.Errorf("endpoints of %s failed validation: %w", sl.svc, err)
+		}
+	}
+	sl.res = res
+	return res, nil
+}
+
+// dropEDS forgets svc's ClusterLoadAssignment, to be rebuilt when next
+// needed (its slot is the only holder of a load assignment, so it is no
+// longer interned either).
+func (p *Publisher) dropEDS(svc mesh.MeshService) {
+	if sl := p.eds[svc]; sl != nil && sl.res != nil {
+		p.interned.Forget(sl.res)
+		sl.res = nil
+	}
+}
+
+func (p *Publisher) dropAllEDS() {
+	for svc := range p.eds {
+		p.dropEDS(svc)
+	}
+}
+
+// publishEDS rebuilds the changed services' endpoints and publishes them
+// to the proxies that depend on them.
+func (p *Publisher) publishEDS(changed []mesh.MeshService) {
+	if p.dependents == nil {
+		p.dependents = map[mesh.MeshService][]dependent{}
+		for _, g := range p.groups {
+			if g.err != nil || g.cds == nil {
+				continue
+			}
+			for i, sl := range g.slots {
+				p.dependents[sl.svc] = append(p.dependents[sl.svc], dependent{g, i})
+			}
+		}
+	}
+	var done map[*group]bool // a group that depends on several changed services is published once
+	if len(changed) > 1 {
+		done = map[*group]bool{}
+	}
+	for _, svc := range changed {
+		deps := p.dependents[svc]
+		if len(deps) == 0 {
+			continue
+		}
+		r, err := p.edsResource(p.eds[svc])
+		if err != nil {
+			p.log.Error("render endpoints", "service", svc, "err", err)
+			continue
+		}
+		for _, d := range deps {
+			g := d.g
+			var set *cache.Set
+			switch {
+			case done != nil:
+				if done[g] {
+					continue
+				}
+				done[g] = true
+				set, err = p.edsSet(g)
+			case g.eds != nil:
+				// The one service changed: its slot's resource is replaced.
+				rs := slices.Clone(g.eds.Resources())
+				rs[d.slot] = r
+				set, err = g.eds.Update(rs)
+				g.eds = set
+			default:
+				set, err = p.edsSet(g)
+			}
+			if err != nil {
+				p.log.Error("render endpoints", "service", g.key.service, "err", err)
+				continue
+			}
+			for id, n := range g.nodes {
+				p.publish(id, resource.EndpointType, p.withRefusalEDS(n, set))
+			}
+		}
+	}
+}
+
+// edsSet returns the group's load assignments. The set last built is kept:
+// unchanged, it is returned as is; when some slots' resources changed (an
+// endpoint change), the new set is an Update of it.
+func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
+	var held []*cache.Resource
+	if g.eds != nil {
+		held = g.eds.Resources() // one per slot, in slot order
+	}
+	var rs []*cache.Resource
+	for i, sl := range g.slots {
+		r, err := p.edsResource(sl)
+		if err != nil {
+			return nil, err
+		}
+		if rs == nil && held != nil && held[i] == r {
+			continue
+		}
+		if rs == nil {
+			rs = make([]*cache.Resource, len(g.slots))
+			copy(rs, held[:i])
+		}
+		rs[i] = r
+	}
+	var set *cache.Set
+	var err error
+	switch {
+	case g.eds == nil:
+		set, err = cache.NewSortedSet(rs) // slots are sorted by EDS name
+	case rs == nil:
+		return g.eds, nil
+	default:
+		set, err = g.eds.Update(rs)
+	}
+	if err != nil {
+		return nil, err
+	}
+	g.eds = set
+	return set, nil
+}
+
+// releaseSlots counts one group less depending on each slot, dropping
+// the slots no group depends on.
+func (p *Publisher) releaseSlots(slots []*edsSlot) {
+	for _, sl := range slots {
+		if sl.refs--; sl.refs <= 0 {
+			p.dropEDS(sl.svc)
+			delete(p.eds, sl.svc)
+		}
+	}
+}

@@ -1,0 +1,295 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/xds/cache"
+	"github.com/osm-vm/osm-vm/internal/xds/render"
+)
+
+type groupKey struct {
+	service mesh.MeshService
+	flavor  render.Flavor
+}
+
+type group struct {
+	key    groupKey
+	nodes  map[string]*node
+	inputs render.Inputs     // what rds, cds and shared were rendered from
+	shared []*cache.Resource // listeners that do not depend on the address
+	rds    *cache.Set
+	cds    *cache.Set
+	slots  []*edsSlot // of the services whose endpoints it receives, sorted by EDS name
+	eds    *cache.Set // the slots' resources when last built (see Publisher.edsSet)
+	err    error
+}
+
+// resources returns what the group holds (see Publisher.held).
+func (g *group) resources() []*cache.Resource {
+	var out []*cache.Resource
+	for _, s := range []*cache.Set{g.rds, g.cds} {
+		if s != nil {
+			out = append(out, s.Resources()...)
+		}
+	}
+	return append(out, g.shared...)
+}
+
+type node struct {
+	proxy Proxy
+	group *group
+	lds   *cache.Set
+	// refused holds the refusal listeners in lds, by name: the names
+	// its streams ask for that it may not have (see refusalNames).
+	refused map[string]refusal
+	capped  bool // more names were asked for than maxRefusals
+}
+
+// mesh is what render reads: the current View, and the Memo.
+func (p *Publisher) mesh() render.Mesh {
+	return render.Mesh{View: p.view, Memo: p.memo}
+}
+
+// renderAll re-renders every group and rebuilds every load assignment
+// (after a change of the participant rule, and in benchmarks).
+func (p *Publisher) renderAll(ctx context.Context) {
+	p.newMemo()
+	p.dropAllEDS()
+	p.rerender(ctx, slices.Collect(maps.Values(p.groups)))
+}
+
+// newMemo starts rendering from a new specification: render shares new
+// messages, so what was remembered of the old ones goes.
+func (p *Publisher) newMemo() {
+	p.memo = render.NewMemo()
+	p.interned.ForgetMessages()
+	for _, v := range p.validators {
+		v.ForgetChains()
+	}
+}
+
+// renderChanged re-renders, after a specification change, the groups
+// whose render.Inputs changed (and those that failed); the others keep
+// their resources, which would render to the same bytes.
+func (p *Publisher) renderChanged(ctx context.Context) {
+	p.newMemo()
+	m := p.mesh()
+	var stale []*group
+	for _, g := range p.groups {
+		if g.err != nil || g.cds == nil {
+			stale = append(stale, g)
+			continue
+		}
+		for _, n := range g.nodes { // any one: they differ only in address
+			if in, err := render.InputsOf(m, renderProxy(n.proxy)); err != nil || !in.Equal(g.inputs) {
+				stale = append(stale, g)
+			}
+			break
+		}
+	}
+	p.rerender(ctx, stale)
+}
+
+// rerender renders the groups again and publishes to their proxies, then
+// lets go of what the groups held before (after, so that what renders the
+// same is found interned).
+func (p *Publisher) rerender(ctx context.Context, groups []*group) {
+	var old []*cache.Resource
+	var oldSlots []*edsSlot
+	for _, g := range groups {
+		old = append(old, g.resources()...)
+		oldSlots = append(oldSlots, g.slots...)
+		g.rds, g.cds, g.shared, g.slots, g.eds, g.err = nil, nil, nil, nil, nil, nil
+	}
+	if len(groups) > 0 {
+		p.dependents = nil
+	}
+	for _, g := range groups {
+		for _, n := range g.nodes {
+			p.publishNode(ctx, n)
+		}
+	}
+	p.interned.Release(old...)
+	p.releaseSlots(oldSlots)
+}
+
+// renderGroup renders the resources shared by the group's proxies, using
+// n as the representative.
+func (p *Publisher) renderGroup(g *group, n *node) error {
+	m := p.mesh()
+	px := renderProxy(n.proxy)
+	routes, err := render.Routes(m, px)
+	if err != nil {
+		return err
+	}
+	clusters, err := render.Clusters(m, px)
+	if err != nil {
+		return err
+	}
+	listeners, err := render.SharedListeners(m, px)
+	if err != nil {
+		return err
+	}
+	rds, err := cache.InternedSet(p.interned, routes)
+	if err != nil {
+		return err
+	}
+	cds, err := cache.InternedSet(p.interned, clusters)
+	if err != nil {
+		return err
+	}
+	shared, err := cache.Resources(p.interned, listeners)
+	if err != nil {
+		return err
+	}
+	in, err := render.InputsOf(m, px)
+	if err != nil {
+		return err
+	}
+	deps := in.Dependencies()
+	slots := make([]*edsSlot, len(deps))
+	for i, d := range deps {
+		slots[i] = p.slot(d)
+		slots[i].refs++
+	}
+	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(render.EDSName(a.svc), render.EDSName(b.svc)) })
+	g.inputs, g.rds, g.cds, g.slots, g.shared, g.eds = in, rds, cds, slots, shared, nil
+	p.interned.Retain(g.resources()...)
+	p.dependents = nil
+	return nil
+}
+
+func renderProxy(px Proxy) render.Proxy {
+	return render.Proxy{Service: px.Service, Flavor: px.Flavor, Address: px.Address}
+}
+
+// publishNode renders and publishes everything one proxy receives.
+func (p *Publisher) publishNode(ctx context.Context, n *node) {
+	err := p.renderNode(ctx, n)
+	p.setErr(n.proxy.NodeID, err)
+	switch {
+	case err == nil:
+	case n.lds == nil && p.refuse != nil:
+		// Nothing was ever published for this proxy: it would wait for
+		// its first answer forever. End its streams naming the cause; it
+		// reconnects, and is served once the cause is fixed.
+		p.log.Error("proxy refused: its configuration cannot be rendered", "node", n.proxy.NodeID, "err", err)
+		p.refuse(n.proxy.NodeID, err)
+	default:
+		p.log.Error("proxy configuration not published; the proxy keeps its last good configuration", "node", n.proxy.NodeID, "err", err)
+	}
+}
+
+func (p *Publisher) renderNode(ctx context.Context, n *node) error {
+	g := n.group
+	if g.cds == nil {
+		if err := p.renderGroup(g, n); err != nil {
+			g.err = err
+			p.dependents = nil
+			return err
+		}
+		g.err = nil
+	}
+	// Only the listeners bound to this proxy's address are rendered here;
+	// the group holds the others.
+	own, err := render.PerProxyListeners(p.mesh(), renderProxy(n.proxy))
+	if err != nil {
+		return err
+	}
+	lds := make([]*cache.Resource, 0, len(own)+len(g.shared))
+	for _, l := range own {
+		r, err := p.cache.NewResource(l.GetName(), l)
+		if err != nil {
+			return err
+		}
+		lds = append(lds, r)
+	}
+	lds = append(lds, g.shared...)
+	real := func(name string) bool {
+		_, ok := slices.BinarySearchFunc(g.shared, name, func(r *cache.Resource, name string) int { return strings.Compare(r.Name(), name) })
+		return ok || slices.ContainsFunc(own, func(l *listenerv3.Listener) bool { return l.GetName() == name })
+	}
+	refused, err := p.refusals(n, real)
+	if err != nil {
+		return err
+	}
+	for _, r := range refused {
+		lds = append(lds, r.res)
+	}
+	ldsSet, err := cache.NewSet(lds...)
+	if err != nil {
+		p.releaseRefusals(refused)
+		return err
+	}
+	cds := g.cds
+	eds, err := p.edsSet(g)
+	if err == nil && len(refused) > 0 {
+		// The refusal listeners' route needs its cluster, which is not
+		// the group's: this node's CDS and EDS sets are its own.
+		if cds, err = cds.With(p.refusalCluster); err == nil {
+			eds = p.withRefusalEDSSet(eds)
+		}
+	}
+	if err != nil {
+		p.releaseRefusals(refused)
+		return err
+	}
+	var sds *cache.Set
+	if n.proxy.Flavor == render.Envoy {
+		if sds, err = p.secretSet(ctx, n.proxy.Service); err != nil {
+			p.releaseRefusals(refused)
+			return err
+		}
+	}
+	if err := p.validate(n.proxy.Flavor, ldsSet, g.rds, cds, eds, sds); err != nil {
+		p.releaseRefusals(refused)
+		return fmt.Errorf("generated configuration failed validation (a bug: please report it with GET /debug/config/%s): %w", n.proxy.NodeID, err)
+	}
+	p.releaseRefusals(n.refused)
+	n.refused = refused
+	if len(refused) > 0 {
+		p.refusing[n] = struct{}{}
+	} else {
+		delete(p.refusing, n)
+	}
+	n.lds = ldsSet
+	id := n.proxy.NodeID
+	// Publish in the order xDS wants: clusters and endpoints before the
+	// listeners and routes that use them.
+	p.publish(id, resource.ClusterType, cds)
+	p.publish(id, resource.EndpointType, eds)
+	if sds != nil {
+		p.publish(id, resource.SecretType, sds)
+	}
+	p.publish(id, resource.ListenerType, ldsSet)
+	p.publish(id, resource.RouteType, g.rds)
+	return nil
+}
+
+func (p *Publisher) validate(f render.Flavor, sets ...*cache.Set) error {
+	var msgs []proto.Message
+	for _, s := range sets {
+		if s == nil {
+			continue
+		}
+		for _, r := range s.Resources() {
+			msgs = append(msgs, r.Message())
+		}
+	}
+	return p.validators[f].ValidateWith(p.memo, msgs...)
+}
+
+func (p *Publisher) publish(nodeID, typeURL string, set *cache.Set) {
+	if err := p.cache.Publish(nodeID, typeURL, set); err != nil {
+		p.log.Error("publish", "node", nodeID, "type", typeURL, "err", err)
+	}
+}
