@@ -45,6 +45,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/osm-vm/osm-vm/examples/bookstore/bookapi"
 )
 
 func main() {
@@ -276,8 +278,20 @@ providers:
 		}
 		cmd := exec.Command(filepath.Join(o.bin, m.app), args...)
 		cmd.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP="+filepath.Join(dir, "grpc-bootstrap.json"))
-		if _, err := ps.start(m.service, cmd, filepath.Join(dir, "app.log"), true); err != nil {
+		appLog := filepath.Join(dir, "app.log")
+		if _, err := ps.start(m.service, cmd, appLog, true); err != nil {
 			return err
+		}
+		if slices.Contains(m.args, "-listen") {
+			// The callers start once the servers serve (an xDS-enabled
+			// server closes connections until its listener arrives).
+			serving := func() bool {
+				b, _ := os.ReadFile(appLog)
+				return strings.Contains(string(b), bookapi.ServingMarker)
+			}
+			if err := waitFor(ctx, 30*time.Second, server, serving); err != nil {
+				return fmt.Errorf("%s is not serving: %w; its log:\n%s", m.service, err, tail(appLog))
+			}
 		}
 	}
 	say("started the apps: bookwarehouse, bookstore-v1, bookstore-v2, bookbuyer, bookthief")

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	xdscreds "google.golang.org/grpc/credentials/xds"
 	"google.golang.org/grpc/xds"
@@ -122,6 +123,11 @@ func DialMesh(target string) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
+// ServingMarker is the line Serve writes to stderr once the xDS server's
+// listener arrived and it serves (before that it closes connections): the
+// demo starts the callers after it.
+const ServingMarker = "xDS serving mode: SERVING"
+
 // Serve runs an xDS-enabled gRPC server on addr until ctx is done: the xDS
 // server's listener for addr gives it its mTLS and inbound RBAC, so the
 // mesh policy is enforced here, in the application. register adds the
@@ -131,7 +137,13 @@ func Serve(ctx context.Context, addr string, register func(grpc.ServiceRegistrar
 	if err != nil {
 		return fmt.Errorf("xDS server credentials: %w", err)
 	}
-	srv, err := xds.NewGRPCServer(grpc.Creds(creds))
+	srv, err := xds.NewGRPCServer(grpc.Creds(creds), xds.ServingModeCallback(func(a net.Addr, args xds.ServingModeChangeArgs) {
+		if args.Mode == connectivity.ServingModeServing {
+			fmt.Fprintf(os.Stderr, "%s on %s\n", ServingMarker, a)
+		} else {
+			fmt.Fprintf(os.Stderr, "xDS serving mode: %s on %s: %v\n", args.Mode, a, args.Err)
+		}
+	}))
 	if err != nil {
 		return fmt.Errorf("xDS-enabled gRPC server: %w (is GRPC_XDS_BOOTSTRAP set to the agent's grpc-bootstrap.json?)", err)
 	}
