@@ -95,6 +95,53 @@ func (m *Manager) ServiceCertificate(ctx context.Context, sa mesh.ServiceAccount
 	return m.issueService(ctx, sa, 0, false)
 }
 
+// RequestServiceCertificate returns sa's service certificate without
+// waiting for a store write or a signature: the one this replica holds
+// (while it has not expired; Run rotates it when due). When there is none,
+// it returns an error wrapping ErrPending, and Run issues it in its own
+// goroutine and announces it (Issued, or Rotated for an expired one), so a
+// caller that subscribed before asking learns when to ask again. While no
+// Run is running it issues at once, as ServiceCertificate does.
+func (m *Manager) RequestServiceCertificate(ctx context.Context, sa mesh.ServiceAccount) (*Certificate, error) {
+	if err := validateServiceAccount(sa); err != nil {
+		return nil, fmt.Errorf("service certificate: %w", err)
+	}
+	cn := m.ServiceCommonName(sa)
+	m.mu.Lock()
+	if s := m.services[cn]; s != nil && m.now().Before(s.rec.Expires) {
+		m.mu.Unlock()
+		return s.cert, nil
+	}
+	if m.issuers == 0 {
+		m.mu.Unlock()
+		return m.issueService(ctx, sa, 0, false)
+	}
+	m.requested[sa] = struct{}{}
+	m.mu.Unlock()
+	m.wake()
+	return nil, fmt.Errorf("service certificate %s: %w", cn, ErrPending)
+}
+
+// issueRequested issues the service certificates RequestServiceCertificate
+// asked for (announced by issueService); those that fail stay requested,
+// for the next attempt.
+func (m *Manager) issueRequested(ctx context.Context) error {
+	m.mu.Lock()
+	sas := slices.Collect(maps.Keys(m.requested))
+	clear(m.requested)
+	m.mu.Unlock()
+	var errs []error
+	for _, sa := range sas {
+		if _, err := m.issueService(ctx, sa, 0, false); err != nil {
+			errs = append(errs, err)
+			m.mu.Lock()
+			m.requested[sa] = struct{}{}
+			m.mu.Unlock()
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // cachedFresh returns the cached certificate for cn if it is not yet due
 // for rotation.
 func (m *Manager) cachedFresh(cn CommonName) *Certificate {

@@ -491,3 +491,33 @@ func TestSyncServicesReadsOnlyChangedRecords(t *testing.T) {
 		t.Errorf("after the sync: %d service certificates known, want 21 with the new one", len(m.services))
 	}
 }
+
+// RequestServiceCertificate never issues in the caller's goroutine while
+// Run runs: it answers ErrPending, Run issues and announces Issued, and
+// the next request returns the certificate. Without Run it issues at once.
+func TestRequestServiceCertificate(t *testing.T) {
+	st := store.NewMemory()
+	m := newTestManager(t, st, Options{})
+	if c, err := m.RequestServiceCertificate(t.Context(), bookstore); err != nil || c == nil {
+		t.Fatalf("RequestServiceCertificate without Run = %v, %v; want the certificate issued at once", c, err)
+	}
+
+	m2 := newTestManager(t, st, Options{})
+	ch, cancel := m2.Subscribe()
+	defer cancel()
+	runManager(t, m2)
+	buyer := mesh.ServiceAccount{Namespace: "default", Name: "bookbuyer"}
+	if _, err := m2.RequestServiceCertificate(t.Context(), mesh.ServiceAccount{Namespace: "default", Name: "Book"}); err == nil || errors.Is(err, ErrPending) {
+		t.Errorf("RequestServiceCertificate(invalid account) err = %v, want a refusal", err)
+	}
+	var a Announcement
+	if c, err := m2.RequestServiceCertificate(t.Context(), buyer); !errors.Is(err, ErrPending) {
+		t.Fatalf("RequestServiceCertificate with Run = %v, %v; want ErrPending", c, err)
+	}
+	for a = nextAnnouncement(t, ch, Issued, 5*time.Second); a.ServiceAccount != buyer; a = nextAnnouncement(t, ch, Issued, 5*time.Second) {
+	}
+	c, err := m2.RequestServiceCertificate(t.Context(), buyer)
+	if err != nil || c.GetCommonName() != a.CommonName {
+		t.Errorf("RequestServiceCertificate after Issued = %v, %v; want the announced certificate", c, err)
+	}
+}
