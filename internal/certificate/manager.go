@@ -382,9 +382,6 @@ func (m *Manager) Lifetimes() (service, proxy time.Duration) {
 // TrustDomain returns the mesh's trust domain.
 func (m *Manager) TrustDomain() string { return m.opts.TrustDomain }
 
-// GetRootCertificate returns the mesh root (without its key).
-func (m *Manager) GetRootCertificate() *Certificate { return m.root }
-
 // RootPEM returns the mesh root as PEM.
 func (m *Manager) RootPEM() []byte { return append([]byte(nil), m.ca.certPEM...) }
 
