@@ -55,7 +55,7 @@ func TestAnnouncementsNeverBlock(t *testing.T) {
 	cancelReader()
 	for range reader {
 	}
-	if _, err := m.RotateCertificate(t.Context(), m.ServiceCommonName(bookstore)); err != nil {
+	if _, err := m.RotateCertificate(t.Context(), bookstore); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -47,7 +47,7 @@ func TestRootCreatedOnceAndKeptAcrossRestart(t *testing.T) {
 		t.Errorf("after a restart ServiceCertificate = %v, %v; want the stored certificate %s", c, err, svc.GetSerialNumber())
 	}
 
-	c := restarted.GetRootCertificate().X509()
+	c := restarted.root.X509()
 	if !c.IsCA || c.MaxPathLen != 0 || !c.MaxPathLenZero {
 		t.Errorf("root IsCA=%v MaxPathLen=%d MaxPathLenZero=%v, want a CA that signs only leaves", c.IsCA, c.MaxPathLen, c.MaxPathLenZero)
 	}
@@ -58,8 +58,8 @@ func TestRootCreatedOnceAndKeptAcrossRestart(t *testing.T) {
 	if got, want := c.URIs[0].String(), "spiffe://osm.local"; got != want {
 		t.Errorf("root URI SAN = %q, want %q", got, want)
 	}
-	if k := restarted.GetRootCertificate().GetPrivateKey(); len(k) != 0 {
-		t.Errorf("GetRootCertificate exposes the CA key")
+	if k := restarted.root.GetPrivateKey(); len(k) != 0 {
+		t.Errorf("the root Certificate holds the CA key")
 	}
 }
 
@@ -117,7 +117,7 @@ func TestRootCreationRace(t *testing.T) {
 func TestTrustDomain(t *testing.T) {
 	st := store.NewMemory()
 	m := newTestManager(t, st, Options{TrustDomain: "example.org"})
-	if got, want := m.GetRootCertificate().GetURISANs(), "spiffe://example.org"; len(got) != 1 || got[0] != want {
+	if got, want := m.root.GetURISANs(), "spiffe://example.org"; len(got) != 1 || got[0] != want {
 		t.Errorf("root URI SANs = %q, want [%q]", got, want)
 	}
 	_, err := New(t.Context(), testLogger(t), st, Options{TrustDomain: "osm.local"})
@@ -133,7 +133,7 @@ func TestTrustDomain(t *testing.T) {
 
 func TestCAHash(t *testing.T) {
 	m := newTestManager(t, store.NewMemory(), Options{})
-	root := m.GetRootCertificate().X509()
+	root := m.root.X509()
 	sum := sha256.Sum256(root.RawSubjectPublicKeyInfo)
 	want := "sha256:" + hex.EncodeToString(sum[:])
 	if got := CAHash(root.Raw); got != want {

@@ -13,8 +13,9 @@
 //     certificate/service/<namespace>/<sa> so all proxies of the account and
 //     all replicas share them. Run rotates each one when less than a third
 //     of its lifetime is left (ServiceCertificate also does when asked for
-//     one that is due); every replica running Run announces a rotation,
-//     whoever made it.
+//     one that is due) and issues those RequestServiceCertificate asked for
+//     without waiting; every replica running Run announces an issue or a
+//     rotation, whoever made it.
 //   - proxy certificates, for a proxy's xDS client mTLS only: common name
 //     <proxy-uuid>.<service>.<namespace> and URI SAN
 //     spiffe://<trust-domain>/ns/<namespace>/sa/<sa>/proxy/<proxy-uuid>,
@@ -106,6 +107,10 @@ var (
 	// ErrInvalidCSR: the CSR does not parse, its signature does not verify
 	// or its key is too weak.
 	ErrInvalidCSR = errors.New("invalid certificate signing request")
+	// ErrPending: the service certificate asked for of
+	// RequestServiceCertificate is being issued by Run, which announces it
+	// (Issued or Rotated) when it is.
+	ErrPending = errors.New("pending")
 )
 
 // Store is what the manager needs from internal/store.
@@ -222,7 +227,14 @@ type Manager struct {
 	// changes.
 	undecodable map[string]uint64
 	subs        map[chan Announcement]struct{}
-	// kick wakes Run to recompute its rotation timer.
+	// requested holds the service accounts whose certificates
+	// RequestServiceCertificate asked Run to issue, and issuers counts the
+	// Runs serving them (with none, RequestServiceCertificate issues
+	// itself).
+	requested map[mesh.ServiceAccount]struct{}
+	issuers   int
+	// kick wakes Run to recompute its rotation timer and issue what was
+	// requested.
 	kick chan struct{}
 
 	// claimMu guards the claims not yet written (claims.go): the time of
@@ -276,6 +288,7 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 		proxies:     map[string]proxyKnown{},
 		undecodable: map[string]uint64{},
 		subs:        map[chan Announcement]struct{}{},
+		requested:   map[mesh.ServiceAccount]struct{}{},
 		kick:        make(chan struct{}, 1),
 
 		claims:    map[string]time.Time{},
@@ -369,9 +382,6 @@ func (m *Manager) Lifetimes() (service, proxy time.Duration) {
 // TrustDomain returns the mesh's trust domain.
 func (m *Manager) TrustDomain() string { return m.opts.TrustDomain }
 
-// GetRootCertificate returns the mesh root (without its key).
-func (m *Manager) GetRootCertificate() *Certificate { return m.root }
-
 // RootPEM returns the mesh root as PEM.
 func (m *Manager) RootPEM() []byte { return append([]byte(nil), m.ca.certPEM...) }
 
@@ -440,8 +450,9 @@ func (m *Manager) wake() {
 // records accumulate before it reads them.
 const syncDelay = 200 * time.Millisecond
 
-// Run rotates service certificates before they expire, follows changes
-// other replicas make in the store, announcing them, writes proxy claims
+// Run rotates service certificates before they expire, issues those
+// RequestServiceCertificate asked for, follows changes other replicas
+// make in the store, announcing them, writes proxy claims
 // (ClaimProxy) in the background and deletes proxy records past their
 // retention (at start and then about hourly). It returns nil when ctx is done,
 // once the pending claims are written. Store errors are logged and retried
@@ -452,6 +463,14 @@ func (m *Manager) Run(ctx context.Context) error {
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	m.mu.Lock()
+	m.issuers++ // from now on RequestServiceCertificate leaves issuing to run
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		m.issuers--
+		m.mu.Unlock()
+	}()
 	m.claimMu.Lock()
 	m.claimWriters++ // from now on ClaimProxy leaves the write to writeClaims
 	m.claimMu.Unlock()
@@ -496,6 +515,9 @@ func (m *Manager) run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-m.kick:
+			if err := m.issueRequested(ctx); err != nil && ctx.Err() == nil {
+				fail("issue requested service certificates", err)
+			}
 		case <-svcCh:
 			// Local changes are observed as they are made; this follows
 			// other writers. Waiting a moment turns the first proxies of
@@ -519,7 +541,7 @@ func (m *Manager) run(ctx context.Context) error {
 				fail("follow proxy records", err)
 			}
 		case <-timer.C:
-			err := errors.Join(m.syncServices(ctx, true), m.syncProxies(ctx, true), m.rotateDue(ctx))
+			err := errors.Join(m.syncServices(ctx, true), m.syncProxies(ctx, true), m.rotateDue(ctx), m.issueRequested(ctx))
 			var pruneErr error
 			if !m.now().Before(nextPrune) {
 				var n int

@@ -60,20 +60,6 @@ func (m *Manager) ServiceCommonName(sa mesh.ServiceAccount) CommonName {
 	return CommonName(sa.Name + "." + sa.Namespace + "." + m.opts.TrustDomain)
 }
 
-// serviceAccount parses a service certificate common name.
-func (m *Manager) serviceAccount(cn CommonName) (mesh.ServiceAccount, error) {
-	rest, ok := strings.CutSuffix(string(cn), "."+m.opts.TrustDomain)
-	name, ns, ok2 := strings.Cut(rest, ".")
-	if !ok || !ok2 {
-		return mesh.ServiceAccount{}, fmt.Errorf("common name %q: want <service-account>.<namespace>.%s (proxy certificates are issued from a CSR with IssueProxy)", cn, m.opts.TrustDomain)
-	}
-	sa := mesh.ServiceAccount{Namespace: ns, Name: name}
-	if err := validateServiceAccount(sa); err != nil {
-		return mesh.ServiceAccount{}, fmt.Errorf("common name %q: %w", cn, err)
-	}
-	return sa, nil
-}
-
 func validateServiceAccount(sa mesh.ServiceAccount) error {
 	if err := mesh.ValidateLabel("service account namespace", sa.Namespace); err != nil {
 		return err
@@ -95,6 +81,53 @@ func (m *Manager) ServiceCertificate(ctx context.Context, sa mesh.ServiceAccount
 	return m.issueService(ctx, sa, 0, false)
 }
 
+// RequestServiceCertificate returns sa's service certificate without
+// waiting for a store write or a signature: the one this replica holds
+// (while it has not expired; Run rotates it when due). When there is none,
+// it returns an error wrapping ErrPending, and Run issues it in its own
+// goroutine and announces it (Issued, or Rotated for an expired one), so a
+// caller that subscribed before asking learns when to ask again. While no
+// Run is running it issues at once, as ServiceCertificate does.
+func (m *Manager) RequestServiceCertificate(ctx context.Context, sa mesh.ServiceAccount) (*Certificate, error) {
+	if err := validateServiceAccount(sa); err != nil {
+		return nil, fmt.Errorf("service certificate: %w", err)
+	}
+	cn := m.ServiceCommonName(sa)
+	m.mu.Lock()
+	if s := m.services[cn]; s != nil && m.now().Before(s.rec.Expires) {
+		m.mu.Unlock()
+		return s.cert, nil
+	}
+	if m.issuers == 0 {
+		m.mu.Unlock()
+		return m.issueService(ctx, sa, 0, false)
+	}
+	m.requested[sa] = struct{}{}
+	m.mu.Unlock()
+	m.wake()
+	return nil, fmt.Errorf("service certificate %s: %w", cn, ErrPending)
+}
+
+// issueRequested issues the service certificates RequestServiceCertificate
+// asked for (announced by issueService); those that fail stay requested,
+// for the next attempt.
+func (m *Manager) issueRequested(ctx context.Context) error {
+	m.mu.Lock()
+	sas := slices.Collect(maps.Keys(m.requested))
+	clear(m.requested)
+	m.mu.Unlock()
+	var errs []error
+	for _, sa := range sas {
+		if _, err := m.issueService(ctx, sa, 0, false); err != nil {
+			errs = append(errs, err)
+			m.mu.Lock()
+			m.requested[sa] = struct{}{}
+			m.mu.Unlock()
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // cachedFresh returns the cached certificate for cn if it is not yet due
 // for rotation.
 func (m *Manager) cachedFresh(cn CommonName) *Certificate {
@@ -106,33 +139,13 @@ func (m *Manager) cachedFresh(cn CommonName) *Certificate {
 	return nil
 }
 
-// IssueCertificate returns the service certificate for cn, a name of the
-// form ServiceCommonName returns, issuing it with lifetime (0: the default
-// ServiceLifetime, less jitter) when there is none or it is due for
-// rotation. A certificate that is still fresh is returned as is, whatever
-// lifetime it was issued with; the lifetime of a new one is kept for its
-// rotations. Proxy certificates are issued from a CSR by IssueProxy.
-func (m *Manager) IssueCertificate(ctx context.Context, cn CommonName, lifetime time.Duration) (*Certificate, error) {
-	sa, err := m.serviceAccount(cn)
-	if err != nil {
-		return nil, fmt.Errorf("issue certificate: %w", err)
-	}
-	if lifetime < 0 || (lifetime > 0 && lifetime < time.Second) {
-		return nil, fmt.Errorf("issue certificate %s: lifetime %s is too short (at least 1s)", cn, lifetime)
-	}
-	if c := m.cachedFresh(cn); c != nil {
-		return c, nil
-	}
-	return m.issueService(ctx, sa, lifetime, false)
-}
-
-// GetCertificate returns the stored service certificate for cn, or an
-// error wrapping ErrNotFound.
-func (m *Manager) GetCertificate(ctx context.Context, cn CommonName) (*Certificate, error) {
-	sa, err := m.serviceAccount(cn)
-	if err != nil {
+// GetCertificate returns sa's stored service certificate, without issuing
+// one, or an error wrapping ErrNotFound.
+func (m *Manager) GetCertificate(ctx context.Context, sa mesh.ServiceAccount) (*Certificate, error) {
+	if err := validateServiceAccount(sa); err != nil {
 		return nil, fmt.Errorf("get certificate: %w", err)
 	}
+	cn := m.ServiceCommonName(sa)
 	m.mu.Lock()
 	s := m.services[cn]
 	m.mu.Unlock()
@@ -149,12 +162,11 @@ func (m *Manager) GetCertificate(ctx context.Context, cn CommonName) (*Certifica
 	return m.serviceCertificate(*rec)
 }
 
-// RotateCertificate replaces the service certificate for cn with a new one
-// and announces Rotated. When another replica rotates it at the same time,
-// its certificate is returned instead.
-func (m *Manager) RotateCertificate(ctx context.Context, cn CommonName) (*Certificate, error) {
-	sa, err := m.serviceAccount(cn)
-	if err != nil {
+// RotateCertificate replaces sa's service certificate with a new one and
+// announces Rotated. When another replica rotates it at the same time, its
+// certificate is returned instead.
+func (m *Manager) RotateCertificate(ctx context.Context, sa mesh.ServiceAccount) (*Certificate, error) {
+	if err := validateServiceAccount(sa); err != nil {
 		return nil, fmt.Errorf("rotate certificate: %w", err)
 	}
 	return m.issueService(ctx, sa, 0, true)
@@ -185,14 +197,14 @@ func (m *Manager) ListCertificates(ctx context.Context) ([]*Certificate, error) 
 	return out, nil
 }
 
-// ReleaseCertificate deletes the service certificate for cn and announces
+// ReleaseCertificate deletes sa's service certificate and announces
 // Released. Releasing a certificate that does not exist is not an error.
 // The next ServiceCertificate call for the account issues a new one.
-func (m *Manager) ReleaseCertificate(ctx context.Context, cn CommonName) error {
-	sa, err := m.serviceAccount(cn)
-	if err != nil {
+func (m *Manager) ReleaseCertificate(ctx context.Context, sa mesh.ServiceAccount) error {
+	if err := validateServiceAccount(sa); err != nil {
 		return fmt.Errorf("release certificate: %w", err)
 	}
+	cn := m.ServiceCommonName(sa)
 	m.issueMu.Lock()
 	defer m.issueMu.Unlock()
 	if _, err := m.st.Txn(ctx, store.Delete(serviceKey(sa), store.AnyVersion)); err != nil {

@@ -57,7 +57,7 @@ func TestServiceCertificate(t *testing.T) {
 	if again.GetSerialNumber() != c.GetSerialNumber() {
 		t.Errorf("second ServiceCertificate issued a new certificate; want the shared one")
 	}
-	got, err := m.GetCertificate(t.Context(), c.GetCommonName())
+	got, err := m.GetCertificate(t.Context(), bookstore)
 	if err != nil || got.GetSerialNumber() != c.GetSerialNumber() {
 		t.Errorf("GetCertificate = %v, %v; want the issued certificate", got, err)
 	}
@@ -85,30 +85,32 @@ func TestServiceLifetimeJitter(t *testing.T) {
 	}
 }
 
-func TestIssueCertificateNames(t *testing.T) {
+func TestServiceCertificateNames(t *testing.T) {
 	m := newTestManager(t, store.NewMemory(), Options{})
-	for _, cn := range []CommonName{
-		"bookstore.default",
-		"bookstore.default.other.domain",
-		"2f1d4c1e-6b0a-4f5e-9d1c-0a1b2c3d4e5f.bookstore.default",
-		"Book.default.osm.local",
-		"a.b.c.osm.local",
+	// The accounts the refused common names of the seed's CN-keyed methods
+	// named; a trust domain or a proxy name cannot be given any more.
+	for _, sa := range []mesh.ServiceAccount{
+		{Namespace: "", Name: "bookstore"},
+		{Namespace: "default", Name: "Book"},
+		{Namespace: "c", Name: "a.b"},
 	} {
-		if _, err := m.IssueCertificate(t.Context(), cn, 0); err == nil {
-			t.Errorf("IssueCertificate(%q) succeeded; want an error", cn)
+		if _, err := m.ServiceCertificate(t.Context(), sa); err == nil {
+			t.Errorf("ServiceCertificate(%q) succeeded; want an error", sa)
 		}
 	}
-	c, err := m.IssueCertificate(t.Context(), "reviews.shop.osm.local", time.Hour)
+	reviews := mesh.ServiceAccount{Namespace: "shop", Name: "reviews"}
+	c, err := m.issueService(t.Context(), reviews, time.Hour, false)
 	if err != nil {
-		t.Fatalf("IssueCertificate: %v", err)
+		t.Fatalf("issueService: %v", err)
 	}
 	if got, want := c.GetURISANs(), []string{"spiffe://osm.local/ns/shop/sa/reviews"}; !cmp.Equal(got, want) {
 		t.Errorf("URI SANs = %q, want %q", got, want)
 	}
-	if _, err := m.GetCertificate(t.Context(), "missing.shop.osm.local"); !errors.Is(err, ErrNotFound) {
+	missing := mesh.ServiceAccount{Namespace: "shop", Name: "missing"}
+	if _, err := m.GetCertificate(t.Context(), missing); !errors.Is(err, ErrNotFound) {
 		t.Errorf("GetCertificate(missing) err = %v, want ErrNotFound", err)
 	}
-	if _, err := m.RotateCertificate(t.Context(), "missing.shop.osm.local"); !errors.Is(err, ErrNotFound) {
+	if _, err := m.RotateCertificate(t.Context(), missing); !errors.Is(err, ErrNotFound) {
 		t.Errorf("RotateCertificate(missing) err = %v, want ErrNotFound", err)
 	}
 }
@@ -147,22 +149,22 @@ func TestRotationOnDemand(t *testing.T) {
 		t.Errorf("extra announcements %+v", got)
 	}
 
-	forced, err := m.RotateCertificate(t.Context(), c.GetCommonName())
+	forced, err := m.RotateCertificate(t.Context(), bookstore)
 	if err != nil || forced.GetSerialNumber() == c.GetSerialNumber() {
 		t.Fatalf("RotateCertificate = %v, %v; want a new certificate", forced, err)
 	}
 	nextAnnouncement(t, ch, Rotated, time.Second)
 
-	if err := m.ReleaseCertificate(t.Context(), c.GetCommonName()); err != nil {
+	if err := m.ReleaseCertificate(t.Context(), bookstore); err != nil {
 		t.Fatal(err)
 	}
 	if a := nextAnnouncement(t, ch, Released, time.Second); a.ServiceAccount != bookstore {
 		t.Errorf("Released announcement = %+v", a)
 	}
-	if _, err := m.GetCertificate(t.Context(), c.GetCommonName()); !errors.Is(err, ErrNotFound) {
+	if _, err := m.GetCertificate(t.Context(), bookstore); !errors.Is(err, ErrNotFound) {
 		t.Errorf("GetCertificate after release: err = %v, want ErrNotFound", err)
 	}
-	if err := m.ReleaseCertificate(t.Context(), c.GetCommonName()); err != nil {
+	if err := m.ReleaseCertificate(t.Context(), bookstore); err != nil {
 		t.Errorf("second release: %v", err)
 	}
 	list, err := m.ListCertificates(t.Context())
@@ -228,12 +230,12 @@ func TestReplicaAnnouncesOthersRotation(t *testing.T) {
 	runManager(t, m2)
 	ch, cancel := m2.Subscribe()
 	defer cancel()
-	c, err := m1.ServiceCertificate(t.Context(), bookstore)
+	_, err := m1.ServiceCertificate(t.Context(), bookstore)
 	if err != nil {
 		t.Fatal(err)
 	}
 	nextAnnouncement(t, ch, Issued, 5*time.Second)
-	rot, err := m1.RotateCertificate(t.Context(), c.GetCommonName())
+	rot, err := m1.RotateCertificate(t.Context(), bookstore)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +244,7 @@ func TestReplicaAnnouncesOthersRotation(t *testing.T) {
 	if err != nil || got.GetSerialNumber() != rot.GetSerialNumber() {
 		t.Errorf("replica 2 serves %v, %v after replica 1 rotated; want %s", got, err, rot.GetSerialNumber())
 	}
-	if err := m1.ReleaseCertificate(t.Context(), c.GetCommonName()); err != nil {
+	if err := m1.ReleaseCertificate(t.Context(), bookstore); err != nil {
 		t.Fatal(err)
 	}
 	nextAnnouncement(t, ch, Released, 5*time.Second)
@@ -383,7 +385,7 @@ func TestSetLifetimes(t *testing.T) {
 	}
 	within("service certificate before the change", svc.GetExpiration().Sub(clk.Now()), 30*time.Hour)
 	own := mesh.ServiceAccount{Namespace: "default", Name: "own"}
-	if _, err := m.IssueCertificate(ctx, m.ServiceCommonName(own), 50*time.Hour); err != nil {
+	if _, err := m.issueService(ctx, own, 50*time.Hour, false); err != nil {
 		t.Fatal(err)
 	}
 
@@ -400,13 +402,13 @@ func TestSetLifetimes(t *testing.T) {
 		t.Error("a lifetime change replaced a certificate that is not due")
 	}
 	for _, sa := range []mesh.ServiceAccount{bookstore, own} {
-		if _, err := m.RotateCertificate(ctx, m.ServiceCommonName(sa)); err != nil {
+		if _, err := m.RotateCertificate(ctx, sa); err != nil {
 			t.Fatal(err)
 		}
 	}
 	rotated, _ := m.ServiceCertificate(ctx, bookstore)
 	within("service certificate rotated after the change", rotated.GetExpiration().Sub(clk.Now()), 2*time.Hour)
-	ownRotated, _ := m.IssueCertificate(ctx, m.ServiceCommonName(own), 0)
+	ownRotated, _ := m.issueService(ctx, own, 0, false)
 	within("service certificate issued with its own lifetime, rotated", ownRotated.GetExpiration().Sub(clk.Now()), 50*time.Hour)
 	proxy, _ := issueProxy(t, m)
 	if got := proxy.NotAfter.Sub(clk.Now()); got != 3*time.Hour {
@@ -446,7 +448,7 @@ func TestEarlierRecordsFollowLifetimes(t *testing.T) {
 	if err := m2.SetLifetimes(2*time.Hour, 0); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m2.RotateCertificate(ctx, m2.ServiceCommonName(bookstore)); err != nil {
+	if _, err := m2.RotateCertificate(ctx, bookstore); err != nil {
 		t.Fatal(err)
 	}
 	c, err := m2.ServiceCertificate(ctx, bookstore)
@@ -489,5 +491,35 @@ func TestSyncServicesReadsOnlyChangedRecords(t *testing.T) {
 	defer m.mu.Unlock()
 	if m.services[m.ServiceCommonName(mesh.ServiceAccount{Namespace: "default", Name: "new"})] == nil || len(m.services) != 21 {
 		t.Errorf("after the sync: %d service certificates known, want 21 with the new one", len(m.services))
+	}
+}
+
+// RequestServiceCertificate never issues in the caller's goroutine while
+// Run runs: it answers ErrPending, Run issues and announces Issued, and
+// the next request returns the certificate. Without Run it issues at once.
+func TestRequestServiceCertificate(t *testing.T) {
+	st := store.NewMemory()
+	m := newTestManager(t, st, Options{})
+	if c, err := m.RequestServiceCertificate(t.Context(), bookstore); err != nil || c == nil {
+		t.Fatalf("RequestServiceCertificate without Run = %v, %v; want the certificate issued at once", c, err)
+	}
+
+	m2 := newTestManager(t, st, Options{})
+	ch, cancel := m2.Subscribe()
+	defer cancel()
+	runManager(t, m2)
+	buyer := mesh.ServiceAccount{Namespace: "default", Name: "bookbuyer"}
+	if _, err := m2.RequestServiceCertificate(t.Context(), mesh.ServiceAccount{Namespace: "default", Name: "Book"}); err == nil || errors.Is(err, ErrPending) {
+		t.Errorf("RequestServiceCertificate(invalid account) err = %v, want a refusal", err)
+	}
+	var a Announcement
+	if c, err := m2.RequestServiceCertificate(t.Context(), buyer); !errors.Is(err, ErrPending) {
+		t.Fatalf("RequestServiceCertificate with Run = %v, %v; want ErrPending", c, err)
+	}
+	for a = nextAnnouncement(t, ch, Issued, 5*time.Second); a.ServiceAccount != buyer; a = nextAnnouncement(t, ch, Issued, 5*time.Second) {
+	}
+	c, err := m2.RequestServiceCertificate(t.Context(), buyer)
+	if err != nil || c.GetCommonName() != a.CommonName {
+		t.Errorf("RequestServiceCertificate after Issued = %v, %v; want the announced certificate", c, err)
 	}
 }

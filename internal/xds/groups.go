@@ -244,13 +244,22 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 		return err
 	}
 	var sds *cache.Set
+	var pendingSDS []proto.Message
 	if n.proxy.Flavor == render.Envoy {
 		if sds, err = p.secretSet(ctx, n.proxy.Service); err != nil {
 			p.releaseRefusals(refused)
 			return err
 		}
+		if sds == nil {
+			// The certificate is being issued: the rest is published now
+			// (Envoy keeps clusters and listeners that reference a secret
+			// warming until SDS sends it) and validated against
+			// placeholders of the secrets; the secrets follow when the
+			// certificate is announced.
+			pendingSDS = p.pendingSecrets
+		}
 	}
-	if err := p.validate(n.proxy.Flavor, ldsSet, g.rds, cds, eds, sds); err != nil {
+	if err := p.validate(n.proxy.Flavor, pendingSDS, ldsSet, g.rds, cds, eds, sds); err != nil {
 		p.releaseRefusals(refused)
 		return fmt.Errorf("generated configuration failed validation (a bug: please report it with GET /debug/config/%s): %w", n.proxy.NodeID, err)
 	}
@@ -275,8 +284,9 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 	return nil
 }
 
-func (p *Publisher) validate(f render.Flavor, sets ...*cache.Set) error {
-	var msgs []proto.Message
+// validate validates the sets, with extra messages.
+func (p *Publisher) validate(f render.Flavor, extra []proto.Message, sets ...*cache.Set) error {
+	msgs := slices.Clone(extra)
 	for _, s := range sets {
 		if s == nil {
 			continue

@@ -27,8 +27,10 @@ type ViewSource interface {
 // event-driven: a specification change re-renders the groups of proxies it
 // touches, a change of some services' participant endpoints rebuilds their
 // ClusterLoadAssignments once and publishes them only to the proxies that
-// depend on them, a certificate rotation republishes the secrets of that
-// service account, and a connecting proxy gets its group's resources.
+// depend on them, a certificate announced (issued or rotated) publishes
+// the secrets of that service account, and a connecting proxy gets its
+// group's resources (its secrets too, or later, when its certificate is
+// still being issued: a pass never waits for an issue).
 //
 // Proxies of one service and flavour form a group: they share every
 // resource except their inbound listeners (bound to each proxy's address),
@@ -80,6 +82,9 @@ type Publisher struct {
 	memo       *render.Memo
 	interned   *cache.Interner
 	validators map[render.Flavor]*render.Validator
+	// pendingSecrets stand in for the secrets of a node whose service
+	// certificate is being issued, when its configuration is validated.
+	pendingSecrets []proto.Message
 
 	statusMu sync.Mutex
 	errs     map[string]string // node ID -> last render error
@@ -117,6 +122,13 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs Cert
 			render.Envoy: render.NewValidator(render.Envoy),
 			render.GRPC:  render.NewValidator(render.GRPC),
 		},
+	}
+	placeholders, err := render.Secrets([]byte("pending"), []byte("pending"), []byte("pending"))
+	if err != nil {
+		panic(err) // three non-empty PEMs always render
+	}
+	for _, s := range placeholders {
+		p.pendingSecrets = append(p.pendingSecrets, s)
 	}
 	p.interned = cache.NewInterner(c, func(m proto.Message) {
 		for _, v := range p.validators {
@@ -305,7 +317,7 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 			if g.key.flavor != render.Envoy {
 				continue
 			}
-			if info, ok := p.view.Spec().Service(g.key.service); rotated[allAccounts] || ok && rotated[info.ServiceAccount] {
+			if rotated[allAccounts] || rotated[p.serviceAccount(g.key.service)] {
 				for _, n := range g.nodes {
 					p.publishSecrets(ctx, n)
 				}

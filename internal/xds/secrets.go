@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -12,9 +13,14 @@ import (
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 )
 
-// CertSource gives the service certificates proxies receive by SDS.
+// CertSource gives the service certificates proxies receive by SDS. A
+// publish pass never waits for one to be issued: RequestServiceCertificate
+// returns the one the source holds, or an error wrapping
+// certificate.ErrPending and the source issues it on its own goroutine and
+// announces it (Issued or Rotated), when the publisher sends the secrets
+// to that account's Envoy proxies.
 type CertSource interface {
-	ServiceCertificate(ctx context.Context, sa mesh.ServiceAccount) (*certificate.Certificate, error)
+	RequestServiceCertificate(ctx context.Context, sa mesh.ServiceAccount) (*certificate.Certificate, error)
 	RootPEM() []byte
 	Subscribe() (<-chan certificate.Announcement, func())
 }
@@ -41,17 +47,26 @@ func (p *Publisher) dropSecrets(sa mesh.ServiceAccount) {
 	}
 }
 
-// secretSet returns the SDS secrets of svc's service account.
-func (p *Publisher) secretSet(ctx context.Context, svc mesh.MeshService) (*cache.Set, error) {
-	info, ok := p.view.Spec().Service(svc)
-	sa := mesh.ServiceAccount{Namespace: svc.Namespace, Name: svc.Name}
-	if ok {
-		sa = info.ServiceAccount
+// serviceAccount returns the service account of svc's proxies.
+func (p *Publisher) serviceAccount(svc mesh.MeshService) mesh.ServiceAccount {
+	if info, ok := p.view.Spec().Service(svc); ok {
+		return info.ServiceAccount
 	}
+	return mesh.ServiceAccount{Namespace: svc.Namespace, Name: svc.Name}
+}
+
+// secretSet returns the SDS secrets of svc's service account, or nil (and
+// no error) while its certificate is being issued: the announcement of the
+// certificate brings them (see pass).
+func (p *Publisher) secretSet(ctx context.Context, svc mesh.MeshService) (*cache.Set, error) {
+	sa := p.serviceAccount(svc)
 	if s := p.secrets[sa]; s != nil {
 		return s, nil
 	}
-	cert, err := p.certs.ServiceCertificate(ctx, sa)
+	cert, err := p.certs.RequestServiceCertificate(ctx, sa)
+	if errors.Is(err, certificate.ErrPending) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("service certificate of %s: %w", sa, err)
 	}
@@ -73,6 +88,9 @@ func (p *Publisher) publishSecrets(ctx context.Context, n *node) {
 	if err != nil {
 		p.log.Error("service certificate not published", "node", n.proxy.NodeID, "err", err)
 		return
+	}
+	if set == nil {
+		return // pending: published when it is announced
 	}
 	p.publish(n.proxy.NodeID, resource.SecretType, set)
 }

@@ -481,7 +481,7 @@ func TestServiceCertificateRotationReachesProxiesBySDS(t *testing.T) {
 	}
 	listenersBefore := listeners.Version()
 	sa := mesh.ServiceAccount{Namespace: "default", Name: "bookbuyer"}
-	if _, err := e.certs.RotateCertificate(t.Context(), e.certs.ServiceCommonName(sa)); err != nil {
+	if _, err := e.certs.RotateCertificate(t.Context(), sa); err != nil {
 		t.Fatal(err)
 	}
 	s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.SecretType, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce()})
