@@ -19,7 +19,7 @@ func testCert(t *testing.T, cn string, parent *x509.Certificate, parentKey *ecds
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: min(notAfter.Add(-time.Hour), time.Now().Add(-24*time.Hour)), NotAfter: notAfter, IsCA: parent == nil, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: cn}, NotBefore: notAfter.Add(-200 * 24 * time.Hour), NotAfter: notAfter, IsCA: parent == nil, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
 	if parent == nil {
 		parent, parentKey = tmpl, key
 	}
