@@ -12,7 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"time"
+
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
 // Names of the identity files in the agent's data directory, written by
@@ -208,42 +209,18 @@ func parseIdentity(id Identity) (*x509.Certificate, error) {
 	if block == nil {
 		return nil, fmt.Errorf("%s is corrupt: no PEM private key", KeyFile)
 	}
-	cert, err := parseCertPEM(id.CertPEM)
+	cert, err := meshapi.ParseCertificatePEM(id.CertPEM)
 	if err != nil {
 		return nil, fmt.Errorf("%s is corrupt: %w", CertFile, err)
 	}
 	if _, err := tls.X509KeyPair(id.CertPEM, id.KeyPEM); err != nil {
 		return nil, fmt.Errorf("%s and %s do not belong together or are corrupt: %w", KeyFile, CertFile, err)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(id.CAPEM) {
+	switch err := meshapi.VerifyChain(cert, id.CAPEM); {
+	case errors.Is(err, meshapi.ErrNoCA):
 		return nil, fmt.Errorf("%s is corrupt: no PEM certificate", CAFile)
-	}
-	// Expiry is the renewal loop's business; here only the chain counts.
-	opts := x509.VerifyOptions{Roots: pool, CurrentTime: withinValidity(cert, time.Now()), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
-	if _, err := cert.Verify(opts); err != nil {
+	case err != nil:
 		return nil, fmt.Errorf("%s is not issued by a CA in %s: %w", CertFile, CAFile, err)
 	}
 	return cert, nil
-}
-
-// withinValidity returns now clamped into the certificate's validity, the
-// time to verify its chain at when only the chain matters (expiry is the
-// renewal loop's business).
-func withinValidity(cert *x509.Certificate, now time.Time) time.Time {
-	switch {
-	case now.Before(cert.NotBefore):
-		return cert.NotBefore
-	case now.After(cert.NotAfter):
-		return cert.NotAfter
-	}
-	return now
-}
-
-func parseCertPEM(b []byte) (*x509.Certificate, error) {
-	block, _ := pem.Decode(b)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, errors.New(`want a PEM "CERTIFICATE" block`)
-	}
-	return x509.ParseCertificate(block.Bytes)
 }

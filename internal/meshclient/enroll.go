@@ -264,7 +264,7 @@ func makeCSR(key crypto.Signer) ([]byte, error) {
 // checkResponse checks that the certificate is for key and a proxy of svc,
 // and that the CA bundle verifies it.
 func checkResponse(resp meshapi.CertificateResponse, key crypto.Signer, svc mesh.MeshService) (Result, error) {
-	cert, err := parseCertPEM([]byte(resp.Certificate))
+	cert, err := meshapi.ParseCertificatePEM([]byte(resp.Certificate))
 	if err != nil {
 		return Result{}, fmt.Errorf("certificate in the answer: %w", err)
 	}
@@ -282,12 +282,10 @@ func checkResponse(resp meshapi.CertificateResponse, key crypto.Signer, svc mesh
 	if id.Service != svc {
 		return Result{}, fmt.Errorf("the certificate in the answer is for service %s, want %s", id.Service, svc)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(resp.CA)) {
+	switch err := meshapi.VerifyChain(cert, []byte(resp.CA)); {
+	case errors.Is(err, meshapi.ErrNoCA):
 		return Result{}, errors.New("the answer has no CA bundle")
-	}
-	opts := x509.VerifyOptions{Roots: pool, CurrentTime: withinValidity(cert, time.Now()), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
-	if _, err := cert.Verify(opts); err != nil {
+	case err != nil:
 		return Result{}, fmt.Errorf("the certificate in the answer does not verify against its CA bundle: %w", err)
 	}
 	return Result{CertificatePEM: []byte(resp.Certificate), CAPEM: []byte(resp.CA), XDSAddress: resp.XDSAddress, Identity: resp.Identity}, nil
@@ -305,26 +303,4 @@ func bundleHas(bundle []byte, pin string) bool {
 			return true
 		}
 	}
-}
-
-// withinValidity returns now clamped into the certificate's validity, the
-// time to verify its chain at when only the chain matters: a machine whose
-// clock is off should not throw away a certificate it spent a token on
-// (expiry is the renewal loop's business).
-func withinValidity(cert *x509.Certificate, now time.Time) time.Time {
-	switch {
-	case now.Before(cert.NotBefore):
-		return cert.NotBefore
-	case now.After(cert.NotAfter):
-		return cert.NotAfter
-	}
-	return now
-}
-
-func parseCertPEM(b []byte) (*x509.Certificate, error) {
-	block, _ := pem.Decode(b)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return nil, errors.New(`want a PEM "CERTIFICATE" block`)
-	}
-	return x509.ParseCertificate(block.Bytes)
 }
