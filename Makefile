@@ -16,7 +16,7 @@ PLUGINS  := $(notdir $(wildcard providers/*))
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build test test-deps demo proto bench fuzz fmt-check vet clean
+.PHONY: all build test test-deps test-servers demo proto bench fuzz fmt-check vet clean
 
 # apt-get as root, or through sudo.
 APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
@@ -30,7 +30,7 @@ build:
 
 # The one test command: formatting, vet, the race-enabled unit and
 # integration tests, then the slower suites.
-test: fmt-check vet test-deps
+test: fmt-check vet test-deps test-servers
 	$(GO) test -race -count=1 -timeout 20m ./...
 	@echo "== Azure provider built with its fake-ARM test mode, over real plugin subprocesses"
 	$(GO) test -race -count=1 -timeout 10m -tags azurefake ./providers/azure/
@@ -40,6 +40,14 @@ test: fmt-check vet test-deps
 	@echo "== Consul KV store against a real Consul (built once into $(CACHE))"
 	bin=$$(./hack/build-consul.sh | tail -n 1) && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/
+
+# The third-party servers the integration suites run against (etcd and
+# kube-apiserver, Consul), built from the Go module proxy once into $(CACHE),
+# keyed by version; on a fresh machine both build at once.
+test-servers:
+	@./hack/build-kube-apiserver.sh >/dev/null & kube=$$!; ./hack/build-consul.sh >/dev/null & consul=$$!; \
+		wait $$kube || { echo "building kube-apiserver failed (see above)"; exit 1; }; \
+		wait $$consul || { echo "building consul failed (see above)"; exit 1; }
 
 # Debian packages the tests use (they fail, not skip, without them).
 test-deps:
