@@ -216,21 +216,26 @@ type watcher struct {
 	mu     sync.Mutex
 	events []provider.Event
 	done   chan error
+	exited chan struct{} // closed when the Watch call has returned
 	// hold, when set, is where the receiver waits after recording the
 	// first event for holdFor: a slow watcher.
 	hold    chan struct{}
 	holdFor provider.Service
 }
 
-func startWatch(ctx context.Context, p provider.Provider) *watcher {
-	return startWatchHolding(ctx, p, nil, provider.Service{})
+func startWatch(ctx context.Context, t *testing.T, p provider.Provider) *watcher {
+	return startWatchHolding(ctx, t, p, nil, provider.Service{})
 }
 
 // startWatchHolding starts a watcher that, when hold is not nil, stops
-// receiving after its first event for svc until hold is closed.
-func startWatchHolding(ctx context.Context, p provider.Provider, hold chan struct{}, svc provider.Service) *watcher {
-	w := &watcher{done: make(chan error, 1), hold: hold, holdFor: svc}
+// receiving after its first event for svc until hold is closed. The test
+// ends only once the Watch call has returned (ctx must end with the test),
+// so nothing the provider logs reaches a finished test.
+func startWatchHolding(ctx context.Context, t *testing.T, p provider.Provider, hold chan struct{}, svc provider.Service) *watcher {
+	w := &watcher{done: make(chan error, 1), exited: make(chan struct{}), hold: hold, holdFor: svc}
+	t.Cleanup(func() { <-w.exited })
 	go func() {
+		defer close(w.exited)
 		w.done <- p.Watch(ctx, func(ev provider.Event) error {
 			w.mu.Lock()
 			w.events = append(w.events, ev)
@@ -331,7 +336,7 @@ func (w *watcher) saw(t *testing.T, svc provider.Service, deleted bool, eps []st
 func testWatchUpdate(ctx context.Context, t *testing.T, p provider.Provider, b Backend) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := startWatch(wctx, p)
+	w := startWatch(wctx, t, p)
 	subscribed(ctx, t, b, w)
 	eps := []provider.Endpoint{ep("192.0.2.20", 9000)}
 	set(ctx, t, b, svcA, eps...)
@@ -346,7 +351,7 @@ func testWatchDelete(ctx context.Context, t *testing.T, p provider.Provider, b B
 	eventually(ctx, t, "set endpoints visible", endpointsAre(ctx, t, p, svcA, want(ep("192.0.2.30", 9000))))
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := startWatch(wctx, p)
+	w := startWatch(wctx, t, p)
 	subscribed(ctx, t, b, w)
 	if err := b.DeleteService(ctx, svcA); err != nil {
 		t.Fatalf("backend DeleteService: %v", err)
@@ -367,7 +372,7 @@ func testWatchDelete(ctx context.Context, t *testing.T, p provider.Provider, b B
 func testTwoWatchers(ctx context.Context, t *testing.T, p provider.Provider, b Backend) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w1, w2 := startWatch(wctx, p), startWatch(wctx, p)
+	w1, w2 := startWatch(wctx, t, p), startWatch(wctx, t, p)
 	subscribed(ctx, t, b, w1, w2)
 	eps := []provider.Endpoint{ep("192.0.2.40", 9000)}
 	set(ctx, t, b, svcA, eps...)
@@ -377,7 +382,7 @@ func testTwoWatchers(ctx context.Context, t *testing.T, p provider.Provider, b B
 
 func testWatchCancel(ctx context.Context, t *testing.T, p provider.Provider, b Backend) {
 	wctx, cancel := context.WithCancel(ctx)
-	w := startWatch(wctx, p)
+	w := startWatch(wctx, t, p)
 	subscribed(ctx, t, b, w)
 	cancel()
 	select {
@@ -458,7 +463,7 @@ func testSlowWatcher(ctx context.Context, t *testing.T, p provider.Provider, b B
 			close(release)
 		}
 	}()
-	slow, fast := startWatchHolding(wctx, p, release, svcA), startWatch(wctx, p)
+	slow, fast := startWatchHolding(wctx, t, p, release, svcA), startWatch(wctx, t, p)
 	subscribed(ctx, t, b, slow, fast)
 	set(ctx, t, b, svcA, ep("192.0.2.60", 80))
 	eventually(ctx, t, "slow watcher receives an event for the service (and is then held)", func() string {
@@ -491,7 +496,7 @@ func testDeleteThenReAdd(ctx context.Context, t *testing.T, p provider.Provider,
 	eventually(ctx, t, "set endpoints visible", endpointsAre(ctx, t, p, svcA, want(ep("192.0.2.70", 80))))
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := startWatch(wctx, p)
+	w := startWatch(wctx, t, p)
 	subscribed(ctx, t, b, w)
 	if err := b.DeleteService(ctx, svcA); err != nil {
 		t.Fatalf("backend DeleteService: %v", err)
@@ -546,14 +551,14 @@ func testHealth(ctx context.Context, t *testing.T, p provider.Provider, b Backen
 	eventually(ctx, t, "set endpoints visible", endpointsAre(ctx, t, p, svcA, want(ep("192.0.2.80", 80))))
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w := startWatch(wctx, p)
+	w := startWatch(wctx, t, p)
 	subscribed(ctx, t, b, w)
 	if err := br.Break(ctx); err != nil {
 		t.Fatalf("backend Break: %v", err)
 	}
 	eventually(ctx, t, "unhealthy reported", w.health(false))
 	eventually(ctx, t, "the last good endpoints still listed", endpointsAre(ctx, t, p, svcA, want(ep("192.0.2.80", 80))))
-	late := startWatch(wctx, p)
+	late := startWatch(wctx, t, p)
 	eventually(ctx, t, "a new watcher told at once that the provider is unhealthy", late.health(false))
 	if err := br.Repair(ctx); err != nil {
 		t.Fatalf("backend Repair: %v", err)
