@@ -98,6 +98,25 @@ func (s *State) DeleteService(svc Service) bool {
 func (s *State) ReplaceAll(services map[Service][]Endpoint) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.replaceAllLocked(services)
+}
+
+// ReplaceAllWithHealth is ReplaceAll and SetUnhealthy(problems) (healthy
+// for nil) in one step, for a driver whose complete read also finds
+// problems: no reader sees one read's endpoints with another's health.
+func (s *State) ReplaceAllWithHealth(services map[Service][]Endpoint, problems error) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.health = ""
+	if problems != nil {
+		s.health = problems.Error()
+	}
+	n := s.replaceAllLocked(services)
+	s.healthChangedLocked()
+	return n
+}
+
+func (s *State) replaceAllLocked(services map[Service][]Endpoint) int {
 	var changed []Service
 	for svc, eps := range services {
 		if old, ok := s.services[svc]; !ok || !sameEndpoints(old, eps) {

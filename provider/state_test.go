@@ -169,6 +169,25 @@ func TestStateListsOnlyAfterTheFirstCompleteRead(t *testing.T) {
 	}
 }
 
+// ReplaceAllWithHealth sets a read's endpoints and its problems in one
+// step: the first complete read with problems is listed (not "no complete
+// read yet") and its health is the problems; a clean read clears them.
+func TestStateReplaceAllWithHealth(t *testing.T) {
+	ctx := t.Context()
+	s := NewState(testLog(t))
+	s.ReplaceAllWithHealth(map[Service][]Endpoint{web: eps("192.0.2.1:80")}, errors.New("db: bad tag; fix it"))
+	if got, err := s.ListServices(ctx); err != nil || len(got) != 1 {
+		t.Errorf("ListServices after a read with problems = %v, %v; want [web]", got, err)
+	}
+	if err := s.Health(); err == nil || !strings.Contains(err.Error(), "db: bad tag; fix it") {
+		t.Errorf("Health = %v; want the read's problems", err)
+	}
+	s.ReplaceAllWithHealth(map[Service][]Endpoint{web: eps("192.0.2.1:80"), db: eps("192.0.2.2:5432")}, nil)
+	if err := s.Health(); err != nil {
+		t.Errorf("Health after a clean read = %v; want healthy", err)
+	}
+}
+
 func TestStateListReturnsCopies(t *testing.T) {
 	s := NewState(testLog(t))
 	in := []Endpoint{{IP: netip.MustParseAddr("192.0.2.1"), Port: 80, Labels: map[string]string{"v": "1"}}}

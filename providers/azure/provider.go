@@ -123,6 +123,12 @@ func (pl *poller) run(ctx context.Context) {
 // setHealth reports the last poll's error (retried after wait) and the
 // unusable tags of the last complete read.
 func (pl *poller) setHealth(err error, wait time.Duration) {
+	pl.state.SetUnhealthy(pl.problems(err, wait))
+}
+
+// problems joins the last poll's error and the unusable tags of the last
+// complete read; nil when there are none.
+func (pl *poller) problems(err error, wait time.Duration) error {
 	var problems []string
 	if err != nil {
 		problems = append(problems, describe(err, pl.cfg, wait))
@@ -131,10 +137,9 @@ func (pl *poller) setHealth(err error, wait time.Duration) {
 		problems = append(problems, pl.tags)
 	}
 	if len(problems) == 0 {
-		pl.state.SetHealthy()
-	} else {
-		pl.state.SetUnhealthy(errors.New(strings.Join(problems, "; also ")))
+		return nil
 	}
+	return errors.New(strings.Join(problems, "; also "))
 }
 
 // poll does one complete read and publishes it; on error the last good
@@ -150,11 +155,10 @@ func (pl *poller) poll(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Health first: whoever sees the new endpoints sees the problems of
-	// the read that found them.
+	// Endpoints and health in one step: whoever sees the new endpoints
+	// sees the problems of the read that found them.
 	pl.tags = summarize(d.problems)
-	pl.setHealth(nil, 0)
-	pl.state.ReplaceAll(d.services)
+	pl.state.ReplaceAllWithHealth(d.services, pl.problems(nil, 0))
 	pl.log.Debug("polled Azure Resource Manager", "services", len(d.services), "took", time.Since(start))
 	return nil
 }
