@@ -16,7 +16,6 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -390,20 +389,7 @@ func TestEnrollConcurrentSingleUse(t *testing.T) {
 			e := newTestEnv(t)
 			secret, _ := e.token(t, TokenRequest{Service: bookstore, Uses: uses})
 			const n = 20
-			errs := make([]error, n)
-			var (
-				wg    sync.WaitGroup
-				start = make(chan struct{})
-			)
-			for i := range n {
-				key := newKey(t)
-				wg.Go(func() {
-					<-start
-					_, errs[i] = meshclient.Enroll(context.Background(), nil, e.join(secret), key)
-				})
-			}
-			close(start)
-			wg.Wait()
+			errs := e.enrollAtOnce(t, secret, n)
 
 			reasons := map[string]int{}
 			for _, err := range errs {

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,6 +135,27 @@ func (e *testEnv) proxies(t testing.TB) int {
 }
 
 // join returns a meshclient.JoinRequest for secret and bookstore.
+// enrollAtOnce enrolls n machines with secret, all released together, and
+// returns each one's error.
+func (e *testEnv) enrollAtOnce(t testing.TB, secret string, n int) []error {
+	t.Helper()
+	errs := make([]error, n)
+	var (
+		wg    sync.WaitGroup
+		start = make(chan struct{})
+	)
+	for i := range n {
+		key := newKey(t)
+		wg.Go(func() {
+			<-start
+			_, errs[i] = meshclient.Enroll(context.Background(), nil, e.join(secret), key)
+		})
+	}
+	close(start)
+	wg.Wait()
+	return errs
+}
+
 func (e *testEnv) join(secret string) meshclient.JoinRequest {
 	return meshclient.JoinRequest{Server: e.srv.URL, Token: secret, CACertHash: e.ca.Hash(), Service: bookstore}
 }

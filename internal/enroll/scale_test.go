@@ -3,7 +3,6 @@ package enroll
 import (
 	"context"
 	"errors"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -25,20 +24,7 @@ func TestEnrollScaleSetOneToken(t *testing.T) {
 	e := newBoltTestEnv(t)
 	secret, _ := e.token(t, TokenRequest{Service: bookstore, Uses: n})
 
-	errs := make([]error, n)
-	var (
-		wg    sync.WaitGroup
-		start = make(chan struct{})
-	)
-	for i := range n {
-		key := newKey(t)
-		wg.Go(func() {
-			<-start
-			_, errs[i] = meshclient.Enroll(context.Background(), nil, e.join(secret), key)
-		})
-	}
-	close(start)
-	wg.Wait()
+	errs := e.enrollAtOnce(t, secret, n)
 
 	outcomes := map[string]int{}
 	for _, err := range errs {
