@@ -155,15 +155,21 @@ func NewServer(log *slog.Logger, c *cache.Cache, ids Identities) *Server {
 	return &Server{log: log, cache: c, ids: ids, handshakeTimeout: DefaultHandshakeTimeout, streams: map[*stream]struct{}{}, proxies: map[string]*Proxy{}}
 }
 
-// DefaultHandshakeTimeout bounds how long a new connection to the xDS port
-// may take to finish its TLS handshake and send the HTTP/2 preface; gRPC's
-// own default, 120 s, let a peer that sends nothing hold a connection (and
-// a file descriptor) for two minutes. A proxy on a slow link handshakes in
-// well under a second.
+// keepaliveTimeout bounds an unanswered keepalive ping and, as
+// TCP_USER_TIMEOUT, unacknowledged data on every connection.
+const keepaliveTimeout = 10 * time.Second
+
+// DefaultHandshakeTimeout bounds how long the peer of a new connection to
+// the xDS port may stay silent during its TLS handshake and before its
+// HTTP/2 preface (and, times six, the whole handshake: see
+// handshakeListener); gRPC's own default, 120 s for the whole handshake,
+// let a peer that sends nothing hold a connection (and a file descriptor)
+// for two minutes. A proxy on a slow link answers in well under a second.
 const DefaultHandshakeTimeout = 10 * time.Second
 
-// SetHandshakeTimeout sets the bound on a new connection's handshake
-// (DefaultHandshakeTimeout by default). Call it before Serve.
+// SetHandshakeTimeout sets how long a new connection's peer may stay
+// silent in its handshake (DefaultHandshakeTimeout by default). Call it
+// before Serve.
 func (s *Server) SetHandshakeTimeout(d time.Duration) { s.handshakeTimeout = d }
 
 // SetWatcher sets who is told about connects and disconnects. A Publisher
@@ -677,11 +683,14 @@ func (s *Server) Serve(ctx context.Context, addr string, tlsCfg *tls.Config, rea
 	if ready != nil {
 		ready <- ln.Addr()
 	}
+	// A connection whose peer stays silent for handshakeTimeout during its
+	// TLS handshake or before its HTTP/2 preface is closed, as is one
+	// whose handshake has not ended after wholeHandshake of it (see
+	// handshakeListener).
+	ln = handshakeListener{Listener: ln, idle: s.handshakeTimeout, userTimeout: keepaliveTimeout}
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
-		// A connection that has not finished its TLS handshake and sent
-		// the HTTP/2 preface by then is closed.
-		grpc.ConnectionTimeout(s.handshakeTimeout),
+		grpc.ConnectionTimeout(wholeHandshake(s.handshakeTimeout)),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// An HTTP/2 ping costs both ends a TLS record each way and
 		// goroutine wake-ups: about 0.3 ms of server CPU on a 2-core VM
@@ -691,7 +700,7 @@ func (s *Server) Serve(ctx context.Context, addr string, tlsCfg *tls.Config, rea
 		// find a peer whose TCP stack answers but whose HTTP/2 stack hangs.
 		// Timeout also sets TCP_USER_TIMEOUT (gRPC does so whenever Time
 		// is set).
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Minute, Timeout: 10 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 5 * time.Minute, Timeout: keepaliveTimeout}),
 		grpc.MaxConcurrentStreams(64),
 		// Thousands of mostly idle streams: small per-connection buffers,
 		// and the write buffer returned to a pool after each flush.

@@ -253,4 +253,46 @@ func TestHandshakeTimeout(t *testing.T) {
 			}
 		})
 	}
+	// A peer that never stays silent for the timeout, but sends its
+	// ClientHello a byte at a time, is closed once the whole handshake
+	// has taken wholeHandshake of it.
+	t.Run("a ClientHello a byte at a time", func(t *testing.T) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		start := time.Now()
+		closed := make(chan struct{})
+		go func() {
+			defer close(closed)
+			c.SetReadDeadline(time.Now().Add(time.Minute)) // only ends a test that fails
+			io.Copy(io.Discard, c)
+		}()
+		// More bytes than the whole-handshake bound lets through: the
+		// server must close the connection while they are still coming.
+		hello := append([]byte{0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03}, make([]byte, 500)...)
+		stillSending := true
+		tick := time.NewTicker(bound / 3)
+		defer tick.Stop()
+	trickle:
+		for _, b := range hello {
+			select {
+			case <-closed:
+				break trickle
+			case <-tick.C:
+				c.Write([]byte{b})
+			}
+		}
+		select {
+		case <-closed:
+		default:
+			stillSending = false
+			<-closed
+		}
+		took := time.Since(start)
+		if whole := wholeHandshake(bound); took < whole-50*time.Millisecond || !stillSending {
+			t.Errorf("closed after %v (while the peer was still sending: %v); want it closed after the whole-handshake bound %v, while the peer still sends", took, stillSending, whole)
+		}
+	})
 }

@@ -1,0 +1,81 @@
+package xds
+
+import (
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// handshakeListener bounds the handshake (TLS, then the HTTP/2 preface) of
+// every connection it accepts by the peer's silence, not by the server's
+// own backlog: each read the handshake makes must be answered within idle,
+// and the whole handshake must end by gRPC's ConnectionTimeout (set to
+// wholeHandshake(idle)).
+//
+// A bound on the whole handshake alone counts the time a connection waits
+// for this server's CPU. In a reconnect storm (10,000 proxies at once on 2
+// cores) every handshake progresses at once and most finish only after
+// several seconds; a 10 s whole-handshake bound closed thousands of them,
+// whose proxies came back after their backoff, and the storm took 25 s
+// instead of 16 s (osm-bench M6). A peer that sends nothing, or stops in
+// the middle of its ClientHello, is still closed after idle.
+type handshakeListener struct {
+	net.Listener
+	idle time.Duration
+	// userTimeout is set as TCP_USER_TIMEOUT on each connection: gRPC sets
+	// it itself only on a *net.TCPConn, which a handshakeConn is not.
+	userTimeout time.Duration
+}
+
+// wholeHandshake is the bound on a whole handshake for a given silence
+// bound: a slow peer may send a byte every idle, but not for longer.
+func wholeHandshake(idle time.Duration) time.Duration { return 6 * idle }
+
+func (l handshakeListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok && l.userTimeout > 0 {
+		setTCPUserTimeout(tc, l.userTimeout)
+	}
+	hc := &handshakeConn{Conn: c, idle: l.idle}
+	hc.handshaking.Store(true)
+	return hc, nil
+}
+
+// handshakeConn is a connection in its handshake until gRPC clears its
+// deadline (after the HTTP/2 preface): until then each Read waits at most
+// idle for the peer, and never past the whole-handshake deadline gRPC set.
+type handshakeConn struct {
+	net.Conn
+	idle        time.Duration
+	handshaking atomic.Bool
+	// end is the whole-handshake deadline (gRPC's SetDeadline at accept);
+	// only the handshaking goroutine reads and writes it.
+	end time.Time
+}
+
+func (c *handshakeConn) Read(b []byte) (int, error) {
+	if c.handshaking.Load() {
+		d := time.Now().Add(c.idle)
+		if !c.end.IsZero() && c.end.Before(d) {
+			d = c.end
+		}
+		if err := c.Conn.SetReadDeadline(d); err != nil {
+			return 0, err
+		}
+	}
+	return c.Conn.Read(b)
+}
+
+// SetDeadline is how gRPC bounds the handshake: a deadline when the
+// connection is accepted, the zero time once the handshake is done.
+func (c *handshakeConn) SetDeadline(t time.Time) error {
+	if t.IsZero() {
+		c.handshaking.Store(false)
+	} else if c.handshaking.Load() {
+		c.end = t
+	}
+	return c.Conn.SetDeadline(t)
+}
