@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -69,6 +70,9 @@ func (p plan) want(id string) bool { return p.Metrics == nil || p.Metrics[id] }
 // traceSeconds is how long a --trace-dir trace runs: the first few
 // changes of a metric, at a size go tool trace opens quickly.
 const traceSeconds = 4
+
+// stormTraceSeconds is how long M6's trace runs: the storm's first half.
+const stormTraceSeconds = 8
 
 // measurer runs the metrics against one target.
 type measurer struct {
@@ -170,7 +174,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		var last, each []float64
 		m.waitQuiet(ctx, pid, res, c.metric)
 		// The trace (when asked for) covers the first changes, not the wait.
-		traced := m.startTrace(ctx, srv, res, t.Name()+"-"+c.metric)
+		traced := m.startTrace(ctx, srv, res, t.Name()+"-"+c.metric, traceSeconds)
 		began := time.Now()
 		srvCPU0, err1 := cpuSeconds(pid)
 		fleetCPU0, err2 := cpuSeconds(os.Getpid())
@@ -224,7 +228,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	var joins []float64
 	var joinsTraced func() error
 	if p.want("M5") {
-		joinsTraced = m.startTrace(ctx, srv, res, t.Name()+"-M5")
+		joinsTraced = m.startTrace(ctx, srv, res, t.Name()+"-M5", traceSeconds)
 	}
 	for j := range p.Joins {
 		if !p.want("M5") {
@@ -274,10 +278,13 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	log := m.log.With("server", name)
 
 	var before int64
+	// The trace (when asked for) covers the storm's first seconds.
+	traced := m.startTrace(ctx, srv, res, name+"-M6", stormTraceSeconds)
 	closeAll(*pcs)
 	*pcs = nil
 	t0 := time.Now()
 	cpu0, cpuErr := cpuSeconds(srv.proc.pid())
+	fleetCPU0, fleetErr := cpuSeconds(os.Getpid())
 	retries0 := f.retries.Load()
 	got, err := f.connectAll(ctx, srv.ids[:w.Proxies], w.Proxies, p.FillTimeout)
 	*pcs = got
@@ -289,7 +296,30 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	if cpu1, err := cpuSeconds(srv.proc.pid()); err == nil && cpuErr == nil {
 		res.set("M6.server_cpu_s", cpu1-cpu0)
 	}
+	if cpu1, err := cpuSeconds(os.Getpid()); err == nil && fleetErr == nil {
+		res.set("M6.fleet_cpu_s", cpu1-fleetCPU0)
+	}
 	log.Info("reconnect storm measured", "configured", len(got), "took", time.Since(t0).Round(time.Millisecond))
+	if err := traced(); err != nil {
+		res.note("M6: trace: %v", err)
+	}
+	if log.Enabled(ctx, slog.LevelDebug) {
+		// How the storm went: proxies configured in each second, and the
+		// wait of each from its dial to its last first ACK.
+		perSecond := map[int]int{}
+		var waits []float64
+		for _, pc := range got {
+			perSecond[int(pc.readyAt.Sub(t0).Seconds())]++
+			waits = append(waits, pc.readyAt.Sub(pc.started).Seconds()*1000)
+		}
+		slices.Sort(waits)
+		for _, s := range slices.Sorted(maps.Keys(perSecond)) {
+			log.Debug("storm timeline", "second", s, "configured", perSecond[s])
+		}
+		if len(waits) > 0 {
+			log.Debug("storm dial-to-configured", "p50_ms", waits[len(waits)/2], "p90_ms", waits[len(waits)*9/10], "max_ms", waits[len(waits)-1])
+		}
+	}
 	var maxResp int64
 	for _, pc := range got {
 		before += pc.responses.Load()
@@ -344,16 +374,16 @@ func (m *measurer) waitQuiet(ctx context.Context, pid int, res *result, metric s
 
 // startTrace starts a runtime trace of srv (O only, with --trace-dir) into
 // TraceDir/name.trace and returns a function that waits for it to end.
-func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, name string) (wait func() error) {
+func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, name string, seconds int) (wait func() error) {
 	if m.plan.TraceDir == "" || srv.debugAddr == "" {
 		return func() error { return nil }
 	}
-	res.note("%s: the first %d s of changes measured under a runtime trace, a CPU profile and an allocation profile of the server (--trace-dir)", name, traceSeconds)
+	res.note("%s: the first %d s measured under a runtime trace, a CPU profile and an allocation profile of the server (--trace-dir)", name, seconds)
 	kinds := []struct{ path, file string }{{"trace", ".trace"}, {"profile", ".cpu.pb.gz"}, {"allocs", ".allocs.pb.gz"}}
 	done := make(chan error, len(kinds))
 	for _, f := range kinds {
 		go func() {
-			done <- fetchPprof(ctx, srv.debugAddr, srv.debugToken, f.path, filepath.Join(m.plan.TraceDir, name+f.file))
+			done <- fetchPprof(ctx, srv.debugAddr, srv.debugToken, f.path, filepath.Join(m.plan.TraceDir, name+f.file), seconds)
 		}()
 	}
 	time.Sleep(50 * time.Millisecond) // let the trace start before the first change
@@ -366,13 +396,13 @@ func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, nam
 	}
 }
 
-// fetchPprof writes traceSeconds of /debug/pprof/<kind> (trace, profile
+// fetchPprof writes seconds of /debug/pprof/<kind> (trace, profile
 // or allocs) of the process serving pprof at addr to path.
-func fetchPprof(ctx context.Context, addr, token, kind, path string) error {
+func fetchPprof(ctx context.Context, addr, token, kind, path string, seconds int) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, traceSeconds), token, path)
+	return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, seconds), token, path)
 }
 
 // measureWide is M9: the largest single message a proxy that sees every

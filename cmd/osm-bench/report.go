@@ -47,6 +47,7 @@ var metricDefs = []metricDef{
 	{"M6.responses_after_configured", "M6 responses in the second after the storm settled (retry loops)", "responses", "0", 0, false},
 	{"M6.server_alive", "M6 server survived the storm (no OOM)", "bool", "1", 1, true},
 	{"M6.server_cpu_s", "M6 server CPU-seconds until every proxy was configured again", "s", "", nan, false},
+	{"M6.fleet_cpu_s", "M6 the fleet's (this harness's) CPU-seconds until every proxy was configured again", "s", "", nan, false},
 	{"M7.rss_per_proxy", "M7 server RSS per connected proxy", "KiB", "<= 100", 100, false},
 	{"M8.bytes", "M8 bytes sent to a proxy for a one-endpoint change", "bytes", "", nan, false},
 	{"M8.ratio", "M8 those bytes / the changed ClusterLoadAssignment", "x", "<= 2", 2, false},
