@@ -78,6 +78,9 @@ service certificate files the agent keeps, and everything else is the same.`,
 				return err
 			}
 			a := agent.New(cfg, log, agent.NetworkEnroller{}, driver, agent.Options{Version: buildVersion()})
+			if agent.UnderServiceManager() { // Windows' SCM started us
+				return agent.RunService(agent.NewServiceProgram(log, a.Run, os.Exit))
+			}
 			return a.Run(cmd.Context())
 		},
 	}

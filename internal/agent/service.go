@@ -118,10 +118,7 @@ func SystemService(u UnitSpec) (service.Service, error) {
 		Description: "Joins this machine to the osm-vm service mesh and runs its proxy",
 		Executable:  u.Executable,
 		Arguments:   []string{"run", "--config", u.ConfigPath},
-		Option: service.KeyValue{
-			"SystemdScript": unit,
-			"Restart":       "always",
-		},
+		Option:      serviceOptions(unit),
 	})
 }
 
@@ -147,4 +144,12 @@ func PackagedUnit(root string) (string, bool) {
 // its unit on systemd; it overrides a packaged one.
 func InstalledUnit(root string) string {
 	return filepath.Join(root, "etc/systemd/system", ServiceName+".service")
+}
+
+func serviceOptions(unit string) service.KeyValue {
+	opts := service.KeyValue{"SystemdScript": unit, "Restart": "always"}
+	for k, v := range windowsRecovery {
+		opts[k] = v
+	}
+	return opts
 }
