@@ -16,7 +16,7 @@ PLUGINS  := $(notdir $(wildcard providers/*))
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build test test-deps test-servers demo proto bench fuzz fmt-check vet clean
+.PHONY: all build packages test test-deps test-servers demo proto bench fuzz fmt-check vet clean
 
 # apt-get as root, or through sudo.
 APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
@@ -27,6 +27,12 @@ build:
 	@mkdir -p bin
 	@for c in $(CMDS); do echo "go build bin/$$c"; $(GO) build -ldflags "$(LDFLAGS)" -o bin/$$c ./cmd/$$c || exit 1; done
 	@for p in $(PLUGINS); do echo "go build bin/osm-provider-$$p"; $(GO) build -ldflags "$(LDFLAGS)" -o bin/osm-provider-$$p ./providers/$$p || exit 1; done
+
+# .deb and .rpm packages of osm-server, osm-agent and every provider, for
+# amd64 and arm64, into dist/ (go run ./packaging -h for the options).
+PKG_ARCH ?= amd64,arm64
+packages:
+	$(GO) run ./packaging -out dist -arch $(PKG_ARCH) $(if $(PKG_VERSION),-version $(PKG_VERSION))
 
 # The one test command: formatting, vet, the race-enabled unit and
 # integration tests, then the slower suites.
@@ -40,6 +46,9 @@ test: fmt-check vet test-deps test-servers
 	@echo "== Consul KV store against a real Consul (built once into $(CACHE))"
 	bin=$$(./hack/build-consul.sh | tail -n 1) && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/
+	@echo "== Packages: lintian, rpm, install/upgrade/remove/purge and the one-line join in a Debian 12 root (made once into $(CACHE))"
+	root=$$(./hack/debian-root.sh bookworm | tail -n 1) && \
+		OSM_DEBIAN_ROOT=$$root $(GO) test -count=1 -timeout 15m -tags debroot ./packaging/
 
 # The third-party servers the integration suites run against (etcd and
 # kube-apiserver, Consul), built from the Go module proxy once into $(CACHE),
@@ -53,6 +62,8 @@ test-servers:
 test-deps:
 	@command -v systemd-analyze >/dev/null || { echo "installing systemd-analyze (Debian systemd) for the unit-file tests"; \
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends systemd; }
+	@for t in lintian:lintian rpm:rpm debootstrap:debootstrap; do command -v $${t%%:*} >/dev/null || pkgs="$$pkgs $${t#*:}"; done; \
+		[ -z "$$pkgs" ] || { echo "installing$$pkgs for the package tests"; $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $$pkgs; }
 	@command -v openssl >/dev/null || { echo "installing openssl for the certificate cross-checks"; \
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends openssl; }
 
@@ -103,4 +114,4 @@ fuzz:
 	FUZZTIME=$(or $(FUZZTIME),30s) ./hack/fuzz.sh $(FUZZ)
 
 clean:
-	rm -rf bin .tools
+	rm -rf bin .tools dist

@@ -76,6 +76,8 @@ var rules = []rule{
 		why:       "osm-agent imports no store: the agent binary links only the client side (internal/agent, internal/meshclient, internal/meshapi)",
 		testAllow: []string{module + "/internal/enroll/...", module + "/internal/store/...", "go.etcd.io/bbolt/..."},
 		testWhy:   "the enroll command is tested end to end against the real enrollment handlers on an in-memory store"},
+	{pkg: module + "/internal/join", forbid: []string{module + "/..."}, allow: []string{module + "/internal/join", module + "/internal/mesh"},
+		why: "the join routes serve a CA, a script and files: they know no store, CA or enrollment"},
 	{pkg: module + "/internal/...", forbid: []string{module + "/cmd/...", module + "/providers/..."},
 		why: "libraries never import binaries"},
 	{pkg: "...", forbid: []string{"k8s.io/client-go/..."}, allow: []string{},

@@ -379,7 +379,7 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 	m.wait("five proxies connected", 30*time.Second, func() bool { return len(m.connected()) == 5 })
 
 	t.Run("enrollment from another host names the xDS address that host can reach", func(t *testing.T) {
-		lines := strings.Split(strings.TrimSpace(m.admin("token", "create", "--service", "bookbuyer", "--join-server", "https://"+srv.ip+":15443")), "\n")
+		lines := strings.Split(strings.TrimSpace(m.admin("token", "create", "--print", "enroll", "--service", "bookbuyer", "--join-server", "https://"+srv.ip+":15443")), "\n")
 		join := strings.Fields(lines[len(lines)-1]) // the join command; the line before it is the note on stderr
 		buyer := m.hosts["bookbuyer"]
 		args := append([]string{"netns", "exec", buyer.ns, filepath.Join(m.bin, "osm-agent")}, join[1:]...)

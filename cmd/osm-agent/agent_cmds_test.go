@@ -160,3 +160,43 @@ func TestEveryAgentCommandHasHelp(t *testing.T) {
 }
 
 func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// TestInstallLeavesThePackagedUnitAlone: where the osm-agent package put
+// its unit, install writes no unit and needs the config where that unit
+// reads it.
+func TestInstallLeavesThePackagedUnitAlone(t *testing.T) {
+	root := t.TempDir()
+	unit := filepath.Join(root, "lib/systemd/system/osm-agent.service")
+	os.MkdirAll(filepath.Dir(unit), 0o755)
+	os.WriteFile(unit, []byte("[Unit]\n"), 0o644)
+	f := installFlags{token: "tok", configDir: filepath.Join(root, "etc")}
+	f.cfg = agent.Config{Server: "https://127.0.0.1:15443", CACertHash: caHash, Service: "bookstore", Namespace: "default", Proxy: agent.ProxyNone, DataDir: filepath.Join(root, "data")}
+	var out bytes.Buffer
+	err := runInstall(t.Context(), discardLogger(), &out, f, root)
+	if err == nil || !strings.Contains(err.Error(), unit) || !strings.Contains(err.Error(), "--no-service") {
+		t.Errorf("install with the packaged unit and another --config-dir = %v, want an error naming %s and --no-service", err, unit)
+	}
+	if _, err := os.Stat(filepath.Join(root, "etc/systemd")); !os.IsNotExist(err) {
+		t.Errorf("install wrote a unit next to the packaged one (%v)", err)
+	}
+}
+
+func TestRunJoinFlags(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "join flags and --config", args: []string{"--config", filepath.Join(dir, "agent.yaml"), "--token", "tok", "--ca-cert-hash", caHash}, want: "not both"},
+		{name: "no token, not enrolled", args: []string{"--ca-cert-hash", caHash}, want: "--token is required"},
+		{name: "token without pin", args: []string{"--token", "tok"}, want: "--ca-cert-hash is required"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"run", "--server", "https://127.0.0.1:1", "--service", "bookstore", "--proxy", "none", "--data-dir", filepath.Join(dir, "data")}, tc.args...)
+			if _, err := execute(t, args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("osm-agent %s = %v, want an error with %q", strings.Join(args, " "), err, tc.want)
+			}
+		})
+	}
+}

@@ -1,27 +1,35 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/kardianos/service"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/osm-vm/osm-vm/internal/agent"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
 // defaultConfigPath is agent.yaml in the default config directory.
 func defaultConfigPath() string { return filepath.Join(agent.DefaultConfigDir(), agent.ConfigFile) }
 
-func newRunCmd(stderr io.Writer) *cobra.Command {
-	var configPath string
+func newRunCmd(stdout, stderr io.Writer) *cobra.Command {
+	var (
+		configPath string
+		f          installFlags
+	)
 	cmd := &cobra.Command{
-		Use:   "run [--config FILE]",
-		Short: "Run the agent in the foreground (what the system service runs)",
+		Use:   "run [--config FILE | --server URL --token TOKEN --ca-cert-hash sha256:HEX --service NAME ...]",
+		Short: "Run the agent in the foreground (what the system service runs; with the join flags, enroll and run in one command)",
 		Long: `Run the agent in the foreground until SIGTERM or Ctrl-C.
 
 It enrolls with the join token 'osm-agent install' stored if the machine has
@@ -32,6 +40,12 @@ lifetime, and keeps the mesh host names in the hosts file current. On
 SIGTERM it drains Envoy (POST /drain_listeners?graceful) for drainTimeout,
 then stops it.
 
+With --server (and the other flags of 'osm-agent install') it reads no
+config file: it enrolls with --token if the data directory holds no
+identity yet and runs, in one command, for containers and other places
+without a service manager (as kuma-dp run does). A restart with the same
+flags finds the identity and does not need the token again.
+
 With 'proxy: none' in the config (install --proxy none) no proxy runs: the
 machine's proxyless gRPC applications read grpc-bootstrap.json and the
 service certificate files the agent keeps, and everything else is the same.`,
@@ -41,8 +55,22 @@ service certificate files the agent keeps, and everything else is the same.`,
 			if err != nil {
 				return err
 			}
-			cfg, err := agent.LoadConfig(configPath)
-			if err != nil {
+			var cfg agent.Config
+			if cmd.Flags().Changed("server") {
+				if cmd.Flags().Changed("config") {
+					return errors.New("give --config or the join flags (--server, --token, ...), not both")
+				}
+				if cfg, err = f.prepare(); err != nil {
+					return err
+				}
+				if f.token != "" {
+					if _, err := agent.LoadIdentity(cfg.DataDir); err != nil {
+						if err := agent.SaveJoinToken(cfg.DataDir, f.token); err != nil {
+							return err
+						}
+					}
+				}
+			} else if cfg, err = agent.LoadConfig(configPath); err != nil {
 				return err
 			}
 			driver, err := agent.NewDriver(cfg)
@@ -50,10 +78,14 @@ service certificate files the agent keeps, and everything else is the same.`,
 				return err
 			}
 			a := agent.New(cfg, log, agent.NetworkEnroller{}, driver, agent.Options{Version: buildVersion()})
+			if agent.UnderServiceManager() { // Windows' SCM started us
+				return agent.RunService(agent.NewServiceProgram(log, a.Run, os.Exit))
+			}
 			return a.Run(cmd.Context())
 		},
 	}
 	cmd.Flags().StringVar(&configPath, "config", defaultConfigPath(), "agent configuration file")
+	f.register(cmd.Flags())
 	return cmd
 }
 
@@ -86,35 +118,17 @@ func newBootstrapCmd(stdout io.Writer) *cobra.Command {
 	return cmd
 }
 
-// installFlags are the flags of `osm-agent install`.
+// installFlags are the join flags of `osm-agent install` and `osm-agent run`.
 type installFlags struct {
 	cfg       agent.Config
 	token     string
 	configDir string
 	noService bool
+	enroll    bool
 }
 
-func newInstallCmd(stdout io.Writer) *cobra.Command {
-	var f installFlags
-	cmd := &cobra.Command{
-		Use:   "install --server URL --token TOKEN --ca-cert-hash sha256:HEX --service NAME [--namespace NS]",
-		Short: "Write the agent configuration and register the osm-agent system service",
-		Long: `Write <config-dir>/agent.yaml, keep the join token (0600) in the data
-directory for the first run, and register the osm-agent system service
-(systemd: Restart=always after 2s, after network-online.target). Start it
-with 'osm-agent start'. The token is used once: the service enrolls on its
-first start and deletes it; later restarts and reboots do not need it.
-
-install refuses to run where no service manager is running (a container);
-use 'osm-agent run' under your own supervisor there.`,
-		Example: `  osm-agent install --server https://10.0.0.5:15443 --token 3f9c…e1 \
-    --ca-cert-hash sha256:5b1e…07 --service bookstore --namespace default --app-port 8080`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runInstall(stdout, f)
-		},
-	}
-	fl := cmd.Flags()
+// register adds the flags install and run share.
+func (f *installFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.cfg.Server, "server", "", "osm-server API address, https://host:port")
 	fl.StringVar(&f.token, "token", "", "join token printed by 'osm-server token create' (not needed if already enrolled)")
 	fl.StringVar(&f.cfg.CACertHash, "ca-cert-hash", "", "sha256:<hex> pin of the mesh CA, printed by 'osm-server token create'")
@@ -126,43 +140,106 @@ use 'osm-agent run' under your own supervisor there.`,
 	fl.StringVar(&f.cfg.HostsFile, "hosts-file", "", "file that holds the managed block of mesh host names (default the system hosts file)")
 	fl.Uint16Var(&f.cfg.AppPort, "app-port", 0, "the application's port on 127.0.0.1")
 	fl.StringVar(&f.cfg.AdvertiseAddress, "advertise-address", "", "IP address other machines reach this one on")
-	fl.StringVar(&f.configDir, "config-dir", agent.DefaultConfigDir(), "directory for agent.yaml")
 	fl.StringVar(&f.cfg.DataDir, "data-dir", agent.DefaultDataDir(), "directory for the identity, bootstraps and state")
+}
+
+// prepare checks the join flags and returns the configuration they make.
+func (f *installFlags) prepare() (agent.Config, error) {
+	cfg := f.cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return cfg, err
+	}
+	if _, err := agent.NewDriver(cfg); err != nil {
+		return cfg, fmt.Errorf("--proxy: %w", err)
+	}
+	if _, err := agent.LoadIdentity(cfg.DataDir); err != nil && f.token == "" {
+		return cfg, errors.New("--token is required: this machine is not enrolled yet (create a token with `osm-server token create` on the server)")
+	}
+	if f.token != "" && cfg.CACertHash == "" {
+		return cfg, errors.New("--ca-cert-hash is required with --token: it pins the server for the first enrollment")
+	}
+	return cfg, nil
+}
+
+func newInstallCmd(stdout, stderr io.Writer) *cobra.Command {
+	var f installFlags
+	cmd := &cobra.Command{
+		Use:   "install --server URL --token TOKEN --ca-cert-hash sha256:HEX --service NAME [--namespace NS]",
+		Short: "Write the agent configuration and register the osm-agent system service",
+		Long: `Write <config-dir>/agent.yaml, keep the join token (0600) in the data
+directory for the first run, and register the osm-agent system service
+(systemd: Restart=always after 2s, after network-online.target). Start it
+with 'osm-agent start'. The token is used once: the service enrolls on its
+first start and deletes it; later restarts and reboots do not need it.
+With --enroll it enrolls at once instead (and keeps no token), so a bad
+token or pin fails here.
+
+Where the osm-agent package is installed, the package owns the unit
+(/lib/systemd/system/osm-agent.service or /usr/lib/...): install then only
+writes the configuration and the token, and the packaged unit, enabled at
+package install, starts once the configuration exists.
+
+Without the package, install refuses to run where no service manager is
+running (a container); use 'osm-agent run' with the same flags there.`,
+		Example: `  osm-agent install --server https://10.0.0.5:15443 --token 3f9c…e1 \
+    --ca-cert-hash sha256:5b1e…07 --service bookstore --namespace default --app-port 8080`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := commandLogger(cmd, stderr)
+			if err != nil {
+				return err
+			}
+			return runInstall(cmd.Context(), log, stdout, f, "/")
+		},
+	}
+	fl := cmd.Flags()
+	f.register(fl)
+	fl.StringVar(&f.configDir, "config-dir", agent.DefaultConfigDir(), "directory for agent.yaml")
 	fl.BoolVar(&f.noService, "no-service", false, "write the configuration and token only, register no service (containers, your own supervisor)")
+	fl.BoolVar(&f.enroll, "enroll", false, "enroll now with --token instead of at the service's first start")
 	for _, name := range []string{"server", "service"} {
 		_ = cmd.MarkFlagRequired(name)
 	}
 	return cmd
 }
 
-func runInstall(stdout io.Writer, f installFlags) error {
-	cfg := f.cfg.WithDefaults()
-	if err := cfg.Validate(); err != nil {
+// runInstall installs under root ("/" but in tests).
+func runInstall(ctx context.Context, log *slog.Logger, stdout io.Writer, f installFlags, root string) error {
+	cfg, err := f.prepare()
+	if err != nil {
 		return err
-	}
-	if _, err := agent.NewDriver(cfg); err != nil {
-		return fmt.Errorf("--proxy: %w", err)
 	}
 	configDir, err := filepath.Abs(f.configDir)
 	if err != nil {
 		return err
 	}
-	enrolled := false
-	if _, err := agent.LoadIdentity(cfg.DataDir); err == nil {
-		enrolled = true
-	}
-	if f.token == "" && !enrolled {
-		return errors.New("--token is required: this machine is not enrolled yet (create a token with `osm-server token create` on the server)")
-	}
-	if f.token != "" && cfg.CACertHash == "" {
-		return errors.New("--ca-cert-hash is required with --token: it pins the server for the first enrollment")
-	}
 	configPath := filepath.Join(configDir, agent.ConfigFile)
+	token := f.token
+	if f.enroll {
+		if token == "" {
+			return errors.New("--enroll needs --token")
+		}
+		join := meshclient.JoinRequest{Server: cfg.Server, Token: token, CACertHash: cfg.CACertHash, Service: mesh.MeshService{Namespace: cfg.Namespace, Name: cfg.Service}}
+		if err := runEnroll(ctx, log, stdout, enrollConfig{join: join, dataDir: cfg.DataDir, timeout: 30 * time.Second}); err != nil {
+			return err
+		}
+		token = "" // spent: the identity is saved
+	}
 	if f.noService {
-		if err := writeInstallFiles(configPath, cfg, f.token); err != nil {
+		if err := writeInstallFiles(configPath, cfg, token); err != nil {
 			return err
 		}
 		_, err := fmt.Fprintf(stdout, "Wrote %s (no service registered).\nRun the agent with: osm-agent run --config %s\n", configPath, configPath)
+		return err
+	}
+	if unit, ok := agent.PackagedUnit(root); ok {
+		if configPath != filepath.Join(agent.DefaultConfigDir(), agent.ConfigFile) {
+			return fmt.Errorf("--config-dir %s: the osm-agent package's unit %s reads %s; keep the default, or pass --no-service and run the agent yourself", configDir, unit, defaultConfigPath())
+		}
+		if err := writeInstallFiles(configPath, cfg, token); err != nil {
+			return err
+		}
+		_, err := fmt.Fprintf(stdout, "Wrote %s. The osm-agent package owns the unit %s (enabled at package install), so no unit was written.\n  data: %s\nStart it with: osm-agent start (systemctl start %s)\n", configPath, unit, cfg.DataDir, agent.ServiceName)
 		return err
 	}
 	if err := agent.CheckServiceManager(); err != nil {
@@ -179,7 +256,7 @@ func runInstall(stdout io.Writer, f installFlags) error {
 	if err != nil {
 		return err
 	}
-	if err := writeInstallFiles(configPath, cfg, f.token); err != nil {
+	if err := writeInstallFiles(configPath, cfg, token); err != nil {
 		return err
 	}
 	if err := svc.Install(); err != nil {

@@ -56,6 +56,16 @@ type Config struct {
 	// (xDS, HTTPS API, debug) may take to finish its TLS handshake (and,
 	// on HTTP, its request headers) before it is closed.
 	HandshakeTimeout time.Duration `yaml:"handshakeTimeout"`
+	// AgentPackageDir holds the osm-agent packages the one-line join
+	// installs (served at /join/packages/); "" for <dataDir>/agent-packages.
+	AgentPackageDir string `yaml:"agentPackageDir"`
+}
+
+func (c Config) agentPackageDir() string {
+	if c.AgentPackageDir != "" {
+		return c.AgentPackageDir
+	}
+	return filepath.Join(c.DataDir, "agent-packages")
 }
 
 // ProviderConfig is one `providers:` entry.
@@ -139,7 +149,7 @@ func parseConfig(path string, data []byte) (Config, error) {
 		"trustDomain": &cfg.TrustDomain, "serverNames": &cfg.ServerNames,
 		"gcPercent": &cfg.GCPercent, "memoryLimit": &cfg.MemoryLimit,
 		"tokenRetention": &cfg.TokenRetention, "proxyRecordRetention": &cfg.ProxyRecordRetention,
-		"handshakeTimeout": &cfg.HandshakeTimeout,
+		"handshakeTimeout": &cfg.HandshakeTimeout, "agentPackageDir": &cfg.AgentPackageDir,
 	}
 	err := decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers"), func(key string, v *yaml.Node) error {
 		if key != "providers" {

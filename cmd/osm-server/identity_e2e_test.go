@@ -135,7 +135,7 @@ func TestEnrollmentThroughTheServer(t *testing.T) {
 	s.start(t)
 	svc := mesh.MeshService{Namespace: "default", Name: "bookstore"}
 
-	join, err := s.cli(t, "token", "create", "--service", "bookstore", "--join-server", "https://"+s.api)
+	join, err := s.cli(t, "token", "create", "--print", "enroll", "--service", "bookstore", "--join-server", "https://"+s.api)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestEnrollmentThroughTheServer(t *testing.T) {
 		t.Errorf("second enrollment with a single-use token: %v; want refused as used up", err)
 	}
 	// A wrong CA hash is refused before the token is sent.
-	join2, _ := s.cli(t, "token", "create", "--service", "bookstore")
+	join2, _ := s.cli(t, "token", "create", "--print", "enroll", "--service", "bookstore")
 	token2, _ := parseJoin(t, strings.TrimSpace(join2))
 	if _, err := enrollOnce(t.Context(), "https://"+s.api, token2, "sha256:"+strings.Repeat("0", 64), svc); err == nil {
 		t.Error("enrollment with a wrong CA hash succeeded")
@@ -251,7 +251,7 @@ func TestSIGKILLDuringEnrollments(t *testing.T) {
 	s.start(t)
 	svc := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
 	const uses = 100000
-	join, err := s.cli(t, "token", "create", "--service", "bookbuyer", "--uses", fmt.Sprint(uses))
+	join, err := s.cli(t, "token", "create", "--print", "enroll", "--service", "bookbuyer", "--uses", fmt.Sprint(uses))
 	if err != nil {
 		t.Fatal(err)
 	}

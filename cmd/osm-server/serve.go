@@ -25,6 +25,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/cli"
 	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/join"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
@@ -152,7 +153,8 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	enrollHandler := enroll.NewHandler(log.With("component", "enroll"), tokens, certs, xdsFor, certificate.ErrNotFound, certificate.ErrRevoked, certificate.ErrExpired, certificate.ErrInvalidCSR)
 	public := append(identity.Public(),
 		api.Route{Pattern: "POST /api/v1/enroll", Handler: enrollHandler},
-		api.Route{Pattern: "POST /api/v1/renew", Handler: enrollHandler})
+		api.Route{Pattern: "POST /api/v1/renew", Handler: enrollHandler},
+		api.Route{Pattern: join.Prefix, Handler: join.NewHandler(log.With("component", "join"), certs.RootPEM(), cfg.agentPackageDir())})
 	httpsHandler := api.NewHTTPSHandler(log, adminToken, public, admin)
 	httpsTLS := &tls.Config{
 		MinVersion:     tls.VersionTLS12,

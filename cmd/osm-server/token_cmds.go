@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/osm-vm/osm-vm/internal/join"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
@@ -35,18 +36,26 @@ func newTokenCreateCmd() *cobra.Command {
 		ttl        time.Duration
 		uses       int
 		joinServer string
+		print      string
 	)
 	cmd := &cobra.Command{
 		Use:   "create --service S [--namespace N]",
 		Short: "Create a join token and print the osm-agent command that uses it",
 		Long: `Create a join token bound to one mesh service and print a ready-to-paste
-osm-agent enroll command (like kubeadm join). The token is shown once; the
-server keeps only its hash. It expires after --ttl and allows --uses
-enrollments.`,
+line (like kubeadm join) that, run as root on a machine with nothing of
+osm-vm installed, fetches the mesh CA, checks it against the hash in the
+line, and only then downloads the join script and the osm-agent package
+from this server over TLS verified by that CA, installs it and enrolls.
+The server serves the packages from agentPackageDir. --print enroll prints
+the osm-agent enroll command instead. The token is shown once; the server
+keeps only its hash. It expires after --ttl and allows --uses enrollments.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := svc.Validate(); err != nil {
 				return fmt.Errorf("--service/--namespace: %w", err)
+			}
+			if print != "join" && print != "enroll" {
+				return fmt.Errorf("--print %q: want join (the one-line join) or enroll (the osm-agent enroll command)", print)
 			}
 			c, err := cf.admin()
 			if err != nil {
@@ -68,9 +77,17 @@ enrollments.`,
 			if joinServer == "" {
 				joinServer = cf.server
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(cmd.ErrOrStderr(), "Token %s for %s: %d use(s), expires %s. Run on the machine to enroll:\n", tok.ID, tok.Service, tok.UsesTotal, tok.Expires.Format(time.RFC3339))
-			_, err = fmt.Fprintln(w, meshapi.JoinCommand(joinServer, secret, ca.Hash, svc))
+			w, stderr := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			enrollCmd := meshapi.JoinCommand(joinServer, secret, ca.Hash, svc)
+			fmt.Fprintf(stderr, "Token %s for %s: %d use(s), expires %s.\n", tok.ID, tok.Service, tok.UsesTotal, tok.Expires.Format(time.RFC3339))
+			switch print {
+			case "join":
+				fmt.Fprintf(stderr, "Run this line as root on the machine to join: it installs osm-agent from this server and enrolls.\n(Where osm-agent is installed already: %s)\n", enrollCmd)
+				_, err = fmt.Fprintln(w, join.Line(joinServer, secret, ca.Hash, []byte(ca.PEM), svc))
+			case "enroll":
+				fmt.Fprintln(stderr, "Run on the machine to enroll:")
+				_, err = fmt.Fprintln(w, enrollCmd)
+			}
 			return err
 		},
 	}
@@ -81,6 +98,7 @@ enrollments.`,
 	f.StringVar(&account, "service-account", "", "service account the machines run as (default: the service name)")
 	f.DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token stays valid")
 	f.IntVar(&uses, "uses", 1, "how many machines may enroll with the token")
+	f.StringVar(&print, "print", "join", "what to print: join (one line that installs osm-agent from this server and enrolls) or enroll (the osm-agent enroll command, for machines that have osm-agent)")
 	f.StringVar(&joinServer, "join-server", "", "server URL written into the join command, as the machines reach it (default: --server)")
 	_ = cmd.MarkFlagRequired("service")
 	return cmd

@@ -331,7 +331,7 @@ func startAgent(ctx context.Context, o options, ps *procs, admin func(...string)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	targs := []string{"token", "create", "--service", m.service}
+	targs := []string{"token", "create", "--print", "enroll", "--service", m.service}
 	if m.account != "" {
 		targs = append(targs, "--service-account", m.account)
 	}

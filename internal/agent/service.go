@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -46,13 +47,17 @@ func SystemdUnit(u UnitSpec) (string, error) {
 	stopTimeout := int((drain + 15*time.Second + time.Second - 1) / time.Second)
 	var b strings.Builder
 	fmt.Fprintf(&b, `# osm-agent: joins this machine to the osm-vm service mesh and runs its
-# proxy. Written by 'osm-agent install'; 'osm-agent uninstall' removes it.
+# proxy. The osm-agent package ships it (and then owns it: 'osm-agent
+# install' only writes the config); without the package 'osm-agent install'
+# writes it and 'osm-agent uninstall' removes it.
 [Unit]
 Description=osm-vm agent (osm-agent)
 Documentation=https://github.com/osm-vm/osm-vm/blob/main/docs/operator-guide.md
 After=network-online.target
 Wants=network-online.target
 StartLimitIntervalSec=0
+# Enabled at package install, it starts once 'osm-agent install' wrote the config.
+ConditionPathExists=%s
 
 [Service]
 Type=simple
@@ -67,7 +72,7 @@ LimitNOFILE=1048576
 
 [Install]
 WantedBy=multi-user.target
-`, unitArg(u.Executable), unitArg(u.ConfigPath), stopTimeout)
+`, unitArg(u.ConfigPath), unitArg(u.Executable), unitArg(u.ConfigPath), stopTimeout)
 	return b.String(), nil
 }
 
@@ -113,9 +118,38 @@ func SystemService(u UnitSpec) (service.Service, error) {
 		Description: "Joins this machine to the osm-vm service mesh and runs its proxy",
 		Executable:  u.Executable,
 		Arguments:   []string{"run", "--config", u.ConfigPath},
-		Option: service.KeyValue{
-			"SystemdScript": unit,
-			"Restart":       "always",
-		},
+		Option:      serviceOptions(unit),
 	})
+}
+
+// packagedUnitPaths are where the osm-agent package installs its unit:
+// Debian's and Fedora's unit directories.
+var packagedUnitPaths = []string{"lib/systemd/system/" + ServiceName + ".service", "usr/lib/systemd/system/" + ServiceName + ".service"}
+
+// PackagedUnit returns the osm-agent package's unit under root ("/" but
+// in tests) if the package is installed. The package then owns the unit:
+// install writes only the configuration, and uninstall leaves the unit to
+// the package manager.
+func PackagedUnit(root string) (string, bool) {
+	for _, p := range packagedUnitPaths {
+		path := filepath.Join(root, p)
+		if _, err := os.Stat(path); err == nil {
+			return path, true
+		}
+	}
+	return "", false
+}
+
+// InstalledUnit is where `osm-agent install` (kardianos/service) writes
+// its unit on systemd; it overrides a packaged one.
+func InstalledUnit(root string) string {
+	return filepath.Join(root, "etc/systemd/system", ServiceName+".service")
+}
+
+func serviceOptions(unit string) service.KeyValue {
+	opts := service.KeyValue{"SystemdScript": unit, "Restart": "always"}
+	for k, v := range windowsRecovery {
+		opts[k] = v
+	}
+	return opts
 }
