@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -209,4 +212,45 @@ func (l *eventLog) healthIs(healthy bool, parts ...string) func() string {
 		}
 		return ""
 	}
+}
+
+// binaries holds osm-server and this plugin, built once per test binary
+// (a build can wait long on a machine whose module cache others lock).
+var binaries struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binaries.dir != "" {
+		os.RemoveAll(binaries.dir)
+	}
+	os.Exit(code)
+}
+
+// buildBinaries returns the directory holding osm-server and
+// osm-provider-consul, building them on first use.
+func buildBinaries(t testing.TB) string {
+	t.Helper()
+	binaries.once.Do(func() {
+		binaries.dir, binaries.err = os.MkdirTemp("", "osm-provider-consul-test-")
+		if binaries.err != nil {
+			return
+		}
+		for out, pkg := range map[string]string{
+			"osm-server":          "github.com/osm-vm/osm-vm/cmd/osm-server",
+			"osm-provider-consul": ".",
+		} {
+			if b, err := exec.Command("go", "build", "-o", filepath.Join(binaries.dir, out), pkg).CombinedOutput(); err != nil {
+				binaries.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+				return
+			}
+		}
+	})
+	if binaries.err != nil {
+		t.Fatal(binaries.err)
+	}
+	return binaries.dir
 }

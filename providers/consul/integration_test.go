@@ -135,10 +135,7 @@ func TestConformanceRealConsul(t *testing.T) {
 }
 
 func TestConformanceRealPluginSubprocess(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "osm-provider-consul")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build the plugin: %v\n%s", err, out)
-	}
+	bin := filepath.Join(buildBinaries(t), "osm-provider-consul")
 	providertest.Run(t, realHarness{agent: consultest.StartDev(t), plugin: bin, cases: new(atomic.Int32)})
 }
 

@@ -26,21 +26,6 @@ type osmServer struct {
 	debug string
 }
 
-// buildBinaries builds osm-server and this plugin into a fresh directory.
-func buildBinaries(t testing.TB) string {
-	t.Helper()
-	bin := t.TempDir()
-	for out, pkg := range map[string]string{
-		"osm-server":          "github.com/osm-vm/osm-vm/cmd/osm-server",
-		"osm-provider-consul": ".",
-	} {
-		if b, err := exec.Command("go", "build", "-o", filepath.Join(bin, out), pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-		}
-	}
-	return bin
-}
-
 // startServer starts osm-server from bin with one Consul provider
 // instance named "consul-dc1" configured by pluginConfig (YAML flow).
 func startServer(t testing.TB, bin, pluginConfig string) osmServer {
