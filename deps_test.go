@@ -84,6 +84,8 @@ var rules = []rule{
 		why: "only providers/kubernetes may import client-go"},
 	{pkg: "...", forbid: []string{"github.com/Azure/azure-sdk-for-go/..."},
 		why: "only providers/azure may import the Azure SDK"},
+	{pkg: module + "/providers/...", forbid: []string{"github.com/hashicorp/consul/..."},
+		why: "among the providers only providers/consul talks to Consul"},
 	{pkg: "...", forbid: []string{"github.com/servicemeshinterface/smi-sdk-go/..."},
 		why: "SMI types are defined locally (smi-sdk-go is unmaintained and breaks with current client-go)"},
 }
@@ -92,6 +94,7 @@ var rules = []rule{
 var exempt = map[string][]string{
 	"k8s.io/client-go/...":                  {module + "/providers/kubernetes/..."},
 	"github.com/Azure/azure-sdk-for-go/...": {module + "/providers/azure/..."},
+	"github.com/hashicorp/consul/...":       {module + "/providers/consul/..."},
 }
 
 var bannedNames = []string{"utils", "util", "common", "types", "constants", "models", "helpers"}
