@@ -3,17 +3,15 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/provider/providertest"
 )
 
 // TestThroughOSMServer runs the real osm-server with this plugin built in
@@ -53,89 +51,25 @@ func TestThroughOSMServer(t *testing.T) {
 	}
 	writeFixture(scaleSet(`{"name": "0", "privateIP": "10.1.0.4"}, {"name": "1", "privateIP": "10.1.0.5", "powerState": "deallocated"}`, ""))
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	debug := ln.Addr().String()
-	ln.Close()
-	config := fmt.Sprintf(`dataDir: %s
-pluginDir: %s
-debugAddress: %s
-apiAddress: 127.0.0.1:0
-xdsAddress: 127.0.0.1:0
-providers:
-  - name: azure-fake
+	srv := providertest.StartServer(t, filepath.Join(bin, "osm-server"), bin, fmt.Sprintf(`  - name: azure-fake
     plugin: osm-provider-azure
     config: {subscriptionId: 6f1c2b3a-4d5e-4f60-8a7b-9c0d1e2f3a4b, testFixture: %s, pollInterval: 100ms}
-`, filepath.Join(dir, "data"), bin, debug, fixture)
-	if err := os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logFile, err := os.Create(filepath.Join(dir, "server.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	server := exec.Command(filepath.Join(bin, "osm-server"), "serve", "--config", filepath.Join(dir, "server.yaml"))
-	server.Stdout, server.Stderr = logFile, logFile
-	if err := server.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = server.Process.Kill()
-		_ = server.Wait()
-		if t.Failed() {
-			b, _ := os.ReadFile(logFile.Name())
-			t.Logf("osm-server log:\n%s", b)
-		}
-	})
-
-	getJSON := func(path string, v any) error {
-		resp, err := http.Get("http://" + debug + path)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("GET %s: %s", path, resp.Status)
-		}
-		return json.NewDecoder(resp.Body).Decode(v)
-	}
+`, fixture))
 	endpoints := func() (string, error) {
-		var body struct {
-			Endpoints []struct {
-				IP     string
-				Port   int
-				Labels map[string]string
-			}
-		}
-		if err := getJSON("/api/v1/services/default/bookstore/endpoints", &body); err != nil {
+		eps, err := srv.Endpoints("default/bookstore")
+		if err != nil {
 			return "", err
 		}
-		var out []string
-		for _, e := range body.Endpoints {
+		for _, e := range eps {
 			if !strings.Contains(e.Labels["azure-resource-id"], "/virtualMachineScaleSets/bookstore") {
 				return "", fmt.Errorf("endpoint %s has azure-resource-id %q", e.IP, e.Labels["azure-resource-id"])
 			}
-			out = append(out, fmt.Sprintf("%s:%d", e.IP, e.Port))
 		}
-		slices.Sort(out)
-		return strings.Join(out, ","), nil
+		return srv.Addrs("default/bookstore")
 	}
 	wait := func(what string, cond func() (bool, string)) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			ok, state := cond()
-			if ok {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 30s; last state: %s", what, state)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		providertest.WaitServer(t, what, 30*time.Second, cond)
 	}
 	endpointsAre := func(want string) func() (bool, string) {
 		return func() (bool, string) {
@@ -151,14 +85,8 @@ providers:
 
 	writeFixture(scaleSet(`{"name": "0", "privateIP": "10.1.0.4"}`, `, "credentialError": "AADSTS7000215: invalid client secret"`))
 	wait("credential failure in provider status", func() (bool, string) {
-		var body struct {
-			Providers []struct{ State, LastError string }
-		}
-		if err := getJSON("/api/v1/providers", &body); err != nil || len(body.Providers) != 1 {
-			return false, fmt.Sprint(body, err)
-		}
-		p := body.Providers[0]
-		return p.State == "unhealthy" && strings.Contains(p.LastError, "AADSTS7000215"), fmt.Sprintf("%+v", p)
+		state, lastError, err := srv.ProviderStatus("azure-fake")
+		return err == nil && state == "unhealthy" && strings.Contains(lastError, "AADSTS7000215"), fmt.Sprintf("%s %q (%v)", state, lastError, err)
 	})
 	if got, err := endpoints(); err != nil || got != "10.1.0.4:8080,10.1.0.5:8080,10.1.0.6:8080" {
 		t.Errorf("endpoints during the credential failure = %q (%v); want the last good three", got, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/osm-vm/osm-vm/internal/store/consultest"
+	"github.com/osm-vm/osm-vm/provider/providertest"
 )
 
 // The scale scenario: a catalog of services x instances, registered
@@ -138,7 +139,7 @@ func (sc scaleCatalog) setCheck(t testing.TB, s, i int, status string) {
 // scaleRun is the scenario, set up and followed by osm-server.
 type scaleRun struct {
 	sc    scaleCatalog
-	srv   osmServer
+	srv   *providertest.Server
 	proxy *countingProxy
 }
 
@@ -157,7 +158,7 @@ func startScale(t testing.TB, services, instances int) *scaleRun {
 		var body struct {
 			Services []ServiceSummaryView `json:"services"`
 		}
-		err := srv.getJSON("/api/v1/services", &body)
+		err := srv.GetJSON("/api/v1/services", &body)
 		full := 0
 		for _, s := range body.Services {
 			if s.Endpoints == instances {
@@ -192,7 +193,7 @@ func (r *scaleRun) flip(t testing.TB, n int) (took time.Duration, catalogReads, 
 	s, i := (n*37)%r.sc.services, n%r.sc.instances
 	addr := instanceAddr(s, i) + ":8080"
 	listed := func() bool {
-		got, err := r.srv.endpoints("default/" + serviceName(s))
+		got, err := r.srv.Addrs("default/" + serviceName(s))
 		if err != nil {
 			t.Fatalf("endpoints of %s: %v", serviceName(s), err)
 		}
