@@ -40,6 +40,9 @@ test: fmt-check vet test-deps test-servers
 	@echo "== Consul KV store against a real Consul (built once into $(CACHE))"
 	bin=$$(./hack/build-consul.sh | tail -n 1) && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/
+	@echo "== proxyless gRPC in Python (C-core) and Node (grpc-js) against a real osm-server and agents"
+	mods=$$(CACHE=$(CACHE) ./hack/node-modules.sh | tail -n 1) && \
+		OSM_NODE_MODULES=$$mods $(GO) test -race -count=1 -timeout 10m -tags polyglot -run TestPolyglot ./e2e/
 
 # The third-party servers the integration suites run against (etcd and
 # kube-apiserver, Consul), built from the Go module proxy once into $(CACHE),
@@ -49,12 +52,21 @@ test-servers:
 		wait $$kube || { echo "building kube-apiserver failed (see above)"; exit 1; }; \
 		wait $$consul || { echo "building consul failed (see above)"; exit 1; }
 
-# Debian packages the tests use (they fail, not skip, without them).
+# Debian packages the tests use (they fail, not skip, without them), and the
+# Node packages of examples/bookstore/node (npm ci from its lockfile, once,
+# into $(CACHE)).
 test-deps:
 	@command -v systemd-analyze >/dev/null || { echo "installing systemd-analyze (Debian systemd) for the unit-file tests"; \
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends systemd; }
 	@command -v openssl >/dev/null || { echo "installing openssl for the certificate cross-checks"; \
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends openssl; }
+	@/usr/bin/python3 -c 'import grpc' 2>/dev/null || { echo "installing python3-grpcio (gRPC C-core) for the polyglot proxyless tests"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends python3-grpcio; }
+	@command -v node >/dev/null || { echo "installing nodejs for the polyglot proxyless tests"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends nodejs; }
+	@command -v npm >/dev/null || { echo "installing npm for the polyglot proxyless tests"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends npm; }
+	@CACHE=$(CACHE) ./hack/node-modules.sh >/dev/null
 
 fmt-check:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.tools/*')); \
