@@ -99,8 +99,12 @@ func httpPermission(hm spec.HTTPRouteMatch, f Flavor) (*rbacv3.Permission, bool)
 // flavour f (none: any method), and false when no request of f can match.
 // gRPC clients match no pseudo-header, and every gRPC call is a POST: for
 // them the matcher is decided here, left out when it allows POST, and the
-// whole match dropped when it does not (spec.GRPCWarnings says so at apply).
+// whole match dropped when it does not or when it names a pseudo-header in
+// its headers (apply warns of such matches in a TrafficSplit).
 func methodsFor(hm spec.HTTPRouteMatch, f Flavor) ([]string, bool) {
+	if f == GRPC && slices.ContainsFunc(slices.Collect(maps.Keys(hm.Headers)), func(name string) bool { return strings.HasPrefix(name, ":") }) {
+		return nil, false // a pseudo-header gRPC never matches
+	}
 	methods := methodsOf(hm)
 	if f != GRPC || len(methods) == 0 {
 		return methods, true
