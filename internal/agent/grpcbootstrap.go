@@ -112,19 +112,4 @@ func GRPCBootstrap(p sidecar.ProxyConfig, dataDir, localXDS string) ([]byte, err
 // GRPCNodeMetadata is the node metadata of this machine's proxyless gRPC
 // applications: the bootstrap carries it, and the local xDS endpoint
 // asserts it on every stream whatever the application sent.
-func GRPCNodeMetadata(p sidecar.ProxyConfig) map[string]any {
-	labels := map[string]any{}
-	for k, v := range p.Labels {
-		labels[k] = v
-	}
-	md := map[string]any{
-		"osm.flavor":           "grpc",
-		"osm.agentVersion":     p.AgentVersion,
-		"osm.advertiseAddress": p.AdvertiseAddress,
-		"osm.labels":           labels,
-	}
-	if p.AppPort != 0 {
-		md["osm.appPort"] = int(p.AppPort)
-	}
-	return md
-}
+func GRPCNodeMetadata(p sidecar.ProxyConfig) map[string]any { return p.NodeMetadata("grpc") }
