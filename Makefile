@@ -16,7 +16,7 @@ PLUGINS  := $(notdir $(wildcard providers/*))
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build packages test test-deps test-servers demo proto bench fuzz fmt-check vet clean
+X
 
 # apt-get as root, or through sudo.
 APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
@@ -49,6 +49,9 @@ test: fmt-check vet test-deps test-servers
 	@echo "== Packages: lintian, rpm, install/upgrade/remove/purge and the one-line join in a Debian 12 root (made once into $(CACHE))"
 	root=$$(./hack/debian-root.sh bookworm | tail -n 1) && \
 		OSM_DEBIAN_ROOT=$$root $(GO) test -count=1 -timeout 15m -tags debroot ./packaging/
+	@echo "== proxyless gRPC in Python (C-core) and Node (grpc-js) against a real osm-server and agents"
+	mods=$$(CACHE=$(CACHE) ./hack/node-modules.sh | tail -n 1) && \
+		OSM_NODE_MODULES=$$mods $(GO) test -race -count=1 -timeout 10m -tags polyglot -run TestPolyglot ./e2e/ ./examples/demo/
 
 # The third-party servers the integration suites run against (etcd and
 # kube-apiserver, Consul), built from the Go module proxy once into $(CACHE),
@@ -58,14 +61,28 @@ test-servers:
 		wait $$kube || { echo "building kube-apiserver failed (see above)"; exit 1; }; \
 		wait $$consul || { echo "building consul failed (see above)"; exit 1; }
 
-# Debian packages the tests use (they fail, not skip, without them).
-test-deps:
+# Debian packages the tests use (they fail, not skip, without them), and the
+# Node packages of examples/bookstore/node (npm ci from its lockfile, once,
+# into $(CACHE)).
+test-deps: polyglot-deps
 	@command -v systemd-analyze >/dev/null || { echo "installing systemd-analyze (Debian systemd) for the unit-file tests"; \
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends systemd; }
 	@for t in lintian:lintian rpm:rpm debootstrap:debootstrap; do command -v $${t%%:*} >/dev/null || pkgs="$$pkgs $${t#*:}"; done; \
 		[ -z "$$pkgs" ] || { echo "installing$$pkgs for the package tests"; $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $$pkgs; }
 	@command -v openssl >/dev/null || { echo "installing openssl for the certificate cross-checks"; \
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends openssl; }
+
+# The proxyless apps in Python (gRPC C-core: Debian's python3-grpcio) and
+# Node.js (grpc-js: nodejs, npm, and examples/bookstore/node's pinned
+# packages), for the polyglot tests and the demo.
+polyglot-deps:
+	@/usr/bin/python3 -c 'import grpc' 2>/dev/null || { echo "installing python3-grpcio (gRPC C-core) for the Python proxyless apps"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends python3-grpcio; }
+	@command -v node >/dev/null || { echo "installing nodejs for the Node proxyless apps"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends nodejs; }
+	@command -v npm >/dev/null || { echo "installing npm for the Node proxyless apps"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends npm; }
+	@CACHE=$(CACHE) ./hack/node-modules.sh >/dev/null
 
 fmt-check:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.tools/*')); \
@@ -75,12 +92,13 @@ vet:
 	$(GO) vet ./...
 
 # The bookstore mesh end to end: osm-server, an osm-agent per service and
-# the proxyless gRPC apps of examples/bookstore. DEMO_FLAGS="-duration 30s".
+# the proxyless gRPC apps of examples/bookstore (Go, and bookbuyers in
+# Python and Node.js). DEMO_FLAGS="-duration 30s".
 DEMO_APPS := bookbuyer bookthief bookstore bookwarehouse
 
-demo: build
+demo: build polyglot-deps
 	@for a in $(DEMO_APPS); do echo "go build bin/$$a"; $(GO) build -o bin/$$a ./examples/bookstore/$$a || exit 1; done
-	$(GO) run ./examples/demo $(DEMO_FLAGS)
+	$(GO) run ./examples/demo -node-modules "$$(CACHE=$(CACHE) ./hack/node-modules.sh | tail -n 1)" $(DEMO_FLAGS)
 
 proto: $(TOOLS)/protoc-gen-go $(TOOLS)/protoc-gen-go-grpc
 	@command -v protoc >/dev/null || { echo "installing protoc (Debian protobuf-compiler)"; \

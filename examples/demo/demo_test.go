@@ -114,6 +114,9 @@ func runDemo(t *testing.T, args ...string) (summary, string) {
 		"-root", filepath.Join("..", ".."), "-bin", bin, "-state", state,
 		"-api-address", free(), "-xds-address", free(), "-debug-address", free(),
 		"-duration", "15s", "-json",
+		// The Go apps only, whatever is installed here; TestPolyglotDemo
+		// (-tags polyglot) runs the Python and Node bookbuyers too.
+		"-python", filepath.Join(t.TempDir(), "no-python"), "-node-modules", "",
 	}, args...), &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("demo: %v\nview:\n%s", err, stderr.String())

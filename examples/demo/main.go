@@ -66,13 +66,34 @@ type options struct {
 	duration                    time.Duration
 	jsonOut                     bool
 	proxy, envoyPath            string
+	python, nodeModules         string
 }
 
 // machine is one demo service on its own (simulated) machine.
 type machine struct {
 	service, account, ip string
-	app                  string   // binary in -bin
+	app                  string   // binary in -bin, or a script under examples/bookstore
 	args                 []string // app flags
+	// lang is the app's language and gRPC implementation for the view;
+	// dir names the machine's directory under -state when two machines run
+	// one service.
+	lang, dir string
+}
+
+// name is the machine's directory and process name.
+func (m machine) name() string {
+	if m.dir != "" {
+		return m.dir
+	}
+	return m.service
+}
+
+// polyglotMachines are bookbuyers in Python (gRPC C-core, Debian's
+// python3-grpcio) and Node.js (grpc-js with grpc-js-xds), beside the Go
+// apps, where those are installed (`make demo` installs them).
+var polyglotMachines = []machine{
+	{service: "bookbuyer", dir: "bookbuyer-python", ip: "127.0.10.6", app: "python/buyer.py", lang: "Python, gRPC C-core", args: []string{"--app", "bookbuyer-python", "--interval", "0.05"}},
+	{service: "bookbuyer", dir: "bookbuyer-node", ip: "127.0.10.7", app: "node/buyer.js", lang: "Node.js, grpc-js", args: []string{"--app", "bookbuyer-node", "--interval", "0.05"}},
 }
 
 // envoyIP is the address of the service's Envoy machine: 127.0.11.x
@@ -169,6 +190,8 @@ func newFlags(o *options) *flag.FlagSet {
 	fs.BoolVar(&o.jsonOut, "json", false, "print a JSON summary on stdout at the end (the view goes to stderr)")
 	fs.StringVar(&o.proxy, "proxy", "auto", "envoy: also run an Envoy per service (the standard VM setup); none: proxyless apps only; auto: envoy when -envoy-path is found")
 	fs.StringVar(&o.envoyPath, "envoy-path", "envoy", "Envoy binary for -proxy envoy: a path, or a name looked up on PATH")
+	fs.StringVar(&o.python, "python", "/usr/bin/python3", "Python with grpcio (Debian's python3-grpcio) for the Python bookbuyer")
+	fs.StringVar(&o.nodeModules, "node-modules", os.Getenv("OSM_NODE_MODULES"), "node_modules with @grpc/grpc-js and @grpc/grpc-js-xds for the Node bookbuyer (make demo passes its npm ci of examples/bookstore/node)")
 	return fs
 }
 
@@ -190,6 +213,31 @@ func chooseProxy(p, envoyPath string) (string, string, error) {
 		return "none", proxyless + "; no Envoy (" + envoyPath + " is not on PATH)", nil
 	}
 	return "", "", fmt.Errorf("-proxy %q: want auto, envoy or none", p)
+}
+
+// polyglot returns the Python and Node machines whose runtimes are
+// installed, and a note naming the missing ones.
+func polyglot(o options) ([]machine, string) {
+	var ms []machine
+	var missing []string
+	if exec.Command(o.python, "-c", "import grpc").Run() == nil {
+		ms = append(ms, polyglotMachines[0])
+	} else {
+		missing = append(missing, "Python ("+o.python+" cannot import grpc: apt-get install python3-grpcio)")
+	}
+	_, nodeErr := exec.LookPath("node")
+	switch {
+	case nodeErr != nil:
+		missing = append(missing, "Node.js (node is not on PATH)")
+	case !fileExists(filepath.Join(o.nodeModules, "@grpc", "grpc-js-xds", "package.json")):
+		missing = append(missing, "Node.js (-node-modules has no @grpc/grpc-js-xds; make demo installs it)")
+	default:
+		ms = append(ms, polyglotMachines[1])
+	}
+	if len(missing) == 0 {
+		return ms, ""
+	}
+	return ms, "without the bookbuyer in " + strings.Join(missing, " and ")
 }
 
 func demo(ctx context.Context, o options, proxy, proxyNote string, ps *procs, sum *summary, view io.Writer) error {
@@ -242,11 +290,16 @@ providers:
 	}
 	say("applied examples/bookstore/mesh.yaml and grpc.yaml")
 	say("%s", proxyNote)
+	extra, polyNote := polyglot(o)
+	if polyNote != "" {
+		say("%s", polyNote)
+	}
+	all := append(slices.Clone(machines), extra...)
 
 	// One join token and one agent per machine: the proxyless apps' agents,
 	// then, with Envoy, the Envoy machines' agents.
-	for _, m := range machines {
-		if err := startAgent(ctx, o, ps, admin, m, m.service, m.ip, "--proxy", "none"); err != nil {
+	for _, m := range all {
+		if err := startAgent(ctx, o, ps, admin, m, m.name(), m.ip, "--proxy", "none"); err != nil {
 			return err
 		}
 	}
@@ -257,15 +310,15 @@ providers:
 				return err
 			}
 		}
-		say("started %d osm-agents (data and logs in %s/<service>/ and %s/<service>-envoy/), each enrolled with its own join token; the -envoy ones run Envoy", 2*len(machines), rel(o.state), rel(o.state))
+		say("started %d osm-agents (data and logs in %s/<service>/ and %s/<service>-envoy/), each enrolled with its own join token; the -envoy ones run Envoy", len(all)+len(machines), rel(o.state), rel(o.state))
 	} else {
-		say("started %d osm-agents (data and logs in %s/<service>/), each enrolled with its own join token", len(machines), rel(o.state))
+		say("started %d osm-agents (data and logs in %s/<service>/), each enrolled with its own join token", len(all), rel(o.state))
 	}
 
 	// Each app starts once its agent has written the gRPC bootstrap and the
 	// service certificate.
-	for _, m := range machines {
-		dir := filepath.Join(o.state, m.service)
+	for _, m := range all {
+		dir := filepath.Join(o.state, m.name())
 		ready := func() bool {
 			return fileExists(filepath.Join(dir, "grpc-bootstrap.json")) && fileExists(filepath.Join(dir, "service.crt"))
 		}
@@ -278,8 +331,16 @@ providers:
 		}
 		cmd := exec.Command(filepath.Join(o.bin, m.app), args...)
 		cmd.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP="+filepath.Join(dir, "grpc-bootstrap.json"))
+		switch filepath.Ext(m.app) {
+		case ".py":
+			cmd = exec.Command(o.python, append([]string{filepath.Join(mesh, m.app)}, args...)...)
+			cmd.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP="+filepath.Join(dir, "grpc-bootstrap.json"))
+		case ".js":
+			cmd = exec.Command("node", append([]string{filepath.Join(mesh, m.app)}, args...)...)
+			cmd.Env = append(os.Environ(), "GRPC_XDS_BOOTSTRAP="+filepath.Join(dir, "grpc-bootstrap.json"), "NODE_PATH="+o.nodeModules)
+		}
 		appLog := filepath.Join(dir, "app.log")
-		if _, err := ps.start(m.service, cmd, appLog, true); err != nil {
+		if _, err := ps.start(m.name(), cmd, appLog, true); err != nil {
 			return err
 		}
 		if slices.Contains(m.args, "-listen") {
@@ -294,7 +355,11 @@ providers:
 			}
 		}
 	}
-	say("started the apps: bookwarehouse, bookstore-v1, bookstore-v2, bookbuyer, bookthief")
+	names := make([]string, len(all))
+	for i, m := range all {
+		names[i] = m.name()
+	}
+	say("started the apps: %s", strings.Join(names, ", "))
 	splitCmd := fmt.Sprintf("%s apply -f %s --data-dir %s", rel(filepath.Join(o.bin, "osm-server")), rel(filepath.Join(mesh, "split-50-50.yaml")), rel(serverDir))
 	if o.apiAddr != "127.0.0.1:15443" {
 		splitCmd += " --server https://" + o.apiAddr
@@ -302,6 +367,7 @@ providers:
 	say("")
 
 	v := newViewer(view, isTerminal(view), proxyNote, splitCmd, rel(o.state), proxy == "envoy")
+	v.polyglot = extra
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {

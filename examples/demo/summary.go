@@ -26,6 +26,9 @@ type summary struct {
 	} `json:"bookthief"`
 	Sold      map[string]int64 `json:"sold"`
 	Restocked int64            `json:"restocked"`
+	// Polyglot are the counts of the Python and Node bookbuyers that ran,
+	// by their directory name (bookbuyer-python, bookbuyer-node).
+	Polyglot map[string]map[string]int64 `json:"polyglot,omitempty"`
 	// Proxies is the largest set of connected proxies seen at once, as
 	// "<service> (<flavor>)".
 	Proxies []string `json:"proxies"`
@@ -58,6 +61,14 @@ func (s *summary) snapshot(ps *procs) {
 		"bookstore-v2": ps.stat("bookstore-v2").Counts["sold"],
 	}
 	s.Restocked = ps.stat("bookwarehouse").Counts["restocked"]
+	for _, m := range polyglotMachines {
+		if c := ps.stat(m.name()).Counts; c != nil {
+			if s.Polyglot == nil {
+				s.Polyglot = map[string]map[string]int64{}
+			}
+			s.Polyglot[m.name()] = c
+		}
+	}
 }
 
 // finish records the final counts (the apps print them as they exit),

@@ -18,6 +18,7 @@ type viewer struct {
 	start                 time.Time
 	lastPrint             time.Time
 	window                []buyerSample // bookbuyer's counts, once a second
+	polyglot              []machine     // the Python and Node bookbuyers that run
 }
 
 type buyerSample struct{ v1, v2 int64 }
@@ -54,8 +55,21 @@ func (v *viewer) show(ps *procs, proxies []string, proxyErr error) {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "osm-vm bookstore demo  %s  %s\n", time.Since(v.start).Round(time.Second), v.note)
-	fmt.Fprintf(&b, "  bookbuyer   bought %5d   v1 %5d %s   v2 %5d %s   last 5s: v1 %s v2 %s   errors %d\n",
+	fmt.Fprintf(&b, "  bookbuyer   bought %5d   v1 %5d %s   v2 %5d %s   last 5s: v1 %s v2 %s   errors %d   (Go, gRPC-Go)\n",
 		total, buyer["v1"], pct(buyer["v1"], total), buyer["v2"], pct(buyer["v2"], total), pct(dv1, dv1+dv2), pct(dv2, dv2+dv1), buyer["errors"])
+	if e := ps.stat("bookbuyer").LastError; buyer["errors"] > 0 && e != "" {
+		fmt.Fprintf(&b, "              last error: %s\n", e)
+	}
+	for _, m := range v.polyglot {
+		st := ps.stat(m.name())
+		c := st.Counts
+		n := c["v1"] + c["v2"]
+		fmt.Fprintf(&b, "  bookbuyer   bought %5d   v1 %5d %s   v2 %5d %s   errors %d   (%s: %s)\n",
+			n, c["v1"], pct(c["v1"], n), c["v2"], pct(c["v2"], n), c["errors"], m.lang, m.name())
+		if c["errors"] > 0 && st.LastError != "" {
+			fmt.Fprintf(&b, "              last error: %s\n", st.LastError)
+		}
+	}
 	thief := ps.stat("bookthief").Counts
 	refusedMesh := thief["deniedMesh"] + thief["failedMesh"]
 	refusedDirect := thief["deniedDirect"] + thief["failedDirect"]

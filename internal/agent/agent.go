@@ -38,6 +38,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
+	"github.com/osm-vm/osm-vm/internal/agent/localxds"
 	"github.com/osm-vm/osm-vm/internal/agent/sidecar"
 	"github.com/osm-vm/osm-vm/internal/atomicfile"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -55,6 +56,9 @@ const (
 	ServiceCertFile   = "service.crt"
 	ServiceKeyFile    = "service.key"
 	ServiceCAFile     = "service-ca.crt"
+	// LocalXDSSocket is the local xDS endpoint's Unix socket, which the
+	// gRPC bootstrap names.
+	LocalXDSSocket = "xds.sock"
 )
 
 // Enroller is the enrollment client the agent needs. NetworkEnroller is the
@@ -113,6 +117,9 @@ type Agent struct {
 	st                      Status
 	ready                   chan struct{} // closed once the proxy has a bootstrap
 	readyOnce               sync.Once
+	// localXDS is the local xDS endpoint of proxyless gRPC apps, set by
+	// Run before its loops start.
+	localXDS *localxds.Proxy
 }
 
 // New returns an agent for cfg (with defaults applied and validated by the
@@ -190,7 +197,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.writeStatus()
 
+	lx, err := localxds.Listen(a.log.With("part", "local-xds"), localxds.Options{
+		TCPAddress:  a.cfg.LocalXDSAddress,
+		SocketPath:  a.path(LocalXDSSocket),
+		Upstreams:   a.upstreams(),
+		Credentials: a.upstreamCredentials,
+		Metadata:    func() map[string]any { return GRPCNodeMetadata(a.ProxyConfig()) },
+	})
+	if err != nil {
+		return err
+	}
+	a.localXDS = lx
+
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return lx.Serve(ctx) })
 	g.Go(func() error { a.pollLoop(ctx); return nil })
 	g.Go(func() error { a.renewLoop(ctx); return nil })
 	g.Go(func() error {
@@ -201,7 +221,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return a.sup.Run(ctx)
 	})
-	err := g.Wait()
+	err = g.Wait()
 	a.writeStatus()
 	return err
 }
@@ -328,6 +348,32 @@ func (a *Agent) setXDSAddress(addr string) (changed bool) {
 	a.xdsAddress = addr
 	a.st.XDSAddress = addr
 	return changed
+}
+
+// upstreams returns the xDS servers the local xDS endpoint carries the
+// apps' streams to, in order of preference: today the one address the
+// server gives.
+func (a *Agent) upstreams() []string {
+	if addr := a.xds(); addr != "" {
+		return []string{addr}
+	}
+	return nil
+}
+
+// upstreamCredentials returns the current proxy certificate and mesh CA,
+// read by the local xDS endpoint for each new upstream stream (so a
+// renewed certificate is used from the next stream on).
+func (a *Agent) upstreamCredentials() (tls.Certificate, *x509.CertPool, error) {
+	id, _ := a.identity()
+	cert, err := id.TLS()
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(id.CAPEM) {
+		return tls.Certificate{}, nil, fmt.Errorf("%s holds no PEM certificate", a.path(CAFile))
+	}
+	return cert, pool, nil
 }
 
 func (a *Agent) xds() string {
@@ -470,7 +516,7 @@ func (a *Agent) renderFiles() ([]sidecar.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("render %s bootstrap: %w", a.driver.Name(), err)
 	}
-	grpcBoot, err := GRPCBootstrap(p, a.cfg.DataDir)
+	grpcBoot, err := GRPCBootstrap(p, a.cfg.DataDir, "unix:"+a.path(LocalXDSSocket))
 	if err != nil {
 		return nil, fmt.Errorf("render gRPC xDS bootstrap: %w", err)
 	}

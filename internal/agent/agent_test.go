@@ -17,7 +17,11 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/osm-vm/osm-vm/internal/agent"
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
@@ -531,9 +535,43 @@ func TestRunProxyless(t *testing.T) {
 	if err := json.Unmarshal(boot, &b); err != nil {
 		t.Fatalf("grpc-bootstrap.json: %v", err)
 	}
-	if len(b.XDSServers) != 1 || b.XDSServers[0].ServerURI != h.ads.Addr || b.Node.ID != cn || b.Node.Metadata["osm.flavor"] != "grpc" {
-		t.Errorf("gRPC bootstrap: servers %+v node %q flavor %v, want %s, %s, grpc", b.XDSServers, b.Node.ID, b.Node.Metadata["osm.flavor"], h.ads.Addr, cn)
+	socket := "unix:" + filepath.Join(h.cfg.DataDir, agent.LocalXDSSocket)
+	if len(b.XDSServers) != 1 || b.XDSServers[0].ServerURI != socket || b.Node.ID != cn || b.Node.Metadata["osm.flavor"] != "grpc" {
+		t.Errorf("gRPC bootstrap: servers %+v node %q flavor %v, want %s, %s, grpc", b.XDSServers, b.Node.ID, b.Node.Metadata["osm.flavor"], socket, cn)
 	}
+	// An app's ADS stream through the local endpoint reaches the server
+	// with the proxy certificate and the agent's node id, whatever the app
+	// claims.
+	cc, err := grpc.NewClient(b.XDSServers[0].ServerURI, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "an-app"}, TypeUrl: agenttest.ListenerType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatalf("ADS through the local xDS endpoint: %v", err)
+	}
+	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: agenttest.ListenerType, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ack := <-h.ads.Acks:
+		if ack.NodeID != cn || ack.PeerCN != cn || ack.Node.GetMetadata().GetFields()["osm.flavor"].GetStringValue() != "grpc" {
+			t.Errorf("the server saw node %q over a certificate of %q with metadata %v, want %s, %s, osm.flavor grpc", ack.NodeID, ack.PeerCN, ack.Node.GetMetadata(), cn, cn)
+		}
+	case <-ctx.Done():
+		t.Fatal("no ACK through the local xDS endpoint within 20s")
+	}
+	cancel()
 	for _, name := range []string{agent.ServiceCertFile, agent.ServiceKeyFile, agent.ServiceCAFile} {
 		if _, err := os.Stat(filepath.Join(h.cfg.DataDir, name)); err != nil {
 			t.Errorf("%s: %v", name, err)

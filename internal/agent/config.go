@@ -48,6 +48,11 @@ type Config struct {
 	DrainTimeout time.Duration `yaml:"drainTimeout,omitempty"`
 	// PollInterval is how often the agent fetches its config from the server.
 	PollInterval time.Duration `yaml:"pollInterval,omitempty"`
+	// LocalXDSAddress is a loopback host:port where the agent's local xDS
+	// endpoint also listens, beside its Unix socket <dataDir>/xds.sock
+	// (which the gRPC bootstrap names), for gRPC applications that cannot
+	// reach a Unix socket. Empty: the socket only.
+	LocalXDSAddress string `yaml:"localXDSAddress,omitempty"`
 }
 
 // DefaultConfigDir is where install writes agent.yaml.
@@ -136,6 +141,11 @@ func (c Config) Validate() error {
 	}
 	if c.AppPort != 0 && c.AppPort == c.AdminPort {
 		errs = append(errs, fmt.Errorf("appPort %d is the proxy's adminPort", c.AppPort))
+	}
+	if c.LocalXDSAddress != "" {
+		if ap, err := netip.ParseAddrPort(c.LocalXDSAddress); err != nil || !ap.Addr().IsLoopback() {
+			errs = append(errs, fmt.Errorf("localXDSAddress %q: want a loopback address and port, such as 127.0.0.1:15010 (the endpoint serves without credentials)", c.LocalXDSAddress))
+		}
 	}
 	for k := range c.Labels {
 		if k == "" || strings.ContainsAny(k, " \t\n") {

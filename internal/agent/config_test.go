@@ -27,7 +27,7 @@ func TestConfigRoundTrip(t *testing.T) {
 	want := agent.Config{
 		Server: "https://osm.example.com:15443", CACertHash: "sha256:" + strings.Repeat("ab", 32),
 		Service: "bookstore", Namespace: "default", EnvoyPath: "/usr/local/bin/envoy", AppPort: 8080,
-		AdvertiseAddress: "10.0.0.7", DataDir: "/var/lib/osm-agent", Labels: map[string]string{"zone": "a"},
+		AdvertiseAddress: "10.0.0.7", DataDir: "/var/lib/osm-agent", Labels: map[string]string{"zone": "a", agent.ZoneLabel: "eu-west-1a"},
 		DrainTimeout: 7 * time.Second,
 	}.WithDefaults()
 	if err := agent.WriteConfig(path, want); err != nil {
@@ -80,12 +80,12 @@ func grpcProxyConfig() sidecar.ProxyConfig {
 		XDSAddress: "osm.example.com:15128",
 		CertFile:   "/var/lib/osm-agent/proxy.crt", KeyFile: "/var/lib/osm-agent/proxy.key", CAFile: "/var/lib/osm-agent/ca.crt",
 		AgentVersion: "v0.1.0", AdvertiseAddress: "10.0.0.7", AppPort: 8080,
-		Labels: map[string]string{"zone": "a"},
+		Labels: map[string]string{"zone": "a", agent.ZoneLabel: "eu-west-1a"},
 	}
 }
 
 func TestGRPCBootstrapGolden(t *testing.T) {
-	got, err := agent.GRPCBootstrap(grpcProxyConfig(), "/var/lib/osm-agent")
+	got, err := agent.GRPCBootstrap(grpcProxyConfig(), "/var/lib/osm-agent", "unix:/var/lib/osm-agent/xds.sock")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,14 +122,14 @@ func TestGRPCBootstrapParsesInGRPC(t *testing.T) {
 	p := grpcProxyConfig()
 	p.XDSAddress = "127.0.0.1:1" // nothing listens; building the resolver only parses
 	p.CertFile, p.KeyFile, p.CAFile = filepath.Join(dir, "proxy.crt"), filepath.Join(dir, "proxy.key"), filepath.Join(dir, "ca.crt")
-	data, err := agent.GRPCBootstrap(p, dir)
+	data, err := agent.GRPCBootstrap(p, dir, "unix:"+filepath.Join(dir, agent.LocalXDSSocket))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := buildXDSResolver(data); err != nil {
 		t.Errorf("gRPC rejects the bootstrap: %v", err)
 	}
-	bad := strings.Replace(string(data), `"type": "tls"`, `"type": "no_such_creds"`, 1)
+	bad := strings.Replace(string(data), `"type": "insecure"`, `"type": "no_such_creds"`, 1)
 	if err := buildXDSResolver([]byte(bad)); err == nil {
 		t.Error("gRPC accepted unknown channel credentials; this test cannot tell a good bootstrap from a bad one")
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -22,13 +23,15 @@ type grpcXDSServer struct {
 	ServerFeatures []string           `json:"server_features"`
 }
 
+// grpcChannelCreds are the bootstrap's channel credentials: "insecure",
+// the one type gRPC-Go, C-core (1.51 knows no "tls") and grpc-js (only
+// google_default and insecure) all accept; the local xDS endpoint they
+// reach is on this machine and holds the mTLS upstream.
 type grpcChannelCreds struct {
-	Type   string          `json:"type"`
-	Config grpcFileWatcher `json:"config"`
+	Type string `json:"type"`
 }
 
-// grpcFileWatcher is the config of the "tls" channel credentials (A65) and
-// of the file_watcher certificate provider: the same four keys.
+// grpcFileWatcher is the config of the file_watcher certificate provider.
 type grpcFileWatcher struct {
 	CertificateFile   string `json:"certificate_file"`
 	PrivateKeyFile    string `json:"private_key_file"`
@@ -37,10 +40,23 @@ type grpcFileWatcher struct {
 }
 
 type grpcNode struct {
-	ID       string         `json:"id"`
-	Cluster  string         `json:"cluster"`
+	ID      string `json:"id"`
+	Cluster string `json:"cluster"`
+	// Locality is required by grpc-js, even empty.
+	Locality grpcLocality   `json:"locality"`
 	Metadata map[string]any `json:"metadata"`
 }
+
+type grpcLocality struct {
+	Region string `json:"region,omitempty"`
+	Zone   string `json:"zone,omitempty"`
+}
+
+// Labels of the agent config that give the node's locality.
+const (
+	RegionLabel = "topology.kubernetes.io/region"
+	ZoneLabel   = "topology.kubernetes.io/zone"
+)
 
 type grpcCertificateProvider struct {
 	PluginName string          `json:"plugin_name"`
@@ -53,39 +69,29 @@ const GRPCCertificateProvider = "osm"
 
 // GRPCBootstrap returns the xDS bootstrap for proxyless gRPC applications
 // on this machine (point GRPC_XDS_BOOTSTRAP at grpc-bootstrap.json in the
-// data directory): the ADS server with mTLS from the proxy certificate
-// files, the node identity with osm.flavor "grpc", and the "osm"
-// file_watcher certificate provider on the service certificate files the
-// agent keeps in dataDir.
-func GRPCBootstrap(p sidecar.ProxyConfig, dataDir string) ([]byte, error) {
+// data directory): the agent's local xDS endpoint at localXDS (a gRPC
+// target, unix:<path> or host:port) with insecure channel credentials, the
+// node identity with osm.flavor "grpc" and the locality from the
+// topology labels, and the "osm" file_watcher certificate provider on the
+// service certificate files the agent keeps in dataDir. gRPC-Go, C-core
+// (1.51 and later) and grpc-js (1.14) all accept it.
+func GRPCBootstrap(p sidecar.ProxyConfig, dataDir, localXDS string) ([]byte, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	labels := map[string]string{}
-	for k, v := range p.Labels {
-		labels[k] = v
-	}
-	md := map[string]any{
-		"osm.flavor":           "grpc",
-		"osm.agentVersion":     p.AgentVersion,
-		"osm.advertiseAddress": p.AdvertiseAddress,
-		"osm.labels":           labels,
-	}
-	if p.AppPort != 0 {
-		md["osm.appPort"] = p.AppPort
+	if localXDS == "" {
+		return nil, errors.New("gRPC bootstrap: no local xDS endpoint")
 	}
 	b := grpcBootstrap{
 		XDSServers: []grpcXDSServer{{
-			ServerURI: p.XDSAddress,
-			ChannelCreds: []grpcChannelCreds{{Type: "tls", Config: grpcFileWatcher{
-				CertificateFile:   p.CertFile,
-				PrivateKeyFile:    p.KeyFile,
-				CACertificateFile: p.CAFile,
-				RefreshInterval:   "60s",
-			}}},
+			ServerURI:      localXDS,
+			ChannelCreds:   []grpcChannelCreds{{Type: "insecure"}},
 			ServerFeatures: []string{"xds_v3"},
 		}},
-		Node: grpcNode{ID: p.NodeID, Cluster: p.Service.Name, Metadata: md},
+		Node: grpcNode{
+			ID: p.NodeID, Cluster: p.Service.Name, Metadata: GRPCNodeMetadata(p),
+			Locality: grpcLocality{Region: p.Labels[RegionLabel], Zone: p.Labels[ZoneLabel]},
+		},
 		CertificateProviders: map[string]grpcCertificateProvider{
 			GRPCCertificateProvider: {PluginName: "file_watcher", Config: grpcFileWatcher{
 				CertificateFile:   filepath.Join(dataDir, ServiceCertFile),
@@ -102,3 +108,8 @@ func GRPCBootstrap(p sidecar.ProxyConfig, dataDir string) ([]byte, error) {
 	}
 	return append(data, '\n'), nil
 }
+
+// GRPCNodeMetadata is the node metadata of this machine's proxyless gRPC
+// applications: the bootstrap carries it, and the local xDS endpoint
+// asserts it on every stream whatever the application sent.
+func GRPCNodeMetadata(p sidecar.ProxyConfig) map[string]any { return p.NodeMetadata("grpc") }

@@ -55,6 +55,9 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 	}
 	var errs []error
 	if sc.XDSAddress != "" && a.setXDSAddress(sc.XDSAddress) {
+		if a.localXDS != nil {
+			a.localXDS.SetUpstreams(a.upstreams())
+		}
 		if err := a.writeState(); err != nil {
 			errs = append(errs, err)
 		}

@@ -121,6 +121,51 @@ spec:
 	}
 }
 
+// TestApplyWarnsOfSplitMatchesGRPCNeverMatches: a TrafficSplit limited to
+// matches no gRPC call can meet means nothing to gRPC clients.
+func TestApplyWarnsOfSplitMatchesGRPCNeverMatches(t *testing.T) {
+	s := newTestSpec(t, NewMemoryStore())
+	y := `apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: bookstore}
+spec: {ports: [{port: 14001, appProtocol: grpc}]}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: bookstore-v1}
+spec: {ports: [{port: 14001, appProtocol: grpc}]}
+---
+apiVersion: specs.smi-spec.io/v1alpha4
+kind: HTTPRouteGroup
+metadata: {name: routes}
+spec:
+  matches:
+    - {name: get-books, pathRegex: '/books.*', methods: [GET]}
+    - {name: by-method, pathRegex: '/bookstore.Bookstore/.*', headers: {':method': POST}}
+    - {name: grpc, pathRegex: '/bookstore.Bookstore/.*', methods: [POST]}
+---
+apiVersion: split.smi-spec.io/v1alpha4
+kind: TrafficSplit
+metadata: {name: split}
+spec:
+  service: bookstore
+  backends: [{service: bookstore-v1, weight: 100}]
+  matches: [{kind: HTTPRouteGroup, name: routes}]
+`
+	res, err := s.Apply(t.Context(), mustParse(t, y), ApplyOptions{})
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	got := res.Results[3].Warnings
+	want := []string{
+		`TrafficSplit default/split (document 4, line 20): spec.matches[0]: HTTPRouteGroup "routes" match "get-books" allows only GET, but every gRPC call is a POST, so gRPC clients of "bookstore" never match it and their calls go to "bookstore" itself, not the split`,
+		`TrafficSplit default/split (document 4, line 20): spec.matches[0]: HTTPRouteGroup "routes" match "by-method" matches the pseudo-header ":method", which gRPC clients never match, so gRPC clients of "bookstore" never match it and their calls go to "bookstore" itself, not the split`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+}
+
 func TestDeleteErrors(t *testing.T) {
 	s := newTestSpec(t, NewMemoryStore())
 	if _, err := s.Apply(t.Context(), mustParse(t, svcYAML("web")+svcYAML("web-v1")+fmt.Sprintf(splitYAML, "web", "web-v1")), ApplyOptions{}); err != nil {

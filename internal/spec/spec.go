@@ -459,8 +459,17 @@ func checkReferences(v *validator, st *state, obj Object) {
 			missing(fmt.Sprintf("spec.backends[%d].service", i), b.Service)
 		}
 		for i, m := range o.Spec.Matches {
-			if _, ok := st.objects[Key{Kind: m.Kind, Namespace: ns, Name: m.Name}]; !ok {
+			obj, ok := st.objects[Key{Kind: m.Kind, Namespace: ns, Name: m.Name}]
+			if !ok {
 				v.warnf(fmt.Sprintf("spec.matches[%d]", i), "%s %q not found in namespace %q yet: the split applies to no traffic until it exists%s", m.Kind, m.Name, ns, didYouMean(m.Name, namesOfKind(st, m.Kind, ns)))
+				continue
+			}
+			if g, ok := obj.(*HTTPRouteGroup); ok && hasGRPCPort(st, ns, o.Spec.Service) {
+				for _, hm := range g.Spec.Matches {
+					if why := grpcNeverMatches(hm); why != "" {
+						v.warnf(fmt.Sprintf("spec.matches[%d]", i), "%s %q match %q %s, so gRPC clients of %q never match it and their calls go to %q itself, not the split", m.Kind, m.Name, hm.Name, why, o.Spec.Service, o.Spec.Service)
+					}
+				}
 			}
 		}
 	case *TrafficTarget:
@@ -506,6 +515,26 @@ func checkReferences(v *validator, st *state, obj Object) {
 			}
 		}
 	}
+}
+
+// hasGRPCPort reports whether the Service ns/name has a gRPC port.
+func hasGRPCPort(st *state, ns, name string) bool {
+	svc, ok := st.objects[Key{Kind: KindService, Namespace: ns, Name: name}].(*Service)
+	return ok && slices.ContainsFunc(svc.Spec.Ports, func(p ServicePort) bool { return p.AppProtocol == "grpc" })
+}
+
+// grpcNeverMatches says why no gRPC call can match hm ("" when one can):
+// every gRPC call is a POST, and gRPC clients match no pseudo-header.
+func grpcNeverMatches(hm HTTPMatch) string {
+	if len(hm.Methods) > 0 && !slices.Contains(hm.Methods, "*") && !slices.ContainsFunc(hm.Methods, func(m string) bool { return strings.EqualFold(m, "POST") }) {
+		return fmt.Sprintf("allows only %s, but every gRPC call is a POST", strings.Join(hm.Methods, ", "))
+	}
+	for name := range hm.Headers {
+		if strings.HasPrefix(name, ":") {
+			return fmt.Sprintf("matches the pseudo-header %q, which gRPC clients never match", name)
+		}
+	}
+	return ""
 }
 
 func canonicalJSON(o Object) []byte {

@@ -1,7 +1,9 @@
 package agenttest
 
 import (
+	"context"
 	"net"
+	"sync"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -22,6 +24,10 @@ type Ack struct {
 	PeerCN  string // the client certificate's common name
 	TypeURL string
 	Version string
+	// Node is the stream's first node and Server the address of the
+	// ADS server that received the ACK.
+	Node   *corev3.Node
+	Server string
 }
 
 // ADSServer is a minimal ADS server over mTLS on 127.0.0.1: it answers a
@@ -30,7 +36,12 @@ type ADSServer struct {
 	discoveryv3.UnimplementedAggregatedDiscoveryServiceServer
 	Addr string
 	Acks chan Ack
+	stop func()
 }
+
+// Stop stops the server at once, ending its streams (as a server that
+// dies would).
+func (s *ADSServer) Stop() { s.stop() }
 
 // StartADS starts an ADS server whose certificate ca signed and which
 // requires client certificates ca signed. It stops when the test ends.
@@ -48,31 +59,44 @@ func StartADS(t testing.TB, ca *CA) *ADSServer {
 		defer close(done)
 		gs.Serve(lis)
 	}()
-	t.Cleanup(func() {
-		gs.Stop()
-		<-done
-	})
+	var once sync.Once
+	s.stop = func() {
+		once.Do(func() {
+			gs.Stop()
+			<-done
+		})
+	}
+	t.Cleanup(s.Stop)
 	return s
 }
 
-// StreamAggregatedResources implements ADS.
-func (s *ADSServer) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	var peerCN string
-	if p, ok := peer.FromContext(stream.Context()); ok {
+func peerCN(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
-			peerCN = ti.State.PeerCertificates[0].Subject.CommonName
+			return ti.State.PeerCertificates[0].Subject.CommonName
 		}
 	}
-	listener, err := anypb.New(&listenerv3.Listener{
+	return ""
+}
+
+func fakeListener() (*anypb.Any, error) {
+	return anypb.New(&listenerv3.Listener{
 		Name: "fake",
 		Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
 			Address: "127.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: 1},
 		}}},
 	})
+}
+
+// StreamAggregatedResources implements ADS.
+func (s *ADSServer) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	peerCN := peerCN(stream.Context())
+	listener, err := fakeListener()
 	if err != nil {
 		return err
 	}
 	var nodeID string
+	var node *corev3.Node
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -80,6 +104,9 @@ func (s *ADSServer) StreamAggregatedResources(stream discoveryv3.AggregatedDisco
 		}
 		if req.GetNode().GetId() != "" {
 			nodeID = req.GetNode().GetId()
+		}
+		if node == nil {
+			node = req.GetNode()
 		}
 		switch {
 		case req.GetTypeUrl() != ListenerType:
@@ -91,7 +118,47 @@ func (s *ADSServer) StreamAggregatedResources(stream discoveryv3.AggregatedDisco
 			}
 		case req.GetErrorDetail() == nil && req.GetVersionInfo() == "1":
 			select {
-			case s.Acks <- Ack{NodeID: nodeID, PeerCN: peerCN, TypeURL: req.GetTypeUrl(), Version: req.GetVersionInfo()}:
+			case s.Acks <- Ack{NodeID: nodeID, PeerCN: peerCN, TypeURL: req.GetTypeUrl(), Version: req.GetVersionInfo(), Node: node, Server: s.Addr}:
+			case <-stream.Context().Done():
+				return nil
+			}
+		}
+	}
+}
+
+// DeltaAggregatedResources implements Delta ADS: it answers a listener
+// subscription with the one listener (version "1") and reports ACKs.
+func (s *ADSServer) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	peerCN := peerCN(stream.Context())
+	listener, err := fakeListener()
+	if err != nil {
+		return err
+	}
+	var nodeID string
+	var node *corev3.Node
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return nil
+		}
+		if req.GetNode().GetId() != "" {
+			nodeID = req.GetNode().GetId()
+		}
+		if node == nil {
+			node = req.GetNode()
+		}
+		switch {
+		case req.GetTypeUrl() != ListenerType:
+		case req.GetResponseNonce() == "":
+			if err := stream.Send(&discoveryv3.DeltaDiscoveryResponse{
+				SystemVersionInfo: "1", Nonce: "1", TypeUrl: ListenerType,
+				Resources: []*discoveryv3.Resource{{Name: "fake", Version: "1", Resource: listener}},
+			}); err != nil {
+				return nil
+			}
+		case req.GetErrorDetail() == nil:
+			select {
+			case s.Acks <- Ack{NodeID: nodeID, PeerCN: peerCN, TypeURL: req.GetTypeUrl(), Version: "1", Node: node, Server: s.Addr}:
 			case <-stream.Context().Done():
 				return nil
 			}

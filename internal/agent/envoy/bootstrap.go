@@ -63,19 +63,7 @@ func Bootstrap(p sidecar.ProxyConfig, dataDir string, adminPort uint16) (*bootst
 	if err != nil || port == 0 {
 		return nil, fmt.Errorf("xDS address %q: bad port %q", p.XDSAddress, portStr)
 	}
-	labels := map[string]any{}
-	for k, v := range p.Labels {
-		labels[k] = v
-	}
-	fields := map[string]any{
-		"osm.flavor":           "envoy",
-		"osm.agentVersion":     p.AgentVersion,
-		"osm.advertiseAddress": p.AdvertiseAddress,
-		"osm.labels":           labels,
-	}
-	if p.AppPort != 0 {
-		fields["osm.appPort"] = float64(p.AppPort)
-	}
+	fields := p.NodeMetadata("envoy")
 	md, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)

@@ -43,6 +43,26 @@ type ProxyConfig struct {
 	Labels  map[string]string
 }
 
+// NodeMetadata returns the node metadata osm-server reads from a proxy
+// of flavor ("envoy" or "grpc"): flavour, agent version, advertise
+// address, labels and app port.
+func (p ProxyConfig) NodeMetadata(flavor string) map[string]any {
+	labels := map[string]any{}
+	for k, v := range p.Labels {
+		labels[k] = v
+	}
+	md := map[string]any{
+		"osm.flavor":           flavor,
+		"osm.agentVersion":     p.AgentVersion,
+		"osm.advertiseAddress": p.AdvertiseAddress,
+		"osm.labels":           labels,
+	}
+	if p.AppPort != 0 {
+		md["osm.appPort"] = float64(p.AppPort)
+	}
+	return md
+}
+
 // Validate checks that the fields every driver needs are set.
 func (p ProxyConfig) Validate() error {
 	var missing []string

@@ -126,7 +126,7 @@ func rdsHCM(statPrefix, routeName string, filters ...*hcmv3.HttpFilter) *hcmv3.H
 func (b *builder) inboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) *listenerv3.Listener {
 	name := InboundName(self.Service, port.Port)
 	chain := memoised(m, b, memoKey{memoInboundChain, name}, func() *listenerv3.FilterChain {
-		rules := inboundRBAC(m, self.Service, port)
+		rules := inboundRBAC(m, self.Service, port, Envoy)
 		var filters []*listenerv3.Filter
 		if isHTTP(port) {
 			filters = append(filters, b.networkFilter(hcmFilter, rdsHCM(name, name, b.httpRBACFilter(rules), b.routerFilter())))
@@ -214,7 +214,7 @@ func (b *builder) grpcServerChain(m Mesh, self spec.ServiceInfo, port spec.Servi
 				}},
 			}},
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{b.httpRBACFilter(inboundRBAC(m, self.Service, port)), b.routerFilter()},
+		HttpFilters: []*hcmv3.HttpFilter{b.httpRBACFilter(inboundRBAC(m, self.Service, port, GRPC)), b.routerFilter()},
 	}
 	return &listenerv3.FilterChain{
 		Filters:         []*listenerv3.Filter{b.networkFilter(hcmFilter, hcm)},

@@ -255,7 +255,7 @@ func TestPolicySemantics(t *testing.T) {
 		}
 		var hdrs []string
 		for _, h := range split.GetMatch().GetHeaders() {
-			hdrs = append(hdrs, h.GetName()+"="+h.GetStringMatch().GetSafeRegex().GetRegex())
+			hdrs = append(hdrs, h.GetName()+"="+h.GetSafeRegexMatch().GetRegex())
 		}
 		if diff := cmp.Diff(hdrs, []string{":method=GET|POST", "x-user=a.*"}); diff != "" {
 			t.Errorf("split route headers (-got +want):\n%s", diff)

@@ -17,7 +17,7 @@ import (
 // one policy per TrafficTarget that allows something on this port (none:
 // everything is denied), or one policy allowing any peer of the trust
 // domain in permissive mode.
-func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort) *rbacv3.RBAC {
+func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort, f Flavor) *rbacv3.RBAC {
 	rules := &rbacv3.RBAC{Action: rbacv3.RBAC_ALLOW, Policies: map[string]*rbacv3.Policy{}}
 	if m.Spec().Permissive() {
 		rules.Policies["permissive"] = &rbacv3.Policy{
@@ -44,7 +44,9 @@ func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort) *rbacv3.RB
 			perms = append(perms, &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}})
 		default:
 			for _, hm := range r.HTTP {
-				perms = append(perms, httpPermission(hm))
+				if perm, ok := httpPermission(hm, f); ok {
+					perms = append(perms, perm)
+				}
 			}
 		}
 		if len(perms) == 0 {
@@ -64,21 +66,23 @@ func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort) *rbacv3.RB
 	return rules
 }
 
-// httpPermission allows the requests one HTTPRouteGroup match describes.
-func httpPermission(hm spec.HTTPRouteMatch) *rbacv3.Permission {
+// httpPermission allows the requests one HTTPRouteGroup match describes;
+// false when no request of flavour f can match it.
+func httpPermission(hm spec.HTTPRouteMatch, f Flavor) (*rbacv3.Permission, bool) {
 	var and []*rbacv3.Permission
 	if hm.PathRegex != "" {
 		and = append(and, &rbacv3.Permission{Rule: &rbacv3.Permission_UrlPath{UrlPath: &matcherv3.PathMatcher{
 			Rule: &matcherv3.PathMatcher_Path{Path: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: hm.PathRegex}}}},
 		}}})
 	}
-	if methods := methodsOf(hm); len(methods) > 0 {
+	methods, ok := methodsFor(hm, f)
+	if !ok {
+		return nil, false
+	}
+	if len(methods) > 0 {
 		var or []*rbacv3.Permission
 		for _, meth := range methods {
-			or = append(or, &rbacv3.Permission{Rule: &rbacv3.Permission_Header{Header: &routev3.HeaderMatcher{
-				Name:                 ":method",
-				HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: meth}}},
-			}}})
+			or = append(or, &rbacv3.Permission{Rule: &rbacv3.Permission_Header{Header: exactHeader(":method", meth)}})
 		}
 		and = append(and, &rbacv3.Permission{Rule: &rbacv3.Permission_OrRules{OrRules: &rbacv3.Permission_Set{Rules: or}}})
 	}
@@ -86,9 +90,26 @@ func httpPermission(hm spec.HTTPRouteMatch) *rbacv3.Permission {
 		and = append(and, &rbacv3.Permission{Rule: &rbacv3.Permission_Header{Header: regexHeader(name, hm.Headers[name])}})
 	}
 	if len(and) == 0 {
-		return &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}}
+		return &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}}, true
 	}
-	return &rbacv3.Permission{Rule: &rbacv3.Permission_AndRules{AndRules: &rbacv3.Permission_Set{Rules: and}}}
+	return &rbacv3.Permission{Rule: &rbacv3.Permission_AndRules{AndRules: &rbacv3.Permission_Set{Rules: and}}}, true
+}
+
+// methodsFor returns the methods a match's :method matcher lists for
+// flavour f (none: any method), and false when no request of f can match.
+// gRPC clients match no pseudo-header, and every gRPC call is a POST: for
+// them the matcher is decided here, left out when it allows POST, and the
+// whole match dropped when it does not or when it names a pseudo-header in
+// its headers (apply warns of such matches in a TrafficSplit).
+func methodsFor(hm spec.HTTPRouteMatch, f Flavor) ([]string, bool) {
+	if f == GRPC && slices.ContainsFunc(slices.Collect(maps.Keys(hm.Headers)), func(name string) bool { return strings.HasPrefix(name, ":") }) {
+		return nil, false // a pseudo-header gRPC never matches
+	}
+	methods := methodsOf(hm)
+	if f != GRPC || len(methods) == 0 {
+		return methods, true
+	}
+	return nil, slices.Contains(methods, "POST")
 }
 
 // methodsOf returns the match's methods, sorted; none when any is allowed.
@@ -104,9 +125,21 @@ func methodsOf(hm spec.HTTPRouteMatch) []string {
 	return slices.Compact(out)
 }
 
+// Header matchers use exact_match and safe_regex_match, which every client
+// takes: Envoy (deprecated there for string_match, still supported),
+// gRPC-Go, grpc-js and gRPC C-core before 1.57 (routes) and 1.69 (RBAC),
+// which know no string_match and NACK it (Debian 12's python3-grpcio is
+// 1.51).
 func regexHeader(name, regex string) *routev3.HeaderMatcher {
 	return &routev3.HeaderMatcher{
 		Name:                 strings.ToLower(name),
-		HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: regex}}}},
+		HeaderMatchSpecifier: &routev3.HeaderMatcher_SafeRegexMatch{SafeRegexMatch: &matcherv3.RegexMatcher{Regex: regex}},
+	}
+}
+
+func exactHeader(name, value string) *routev3.HeaderMatcher {
+	return &routev3.HeaderMatcher{
+		Name:                 strings.ToLower(name),
+		HeaderMatchSpecifier: &routev3.HeaderMatcher_ExactMatch{ExactMatch: value},
 	}
 }

@@ -79,7 +79,9 @@ func outboundRoutes(o outbound, f Flavor) *routev3.RouteConfiguration {
 			return &routev3.Route_Route{Route: routeAction(o.port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: ws}}})}
 		}
 		for _, hm := range o.splitMatches {
-			routes = append(routes, &routev3.Route{Name: hm.Group + "/" + hm.Name, Match: httpRouteMatch(hm), Action: weighted()})
+			if match, ok := httpRouteMatch(hm, f); ok {
+				routes = append(routes, &routev3.Route{Name: hm.Group + "/" + hm.Name, Match: match, Action: weighted()})
+			}
 		}
 		if len(o.splitMatches) == 0 {
 			routes = append(routes, &routev3.Route{Match: prefixMatch(), Action: weighted()})
@@ -94,22 +96,24 @@ func outboundRoutes(o outbound, f Flavor) *routev3.RouteConfiguration {
 	return routeConfig(o.routeName(f), routes...)
 }
 
-// httpRouteMatch matches the requests of one HTTPRouteGroup match.
-func httpRouteMatch(hm spec.HTTPRouteMatch) *routev3.RouteMatch {
+// httpRouteMatch matches the requests of one HTTPRouteGroup match; false
+// when no request of flavour f can match it (a gRPC client's methods).
+func httpRouteMatch(hm spec.HTTPRouteMatch, f Flavor) (*routev3.RouteMatch, bool) {
 	rm := prefixMatch()
 	if hm.PathRegex != "" {
 		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: hm.PathRegex}}
 	}
-	if methods := methodsOf(hm); len(methods) == 1 {
-		rm.Headers = append(rm.Headers, &routev3.HeaderMatcher{
-			Name:                 ":method",
-			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: methods[0]}}},
-		})
+	methods, ok := methodsFor(hm, f)
+	if !ok {
+		return nil, false
+	}
+	if len(methods) == 1 {
+		rm.Headers = append(rm.Headers, exactHeader(":method", methods[0]))
 	} else if len(methods) > 1 {
 		rm.Headers = append(rm.Headers, regexHeader(":method", strings.Join(methods, "|")))
 	}
 	for _, name := range slices.Sorted(maps.Keys(hm.Headers)) {
 		rm.Headers = append(rm.Headers, regexHeader(name, hm.Headers[name]))
 	}
-	return rm
+	return rm, true
 }

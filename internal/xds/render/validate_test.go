@@ -130,6 +130,25 @@ func TestValidateRejects(t *testing.T) {
 			l.Name = "copy"
 			return append(s, l)
 		}, `listener "copy": listens on 127.77.`},
+		{"header string_match (C-core 1.51 NACKs it)", Envoy, envoy, func(t *testing.T, s set) set {
+			rc := s.find(t, splitRoute).(*routev3.RouteConfiguration)
+			rc.VirtualHosts[0].Routes[0].Match.Headers = append(rc.VirtualHosts[0].Routes[0].Match.Headers, &routev3.HeaderMatcher{
+				Name: "x-user", HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "a"}}},
+			})
+			return s
+		}, `header matcher "x-user": string_match is refused by gRPC C-core 1.51`},
+		{"pseudo-header matcher for gRPC", GRPC, grpc, func(t *testing.T, s set) set {
+			for _, m := range s {
+				if rc, ok := m.(*routev3.RouteConfiguration); ok {
+					rc.VirtualHosts[0].Routes[0].Match.Headers = append(rc.VirtualHosts[0].Routes[0].Match.Headers, &routev3.HeaderMatcher{
+						Name: ":method", HeaderMatchSpecifier: &routev3.HeaderMatcher_ExactMatch{ExactMatch: "POST"},
+					})
+					return s
+				}
+			}
+			t.Fatal("no route configuration in the gRPC set")
+			return s
+		}, `header matcher ":method": gRPC clients match no pseudo-header`},
 		{"duplicate name", Envoy, envoy, func(t *testing.T, s set) set { return append(s, proto.Clone(s.find(t, v1Cluster))) },
 			`cluster "default/bookstore-v1" appears twice`},
 		{"weights sum to 0", Envoy, envoy, func(t *testing.T, s set) set {

@@ -3,6 +3,8 @@ package render
 // The validation walk of RBAC policies and the matchers they use (see walk.go).
 
 import (
+	"strings"
+
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
@@ -134,9 +136,14 @@ func (v *validation) wHeaderMatcher(m *routev3.HeaderMatcher) {
 	case *routev3.HeaderMatcher_SafeRegexMatch:
 		v.wRegex(s.SafeRegexMatch)
 	case *routev3.HeaderMatcher_StringMatch:
+		// gRPC C-core before 1.57 (routes) and 1.69 (RBAC) NACKs it.
+		v.fail("header matcher %q: string_match is refused by gRPC C-core 1.51 (Debian 12); use exact_match or safe_regex_match", m.GetName())
 		v.wStringMatcher(s.StringMatch)
 	default:
 		v.other(m, "header_match_specifier")
+	}
+	if v.flavor == GRPC && strings.HasPrefix(m.GetName(), ":") {
+		v.fail("header matcher %q: gRPC clients match no pseudo-header", m.GetName())
 	}
 	v.rest(m, tHeaderMatcher, false)
 }
