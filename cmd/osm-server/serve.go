@@ -112,16 +112,21 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		return err
 	}
 	defer st.Close()
+	reg := newRegistry()
+	kv, err := store.Instrument(st, reg)
+	if err != nil {
+		return err
+	}
 	adminToken, err := loadOrCreateAdminToken(cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	sp, err := spec.New(ctx, log.With("component", "spec"), st)
+	sp, err := spec.New(ctx, log.With("component", "spec"), kv)
 	if err != nil {
 		return err
 	}
 	meshCfg := sp.Snapshot()
-	certs, err := certificate.New(ctx, log.With("component", "certificate"), st, certificate.Options{
+	certs, err := certificate.New(ctx, log.With("component", "certificate"), kv, certificate.Options{
 		TrustDomain:     cfg.TrustDomain,
 		ServiceLifetime: meshCfg.ServiceCertLifetime(),
 		ProxyLifetime:   meshCfg.ProxyCertLifetime(),
@@ -142,7 +147,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	debugAPI := api.New(log.With("component", "debug-api"), buildVersion(), adminToken, cat, host)
 
 	xdsFor := xdsAddressFor(cfg.XDSAddress)
-	tokens := enroll.NewTokens(st, nil)
+	tokens := enroll.NewTokens(kv, nil)
 	identity := api.NewIdentityRoutes(log.With("component", "identity"), certs, sp, xdsFor)
 	admin := http.NewServeMux()
 	admin.Handle("/api/v1/tokens", enroll.NewTokenAdminHandler(log, tokens))
@@ -153,7 +158,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	public := append(identity.Public(),
 		api.Route{Pattern: "POST /api/v1/enroll", Handler: enrollHandler},
 		api.Route{Pattern: "POST /api/v1/renew", Handler: enrollHandler})
-	httpsHandler := api.NewHTTPSHandler(log, adminToken, public, admin)
+	httpsHandler, err := api.InstrumentHTTPS(api.NewHTTPSHandler(log, adminToken, public, admin), reg)
+	if err != nil {
+		return err
+	}
 	httpsTLS := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: certs.ServingCertificate(servingNames(cfg)),
@@ -174,6 +182,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	xdsServer.SetPresence(model)
 	xdsServer.SetHandshakeTimeout(cfg.HandshakeTimeout)
 	debugAPI.ServeXDSDebug(xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}})
+	if err := instrument(reg, debugAPI, certs, xdsCache, xdsServer, publisher); err != nil {
+		return err
+	}
+	debugAPI.ServeMetrics(reg)
 	xdsTLS := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: httpsTLS.GetCertificate,

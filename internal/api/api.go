@@ -76,7 +76,6 @@ func New(log *slog.Logger, version, adminToken string, cat Catalog, providers Pr
 	s := &Server{log: log, catalog: cat, providers: providers, version: version, adminToken: adminToken, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
-	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.mux.HandleFunc("GET /version", s.versionInfo)
 	s.mux.HandleFunc("GET /api/v1/services", s.listServices)
 	s.mux.HandleFunc("GET /api/v1/services/{namespace}/{name}/endpoints", s.serviceEndpoints)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -46,6 +47,11 @@ func newTestServer(t *testing.T, ready bool) *httptest.Server {
 	}}
 	debug := New(slog.New(slog.DiscardHandler), "test", testAdminToken, cat, providers)
 	debug.ServeXDSDebug(fakeXDS{})
+	reg := prometheus.NewPedanticRegistry()
+	if err := debug.Instrument(reg); err != nil {
+		t.Fatal(err)
+	}
+	debug.ServeMetrics(reg)
 	srv := httptest.NewServer(debug.Handler())
 	t.Cleanup(srv.Close)
 	return srv
@@ -150,6 +156,8 @@ func TestRoutes(t *testing.T) {
 		{"/api/v1/services/default/nope/endpoints", "", 404, "service default/nope is not known"},
 		{"/api/v1/providers", "", 200, `"staleSince": "2026-01-01T00:00:00Z"`},
 		{"/metrics", "", 200, `osm_provider_stale{provider="lab"} 1`},
+		{"/metrics", "", 200, `osm_provider_endpoints{provider="onprem"} 1`},
+		{"/metrics", "", 200, `osm_provider_restarts_total{provider="lab"} 2`},
 		{"/nope", "", 404, "no route GET /nope"},
 		// The /debug/ routes need the admin token, and say how to pass it.
 		{"/debug/proxies", "", 401, "Authorization: Bearer <token>"},
