@@ -49,7 +49,7 @@ service certificate files the agent keeps, and everything else is the same.`,
 			if err != nil {
 				return err
 			}
-			a := agent.New(cfg, log, agent.NetworkEnroller{}, driver, agent.Options{Version: buildVersion()})
+			a := agent.New(cfg, log, agent.NetworkEnroller{}, driver, agent.Options{Version: buildVersion(), Metrics: newRegistry()})
 			return a.Run(cmd.Context())
 		},
 	}

@@ -35,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
@@ -91,6 +92,9 @@ type Options struct {
 	// Supervisor tunes the proxy supervisor; its DrainTime defaults to the
 	// config's drainTimeout.
 	Supervisor sidecar.SupervisorOptions
+	// Metrics, when set, is the registry the agent registers its metrics
+	// with and serves on the config's metricsAddress (metrics.go).
+	Metrics *prometheus.Registry
 }
 
 // Agent runs one machine's part of the mesh. Build it with New.
@@ -113,6 +117,7 @@ type Agent struct {
 	st                      Status
 	ready                   chan struct{} // closed once the proxy has a bootstrap
 	readyOnce               sync.Once
+	metrics                 *agentMetrics // nil unless serving metrics
 }
 
 // New returns an agent for cfg (with defaults applied and validated by the
@@ -193,6 +198,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { a.pollLoop(ctx); return nil })
 	g.Go(func() error { a.renewLoop(ctx); return nil })
+	g.Go(func() error { a.serveMetrics(ctx); return nil })
 	g.Go(func() error {
 		select {
 		case <-ctx.Done():

@@ -48,6 +48,9 @@ type Config struct {
 	DrainTimeout time.Duration `yaml:"drainTimeout,omitempty"`
 	// PollInterval is how often the agent fetches its config from the server.
 	PollInterval time.Duration `yaml:"pollInterval,omitempty"`
+	// MetricsAddress is where the agent serves Prometheus metrics, on
+	// loopback (DefaultMetricsAddress); "off" turns them off.
+	MetricsAddress string `yaml:"metricsAddress,omitempty"`
 }
 
 // DefaultConfigDir is where install writes agent.yaml.
@@ -83,6 +86,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 30 * time.Second
+	}
+	if c.MetricsAddress == "" {
+		c.MetricsAddress = DefaultMetricsAddress
 	}
 	return c
 }
@@ -136,6 +142,9 @@ func (c Config) Validate() error {
 	}
 	if c.AppPort != 0 && c.AppPort == c.AdminPort {
 		errs = append(errs, fmt.Errorf("appPort %d is the proxy's adminPort", c.AppPort))
+	}
+	if err := validateMetricsAddress(c.MetricsAddress); err != nil {
+		errs = append(errs, err)
 	}
 	for k := range c.Labels {
 		if k == "" || strings.ContainsAny(k, " \t\n") {

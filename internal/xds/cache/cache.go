@@ -128,6 +128,11 @@ type node struct {
 	// pending is, per type (typeIndex), the change its view awaits an
 	// answer to (metrics.go).
 	pending [numTypes]*change
+	// carried is, per type, the pending change the last response sent
+	// carried: only an answer to that response settles it.
+	carried [numTypes]*change
+	// served has bit typeIndex set for each type a response was sent of.
+	served uint8
 }
 
 type sentState struct {
@@ -241,8 +246,9 @@ func (c *Cache) Forget(nodeID string) {
 	clear(n.sent)
 	for i, e := range n.pending {
 		c.settle(e, false)
-		n.pending[i] = nil
+		n.pending[i], n.carried[i] = nil, nil
 	}
+	n.served = 0
 	c.gc(n)
 }
 

@@ -55,8 +55,11 @@ type change struct {
 //     last rejection's message is in Status, on /debug/proxies);
 //   - osm_xds_change_to_ack_seconds: from the start of a batch of changes
 //     (BeginChange) to the last ACK (or NACK) of a proxy whose view it
-//     changed. A change superseded by a newer one before a proxy answered
-//     counts for the newer one; one whose proxies all left is not observed.
+//     changed (of those already configured: a joining proxy's first
+//     configuration is not a change). A proxy that receives a newer change
+//     before it answered counts as done for the older one; a change no
+//     proxy answered (they all left, or a newer change came first) is not
+//     observed.
 //
 // Call it before the cache serves; without it the cache measures nothing.
 func (c *Cache) Instrument(reg prometheus.Registerer) error {
@@ -101,11 +104,13 @@ func (c *Cache) BeginChange() {
 	}
 }
 
-// await records that the current change changed node n's view of type i.
-// Caller holds c.mu.
+// await records that the current change changed node n's view of type i,
+// if n was served that type before: a change is measured to the proxies it
+// changes, not to those joining (and not for types a proxy never asks
+// for). Caller holds c.mu.
 func (c *Cache) await(n *node, i int) {
 	e := c.current
-	if e == nil || n.pending[i] == e {
+	if e == nil || n.served&(1<<i) == 0 || n.pending[i] == e {
 		return
 	}
 	c.settle(n.pending[i], false)
@@ -116,8 +121,8 @@ func (c *Cache) await(n *node, i int) {
 // answer records that node n answered its response of type i (ACK or
 // NACK). Caller holds c.mu.
 func (c *Cache) answer(n *node, i int) {
-	if e := n.pending[i]; e != nil {
-		n.pending[i] = nil
+	if e := n.pending[i]; e != nil && n.carried[i] == e {
+		n.pending[i], n.carried[i] = nil, nil
 		c.settle(e, true)
 	}
 }
@@ -137,9 +142,12 @@ func (c *Cache) settle(e *change, answered bool) {
 
 // countResponse and countNACK count one response sent or rejected. Caller
 // holds c.mu.
-func (c *Cache) countResponse(typeURL string) {
+func (c *Cache) countResponse(n *node, typeURL string) {
 	if c.metrics != nil {
-		c.metrics.responses[typeIndex(typeURL)].Inc()
+		i := typeIndex(typeURL)
+		c.metrics.responses[i].Inc()
+		n.served |= 1 << i
+		n.carried[i] = n.pending[i]
 	}
 }
 
