@@ -24,6 +24,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/cli"
+	"github.com/osm-vm/osm-vm/internal/dashboard"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
@@ -182,6 +183,8 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	xdsServer.SetPresence(model)
 	xdsServer.SetHandshakeTimeout(cfg.HandshakeTimeout)
 	debugAPI.ServeXDSDebug(xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}})
+	debugAPI.ServeDashboard(dashboard.New(dashboard.Sources{Spec: sp, Catalog: cat, Providers: host,
+		Proxies: dashboardProxies(xds.Debug{Server: xdsServer, Cache: xdsCache}), Certificates: dashboardCertificates(certs)}))
 	if err := instrument(reg, debugAPI, certs, xdsCache, xdsServer, publisher); err != nil {
 		return err
 	}
