@@ -208,13 +208,14 @@ func TestAgentFullPath(t *testing.T) {
 	if now := childOf(t, agent.Process.Pid); now != envoyPID {
 		t.Errorf("Envoy pid %d -> %d across a certificate renewal: renewal must not restart Envoy", envoyPID, now)
 	}
-	waitMetrics(t, "osm-agent metrics after a restart and a renewal", "http://"+agentMetrics+"/metrics", 10*time.Second,
+	agentBody := waitMetrics(t, "osm-agent metrics after a restart and a renewal", "http://"+agentMetrics+"/metrics", 10*time.Second,
 		`^osm_agent_certificate_renewals_total\{result="ok"\} [1-9]`,
 		`^osm_agent_proxy_restarts_total\{driver="envoy"\} [1-9]`)
-	waitMetrics(t, "osm-server metrics after a renewal", "http://"+debug+"/metrics", 10*time.Second,
+	serverBody := waitMetrics(t, "osm-server metrics after a renewal", "http://"+debug+"/metrics", 10*time.Second,
 		`^osm_proxy_certificate_renewals_total\{result="ok"\} [1-9]`,
 		`^osm_proxy_certificate_expiry_seconds_count 1$`,
 		`^osm_xds_connected_proxies\{flavor="envoy",service="default/bookbuyer"\} 1$`)
+	checkGrafanaDashboard(t, serverBody, agentBody)
 
 	// Drain: SIGTERM to the agent drains Envoy, then both exit.
 	agent.Process.Signal(syscall.SIGTERM)

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -63,4 +65,61 @@ func waitMetrics(t *testing.T, what, url string, timeout time.Duration, patterns
 		t.Errorf("%s: promtool check metrics on %s: %v\n%s", what, url, err, out)
 	}
 	return body
+}
+
+// grafanaDashboard is the Grafana dashboard shipped for these metrics.
+const grafanaDashboard = "../docs/grafana/osm-vm.json"
+
+// checkGrafanaDashboard requires the shipped Grafana dashboard to parse and
+// every metric its queries name to be in one of the expositions given.
+func checkGrafanaDashboard(t *testing.T, expositions ...string) {
+	t.Helper()
+	raw, err := os.ReadFile(grafanaDashboard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+		Templating struct {
+			List []struct {
+				Query any `json:"query"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("%s: %v", grafanaDashboard, err)
+	}
+	var queries []string
+	for _, p := range d.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("%s: panel %q has no query", grafanaDashboard, p.Title)
+		}
+		for _, q := range p.Targets {
+			queries = append(queries, q.Expr)
+		}
+	}
+	for _, v := range d.Templating.List {
+		if s, ok := v.Query.(string); ok {
+			queries = append(queries, s)
+		}
+	}
+	all := strings.Join(expositions, "\n")
+	name := regexp.MustCompile(`\b(?:osm|go|process)_[a-z0-9_]+\b`)
+	seen := 0
+	for _, q := range queries {
+		for _, m := range name.FindAllString(q, -1) {
+			seen++
+			if !regexp.MustCompile(`(?m)^` + m + `[{ ]`).MatchString(all) {
+				t.Errorf("%s: query %q names %s, which neither osm-server nor osm-agent exposes", grafanaDashboard, q, m)
+			}
+		}
+	}
+	if seen < 20 {
+		t.Errorf("%s: only %d metric references found; the check is not reading the queries", grafanaDashboard, seen)
+	}
 }
