@@ -55,6 +55,12 @@ test-deps:
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends systemd; }
 	@command -v openssl >/dev/null || { echo "installing openssl for the certificate cross-checks"; \
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends openssl; }
+	@command -v promtool >/dev/null || { echo "installing promtool (Debian prometheus) for the metrics checks"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends prometheus; }
+	@{ test -x /usr/bin/chromium && command -v npm >/dev/null; } || { echo "installing Chromium, Node.js and npm for the dashboard's browser test"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends chromium nodejs npm; }
+	@# playwright-core from e2e/browser/package-lock.json, npm ci into $(CACHE) once per lockfile.
+	@./hack/install-playwright.sh >/dev/null
 
 fmt-check:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.tools/*')); \

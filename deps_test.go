@@ -76,6 +76,8 @@ var rules = []rule{
 		why:       "osm-agent imports no store: the agent binary links only the client side (internal/agent, internal/meshclient, internal/meshapi)",
 		testAllow: []string{module + "/internal/enroll/...", module + "/internal/store/...", "go.etcd.io/bbolt/..."},
 		testWhy:   "the enroll command is tested end to end against the real enrollment handlers on an in-memory store"},
+	{pkg: module + "/internal/dashboard", forbid: []string{module + "/internal/xds/...", module + "/internal/certificate/...", module + "/internal/store/...", module + "/internal/api/...", module + "/internal/enroll/..."},
+		why: "the dashboard reads the mesh through the interfaces it declares; osm-server adapts the xDS server and the CA to them"},
 	{pkg: module + "/internal/...", forbid: []string{module + "/cmd/...", module + "/providers/..."},
 		why: "libraries never import binaries"},
 	{pkg: "...", forbid: []string{"k8s.io/client-go/..."}, allow: []string{},
