@@ -111,10 +111,10 @@ func (d *Dashboard) State() http.Handler {
 
 // State is the body of the dashboard's state route.
 type State struct {
-	Generated  time.Time     `json:"generated"`
-	Permissive bool          `json:"permissive"`
-	Services   []Service     `json:"services"`
-	Edges      []Edge        `json:"edges"`
+	Generated  time.Time `json:"generated"`
+	Permissive bool      `json:"permissive"`
+	Services   []Service `json:"services"`
+	Edges      []Edge    `json:"edges"`
 	// EdgesTruncated is set when there were more than MaxEdges.
 	EdgesTruncated bool          `json:"edgesTruncated,omitempty"`
 	Splits         []Split       `json:"splits"`
