@@ -64,20 +64,8 @@ func waitLog(t *testing.T, what string, timeout time.Duration, log *syncBuffer, 
 // and drain on SIGTERM.
 func TestAgentFullPath(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	for name, pkg := range map[string]string{"osm-server": "./cmd/osm-server", "osm-provider-static": "./providers/static", "osm-agent": "./cmd/osm-agent"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg)
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	api, xds, debug := freeAddr(t), freeAddr(t), freeAddr(t)
-	serverDir := filepath.Join(dir, "server")
-	endpoints, _ := filepath.Abs("../examples/bookstore/endpoints.yaml")
-	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
-		serverDir, bin, debug, api, xds, endpoints)
-	os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600)
+	bin := buildBinaries(t, dir, "osm-server", "osm-provider-static", "osm-agent")
+	api, _, debug, serverDir := writeServerConfig(t, dir, bin)
 	admin := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command(filepath.Join(bin, "osm-server"), append(args, "--server", "https://"+api, "--data-dir", serverDir)...).CombinedOutput()
@@ -231,6 +219,41 @@ func TestAgentFullPath(t *testing.T) {
 	if !strings.Contains(agentLog.String(), "draining listeners (graceful=true)") {
 		t.Errorf("Envoy was not drained on stop; agent log:\n%s", agentLog)
 	}
+}
+
+// buildBinaries builds the named commands (osm-provider-static from
+// providers/static) into dir/bin and returns that directory.
+func buildBinaries(t *testing.T, dir string, names ...string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "bin")
+	for _, name := range names {
+		pkg := "./cmd/" + name
+		if p, ok := strings.CutPrefix(name, "osm-provider-"); ok {
+			pkg = "./providers/" + p
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg)
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return bin
+}
+
+// writeServerConfig writes dir/server.yaml: osm-server on free loopback
+// ports, its data in dir/server, the static provider reading the bookstore's
+// endpoints.
+func writeServerConfig(t *testing.T, dir, bin string) (api, xds, debug, serverDir string) {
+	t.Helper()
+	api, xds, debug = freeAddr(t), freeAddr(t), freeAddr(t)
+	serverDir = filepath.Join(dir, "server")
+	endpoints, _ := filepath.Abs("../examples/bookstore/endpoints.yaml")
+	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
+		serverDir, bin, debug, api, xds, endpoints)
+	if err := os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return api, xds, debug, serverDir
 }
 
 // childOf returns the one child process of pid.

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,20 +43,8 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	for name, pkg := range map[string]string{"osm-server": "./cmd/osm-server", "osm-provider-static": "./providers/static"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg)
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	api, xdsAddr, debug := freeAddr(t), freeAddr(t), freeAddr(t)
-	serverDir := filepath.Join(dir, "server")
-	endpoints, _ := filepath.Abs("../examples/bookstore/endpoints.yaml")
-	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
-		serverDir, bin, debug, api, xdsAddr, endpoints)
-	os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600)
+	bin := buildBinaries(t, dir, "osm-server", "osm-provider-static")
+	api, xdsAddr, _, serverDir := writeServerConfig(t, dir, bin)
 	serverLog := &syncBuffer{}
 	server := exec.Command(filepath.Join(bin, "osm-server"), "serve", "--config", filepath.Join(dir, "server.yaml"))
 	server.Stdout, server.Stderr = serverLog, serverLog

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/osm-vm/osm-vm/internal/agent"
+	"github.com/osm-vm/osm-vm/internal/cli"
 )
 
 // defaultConfigPath is agent.yaml in the default config directory.
@@ -49,7 +50,7 @@ service certificate files the agent keeps, and everything else is the same.`,
 			if err != nil {
 				return err
 			}
-			a := agent.New(cfg, log, agent.NetworkEnroller{}, driver, agent.Options{Version: buildVersion(), Metrics: newRegistry()})
+			a := agent.New(cfg, log, agent.NetworkEnroller{}, driver, agent.Options{Version: buildVersion(), Metrics: cli.NewRegistry()})
 			return a.Run(cmd.Context())
 		},
 	}

@@ -5,21 +5,11 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/dashboard"
 	"github.com/osm-vm/osm-vm/internal/xds"
 )
-
-// newRegistry returns the registry osm-server's components register their
-// metrics with, holding the Go runtime's and the process's collectors.
-// GET /metrics on the debug listener serves it.
-func newRegistry() *prometheus.Registry {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return reg
-}
 
 // instrumented is a component that registers what it measures.
 type instrumented interface {

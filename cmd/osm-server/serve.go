@@ -113,7 +113,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		return err
 	}
 	defer st.Close()
-	reg := newRegistry()
+	reg := cli.NewRegistry()
 	kv, err := store.Instrument(st, reg)
 	if err != nil {
 		return err
