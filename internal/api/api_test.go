@@ -52,12 +52,23 @@ func newTestServer(t *testing.T, ready bool) *httptest.Server {
 		t.Fatal(err)
 	}
 	debug.ServeMetrics(reg)
+	debug.ServeDashboard(fakeDashboard{})
 	srv := httptest.NewServer(debug.Handler())
 	t.Cleanup(srv.Close)
 	return srv
 }
 
 const testAdminToken = "s3cret-admin-token"
+
+type fakeDashboard struct{}
+
+func (fakeDashboard) Page(string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "<html>page</html>") })
+}
+
+func (fakeDashboard) State() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"state":1}`) })
+}
 
 type fakeXDS struct{}
 
@@ -159,6 +170,9 @@ func TestRoutes(t *testing.T) {
 		{"/metrics", "", 200, `osm_provider_endpoints{provider="onprem"} 1`},
 		{"/metrics", "", 200, `osm_provider_restarts_total{provider="lab"} 2`},
 		{"/nope", "", 404, "no route GET /nope"},
+		// The dashboard's page is open (it holds no data); its state is not.
+		{"/dashboard/", "", 200, "<html>page</html>"},
+		{"/debug/dashboard", "", 401, "Authorization: Bearer <token>"},
 		// The /debug/ routes need the admin token, and say how to pass it.
 		{"/debug/proxies", "", 401, "Authorization: Bearer <token>"},
 		{"/debug/config/p1", "", 401, "<data-dir>/admin.token"},
@@ -169,6 +183,7 @@ func TestRoutes(t *testing.T) {
 		{"/debug/pprof/goroutine?debug=2", "", 401, "no admin token"},
 		{"/debug/proxies", "Bearer wrong", 401, "wrong admin token"},
 		{"/debug/proxies", bearer, 200, `"p1"`},
+		{"/debug/dashboard", bearer, 200, `{"state":1}`},
 		{"/debug/config/p1", bearer, 200, `"of p1"`},
 		{"/debug/pprof/goroutine?debug=1", bearer, 200, "goroutine profile"},
 	} {
