@@ -16,7 +16,7 @@ PLUGINS  := $(notdir $(wildcard providers/*))
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-X
+.PHONY: all build packages test test-deps polyglot-deps test-servers demo proto bench fuzz fmt-check vet clean
 
 # apt-get as root, or through sudo.
 APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
@@ -71,6 +71,12 @@ test-deps: polyglot-deps
 		[ -z "$$pkgs" ] || { echo "installing$$pkgs for the package tests"; $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $$pkgs; }
 	@command -v openssl >/dev/null || { echo "installing openssl for the certificate cross-checks"; \
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends openssl; }
+	@command -v promtool >/dev/null || { echo "installing promtool (Debian prometheus) for the metrics checks"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends prometheus; }
+	@{ test -x /usr/bin/chromium && command -v npm >/dev/null; } || { echo "installing Chromium, Node.js and npm for the dashboard's browser test"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends chromium nodejs npm; }
+	@# playwright-core from e2e/browser/package-lock.json, npm ci into $(CACHE) once per lockfile.
+	@./hack/install-playwright.sh >/dev/null
 
 # The proxyless apps in Python (gRPC C-core: Debian's python3-grpcio) and
 # Node.js (grpc-js: nodejs, npm, and examples/bookstore/node's pinned

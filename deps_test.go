@@ -82,6 +82,8 @@ var rules = []rule{
 		testWhy:   "the enroll command is tested end to end against the real enrollment handlers on an in-memory store"},
 	{pkg: module + "/internal/join", forbid: []string{module + "/..."}, allow: []string{module + "/internal/join", module + "/internal/mesh"},
 		why: "the join routes serve a CA, a script and files: they know no store, CA or enrollment"},
+	{pkg: module + "/internal/dashboard", forbid: []string{module + "/internal/xds/...", module + "/internal/certificate/...", module + "/internal/store/...", module + "/internal/api/...", module + "/internal/enroll/..."},
+		why: "the dashboard reads the mesh through the interfaces it declares; osm-server adapts the xDS server and the CA to them"},
 	{pkg: module + "/internal/...", forbid: []string{module + "/cmd/...", module + "/providers/..."},
 		why: "libraries never import binaries"},
 	{pkg: "...", forbid: []string{"k8s.io/client-go/..."}, allow: []string{},

@@ -64,20 +64,8 @@ func waitLog(t *testing.T, what string, timeout time.Duration, log *syncBuffer, 
 // and drain on SIGTERM.
 func TestAgentFullPath(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "bin")
-	for name, pkg := range map[string]string{"osm-server": "./cmd/osm-server", "osm-provider-static": "./providers/static", "osm-agent": "./cmd/osm-agent"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg)
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	api, xds, debug := freeAddr(t), freeAddr(t), freeAddr(t)
-	serverDir := filepath.Join(dir, "server")
-	endpoints, _ := filepath.Abs("../examples/bookstore/endpoints.yaml")
-	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
-		serverDir, bin, debug, api, xds, endpoints)
-	os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600)
+	bin := buildBinaries(t, dir, "osm-server", "osm-provider-static", "osm-agent")
+	api, _, debug, serverDir := writeServerConfig(t, dir, bin)
 	admin := func(args ...string) string {
 		t.Helper()
 		out, err := exec.Command(filepath.Join(bin, "osm-server"), append(args, "--server", "https://"+api, "--data-dir", serverDir)...).CombinedOutput()
@@ -133,6 +121,14 @@ func TestAgentFullPath(t *testing.T) {
 	if out, err := install.CombinedOutput(); err != nil {
 		t.Fatalf("osm-agent install: %v\n%s", err, out)
 	}
+	// The agent's metrics on a loopback address of the test's own.
+	agentMetrics := freeAddr(t)
+	agentYAML, _ := os.ReadFile(filepath.Join(agentDir, "agent.yaml"))
+	withMetrics := bytes.Replace(agentYAML, []byte("metricsAddress: 127.0.0.1:15091\n"), []byte("metricsAddress: "+agentMetrics+"\n"), 1)
+	if bytes.Equal(agentYAML, withMetrics) {
+		t.Fatalf("osm-agent install wrote no default metricsAddress:\n%s", agentYAML)
+	}
+	os.WriteFile(filepath.Join(agentDir, "agent.yaml"), withMetrics, 0o600)
 	agentLog := &syncBuffer{}
 	agent := exec.Command(filepath.Join(bin, "osm-agent"), "run", "--config", filepath.Join(agentDir, "agent.yaml"))
 	agent.Env = append(os.Environ(), agenttest.FakeEnvoyEnv+"=1")
@@ -168,6 +164,26 @@ func TestAgentFullPath(t *testing.T) {
 		return strings.Contains(string(b), "bookstore.default.mesh")
 	})
 
+	// Metrics: the server's and the agent's, each clean by promtool.
+	waitMetrics(t, "osm-server metrics", "http://"+debug+"/metrics", 10*time.Second,
+		`^osm_xds_streams_opened_total [1-9]`,
+		`^osm_xds_responses_total\{type="lds"\} [1-9]`,
+		`^osm_xds_change_to_ack_seconds_count `,
+		`^osm_xds_config_generation_seconds_count [1-9]`,
+		`^osm_certificates_issued_total\{kind="proxy"\} [1-9]`,
+		`^osm_api_requests_total\{code="200",route="POST /api/v1/enroll"\} 1$`,
+		`^osm_enrollment_duration_seconds_count\{code="200"\} 1$`,
+		`^osm_provider_up\{provider="onprem"\} 1$`,
+		`^osm_store_transaction_duration_seconds_count\{op="txn"\} [1-9]`,
+		`^osm_ca_expiry_seconds [1-9]`,
+		`^process_resident_memory_bytes `, `^go_goroutines `)
+	waitMetrics(t, "osm-agent metrics", "http://"+agentMetrics+"/metrics", 10*time.Second,
+		`^osm_agent_xds_connected 1$`,
+		`^osm_agent_proxy_running\{driver="envoy"\} 1$`,
+		`^osm_agent_proxy_certificate_expiry_seconds [0-9]`,
+		`^osm_agent_server_reachable 1$`,
+		`^process_resident_memory_bytes `)
+
 	// Supervision: kill the Envoy stand-in; the agent starts a new one, which
 	// connects and ACKs again.
 	pid := childOf(t, agent.Process.Pid)
@@ -180,6 +196,14 @@ func TestAgentFullPath(t *testing.T) {
 	if now := childOf(t, agent.Process.Pid); now != envoyPID {
 		t.Errorf("Envoy pid %d -> %d across a certificate renewal: renewal must not restart Envoy", envoyPID, now)
 	}
+	agentBody := waitMetrics(t, "osm-agent metrics after a restart and a renewal", "http://"+agentMetrics+"/metrics", 10*time.Second,
+		`^osm_agent_certificate_renewals_total\{result="ok"\} [1-9]`,
+		`^osm_agent_proxy_restarts_total\{driver="envoy"\} [1-9]`)
+	serverBody := waitMetrics(t, "osm-server metrics after a renewal", "http://"+debug+"/metrics", 10*time.Second,
+		`^osm_proxy_certificate_renewals_total\{result="ok"\} [1-9]`,
+		`^osm_proxy_certificate_expiry_seconds_count 1$`,
+		`^osm_xds_connected_proxies\{flavor="envoy",service="default/bookbuyer"\} 1$`)
+	checkGrafanaDashboard(t, serverBody, agentBody)
 
 	// Drain: SIGTERM to the agent drains Envoy, then both exit.
 	agent.Process.Signal(syscall.SIGTERM)
@@ -195,6 +219,41 @@ func TestAgentFullPath(t *testing.T) {
 	if !strings.Contains(agentLog.String(), "draining listeners (graceful=true)") {
 		t.Errorf("Envoy was not drained on stop; agent log:\n%s", agentLog)
 	}
+}
+
+// buildBinaries builds the named commands (osm-provider-static from
+// providers/static) into dir/bin and returns that directory.
+func buildBinaries(t *testing.T, dir string, names ...string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "bin")
+	for _, name := range names {
+		pkg := "./cmd/" + name
+		if p, ok := strings.CutPrefix(name, "osm-provider-"); ok {
+			pkg = "./providers/" + p
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg)
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return bin
+}
+
+// writeServerConfig writes dir/server.yaml: osm-server on free loopback
+// ports, its data in dir/server, the static provider reading the bookstore's
+// endpoints.
+func writeServerConfig(t *testing.T, dir, bin string) (api, xds, debug, serverDir string) {
+	t.Helper()
+	api, xds, debug = freeAddr(t), freeAddr(t), freeAddr(t)
+	serverDir = filepath.Join(dir, "server")
+	endpoints, _ := filepath.Abs("../examples/bookstore/endpoints.yaml")
+	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
+		serverDir, bin, debug, api, xds, endpoints)
+	if err := os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return api, xds, debug, serverDir
 }
 
 // childOf returns the one child process of pid.

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/osm-vm/osm-vm/internal/agent"
+	"github.com/osm-vm/osm-vm/internal/cli"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
@@ -77,7 +78,7 @@ service certificate files the agent keeps, and everything else is the same.`,
 			if err != nil {
 				return err
 			}
-			a := agent.New(cfg, log, agent.NetworkEnroller{}, driver, agent.Options{Version: buildVersion()})
+			a := agent.New(cfg, log, agent.NetworkEnroller{}, driver, agent.Options{Version: buildVersion(), Metrics: cli.NewRegistry()})
 			if agent.UnderServiceManager() { // Windows' SCM started us
 				return agent.RunService(agent.NewServiceProgram(log, a.Run, os.Exit))
 			}

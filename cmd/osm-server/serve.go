@@ -24,6 +24,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/cli"
+	"github.com/osm-vm/osm-vm/internal/dashboard"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/join"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
@@ -113,16 +114,21 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		return err
 	}
 	defer st.Close()
+	reg := cli.NewRegistry()
+	kv, err := store.Instrument(st, reg)
+	if err != nil {
+		return err
+	}
 	adminToken, err := loadOrCreateAdminToken(cfg.DataDir)
 	if err != nil {
 		return err
 	}
-	sp, err := spec.New(ctx, log.With("component", "spec"), st)
+	sp, err := spec.New(ctx, log.With("component", "spec"), kv)
 	if err != nil {
 		return err
 	}
 	meshCfg := sp.Snapshot()
-	certs, err := certificate.New(ctx, log.With("component", "certificate"), st, certificate.Options{
+	certs, err := certificate.New(ctx, log.With("component", "certificate"), kv, certificate.Options{
 		TrustDomain:     cfg.TrustDomain,
 		ServiceLifetime: meshCfg.ServiceCertLifetime(),
 		ProxyLifetime:   meshCfg.ProxyCertLifetime(),
@@ -143,7 +149,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	debugAPI := api.New(log.With("component", "debug-api"), buildVersion(), adminToken, cat, host)
 
 	xdsFor := xdsAddressFor(cfg.XDSAddress)
-	tokens := enroll.NewTokens(st, nil)
+	tokens := enroll.NewTokens(kv, nil)
 	identity := api.NewIdentityRoutes(log.With("component", "identity"), certs, sp, xdsFor)
 	admin := http.NewServeMux()
 	admin.Handle("/api/v1/tokens", enroll.NewTokenAdminHandler(log, tokens))
@@ -155,7 +161,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		api.Route{Pattern: "POST /api/v1/enroll", Handler: enrollHandler},
 		api.Route{Pattern: "POST /api/v1/renew", Handler: enrollHandler},
 		api.Route{Pattern: join.Prefix, Handler: join.NewHandler(log.With("component", "join"), certs.RootPEM(), cfg.agentPackageDir())})
-	httpsHandler := api.NewHTTPSHandler(log, adminToken, public, admin)
+	httpsHandler, err := api.InstrumentHTTPS(api.NewHTTPSHandler(log, adminToken, public, admin), reg)
+	if err != nil {
+		return err
+	}
 	httpsTLS := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: certs.ServingCertificate(servingNames(cfg)),
@@ -176,6 +185,12 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	xdsServer.SetPresence(model)
 	xdsServer.SetHandshakeTimeout(cfg.HandshakeTimeout)
 	debugAPI.ServeXDSDebug(xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}})
+	debugAPI.ServeDashboard(dashboard.New(dashboard.Sources{Spec: sp, Catalog: cat, Providers: host,
+		Proxies: dashboardProxies(xds.Debug{Server: xdsServer, Cache: xdsCache}), Certificates: dashboardCertificates(certs)}))
+	if err := instrument(reg, debugAPI, certs, xdsCache, xdsServer, publisher); err != nil {
+		return err
+	}
+	debugAPI.ServeMetrics(reg)
 	xdsTLS := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: httpsTLS.GetCertificate,

@@ -35,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
@@ -95,6 +96,9 @@ type Options struct {
 	// Supervisor tunes the proxy supervisor; its DrainTime defaults to the
 	// config's drainTimeout.
 	Supervisor sidecar.SupervisorOptions
+	// Metrics, when set, is the registry the agent registers its metrics
+	// with and serves on the config's metricsAddress (metrics.go).
+	Metrics *prometheus.Registry
 }
 
 // Agent runs one machine's part of the mesh. Build it with New.
@@ -120,6 +124,7 @@ type Agent struct {
 	// localXDS is the local xDS endpoint of proxyless gRPC apps, set by
 	// Run before its loops start.
 	localXDS *localxds.Proxy
+	metrics                 *agentMetrics // nil unless serving metrics
 }
 
 // New returns an agent for cfg (with defaults applied and validated by the
@@ -213,6 +218,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return lx.Serve(ctx) })
 	g.Go(func() error { a.pollLoop(ctx); return nil })
 	g.Go(func() error { a.renewLoop(ctx); return nil })
+	g.Go(func() error { a.serveMetrics(ctx); return nil })
 	g.Go(func() error {
 		select {
 		case <-ctx.Done():

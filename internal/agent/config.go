@@ -53,6 +53,9 @@ type Config struct {
 	// (which the gRPC bootstrap names), for gRPC applications that cannot
 	// reach a Unix socket. Empty: the socket only.
 	LocalXDSAddress string `yaml:"localXDSAddress,omitempty"`
+	// MetricsAddress is where the agent serves Prometheus metrics, on
+	// loopback (DefaultMetricsAddress); "off" turns them off.
+	MetricsAddress string `yaml:"metricsAddress,omitempty"`
 }
 
 // DefaultConfigDir is where install writes agent.yaml.
@@ -88,6 +91,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = 30 * time.Second
+	}
+	if c.MetricsAddress == "" {
+		c.MetricsAddress = DefaultMetricsAddress
 	}
 	return c
 }
@@ -146,6 +152,9 @@ func (c Config) Validate() error {
 		if ap, err := netip.ParseAddrPort(c.LocalXDSAddress); err != nil || !ap.Addr().IsLoopback() {
 			errs = append(errs, fmt.Errorf("localXDSAddress %q: want a loopback address and port, such as 127.0.0.1:15010 (the endpoint serves without credentials)", c.LocalXDSAddress))
 		}
+	}
+	if err := validateMetricsAddress(c.MetricsAddress); err != nil {
+		errs = append(errs, err)
 	}
 	for k := range c.Labels {
 		if k == "" || strings.ContainsAny(k, " \t\n") {

@@ -39,12 +39,14 @@ func (a *Agent) renewLoop(ctx context.Context) {
 		for {
 			err := a.renewOnce(ctx)
 			if err == nil {
+				a.countRenewal(renewedOK)
 				break
 			}
 			if ctx.Err() != nil {
 				return
 			}
 			if wait, ok := meshclient.RenewalTooEarly(err); ok {
+				a.countRenewal(renewedTooEarly)
 				// The server renewed this proxy recently (this agent's
 				// answer was lost, or a clock is off): the certificate
 				// held stays valid; renew when the server allows, with
@@ -56,6 +58,7 @@ func (a *Agent) renewLoop(ctx context.Context) {
 				}
 				continue
 			}
+			a.countRenewal(renewedError)
 			left := time.Until(leaf.NotAfter).Round(time.Second)
 			a.updateStatus(func(s *Status) { s.LastRenewError = err.Error() })
 			a.writeStatus()

@@ -67,6 +67,8 @@ type Server struct {
 
 	readyMu sync.Mutex
 	checks  []func() error // more readiness conditions (see AddReadyCheck)
+
+	dashboard bool // ServeDashboard was called: Serve logs its URL
 }
 
 // New returns a debug server over the given components. adminToken guards
@@ -76,7 +78,6 @@ func New(log *slog.Logger, version, adminToken string, cat Catalog, providers Pr
 	s := &Server{log: log, catalog: cat, providers: providers, version: version, adminToken: adminToken, mux: http.NewServeMux()}
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
-	s.mux.HandleFunc("GET /metrics", s.metrics)
 	s.mux.HandleFunc("GET /version", s.versionInfo)
 	s.mux.HandleFunc("GET /api/v1/services", s.listServices)
 	s.mux.HandleFunc("GET /api/v1/services/{namespace}/{name}/endpoints", s.serviceEndpoints)
@@ -140,6 +141,9 @@ func (s *Server) Serve(ctx context.Context, addr string, opts ServeOptions) erro
 	srv := opts.server(hostCheck(s.log, addr, ln.Addr(), opts.Names, s.mux))
 	srv.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
 	s.log.Info("debug API listening", "address", ln.Addr().String())
+	if s.dashboard {
+		s.log.Info("dashboard (read-only; asks for the admin token in <data-dir>/admin.token)", "url", "http://"+ln.Addr().String()+DashboardPath)
+	}
 	if ip, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && !ip.Addr().IsLoopback() {
 		s.log.Warn("the debug listener is not on loopback: its admin token crosses the network in clear text; keep debugAddress on 127.0.0.1 and use an SSH tunnel", "address", ln.Addr().String())
 	}
@@ -241,7 +245,7 @@ func (s *Server) listProviders(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, fmt.Errorf("no route %s %s on the debug API (routes: /healthz, /readyz, /metrics, /version, /api/v1/services, /api/v1/services/{namespace}/{name}/endpoints, /api/v1/providers; with the admin token: /debug/proxies, /debug/config/{proxy}, /debug/pprof/)", r.Method, r.URL.Path))
+	writeError(w, http.StatusNotFound, fmt.Errorf("no route %s %s on the debug API (routes: /healthz, /readyz, /metrics, /version, /dashboard/, /api/v1/services, /api/v1/services/{namespace}/{name}/endpoints, /api/v1/providers; with the admin token: /debug/dashboard, /debug/proxies, /debug/config/{proxy}, /debug/pprof/)", r.Method, r.URL.Path))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -255,4 +259,25 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, err error) {
 	writeJSON(w, code, meshapi.ErrorBody{Error: err.Error()})
+}
+
+// Dashboard is the live web view the debug listener serves.
+type Dashboard interface {
+	// Page serves the page and its assets under prefix; they hold no data.
+	Page(prefix string) http.Handler
+	// State serves the JSON state the page polls.
+	State() http.Handler
+}
+
+// DashboardPath is where the debug listener serves the dashboard's page.
+const DashboardPath = "/dashboard/"
+
+// ServeDashboard adds the dashboard: its page at GET /dashboard/, open
+// like the other read-only routes (it carries no data), and its state at
+// GET /debug/dashboard behind the admin token, like /debug/proxies whose
+// data it shows. The page sends the token as a header.
+func (s *Server) ServeDashboard(d Dashboard) {
+	s.dashboard = true
+	s.mux.Handle("GET "+DashboardPath, d.Page(DashboardPath))
+	s.admin("GET /debug/dashboard", d.State().ServeHTTP)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -46,12 +47,28 @@ func newTestServer(t *testing.T, ready bool) *httptest.Server {
 	}}
 	debug := New(slog.New(slog.DiscardHandler), "test", testAdminToken, cat, providers)
 	debug.ServeXDSDebug(fakeXDS{})
+	reg := prometheus.NewPedanticRegistry()
+	if err := debug.Instrument(reg); err != nil {
+		t.Fatal(err)
+	}
+	debug.ServeMetrics(reg)
+	debug.ServeDashboard(fakeDashboard{})
 	srv := httptest.NewServer(debug.Handler())
 	t.Cleanup(srv.Close)
 	return srv
 }
 
 const testAdminToken = "s3cret-admin-token"
+
+type fakeDashboard struct{}
+
+func (fakeDashboard) Page(string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "<html>page</html>") })
+}
+
+func (fakeDashboard) State() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"state":1}`) })
+}
 
 type fakeXDS struct{}
 
@@ -150,7 +167,12 @@ func TestRoutes(t *testing.T) {
 		{"/api/v1/services/default/nope/endpoints", "", 404, "service default/nope is not known"},
 		{"/api/v1/providers", "", 200, `"staleSince": "2026-01-01T00:00:00Z"`},
 		{"/metrics", "", 200, `osm_provider_stale{provider="lab"} 1`},
+		{"/metrics", "", 200, `osm_provider_endpoints{provider="onprem"} 1`},
+		{"/metrics", "", 200, `osm_provider_restarts_total{provider="lab"} 2`},
 		{"/nope", "", 404, "no route GET /nope"},
+		// The dashboard's page is open (it holds no data); its state is not.
+		{"/dashboard/", "", 200, "<html>page</html>"},
+		{"/debug/dashboard", "", 401, "Authorization: Bearer <token>"},
 		// The /debug/ routes need the admin token, and say how to pass it.
 		{"/debug/proxies", "", 401, "Authorization: Bearer <token>"},
 		{"/debug/config/p1", "", 401, "<data-dir>/admin.token"},
@@ -161,6 +183,7 @@ func TestRoutes(t *testing.T) {
 		{"/debug/pprof/goroutine?debug=2", "", 401, "no admin token"},
 		{"/debug/proxies", "Bearer wrong", 401, "wrong admin token"},
 		{"/debug/proxies", bearer, 200, `"p1"`},
+		{"/debug/dashboard", bearer, 200, `{"state":1}`},
 		{"/debug/config/p1", bearer, 200, `"of p1"`},
 		{"/debug/pprof/goroutine?debug=1", bearer, 200, "goroutine profile"},
 	} {

@@ -236,6 +236,8 @@ type Manager struct {
 	// kick wakes Run to recompute its rotation timer and issue what was
 	// requested.
 	kick chan struct{}
+	// metrics are nil unless Instrument was called (metrics.go).
+	metrics *metrics
 
 	// claimMu guards the claims not yet written (claims.go): the time of
 	// each proxy's connection by CN, and how many claim writers (Runs)

@@ -140,6 +140,9 @@ type proxyKnown struct {
 	// lastExpiry is when the last of the certificates the record vouches
 	// for expires, in Unix seconds rounded up.
 	lastExpiry int64
+	// expires is when the current certificate expires, in Unix seconds
+	// (for the expiry metric).
+	expires int64
 }
 
 // lastExpiry returns when the last certificate e vouches for expires: the
@@ -248,6 +251,7 @@ func (m *Manager) IssueProxy(ctx context.Context, csrDER []byte, svc mesh.MeshSe
 		return nil, "", fmt.Errorf("issue proxy certificate for %s: a version condition failed (reload and retry): %w", svc, ErrConflict)
 	}
 	m.log.Info("issued proxy certificate", "cn", cn, "serial", e.Serial, "expires", e.Expires)
+	m.countIssued("proxy")
 	m.observeProxy(ctx, cn)
 	return certPEM, cn, nil
 }
@@ -266,7 +270,8 @@ func (m *Manager) IssueProxy(ctx context.Context, csrDER []byte, svc mesh.MeshSe
 // Renewals of one proxy are serialised in this replica; a record changed
 // meanwhile (a claim, another replica) is read again and the renewal
 // retried, with a jittered backoff, up to renewAttempts times.
-func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER []byte) ([]byte, error) {
+func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER []byte) (_ []byte, err error) {
+	defer func() { m.countRenewal(err) }()
 	if peer == nil {
 		return nil, fmt.Errorf("renew proxy certificate: no client certificate presented")
 	}
@@ -317,6 +322,7 @@ func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER
 		}
 		if ok {
 			m.log.Info("renewed proxy certificate", "cn", cn, "serial", e.Serial, "expires", e.Expires, "overlap", e.Overlap.Serial)
+			m.countIssued("proxy")
 			m.observeProxy(ctx, cn)
 			return certPEM, nil
 		}
@@ -418,6 +424,7 @@ func (m *Manager) RevokeProxy(ctx context.Context, cn string) error {
 		return nil
 	})
 	if err == nil {
+		m.countRevocation()
 		// A pending claim would be dropped when written; drop it now.
 		m.claimMu.Lock()
 		delete(m.claims, cn)
@@ -509,7 +516,7 @@ func (m *Manager) observeProxyLocked(e *proxyEntry, ver uint64, announce bool) {
 	if last.Nanosecond() != 0 {
 		lastSec++
 	}
-	m.proxies[r.CN] = proxyKnown{version: ver, state: r.State, serial: r.Serial, lastExpiry: lastSec}
+	m.proxies[r.CN] = proxyKnown{version: ver, state: r.State, serial: r.Serial, lastExpiry: lastSec, expires: r.Expires.Unix()}
 	if !announce {
 		return
 	}

@@ -276,6 +276,7 @@ func (m *Manager) issueService(ctx context.Context, sa mesh.ServiceAccount, life
 			continue
 		}
 		m.log.Info("issued service certificate", "cn", cn, "serial", rec.Serial, "expires", rec.Expires, "rotation", cur != nil)
+		m.countIssued("service")
 		m.observeService(ctx, key)
 		return m.serviceCertificate(rec)
 	}

@@ -6,7 +6,9 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
@@ -88,6 +90,8 @@ type Publisher struct {
 
 	statusMu sync.Mutex
 	errs     map[string]string // node ID -> last render error
+
+	generation prometheus.Observer // nil unless Instrument was called
 }
 
 type proxyEvent struct {
@@ -227,6 +231,10 @@ func (p *Publisher) Run(ctx context.Context) error {
 // listener names gRPC streams ask for, a new View (if viewChanged) and
 // certificate rotations.
 func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh.ServiceAccount]bool) {
+	if p.generation != nil {
+		p.cache.BeginChange()
+		defer p.observePass(time.Now())
+	}
 	p.mu.Lock()
 	events := p.pending
 	p.pending = nil

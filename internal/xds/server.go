@@ -132,10 +132,12 @@ type Server struct {
 	streams   map[*stream]struct{}
 	proxies   map[string]*Proxy // by node ID
 	stopped   bool              // Register's ctx has ended
+	metrics   *serverMetrics    // nil unless Instrument was called
 }
 
 type stream struct {
 	id     uint64
+	ctx    context.Context
 	cn     string
 	peer   *x509.Certificate
 	cancel context.CancelCauseFunc
@@ -331,7 +333,11 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 	}
 	s.lastID++
 	st.id = s.lastID
+	st.ctx = sctx
 	s.streams[st] = struct{}{}
+	if s.metrics != nil {
+		s.metrics.opened.Inc()
+	}
 	st.expiry = time.AfterFunc(time.Until(cert.NotAfter), func() {
 		s.log.Info("proxy certificate expired; closing its stream", "cn", cn, "not_after", cert.NotAfter)
 		cancel(fmt.Errorf("%w at %s: reconnect with the renewed certificate", ErrExpired, cert.NotAfter.UTC().Format(time.RFC3339)))
@@ -488,6 +494,9 @@ func (s *Server) close(st *stream) {
 	}
 	w, pr := s.watcher, s.presence
 	lw := s.listeners
+	if s.metrics != nil {
+		s.metrics.closed.WithLabelValues(closeReason(st.ctx, s.stopped)).Inc()
+	}
 	s.mu.Unlock()
 	st.cancel(nil)
 	st.ldsMu.Lock()

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -112,6 +113,12 @@ func FakeEnvoyMain(args []string) int {
 		fmt.Fprintln(w, "OK")
 	})
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "LIVE") })
+	// Envoy's stat of its ADS stream, as /stats prints it: 1 once the
+	// first listeners were ACKed.
+	var connected atomic.Int32
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "control_plane.connected_state: %d\n", connected.Load())
+	})
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(lis)
 	defer srv.Close()
@@ -121,6 +128,7 @@ func FakeEnvoyMain(args []string) int {
 		logf("error", "ads: %v", err)
 	} else {
 		logf("info", "lds: ACKed version %s", version)
+		connected.Store(1)
 		if os.Getenv(FakeEnvoyCrashEnv) == "ack" {
 			logf("critical", "crashing after ACK as asked")
 			return 3

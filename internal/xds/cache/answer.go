@@ -93,6 +93,7 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 		return false
 	}
 	n.recordSent(w.req.GetTypeUrl(), resp.version)
+	c.countResponse(n, w.req.GetTypeUrl())
 	return true
 }
 
@@ -181,6 +182,7 @@ func (c *Cache) answerDelta(n *node, w *deltaWatch) bool {
 	select {
 	case w.ch <- resp:
 		n.recordSent(w.req.GetTypeUrl(), resp.out.SystemVersionInfo)
+		c.countResponse(n, w.req.GetTypeUrl())
 		return true
 	default:
 		c.log.Error("xDS delta response channel full; will retry at the next publish", "node", n.id, "type", w.req.GetTypeUrl())

@@ -7,6 +7,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // fakeSub stands in for the server's per-stream subscription state.
@@ -39,8 +40,19 @@ func benchEDS(b *testing.B, c *Cache) *Set {
 // BenchmarkPublishOneEndpointChange publishes, to 10,000 proxies that all see
 // 1,000 clusters × 10 endpoints, a view in which one endpoint changed.
 func BenchmarkPublishOneEndpointChange(b *testing.B) {
+	b.Run("plain", func(b *testing.B) { benchPublishOneEndpointChange(b, false) })
+	// With metrics, as osm-server runs: a change begun per publish round.
+	b.Run("instrumented", func(b *testing.B) { benchPublishOneEndpointChange(b, true) })
+}
+
+func benchPublishOneEndpointChange(b *testing.B, instrumented bool) {
 	const proxies = 10000
 	c := New(testLogger(b))
+	if instrumented {
+		if err := c.Instrument(prometheus.NewRegistry()); err != nil {
+			b.Fatal(err)
+		}
+	}
 	set := benchEDS(b, c)
 	nodes := make([]string, proxies)
 	for i := range nodes {
@@ -51,6 +63,9 @@ func BenchmarkPublishOneEndpointChange(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
+		if instrumented {
+			c.BeginChange()
+		}
 		r := mustResource(b, c, "cluster-7", cla("cluster-7", 20000+i%1000, benchEndpoints))
 		next, err := set.With(r)
 		if err != nil {

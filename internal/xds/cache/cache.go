@@ -113,6 +113,9 @@ type Cache struct {
 
 	mu    sync.Mutex
 	nodes map[string]*node
+	// metrics and the current change, when instrumented (metrics.go).
+	metrics *metrics
+	current *change
 }
 
 type node struct {
@@ -122,6 +125,14 @@ type node struct {
 	delta map[*deltaWatch]struct{}
 	nacks map[string]NACK
 	sent  map[string]*sentState
+	// pending is, per type (typeIndex), the change its view awaits an
+	// answer to (metrics.go).
+	pending [numTypes]*change
+	// carried is, per type, the pending change the last response sent
+	// carried: only an answer to that response settles it.
+	carried [numTypes]*change
+	// served has bit typeIndex set for each type a response was sent of.
+	served uint8
 }
 
 type sentState struct {
@@ -201,6 +212,9 @@ func (c *Cache) Publish(nodeID, typeURL string, set *Set) error {
 		return nil
 	}
 	n.view[typeURL] = set
+	if c.current != nil {
+		c.await(n, typeIndex(typeURL))
+	}
 	if len(n.sotw) > 0 {
 		for w := range n.sotw {
 			if w.req.GetTypeUrl() == typeURL && c.answerSotw(n, w) {
@@ -230,6 +244,11 @@ func (c *Cache) Forget(nodeID string) {
 	clear(n.view)
 	clear(n.nacks)
 	clear(n.sent)
+	for i, e := range n.pending {
+		c.settle(e, false)
+		n.pending[i], n.carried[i] = nil, nil
+	}
+	n.served = 0
 	c.gc(n)
 }
 
@@ -306,6 +325,9 @@ func (c *Cache) WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, deli
 		c.recordNACK(n, req.GetTypeUrl(), version, req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
 	} else if req.GetResponseNonce() != "" {
 		n.recordACK(req.GetTypeUrl(), req.GetVersionInfo())
+		if c.metrics != nil && n.sent[req.GetTypeUrl()] != nil && n.sent[req.GetTypeUrl()].sent == req.GetVersionInfo() {
+			c.answer(n, typeIndex(req.GetTypeUrl()))
+		}
 	}
 	w := &sotwWatch{req: req, sub: sub, deliver: deliver}
 	if c.answerSotw(n, w) {
@@ -335,6 +357,9 @@ func (c *Cache) CreateDeltaWatch(req *gcpcache.DeltaRequest, sub gcpcache.Subscr
 	} else if req.GetResponseNonce() != "" {
 		if st := n.sent[req.GetTypeUrl()]; st != nil {
 			n.recordACK(req.GetTypeUrl(), st.sent)
+			if c.metrics != nil {
+				c.answer(n, typeIndex(req.GetTypeUrl()))
+			}
 		}
 	}
 	w := &deltaWatch{req: req, sub: sub, ch: ch}
@@ -427,6 +452,10 @@ func (c *Cache) Status(nodeID string) []TypeStatus {
 func (c *Cache) recordNACK(n *node, typeURL, version, nonce, msg string) {
 	k := NACK{Node: n.id, TypeURL: typeURL, Version: version, Nonce: nonce, Error: msg, Time: time.Now()}
 	n.nacks[typeURL] = k
+	c.countNACK(typeURL)
+	if c.metrics != nil {
+		c.answer(n, typeIndex(typeURL))
+	}
 	c.log.Warn("proxy rejected xDS response", "node", n.id, "type", typeURL, "version", version, "nonce", nonce, "error", msg)
 }
 

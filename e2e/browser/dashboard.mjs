@@ -1,0 +1,58 @@
+// Drives osm-server's dashboard in headless Chromium for
+// e2e/dashboard_test.go. Environment:
+//   PLAYWRIGHT_DIR  directory holding node_modules/playwright-core (hack/install-playwright.sh)
+//   DASHBOARD_URL   the page, with #token=<admin token>
+//   APPLY           JSON array: the command that changes the split (osm-server apply ...)
+//   SCREENSHOT      where to save the screenshot (PNG)
+// It exits non-zero, saying what it did not find, on any failed check.
+import { createRequire } from "node:module";
+import { execFileSync } from "node:child_process";
+
+const require = createRequire(process.env.PLAYWRIGHT_DIR + "/");
+const { chromium } = require("playwright-core");
+
+const fail = (msg) => { console.error("FAIL: " + msg); process.exitCode = 1; };
+const browser = await chromium.launch({
+  executablePath: "/usr/bin/chromium",
+  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+});
+try {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1100 } });
+  const errors = [];
+  page.on("pageerror", (e) => errors.push(e.message));
+  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  const requests = [];
+  page.on("request", (r) => requests.push(r.url()));
+  await page.goto(process.env.DASHBOARD_URL);
+
+  const buyerEdge = '[data-edge="default/bookbuyer -> default/bookstore"]';
+  await page.waitForSelector(buyerEdge, { state: "attached", timeout: 15000 });
+  if (await page.locator('[data-edge="default/bookthief -> default/bookstore"]').count() !== 0) fail("the graph shows bookthief -> bookstore");
+  if (await page.locator('[data-node="default/bookthief"]').count() !== 1) fail("the graph has no bookthief node");
+  if (!page.url().endsWith("/dashboard/")) fail("the token stayed in the URL: " + page.url());
+
+  const weight = (svc) => page.locator(`[data-split="default/bookstore"] [data-backend="${svc}"] .weight`);
+  await page.waitForFunction(() => document.querySelector('[data-split="default/bookstore"]'), null, { timeout: 15000 });
+  const before = await weight("default/bookstore-v1").textContent();
+  console.log("split before: bookstore-v1 weight " + before);
+  await page.evaluate(() => { window.__sameDocument = true; });
+
+  execFileSync(JSON.parse(process.env.APPLY)[0], JSON.parse(process.env.APPLY).slice(1), { stdio: "inherit" });
+  await page.waitForFunction(() => {
+    const w = document.querySelector('[data-split="default/bookstore"] [data-backend="default/bookstore-v1"] .weight');
+    return w && w.textContent === "50";
+  }, null, { timeout: 15000 });
+  if (!(await page.evaluate(() => window.__sameDocument === true))) fail("the page reloaded to show the split change");
+  console.log("split after: bookstore-v1 weight " + (await weight("default/bookstore-v1").textContent()));
+
+  for (const id of ["services", "proxies", "certificates", "providers"]) {
+    if ((await page.locator(`#${id} tr`).count()) < 2) fail(`the ${id} table is empty`);
+  }
+  const offsite = requests.filter((u) => !u.startsWith(new URL(process.env.DASHBOARD_URL).origin));
+  if (offsite.length) fail("the page fetched from elsewhere: " + offsite.join(", "));
+  if (errors.length) fail("the page logged errors: " + errors.join("; "));
+  await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
+  console.log("screenshot: " + process.env.SCREENSHOT);
+} finally {
+  await browser.close();
+}

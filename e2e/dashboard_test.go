@@ -1,0 +1,116 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	meshtypes "github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
+)
+
+// TestDashboardInChromium loads the dashboard of a real osm-server running
+// the bookstore mesh, with a connected proxy, in headless Chromium driven by
+// playwright-core (e2e/browser/dashboard.mjs): the graph shows bookbuyer ->
+// bookstore and not bookthief -> bookstore, a split changed with
+// `osm-server apply` appears without a reload, and a screenshot is saved
+// in the test's artifact directory (go test -artifacts keeps it).
+//
+// It needs Debian's chromium and the npm packages of e2e/browser
+// (hack/install-playwright.sh, found through OSM_PLAYWRIGHT_DIR); make test
+// installs both, and the test fails without them.
+func TestDashboardInChromium(t *testing.T) {
+	pwDir := os.Getenv("OSM_PLAYWRIGHT_DIR")
+	if pwDir == "" {
+		out, err := exec.Command("../hack/install-playwright.sh").Output()
+		if err != nil {
+			t.Fatalf("playwright-core is not installed and hack/install-playwright.sh failed: %v (run make test-deps)", err)
+		}
+		pwDir = strings.TrimSpace(string(out))
+	}
+	if _, err := os.Stat("/usr/bin/chromium"); err != nil {
+		t.Fatal("/usr/bin/chromium not found: install Debian's chromium (make test-deps does)")
+	}
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatal("node not found: install Debian's nodejs (make test-deps does)")
+	}
+
+	dir := t.TempDir()
+	bin := buildBinaries(t, dir, "osm-server", "osm-provider-static")
+	api, xdsAddr, _, serverDir := writeServerConfig(t, dir, bin)
+	serverLog := &syncBuffer{}
+	server := exec.Command(filepath.Join(bin, "osm-server"), "serve", "--config", filepath.Join(dir, "server.yaml"))
+	server.Stdout, server.Stderr = serverLog, serverLog
+	server.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := server.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		server.Process.Kill()
+		server.Wait()
+		if t.Failed() {
+			t.Logf("server log:\n%s", serverLog)
+		}
+	})
+	waitLog(t, "osm-server up", 20*time.Second, serverLog, func(s string) bool {
+		return strings.Contains(s, "xDS listening") && strings.Contains(s, "HTTPS API listening")
+	})
+	// osm-server logs where the dashboard is.
+	m := regexp.MustCompile(`url=(http://\S+/dashboard/)`).FindStringSubmatch(serverLog.String())
+	if m == nil {
+		t.Fatalf("osm-server logged no dashboard URL:\n%s", serverLog)
+	}
+	osmServer := func(args ...string) []string {
+		return append([]string{filepath.Join(bin, "osm-server")}, append(args, "--server", "https://"+api, "--data-dir", serverDir)...)
+	}
+	apply := func(files ...string) {
+		t.Helper()
+		args := []string{"apply"}
+		for _, f := range files {
+			args = append(args, "-f", "../examples/bookstore/"+f)
+		}
+		cmd := osmServer(args...)
+		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("osm-server apply: %v\n%s", err, out)
+		}
+	}
+	apply("mesh.yaml")
+	osm := xdstest.Server{API: api, XDS: xdsAddr, DataDir: serverDir}
+	osm.Connect(t, osm.Enroll(t, meshtypes.MeshService{Namespace: "default", Name: "bookbuyer"}), "127.0.0.1")
+
+	token, err := os.ReadFile(filepath.Join(serverDir, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	splitFile, _ := filepath.Abs("../examples/bookstore/split-50-50.yaml")
+	applyCmd, _ := json.Marshal(osmServer("apply", "-f", splitFile))
+	shot := filepath.Join(t.ArtifactDir(), "dashboard.png")
+	cmd := exec.Command(node, "browser/dashboard.mjs")
+	cmd.Env = append(os.Environ(),
+		"PLAYWRIGHT_DIR="+pwDir,
+		"DASHBOARD_URL="+m[1]+"#token="+strings.TrimSpace(string(token)),
+		"APPLY="+string(applyCmd),
+		"SCREENSHOT="+shot)
+	out, err := cmd.CombinedOutput()
+	t.Logf("browser:\n%s", out)
+	if err != nil {
+		t.Fatalf("the dashboard check in Chromium failed: %v", err)
+	}
+	if fi, err := os.Stat(shot); err != nil || fi.Size() == 0 {
+		t.Fatalf("no screenshot at %s: %v", shot, err)
+	}
+	if dst := os.Getenv("OSM_DASHBOARD_SCREENSHOT"); dst != "" {
+		// For the docs: OSM_DASHBOARD_SCREENSHOT=$PWD/docs/dashboard.png.
+		b, _ := os.ReadFile(shot)
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

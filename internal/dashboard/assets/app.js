@@ -1,0 +1,96 @@
+// osm-vm dashboard: polls the debug listener's /debug/dashboard with the
+// admin token (from the URL fragment #token=..., which browsers never send
+// to a server, or typed in) and redraws what changed. Plain DOM, no
+// libraries; every text is escaped.
+"use strict";
+
+const stateURL = "/debug/dashboard";
+const pollMillis = 1000;
+let token = sessionStorage.getItem("osm-admin-token") || "";
+let lastBody = "";
+
+const m = /[#&]token=([^&]+)/.exec(location.hash);
+if (m) {
+  token = decodeURIComponent(m[1]);
+  sessionStorage.setItem("osm-admin-token", token);
+  history.replaceState(null, "", location.pathname + location.search);
+}
+
+const esc = (s) => String(s).replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const $ = (id) => document.getElementById(id);
+const ago = (t) => { if (!t) return "never"; const s = Math.round((Date.now() - Date.parse(t)) / 1000); return s < 120 ? s + " s ago" : Math.round(s / 60) + " min ago"; };
+const left = (t) => { const s = (Date.parse(t) - Date.now()) / 1000; if (s < 0) return "expired"; if (s < 7200) return Math.round(s / 60) + " min"; if (s < 172800) return Math.round(s / 3600) + " h"; return Math.round(s / 86400) + " days"; };
+
+function setStatus(text, error) { const s = $("status"); s.textContent = text; s.className = error ? "error" : ""; }
+
+$("login").addEventListener("submit", (e) => {
+  e.preventDefault();
+  token = $("token").value.trim();
+  sessionStorage.setItem("osm-admin-token", token);
+  $("login").hidden = true;
+  poll();
+});
+
+async function poll() {
+  if (!token) { $("login").hidden = false; setStatus("the admin token is needed", true); return; }
+  try {
+    const r = await fetch(stateURL, { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+    if (r.status === 401) { $("login").hidden = false; setStatus("the admin token was refused", true); return; }
+    if (!r.ok) throw new Error(r.status + " " + r.statusText);
+    const body = await r.text();
+    if (body !== lastBody) { lastBody = body; render(JSON.parse(body)); }
+    setStatus("live · updated " + new Date().toLocaleTimeString());
+  } catch (err) {
+    setStatus("not reachable: " + err.message, true);
+  }
+  setTimeout(poll, pollMillis);
+}
+
+function render(s) {
+  $("warnings").innerHTML = s.warnings.map((w) => `<div class="warning">⚠ ${esc(w)}</div>`).join("");
+  $("policy-mode").textContent = s.permissive ? "Permissive mode: every service may call every other (no edges drawn)." :
+    s.edgesTruncated ? `Showing the first ${s.edges.length} permissions.` : `${s.edges.length} permissions from TrafficTargets.`;
+  renderGraph(s);
+  $("splits").innerHTML = s.splits.length ? s.splits.map((sp) => {
+    const total = sp.backends.reduce((a, b) => a + b.weight, 0) || 1;
+    return `<div data-split="${esc(sp.root)}"><b>${esc(sp.root)}</b> (${esc(sp.policy)})<table>` +
+      sp.backends.map((b) => `<tr data-backend="${esc(b.service)}"><td>${esc(b.service)}</td><td><span class="bar" data-width="${Math.round(200 * b.weight / total)}"></span><span class="weight">${b.weight}</span> (${Math.round(100 * b.weight / total)}%)</td></tr>`).join("") +
+      `</table></div>`;
+  }).join("") : "No TrafficSplits.";
+  // Widths through the CSSOM: the page's CSP refuses inline style attributes.
+  for (const bar of $("splits").querySelectorAll(".bar")) bar.style.width = bar.dataset.width + "px";
+  $("services").innerHTML = "<tr><th>Service</th><th>Account</th><th>VIP</th><th>Endpoints (provider, health)</th></tr>" +
+    s.services.map((v) => `<tr><td>${esc(v.name)}${v.inSpec ? "" : " <i>(no Service document)</i>"}</td><td>${esc(v.serviceAccount || "")}</td><td>${esc(v.vip || "")}</td><td>` +
+      (v.endpoints.length ? v.endpoints.map((e) => `${esc(e.address)} <small>${esc(e.provider)}</small> <span class="health-${esc(e.health)}">${esc(e.health)}</span>`).join("<br>") : "none") + "</td></tr>").join("");
+  $("proxies").innerHTML = "<tr><th>Proxy</th><th>Service</th><th>Flavour</th><th>Address</th><th>Connected</th><th>Last ACK</th><th>Last NACK</th></tr>" +
+    s.proxies.map((p) => `<tr><td>${esc(p.cn)}</td><td>${esc(p.service)}</td><td>${esc(p.flavor)}</td><td>${esc(p.address)}</td><td>${ago(p.connected)}</td><td>${ago(p.lastAck)}</td><td class="nack">${p.nack ? esc(p.nackType + ": " + p.nack) + " (" + ago(p.nackAt) + ")" : ""}</td></tr>`).join("");
+  $("certificates").innerHTML = "<tr><th>Certificate</th><th>Expires in</th><th>Rotation due</th></tr>" +
+    [Object.assign({ name: "mesh CA" }, s.ca)].concat(s.certificates).map((c) => `<tr><td>${esc(c.name)}</td><td>${left(c.expires)}</td><td>${c.rotateAt ? left(c.rotateAt) : ""}</td></tr>`).join("");
+  $("providers").innerHTML = "<tr><th>Provider</th><th>State</th><th>Last list</th></tr>" +
+    s.providers.map((p) => `<tr><td>${esc(p.name)}</td><td class="${p.stale ? "health-stale" : ""}">${esc(p.state)}${p.stale ? " (stale)" : ""}</td><td>${ago(p.lastSync)}</td></tr>`).join("");
+}
+
+// renderGraph draws services on a circle and an arrow per permission; a
+// thousand nodes and their edges are one SVG string, drawn once per change.
+function renderGraph(s) {
+  const names = s.services.map((v) => v.name);
+  const n = names.length, w = 900, h = Math.max(460, Math.min(900, 40 * n)), r = Math.min(w, h) / 2 - 50;
+  const pos = {};
+  names.forEach((name, i) => { const a = 2 * Math.PI * i / Math.max(n, 1) - Math.PI / 2; pos[name] = [w / 2 + r * Math.cos(a), h / 2 + r * Math.sin(a)]; });
+  const svg = $("graph");
+  svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+  svg.style.height = h + "px";
+  const edges = s.edges.filter((e) => pos[e.from] && pos[e.to]).map((e) => {
+    const [x1, y1] = pos[e.from], [x2, y2] = pos[e.to], d = Math.hypot(x2 - x1, y2 - y1) || 1, k = 9 / d;
+    return `<line class="edge" data-edge="${esc(e.from + " -> " + e.to)}" x1="${x1.toFixed(1)}" y1="${y1.toFixed(1)}" x2="${(x2 - (x2 - x1) * k).toFixed(1)}" y2="${(y2 - (y2 - y1) * k).toFixed(1)}"><title>${esc(e.from + " may call " + e.to)}</title></line>`;
+  }).join("");
+  const small = n > 60;
+  const nodes = s.services.map((v) => {
+    const [x, y] = pos[v.name];
+    return `<g class="node${v.inSpec ? "" : " nospec"}" data-node="${esc(v.name)}"><circle cx="${x.toFixed(1)}" cy="${y.toFixed(1)}" r="${small ? 3 : 7}"><title>${esc(v.name)}</title></circle>` +
+      (small ? "" : `<text x="${(x + 10).toFixed(1)}" y="${(y + 4).toFixed(1)}">${esc(v.name)}</text>`) + "</g>";
+  }).join("");
+  svg.innerHTML = `<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="6" markerHeight="6" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#64748b"/></marker></defs>` + edges + nodes;
+}
+
+poll();

@@ -1,0 +1,282 @@
+// Package dashboard is osm-server's read-only live view of the mesh: a web
+// page (its assets embedded in the binary, nothing fetched from elsewhere)
+// and the JSON state it polls. The page shows the services and who may call
+// whom, traffic splits with their weights, each service's endpoints with
+// their provider and health, the connected proxies with their last ACK and
+// NACK, and certificate expiry.
+//
+// The page itself carries no data and is served openly; the state is
+// served by the debug listener behind the admin token (see internal/api and
+// docs/security.md): the page sends the token as a header, taking it from
+// the URL's fragment (never sent to a server) or from a field the operator
+// fills in. The state holds no secret: certificates are described by
+// expiry only.
+//
+// dashboard reads the mesh through the small interfaces it declares; it
+// does not import the xDS server or the certificate manager.
+package dashboard
+
+import (
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/catalog"
+	"github.com/osm-vm/osm-vm/internal/pluginhost"
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Spec is the mesh specification the dashboard reads.
+type Spec interface{ Snapshot() *spec.Snapshot }
+
+// Catalog is the discovered endpoints the dashboard reads.
+type Catalog interface{ Snapshot() *catalog.Snapshot }
+
+// Providers is the plugin host's view the dashboard reads.
+type Providers interface{ Status() []pluginhost.Status }
+
+// Proxy is one connected proxy as the dashboard shows it.
+type Proxy struct {
+	CN        string    `json:"cn"`
+	Service   string    `json:"service"`
+	Flavor    string    `json:"flavor"`
+	Address   string    `json:"address"`
+	Connected time.Time `json:"connected"`
+	// LastACK is the latest ACK of any type.
+	LastACK time.Time `json:"lastAck,omitzero"`
+	// NACK is the last rejection's message and type, if any.
+	NACK     string    `json:"nack,omitempty"`
+	NACKType string    `json:"nackType,omitempty"`
+	NACKAt   time.Time `json:"nackAt,omitzero"`
+}
+
+// Certificate is one certificate's expiry.
+type Certificate struct {
+	Name     string    `json:"name"`
+	Expires  time.Time `json:"expires"`
+	RotateAt time.Time `json:"rotateAt,omitzero"`
+}
+
+// Sources are what the dashboard shows.
+type Sources struct {
+	Spec         Spec
+	Catalog      Catalog
+	Providers    Providers
+	Proxies      func() []Proxy
+	Certificates func() (ca Certificate, services []Certificate)
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+}
+
+// Dashboard serves the page and its state.
+type Dashboard struct{ src Sources }
+
+// New returns a dashboard over src.
+func New(src Sources) *Dashboard {
+	if src.Now == nil {
+		src.Now = time.Now
+	}
+	return &Dashboard{src: src}
+}
+
+// Page serves the page and its assets (under the path it is mounted at,
+// which it strips itself: mount it on a pattern ending in "/").
+func (d *Dashboard) Page(prefix string) http.Handler {
+	sub, _ := fs.Sub(assets, "assets")
+	files := http.StripPrefix(prefix, http.FileServerFS(sub))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Referrer-Policy", "no-referrer")
+		w.Header().Set("Cache-Control", "no-store")
+		files.ServeHTTP(w, r)
+	})
+}
+
+// State serves the JSON state the page polls.
+func (d *Dashboard) State() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		_ = json.NewEncoder(w).Encode(d.Build())
+	})
+}
+
+// State is the body of the dashboard's state route.
+type State struct {
+	Generated  time.Time `json:"generated"`
+	Permissive bool      `json:"permissive"`
+	Services   []Service `json:"services"`
+	Edges      []Edge    `json:"edges"`
+	// EdgesTruncated is set when there were more than MaxEdges.
+	EdgesTruncated bool          `json:"edgesTruncated,omitempty"`
+	Splits         []Split       `json:"splits"`
+	Providers      []Provider    `json:"providers"`
+	Proxies        []Proxy       `json:"proxies"`
+	CA             Certificate   `json:"ca"`
+	Certificates   []Certificate `json:"certificates"`
+	// Warnings name what needs attention soon: certificates past their
+	// rotation time or close to expiry, stale providers, NACKs.
+	Warnings []string `json:"warnings"`
+}
+
+// Service is one service of the specification or the catalog.
+type Service struct {
+	Name           string     `json:"name"` // namespace/name
+	ServiceAccount string     `json:"serviceAccount,omitempty"`
+	VIP            string     `json:"vip,omitempty"`
+	InSpec         bool       `json:"inSpec"`
+	Endpoints      []Endpoint `json:"endpoints"`
+}
+
+// Endpoint is one discovered endpoint and its health.
+type Endpoint struct {
+	Address  string `json:"address"`
+	Provider string `json:"provider"`
+	// Health: "stale" when its provider is down and this is the last value
+	// it reported; "proxy" when a proxy of the service is connected from
+	// its address; "discovered" otherwise.
+	Health string `json:"health"`
+}
+
+// Edge says that From may call To.
+type Edge struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// Split is a TrafficSplit.
+type Split struct {
+	Policy   string    `json:"policy"`
+	Root     string    `json:"root"`
+	Backends []Backend `json:"backends"`
+}
+
+// Backend is one weighted backend of a split.
+type Backend struct {
+	Service string `json:"service"`
+	Weight  int    `json:"weight"`
+}
+
+// Provider is one provider plugin's state.
+type Provider struct {
+	Name     string    `json:"name"`
+	State    string    `json:"state"`
+	Stale    bool      `json:"stale"`
+	LastSync time.Time `json:"lastSync,omitzero"`
+}
+
+// MaxEdges bounds the edges in a state: a permissive mesh of 1,000
+// services has a million, which no page draws usefully.
+const MaxEdges = 20000
+
+// CAWarning is how long before the CA expires the dashboard warns.
+const CAWarning = 30 * 24 * time.Hour
+
+// Build returns the current state.
+func (d *Dashboard) Build() State {
+	now := d.src.Now()
+	sp := d.src.Spec.Snapshot()
+	cat := d.src.Catalog.Snapshot()
+	st := State{Generated: now, Permissive: sp.Permissive(), Services: []Service{}, Edges: []Edge{}, Splits: []Split{}, Providers: []Provider{}, Proxies: []Proxy{}, Certificates: []Certificate{}, Warnings: []string{}}
+
+	stale := map[string]bool{}
+	for _, p := range d.src.Providers.Status() {
+		stale[p.Name] = p.StaleSince != nil
+		st.Providers = append(st.Providers, Provider{Name: p.Name, State: p.State, Stale: p.StaleSince != nil, LastSync: p.LastSync})
+		if p.StaleSince != nil {
+			st.Warnings = append(st.Warnings, "provider "+p.Name+" is down: its endpoints are the last it reported (since "+p.StaleSince.UTC().Format(time.RFC3339)+")")
+		}
+	}
+	if d.src.Proxies != nil {
+		st.Proxies = append(st.Proxies, d.src.Proxies()...)
+	}
+	connected := map[string]bool{} // service + " " + address
+	for _, p := range st.Proxies {
+		connected[p.Service+" "+p.Address] = true
+		if p.NACK != "" {
+			st.Warnings = append(st.Warnings, "proxy "+p.CN+" rejected its "+p.NACKType+" configuration: "+p.NACK)
+		}
+	}
+
+	byName := map[string]int{}
+	add := func(name string) int {
+		if i, ok := byName[name]; ok {
+			return i
+		}
+		st.Services = append(st.Services, Service{Name: name, Endpoints: []Endpoint{}})
+		byName[name] = len(st.Services) - 1
+		return len(st.Services) - 1
+	}
+	for _, info := range sp.Services() {
+		i := add(info.Service.String())
+		st.Services[i].InSpec = true
+		st.Services[i].ServiceAccount = info.ServiceAccount.Namespace + "/" + info.ServiceAccount.Name
+		if info.VIP.IsValid() {
+			st.Services[i].VIP = info.VIP.String()
+		}
+	}
+	for _, svc := range cat.Services() {
+		i := add(svc.String())
+		se, _ := cat.Endpoints(svc)
+		for _, e := range se.Endpoints {
+			addr := e.AddrPort().String()
+			health := "discovered"
+			switch {
+			case stale[e.Provider]:
+				health = "stale"
+			case connected[svc.String()+" "+e.IP.String()]:
+				health = "proxy"
+			}
+			st.Services[i].Endpoints = append(st.Services[i].Endpoints, Endpoint{Address: addr, Provider: e.Provider, Health: health})
+		}
+	}
+	slices.SortFunc(st.Services, func(a, b Service) int { return strings.Compare(a.Name, b.Name) })
+
+	if !st.Permissive {
+	edges:
+		for _, info := range sp.Services() {
+			for _, up := range sp.Upstreams(info.ServiceAccount) {
+				if len(st.Edges) == MaxEdges {
+					st.EdgesTruncated = true
+					break edges
+				}
+				st.Edges = append(st.Edges, Edge{From: info.Service.String(), To: up.String()})
+			}
+		}
+	}
+	for _, info := range sp.Services() {
+		if s, ok := sp.Split(info.Service); ok {
+			out := Split{Policy: s.Policy.Namespace + "/" + s.Policy.Name, Root: s.Root.String()}
+			for _, b := range s.Backends {
+				out.Backends = append(out.Backends, Backend{Service: b.Service.String(), Weight: b.Weight})
+			}
+			st.Splits = append(st.Splits, out)
+		}
+	}
+
+	if d.src.Certificates != nil {
+		ca, services := d.src.Certificates()
+		st.CA = ca
+		st.Certificates = append(st.Certificates, services...)
+		if ca.Expires.Sub(now) < CAWarning {
+			st.Warnings = append(st.Warnings, "the mesh CA expires "+ca.Expires.UTC().Format(time.RFC3339)+": plan its rotation")
+		}
+		for _, c := range services {
+			switch {
+			case !c.Expires.After(now):
+				st.Warnings = append(st.Warnings, "service certificate "+c.Name+" EXPIRED at "+c.Expires.UTC().Format(time.RFC3339))
+			case !c.RotateAt.IsZero() && now.After(c.RotateAt.Add(time.Minute)):
+				st.Warnings = append(st.Warnings, "service certificate "+c.Name+" is past its rotation time and expires "+c.Expires.UTC().Format(time.RFC3339)+": is the CA rotating?")
+			}
+		}
+	}
+	return st
+}

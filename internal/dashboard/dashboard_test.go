@@ -1,0 +1,139 @@
+package dashboard
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/catalog"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/pluginhost"
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+type providers []pluginhost.Status
+
+func (p providers) Status() []pluginhost.Status { return p }
+
+// mesh returns a specification of n services in a chain (service i may
+// call service i+1), one endpoint each, and a split.
+func newMesh(t testing.TB, n int) (*spec.Spec, *catalog.Catalog) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {traffic: {permissive: false}, outbound: {vipRange: 10.128.0.0/12}}\n")
+	b.WriteString("---\napiVersion: specs.smi-spec.io/v1alpha4\nkind: TCPRoute\nmetadata: {name: http, namespace: default}\nspec: {matches: {ports: [8080]}}\n")
+	for i := range n {
+		fmt.Fprintf(&b, "---\napiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: svc-%d, namespace: default}\nspec: {ports: [{name: http, port: 8080, appProtocol: http}]}\n", i)
+		if i+1 < n {
+			fmt.Fprintf(&b, "---\napiVersion: access.smi-spec.io/v1alpha3\nkind: TrafficTarget\nmetadata: {name: to-%d, namespace: default}\nspec: {destination: {kind: ServiceAccount, name: svc-%d, namespace: default}, sources: [{kind: ServiceAccount, name: svc-%d, namespace: default}], rules: [{kind: TCPRoute, name: http}]}\n", i+1, i+1, i)
+		}
+	}
+	b.WriteString("---\napiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: split, namespace: default}\nspec: {service: svc-1, backends: [{service: svc-2, weight: 80}, {service: svc-3, weight: 20}]}\n")
+	docs, err := spec.Parse([]byte(b.String()), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp, err := spec.New(context.Background(), slog.New(slog.DiscardHandler), spec.NewMemoryStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sp.Apply(context.Background(), docs, spec.ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cat := catalog.New()
+	for i := range n {
+		ip := netip.AddrFrom4([4]byte{10, 0, byte(i / 250), byte(i%250 + 1)})
+		cat.SetEndpoints("onprem", mesh.MeshService{Namespace: "default", Name: fmt.Sprintf("svc-%d", i)}, []mesh.Endpoint{{IP: ip, Port: 8080, Provider: "onprem"}})
+	}
+	return sp, cat
+}
+
+func TestState(t *testing.T) {
+	sp, cat := newMesh(t, 4)
+	now := time.Date(2026, 11, 24, 0, 0, 0, 0, time.UTC)
+	stale := now.Add(-time.Hour)
+	d := New(Sources{
+		Spec: sp, Catalog: cat, Providers: providers{{Name: "onprem", State: pluginhost.StateRestarting, StaleSince: &stale}},
+		Proxies: func() []Proxy {
+			return []Proxy{{CN: "p1", Service: "default/svc-0", Address: "10.0.0.1", NACK: "bad listener", NACKType: "Listener"}}
+		},
+		Certificates: func() (Certificate, []Certificate) {
+			return Certificate{Name: "mesh CA", Expires: now.Add(10 * 24 * time.Hour)},
+				[]Certificate{{Name: "default/svc-0", Expires: now.Add(time.Hour), RotateAt: now.Add(-time.Hour)}}
+		},
+		Now: func() time.Time { return now },
+	})
+	st := d.Build()
+	var edges []string
+	for _, e := range st.Edges {
+		edges = append(edges, e.From+" -> "+e.To)
+	}
+	// svc-2 may call svc-3, a backend of svc-1's split, so it calls svc-1.
+	if got, want := strings.Join(edges, ", "), "default/svc-0 -> default/svc-1, default/svc-1 -> default/svc-2, default/svc-2 -> default/svc-1, default/svc-2 -> default/svc-3"; got != want {
+		t.Errorf("edges = %s, want %s", got, want)
+	}
+	if len(st.Splits) != 1 || st.Splits[0].Backends[0].Weight != 80 {
+		t.Errorf("splits = %+v, want svc-1's 80/20", st.Splits)
+	}
+	if h := st.Services[0].Endpoints[0].Health; h != "stale" {
+		t.Errorf("health of an endpoint of a stale provider = %q, want stale", h)
+	}
+	for _, want := range []string{"provider onprem is down", "rejected its Listener configuration: bad listener", "mesh CA expires", "default/svc-0 is past its rotation time"} {
+		if !strings.Contains(strings.Join(st.Warnings, "\n"), want) {
+			t.Errorf("warnings %q lack %q", st.Warnings, want)
+		}
+	}
+}
+
+// TestStateAt1000Services bounds what the page costs the server at 1,000
+// services: the state is built and encoded well within the page's 1 s poll.
+func TestStateAt1000Services(t *testing.T) {
+	sp, cat := newMesh(t, 1000)
+	d := New(Sources{Spec: sp, Catalog: cat, Providers: providers{{Name: "onprem", State: pluginhost.StateRunning}}})
+	srv := httptest.NewServer(d.State())
+	defer srv.Close()
+	start := time.Now()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	var st State
+	if err := json.Unmarshal(body, &st); err != nil {
+		t.Fatal(err)
+	}
+	// The chain, and svc-2 -> svc-1: svc-1 splits to svc-3, which svc-2
+	// may call, so svc-2 calls svc-1's address.
+	if len(st.Services) != 1000 || len(st.Edges) != 1000 {
+		t.Fatalf("services %d, edges %d; want 1000, 1000", len(st.Services), len(st.Edges))
+	}
+	t.Logf("1,000 services: state %d KB in %v", len(body)/1024, took)
+	if took > 500*time.Millisecond {
+		t.Errorf("building the state of 1,000 services took %v, want well under the 1 s poll", took)
+	}
+}
+
+func TestPageHeaders(t *testing.T) {
+	srv := httptest.NewServer(New(Sources{}).Page("/"))
+	defer srv.Close()
+	for _, path := range []string{"/", "/app.js", "/style.css"} {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(resp.Header.Get("Content-Security-Policy"), "script-src 'self'") {
+			t.Errorf("GET %s: %d, CSP %q", path, resp.StatusCode, resp.Header.Get("Content-Security-Policy"))
+		}
+	}
+}

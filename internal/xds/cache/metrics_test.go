@@ -1,0 +1,94 @@
+package cache
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestMetrics: responses and NACKs are counted by type, and a change is
+// timed to the ACK of the last proxy it changed.
+func TestMetrics(t *testing.T) {
+	c := New(testLogger(t))
+	reg := prometheus.NewPedanticRegistry()
+	if err := c.Instrument(reg); err != nil {
+		t.Fatal(err)
+	}
+	conn := startServer(t, c)
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a"))))
+	mustPublish(t, c, "n2", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a"))))
+	a1, a2 := newADSClient(t, conn, "n1"), newADSClient(t, conn, "n2")
+	a1.send(resource.ClusterType, nil, "", "", nil)
+	a2.send(resource.ClusterType, nil, "", "", nil)
+	a1.ack(a1.recv(), nil)
+	a2.ack(a2.recv(), nil)
+
+	// A change to both: timed once, at the second ACK.
+	c.BeginChange()
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "b", cluster("b"))))
+	mustPublish(t, c, "n2", resource.ClusterType, mustSet(t, mustResource(t, c, "b", cluster("b"))))
+	r1, r2 := a1.recv(), a2.recv()
+	a1.ack(r1, nil)
+	// Wait (for the ACK to be recorded) on what the metric says, not on time.
+	waitFor(t, func() bool { return c.Status("n1")[0].ACKed == r1.GetVersionInfo() })
+	if n := testutil.CollectAndCount(reg, "osm_xds_change_to_ack_seconds"); n != 1 {
+		t.Fatalf("histogram series = %d, want 1", n)
+	}
+	if got := histogramCount(t, reg); got != 0 {
+		t.Fatalf("change observed after 1 of 2 ACKs (count %d)", got)
+	}
+	a2.send(resource.ClusterType, nil, r1.GetVersionInfo(), r2.GetNonce(), fmt.Errorf("cluster b: invalid"))
+	waitFor(t, func() bool { return histogramCount(t, reg) == 1 })
+
+	want := `
+# HELP osm_xds_nacks_total xDS responses proxies rejected (NACKs), by type; /debug/proxies shows the last rejection's message.
+# TYPE osm_xds_nacks_total counter
+osm_xds_nacks_total{type="cds"} 1
+osm_xds_nacks_total{type="eds"} 0
+osm_xds_nacks_total{type="lds"} 0
+osm_xds_nacks_total{type="other"} 0
+osm_xds_nacks_total{type="rds"} 0
+osm_xds_nacks_total{type="sds"} 0
+# HELP osm_xds_responses_total xDS responses sent to proxies, by type (cds, eds, lds, rds, sds).
+# TYPE osm_xds_responses_total counter
+osm_xds_responses_total{type="cds"} 4
+osm_xds_responses_total{type="eds"} 0
+osm_xds_responses_total{type="lds"} 0
+osm_xds_responses_total{type="other"} 0
+osm_xds_responses_total{type="rds"} 0
+osm_xds_responses_total{type="sds"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "osm_xds_responses_total", "osm_xds_nacks_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func histogramCount(t *testing.T, g prometheus.Gatherer) uint64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "osm_xds_change_to_ack_seconds" {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for range 500 {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("condition not met within 5s")
+}
