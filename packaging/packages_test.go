@@ -117,7 +117,14 @@ func TestPackagesInDebian(t *testing.T) {
 	}
 
 	t.Run("install", func(t *testing.T) {
-		in(append([]string{"dpkg", "-i"}, debsOf(oldDir)...)...)
+		out := in(append([]string{"dpkg", "-i"}, debsOf(oldDir)...)...)
+		// osm-server starts the plugins it names at its start: each provider
+		// package says how to use it.
+		for _, p := range providers {
+			if want := "plugin: " + providerBinary(p); !strings.Contains(out, want) || !strings.Contains(out, "systemctl restart osm-server") {
+				t.Errorf("installing %s did not say how to use it (%q and a restart):\n%s", providerBinary(p), want, out)
+			}
+		}
 		checkMode(t, root, "/usr/bin/osm-server", "-rwxr-xr-x root root")
 		checkMode(t, root, "/usr/bin/osm-agent", "-rwxr-xr-x root root")
 		checkMode(t, root, "/var/lib/osm", "drwx------ osm osm")

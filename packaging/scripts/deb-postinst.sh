@@ -12,7 +12,9 @@ if [ "$1" = "configure" ]; then
 	install -d -o {{.User}} -g {{.User}} -m 0700 {{.DataDir}}
 	# The configuration may hold provider credentials: readable by the
 	# server's group only.
-	chgrp {{.User}} {{.Config}} && chmod 0640 {{.Config}}
+	if [ -f {{.Config}} ]; then
+		chgrp {{.User}} {{.Config}} && chmod 0640 {{.Config}}
+	fi
 fi
 {{- end}}
 {{- if .Unit}}
@@ -55,7 +57,7 @@ fi
 {{- end}}
 {{- if .AgentNotice}}
 
-if [ "$1" = "configure" ] && [ -f /etc/systemd/system/{{.Unit}} ]; then
+if [ "$1" = "configure" ] && [ -f /etc/systemd/system/{{.Unit}} ] && [ ! -L /etc/systemd/system/{{.Unit}} ]; then
 	echo "note: /etc/systemd/system/{{.Unit}} (written by 'osm-agent install' before this package) overrides the package's unit; run 'osm-agent uninstall' to use the package's."
 fi
 {{- end}}

@@ -1,4 +1,4 @@
-# %post of {{.Name}}: what %systemd_post does (enable per preset on first install).
+# %post of {{.Name}}{{if .Unit}}: what %systemd_post does (enable per preset on first install){{end}}.
 {{- if .Unit}}
 if [ $1 -eq 1 ] && [ -x /usr/bin/systemctl ]; then
 	systemctl --no-reload preset {{.Unit}} >/dev/null 2>&1 || :
