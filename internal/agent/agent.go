@@ -124,7 +124,7 @@ type Agent struct {
 	// localXDS is the local xDS endpoint of proxyless gRPC apps, set by
 	// Run before its loops start.
 	localXDS *localxds.Proxy
-	metrics                 *agentMetrics // nil unless serving metrics
+	metrics  *agentMetrics // nil unless serving metrics
 }
 
 // New returns an agent for cfg (with defaults applied and validated by the
