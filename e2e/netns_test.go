@@ -355,10 +355,16 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 		m.wait(mc.service+" agent wrote its gRPC bootstrap", 30*time.Second, func() bool {
 			_, e1 := os.Stat(filepath.Join(dir, "grpc-bootstrap.json"))
 			_, e2 := os.Stat(filepath.Join(dir, "service.crt"))
-			return e1 == nil && e2 == nil
+			_, e3 := os.Stat(filepath.Join(dir, "state.json"))
+			return e1 == nil && e2 == nil && e3 == nil
 		})
-		if b, _ := os.ReadFile(filepath.Join(dir, "grpc-bootstrap.json")); !strings.Contains(string(b), srv.ip+":15128") {
-			t.Fatalf("%s's gRPC bootstrap does not name the server's xDS address %s:15128 (the server listens on 0.0.0.0):\n%s", mc.service, srv.ip, b)
+		// The apps reach the agent's local xDS endpoint; the agent carries
+		// their streams to the xDS address the server told it.
+		if b, _ := os.ReadFile(filepath.Join(dir, "grpc-bootstrap.json")); !strings.Contains(string(b), "unix:"+filepath.Join(dir, "xds.sock")) {
+			t.Fatalf("%s's gRPC bootstrap does not name the agent's local xDS endpoint %s:\n%s", mc.service, filepath.Join(dir, "xds.sock"), b)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "state.json")); !strings.Contains(string(b), srv.ip+":15128") {
+			t.Fatalf("%s's agent does not carry its apps' xDS to the server's xDS address %s:15128 (the server listens on 0.0.0.0); its state:\n%s", mc.service, srv.ip, b)
 		}
 		var appArgs []string
 		switch mc.app {
