@@ -28,6 +28,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/store/consulstore"
 	"github.com/osm-vm/osm-vm/internal/xds"
 	xdscache "github.com/osm-vm/osm-vm/internal/xds/cache"
 )
@@ -68,6 +69,7 @@ override the matching keys of the config file.`,
 				{"debug-address", &cfg.DebugAddress, overrides.DebugAddress},
 				{"api-address", &cfg.APIAddress, overrides.APIAddress},
 				{"xds-address", &cfg.XDSAddress, overrides.XDSAddress},
+				{"store", &cfg.Store.Backend, overrides.Store.Backend},
 			} {
 				if flags.Changed(o.flag) {
 					*o.dst = o.val
@@ -86,6 +88,7 @@ override the matching keys of the config file.`,
 	f.StringVar(&overrides.DebugAddress, "debug-address", "", "address for health, metrics, the read-only API and, with the admin token, /debug/ (config key debugAddress)")
 	f.StringVar(&overrides.APIAddress, "api-address", "", "HTTPS address for enrollment and the admin API (config key apiAddress)")
 	f.StringVar(&overrides.XDSAddress, "xds-address", "", "gRPC mTLS address for xDS (config key xdsAddress)")
+	f.StringVar(&overrides.Store.Backend, "store", "", "where the state lives: bbolt (a file in the data directory) or consul (several replicas; Consul from the config's store.consul or CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, ...) (config key store.backend)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -107,7 +110,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	log.Info("osm-server starting", "version", buildVersion(), "data_dir", cfg.DataDir, "plugin_dir", cfg.PluginDir, "providers", len(instances))
 	applyRuntime(log, cfg)
 
-	st, err := store.OpenBolt(cfg.DataDir)
+	st, err := openStore(ctx, log, cfg)
 	if err != nil {
 		return err
 	}
@@ -237,6 +240,31 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	err = g.Wait()
 	log.Info("osm-server stopped")
 	return err
+}
+
+// storeOpenTimeout bounds the first contact with Consul at start.
+const storeOpenTimeout = 15 * time.Second
+
+// serverStore is the store osm-server runs on, with what closes it.
+type serverStore interface {
+	store.Store
+	Close() error
+}
+
+// openStore opens the store cfg.Store names: the bbolt file in dataDir, or
+// Consul KV (failing at once, naming the address and the fix, when Consul
+// cannot be reached or the token may not read the key prefix).
+func openStore(ctx context.Context, log *slog.Logger, cfg Config) (serverStore, error) {
+	if cfg.Store.Backend != storeConsul {
+		return store.OpenBolt(cfg.DataDir)
+	}
+	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	st, err := consulstore.Open(octx, cfg.Store.Consul, log.With("component", "store"))
+	if err != nil {
+		return nil, fmt.Errorf("store.backend consul: cannot start without Consul: %w", err)
+	}
+	return st, nil
 }
 
 // tokenPruneEvery is how often osm-server deletes join tokens past their
