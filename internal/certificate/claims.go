@@ -30,8 +30,11 @@ const lastSeenGranularity = time.Minute
 
 // Bounds of the claim writer.
 const (
-	// claimBatch is the most claims one transaction writes.
-	claimBatch = 512
+	// claimBatch is the most claims one transaction writes: what every
+	// store takes in one transaction (Consul's limit). A batch whose
+	// records add up to more than store.MaxTxnBytes is written claim by
+	// claim.
+	claimBatch = store.MaxTxnOps
 	// claimAttempts is how often a batch is re-read and retried when a
 	// record changed under it, before its claims are written one by one.
 	claimAttempts = 3
@@ -247,6 +250,9 @@ func (m *Manager) writeClaimBatch(ctx context.Context, batch map[string]time.Tim
 		}
 		if len(ops) == 0 {
 			return nil, nil
+		}
+		if store.CheckLimits(ops) != nil {
+			break // records too large to go together: one by one
 		}
 		ok, err := m.st.Txn(ctx, ops...)
 		if err != nil {

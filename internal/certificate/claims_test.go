@@ -404,3 +404,41 @@ func TestUnreadableRecordDropsOnlyItsClaim(t *testing.T) {
 		t.Errorf("ClaimProxy of the unreadable record = %v, want a refusal naming it", err)
 	}
 }
+
+// More claims than one transaction may hold are written in transactions
+// within the store's limits (store.Memory refuses more, as Consul does).
+func TestClaimsBatchedWithinStoreLimits(t *testing.T) {
+	st := newHeldStore()
+	m := newTestManager(t, st, Options{})
+	const n = 3*store.MaxTxnOps + 7
+	var cns []string
+	for range n {
+		_, cn := issueProxy(t, m)
+		cns = append(cns, cn)
+	}
+	runManager(t, m)
+	release := st.holdTxns(t)
+	before := st.txnCount()
+	if err := claimReturns(t, m, cns[0]); err != nil {
+		t.Fatal(err)
+	}
+	<-st.entered
+	for _, cn := range cns[1:] {
+		if err := claimReturns(t, m, cn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release()
+	waitFor(t, "every claim written", func() bool {
+		for _, cn := range cns {
+			if stored(t, st.Memory, cn).State != StateClaimed {
+				return false
+			}
+		}
+		return true
+	})
+	// The first claim alone, then the rest in full batches.
+	if got, want := st.txnCount()-before, 1+(n-1+store.MaxTxnOps-1)/store.MaxTxnOps; got != want {
+		t.Errorf("%d claims took %d transactions, want %d", n, got, want)
+	}
+}

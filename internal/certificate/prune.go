@@ -33,9 +33,10 @@ import (
 // retention.
 const proxyPruneEvery = time.Hour
 
-// pruneBatch is the most records one delete transaction removes (as the
-// join tokens' Prune in internal/enroll).
-const pruneBatch = 256
+// pruneBatch is the most records one delete transaction removes: what
+// every store takes in one transaction (as the join tokens' Prune in
+// internal/enroll).
+const pruneBatch = store.MaxTxnOps
 
 // pruneProxies deletes the proxy records whose every certificate expired
 // ProxyRecordRetention or more ago, revoked or not, and forgets them on

@@ -308,3 +308,23 @@ func TestProxyRecordRetentionOption(t *testing.T) {
 		t.Errorf("default retention %s, want %s", m.opts.ProxyRecordRetention, DefaultProxyRecordRetention)
 	}
 }
+
+// More expired records than one transaction may hold are deleted in
+// transactions within the store's limits.
+func TestPruneManyProxies(t *testing.T) {
+	const lifetime, retention = time.Hour, 2 * time.Hour
+	clk := newClock()
+	st := store.NewMemory()
+	m := newTestManager(t, st, Options{Now: clk.Now, ProxyLifetime: lifetime, ProxyRecordRetention: retention})
+	const n = 2*store.MaxTxnOps + 3
+	for range n {
+		issueProxy(t, m)
+	}
+	clk.Advance(lifetime + retention)
+	if got, err := m.pruneProxies(t.Context()); err != nil || got != n {
+		t.Fatalf("pruneProxies = %d, %v; want %d, nil", got, err, n)
+	}
+	if got := storedCNs(t, st); len(got) != 0 {
+		t.Errorf("%d records left, want none", len(got))
+	}
+}
