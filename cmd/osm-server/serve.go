@@ -119,6 +119,12 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Store.Backend == storeConsul {
+		// Replicas share one admin token, so any of them takes the CLI's.
+		if adminToken, err = shareAdminToken(ctx, st, cfg.DataDir, adminToken); err != nil {
+			return err
+		}
+	}
 	sp, err := spec.New(ctx, log.With("component", "spec"), st)
 	if err != nil {
 		return err
@@ -186,6 +192,8 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return certs.Run(ctx) })
+	// Follow the specification other replicas sharing the store apply.
+	g.Go(func() error { return sp.Run(ctx) })
 	g.Go(func() error { return followLifetimes(ctx, log, sp, certs) })
 	g.Go(func() error { return pruneTokens(ctx, log, tokens, cfg.TokenRetention, tokenPruneEvery) })
 	// xDS starts once every provider has listed its endpoints: a proxy

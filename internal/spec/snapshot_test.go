@@ -149,7 +149,7 @@ func TestRunPicksUpOtherServersChanges(t *testing.T) {
 	a, b := newTestSpec(t, st), newTestSpec(t, st)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx, 5*time.Millisecond) }()
+	go func() { done <- b.Run(ctx) }()
 	notify, unsub := b.Subscribe()
 	defer unsub()
 	if _, err := a.Apply(t.Context(), mustParse(t, svcYAML("web")), ApplyOptions{}); err != nil {

@@ -122,22 +122,37 @@ func (s *Spec) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Run refreshes the snapshot from the store every poll until ctx ends, so
-// changes written by other servers sharing the store (Consul) reach this
-// one. A single server with the embedded store does not need it. It
-// returns nil when ctx is cancelled.
-func (s *Spec) Run(ctx context.Context, poll time.Duration) error {
-	t := time.NewTicker(poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("refresh mesh specification from the store; retrying", "err", err, "retry_in", poll)
+// Run follows the store until ctx ends: whenever the specification's
+// head moves (another replica sharing the store applied a change), it
+// reloads and publishes the new snapshot. A failed reload (the store
+// unreachable) is logged and retried with backoff, the last snapshot
+// staying in force meanwhile. It returns nil when ctx is cancelled.
+func (s *Spec) Run(ctx context.Context) error {
+	changed := s.store.Watch(ctx, "spec/")
+	const minBackoff, maxBackoff = 250 * time.Millisecond, 30 * time.Second
+	var backoff time.Duration
+	var retry <-chan time.Time
+	// The first pass catches up with what was committed before the watch.
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+			case <-retry:
 			}
 		}
+		retry = nil
+		if err := s.Refresh(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			s.log.Warn("reload the mesh specification from the store; serving the last one read, retrying", "err", err, "retry_in", backoff)
+			retry = time.After(backoff)
+			continue
+		}
+		backoff = 0
 	}
 }
 

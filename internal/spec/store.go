@@ -29,6 +29,9 @@ type Store interface {
 	// CompareAndSwap writes value if key is at version (0: absent) and
 	// returns the new version; ok is false when it was not.
 	CompareAndSwap(ctx context.Context, key string, version uint64, value []byte) (newVersion uint64, ok bool, err error)
+	// Watch signals after every commit under the prefix until ctx ends
+	// (coalescing).
+	Watch(ctx context.Context, prefix string) <-chan struct{}
 }
 
 // How the specification is stored (version 2).
