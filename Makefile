@@ -37,9 +37,10 @@ test: fmt-check vet test-deps test-servers
 	@echo "== Kubernetes provider against a real etcd + kube-apiserver (built once into $(CACHE))"
 	dir=$$(./hack/build-kube-apiserver.sh | tail -n 1) && \
 		OSM_KUBE_BIN_DIR=$$dir $(GO) test -race -count=1 -timeout 10m -tags k8sintegration ./providers/kubernetes/
-	@echo "== Consul KV store against a real Consul (built once into $(CACHE))"
+	@echo "== Consul KV store, and osm-server replicas, against a real Consul cluster (built once into $(CACHE))"
 	bin=$$(./hack/build-consul.sh | tail -n 1) && \
-		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/
+		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/ && \
+		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration -run 'Replica' ./cmd/osm-server/
 
 # The third-party servers the integration suites run against (etcd and
 # kube-apiserver, Consul), built from the Go module proxy once into $(CACHE),

@@ -266,6 +266,11 @@ func openStore(ctx context.Context, log *slog.Logger, cfg Config) (serverStore, 
 	if cfg.Store.Backend != storeConsul {
 		return store.OpenBolt(cfg.DataDir)
 	}
+	// The data directory still holds the admin token and ca.crt for the
+	// CLI on this host.
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("dataDir: %w", err)
+	}
 	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
 	defer cancel()
 	st, err := consulstore.Open(octx, cfg.Store.Consul, log.With("component", "store"))

@@ -1,0 +1,314 @@
+//go:build consulintegration
+
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store/consultest"
+	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
+)
+
+// replica is one osm-server process of several sharing a Consul, with
+// fixed addresses and data dir so it can be killed and started again.
+type replica struct {
+	name                      string
+	bin, dir, dataDir, config string
+	api, xds, debug           string
+	consulAddr                string // CONSUL_HTTP_ADDR: its own Consul agent
+	extraEnv                  []string
+	cmd                       *exec.Cmd
+	exited                    chan error
+}
+
+// endpointsYAML is what every replica's static provider reads: one
+// endpoint per service the tests use.
+const endpointsYAML = `services:
+  - name: bookstore
+    namespace: default
+    endpoints:
+      - {ip: 10.0.0.5, port: 14001}
+  - name: bookbuyer
+    namespace: default
+    endpoints:
+      - {ip: 10.0.0.6, port: 14001}
+`
+
+// newReplicas prepares n replicas, replica i talking to consul[i % len].
+func newReplicas(t *testing.T, bin string, consul []*consultest.Agent, n int) []*replica {
+	t.Helper()
+	base := t.TempDir()
+	endpoints := filepath.Join(base, "endpoints.yaml")
+	if err := os.WriteFile(endpoints, []byte(endpointsYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*replica, n)
+	for i := range out {
+		dir := filepath.Join(base, fmt.Sprintf("replica-%d", i+1))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		r := &replica{name: fmt.Sprintf("replica-%d", i+1), bin: bin, dir: dir, dataDir: filepath.Join(dir, "data"),
+			api: freeAddr(t), xds: freeAddr(t), debug: freeAddr(t), consulAddr: consul[i%len(consul)].HTTPAddr}
+		// Only the providers come from the file: the store is --store
+		// consul and Consul's own environment variables.
+		r.config = filepath.Join(dir, "server.yaml")
+		if err := os.WriteFile(r.config, []byte(fmt.Sprintf("providers:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n", endpoints)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out[i] = r
+		t.Cleanup(func() {
+			r.kill()
+			if t.Failed() {
+				t.Logf("%s log (tail):\n%s", r.name, tail(r.output(), 6<<10))
+			}
+		})
+	}
+	return out
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "...\n" + s[len(s)-n:]
+	}
+	return s
+}
+
+func (r *replica) output() string {
+	b, _ := os.ReadFile(filepath.Join(r.dir, "server.log"))
+	return string(b)
+}
+
+// launch starts the process without waiting for it.
+func (r *replica) launch(t *testing.T) {
+	t.Helper()
+	r.cmd = exec.Command(filepath.Join(r.bin, "osm-server"), "serve", "--store", "consul", "--config", r.config,
+		"--data-dir", r.dataDir, "--plugin-dir", r.bin,
+		"--api-address", r.api, "--debug-address", r.debug, "--xds-address", r.xds, "--log-level", "debug")
+	r.cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR="+r.consulAddr)
+	r.cmd.Env = append(r.cmd.Env, r.extraEnv...)
+	logf, err := os.OpenFile(filepath.Join(r.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	r.cmd.Stdout, r.cmd.Stderr = logf, logf
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.exited = make(chan error, 1)
+	cmd, exited := r.cmd, r.exited
+	go func() { exited <- cmd.Wait() }()
+}
+
+// start launches the replica and waits until /readyz says ready.
+func (r *replica) start(t *testing.T) {
+	t.Helper()
+	r.launch(t)
+	r.waitReady(t, 60*time.Second)
+}
+
+func (r *replica) waitReady(t *testing.T, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		select {
+		case err := <-r.exited:
+			r.exited <- err
+			t.Fatalf("%s exited before it was ready: %v\n%s", r.name, err, tail(r.output(), 4<<10))
+		default:
+		}
+		if code, _ := r.readyz(); code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			code, body := r.readyz()
+			t.Fatalf("%s not ready within %s: %d %s", r.name, within, code, body)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func (r *replica) readyz() (int, string) {
+	resp, err := http.Get("http://" + r.debug + "/readyz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (r *replica) kill() {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGKILL)
+	err := <-r.exited
+	r.exited <- err
+	r.cmd = nil
+}
+
+func (r *replica) osm() xdstest.Server {
+	return xdstest.Server{API: r.api, XDS: r.xds, DataDir: r.dataDir}
+}
+
+// cli runs an osm-server admin subcommand in-process against r.
+func (r *replica) cli(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errw strings.Builder
+	cmd := newRootCmd(&out, &errw)
+	cmd.SetArgs(append(args, "--server", "https://"+r.api, "--data-dir", r.dataDir))
+	err := cmd.ExecuteContext(t.Context())
+	if err != nil && errw.Len() > 0 {
+		err = fmt.Errorf("%w\n%s", err, errw.String())
+	}
+	return out.String(), err
+}
+
+// servingCert returns the leaf and chain r's HTTPS API presents.
+func (r *replica) servingCert(t *testing.T) []*x509.Certificate {
+	t.Helper()
+	c, err := tls.Dial("tcp", r.api, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates
+}
+
+// startReplicas starts every replica at once and waits for all.
+func startReplicas(t *testing.T, rs []*replica) {
+	t.Helper()
+	for _, r := range rs {
+		r.launch(t)
+	}
+	for _, r := range rs {
+		r.waitReady(t, 60*time.Second)
+	}
+}
+
+// TestReplicasServeEverything is the issue's test 1: three replicas on a
+// three-server Consul, each started with `--store consul` and only
+// CONSUL_HTTP_ADDR. They create one mesh CA between them (each with its
+// own serving certificate), a specification applied on replica 1 reaches
+// a proxy connected to replica 3, and a token created on replica 2
+// enrolls a machine through replica 1.
+func TestReplicasServeEverything(t *testing.T) {
+	consul := consultest.StartCluster(t, 3)
+	bin := buildBinaries(t)
+	rs := newReplicas(t, bin, consul, 3)
+	startReplicas(t, rs) // all at once: they race to create the CA
+
+	t.Run("one CA, a serving certificate each", func(t *testing.T) {
+		ca := map[string]bool{}
+		leaves := map[string]bool{}
+		for _, r := range rs {
+			out, err := r.cli(t, "ca", "show")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ca[out] = true
+			chain := r.servingCert(t)
+			leaves[chain[0].SerialNumber.String()] = true
+		}
+		if len(ca) != 1 {
+			t.Errorf("%d different CAs across 3 replicas, want 1", len(ca))
+		}
+		if len(leaves) != 3 {
+			t.Errorf("%d different serving certificates across 3 replicas, want 3", len(leaves))
+		}
+	})
+
+	t.Run("apply on replica 1 reaches a proxy on replica 3", func(t *testing.T) {
+		buyer := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
+		rs[0].osm().Apply(t, `apiVersion: osm-vm.io/v1alpha1
+kind: MeshConfig
+metadata: {name: mesh}
+spec: {traffic: {permissive: true}, endpoints: {requireConnectedProxy: false}}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: bookbuyer}
+spec: {ports: [{port: 14001}]}
+`)
+		// The proxy's own Service must be known where it connects.
+		waitFor(t, "replica 3 to know Service bookbuyer", 20*time.Second, func() bool {
+			out, err := rs[2].cli(t, "get", "services")
+			return err == nil && strings.Contains(out, "bookbuyer")
+		})
+		proxy := rs[2].osm().Connect(t, rs[2].osm().Enroll(t, buyer), "10.0.0.6", "default/bookstore")
+		// A Service applied on replica 1 reaches the live proxy on 3.
+		rs[0].osm().Apply(t, `apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: bookstore}
+spec: {ports: [{port: 14001}]}
+`)
+		proxy.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+		for _, r := range rs {
+			out, err := r.cli(t, "get", "services")
+			if err != nil || !strings.Contains(out, "bookstore") {
+				t.Errorf("%s: get services: %v\n%s", r.name, err, out)
+			}
+		}
+	})
+
+	t.Run("token made on replica 2 enrolls through replica 1", func(t *testing.T) {
+		join, err := rs[1].cli(t, "token", "create", "--service", "bookstore")
+		if err != nil {
+			t.Fatal(err)
+		}
+		token, hash := parseJoin(t, strings.TrimSpace(join))
+		res, err := enrollOnce(t.Context(), "https://"+rs[0].api, token, hash, mesh.MeshService{Namespace: "default", Name: "bookstore"})
+		if err != nil {
+			t.Fatalf("enroll through replica 1 with replica 2's token: %v", err)
+		}
+		// Every replica knows the proxy, and the token is spent on all.
+		for _, r := range rs {
+			recs := r.osmProxies(t)
+			if !recs[res.Identity] {
+				t.Errorf("%s does not list proxy %s", r.name, res.Identity)
+			}
+		}
+		if _, err := enrollOnce(t.Context(), "https://"+rs[2].api, token, hash, mesh.MeshService{Namespace: "default", Name: "bookstore"}); err == nil || !strings.Contains(err.Error(), "used up") {
+			t.Errorf("second use of the single-use token through replica 3: %v, want used up", err)
+		}
+	})
+}
+
+// osmProxies returns the CNs r lists.
+func (r *replica) osmProxies(t *testing.T) map[string]bool {
+	t.Helper()
+	is := &identityServer{api: r.api, dataDir: r.dataDir}
+	out := map[string]bool{}
+	for _, rec := range is.proxies(t) {
+		out[rec.CN] = true
+	}
+	return out
+}
+
+
+// waitFor polls cond until it holds, failing t after within.
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", within, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
