@@ -300,7 +300,6 @@ func (r *replica) osmProxies(t *testing.T) map[string]bool {
 	return out
 }
 
-
 // waitFor polls cond until it holds, failing t after within.
 func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
 	t.Helper()
