@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store/consultest"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
@@ -230,6 +232,26 @@ func TestReplicasServeEverything(t *testing.T) {
 		}
 		if len(leaves) != 3 {
 			t.Errorf("%d different serving certificates across 3 replicas, want 3", len(leaves))
+		}
+	})
+
+	t.Run("each singleton duty held by one replica", func(t *testing.T) {
+		client, err := api.NewClient(&api.Config{Address: consul[0].HTTPAddr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{"prune-tokens", "prune-proxy-records"} {
+			waitFor(t, "duty "+d+" to be held", 30*time.Second, func() bool {
+				pair, _, err := client.KV().Get("osm/duty/"+d, nil)
+				return err == nil && pair != nil && pair.Session != ""
+			})
+		}
+		holders := 0
+		for _, r := range rs {
+			holders += strings.Count(r.output(), "singleton duty taken")
+		}
+		if holders != 2 {
+			t.Errorf("%d duty holders logged across replicas, want 2 (one per duty)", holders)
 		}
 	})
 

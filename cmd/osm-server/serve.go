@@ -130,7 +130,14 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		return err
 	}
 	meshCfg := sp.Snapshot()
+	// Singleton duties (pruning) run on one replica at a time: under a
+	// Consul lock, or here when the store is this server's own.
+	duty := func(string) certificate.Duty { return nil }
+	if cs, ok := st.(*consulstore.Store); ok {
+		duty = func(name string) certificate.Duty { return cs.Duty(name) }
+	}
 	certs, err := certificate.New(ctx, log.With("component", "certificate"), st, certificate.Options{
+		Duty:            duty("prune-proxy-records"),
 		TrustDomain:     cfg.TrustDomain,
 		ServiceLifetime: meshCfg.ServiceCertLifetime(),
 		ProxyLifetime:   meshCfg.ProxyCertLifetime(),
@@ -195,7 +202,15 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	// Follow the specification other replicas sharing the store apply.
 	g.Go(func() error { return sp.Run(ctx) })
 	g.Go(func() error { return followLifetimes(ctx, log, sp, certs) })
-	g.Go(func() error { return pruneTokens(ctx, log, tokens, cfg.TokenRetention, tokenPruneEvery) })
+	g.Go(func() error {
+		prune := func(ctx context.Context) error {
+			return pruneTokens(ctx, log, tokens, cfg.TokenRetention, tokenPruneEvery)
+		}
+		if d := duty("prune-tokens"); d != nil {
+			return d.Run(ctx, prune)
+		}
+		return prune(ctx)
+	})
 	// xDS starts once every provider has listed its endpoints: a proxy
 	// that reconnects after a restart must not be told its upstreams have
 	// none.

@@ -36,6 +36,7 @@ import (
 
 // Store is a store.Store in Consul KV. Close it to stop its watches.
 type Store struct {
+	client *api.Client
 	kv     *api.KV
 	txn    *api.Txn
 	prefix string
@@ -74,6 +75,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 		return nil, fmt.Errorf("consul store at %s: %w (check the Consul address, scheme and TLS files)", addr, err)
 	}
 	s := &Store{
+		client:  client,
 		kv:      client.KV(),
 		txn:     client.Txn(),
 		prefix:  cfg.KeyPrefix,
