@@ -333,3 +333,157 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 		time.Sleep(25 * time.Millisecond)
 	}
 }
+
+// commits sums osm_store_commits_total over the replicas given.
+func commits(t *testing.T, rs ...*replica) int {
+	t.Helper()
+	n := 0
+	for _, r := range rs {
+		resp, err := http.Get("http://" + r.debug + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var v int
+		for _, line := range strings.Split(string(b), "\n") {
+			if _, err := fmt.Sscanf(line, "osm_store_commits_total %d", &v); err == nil {
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+const meshForBuyers = `apiVersion: osm-vm.io/v1alpha1
+kind: MeshConfig
+metadata: {name: mesh}
+spec: {traffic: {permissive: true}, endpoints: {requireConnectedProxy: false}}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: bookbuyer}
+spec: {ports: [{port: 14001}]}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: bookstore}
+spec: {ports: [{port: 14001}]}
+`
+
+// TestReplicaConsulLoad measures the writes a fleet costs Consul (the
+// figures docs/operator-guide.md quotes): per enrollment (with its first
+// connection), at rest with every proxy connected, and when the proxies of
+// a killed replica reconnect to the others.
+func TestReplicaConsulLoad(t *testing.T) {
+	consul := consultest.StartCluster(t, 3)
+	bin := buildBinaries(t)
+	rs := newReplicas(t, bin, consul, 3)
+	startReplicas(t, rs)
+	rs[0].osm().Apply(t, meshForBuyers)
+	buyer := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
+	for _, r := range rs {
+		waitFor(t, r.name+" to know Service bookbuyer", 20*time.Second, func() bool {
+			out, err := r.cli(t, "get", "services")
+			return err == nil && strings.Contains(out, "bookbuyer")
+		})
+	}
+	const n = 30
+	certs := make([]tls.Certificate, n)
+	before := commits(t, rs...)
+	start := time.Now()
+	for i := range certs {
+		certs[i] = rs[i%3].osm().Enroll(t, buyer) // a token and an enrollment each
+		rs[i%3].osm().Connect(t, certs[i], "10.0.0.6", "default/bookstore").WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+	}
+	// Claims are written in the background: wait until every record says
+	// claimed.
+	waitFor(t, "every proxy claimed", 20*time.Second, func() bool {
+		is := &identityServer{api: rs[0].api, dataDir: rs[0].dataDir}
+		claimed := 0
+		for _, rec := range is.proxies(t) {
+			if rec.State == "claimed" {
+				claimed++
+			}
+		}
+		return claimed == n
+	})
+	enrolled := commits(t, rs...) - before
+	t.Logf("%d enrollments (token create, enroll, first connection) in %s: %d Consul commits, %.1f per enrollment",
+		n, time.Since(start).Round(time.Millisecond), enrolled, float64(enrolled)/n)
+	// Three per enrollment (token, enrollment, claim), and once the
+	// account's service certificate.
+	if enrolled > 3*n+1 {
+		t.Errorf("%d commits for %d enrollments, want at most %d (token, enrollment and claim each, one service certificate)", enrolled, n, 3*n+1)
+	}
+
+	// At rest: nothing is written, however many proxies are connected.
+	rest := commits(t, rs...)
+	const restFor = 5 * time.Second
+	time.Sleep(restFor) // measuring a rate over an interval, not waiting for a condition
+	if d := commits(t, rs...) - rest; d != 0 {
+		t.Errorf("%d commits in %s at rest with %d proxies connected, want 0", d, restFor, n)
+	}
+
+	// Reconnect storm: replica 1 dies, its proxies reconnect to the others.
+	rs[0].kill()
+	survivors := rs[1:]
+	storm := commits(t, survivors...)
+	for i := 0; i < n; i += 3 {
+		survivors[i%2].osm().Connect(t, certs[i], "10.0.0.6", "default/bookstore").WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+	}
+	if d := commits(t, survivors...) - storm; d != 0 {
+		t.Errorf("%d commits while %d proxies reconnected to surviving replicas, want 0", d, n/3)
+	}
+	t.Logf("at rest: 0 commits in %s with %d proxies; reconnect of %d proxies: 0 commits", restFor, n, n/3)
+}
+
+// TestReplicaWithoutConsul is the issue's Consul trouble: every Consul
+// server stops. A replica keeps its proxies' streams and what they were
+// sent, says not ready on /readyz naming the store, refuses a write with
+// an error naming Consul and what failed, and resumes when Consul is back.
+func TestReplicaWithoutConsul(t *testing.T) {
+	consul := consultest.StartCluster(t, 3)
+	bin := buildBinaries(t)
+	rs := newReplicas(t, bin, consul, 1)
+	startReplicas(t, rs)
+	r := rs[0]
+	r.osm().Apply(t, meshForBuyers)
+	proxy := r.osm().Connect(t, r.osm().Enroll(t, mesh.MeshService{Namespace: "default", Name: "bookbuyer"}), "10.0.0.6", "default/bookstore")
+	proxy.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+
+	for _, a := range consul {
+		a.Stop()
+	}
+	waitFor(t, "/readyz to say not ready", 20*time.Second, func() bool {
+		code, body := r.readyz()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "store is unreachable") && strings.Contains(body, consul[0].HTTPAddr)
+	})
+	_, body := r.readyz()
+	t.Logf("/readyz without Consul: %s", strings.TrimSpace(body))
+	out, err := r.cli(t, "apply", "-f", bookstoreFile)
+	if err == nil || !strings.Contains(err.Error(), "consul store at http://"+consul[0].HTTPAddr) || !strings.Contains(err.Error(), "retries") {
+		t.Errorf("apply without Consul: %v\n%s; want an error naming the Consul store", err, out)
+	} else {
+		t.Logf("apply without Consul: %v", err)
+	}
+	// The proxy's stream stays up and is not told anything new.
+	select {
+	case _, ok := <-proxy.Responses():
+		if !ok {
+			t.Error("the proxy's stream was closed while Consul was down")
+		}
+	default:
+	}
+
+	for _, a := range consul {
+		a.Start(t)
+	}
+	waitFor(t, "/readyz to say ready again", 60*time.Second, func() bool {
+		code, _ := r.readyz()
+		return code == http.StatusOK
+	})
+	if out, err := r.cli(t, "apply", "-f", bookstoreFile); err != nil {
+		t.Errorf("apply after Consul is back: %v\n%s", err, out)
+	}
+}

@@ -233,6 +233,12 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	g.Go(afterProviders(func() error { return model.Run(ctx) }))
 	g.Go(afterProviders(func() error { return publisher.Run(ctx) }))
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
+	if cs, ok := st.(*consulstore.Store); ok {
+		h := &storeHealth{st: cs, log: log.With("component", "store")}
+		debugAPI.AddReadyCheck(h.ready)
+		debugAPI.AddMetrics(h.metrics)
+		g.Go(func() error { return h.run(ctx) })
+	}
 	// Ready means a client may dial xDS at once: the listener is open.
 	xdsListening := make(chan net.Addr, 1)
 	var xdsOpen atomic.Bool

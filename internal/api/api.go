@@ -32,6 +32,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -66,7 +67,8 @@ type Server struct {
 	mux        *http.ServeMux
 
 	readyMu sync.Mutex
-	checks  []func() error // more readiness conditions (see AddReadyCheck)
+	checks  []func() error      // more readiness conditions (see AddReadyCheck)
+	extra   []func(w io.Writer) // more metrics (see AddMetrics)
 }
 
 // New returns a debug server over the given components. adminToken guards
@@ -157,6 +159,14 @@ func (s *Server) AddReadyCheck(check func() error) {
 	s.readyMu.Lock()
 	defer s.readyMu.Unlock()
 	s.checks = append(s.checks, check)
+}
+
+// AddMetrics adds a writer of more metrics (Prometheus text format) to
+// /metrics.
+func (s *Server) AddMetrics(write func(w io.Writer)) {
+	s.readyMu.Lock()
+	defer s.readyMu.Unlock()
+	s.extra = append(s.extra, write)
 }
 
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {

@@ -43,7 +43,16 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request) {
 		}
 		fmt.Fprintf(w, "osm_provider_stale{provider=%q} %d\n", st.Name, stale)
 	}
+	s.readyMu.Lock()
+	extra := s.extra
+	s.readyMu.Unlock()
+	for _, write := range extra {
+		write(w)
+	}
 }
+
+// Metric writes one metric with its HELP and TYPE lines, for AddMetrics.
+func Metric(w io.Writer, name, typ, help string, v any) { metric(w, name, typ, help, "", v) }
 
 func header(w io.Writer, name, typ, help string) {
 	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)

@@ -23,11 +23,6 @@ import (
 // ListProxies, VerifyProxy); Run writes what is pending before it returns.
 // Without Run (or after it), ClaimProxy writes before it returns.
 
-// lastSeenGranularity bounds how often a reconnecting proxy's LastSeen is
-// written: a reconnect storm of a large fleet must not become a storm of
-// store writes.
-const lastSeenGranularity = time.Minute
-
 // Bounds of the claim writer.
 const (
 	// claimBatch is the most claims one transaction writes: what every
@@ -42,15 +37,17 @@ const (
 	claimFlushTimeout = 10 * time.Second
 )
 
-// claim is the change a connection at time at makes to a record:
-// unclaimed becomes claimed, LastSeen becomes at unless a claimed record
-// was seen less than lastSeenGranularity before; a revoked record is
-// refused. It changes e only when it returns nil.
+// claim is the change a connection at time at makes to a record: an
+// unclaimed one becomes claimed, last seen at; a claimed one is left as it
+// is (a reconnect writes nothing, so a fleet reconnecting to another
+// replica costs the store nothing; LastSeen moves at renewals, which
+// write the record anyway); a revoked record is refused. It changes e
+// only when it returns nil.
 func claim(e *proxyEntry, at time.Time) error {
 	if e.State == StateRevoked {
 		return fmt.Errorf("proxy %s: %w (enroll the machine again with a new join token)", e.CN, ErrRevoked)
 	}
-	if e.State == StateClaimed && at.Sub(e.LastSeen) < lastSeenGranularity {
+	if e.State == StateClaimed {
 		return errUnchanged
 	}
 	e.State = StateClaimed
