@@ -39,9 +39,9 @@ type ProxyRecord struct {
 	ServiceAccount mesh.ServiceAccount `json:"serviceAccount"`
 	State          ProxyState          `json:"state"`
 	// Serial of the current certificate, lower-case hex.
-	Serial   string    `json:"serial"`
-	Issued   time.Time `json:"issued"`
-	Expires  time.Time `json:"expires"`
+	Serial  string    `json:"serial"`
+	Issued  time.Time `json:"issued"`
+	Expires time.Time `json:"expires"`
 	// LastSeen is when the proxy first connected or last renewed its
 	// certificate: written only with a change the record needs anyway,
 	// never per connection (whether it is connected now is the xDS
