@@ -272,7 +272,8 @@ spec: {ports: [{port: 14001}]}
 			out, err := rs[2].cli(t, "get", "services")
 			return err == nil && strings.Contains(out, "bookbuyer")
 		})
-		proxy := rs[2].osm().Connect(t, rs[2].osm().Enroll(t, buyer), "10.0.0.6", "default/bookstore")
+		pair := rs[2].osm().Enroll(t, buyer)
+		proxy := rs[2].osm().Connect(t, pair, "10.0.0.6", "default/bookstore")
 		// A Service applied on replica 1 reaches the live proxy on 3.
 		rs[0].osm().Apply(t, `apiVersion: osm-vm.io/v1alpha1
 kind: Service
@@ -284,6 +285,22 @@ spec: {ports: [{port: 14001}]}
 			out, err := r.cli(t, "get", "services")
 			if err != nil || !strings.Contains(out, "bookstore") {
 				t.Errorf("%s: get services: %v\n%s", r.name, err, out)
+			}
+		}
+		// Revoked on replica 1: its stream on replica 3 is closed.
+		leaf, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := rs[0].cli(t, "proxy", "revoke", leaf.Subject.CommonName); err != nil {
+			t.Fatalf("proxy revoke on replica 1: %v\n%s", err, out)
+		}
+		deadline := time.After(20 * time.Second)
+		for open := true; open; {
+			select {
+			case _, open = <-proxy.Responses():
+			case <-deadline:
+				t.Fatal("the proxy revoked on replica 1 is still connected to replica 3 after 20s")
 			}
 		}
 	})
