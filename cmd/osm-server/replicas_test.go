@@ -3,15 +3,19 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +23,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/store/consultest"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
@@ -503,4 +508,150 @@ func TestReplicaWithoutConsul(t *testing.T) {
 	if out, err := r.cli(t, "apply", "-f", bookstoreFile); err != nil {
 		t.Errorf("apply after Consul is back: %v\n%s", err, out)
 	}
+}
+
+// TestReplicaKills is the issue's test 5, scaled to the time it may take:
+// kill -9 of a random replica, again and again, while agents enroll with
+// one multi-use token through random replicas, and documents are applied
+// and tokens created through random replicas. Afterwards the token's uses
+// spent equal the proxy records of its service, no VIP is held by two
+// services, and no proxy record is half-written.
+func TestReplicaKills(t *testing.T) {
+	const kills = 8
+	consul := consultest.StartCluster(t, 3)
+	bin := buildBinaries(t)
+	rs := newReplicas(t, bin, consul, 3)
+	startReplicas(t, rs)
+	svc := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
+	join, err := rs[0].cli(t, "token", "create", "--service", "bookbuyer", "--uses", "100000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	token, hash := parseJoin(t, strings.TrimSpace(join))
+
+	var (
+		mu       sync.Mutex
+		enrolled = map[string]bool{}
+		applied  int
+	)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Go(func() { // enrollments
+			for i := 0; ctx.Err() == nil; i++ {
+				r := rs[(w+i)%3]
+				if res, err := enrollOnce(ctx, "https://"+r.api, token, hash, svc); err == nil {
+					mu.Lock()
+					enrolled[res.Identity] = true
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Go(func() { // applies and token creations
+		for i := 0; ctx.Err() == nil; i++ {
+			r := rs[i%3]
+			doc := filepath.Join(t.TempDir(), "svc.yaml")
+			os.WriteFile(doc, []byte(fmt.Sprintf("apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: svc-%d}\nspec: {ports: [{port: 80}]}\n", i)), 0o600)
+			if _, err := r.cli(t, "apply", "-f", doc); err == nil {
+				mu.Lock()
+				applied++
+				mu.Unlock()
+			}
+			_, _ = r.cli(t, "token", "create", "--service", "bookstore")
+		}
+	})
+	for k := range kills {
+		r := rs[rand.IntN(3)]
+		// Some work lands between kills: a few more enrollments.
+		mu.Lock()
+		before := len(enrolled)
+		mu.Unlock()
+		waitFor(t, "enrollments between kills", 30*time.Second, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(enrolled) >= before+3+rand.IntN(10)
+		})
+		r.kill()
+		r.launch(t)
+		r.waitReady(t, 60*time.Second)
+		t.Logf("kill %d: %s", k+1, r.name)
+	}
+	cancel()
+	wg.Wait()
+
+	// Uses spent == records created, every record whole.
+	out, err := rs[1].cli(t, "token", "list", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var toks []meshapi.TokenStatus
+	if err := json.Unmarshal([]byte(out), &toks); err != nil {
+		t.Fatal(err)
+	}
+	spent := -1
+	for _, tok := range toks {
+		if tok.UsesTotal == 100000 {
+			spent = tok.UsesTotal - tok.UsesLeft
+		}
+	}
+	is := &identityServer{api: rs[2].api, dataDir: rs[2].dataDir}
+	records := 0
+	for _, rec := range is.proxies(t) {
+		if rec.Serial == "" || rec.Issued.IsZero() || rec.Expires.IsZero() {
+			t.Errorf("half-written proxy record: %+v", rec)
+		}
+		if strings.HasSuffix(rec.CN, ".bookbuyer.default") {
+			records++
+		}
+	}
+	if spent != records {
+		t.Errorf("token uses spent %d, proxy records of its service %d: a use lost or a proxy issued without one", spent, records)
+	}
+	for cn := range enrolled {
+		if !is.proxiesHas(t, cn) {
+			t.Errorf("an agent got certificate %s but no replica has its record", cn)
+		}
+	}
+	// No VIP held twice.
+	out, err = rs[0].cli(t, "get", "services", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var services struct {
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Status struct {
+				VIP string `json:"vip"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &services); err != nil {
+		t.Fatalf("get services -o json: %v\n%.500s", err, out)
+	}
+	vips := map[string]string{}
+	for _, s := range services.Items {
+		if s.Status.VIP == "" {
+			t.Errorf("Service %s has no VIP", s.Metadata.Name)
+		}
+		if other, dup := vips[s.Status.VIP]; dup {
+			t.Errorf("VIP %s held by %s and %s", s.Status.VIP, other, s.Metadata.Name)
+		}
+		vips[s.Status.VIP] = s.Metadata.Name
+	}
+	if records == 0 || applied == 0 {
+		t.Errorf("%d enrollments and %d applies succeeded: the test proves nothing", records, applied)
+	}
+	t.Logf("%d kills: %d proxies enrolled (%d seen by agents), %d applies, %d services with distinct VIPs", kills, records, len(enrolled), applied, len(vips))
+}
+
+func (s *identityServer) proxiesHas(t *testing.T, cn string) bool {
+	for _, rec := range s.proxies(t) {
+		if rec.CN == cn {
+			return true
+		}
+	}
+	return false
 }
