@@ -522,65 +522,138 @@ func TestReplicaKills(t *testing.T) {
 	bin := buildBinaries(t)
 	rs := newReplicas(t, bin, consul, 3)
 	startReplicas(t, rs)
-	svc := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
-	join, err := rs[0].cli(t, "token", "create", "--service", "bookbuyer", "--uses", "100000")
-	if err != nil {
-		t.Fatal(err)
-	}
-	token, hash := parseJoin(t, strings.TrimSpace(join))
-
-	var (
-		mu       sync.Mutex
-		enrolled = map[string]bool{}
-		applied  int
-	)
-	ctx, cancel := context.WithCancel(t.Context())
-	var wg sync.WaitGroup
-	for w := range 3 {
-		wg.Go(func() { // enrollments
-			for i := 0; ctx.Err() == nil; i++ {
-				r := rs[(w+i)%3]
-				if res, err := enrollOnce(ctx, "https://"+r.api, token, hash, svc); err == nil {
-					mu.Lock()
-					enrolled[res.Identity] = true
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	wg.Go(func() { // applies and token creations
-		for i := 0; ctx.Err() == nil; i++ {
-			r := rs[i%3]
-			doc := filepath.Join(t.TempDir(), "svc.yaml")
-			os.WriteFile(doc, []byte(fmt.Sprintf("apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: svc-%d}\nspec: {ports: [{port: 80}]}\n", i)), 0o600)
-			if _, err := r.cli(t, "apply", "-f", doc); err == nil {
-				mu.Lock()
-				applied++
-				mu.Unlock()
-			}
-			_, _ = r.cli(t, "token", "create", "--service", "bookstore")
-		}
-	})
+	w := startWorkload(t, rs)
 	for k := range kills {
 		r := rs[rand.IntN(3)]
-		// Some work lands between kills: a few more enrollments.
-		mu.Lock()
-		before := len(enrolled)
-		mu.Unlock()
-		waitFor(t, "enrollments between kills", 30*time.Second, func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(enrolled) >= before+3+rand.IntN(10)
-		})
+		w.progress(t)
 		r.kill()
 		r.launch(t)
 		r.waitReady(t, 60*time.Second)
 		t.Logf("kill %d: %s", k+1, r.name)
 	}
-	cancel()
-	wg.Wait()
+	w.stop()
+	w.check(t, rs)
+	t.Logf("%d kills: %s", kills, w)
+}
 
-	// Uses spent == records created, every record whole.
+// TestReplicaConsulLeaderStop is the test 3: the Consul leader is
+// stopped, twice, while enrollments, applies and token creations run
+// through every replica. Writes resume after each election, and nothing
+// is lost or done twice (the same checks as TestReplicaKills).
+func TestReplicaConsulLeaderStop(t *testing.T) {
+	consul := consultest.StartCluster(t, 3)
+	bin := buildBinaries(t)
+	rs := newReplicas(t, bin, consul, 3)
+	startReplicas(t, rs)
+	w := startWorkload(t, rs)
+	for round := range 2 {
+		w.progress(t)
+		var leader *consultest.Agent
+		for _, a := range consul {
+			addr, err := consultest.Leader(t.Context(), a.HTTPAddr)
+			if err == nil && strings.HasPrefix(addr, strings.TrimSuffix(a.HTTPAddr, ":8500")+":") {
+				leader = a
+			}
+		}
+		if leader == nil {
+			t.Fatal("no Consul server says it is the leader")
+		}
+		leader.Stop()
+		w.progress(t) // writes resume under the new leader
+		leader.Start(t)
+		// The replica whose agent that was reports ready again.
+		for _, r := range rs {
+			r.waitReady(t, 60*time.Second)
+		}
+		t.Logf("round %d: stopped leader %s; writes resumed", round+1, leader.Name)
+	}
+	w.stop()
+	w.check(t, rs)
+	t.Logf("2 leader stops: %s", w)
+}
+
+// workload enrolls with one multi-use token, applies Services and creates
+// tokens through random replicas until stopped.
+type workload struct {
+	token, hash string
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+
+	mu       sync.Mutex
+	enrolled map[string]bool
+	applied  int
+	records  int
+	services int
+}
+
+func startWorkload(t *testing.T, rs []*replica) *workload {
+	t.Helper()
+	svc := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
+	join, err := rs[0].cli(t, "token", "create", "--service", "bookbuyer", "--uses", "100000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &workload{enrolled: map[string]bool{}}
+	w.token, w.hash = parseJoin(t, strings.TrimSpace(join))
+	ctx, cancel := context.WithCancel(t.Context())
+	w.cancel = cancel
+	for n := range 3 {
+		w.wg.Go(func() { // enrollments
+			for i := 0; ctx.Err() == nil; i++ {
+				r := rs[(n+i)%3]
+				if res, err := enrollOnce(ctx, "https://"+r.api, w.token, w.hash, svc); err == nil {
+					w.mu.Lock()
+					w.enrolled[res.Identity] = true
+					w.mu.Unlock()
+				}
+			}
+		})
+	}
+	dir := t.TempDir()
+	w.wg.Go(func() { // applies and token creations
+		for i := 0; ctx.Err() == nil; i++ {
+			r := rs[i%3]
+			doc := filepath.Join(dir, fmt.Sprintf("svc-%d.yaml", i))
+			os.WriteFile(doc, []byte(fmt.Sprintf("apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: svc-%d}\nspec: {ports: [{port: 80}]}\n", i)), 0o600)
+			if _, err := r.cli(t, "apply", "-f", doc); err == nil {
+				w.mu.Lock()
+				w.applied++
+				w.mu.Unlock()
+			}
+			_, _ = r.cli(t, "token", "create", "--service", "bookstore")
+		}
+	})
+	return w
+}
+
+// progress waits until a few more enrollments succeeded.
+func (w *workload) progress(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	before := len(w.enrolled)
+	w.mu.Unlock()
+	want := before + 3 + rand.IntN(10)
+	waitFor(t, "more enrollments", 60*time.Second, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.enrolled) >= want
+	})
+}
+
+func (w *workload) stop() {
+	w.cancel()
+	w.wg.Wait()
+}
+
+func (w *workload) String() string {
+	return fmt.Sprintf("%d proxies enrolled (%d seen by agents), %d applies, %d services with distinct VIPs", w.records, len(w.enrolled), w.applied, w.services)
+}
+
+// check: the token's uses spent equal its service's proxy records, every
+// record is whole, every certificate an agent got has a record, and no
+// two Services share a VIP.
+func (w *workload) check(t *testing.T, rs []*replica) {
+	t.Helper()
 	out, err := rs[1].cli(t, "token", "list", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
@@ -596,24 +669,24 @@ func TestReplicaKills(t *testing.T) {
 		}
 	}
 	is := &identityServer{api: rs[2].api, dataDir: rs[2].dataDir}
-	records := 0
+	known := map[string]bool{}
 	for _, rec := range is.proxies(t) {
 		if rec.Serial == "" || rec.Issued.IsZero() || rec.Expires.IsZero() {
 			t.Errorf("half-written proxy record: %+v", rec)
 		}
 		if strings.HasSuffix(rec.CN, ".bookbuyer.default") {
-			records++
+			w.records++
 		}
+		known[rec.CN] = true
 	}
-	if spent != records {
-		t.Errorf("token uses spent %d, proxy records of its service %d: a use lost or a proxy issued without one", spent, records)
+	if spent != w.records {
+		t.Errorf("token uses spent %d, proxy records of its service %d: a use lost or a proxy issued without one", spent, w.records)
 	}
-	for cn := range enrolled {
-		if !is.proxiesHas(t, cn) {
+	for cn := range w.enrolled {
+		if !known[cn] {
 			t.Errorf("an agent got certificate %s but no replica has its record", cn)
 		}
 	}
-	// No VIP held twice.
 	out, err = rs[0].cli(t, "get", "services", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
@@ -641,17 +714,8 @@ func TestReplicaKills(t *testing.T) {
 		}
 		vips[s.Status.VIP] = s.Metadata.Name
 	}
-	if records == 0 || applied == 0 {
-		t.Errorf("%d enrollments and %d applies succeeded: the test proves nothing", records, applied)
+	w.services = len(vips)
+	if w.records == 0 || w.applied == 0 {
+		t.Errorf("%d enrollments and %d applies succeeded: the test proves nothing", w.records, w.applied)
 	}
-	t.Logf("%d kills: %d proxies enrolled (%d seen by agents), %d applies, %d services with distinct VIPs", kills, records, len(enrolled), applied, len(vips))
-}
-
-func (s *identityServer) proxiesHas(t *testing.T, cn string) bool {
-	for _, rec := range s.proxies(t) {
-		if rec.CN == cn {
-			return true
-		}
-	}
-	return false
 }
