@@ -262,16 +262,7 @@ func TestReplicasServeEverything(t *testing.T) {
 
 	t.Run("apply on replica 1 reaches a proxy on replica 3", func(t *testing.T) {
 		buyer := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
-		rs[0].osm().Apply(t, `apiVersion: osm-vm.io/v1alpha1
-kind: MeshConfig
-metadata: {name: mesh}
-spec: {traffic: {permissive: true}, endpoints: {requireConnectedProxy: false}}
----
-apiVersion: osm-vm.io/v1alpha1
-kind: Service
-metadata: {name: bookbuyer}
-spec: {ports: [{port: 14001}]}
-`)
+		rs[0].osm().Apply(t, meshForBuyer)
 		// The proxy's own Service must be known where it connects.
 		waitFor(t, "replica 3 to know Service bookbuyer", 20*time.Second, func() bool {
 			out, err := rs[2].cli(t, "get", "services")
@@ -280,11 +271,7 @@ spec: {ports: [{port: 14001}]}
 		pair := rs[2].osm().Enroll(t, buyer)
 		proxy := rs[2].osm().Connect(t, pair, "10.0.0.6", "default/bookstore")
 		// A Service applied on replica 1 reaches the live proxy on 3.
-		rs[0].osm().Apply(t, `apiVersion: osm-vm.io/v1alpha1
-kind: Service
-metadata: {name: bookstore}
-spec: {ports: [{port: 14001}]}
-`)
+		rs[0].osm().Apply(t, bookstoreSvc)
 		proxy.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
 		for _, r := range rs {
 			out, err := r.cli(t, "get", "services")
@@ -377,7 +364,10 @@ func commits(t *testing.T, rs ...*replica) int {
 	return n
 }
 
-const meshForBuyers = `apiVersion: osm-vm.io/v1alpha1
+// meshForBuyer is a permissive mesh with Service bookbuyer; bookstoreSvc
+// adds its upstream.
+const (
+	meshForBuyer = `apiVersion: osm-vm.io/v1alpha1
 kind: MeshConfig
 metadata: {name: mesh}
 spec: {traffic: {permissive: true}, endpoints: {requireConnectedProxy: false}}
@@ -386,12 +376,14 @@ apiVersion: osm-vm.io/v1alpha1
 kind: Service
 metadata: {name: bookbuyer}
 spec: {ports: [{port: 14001}]}
----
-apiVersion: osm-vm.io/v1alpha1
+`
+	bookstoreSvc = `apiVersion: osm-vm.io/v1alpha1
 kind: Service
 metadata: {name: bookstore}
 spec: {ports: [{port: 14001}]}
 `
+	meshForBuyers = meshForBuyer + "---\n" + bookstoreSvc
+)
 
 // TestReplicaConsulLoad measures the writes a fleet costs Consul (the
 // figures docs/operator-guide.md quotes): per enrollment (with its first

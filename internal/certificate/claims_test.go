@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -178,38 +179,49 @@ func TestClaimWrittenAfterReturn(t *testing.T) {
 	}
 }
 
-// Claims that arrive while a claim is being written are written together.
+// Claims that arrive while a claim is being written are written together,
+// in transactions within the store's limits (store.Memory refuses more
+// than store.MaxTxnOps ops, as Consul does).
 func TestClaimsCoalesce(t *testing.T) {
-	st := newHeldStore()
-	m := newTestManager(t, st, Options{})
-	var cns []string
-	for range 40 {
-		_, cn := issueProxy(t, m)
-		cns = append(cns, cn)
-	}
-	runManager(t, m)
-	release := st.holdTxns(t)
-	before := st.txnCount()
-	if err := claimReturns(t, m, cns[0]); err != nil {
-		t.Fatal(err)
-	}
-	<-st.entered
-	for _, cn := range cns[1:] {
-		if err := claimReturns(t, m, cn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	release()
-	waitFor(t, "every claim written", func() bool {
-		for _, cn := range cns {
-			if stored(t, st.Memory, cn).State != StateClaimed {
-				return false
+	for _, tc := range []struct {
+		claims, txns int // txns: the first claim alone, then full batches
+	}{
+		{40, 2},
+		{3*store.MaxTxnOps + 7, 1 + 4}, // 198 after the first: 64+64+64+6
+	} {
+		t.Run(fmt.Sprint(tc.claims), func(t *testing.T) {
+			st := newHeldStore()
+			m := newTestManager(t, st, Options{})
+			var cns []string
+			for range tc.claims {
+				_, cn := issueProxy(t, m)
+				cns = append(cns, cn)
 			}
-		}
-		return true
-	})
-	if got := st.txnCount() - before; got != 2 {
-		t.Errorf("40 claims took %d transactions, want 2 (the first, then the 39 that came while it was written)", got)
+			runManager(t, m)
+			release := st.holdTxns(t)
+			before := st.txnCount()
+			if err := claimReturns(t, m, cns[0]); err != nil {
+				t.Fatal(err)
+			}
+			<-st.entered
+			for _, cn := range cns[1:] {
+				if err := claimReturns(t, m, cn); err != nil {
+					t.Fatal(err)
+				}
+			}
+			release()
+			waitFor(t, "every claim written", func() bool {
+				for _, cn := range cns {
+					if stored(t, st.Memory, cn).State != StateClaimed {
+						return false
+					}
+				}
+				return true
+			})
+			if got := st.txnCount() - before; got != tc.txns {
+				t.Errorf("%d claims took %d transactions, want %d (the first, then the rest that came while it was written, %d at most at once)", tc.claims, got, tc.txns, store.MaxTxnOps)
+			}
+		})
 	}
 }
 
@@ -404,43 +416,5 @@ func TestUnreadableRecordDropsOnlyItsClaim(t *testing.T) {
 	waitFor(t, "a later claim to be written", func() bool { return stored(t, st.Memory, later).State == StateClaimed })
 	if err := m.ClaimProxy(t.Context(), bad); err == nil || !strings.Contains(err.Error(), "does not decode") {
 		t.Errorf("ClaimProxy of the unreadable record = %v, want a refusal naming it", err)
-	}
-}
-
-// More claims than one transaction may hold are written in transactions
-// within the store's limits (store.Memory refuses more, as Consul does).
-func TestClaimsBatchedWithinStoreLimits(t *testing.T) {
-	st := newHeldStore()
-	m := newTestManager(t, st, Options{})
-	const n = 3*store.MaxTxnOps + 7
-	var cns []string
-	for range n {
-		_, cn := issueProxy(t, m)
-		cns = append(cns, cn)
-	}
-	runManager(t, m)
-	release := st.holdTxns(t)
-	before := st.txnCount()
-	if err := claimReturns(t, m, cns[0]); err != nil {
-		t.Fatal(err)
-	}
-	<-st.entered
-	for _, cn := range cns[1:] {
-		if err := claimReturns(t, m, cn); err != nil {
-			t.Fatal(err)
-		}
-	}
-	release()
-	waitFor(t, "every claim written", func() bool {
-		for _, cn := range cns {
-			if stored(t, st.Memory, cn).State != StateClaimed {
-				return false
-			}
-		}
-		return true
-	})
-	// The first claim alone, then the rest in full batches.
-	if got, want := st.txnCount()-before, 1+(n-1+store.MaxTxnOps-1)/store.MaxTxnOps; got != want {
-		t.Errorf("%d claims took %d transactions, want %d", n, got, want)
 	}
 }
