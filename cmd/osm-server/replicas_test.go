@@ -553,6 +553,11 @@ func TestReplicaConsulLeaderStop(t *testing.T) {
 		leader.Stop()
 		w.progress(t) // writes resume under the new leader
 		leader.Start(t)
+		// It rejoins (knows the leader) before the next round stops
+		// another: two of three servers down is no quorum.
+		if err := consultest.WaitLeader(t.Context(), leader.HTTPAddr); err != nil {
+			t.Fatalf("consul %s after restart: %v", leader.Name, err)
+		}
 		// The replica whose agent that was reports ready again.
 		for _, r := range rs {
 			r.waitReady(t, 60*time.Second)
@@ -679,6 +684,12 @@ func (w *workload) check(t *testing.T, rs []*replica) {
 			t.Errorf("an agent got certificate %s but no replica has its record", cn)
 		}
 	}
+	// A replica whose Consul agent was away catches up through its watch
+	// (which backs off while Consul is unreachable): wait for it.
+	waitFor(t, "replica 1 to list every applied Service", 60*time.Second, func() bool {
+		out, err = rs[0].cli(t, "get", "services")
+		return err == nil && strings.Count(out, "svc-") >= w.applied
+	})
 	out, err = rs[0].cli(t, "get", "services", "-o", "json")
 	if err != nil {
 		t.Fatal(err)
