@@ -18,6 +18,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store/consulstore"
 	"github.com/osm-vm/osm-vm/internal/xds"
 )
 
@@ -59,6 +60,9 @@ type Config struct {
 	// AgentPackageDir holds the osm-agent packages the one-line join
 	// installs (served at /join/packages/); "" for <dataDir>/agent-packages.
 	AgentPackageDir string `yaml:"agentPackageDir"`
+	// Store says where the server's state lives: the bbolt file in
+	// dataDir (one server) or Consul KV (several replicas).
+	Store StoreConfig `yaml:"store"`
 }
 
 func (c Config) agentPackageDir() string {
@@ -66,6 +70,22 @@ func (c Config) agentPackageDir() string {
 		return c.AgentPackageDir
 	}
 	return filepath.Join(c.DataDir, "agent-packages")
+}
+
+// Store backends.
+const (
+	storeBolt   = "bbolt"
+	storeConsul = "consul"
+)
+
+// StoreConfig is the `store:` section.
+type StoreConfig struct {
+	// Backend is "bbolt" (the default: a file in dataDir) or "consul".
+	Backend string `yaml:"backend"`
+	// Consul is how to reach Consul; empty keys take Consul's standard
+	// environment variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN,
+	// CONSUL_CACERT, ...), then Consul's defaults.
+	Consul consulstore.Config `yaml:"consul"`
 }
 
 // ProviderConfig is one `providers:` entry.
@@ -90,6 +110,7 @@ func defaultConfig() Config {
 		TokenRetention:       enroll.DefaultTokenRetention,
 		ProxyRecordRetention: certificate.DefaultProxyRecordRetention,
 		HandshakeTimeout:     xds.DefaultHandshakeTimeout,
+		Store:                StoreConfig{Backend: storeBolt},
 	}
 }
 
@@ -151,8 +172,12 @@ func parseConfig(path string, data []byte) (Config, error) {
 		"tokenRetention": &cfg.TokenRetention, "proxyRecordRetention": &cfg.ProxyRecordRetention,
 		"handshakeTimeout": &cfg.HandshakeTimeout, "agentPackageDir": &cfg.AgentPackageDir,
 	}
-	err := decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers"), func(key string, v *yaml.Node) error {
-		if key != "providers" {
+	err := decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers", "store"), func(key string, v *yaml.Node) error {
+		switch key {
+		case "store":
+			return decodeStore(path, v, &cfg.Store)
+		case "providers":
+		default:
 			return v.Decode(fields[key])
 		}
 		if v.Kind != yaml.SequenceNode {
@@ -171,6 +196,25 @@ func parseConfig(path string, data []byte) (Config, error) {
 		return nil
 	})
 	return cfg, err
+}
+
+// decodeStore decodes the `store:` section, refusing unknown keys at any
+// depth.
+func decodeStore(path string, n *yaml.Node, sc *StoreConfig) error {
+	c := &sc.Consul
+	cf := map[string]any{
+		"address": &c.Address, "scheme": &c.Scheme, "caFile": &c.CAFile, "certFile": &c.CertFile,
+		"keyFile": &c.KeyFile, "serverName": &c.ServerName, "token": &c.Token, "tokenFile": &c.TokenFile,
+		"datacenter": &c.Datacenter, "keyPrefix": &c.KeyPrefix,
+	}
+	return decodeMapping(path, n, "store.", []string{"backend", "consul"}, func(key string, v *yaml.Node) error {
+		if key == "backend" {
+			return v.Decode(&sc.Backend)
+		}
+		return decodeMapping(path, v, "store.consul.", keysOf(cf), func(key string, v *yaml.Node) error {
+			return v.Decode(cf[key])
+		})
+	})
 }
 
 func keysOf(m map[string]any, extra ...string) []string {
@@ -272,6 +316,15 @@ func (c Config) validate() error {
 	}
 	if c.ProxyRecordRetention < 0 {
 		errs = append(errs, fmt.Errorf("proxyRecordRetention %s is negative: give a duration such as 168h (0 deletes a proxy's record as soon as its certificates expire)", c.ProxyRecordRetention))
+	}
+	switch c.Store.Backend {
+	case storeBolt:
+	case storeConsul:
+		if err := c.Store.Consul.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("store.consul: %w", err))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("store.backend %q: want %q (a file in dataDir, one server) or %q (several replicas sharing Consul KV)", c.Store.Backend, storeBolt, storeConsul))
 	}
 	names := map[string]bool{}
 	for i, p := range c.Providers {

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/store/consulstore"
 )
 
 func writeConfig(t *testing.T, content string) string {
@@ -36,6 +38,7 @@ func TestLoadConfigExample(t *testing.T) {
 		TokenRetention:       7 * 24 * time.Hour,
 		ProxyRecordRetention: 7 * 24 * time.Hour,
 		HandshakeTimeout:     10 * time.Second,
+		Store:                StoreConfig{Backend: storeBolt, Consul: consulstore.Config{KeyPrefix: "osm/"}},
 		Providers: []ProviderConfig{{
 			Name: "onprem", Plugin: "osm-provider-static",
 			Config: map[string]any{"file": "/etc/osm/endpoints.yaml"},
@@ -106,6 +109,9 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"memoryLimit without a number", "memoryLimit: GiB\n", []string{":1:", "memoryLimit", `"GiB" is not a size`}},
 		{"memoryLimit in GB", "dataDir: /x\nmemoryLimit: 3GB\n", []string{":2:", "memoryLimit", `"3GB" is not a size`}},
 		{"proxyRecordRetention not a duration", "proxyRecordRetention: 7 days\n", []string{"line 1", "proxyRecordRetention"}},
+		{"unknown store key", "store:\n  backend: consul\n  adress: x\n", []string{":3:", `"store.adress"`, "backend, consul"}},
+		{"unknown consul key", "store:\n  consul:\n    adress: x\n", []string{":3:", `"store.consul.adress"`, "known keys are address,"}},
+		{"consul key wrong case", "store:\n  consul:\n    keyprefix: x/\n", []string{`did you mean "keyPrefix"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := loadConfig(writeConfig(t, tc.content))
@@ -121,6 +127,24 @@ func TestLoadConfigErrors(t *testing.T) {
 	}
 	if _, err := loadConfig(filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Errorf("missing file error = %v; want it to name the file", err)
+	}
+}
+
+func TestLoadConfigStore(t *testing.T) {
+	cfg, err := loadConfig(writeConfig(t, "store:\n  backend: consul\n  consul:\n    address: https://consul.example:8501\n    caFile: /etc/osm/consul-ca.pem\n    tokenFile: /etc/osm/consul.token\n    keyPrefix: osm/prod/\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := StoreConfig{Backend: storeConsul}
+	want.Consul.Address, want.Consul.CAFile, want.Consul.TokenFile, want.Consul.KeyPrefix = "https://consul.example:8501", "/etc/osm/consul-ca.pem", "/etc/osm/consul.token", "osm/prod/"
+	if diff := cmp.Diff(want, cfg.Store); diff != "" {
+		t.Errorf("store (-want +got):\n%s", diff)
+	}
+	if err := cfg.validate(); err != nil {
+		t.Errorf("validate: %v", err)
+	}
+	if cfg, err := loadConfig(writeConfig(t, "dataDir: /x\n")); err != nil || cfg.Store.Backend != storeBolt {
+		t.Errorf("no store section: backend %q, %v; want %q", cfg.Store.Backend, err, storeBolt)
 	}
 }
 
@@ -147,6 +171,8 @@ func TestValidate(t *testing.T) {
 		{"handshakeTimeout zero", func(c *Config) { c.HandshakeTimeout = 0 }, "handshakeTimeout 0s is out of range"},
 		{"handshakeTimeout an hour", func(c *Config) { c.HandshakeTimeout = time.Hour }, "from 100ms to 5m"},
 		{"proxyRecordRetention negative", func(c *Config) { c.ProxyRecordRetention = -time.Hour }, "proxyRecordRetention -1h0m0s is negative"},
+		{"unknown store", func(c *Config) { c.Store.Backend = "etcd" }, `store.backend "etcd": want "bbolt"`},
+		{"consul prefix", func(c *Config) { c.Store.Backend, c.Store.Consul.KeyPrefix = storeConsul, "osm" }, `store.consul: consul key prefix "osm": must end with "/"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := good

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -41,4 +42,44 @@ func loadOrCreateAdminToken(dataDir string) (string, error) {
 		return "", fmt.Errorf("write admin token: %w", err)
 	}
 	return tok, nil
+}
+
+// adminTokenKey is where replicas sharing a store keep the admin token.
+const adminTokenKey = "server/admin-token"
+
+// tokenStore is what shareAdminToken needs of the store.
+type tokenStore interface {
+	Get(ctx context.Context, key string) ([]byte, uint64, error)
+	CompareAndSwap(ctx context.Context, key string, version uint64, value []byte) (uint64, bool, error)
+}
+
+// shareAdminToken returns the admin token every replica sharing st uses:
+// the one stored, or local (this replica's) if none is stored yet (the
+// first replica's wins a race). The data directory's file is rewritten to
+// it, so the CLI on this host finds it.
+func shareAdminToken(ctx context.Context, st tokenStore, dataDir, local string) (string, error) {
+	for range 3 {
+		b, ver, err := st.Get(ctx, adminTokenKey)
+		if err != nil {
+			return "", fmt.Errorf("read the shared admin token: %w", err)
+		}
+		if ver != 0 {
+			tok := strings.TrimSpace(string(b))
+			if len(tok) < 32 {
+				return "", fmt.Errorf("the shared admin token at store key %s holds %d characters, too short: delete the key and restart a replica to create a new one", adminTokenKey, len(tok))
+			}
+			if tok != local {
+				if err := atomicfile.WriteFile(filepath.Join(dataDir, adminTokenFile), []byte(tok+"\n"), 0o600); err != nil {
+					return "", fmt.Errorf("write admin token: %w", err)
+				}
+			}
+			return tok, nil
+		}
+		if _, ok, err := st.CompareAndSwap(ctx, adminTokenKey, 0, []byte(local)); err != nil {
+			return "", fmt.Errorf("store the shared admin token: %w", err)
+		} else if ok {
+			return local, nil
+		}
+	}
+	return "", fmt.Errorf("the shared admin token at store key %s keeps changing: %w", adminTokenKey, errors.New("conflict"))
 }

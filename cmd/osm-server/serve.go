@@ -30,6 +30,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/store/consulstore"
 	"github.com/osm-vm/osm-vm/internal/xds"
 	xdscache "github.com/osm-vm/osm-vm/internal/xds/cache"
 )
@@ -70,6 +71,7 @@ override the matching keys of the config file.`,
 				{"debug-address", &cfg.DebugAddress, overrides.DebugAddress},
 				{"api-address", &cfg.APIAddress, overrides.APIAddress},
 				{"xds-address", &cfg.XDSAddress, overrides.XDSAddress},
+				{"store", &cfg.Store.Backend, overrides.Store.Backend},
 			} {
 				if flags.Changed(o.flag) {
 					*o.dst = o.val
@@ -88,6 +90,7 @@ override the matching keys of the config file.`,
 	f.StringVar(&overrides.DebugAddress, "debug-address", "", "address for health, metrics, the read-only API and, with the admin token, /debug/ (config key debugAddress)")
 	f.StringVar(&overrides.APIAddress, "api-address", "", "HTTPS address for enrollment and the admin API (config key apiAddress)")
 	f.StringVar(&overrides.XDSAddress, "xds-address", "", "gRPC mTLS address for xDS (config key xdsAddress)")
+	f.StringVar(&overrides.Store.Backend, "store", "", "where the state lives: bbolt (a file in the data directory) or consul (several replicas; Consul from the config's store.consul or CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN, ...) (config key store.backend)")
 	f.StringVar(&logFormat, "log-format", "text", "log format: text or json")
 	f.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	return cmd
@@ -109,7 +112,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	log.Info("osm-server starting", "version", buildVersion(), "data_dir", cfg.DataDir, "plugin_dir", cfg.PluginDir, "providers", len(instances))
 	applyRuntime(log, cfg)
 
-	st, err := store.OpenBolt(cfg.DataDir)
+	st, err := openStore(ctx, log, cfg)
 	if err != nil {
 		return err
 	}
@@ -123,12 +126,25 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if cfg.Store.Backend == storeConsul {
+		// Replicas share one admin token, so any of them takes the CLI's.
+		if adminToken, err = shareAdminToken(ctx, st, cfg.DataDir, adminToken); err != nil {
+			return err
+		}
+	}
 	sp, err := spec.New(ctx, log.With("component", "spec"), kv)
 	if err != nil {
 		return err
 	}
 	meshCfg := sp.Snapshot()
+	// Singleton duties (pruning) run on one replica at a time: under a
+	// Consul lock, or here when the store is this server's own.
+	duty := func(string) certificate.Duty { return nil }
+	if cs, ok := st.(*consulstore.Store); ok {
+		duty = func(name string) certificate.Duty { return cs.Duty(name) }
+	}
 	certs, err := certificate.New(ctx, log.With("component", "certificate"), kv, certificate.Options{
+		Duty:            duty("prune-proxy-records"),
 		TrustDomain:     cfg.TrustDomain,
 		ServiceLifetime: meshCfg.ServiceCertLifetime(),
 		ProxyLifetime:   meshCfg.ProxyCertLifetime(),
@@ -200,8 +216,18 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return certs.Run(ctx) })
+	// Follow the specification other replicas sharing the store apply.
+	g.Go(func() error { return sp.Run(ctx) })
 	g.Go(func() error { return followLifetimes(ctx, log, sp, certs) })
-	g.Go(func() error { return pruneTokens(ctx, log, tokens, cfg.TokenRetention, tokenPruneEvery) })
+	g.Go(func() error {
+		prune := func(ctx context.Context) error {
+			return pruneTokens(ctx, log, tokens, cfg.TokenRetention, tokenPruneEvery)
+		}
+		if d := duty("prune-tokens"); d != nil {
+			return d.Run(ctx, prune)
+		}
+		return prune(ctx)
+	})
 	// xDS starts once every provider has listed its endpoints: a proxy
 	// that reconnects after a restart must not be told its upstreams have
 	// none.
@@ -224,6 +250,14 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	g.Go(afterProviders(func() error { return model.Run(ctx) }))
 	g.Go(afterProviders(func() error { return publisher.Run(ctx) }))
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
+	if cs, ok := st.(*consulstore.Store); ok {
+		h := &storeHealth{st: cs, log: log.With("component", "store")}
+		debugAPI.AddReadyCheck(h.ready)
+		if err := h.register(reg); err != nil {
+			return err
+		}
+		g.Go(func() error { return h.run(ctx) })
+	}
 	// Ready means a client may dial xDS at once: the listener is open.
 	xdsListening := make(chan net.Addr, 1)
 	var xdsOpen atomic.Bool
@@ -254,6 +288,36 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	err = g.Wait()
 	log.Info("osm-server stopped")
 	return err
+}
+
+// storeOpenTimeout bounds the first contact with Consul at start.
+const storeOpenTimeout = 15 * time.Second
+
+// serverStore is the store osm-server runs on, with what closes it.
+type serverStore interface {
+	store.Store
+	Close() error
+}
+
+// openStore opens the store cfg.Store names: the bbolt file in dataDir, or
+// Consul KV (failing at once, naming the address and the fix, when Consul
+// cannot be reached or the token may not read the key prefix).
+func openStore(ctx context.Context, log *slog.Logger, cfg Config) (serverStore, error) {
+	if cfg.Store.Backend != storeConsul {
+		return store.OpenBolt(cfg.DataDir)
+	}
+	// The data directory still holds the admin token and ca.crt for the
+	// CLI on this host.
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("dataDir: %w", err)
+	}
+	octx, cancel := context.WithTimeout(ctx, storeOpenTimeout)
+	defer cancel()
+	st, err := consulstore.Open(octx, cfg.Store.Consul, log.With("component", "store"))
+	if err != nil {
+		return nil, fmt.Errorf("store.backend consul: cannot start without Consul: %w", err)
+	}
+	return st, nil
 }
 
 // tokenPruneEvery is how often osm-server deletes join tokens past their

@@ -268,3 +268,20 @@ func TestServeRejectsBadConfig(t *testing.T) {
 		t.Errorf("serve with a bad config: %v; want an error naming providers[0].plugin", err)
 	}
 }
+
+// TestServeConsulUnreachable starts `serve --store consul` with nothing but
+// CONSUL_HTTP_ADDR set, at an address nothing listens on: it must fail at
+// once, naming the store, the address and the variable to fix.
+func TestServeConsulUnreachable(t *testing.T) {
+	addr := freeAddr(t)
+	t.Setenv("CONSUL_HTTP_ADDR", addr)
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	cmd := newRootCmd(&strings.Builder{}, &strings.Builder{})
+	cmd.SetArgs([]string{"serve", "--store", "consul", "--data-dir", t.TempDir(), "--debug-address", "127.0.0.1:0", "--api-address", "127.0.0.1:0", "--xds-address", "127.0.0.1:0"})
+	err := cmd.Execute()
+	for _, want := range []string{"store.backend consul", "http://" + addr, "connection refused", "CONSUL_HTTP_ADDR"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("serve --store consul without Consul: %v; want an error containing %q", err, want)
+		}
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 const testAdminToken = "s3cret"
@@ -24,7 +25,7 @@ const testAdminToken = "s3cret"
 func newSpecTestServer(t *testing.T) *httptest.Server {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := spec.New(t.Context(), log, spec.NewMemoryStore())
+	s, err := spec.New(t.Context(), log, store.NewMemory())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 // specWith returns a specification whose MeshConfig sets
@@ -19,7 +20,7 @@ import (
 func specWith(t *testing.T, require bool) *spec.Spec {
 	t.Helper()
 	ctx := context.Background()
-	sp, err := spec.New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), spec.NewMemoryStore())
+	sp, err := spec.New(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), store.NewMemory())
 	if err != nil {
 		t.Fatal(err)
 	}

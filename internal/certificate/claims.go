@@ -23,15 +23,13 @@ import (
 // ListProxies, VerifyProxy); Run writes what is pending before it returns.
 // Without Run (or after it), ClaimProxy writes before it returns.
 
-// lastSeenGranularity bounds how often a reconnecting proxy's LastSeen is
-// written: a reconnect storm of a large fleet must not become a storm of
-// store writes.
-const lastSeenGranularity = time.Minute
-
 // Bounds of the claim writer.
 const (
-	// claimBatch is the most claims one transaction writes.
-	claimBatch = 512
+	// claimBatch is the most claims one transaction writes: what every
+	// store takes in one transaction (Consul's limit). A batch whose
+	// records add up to more than store.MaxTxnBytes is written claim by
+	// claim.
+	claimBatch = store.MaxTxnOps
 	// claimAttempts is how often a batch is re-read and retried when a
 	// record changed under it, before its claims are written one by one.
 	claimAttempts = 3
@@ -39,15 +37,17 @@ const (
 	claimFlushTimeout = 10 * time.Second
 )
 
-// claim is the change a connection at time at makes to a record:
-// unclaimed becomes claimed, LastSeen becomes at unless a claimed record
-// was seen less than lastSeenGranularity before; a revoked record is
-// refused. It changes e only when it returns nil.
+// claim is the change a connection at time at makes to a record: an
+// unclaimed one becomes claimed, last seen at; a claimed one is left as it
+// is (a reconnect writes nothing, so a fleet reconnecting to another
+// replica costs the store nothing; LastSeen moves at renewals, which
+// write the record anyway); a revoked record is refused. It changes e
+// only when it returns nil.
 func claim(e *proxyEntry, at time.Time) error {
 	if e.State == StateRevoked {
 		return fmt.Errorf("proxy %s: %w (enroll the machine again with a new join token)", e.CN, ErrRevoked)
 	}
-	if e.State == StateClaimed && at.Sub(e.LastSeen) < lastSeenGranularity {
+	if e.State == StateClaimed {
 		return errUnchanged
 	}
 	e.State = StateClaimed
@@ -247,6 +247,9 @@ func (m *Manager) writeClaimBatch(ctx context.Context, batch map[string]time.Tim
 		}
 		if len(ops) == 0 {
 			return nil, nil
+		}
+		if store.CheckLimits(ops) != nil {
+			break // records too large to go together: one by one
 		}
 		ok, err := m.st.Txn(ctx, ops...)
 		if err != nil {

@@ -140,7 +140,23 @@ type Options struct {
 	ProxyRecordRetention time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// Duty runs what must run on one replica at a time (proxy-record
+	// pruning); nil runs it on this one (a single server is always the
+	// holder).
+	Duty Duty
 }
+
+// Duty is held by one replica at a time. Run calls fn whenever this
+// replica holds it, with a ctx that ends the moment it stops holding it,
+// until ctx ends.
+type Duty interface {
+	Run(ctx context.Context, fn func(ctx context.Context) error) error
+}
+
+// alwaysHeld is the Duty of a server that shares its store with no one.
+type alwaysHeld struct{}
+
+func (alwaysHeld) Run(ctx context.Context, fn func(ctx context.Context) error) error { return fn(ctx) }
 
 // AnnouncementKind says what changed.
 type AnnouncementKind int
@@ -238,6 +254,8 @@ type Manager struct {
 	kick chan struct{}
 	// metrics are nil unless Instrument was called (metrics.go).
 	metrics *metrics
+	// pruneKick wakes the prune loop to look at the clock again (tests).
+	pruneKick chan struct{}
 
 	// claimMu guards the claims not yet written (claims.go): the time of
 	// each proxy's connection by CN, and how many claim writers (Runs)
@@ -292,6 +310,7 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 		subs:        map[chan Announcement]struct{}{},
 		requested:   map[mesh.ServiceAccount]struct{}{},
 		kick:        make(chan struct{}, 1),
+		pruneKick:   make(chan struct{}, 1),
 
 		claims:    map[string]time.Time{},
 		claimKick: make(chan struct{}, 1),
@@ -440,11 +459,13 @@ func (m *Manager) announceLocked(a Announcement) {
 	}
 }
 
-// wake asks Run to recompute its timer.
+// wake asks Run to recompute its timers.
 func (m *Manager) wake() {
-	select {
-	case m.kick <- struct{}{}:
-	default:
+	for _, ch := range []chan struct{}{m.kick, m.pruneKick} {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -477,6 +498,13 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.claimWriters++ // from now on ClaimProxy leaves the write to writeClaims
 	m.claimMu.Unlock()
 	wg.Go(func() { m.writeClaims(ctx) })
+	wg.Go(func() {
+		duty := m.opts.Duty
+		if duty == nil {
+			duty = alwaysHeld{}
+		}
+		_ = duty.Run(ctx, m.pruneLoop)
+	})
 	return m.run(ctx)
 }
 
@@ -500,14 +528,11 @@ func (m *Manager) run(ctx context.Context) error {
 	if err := m.syncProxies(ctx, true); err != nil {
 		fail("load proxy records", err)
 	}
-	// Proxy records past their retention are deleted at once (the first
-	// wait is none) and then every proxyPruneEvery.
-	var nextPrune time.Time
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var svcSync, proxySync <-chan time.Time
 	for {
-		wait := min(m.untilNextRotation(), max(nextPrune.Sub(m.now()), 0))
+		wait := m.untilNextRotation()
 		if !retryAt.IsZero() {
 			// Something failed: retry the syncs, rotations and prune then.
 			wait = max(retryAt.Sub(m.now()), 0)
@@ -544,24 +569,11 @@ func (m *Manager) run(ctx context.Context) error {
 			}
 		case <-timer.C:
 			err := errors.Join(m.syncServices(ctx, true), m.syncProxies(ctx, true), m.rotateDue(ctx), m.issueRequested(ctx))
-			var pruneErr error
-			if !m.now().Before(nextPrune) {
-				var n int
-				n, pruneErr = m.pruneProxies(ctx)
-				if n > 0 {
-					m.log.Info("deleted proxy records whose certificates all expired", "deleted", n, "retention", m.opts.ProxyRecordRetention)
-				}
-				if pruneErr == nil {
-					nextPrune = m.now().Add(proxyPruneEvery)
-				}
-			}
 			switch {
 			case ctx.Err() != nil:
 				return nil
 			case err != nil:
-				fail("rotate service certificates", errors.Join(err, pruneErr))
-			case pruneErr != nil:
-				fail("prune proxy records", pruneErr)
+				fail("rotate service certificates", err)
 			default:
 				backoff, retryAt = 0, time.Time{}
 			}

@@ -39,9 +39,13 @@ type ProxyRecord struct {
 	ServiceAccount mesh.ServiceAccount `json:"serviceAccount"`
 	State          ProxyState          `json:"state"`
 	// Serial of the current certificate, lower-case hex.
-	Serial   string    `json:"serial"`
-	Issued   time.Time `json:"issued"`
-	Expires  time.Time `json:"expires"`
+	Serial  string    `json:"serial"`
+	Issued  time.Time `json:"issued"`
+	Expires time.Time `json:"expires"`
+	// LastSeen is when the proxy first connected or last renewed its
+	// certificate: written only with a change the record needs anyway,
+	// never per connection (whether it is connected now is the xDS
+	// server's to say).
 	LastSeen time.Time `json:"lastSeen,omitzero"`
 	// Overlap is the one earlier certificate still accepted (the renewal
 	// overlap: the certificate the proxy renewed with, which it keeps
@@ -312,6 +316,7 @@ func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER
 		// it holds and keeps using until it switches to the new one.
 		e.Overlap = &OverlapCertificate{Serial: serialString(peer.SerialNumber), Expires: peer.NotAfter}
 		e.Serial, e.Issued, e.Expires = serialString(cert.SerialNumber), now, cert.NotAfter
+		e.LastSeen = now // the record is written anyway: a free sign of life
 		val, err := json.Marshal(e)
 		if err != nil {
 			return nil, fmt.Errorf("encode proxy record %s: %w", cn, err)

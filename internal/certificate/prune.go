@@ -33,9 +33,10 @@ import (
 // retention.
 const proxyPruneEvery = time.Hour
 
-// pruneBatch is the most records one delete transaction removes (as the
-// join tokens' Prune in internal/enroll).
-const pruneBatch = 256
+// pruneBatch is the most records one delete transaction removes: what
+// every store takes in one transaction (as the join tokens' Prune in
+// internal/enroll).
+const pruneBatch = store.MaxTxnOps
 
 // pruneProxies deletes the proxy records whose every certificate expired
 // ProxyRecordRetention or more ago, revoked or not, and forgets them on
@@ -79,6 +80,48 @@ func (m *Manager) pruneProxies(ctx context.Context) (int, error) {
 		}
 	}
 	return len(deleted), nil
+}
+
+// pruneLoop deletes proxy records past their retention at once and then
+// every proxyPruneEvery, until ctx ends (this replica stops holding the
+// duty, or shuts down). A failure is logged and retried with backoff.
+func (m *Manager) pruneLoop(ctx context.Context) error {
+	const minBackoff, maxBackoff = 500 * time.Millisecond, time.Minute
+	var (
+		backoff   time.Duration
+		nextPrune time.Time // zero: at once
+	)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		failing := backoff > 0
+		if failing || !m.now().Before(nextPrune) {
+			n, err := m.pruneProxies(ctx)
+			if n > 0 {
+				m.log.Info("deleted proxy records whose certificates all expired", "deleted", n, "retention", m.opts.ProxyRecordRetention)
+			}
+			switch {
+			case ctx.Err() != nil:
+				return nil
+			case err != nil:
+				backoff = min(max(2*backoff, minBackoff), maxBackoff)
+				m.log.Error("prune proxy records", "err", err, "retryIn", backoff)
+			default:
+				backoff, nextPrune = 0, m.now().Add(proxyPruneEvery)
+			}
+		}
+		wait := backoff
+		if wait == 0 {
+			wait = max(nextPrune.Sub(m.now()), 0)
+		}
+		timer.Reset(wait)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.pruneKick:
+		case <-timer.C:
+		}
+	}
 }
 
 // forgetProxies drops what this replica keeps about the proxies cns,

@@ -308,3 +308,66 @@ func TestProxyRecordRetentionOption(t *testing.T) {
 		t.Errorf("default retention %s, want %s", m.opts.ProxyRecordRetention, DefaultProxyRecordRetention)
 	}
 }
+
+// More expired records than one transaction may hold are deleted in
+// transactions within the store's limits.
+func TestPruneManyProxies(t *testing.T) {
+	const lifetime, retention = time.Hour, 2 * time.Hour
+	clk := newClock()
+	st := store.NewMemory()
+	m := newTestManager(t, st, Options{Now: clk.Now, ProxyLifetime: lifetime, ProxyRecordRetention: retention})
+	const n = 2*store.MaxTxnOps + 3
+	for range n {
+		issueProxy(t, m)
+	}
+	clk.Advance(lifetime + retention)
+	if got, err := m.pruneProxies(t.Context()); err != nil || got != n {
+		t.Fatalf("pruneProxies = %d, %v; want %d, nil", got, err, n)
+	}
+	if got := storedCNs(t, st); len(got) != 0 {
+		t.Errorf("%d records left, want none", len(got))
+	}
+}
+
+// heldDuty is a Duty the test hands to the manager and takes away.
+type heldDuty struct{ take chan context.Context }
+
+func (d heldDuty) Run(ctx context.Context, fn func(context.Context) error) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case hold := <-d.take:
+			hctx, cancel := context.WithCancel(ctx)
+			stop := context.AfterFunc(hold, cancel)
+			_ = fn(hctx)
+			stop()
+			cancel()
+		}
+	}
+}
+
+// Proxy records are pruned only by the replica holding the duty, and
+// from the moment it holds it.
+func TestPruneOnlyWhileHoldingDuty(t *testing.T) {
+	const lifetime, retention = time.Hour, 2 * time.Hour
+	clk := newClock()
+	st := store.NewMemory()
+	duty := heldDuty{take: make(chan context.Context)}
+	m := newTestManager(t, st, Options{Now: clk.Now, ProxyLifetime: lifetime, ProxyRecordRetention: retention, Duty: duty})
+	issueProxy(t, m)
+	clk.Advance(lifetime + retention)
+	runManager(t, m)
+	// Not holding the duty: a sync pass runs, the record stays.
+	m.wake()
+	if err := m.syncProxies(t.Context(), false); err != nil {
+		t.Fatal(err)
+	}
+	if got := storedCNs(t, st); len(got) != 1 {
+		t.Fatalf("records while another replica holds the duty: %v, want the expired one kept", got)
+	}
+	hold, lose := context.WithCancel(t.Context())
+	defer lose()
+	duty.take <- hold
+	waitFor(t, "the duty's holder to delete the expired record", func() bool { return len(storedCNs(t, st)) == 0 })
+}

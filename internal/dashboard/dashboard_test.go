@@ -17,6 +17,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 type providers []pluginhost.Status
@@ -41,7 +42,7 @@ func newMesh(t testing.TB, n int) (*spec.Spec, *catalog.Catalog) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sp, err := spec.New(context.Background(), slog.New(slog.DiscardHandler), spec.NewMemoryStore())
+	sp, err := spec.New(context.Background(), slog.New(slog.DiscardHandler), store.NewMemory())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -263,7 +263,7 @@ func (t *Tokens) Prune(ctx context.Context, retention time.Duration) (int, error
 	}
 	// A transaction per batch (each is a disk sync); a batch with a token
 	// changed meanwhile is retried one token at a time.
-	const batch = 256
+	const batch = store.MaxTxnOps // what every store takes in one transaction
 	n := 0
 	for chunk := range slices.Chunk(ops, batch) {
 		ok, err := t.st.Txn(ctx, chunk...)

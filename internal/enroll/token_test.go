@@ -295,6 +295,25 @@ func TestPruneTokens(t *testing.T) {
 	}
 }
 
+// More dead tokens than one transaction may hold are deleted in
+// transactions within the store's limits (store.Memory refuses more, as
+// Consul does).
+func TestPruneManyTokens(t *testing.T) {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 10, 12, 0, 0, 0, time.UTC)
+	tokens := NewTokens(store.NewMemory(), func() time.Time { return now })
+	const n = 2*store.MaxTxnOps + 3
+	for range n {
+		if _, _, err := tokens.Create(ctx, TokenRequest{Service: mesh.MeshService{Namespace: "default", Name: "web"}, TTL: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(2 * time.Hour)
+	if got, err := tokens.Prune(ctx, 0); err != nil || got != n {
+		t.Errorf("Prune = %d, %v; want %d, nil", got, err, n)
+	}
+}
+
 // A token changed between Prune's listing and its delete is not deleted.
 func TestPruneKeepsATokenChangedMeanwhile(t *testing.T) {
 	ctx := context.Background()

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 func mustParse(t *testing.T, y string) []Document {
@@ -55,7 +56,7 @@ func TestApplyReferenceErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newTestSpec(t, NewMemoryStore())
+			s := newTestSpec(t, store.NewMemory())
 			if tc.setup != "" {
 				if _, err := s.Apply(t.Context(), mustParse(t, tc.setup), ApplyOptions{}); err != nil {
 					t.Fatalf("setup: %v", err)
@@ -77,7 +78,7 @@ func TestApplyReferenceErrors(t *testing.T) {
 }
 
 func TestApplyInSameBatchAndAtomic(t *testing.T) {
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	// The split and its services in one batch, split first: order does not matter.
 	good := fmt.Sprintf(splitYAML, "web", "web-v1") + "---\n" + svcYAML("web") + svcYAML("web-v1")
 	if _, err := s.Apply(t.Context(), mustParse(t, good), ApplyOptions{}); err != nil {
@@ -94,7 +95,7 @@ func TestApplyInSameBatchAndAtomic(t *testing.T) {
 }
 
 func TestApplyWarnings(t *testing.T) {
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	y := svcYAML("bookstore") + `apiVersion: access.smi-spec.io/v1alpha3
 kind: TrafficTarget
 metadata: {name: tt}
@@ -124,7 +125,7 @@ spec:
 // TestApplyWarnsOfSplitMatchesGRPCNeverMatches: a TrafficSplit limited to
 // matches no gRPC call can meet means nothing to gRPC clients.
 func TestApplyWarnsOfSplitMatchesGRPCNeverMatches(t *testing.T) {
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	y := `apiVersion: osm-vm.io/v1alpha1
 kind: Service
 metadata: {name: bookstore}
@@ -167,7 +168,7 @@ spec:
 }
 
 func TestDeleteErrors(t *testing.T) {
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	if _, err := s.Apply(t.Context(), mustParse(t, svcYAML("web")+svcYAML("web-v1")+fmt.Sprintf(splitYAML, "web", "web-v1")), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +201,7 @@ func TestDeleteErrors(t *testing.T) {
 }
 
 func TestDryRunAndDiff(t *testing.T) {
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	if _, err := s.Apply(t.Context(), mustParse(t, svcYAML("web")), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +239,7 @@ func TestDryRunAndDiff(t *testing.T) {
 }
 
 func TestVIPsUniqueUnderConcurrentApplies(t *testing.T) {
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	var wg sync.WaitGroup
 	errs := make(chan error, 40)
 	for i := range 40 {
@@ -267,7 +268,7 @@ func TestVIPsUniqueUnderConcurrentApplies(t *testing.T) {
 }
 
 func TestVIPRangeChangeAndExhaustion(t *testing.T) {
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	if _, err := s.Apply(t.Context(), mustParse(t, svcYAML("a")+svcYAML("b")), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -11,11 +11,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 func newTestServer(t *testing.T) (*httptest.Server, *Spec) {
 	t.Helper()
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	srv := httptest.NewServer(NewHandler(discard(), s))
 	t.Cleanup(srv.Close)
 	return srv, s

@@ -20,11 +20,11 @@ import (
 //   - The documents of one request (all its files) add up to at most
 //     maxRequestExpandedBytes, aliases expanded, so no request grows the
 //     store or the server's memory by more than that whatever its aliases.
-//   - The stored specification (every document and the VIP table, one
-//     store value today) is at most maxStoredBytes: about 40,000 Services
+//   - The stored specification (every document and VIP, one store value
+//     each: see store.go) is at most maxStoredBytes: about 40,000 Services
 //     with a TrafficTarget each (the benchmark's 1,000 store 0.8 MB). A
-//     change that shrinks it is always allowed. Consul's 512 KiB value
-//     limit means a Consul store must keep it as one key per document.
+//     change that shrinks it is always allowed. One document stays within
+//     one store transaction (store.MaxTxnBytes), so within Consul's limits.
 //   - A file of a request holds at most maxRequestNodes YAML nodes, counted
 //     from its bytes before it is parsed (see nodeBound): the YAML parser
 //     spends some 500 bytes per node, so 4 MiB of "[1,1,1,...]" cost over a

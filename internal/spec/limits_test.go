@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 // aliasBomb is a Service whose annotations repeat one large scalar by
@@ -101,7 +103,7 @@ func TestApplyRefusesAliasBombs(t *testing.T) {
 // store more than the limit is refused and stores nothing; a change that
 // shrinks the specification is allowed even above the limit.
 func TestStoredSpecificationIsBounded(t *testing.T) {
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	services := func(from, to int) []Document {
 		var b strings.Builder
 		for i := from; i < to; i++ {
@@ -116,12 +118,15 @@ func TestStoredSpecificationIsBounded(t *testing.T) {
 	if _, err := s.Apply(t.Context(), services(0, 20), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	raw, _, _ := s.store.Get(t.Context(), StoreKey)
-	s.maxStored = len(raw) + 100 // room for less than one more Service
+	stored, _, err := s.load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.maxStored = stored.size + 100 // room for less than one more Service
 	for _, opts := range []ApplyOptions{{DryRun: true}, {}} {
 		_, err := s.Apply(t.Context(), services(20, 22), opts)
 		var ve *ValidationError
-		if !errors.As(err, &ve) || len(ve.Errors) != 1 || !strings.Contains(ve.Errors[0].Message, fmt.Sprintf("over the limit of %d bytes (now %d bytes)", s.maxStored, len(raw))) {
+		if !errors.As(err, &ve) || len(ve.Errors) != 1 || !strings.Contains(ve.Errors[0].Message, fmt.Sprintf("over the limit of %d bytes (now %d bytes)", s.maxStored, stored.size)) {
 			t.Fatalf("Apply(%+v) over the limit: %v, want one error naming the limit", opts, err)
 		}
 	}

@@ -1,79 +1,36 @@
 package spec
 
 import (
-	"context"
-	"encoding/binary"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	bolt "go.etcd.io/bbolt"
+
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
-// boltStore is a minimal Store on a real bbolt file, as internal/store's
-// embedded backend keeps it: the version is a per-key counter stored next
-// to the value, and CompareAndSwap checks it inside one write transaction.
-type boltStore struct{ db *bolt.DB }
-
-var boltBucket = []byte("kv")
-
-func openBolt(t *testing.T, path string) *boltStore {
+func openBolt(t *testing.T, dir string) *store.Bolt {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
+	st, err := store.OpenBolt(dir)
 	if err != nil {
-		t.Fatalf("open bbolt %s: %v", path, err)
+		t.Fatal(err)
 	}
-	return &boltStore{db: db}
-}
-
-func (b *boltStore) Get(_ context.Context, key string) (value []byte, version uint64, err error) {
-	err = b.db.View(func(tx *bolt.Tx) error {
-		bk := tx.Bucket(boltBucket)
-		if bk == nil {
-			return nil
-		}
-		if raw := bk.Get([]byte(key)); raw != nil {
-			version = binary.BigEndian.Uint64(raw[:8])
-			value = append([]byte(nil), raw[8:]...)
-		}
-		return nil
-	})
-	return value, version, err
-}
-
-func (b *boltStore) CompareAndSwap(_ context.Context, key string, version uint64, value []byte) (newVersion uint64, ok bool, err error) {
-	err = b.db.Update(func(tx *bolt.Tx) error {
-		bk, err := tx.CreateBucketIfNotExists(boltBucket)
-		if err != nil {
-			return err
-		}
-		var cur uint64
-		if raw := bk.Get([]byte(key)); raw != nil {
-			cur = binary.BigEndian.Uint64(raw[:8])
-		}
-		if cur != version {
-			return nil
-		}
-		newVersion, ok = cur+1, true
-		return bk.Put([]byte(key), append(binary.BigEndian.AppendUint64(nil, newVersion), value...))
-	})
-	return newVersion, ok, err
+	return st
 }
 
 func TestRestartKeepsPoliciesAndVIPs(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "osm.db")
-	st := openBolt(t, path)
+	dir := t.TempDir()
+	st := openBolt(t, dir)
 	s := newTestSpec(t, st)
 	if _, err := s.Apply(t.Context(), bookstoreDocs(t), ApplyOptions{}); err != nil {
 		t.Fatalf("Apply: %v", err)
 	}
 	before := s.Snapshot()
-	if err := st.db.Close(); err != nil {
+	if err := st.Close(); err != nil {
 		t.Fatal(err)
 	}
 
-	st = openBolt(t, path)
-	defer st.db.Close()
+	st = openBolt(t, dir)
+	defer st.Close()
 	s = newTestSpec(t, st)
 	after := s.Snapshot()
 	if diff := cmp.Diff(before.Services(), after.Services(), cmp.Comparer(func(a, b ServiceInfo) bool {

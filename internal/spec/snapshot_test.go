@@ -11,10 +11,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 func TestSnapshotQueries(t *testing.T) {
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	y := `apiVersion: osm-vm.io/v1alpha1
 kind: Service
 metadata: {name: db}
@@ -92,7 +93,7 @@ spec:
 }
 
 func TestSubscribeCoalesces(t *testing.T) {
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	notify, cancel := s.Subscribe()
 	defer cancel()
 	for i := range 3 {
@@ -113,7 +114,7 @@ func TestSubscribeCoalesces(t *testing.T) {
 
 // Two servers sharing one store (as with Consul) never hand out the same VIP.
 func TestTwoServersShareStore(t *testing.T) {
-	st := NewMemoryStore()
+	st := store.NewMemory()
 	a, b := newTestSpec(t, st), newTestSpec(t, st)
 	var wg sync.WaitGroup
 	for i := range 20 {
@@ -144,11 +145,11 @@ func TestTwoServersShareStore(t *testing.T) {
 }
 
 func TestRunPicksUpOtherServersChanges(t *testing.T) {
-	st := NewMemoryStore()
+	st := store.NewMemory()
 	a, b := newTestSpec(t, st), newTestSpec(t, st)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- b.Run(ctx, 5*time.Millisecond) }()
+	go func() { done <- b.Run(ctx) }()
 	notify, unsub := b.Subscribe()
 	defer unsub()
 	if _, err := a.Apply(t.Context(), mustParse(t, svcYAML("web")), ApplyOptions{}); err != nil {

@@ -21,9 +21,6 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 )
 
-// StoreKey is the store key holding the whole specification.
-const StoreKey = "spec/v1/state"
-
 // casAttempts bounds retries when another writer wins the race.
 const casAttempts = 16
 
@@ -125,22 +122,37 @@ func (s *Spec) Refresh(ctx context.Context) error {
 	return nil
 }
 
-// Run refreshes the snapshot from the store every poll until ctx ends, so
-// changes written by other servers sharing the store (Consul) reach this
-// one. A single server with the embedded store does not need it. It
-// returns nil when ctx is cancelled.
-func (s *Spec) Run(ctx context.Context, poll time.Duration) error {
-	t := time.NewTicker(poll)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-			if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
-				s.log.Warn("refresh mesh specification from the store; retrying", "err", err, "retry_in", poll)
+// Run follows the store until ctx ends: whenever the specification's
+// head moves (another replica sharing the store applied a change), it
+// reloads and publishes the new snapshot. A failed reload (the store
+// unreachable) is logged and retried with backoff, the last snapshot
+// staying in force meanwhile. It returns nil when ctx is cancelled.
+func (s *Spec) Run(ctx context.Context) error {
+	changed := s.store.Watch(ctx, "spec/")
+	const minBackoff, maxBackoff = 250 * time.Millisecond, 30 * time.Second
+	var backoff time.Duration
+	var retry <-chan time.Time
+	// The first pass catches up with what was committed before the watch.
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+			case <-retry:
 			}
 		}
+		retry = nil
+		if err := s.Refresh(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			s.log.Warn("reload the mesh specification from the store; serving the last one read, retrying", "err", err, "retry_in", backoff)
+			retry = time.After(backoff)
+			continue
+		}
+		backoff = 0
 	}
 }
 
@@ -172,11 +184,6 @@ type state struct {
 	size int
 }
 
-type storedState struct {
-	Objects []json.RawMessage `json:"objects"`
-	VIPs    map[string]string `json:"vips"`
-}
-
 func (st *state) clone() *state {
 	return &state{objects: maps.Clone(st.objects), vips: maps.Clone(st.vips), size: st.size}
 }
@@ -189,57 +196,12 @@ func (st *state) meshConfig() *MeshConfig {
 }
 
 func (s *Spec) load(ctx context.Context) (*state, uint64, error) {
-	raw, ver, err := s.store.Get(ctx, StoreKey)
+	l, err := s.list(ctx)
 	if err != nil {
-		return nil, 0, fmt.Errorf("read mesh specification from the store: %w", err)
+		return nil, 0, err
 	}
-	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}, size: len(raw)}
-	if raw == nil {
-		return st, ver, nil
-	}
-	var ss storedState
-	if err := json.Unmarshal(raw, &ss); err != nil {
-		return nil, 0, fmt.Errorf("decode mesh specification at store key %s: %w", StoreKey, err)
-	}
-	for i, r := range ss.Objects {
-		var tm TypeMeta
-		if err := json.Unmarshal(r, &tm); err != nil {
-			return nil, 0, fmt.Errorf("decode stored document %d: %w", i, err)
-		}
-		ki, ok := lookupKind(tm.Kind)
-		if !ok {
-			return nil, 0, fmt.Errorf("stored document %d has kind %q, which this version does not know: upgrade osm-server", i, tm.Kind)
-		}
-		obj := ki.newObject()
-		if err := json.Unmarshal(r, obj); err != nil {
-			return nil, 0, fmt.Errorf("decode stored %s: %w", tm.Kind, err)
-		}
-		st.objects[obj.Key()] = obj
-	}
-	for k, v := range ss.VIPs {
-		ns, name, _ := strings.Cut(k, "/")
-		ip, err := netip.ParseAddr(v)
-		if err != nil {
-			return nil, 0, fmt.Errorf("stored VIP of %s: %w", k, err)
-		}
-		st.vips[mesh.MeshService{Namespace: ns, Name: name}] = ip
-	}
-	return st, ver, nil
-}
-
-func encodeState(st *state) ([]byte, error) {
-	ss := storedState{VIPs: map[string]string{}}
-	for _, k := range sortedObjectKeys(st.objects) {
-		b, err := json.Marshal(st.objects[k])
-		if err != nil {
-			return nil, fmt.Errorf("encode %s: %w", k, err)
-		}
-		ss.Objects = append(ss.Objects, b)
-	}
-	for svc, ip := range st.vips {
-		ss.VIPs[svc.String()] = ip.String()
-	}
-	return json.Marshal(ss)
+	st, err := l.state()
+	return st, l.version(), err
 }
 
 func sortedObjectKeys(m map[Key]Object) []Key {
@@ -281,10 +243,15 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	for range casAttempts {
-		cur, ver, err := s.load(ctx)
+		l, err := s.list(ctx)
 		if err != nil {
 			return BatchResult{}, err
 		}
+		cur, err := l.state()
+		if err != nil {
+			return BatchResult{}, err
+		}
+		ver := l.version()
 		next := cur.clone()
 		res, err := change(next)
 		if err != nil {
@@ -308,23 +275,23 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 			s.publish(cur, ver)
 			return res, nil
 		}
-		value, err := encodeState(next)
+		items, err := encodeItems(next)
 		if err != nil {
 			return BatchResult{}, err
 		}
 		// A change that shrinks the specification is always allowed, so
 		// one stored before a lower limit can still be cut down.
-		if len(value) > s.maxStored && len(value) > cur.size {
+		if size := storedSize(items); size > s.maxStored && size > cur.size {
 			return BatchResult{}, &ValidationError{Errors: []FieldError{{Document: "mesh specification", Message: fmt.Sprintf(
-				"would be %d bytes stored, over the limit of %s (now %d bytes): delete documents that are no longer needed", len(value), sizeString(int64(s.maxStored)), cur.size)}}}
+				"would be %d bytes stored, over the limit of %s (now %d bytes): delete documents that are no longer needed", size, sizeString(int64(s.maxStored)), cur.size)}}}
 		}
 		if dryRun {
 			res.DryRun = true
 			return res, nil
 		}
-		nv, ok, err := s.store.CompareAndSwap(ctx, StoreKey, ver, value)
+		nv, ok, err := s.write(ctx, l, items)
 		if err != nil {
-			return BatchResult{}, fmt.Errorf("write mesh specification to the store: %w", err)
+			return BatchResult{}, err
 		}
 		if !ok {
 			continue // another server wrote first: redo on its state

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -56,7 +57,7 @@ func allActions(docs []Document, a Action) map[string]Action {
 
 func TestBookstoreApplyTwiceDelete(t *testing.T) {
 	ctx := t.Context()
-	s := newTestSpec(t, NewMemoryStore())
+	s := newTestSpec(t, store.NewMemory())
 	docs := bookstoreDocs(t)
 	notify, cancel := s.Subscribe()
 	defer cancel()

@@ -1,54 +1,433 @@
 package spec
 
 import (
+	"bytes"
+	"cmp"
 	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"net/netip"
 	"slices"
-	"sync"
+	"strconv"
+	"strings"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
-// Store is what spec needs from the server's store: read one key with its
-// version, and write it only if the version is unchanged. The whole
-// specification (documents and VIP allocations) lives under one key, so a
-// batch, its VIPs and their release commit in one compare-and-swap.
+// Store is what spec needs from the server's store: a consistent listing of
+// a prefix and multi-key transactions with version conditions, within
+// store.MaxTxnOps and store.MaxTxnBytes each.
 type Store interface {
-	// Get returns the value of key and its version; a missing key has a
-	// nil value and version 0.
-	Get(ctx context.Context, key string) (value []byte, version uint64, err error)
-	// CompareAndSwap writes value if key is still at version (0: absent)
-	// and returns the new version; ok is false, with a nil error, when
-	// someone else wrote first.
+	// List returns every key with the prefix, in key order, as of one
+	// moment (one Consul read, one bbolt transaction).
+	List(ctx context.Context, prefix string) ([]store.KV, error)
+	// Txn commits every op or none; ok is false, with a nil error, when a
+	// version condition failed.
+	Txn(ctx context.Context, ops ...store.Op) (ok bool, err error)
+	// CompareAndSwap writes value if key is at version (0: absent) and
+	// returns the new version; ok is false when it was not.
 	CompareAndSwap(ctx context.Context, key string, version uint64, value []byte) (newVersion uint64, ok bool, err error)
+	// Watch signals after every commit under the prefix until ctx ends
+	// (coalescing).
+	Watch(ctx context.Context, prefix string) <-chan struct{}
 }
 
-// MemoryStore is an in-memory Store for tests and single-process use.
-type MemoryStore struct {
-	mu      sync.Mutex
-	values  map[string][]byte
-	version map[string]uint64
-	next    uint64
+// How the specification is stored (version 2).
+//
+// One entry per document and one per Service's VIP, so no document needs
+// more than one store value and no change more than the transactions its
+// own documents fill; a head key makes a change visible at once:
+//
+//	spec/v2/head                   {"gen": G, "staging": S}
+//	spec/v2/e/<item>@<gen, 16 hex> {"doc": {...}} | {"vip": "..."} | {"deleted": true}
+//
+// where <item> is doc/<Kind>/<namespace or _>/<name> or
+// vip/<namespace>/<name>. An entry is immutable once written. A reader
+// lists spec/v2/ (one consistent read) and sees, of each item, the entry
+// with the highest generation not above the head's G: entries of a change
+// being written carry a higher generation and stay invisible until the
+// head moves to it, so readers see the whole change or none of it.
+//
+// A writer reads the listing, computes the entries that change, and:
+//   - when they fit in one transaction with the head (the usual apply),
+//     writes them and the head at G' = max(G, S)+1 in that transaction;
+//   - otherwise takes G' by setting the head's staging to G' (compare and
+//     set), writes the entries in transactions that each check the head is
+//     still at the version it set (so a writer that lost the head, or a
+//     dead one's retried request, can never add an entry later), deleting
+//     what a writer that died while staging left, and then moves the head
+//     to G' (compare and set). Losing any step to another writer starts
+//     the change again on the new state.
+//
+// After a commit the writer deletes the entries its change superseded
+// (older generations of an item, and deleted items), which never changes
+// what a reader sees.
+const (
+	specPrefix  = "spec/v2/"
+	headKey     = specPrefix + "head"
+	entryPrefix = specPrefix + "e/"
+	// legacyKey held the whole specification as one value (version 1);
+	// it is read when there is no head yet, and deleted by the first
+	// write, which stores every item in version 2.
+	legacyKey = "spec/v1/state"
+)
+
+type headRecord struct {
+	Gen     uint64 `json:"gen"`
+	Staging uint64 `json:"staging,omitempty"`
 }
 
-// NewMemoryStore returns an empty MemoryStore.
-func NewMemoryStore() *MemoryStore {
-	return &MemoryStore{values: map[string][]byte{}, version: map[string]uint64{}}
+type entryRecord struct {
+	Doc     json.RawMessage `json:"doc,omitempty"`
+	VIP     string          `json:"vip,omitempty"`
+	Deleted bool            `json:"deleted,omitempty"`
 }
 
-// Get implements Store.
-func (m *MemoryStore) Get(_ context.Context, key string) ([]byte, uint64, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return slices.Clone(m.values[key]), m.version[key], nil
+// docItem and vipItem name a document's and a VIP's entries.
+func docItem(k Key) string {
+	return "doc/" + k.Kind + "/" + cmp.Or(k.Namespace, "_") + "/" + k.Name
 }
 
-// CompareAndSwap implements Store.
-func (m *MemoryStore) CompareAndSwap(_ context.Context, key string, version uint64, value []byte) (uint64, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.version[key] != version {
-		return 0, false, nil
+func vipItem(s mesh.MeshService) string { return "vip/" + s.Namespace + "/" + s.Name }
+
+func entryKey(item string, gen uint64) string {
+	return fmt.Sprintf("%s%s@%016x", entryPrefix, item, gen)
+}
+
+// parseEntryKey splits a stored entry's key into item and generation.
+func parseEntryKey(key string) (item string, gen uint64, ok bool) {
+	rest, found := strings.CutPrefix(key, entryPrefix)
+	if !found {
+		return "", 0, false
 	}
-	m.next++
-	m.values[key] = slices.Clone(value)
-	m.version[key] = m.next
-	return m.next, true, nil
+	i := strings.LastIndexByte(rest, '@')
+	if i < 0 {
+		return "", 0, false
+	}
+	gen, err := strconv.ParseUint(rest[i+1:], 16, 64)
+	return rest[:i], gen, err == nil
+}
+
+// listing is one consistent read of the stored specification.
+type listing struct {
+	head        headRecord
+	headVersion uint64 // 0: no head yet
+	// entries of every item, by item then generation.
+	entries map[string]map[uint64]store.KV
+	// legacy is the version-1 value, when present.
+	legacy        []byte
+	legacyVersion uint64
+}
+
+func (s *Spec) list(ctx context.Context) (*listing, error) {
+	kvs, err := s.store.List(ctx, "spec/")
+	if err != nil {
+		return nil, fmt.Errorf("read mesh specification from the store: %w", err)
+	}
+	l := &listing{entries: map[string]map[uint64]store.KV{}}
+	for _, kv := range kvs {
+		switch {
+		case kv.Key == headKey:
+			if err := json.Unmarshal(kv.Value, &l.head); err != nil {
+				return nil, fmt.Errorf("decode mesh specification head at store key %s (restore the store from a backup): %w", headKey, err)
+			}
+			l.headVersion = kv.Version
+		case kv.Key == legacyKey:
+			l.legacy, l.legacyVersion = kv.Value, kv.Version
+		default:
+			item, gen, ok := parseEntryKey(kv.Key)
+			if !ok {
+				continue // not ours
+			}
+			if l.entries[item] == nil {
+				l.entries[item] = map[uint64]store.KV{}
+			}
+			l.entries[item][gen] = kv
+		}
+	}
+	return l, nil
+}
+
+// visible returns each item's visible entry: its highest generation not
+// above the head's.
+func (l *listing) visible() map[string]store.KV {
+	out := make(map[string]store.KV, len(l.entries))
+	for item, gens := range l.entries {
+		best, found := uint64(0), false
+		for g := range gens {
+			if g <= l.head.Gen && (!found || g > best) {
+				best, found = g, true
+			}
+		}
+		if found {
+			out[item] = gens[best]
+		}
+	}
+	return out
+}
+
+// committed says whether a version-2 change was ever committed; until
+// then readers see the version-1 value (if any).
+func (l *listing) committed() bool { return l.head.Gen != 0 }
+
+// version is the snapshot version of what l shows.
+func (l *listing) version() uint64 {
+	if !l.committed() {
+		return l.legacyVersion
+	}
+	return l.head.Gen
+}
+
+// state decodes what l shows.
+func (l *listing) state() (*state, error) {
+	if !l.committed() {
+		return decodeLegacy(l.legacy)
+	}
+	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}}
+	for item, kv := range l.visible() {
+		var e entryRecord
+		if err := json.Unmarshal(kv.Value, &e); err != nil {
+			return nil, fmt.Errorf("decode mesh specification entry %s (restore the store from a backup): %w", kv.Key, err)
+		}
+		if e.Deleted {
+			continue
+		}
+		st.size += len(kv.Value)
+		kind, rest, _ := strings.Cut(item, "/")
+		switch kind {
+		case "doc":
+			obj, err := decodeObject(e.Doc)
+			if err != nil {
+				return nil, fmt.Errorf("stored %s: %w", kv.Key, err)
+			}
+			st.objects[obj.Key()] = obj
+		case "vip":
+			ns, name, _ := strings.Cut(rest, "/")
+			ip, err := netip.ParseAddr(e.VIP)
+			if err != nil {
+				return nil, fmt.Errorf("stored VIP of %s/%s at %s: %w", ns, name, kv.Key, err)
+			}
+			st.vips[mesh.MeshService{Namespace: ns, Name: name}] = ip
+		}
+	}
+	return st, nil
+}
+
+// decodeObject decodes one stored document.
+func decodeObject(r json.RawMessage) (Object, error) {
+	var tm TypeMeta
+	if err := json.Unmarshal(r, &tm); err != nil {
+		return nil, fmt.Errorf("decode stored document: %w", err)
+	}
+	ki, ok := lookupKind(tm.Kind)
+	if !ok {
+		return nil, fmt.Errorf("stored document has kind %q, which this version does not know: upgrade osm-server", tm.Kind)
+	}
+	obj := ki.newObject()
+	if err := json.Unmarshal(r, obj); err != nil {
+		return nil, fmt.Errorf("decode stored %s: %w", tm.Kind, err)
+	}
+	return obj, nil
+}
+
+// storedState is the version-1 form: everything in one value.
+type storedState struct {
+	Objects []json.RawMessage `json:"objects"`
+	VIPs    map[string]string `json:"vips"`
+}
+
+func decodeLegacy(raw []byte) (*state, error) {
+	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}}
+	if raw == nil {
+		return st, nil
+	}
+	var ss storedState
+	if err := json.Unmarshal(raw, &ss); err != nil {
+		return nil, fmt.Errorf("decode mesh specification at store key %s: %w", legacyKey, err)
+	}
+	for i, r := range ss.Objects {
+		obj, err := decodeObject(r)
+		if err != nil {
+			return nil, fmt.Errorf("document %d at store key %s: %w", i, legacyKey, err)
+		}
+		st.objects[obj.Key()] = obj
+	}
+	for k, v := range ss.VIPs {
+		ns, name, _ := strings.Cut(k, "/")
+		ip, err := netip.ParseAddr(v)
+		if err != nil {
+			return nil, fmt.Errorf("stored VIP of %s: %w", k, err)
+		}
+		st.vips[mesh.MeshService{Namespace: ns, Name: name}] = ip
+	}
+	st.size = len(raw)
+	return st, nil
+}
+
+// encodeItems returns the stored value of every item of st.
+func encodeItems(st *state) (map[string][]byte, error) {
+	out := make(map[string][]byte, len(st.objects)+len(st.vips))
+	for k, obj := range st.objects {
+		b, err := json.Marshal(obj)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", k, err)
+		}
+		if out[docItem(k)], err = json.Marshal(entryRecord{Doc: b}); err != nil {
+			return nil, fmt.Errorf("encode %s: %w", k, err)
+		}
+	}
+	for svc, ip := range st.vips {
+		b, err := json.Marshal(entryRecord{VIP: ip.String()})
+		if err != nil {
+			return nil, err
+		}
+		out[vipItem(svc)] = b
+	}
+	return out, nil
+}
+
+func storedSize(items map[string][]byte) int {
+	n := 0
+	for _, v := range items {
+		n += len(v)
+	}
+	return n
+}
+
+var deletedEntry = []byte(`{"deleted":true}`)
+
+// write stores next over what l shows; ok is false when another writer
+// changed the specification first (the caller starts again). It returns
+// the new snapshot version.
+func (s *Spec) write(ctx context.Context, l *listing, items map[string][]byte) (ver uint64, ok bool, err error) {
+	shown := l.visible()
+	var changes []store.Op // entries at generation gen, keys filled below
+	var changed []string
+	for _, item := range slices.Sorted(maps.Keys(items)) {
+		if kv, found := shown[item]; found && bytes.Equal(kv.Value, items[item]) {
+			continue
+		}
+		changed = append(changed, item)
+		changes = append(changes, store.Op{Kind: store.OpSet, Value: items[item]})
+	}
+	for _, item := range slices.Sorted(maps.Keys(shown)) {
+		if _, keep := items[item]; !keep && !bytes.Equal(shown[item].Value, deletedEntry) {
+			changed = append(changed, item)
+			changes = append(changes, store.Op{Kind: store.OpSet, Value: deletedEntry})
+		}
+	}
+	gen := max(l.head.Gen, l.head.Staging, l.legacyVersion) + 1
+	for i := range changes {
+		changes[i].Key, changes[i].Version = entryKey(changed[i], gen), 0
+	}
+	// What a writer that died while staging left: invisible entries.
+	var leftovers []store.Op
+	for _, gens := range l.entries {
+		for g, kv := range gens {
+			if g > l.head.Gen {
+				leftovers = append(leftovers, store.Delete(kv.Key, store.AnyVersion))
+			}
+		}
+	}
+	slices.SortFunc(leftovers, func(a, b store.Op) int { return strings.Compare(a.Key, b.Key) })
+	headVal := func(h headRecord) []byte { b, _ := json.Marshal(h); return b }
+	// The commit moves the head; the first one also drops the version-1
+	// value, which readers ignore from then on.
+	commit := func(headVersion uint64) []store.Op {
+		ops := []store.Op{store.Set(headKey, headVersion, headVal(headRecord{Gen: gen, Staging: gen}))}
+		if l.legacyVersion != 0 {
+			ops = append(ops, store.Delete(legacyKey, l.legacyVersion))
+		}
+		return ops
+	}
+
+	// The usual change: one transaction.
+	if one := slices.Concat(changes, leftovers, commit(l.headVersion)); store.CheckLimits(one) == nil {
+		ok, err := s.store.Txn(ctx, one...)
+		if err != nil || !ok {
+			return 0, ok, writeErr(err)
+		}
+		s.collect(ctx, l, gen, changed)
+		return gen, true, nil
+	}
+
+	// Staged: take the generation, write the entries under the head's
+	// version, then move the head.
+	taken, ok, err := s.store.CompareAndSwap(ctx, headKey, l.headVersion, headVal(headRecord{Gen: l.head.Gen, Staging: gen}))
+	if err != nil || !ok {
+		return 0, ok, writeErr(err)
+	}
+	check := store.Check(headKey, taken)
+	for _, batch := range batches(slices.Concat(leftovers, changes), check) {
+		ok, err := s.store.Txn(ctx, batch...)
+		if err != nil || !ok {
+			return 0, ok, writeErr(err)
+		}
+	}
+	if ok, err := s.store.Txn(ctx, commit(taken)...); err != nil || !ok {
+		return 0, ok, writeErr(err)
+	}
+	s.collect(ctx, l, gen, changed)
+	return gen, true, nil
+}
+
+func writeErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("write mesh specification to the store: %w", err)
+}
+
+// batches splits ops into transactions within the store's limits, each
+// starting with check.
+func batches(ops []store.Op, check store.Op) [][]store.Op {
+	var out [][]store.Op
+	cur := []store.Op{check}
+	for _, op := range ops {
+		if next := append(slices.Clone(cur), op); len(cur) > 1 && store.CheckLimits(next) != nil {
+			out = append(out, cur)
+			cur = []store.Op{check}
+		}
+		cur = append(cur, op)
+	}
+	if len(cur) > 1 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// collect deletes the entries the change committed at gen superseded: the
+// older generations of the items it changed, and the items it deleted.
+// It never changes what a reader sees; a failure leaves garbage for the
+// next change to collect.
+func (s *Spec) collect(ctx context.Context, l *listing, gen uint64, changed []string) {
+	var ops []store.Op
+	for _, item := range changed {
+		for g, kv := range l.entries[item] {
+			if g <= l.head.Gen {
+				ops = append(ops, store.Delete(kv.Key, store.AnyVersion))
+			}
+		}
+	}
+	// Deleted items: their tombstones too, once nothing older remains
+	// (the ones deleted by earlier changes, seen in the listing).
+	for item, gens := range l.entries {
+		if len(gens) != 1 {
+			continue
+		}
+		for g, kv := range gens {
+			if g <= l.head.Gen && bytes.Equal(kv.Value, deletedEntry) && !slices.Contains(changed, item) {
+				ops = append(ops, store.Delete(kv.Key, store.AnyVersion))
+			}
+		}
+	}
+	slices.SortFunc(ops, func(a, b store.Op) int { return strings.Compare(a.Key, b.Key) })
+	for chunk := range slices.Chunk(ops, store.MaxTxnOps) {
+		if _, err := s.store.Txn(ctx, chunk...); err != nil {
+			s.log.Warn("deleting superseded mesh specification entries failed; the next change deletes them", "err", err, "generation", gen)
+			return
+		}
+	}
 }

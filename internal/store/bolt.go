@@ -134,6 +134,9 @@ func (b *Bolt) txn(ctx context.Context, ops []Op, newVersion *uint64) (bool, err
 	if err := ValidateOps(ops); err != nil {
 		return false, err
 	}
+	if err := CheckLimits(ops); err != nil {
+		return false, err
+	}
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}

@@ -75,6 +75,9 @@ func (m *Memory) Txn(ctx context.Context, ops ...Op) (bool, error) {
 	if err := ValidateOps(ops); err != nil {
 		return false, err
 	}
+	if err := CheckLimits(ops); err != nil {
+		return false, err
+	}
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}

@@ -10,8 +10,10 @@
 // contract's conformance suite; every implementation runs it.
 //
 // Transactions are bounded: a caller that keeps each within [MaxTxnOps] ops
-// and [MaxTxnBytes] bytes of values works on every backend. Bolt and Memory
-// accept more; Consul refuses more with [ErrTooLarge] before sending it.
+// and [MaxTxnBytes] bytes of keys and values works on every backend. Every
+// backend refuses more with [ErrTooLarge] before applying anything (Bolt
+// and Memory through [CheckLimits]), so a single server on bbolt breaks
+// exactly where replicas on Consul would, and tests on Memory find it.
 //
 // Consumers declare the subset they need as their own interface; the types
 // here (KV, Op) are the vocabulary they share.
@@ -22,6 +24,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 )
 
@@ -61,6 +64,26 @@ const (
 // ErrTooLarge is wrapped by the error of a transaction over a backend's
 // limits (see [MaxTxnOps]); nothing of it was applied.
 var ErrTooLarge = errors.New("transaction over the store's limits")
+
+// CheckLimits returns an error wrapping ErrTooLarge when ops hold more than
+// MaxTxnOps ops or MaxTxnBytes bytes of keys and values, naming the first
+// key and the largest value.
+func CheckLimits(ops []Op) error {
+	if len(ops) > MaxTxnOps {
+		return fmt.Errorf("store: a transaction of %d ops (first %s) is over the limit of %d: %w; split it (store.MaxTxnOps)", len(ops), ops[0].Key, MaxTxnOps, ErrTooLarge)
+	}
+	n, largest := 0, 0
+	for i, op := range ops {
+		n += len(op.Key) + len(op.Value)
+		if len(op.Value) > len(ops[largest].Value) {
+			largest = i
+		}
+	}
+	if n > MaxTxnBytes {
+		return fmt.Errorf("store: a transaction of %d ops holds %d bytes of keys and values, over the limit of %d: %w; split it or store smaller values (the largest is %s, %d bytes)", len(ops), n, MaxTxnBytes, ErrTooLarge, ops[largest].Key, len(ops[largest].Value))
+	}
+	return nil
+}
 
 // AnyVersion in an Op's Version skips the version check.
 const AnyVersion = ^uint64(0)

@@ -27,6 +27,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -36,6 +37,7 @@ import (
 
 // Store is a store.Store in Consul KV. Close it to stop its watches.
 type Store struct {
+	client *api.Client
 	kv     *api.KV
 	txn    *api.Txn
 	prefix string
@@ -43,6 +45,11 @@ type Store struct {
 	limits Config
 	log    *slog.Logger
 	pace   pacing
+
+	// commits and conflicts count transactions Consul committed and
+	// refused on a version condition: the write load this replica puts on
+	// Consul's Raft log (see Stats).
+	commits, conflicts atomic.Uint64
 
 	mu      sync.Mutex
 	closed  bool
@@ -74,6 +81,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 		return nil, fmt.Errorf("consul store at %s: %w (check the Consul address, scheme and TLS files)", addr, err)
 	}
 	s := &Store{
+		client:  client,
 		kv:      client.KV(),
 		txn:     client.Txn(),
 		prefix:  cfg.KeyPrefix,
@@ -90,6 +98,23 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 	}
 	return s, nil
 }
+
+// Stats counts what this Store did to Consul since Open.
+type Stats struct {
+	// Commits are transactions Consul committed: each one Raft write.
+	Commits uint64
+	// Conflicts are transactions refused on a version condition (another
+	// writer first): no write.
+	Conflicts uint64
+}
+
+// Stats returns the counts so far.
+func (s *Store) Stats() Stats {
+	return Stats{Commits: s.commits.Load(), Conflicts: s.conflicts.Load()}
+}
+
+// Addr is the Consul agent's URL, for messages.
+func (s *Store) Addr() string { return s.addr }
 
 // Close stops every watch and waits for their goroutines.
 func (s *Store) Close() error {
@@ -121,7 +146,7 @@ func (s *Store) hint(err error) string {
 		return fmt.Sprintf("the ACL token (consul token, CONSUL_HTTP_TOKEN) needs key_prefix %q read and write", s.prefix)
 	case strings.Contains(msg, "connection refused"), strings.Contains(msg, "no such host"),
 		strings.Contains(msg, "i/o timeout"), strings.Contains(msg, "EOF"):
-		return "is Consul running there? Set the consul address or CONSUL_HTTP_ADDR to its HTTP API"
+		return "is Consul running there? Set the consul address or CONSUL_HTTP_ADDR to its HTTP API; a running osm-server keeps serving its last good view and retries, refusing writes until Consul answers"
 	case strings.Contains(msg, "certificate"), strings.Contains(msg, "tls:"), strings.Contains(msg, "HTTP response to HTTPS"):
 		return "check the consul scheme, CA file, client certificate and server name (CONSUL_HTTP_SSL, CONSUL_CACERT, ...)"
 	case strings.Contains(msg, "No path to datacenter"):
@@ -206,8 +231,10 @@ func (s *Store) do(ctx context.Context, ops []store.Op) (*api.TxnResponse, bool,
 		return nil, false, s.errorf(err, "transaction of %d ops (first %s%s)", len(ops), s.prefix, ops[0].Key)
 	}
 	if ok {
+		s.commits.Add(1)
 		return resp, true, nil
 	}
+	s.conflicts.Add(1)
 	// 409: every error a failed condition is a conflict; anything else
 	// (an ACL refusal) is an error.
 	var other []string

@@ -244,3 +244,91 @@ func TestFigures(t *testing.T) {
 	watch := time.Since(start) / 20
 	t.Logf("dev Consul: CAS %v, Get %v, Txn of %d 1 KiB sets %v, write-to-watch-signal %v", cas, get, store.MaxTxnOps, txn, watch)
 }
+
+// TestDutyOneHolderAtATime: two replicas run one duty; exactly one runs it
+// at any moment; when the holder stops, or its session is destroyed (what
+// Consul does when it expires), its function's ctx ends at once and the
+// other replica takes the duty over.
+func TestDutyOneHolderAtATime(t *testing.T) {
+	agent := consultest.StartDev(t)
+	cfg := consulstore.Config{Address: agent.HTTPAddr, KeyPrefix: "osm-duty/"}
+	stores := []*consulstore.Store{open(t, cfg), open(t, cfg)}
+	var (
+		running atomic.Int32 // how many run the duty now
+		holder  atomic.Int32 // 1 + index of the one that runs it
+		overlap atomic.Bool
+	)
+	ctxs := make([]context.CancelFunc, 2)
+	done := make([]chan struct{}, 2)
+	sessionEnded := make(chan int, 10)
+	for i, s := range stores {
+		ctx, cancel := context.WithCancel(t.Context())
+		ctxs[i], done[i] = cancel, make(chan struct{})
+		go func() {
+			defer close(done[i])
+			s.Duty("prune").Run(ctx, func(ctx context.Context) error {
+				if running.Add(1) > 1 {
+					overlap.Store(true)
+				}
+				holder.Store(int32(i + 1))
+				<-ctx.Done()
+				holder.CompareAndSwap(int32(i+1), 0)
+				running.Add(-1)
+				sessionEnded <- i
+				return nil
+			})
+		}()
+	}
+	t.Cleanup(func() {
+		for i := range ctxs {
+			ctxs[i]()
+			<-done[i]
+		}
+	})
+	waitHolder := func(not int32) int32 {
+		t.Helper()
+		deadline := time.Now().Add(eventually)
+		for {
+			if h := holder.Load(); h != 0 && h != not {
+				return h
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no replica took the duty within %s", eventually)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first := waitHolder(0)
+
+	// The holder's session is destroyed under it: its duty ends at once.
+	client, err := api.NewClient(&api.Config{Address: agent.HTTPAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, _, err := client.KV().Get("osm-duty/duty/prune", nil)
+	if err != nil || pair == nil || pair.Session == "" {
+		t.Fatalf("lock key: %+v, %v; want it held by a session", pair, err)
+	}
+	if _, err := client.Session().Destroy(pair.Session, nil); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case i := <-sessionEnded:
+		if int32(i+1) != first {
+			t.Errorf("replica %d's duty ended, want the holder's (%d)", i+1, first)
+		}
+	case <-time.After(eventually):
+		t.Fatal("the holder kept running its duty after its session was destroyed")
+	}
+	second := waitHolder(0)
+
+	// The holder stops (shuts down): the other one takes over.
+	ctxs[second-1]()
+	<-done[second-1]
+	if got := waitHolder(second); got == second {
+		t.Errorf("replica %d still holds the duty after it stopped", got)
+	}
+	if overlap.Load() {
+		t.Error("two replicas ran the duty at once")
+	}
+}

@@ -275,3 +275,17 @@ func freePorts(t testing.TB, host string, n int) []int {
 	}
 	return ports
 }
+
+// Leader returns the server address (ip:8300) of the leader httpAddr's
+// agent knows, "" when there is none.
+func Leader(ctx context.Context, httpAddr string) (string, error) {
+	return leaderOf(ctx, httpAddr)
+}
+
+// Start starts an agent stopped with Stop again, with the same flags and
+// ports, without waiting for a leader (a cluster member may be waiting
+// for its peers).
+func (a *Agent) Start(t testing.TB) {
+	t.Helper()
+	a.start(t)
+}

@@ -6,6 +6,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -49,6 +50,7 @@ func Run(t *testing.T, h Harness) {
 		{"WatchSeesEveryChangeEventually", testWatchSeesEveryChangeEventually},
 		{"ConcurrentCASOneWinner", testConcurrentCASOneWinner},
 		{"LimitsAccepted", testLimitsAccepted},
+		{"LimitsRefused", testLimitsRefused},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, h, h.New(t)) })
@@ -393,6 +395,27 @@ func testLimitsAccepted(t *testing.T, _ Harness, s store.Store) {
 	}
 	if got, _, err := s.Get(ctx, "l/big"); err != nil || !slices.Equal(got, big) {
 		t.Fatalf("Get(l/big): %d bytes, %v; want the %d bytes written", len(got), err, len(big))
+	}
+}
+
+// testLimitsRefused: one op or one byte over the limits is refused with
+// ErrTooLarge on every backend, and nothing of it is applied.
+func testLimitsRefused(t *testing.T, _ Harness, s store.Store) {
+	ctx := t.Context()
+	var ops []store.Op
+	for i := range store.MaxTxnOps + 1 {
+		ops = append(ops, store.Set(fmt.Sprintf("r/%03d", i), 0, []byte("v")))
+	}
+	if ok, err := s.Txn(ctx, ops...); ok || !errors.Is(err, store.ErrTooLarge) {
+		t.Errorf("a txn of MaxTxnOps+1 ops: %v, %v; want ErrTooLarge", ok, err)
+	}
+	// Over Consul's 512 KiB value (and request) limit too.
+	big := make([]byte, 512<<10)
+	if _, ok, err := s.CompareAndSwap(ctx, "r/big", 0, big); ok || !errors.Is(err, store.ErrTooLarge) {
+		t.Errorf("a value of 512 KiB: %v, %v; want ErrTooLarge", ok, err)
+	}
+	if n := len(keys(t, s, "r/")); n != 0 {
+		t.Errorf("%d keys after refused transactions, want 0", n)
 	}
 }
 

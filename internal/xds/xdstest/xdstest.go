@@ -215,3 +215,6 @@ func pemDecode(b []byte) ([]byte, bool) {
 	}
 	return blk.Bytes, true
 }
+
+// Responses is the stream's responses, closed when the stream ends.
+func (p *Proxy) Responses() <-chan *discovery.DiscoveryResponse { return p.resp }

@@ -1,0 +1,724 @@
+//go:build consulintegration
+
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/store/consultest"
+	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
+)
+
+// replica is one osm-server process of several sharing a Consul, with
+// fixed addresses and data dir so it can be killed and started again.
+type replica struct {
+	name                      string
+	bin, dir, dataDir, config string
+	api, xds, debug           string
+	consulAddr                string // CONSUL_HTTP_ADDR: its own Consul agent
+	extraEnv                  []string
+	cmd                       *exec.Cmd
+	exited                    chan error
+}
+
+// endpointsYAML is what every replica's static provider reads: one
+// endpoint per service the tests use.
+const endpointsYAML = `services:
+  - name: bookstore
+    namespace: default
+    endpoints:
+      - {ip: 10.0.0.5, port: 14001}
+  - name: bookbuyer
+    namespace: default
+    endpoints:
+      - {ip: 10.0.0.6, port: 14001}
+`
+
+// newReplicas prepares n replicas, replica i talking to consul[i % len].
+func newReplicas(t *testing.T, bin string, consul []*consultest.Agent, n int) []*replica {
+	t.Helper()
+	base := t.TempDir()
+	endpoints := filepath.Join(base, "endpoints.yaml")
+	if err := os.WriteFile(endpoints, []byte(endpointsYAML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*replica, n)
+	for i := range out {
+		dir := filepath.Join(base, fmt.Sprintf("replica-%d", i+1))
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		r := &replica{name: fmt.Sprintf("replica-%d", i+1), bin: bin, dir: dir, dataDir: filepath.Join(dir, "data"),
+			api: freeAddr(t), xds: freeAddr(t), debug: freeAddr(t), consulAddr: consul[i%len(consul)].HTTPAddr}
+		// Only the providers come from the file: the store is --store
+		// consul and Consul's own environment variables.
+		r.config = filepath.Join(dir, "server.yaml")
+		if err := os.WriteFile(r.config, []byte(fmt.Sprintf("providers:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n", endpoints)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out[i] = r
+		t.Cleanup(func() {
+			r.kill()
+			if t.Failed() {
+				t.Logf("%s log (tail):\n%s", r.name, tail(r.output(), 6<<10))
+			}
+		})
+	}
+	return out
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "...\n" + s[len(s)-n:]
+	}
+	return s
+}
+
+func (r *replica) output() string {
+	b, _ := os.ReadFile(filepath.Join(r.dir, "server.log"))
+	return string(b)
+}
+
+// launch starts the process without waiting for it.
+func (r *replica) launch(t *testing.T) {
+	t.Helper()
+	r.cmd = exec.Command(filepath.Join(r.bin, "osm-server"), "serve", "--store", "consul", "--config", r.config,
+		"--data-dir", r.dataDir, "--plugin-dir", r.bin,
+		"--api-address", r.api, "--debug-address", r.debug, "--xds-address", r.xds, "--log-level", "debug")
+	r.cmd.Env = append(os.Environ(), "CONSUL_HTTP_ADDR="+r.consulAddr)
+	r.cmd.Env = append(r.cmd.Env, r.extraEnv...)
+	logf, err := os.OpenFile(filepath.Join(r.dir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	r.cmd.Stdout, r.cmd.Stderr = logf, logf
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.exited = make(chan error, 1)
+	cmd, exited := r.cmd, r.exited
+	go func() { exited <- cmd.Wait() }()
+}
+
+// start launches the replica and waits until /readyz says ready.
+func (r *replica) start(t *testing.T) {
+	t.Helper()
+	r.launch(t)
+	r.waitReady(t, 60*time.Second)
+}
+
+func (r *replica) waitReady(t *testing.T, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		select {
+		case err := <-r.exited:
+			r.exited <- err
+			t.Fatalf("%s exited before it was ready: %v\n%s", r.name, err, tail(r.output(), 4<<10))
+		default:
+		}
+		if code, _ := r.readyz(); code == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			code, body := r.readyz()
+			t.Fatalf("%s not ready within %s: %d %s", r.name, within, code, body)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func (r *replica) readyz() (int, string) {
+	resp, err := http.Get("http://" + r.debug + "/readyz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// kill sends SIGKILL and waits for the process to be gone.
+func (r *replica) kill() {
+	if r.cmd == nil || r.cmd.Process == nil {
+		return
+	}
+	_ = r.cmd.Process.Signal(syscall.SIGKILL)
+	err := <-r.exited
+	r.exited <- err
+	r.cmd = nil
+}
+
+func (r *replica) osm() xdstest.Server {
+	return xdstest.Server{API: r.api, XDS: r.xds, DataDir: r.dataDir}
+}
+
+// cli runs an osm-server admin subcommand in-process against r.
+func (r *replica) cli(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errw strings.Builder
+	cmd := newRootCmd(&out, &errw)
+	cmd.SetArgs(append(args, "--server", "https://"+r.api, "--data-dir", r.dataDir))
+	err := cmd.ExecuteContext(t.Context())
+	if err != nil && errw.Len() > 0 {
+		err = fmt.Errorf("%w\n%s", err, errw.String())
+	}
+	return out.String(), err
+}
+
+// servingCert returns the leaf and chain r's HTTPS API presents.
+func (r *replica) servingCert(t *testing.T) []*x509.Certificate {
+	t.Helper()
+	c, err := tls.Dial("tcp", r.api, &tls.Config{InsecureSkipVerify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates
+}
+
+// startReplicas starts every replica at once and waits for all.
+func startReplicas(t *testing.T, rs []*replica) {
+	t.Helper()
+	for _, r := range rs {
+		r.launch(t)
+	}
+	for _, r := range rs {
+		r.waitReady(t, 60*time.Second)
+	}
+}
+
+// TestReplicasServeEverything is the issue's test 1: three replicas on a
+// three-server Consul, each started with `--store consul` and only
+// CONSUL_HTTP_ADDR. They create one mesh CA between them (each with its
+// own serving certificate), a specification applied on replica 1 reaches
+// a proxy connected to replica 3, and a token created on replica 2
+// enrolls a machine through replica 1.
+func TestReplicasServeEverything(t *testing.T) {
+	consul := consultest.StartCluster(t, 3)
+	bin := buildBinaries(t)
+	rs := newReplicas(t, bin, consul, 3)
+	startReplicas(t, rs) // all at once: they race to create the CA
+
+	t.Run("one CA, a serving certificate each", func(t *testing.T) {
+		ca := map[string]bool{}
+		leaves := map[string]bool{}
+		for _, r := range rs {
+			out, err := r.cli(t, "ca", "show")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ca[out] = true
+			chain := r.servingCert(t)
+			leaves[chain[0].SerialNumber.String()] = true
+		}
+		if len(ca) != 1 {
+			t.Errorf("%d different CAs across 3 replicas, want 1", len(ca))
+		}
+		if len(leaves) != 3 {
+			t.Errorf("%d different serving certificates across 3 replicas, want 3", len(leaves))
+		}
+	})
+
+	t.Run("each singleton duty held by one replica", func(t *testing.T) {
+		client, err := api.NewClient(&api.Config{Address: consul[0].HTTPAddr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []string{"prune-tokens", "prune-proxy-records"} {
+			waitFor(t, "duty "+d+" to be held", 30*time.Second, func() bool {
+				pair, _, err := client.KV().Get("osm/duty/"+d, nil)
+				return err == nil && pair != nil && pair.Session != ""
+			})
+		}
+		holders := 0
+		for _, r := range rs {
+			holders += strings.Count(r.output(), "singleton duty taken")
+		}
+		if holders != 2 {
+			t.Errorf("%d duty holders logged across replicas, want 2 (one per duty)", holders)
+		}
+	})
+
+	t.Run("apply on replica 1 reaches a proxy on replica 3", func(t *testing.T) {
+		buyer := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
+		rs[0].osm().Apply(t, meshForBuyer)
+		// The proxy's own Service must be known where it connects.
+		waitFor(t, "replica 3 to know Service bookbuyer", 20*time.Second, func() bool {
+			out, err := rs[2].cli(t, "get", "services")
+			return err == nil && strings.Contains(out, "bookbuyer")
+		})
+		pair := rs[2].osm().Enroll(t, buyer)
+		proxy := rs[2].osm().Connect(t, pair, "10.0.0.6", "default/bookstore")
+		// A Service applied on replica 1 reaches the live proxy on 3.
+		rs[0].osm().Apply(t, bookstoreSvc)
+		proxy.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+		for _, r := range rs {
+			out, err := r.cli(t, "get", "services")
+			if err != nil || !strings.Contains(out, "bookstore") {
+				t.Errorf("%s: get services: %v\n%s", r.name, err, out)
+			}
+		}
+		// Revoked on replica 1: its stream on replica 3 is closed.
+		leaf, err := x509.ParseCertificate(pair.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, err := rs[0].cli(t, "proxy", "revoke", leaf.Subject.CommonName); err != nil {
+			t.Fatalf("proxy revoke on replica 1: %v\n%s", err, out)
+		}
+		deadline := time.After(20 * time.Second)
+		for open := true; open; {
+			select {
+			case _, open = <-proxy.Responses():
+			case <-deadline:
+				t.Fatal("the proxy revoked on replica 1 is still connected to replica 3 after 20s")
+			}
+		}
+	})
+
+	t.Run("token made on replica 2 enrolls through replica 1", func(t *testing.T) {
+		join, err := rs[1].cli(t, "token", "create", "--service", "bookstore")
+		if err != nil {
+			t.Fatal(err)
+		}
+		token, hash := parseJoin(t, strings.TrimSpace(join))
+		res, err := enrollOnce(t.Context(), "https://"+rs[0].api, token, hash, mesh.MeshService{Namespace: "default", Name: "bookstore"})
+		if err != nil {
+			t.Fatalf("enroll through replica 1 with replica 2's token: %v", err)
+		}
+		// Every replica knows the proxy, and the token is spent on all.
+		for _, r := range rs {
+			recs := r.osmProxies(t)
+			if !recs[res.Identity] {
+				t.Errorf("%s does not list proxy %s", r.name, res.Identity)
+			}
+		}
+		if _, err := enrollOnce(t.Context(), "https://"+rs[2].api, token, hash, mesh.MeshService{Namespace: "default", Name: "bookstore"}); err == nil || !strings.Contains(err.Error(), "used up") {
+			t.Errorf("second use of the single-use token through replica 3: %v, want used up", err)
+		}
+	})
+}
+
+// osmProxies returns the CNs r lists.
+func (r *replica) osmProxies(t *testing.T) map[string]bool {
+	t.Helper()
+	is := &identityServer{api: r.api, dataDir: r.dataDir}
+	out := map[string]bool{}
+	for _, rec := range is.proxies(t) {
+		out[rec.CN] = true
+	}
+	return out
+}
+
+// waitFor polls cond until it holds, failing t after within.
+func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", within, what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// commits sums osm_store_commits_total over the replicas given.
+func commits(t *testing.T, rs ...*replica) int {
+	t.Helper()
+	n := 0
+	for _, r := range rs {
+		resp, err := http.Get("http://" + r.debug + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var v int
+		for _, line := range strings.Split(string(b), "\n") {
+			if _, err := fmt.Sscanf(line, "osm_store_commits_total %d", &v); err == nil {
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// meshForBuyer is a permissive mesh with Service bookbuyer; bookstoreSvc
+// adds its upstream.
+const (
+	meshForBuyer = `apiVersion: osm-vm.io/v1alpha1
+kind: MeshConfig
+metadata: {name: mesh}
+spec: {traffic: {permissive: true}, endpoints: {requireConnectedProxy: false}}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: bookbuyer}
+spec: {ports: [{port: 14001}]}
+`
+	bookstoreSvc = `apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: bookstore}
+spec: {ports: [{port: 14001}]}
+`
+	meshForBuyers = meshForBuyer + "---\n" + bookstoreSvc
+)
+
+// TestReplicaConsulLoad measures the writes a fleet costs Consul (the
+// figures docs/operator-guide.md quotes): per enrollment (with its first
+// connection), at rest with every proxy connected, and when the proxies of
+// a killed replica reconnect to the others.
+func TestReplicaConsulLoad(t *testing.T) {
+	consul := consultest.StartCluster(t, 3)
+	bin := buildBinaries(t)
+	rs := newReplicas(t, bin, consul, 3)
+	startReplicas(t, rs)
+	rs[0].osm().Apply(t, meshForBuyers)
+	buyer := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
+	for _, r := range rs {
+		waitFor(t, r.name+" to know Service bookbuyer", 20*time.Second, func() bool {
+			out, err := r.cli(t, "get", "services")
+			return err == nil && strings.Contains(out, "bookbuyer")
+		})
+	}
+	const n = 30
+	certs := make([]tls.Certificate, n)
+	before := commits(t, rs...)
+	start := time.Now()
+	for i := range certs {
+		certs[i] = rs[i%3].osm().Enroll(t, buyer) // a token and an enrollment each
+		rs[i%3].osm().Connect(t, certs[i], "10.0.0.6", "default/bookstore").WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+	}
+	// Claims are written in the background: wait until every record says
+	// claimed.
+	waitFor(t, "every proxy claimed", 20*time.Second, func() bool {
+		is := &identityServer{api: rs[0].api, dataDir: rs[0].dataDir}
+		claimed := 0
+		for _, rec := range is.proxies(t) {
+			if rec.State == "claimed" {
+				claimed++
+			}
+		}
+		return claimed == n
+	})
+	enrolled := commits(t, rs...) - before
+	t.Logf("%d enrollments (token create, enroll, first connection) in %s: %d Consul commits, %.1f per enrollment",
+		n, time.Since(start).Round(time.Millisecond), enrolled, float64(enrolled)/n)
+	// Three per enrollment (token, enrollment, claim), and once the
+	// account's service certificate.
+	if enrolled > 3*n+1 {
+		t.Errorf("%d commits for %d enrollments, want at most %d (token, enrollment and claim each, one service certificate)", enrolled, n, 3*n+1)
+	}
+
+	// At rest: nothing is written, however many proxies are connected.
+	rest := commits(t, rs...)
+	const restFor = 5 * time.Second
+	time.Sleep(restFor) // measuring a rate over an interval, not waiting for a condition
+	if d := commits(t, rs...) - rest; d != 0 {
+		t.Errorf("%d commits in %s at rest with %d proxies connected, want 0", d, restFor, n)
+	}
+
+	// Reconnect storm: replica 1 dies, its proxies reconnect to the others.
+	rs[0].kill()
+	survivors := rs[1:]
+	storm := commits(t, survivors...)
+	for i := 0; i < n; i += 3 {
+		survivors[i%2].osm().Connect(t, certs[i], "10.0.0.6", "default/bookstore").WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+	}
+	if d := commits(t, survivors...) - storm; d != 0 {
+		t.Errorf("%d commits while %d proxies reconnected to surviving replicas, want 0", d, n/3)
+	}
+	t.Logf("at rest: 0 commits in %s with %d proxies; reconnect of %d proxies: 0 commits", restFor, n, n/3)
+}
+
+// TestReplicaWithoutConsul is the issue's Consul trouble: every Consul
+// server stops. A replica keeps its proxies' streams and what they were
+// sent, says not ready on /readyz naming the store, refuses a write with
+// an error naming Consul and what failed, and resumes when Consul is back.
+func TestReplicaWithoutConsul(t *testing.T) {
+	consul := consultest.StartCluster(t, 3)
+	bin := buildBinaries(t)
+	rs := newReplicas(t, bin, consul, 1)
+	startReplicas(t, rs)
+	r := rs[0]
+	r.osm().Apply(t, meshForBuyers)
+	proxy := r.osm().Connect(t, r.osm().Enroll(t, mesh.MeshService{Namespace: "default", Name: "bookbuyer"}), "10.0.0.6", "default/bookstore")
+	proxy.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+
+	for _, a := range consul {
+		a.Stop()
+	}
+	waitFor(t, "/readyz to say not ready", 20*time.Second, func() bool {
+		code, body := r.readyz()
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "store is unreachable") && strings.Contains(body, consul[0].HTTPAddr)
+	})
+	_, body := r.readyz()
+	t.Logf("/readyz without Consul: %s", strings.TrimSpace(body))
+	out, err := r.cli(t, "apply", "-f", bookstoreFile)
+	if err == nil || !strings.Contains(err.Error(), "consul store at http://"+consul[0].HTTPAddr) || !strings.Contains(err.Error(), "retries") {
+		t.Errorf("apply without Consul: %v\n%s; want an error naming the Consul store", err, out)
+	} else {
+		t.Logf("apply without Consul: %v", err)
+	}
+	// The proxy's stream stays up and is not told anything new.
+	select {
+	case _, ok := <-proxy.Responses():
+		if !ok {
+			t.Error("the proxy's stream was closed while Consul was down")
+		}
+	default:
+	}
+
+	for _, a := range consul {
+		a.Start(t)
+	}
+	waitFor(t, "/readyz to say ready again", 60*time.Second, func() bool {
+		code, _ := r.readyz()
+		return code == http.StatusOK
+	})
+	if out, err := r.cli(t, "apply", "-f", bookstoreFile); err != nil {
+		t.Errorf("apply after Consul is back: %v\n%s", err, out)
+	}
+}
+
+// TestReplicaKills is the issue's test 5, scaled to the time it may take:
+// kill -9 of a random replica, again and again, while agents enroll with
+// one multi-use token through random replicas, and documents are applied
+// and tokens created through random replicas. Afterwards the token's uses
+// spent equal the proxy records of its service, no VIP is held by two
+// services, and no proxy record is half-written.
+func TestReplicaKills(t *testing.T) {
+	const kills = 8
+	consul := consultest.StartCluster(t, 3)
+	bin := buildBinaries(t)
+	rs := newReplicas(t, bin, consul, 3)
+	startReplicas(t, rs)
+	w := startWorkload(t, rs)
+	for k := range kills {
+		r := rs[rand.IntN(3)]
+		w.progress(t)
+		r.kill()
+		r.launch(t)
+		r.waitReady(t, 60*time.Second)
+		t.Logf("kill %d: %s", k+1, r.name)
+	}
+	w.stop()
+	w.check(t, rs)
+	t.Logf("%d kills: %s", kills, w)
+}
+
+// TestReplicaConsulLeaderStop is the issue's test 3: the Consul leader is
+// stopped, twice, while enrollments, applies and token creations run
+// through every replica. Writes resume after each election, and nothing
+// is lost or done twice (the same checks as TestReplicaKills).
+func TestReplicaConsulLeaderStop(t *testing.T) {
+	consul := consultest.StartCluster(t, 3)
+	bin := buildBinaries(t)
+	rs := newReplicas(t, bin, consul, 3)
+	startReplicas(t, rs)
+	w := startWorkload(t, rs)
+	for round := range 2 {
+		w.progress(t)
+		var leader *consultest.Agent
+		for _, a := range consul {
+			addr, err := consultest.Leader(t.Context(), a.HTTPAddr)
+			if err == nil && strings.HasPrefix(addr, strings.TrimSuffix(a.HTTPAddr, ":8500")+":") {
+				leader = a
+			}
+		}
+		if leader == nil {
+			t.Fatal("no Consul server says it is the leader")
+		}
+		leader.Stop()
+		w.progress(t) // writes resume under the new leader
+		leader.Start(t)
+		// It rejoins (knows the leader) before the next round stops
+		// another: two of three servers down is no quorum.
+		if err := consultest.WaitLeader(t.Context(), leader.HTTPAddr); err != nil {
+			t.Fatalf("consul %s after restart: %v", leader.Name, err)
+		}
+		// The replica whose agent that was reports ready again.
+		for _, r := range rs {
+			r.waitReady(t, 60*time.Second)
+		}
+		t.Logf("round %d: stopped leader %s; writes resumed", round+1, leader.Name)
+	}
+	w.stop()
+	w.check(t, rs)
+	t.Logf("2 leader stops: %s", w)
+}
+
+// workload enrolls with one multi-use token, applies Services and creates
+// tokens through random replicas until stopped.
+type workload struct {
+	token, hash string
+	cancel      context.CancelFunc
+	wg          sync.WaitGroup
+
+	mu       sync.Mutex
+	enrolled map[string]bool
+	applied  int
+	records  int
+	services int
+}
+
+func startWorkload(t *testing.T, rs []*replica) *workload {
+	t.Helper()
+	svc := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
+	join, err := rs[0].cli(t, "token", "create", "--service", "bookbuyer", "--uses", "100000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &workload{enrolled: map[string]bool{}}
+	w.token, w.hash = parseJoin(t, strings.TrimSpace(join))
+	ctx, cancel := context.WithCancel(t.Context())
+	w.cancel = cancel
+	for n := range 3 {
+		w.wg.Go(func() { // enrollments
+			for i := 0; ctx.Err() == nil; i++ {
+				r := rs[(n+i)%3]
+				if res, err := enrollOnce(ctx, "https://"+r.api, w.token, w.hash, svc); err == nil {
+					w.mu.Lock()
+					w.enrolled[res.Identity] = true
+					w.mu.Unlock()
+				}
+			}
+		})
+	}
+	dir := t.TempDir()
+	w.wg.Go(func() { // applies and token creations
+		for i := 0; ctx.Err() == nil; i++ {
+			r := rs[i%3]
+			doc := filepath.Join(dir, fmt.Sprintf("svc-%d.yaml", i))
+			os.WriteFile(doc, []byte(fmt.Sprintf("apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: svc-%d}\nspec: {ports: [{port: 80}]}\n", i)), 0o600)
+			if _, err := r.cli(t, "apply", "-f", doc); err == nil {
+				w.mu.Lock()
+				w.applied++
+				w.mu.Unlock()
+			}
+			_, _ = r.cli(t, "token", "create", "--service", "bookstore")
+		}
+	})
+	return w
+}
+
+// progress waits until a few more enrollments succeeded.
+func (w *workload) progress(t *testing.T) {
+	t.Helper()
+	w.mu.Lock()
+	before := len(w.enrolled)
+	w.mu.Unlock()
+	want := before + 3 + rand.IntN(10)
+	waitFor(t, "more enrollments", 60*time.Second, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return len(w.enrolled) >= want
+	})
+}
+
+func (w *workload) stop() {
+	w.cancel()
+	w.wg.Wait()
+}
+
+func (w *workload) String() string {
+	return fmt.Sprintf("%d proxies enrolled (%d seen by agents), %d applies, %d services with distinct VIPs", w.records, len(w.enrolled), w.applied, w.services)
+}
+
+// check: the token's uses spent equal its service's proxy records, every
+// record is whole, every certificate an agent got has a record, and no
+// two Services share a VIP.
+func (w *workload) check(t *testing.T, rs []*replica) {
+	t.Helper()
+	out, err := rs[1].cli(t, "token", "list", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var toks []meshapi.TokenStatus
+	if err := json.Unmarshal([]byte(out), &toks); err != nil {
+		t.Fatal(err)
+	}
+	spent := -1
+	for _, tok := range toks {
+		if tok.UsesTotal == 100000 {
+			spent = tok.UsesTotal - tok.UsesLeft
+		}
+	}
+	is := &identityServer{api: rs[2].api, dataDir: rs[2].dataDir}
+	known := map[string]bool{}
+	for _, rec := range is.proxies(t) {
+		if rec.Serial == "" || rec.Issued.IsZero() || rec.Expires.IsZero() {
+			t.Errorf("half-written proxy record: %+v", rec)
+		}
+		if strings.HasSuffix(rec.CN, ".bookbuyer.default") {
+			w.records++
+		}
+		known[rec.CN] = true
+	}
+	if spent != w.records {
+		t.Errorf("token uses spent %d, proxy records of its service %d: a use lost or a proxy issued without one", spent, w.records)
+	}
+	for cn := range w.enrolled {
+		if !known[cn] {
+			t.Errorf("an agent got certificate %s but no replica has its record", cn)
+		}
+	}
+	// A replica whose Consul agent was away catches up through its watch
+	// (which backs off while Consul is unreachable): wait for it.
+	waitFor(t, "replica 1 to list every applied Service", 60*time.Second, func() bool {
+		out, err = rs[0].cli(t, "get", "services")
+		return err == nil && strings.Count(out, "svc-") >= w.applied
+	})
+	out, err = rs[0].cli(t, "get", "services", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var services struct {
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Status struct {
+				VIP string `json:"vip"`
+			} `json:"status"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal([]byte(out), &services); err != nil {
+		t.Fatalf("get services -o json: %v\n%.500s", err, out)
+	}
+	vips := map[string]string{}
+	for _, s := range services.Items {
+		if s.Status.VIP == "" {
+			t.Errorf("Service %s has no VIP", s.Metadata.Name)
+		}
+		if other, dup := vips[s.Status.VIP]; dup {
+			t.Errorf("VIP %s held by %s and %s", s.Status.VIP, other, s.Metadata.Name)
+		}
+		vips[s.Status.VIP] = s.Metadata.Name
+	}
+	w.services = len(vips)
+	if w.records == 0 || w.applied == 0 {
+		t.Errorf("%d enrollments and %d applies succeeded: the test proves nothing", w.records, w.applied)
+	}
+}
