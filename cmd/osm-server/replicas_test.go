@@ -298,7 +298,7 @@ func TestReplicasServeEverything(t *testing.T) {
 	})
 
 	t.Run("token made on replica 2 enrolls through replica 1", func(t *testing.T) {
-		join, err := rs[1].cli(t, "token", "create", "--service", "bookstore")
+		join, err := rs[1].cli(t, "token", "create", "--service", "bookstore", "--print", "enroll")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -586,7 +586,7 @@ type workload struct {
 func startWorkload(t *testing.T, rs []*replica) *workload {
 	t.Helper()
 	svc := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
-	join, err := rs[0].cli(t, "token", "create", "--service", "bookbuyer", "--uses", "100000")
+	join, err := rs[0].cli(t, "token", "create", "--service", "bookbuyer", "--uses", "100000", "--print", "enroll")
 	if err != nil {
 		t.Fatal(err)
 	}
