@@ -9,6 +9,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -90,54 +91,53 @@ func fakeListener() (*anypb.Any, error) {
 
 // StreamAggregatedResources implements ADS.
 func (s *ADSServer) StreamAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	peerCN := peerCN(stream.Context())
 	listener, err := fakeListener()
 	if err != nil {
 		return err
 	}
-	var nodeID string
-	var node *corev3.Node
-	for {
-		req, err := stream.Recv()
-		if err != nil {
-			return nil
-		}
-		if req.GetNode().GetId() != "" {
-			nodeID = req.GetNode().GetId()
-		}
-		if node == nil {
-			node = req.GetNode()
-		}
-		switch {
-		case req.GetTypeUrl() != ListenerType:
-		case req.GetResponseNonce() == "":
-			if err := stream.Send(&discoveryv3.DiscoveryResponse{
+	return serveFake(s, stream.Context(), stream.Recv,
+		func() error {
+			return stream.Send(&discoveryv3.DiscoveryResponse{
 				VersionInfo: "1", Nonce: "1", TypeUrl: ListenerType, Resources: []*anypb.Any{listener},
-			}); err != nil {
-				return nil
-			}
-		case req.GetErrorDetail() == nil && req.GetVersionInfo() == "1":
-			select {
-			case s.Acks <- Ack{NodeID: nodeID, PeerCN: peerCN, TypeURL: req.GetTypeUrl(), Version: req.GetVersionInfo(), Node: node, Server: s.Addr}:
-			case <-stream.Context().Done():
-				return nil
-			}
-		}
-	}
+			})
+		},
+		func(req *discoveryv3.DiscoveryRequest) bool { return req.GetVersionInfo() == "1" })
 }
 
 // DeltaAggregatedResources implements Delta ADS: it answers a listener
 // subscription with the one listener (version "1") and reports ACKs.
 func (s *ADSServer) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	peerCN := peerCN(stream.Context())
 	listener, err := fakeListener()
 	if err != nil {
 		return err
 	}
+	return serveFake(s, stream.Context(), stream.Recv,
+		func() error {
+			return stream.Send(&discoveryv3.DeltaDiscoveryResponse{
+				SystemVersionInfo: "1", Nonce: "1", TypeUrl: ListenerType,
+				Resources: []*discoveryv3.Resource{{Name: "fake", Version: "1", Resource: listener}},
+			})
+		},
+		func(*discoveryv3.DeltaDiscoveryRequest) bool { return true })
+}
+
+// fakeRequest is what serveFake reads of a SotW or Delta request.
+type fakeRequest interface {
+	GetNode() *corev3.Node
+	GetTypeUrl() string
+	GetResponseNonce() string
+	GetErrorDetail() *status.Status
+}
+
+// serveFake is both ADS flavours: a listener subscription is answered
+// with the one listener (sendListener), and an ACK of it (an answer
+// without error that isVersion1 accepts) is reported on s.Acks.
+func serveFake[R fakeRequest](s *ADSServer, ctx context.Context, recv func() (R, error), sendListener func() error, isVersion1 func(R) bool) error {
+	peerCN := peerCN(ctx)
 	var nodeID string
 	var node *corev3.Node
 	for {
-		req, err := stream.Recv()
+		req, err := recv()
 		if err != nil {
 			return nil
 		}
@@ -150,16 +150,13 @@ func (s *ADSServer) DeltaAggregatedResources(stream discoveryv3.AggregatedDiscov
 		switch {
 		case req.GetTypeUrl() != ListenerType:
 		case req.GetResponseNonce() == "":
-			if err := stream.Send(&discoveryv3.DeltaDiscoveryResponse{
-				SystemVersionInfo: "1", Nonce: "1", TypeUrl: ListenerType,
-				Resources: []*discoveryv3.Resource{{Name: "fake", Version: "1", Resource: listener}},
-			}); err != nil {
+			if err := sendListener(); err != nil {
 				return nil
 			}
-		case req.GetErrorDetail() == nil:
+		case req.GetErrorDetail() == nil && isVersion1(req):
 			select {
 			case s.Acks <- Ack{NodeID: nodeID, PeerCN: peerCN, TypeURL: req.GetTypeUrl(), Version: "1", Node: node, Server: s.Addr}:
-			case <-stream.Context().Done():
+			case <-ctx.Done():
 				return nil
 			}
 		}
