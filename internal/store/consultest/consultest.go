@@ -23,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -69,6 +70,49 @@ type Agent struct {
 // hcl is passed with -hcl (as `acl { enabled = true ... }`).
 func StartDev(t testing.TB, hcl ...string) *Agent {
 	t.Helper()
+	// The ports are free when picked but not held: another test's server
+	// may bind one first. An agent that exits on it is started again on
+	// other ports.
+	for attempt := 1; ; attempt++ {
+		a := newDev(t, hcl)
+		a.start(t)
+		err := waitLeaderOrExit(t.Context(), a)
+		if err == nil {
+			t.Cleanup(func() { a.cleanup(t) })
+			return a
+		}
+		if errors.Is(err, errExited) && strings.Contains(a.Logs(), "address already in use") && attempt < 5 {
+			a.Stop()
+			continue
+		}
+		a.cleanup(t)
+		t.Fatalf("dev consul at %s: %v\n%s", a.HTTPAddr, err, a.Logs())
+	}
+}
+
+// errExited: the agent exited before it elected a leader.
+var errExited = errors.New("consul exited")
+
+// waitLeaderOrExit is WaitLeader, ended early when the agent exits.
+func waitLeaderOrExit(ctx context.Context, a *Agent) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-a.Exited():
+			cancel(errExited)
+		case <-ctx.Done():
+		}
+	}()
+	err := WaitLeader(ctx, a.HTTPAddr)
+	if cause := context.Cause(ctx); errors.Is(cause, errExited) {
+		return cause
+	}
+	return err
+}
+
+// newDev describes a dev agent on free ports (not started).
+func newDev(t testing.TB, hcl []string) *Agent {
 	bin := Binary(t)
 	dir := t.TempDir()
 	ports := freePorts(t, "127.0.0.1", 4)
@@ -86,11 +130,6 @@ func StartDev(t testing.TB, hcl ...string) *Agent {
 	}
 	for _, h := range hcl {
 		a.args = append(a.args, "-hcl", h)
-	}
-	a.start(t)
-	t.Cleanup(func() { a.cleanup(t) })
-	if err := WaitLeader(t.Context(), a.HTTPAddr); err != nil {
-		t.Fatalf("dev consul at %s: %v\n%s", a.HTTPAddr, err, a.Logs())
 	}
 	return a
 }
