@@ -217,8 +217,8 @@ func TestLabels(t *testing.T) {
 	}
 	got := eps[0]
 	want := map[string]string{labelNode: "dev", labelDatacenter: "dc1", labelService: "web", labelServiceID: "web-1"}
-	if got.IP.String() != "127.0.0.1" || fmt.Sprint(got.Labels) != fmt.Sprint(want) {
-		t.Errorf("endpoint %s %v; want the node address 127.0.0.1 with labels %v", got, got.Labels, want)
+	if got.IP.String() != agent.Host || fmt.Sprint(got.Labels) != fmt.Sprint(want) {
+		t.Errorf("endpoint %s %v; want the node address %s with labels %v", got, got.Labels, agent.Host, want)
 	}
 	if svcs, _ := p.ListServices(ctx); len(svcs) != 1 {
 		t.Errorf("services %v; want only default/web (not Consul's own consul service)", svcs)

@@ -30,14 +30,8 @@ func TestHTTPSAndTheConnectionLimit(t *testing.T) {
 			t.Fatalf("consul %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	httpsPort := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
 	ca := filepath.Join(dir, "consul-agent-ca.pem")
-	agent := consultest.StartDev(t, fmt.Sprintf(`ports { https = %d }`, httpsPort),
+	agent := consultest.StartDev(t, `ports { https = 8501 }`,
 		fmt.Sprintf(`tls { defaults { ca_file = %q, cert_file = %q, key_file = %q, verify_incoming = false } }`,
 			ca, filepath.Join(dir, "dc1-server-consul-0.pem"), filepath.Join(dir, "dc1-server-consul-0-key.pem")))
 	const services = 300
@@ -46,7 +40,7 @@ func TestHTTPSAndTheConnectionLimit(t *testing.T) {
 	defer cancel()
 
 	overTLS := startProvider(ctx, t, agent, map[string]any{
-		"address": fmt.Sprintf("https://127.0.0.1:%d", httpsPort),
+		"address": "https://" + net.JoinHostPort(agent.Host, "8501"),
 		"tls":     map[string]any{"caFile": ca, "serverName": "server.dc1.consul"},
 	})
 	svcs, err := overTLS.ListServices(ctx)

@@ -1,6 +1,9 @@
-// Package consultest runs real Consul agents for tests: a dev agent on
-// free loopback ports ([StartDev]) or a three-server cluster, each server
-// on its own 127.x.y.z with Consul's default ports ([StartCluster]). Every
+// Package consultest runs real Consul agents for tests: a dev agent
+// ([StartDev]) or a three-server cluster ([StartCluster]), each agent on
+// its own random 127.x.y.z with Consul's default ports. An address of its
+// own, never 127.0.0.1, keeps a stopped agent's ports from being taken
+// while it is down: ports picked on 127.0.0.1 by other tests, and the
+// source ports of their outgoing connections, are all on 127.0.0.1. Every
 // agent lives in a temporary directory, is ready once it knows a leader
 // (polled, never slept for) and is killed by its pid at cleanup.
 //
@@ -32,6 +35,10 @@ import (
 // BinaryEnv names the variable holding the consul binary's path.
 const BinaryEnv = "OSM_CONSUL_BIN"
 
+// noCalls keeps an agent from calling HashiCorp's update-check service:
+// tests never send traffic off the machine.
+const noCalls = `disable_update_check = true`
+
 // readyWithin bounds the wait for a leader: a failure past it, not a sleep.
 const readyWithin = 60 * time.Second
 
@@ -52,6 +59,8 @@ func Binary(t testing.TB) string {
 type Agent struct {
 	// Name is the agent's node name.
 	Name string
+	// Host is the loopback address it binds (every port is Consul's default).
+	Host string
 	// HTTPAddr is host:port of its HTTP API (what CONSUL_HTTP_ADDR takes).
 	HTTPAddr string
 
@@ -64,15 +73,15 @@ type Agent struct {
 	exited chan struct{}
 }
 
-// StartDev starts `consul agent -dev` on 127.0.0.1 with free ports (HTTP,
-// serf LAN and WAN, server RPC; no DNS, no gRPC) and waits for it to elect
-// itself leader. Its state is in memory: a restart starts it empty. Each
-// hcl is passed with -hcl (as `acl { enabled = true ... }`).
+// StartDev starts `consul agent -dev` on its own random 127.x.y.z with
+// Consul's default ports (HTTP 8500, HTTPS 8501 when configured, serf LAN
+// and WAN, server RPC; no DNS, no gRPC) and waits for it to elect itself
+// leader. Its state is in memory: a restart starts it empty. Each hcl is
+// passed with -hcl (as `acl { enabled = true ... }`).
 func StartDev(t testing.TB, hcl ...string) *Agent {
 	t.Helper()
-	// The ports are free when picked but not held: another test's server
-	// may bind one first. An agent that exits on it is started again on
-	// other ports.
+	// Two agents may draw the same address: one that exits on it is
+	// started again on another.
 	for attempt := 1; ; attempt++ {
 		a := newDev(t, hcl)
 		a.start(t)
@@ -111,21 +120,19 @@ func waitLeaderOrExit(ctx context.Context, a *Agent) error {
 	return err
 }
 
-// newDev describes a dev agent on free ports (not started).
+// newDev describes a dev agent on its own loopback address (not started).
 func newDev(t testing.TB, hcl []string) *Agent {
 	bin := Binary(t)
 	dir := t.TempDir()
-	ports := freePorts(t, "127.0.0.1", 4)
+	ip := randomLoopback()
 	a := &Agent{
 		Name:     "dev",
-		HTTPAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+		Host:     ip,
+		HTTPAddr: net.JoinHostPort(ip, "8500"),
 		bin:      bin,
 		args: []string{"agent", "-dev", "-node", "dev",
-			"-bind", "127.0.0.1", "-client", "127.0.0.1",
-			"-http-port", strconv.Itoa(ports[0]), "-dns-port", "-1",
-			"-serf-lan-port", strconv.Itoa(ports[1]), "-serf-wan-port", strconv.Itoa(ports[2]),
-			"-server-port", strconv.Itoa(ports[3]), "-grpc-port", "-1", "-grpc-tls-port", "-1",
-			"-data-dir", filepath.Join(dir, "data"), "-log-level", "warn"},
+			"-bind", ip, "-client", ip, "-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1",
+			"-data-dir", filepath.Join(dir, "data"), "-log-level", "warn", "-hcl", noCalls},
 		logPath: filepath.Join(dir, "consul.log"),
 	}
 	for _, h := range hcl {
@@ -134,10 +141,15 @@ func newDev(t testing.TB, hcl []string) *Agent {
 	return a
 }
 
+// randomLoopback returns a random 127.x.y.z, never 127.0.0.1's /16.
+func randomLoopback() string {
+	return fmt.Sprintf("127.%d.%d.%d", 1+rand.IntN(250), 1+rand.IntN(250), 1+rand.IntN(250))
+}
+
 // StartCluster starts n servers (-server -bootstrap-expect n -retry-join
 // each other), each on its own 127.x.y.z with Consul's default ports, and
-// waits until each knows the leader. The x.y is random, so clusters of
-// concurrent tests rarely share addresses.
+// waits until each knows the leader. The x.y is random, so clusters and
+// dev agents of concurrent tests rarely share addresses.
 func StartCluster(t testing.TB, n int) []*Agent {
 	t.Helper()
 	bin := Binary(t)
@@ -152,13 +164,13 @@ func StartCluster(t testing.TB, n int) []*Agent {
 		args := []string{"agent", "-server", "-bootstrap-expect", strconv.Itoa(n),
 			"-node", fmt.Sprintf("server-%d", i+1), "-bind", ip, "-client", ip,
 			"-dns-port", "-1", "-grpc-port", "-1", "-grpc-tls-port", "-1",
-			"-data-dir", filepath.Join(dir, "data"), "-log-level", "warn"}
+			"-data-dir", filepath.Join(dir, "data"), "-log-level", "warn", "-hcl", noCalls}
 		for j, peer := range ips {
 			if j != i {
 				args = append(args, "-retry-join", peer)
 			}
 		}
-		agents[i] = &Agent{Name: fmt.Sprintf("server-%d", i+1), HTTPAddr: net.JoinHostPort(ip, "8500"),
+		agents[i] = &Agent{Name: fmt.Sprintf("server-%d", i+1), Host: ip, HTTPAddr: net.JoinHostPort(ip, "8500"),
 			bin: bin, args: args, logPath: filepath.Join(dir, "consul.log")}
 		agents[i].start(t)
 		t.Cleanup(func() { agents[i].cleanup(t) })
@@ -210,7 +222,7 @@ func (a *Agent) Restart(t testing.TB) {
 	t.Helper()
 	a.Stop()
 	a.start(t)
-	if err := WaitLeader(t.Context(), a.HTTPAddr); err != nil {
+	if err := waitLeaderOrExit(t.Context(), a); err != nil {
 		t.Fatalf("consul %s at %s after restart: %v\n%s", a.Name, a.HTTPAddr, err, a.Logs())
 	}
 }
@@ -285,34 +297,6 @@ func leaderOf(ctx context.Context, httpAddr string) (string, error) {
 		return "", fmt.Errorf("status/leader: %w", err)
 	}
 	return leader, nil
-}
-
-// freePorts returns n distinct ports free for TCP and UDP on host (serf
-// uses both).
-func freePorts(t testing.TB, host string, n int) []int {
-	t.Helper()
-	var ports []int
-	var held []net.Listener
-	defer func() {
-		for _, l := range held {
-			l.Close()
-		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-		port := l.Addr().(*net.TCPAddr).Port
-		u, err := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(port)))
-		if err != nil {
-			continue // taken for UDP: keep the TCP one held and try another
-		}
-		u.Close()
-		ports = append(ports, port)
-	}
-	return ports
 }
 
 // Leader returns the server address (ip:8300) of the leader httpAddr's
