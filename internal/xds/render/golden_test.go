@@ -21,6 +21,9 @@ type goldenCase struct {
 	service    string
 	flavor     Flavor
 	permissive bool
+	// emptyRoot renders the mesh of splitMatchesEmptyRoot: the
+	// TrafficSplit limited to a route group, its root without endpoints.
+	emptyRoot bool
 }
 
 func goldenCases() []goldenCase {
@@ -36,6 +39,9 @@ func goldenCases() []goldenCase {
 	}
 	for _, s := range []string{"bookbuyer", "bookstore-v1"} {
 		cases = append(cases, goldenCase{name: "smi-grpc-" + s, service: s, flavor: GRPC})
+	}
+	for _, f := range []Flavor{Envoy, GRPC} {
+		cases = append(cases, goldenCase{name: "split-matches-empty-root-" + f.String() + "-bookbuyer", service: "bookbuyer", flavor: f, emptyRoot: true})
 	}
 	return cases
 }
@@ -61,10 +67,15 @@ func TestGolden(t *testing.T) {
 		false: meshOf(bookstoreSpec(t, false).Snapshot(), eps),
 		true:  meshOf(bookstoreSpec(t, true).Snapshot(), eps),
 	}
+	emptyRoot := splitMatchesEmptyRoot(t)
 	for _, tc := range goldenCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Proxy{Service: svc(tc.service), Flavor: tc.flavor, Address: proxyAddr(t, addrs, tc.service)}
-			r := renderAll(t, specs[tc.permissive], p)
+			m := specs[tc.permissive]
+			if tc.emptyRoot {
+				m = emptyRoot
+			}
+			r := renderAll(t, m, p)
 			if err := Validate(tc.flavor, r.all()...); err != nil {
 				t.Errorf("Validate: %v", err)
 			}

@@ -4,6 +4,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
 )
@@ -26,8 +27,14 @@ import (
 type Memo struct {
 	spec        *spec.Snapshot
 	trustDomain string
-	plans       map[planKey][]outbound
-	msgs        map[memoKey]proto.Message
+	// view is the View last served, and emptiness what its plans asked of
+	// it: whether each split root and backend had no endpoints. A View
+	// that answers otherwise for one of them makes the Memo forget its
+	// plans and messages, as a new specification does.
+	view      *catalog.View
+	emptiness map[mesh.MeshService]bool
+	plans     map[planKey][]outbound
+	msgs      map[memoKey]proto.Message
 	// packed holds the typed message of each Any packed while building a
 	// message of msgs, so that a Validator given the Memo (see
 	// [Validator.ValidateWith]) need not unpack it. The Validator drops
@@ -80,21 +87,33 @@ type memoKey struct {
 
 // NewMemo returns an empty Memo.
 func NewMemo() *Memo {
-	return &Memo{plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}, packed: map[*anypb.Any]packedAny{}}
+	return &Memo{plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}, packed: map[*anypb.Any]packedAny{}, emptiness: map[mesh.MeshService]bool{}}
 }
 
 // Len returns the number of messages the Memo holds (for tests and metrics).
 func (mm *Memo) Len() int { return len(mm.msgs) }
 
 // use makes mm serve m, forgetting what it holds for another snapshot or
-// trust domain.
+// trust domain, or for a View in which a split root or backend its plans
+// consulted gained its first endpoints or lost its last.
 func (mm *Memo) use(m Mesh) {
-	if mm.spec != m.Spec() || mm.trustDomain != m.TrustDomain() {
+	if mm.spec != m.Spec() || mm.trustDomain != m.TrustDomain() || mm.view != m.View && mm.emptinessChanged(m.View) {
 		clear(mm.plans)
 		clear(mm.msgs)
 		clear(mm.packed)
+		clear(mm.emptiness)
 		mm.spec, mm.trustDomain = m.Spec(), m.TrustDomain()
 	}
+	mm.view = m.View
+}
+
+func (mm *Memo) emptinessChanged(v *catalog.View) bool {
+	for svc, empty := range mm.emptiness {
+		if (len(v.Endpoints(svc)) == 0) != empty {
+			return true
+		}
+	}
+	return false
 }
 
 // memoised returns the message m.Memo holds for k, or builds it with build

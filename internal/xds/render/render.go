@@ -66,7 +66,12 @@
 // ports; no policy means deny. Outbound routes do not repeat the
 // HTTPRouteGroup restrictions (the destination enforces them, and repeating
 // them would make each upstream's routes differ per caller); they use only
-// the TrafficSplit's matches and weights. In permissive mode any peer with a
+// the TrafficSplit's matches and weights. A split's root that has no
+// participant endpoints of its own (its machines enrolled as the backends)
+// sends all its traffic, matched or not, to the backends, and a backend
+// without endpoints takes no share while another has some: so routes
+// depend on whether those services have endpoints (the Memo and
+// [InputsOf] account for it), not on the endpoints themselves. In permissive mode any peer with a
 // certificate from the mesh's trust domain is allowed.
 package render
 
@@ -304,12 +309,17 @@ func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 			}
 			slices.SortFunc(base.split, func(a, b backend) int { return a.svc.Compare(b.svc) })
 			base.subset = len(base.split) < total
+			base.split = servedBackends(m, base.split)
 			if len(base.split) > 0 {
 				base.splitMatches = sp.Matches
 				// Without matches the split takes all traffic and the
-				// root is not called directly.
-				if len(sp.Matches) == 0 {
-					base.direct = false
+				// root is not called directly. Nor is a root without
+				// endpoints of its own (its machines enrolled as the
+				// backends): its traffic, matched or not, goes to the
+				// backends, so that gRPC clients (which never match
+				// :method) and Envoy reach the same services.
+				if len(sp.Matches) == 0 || m.noEndpoints(svc) {
+					base.direct, base.splitMatches = false, nil
 				}
 			}
 		}
@@ -330,6 +340,29 @@ func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 		}
 	}
 	return out
+}
+
+// servedBackends returns the split backends that have endpoints, or all
+// of them when none has: a backend without endpoints takes no share of
+// the split while another can answer.
+func servedBackends(m Mesh, split []backend) []backend {
+	served := slices.DeleteFunc(slices.Clone(split), func(b backend) bool { return m.noEndpoints(b.svc) })
+	if len(served) == 0 {
+		return split
+	}
+	return served
+}
+
+// noEndpoints reports whether svc has no participant endpoints in m's
+// View. Plans depend on it (a split's root and backends), so the Memo
+// records what it answered and forgets its plans when a later View
+// answers otherwise.
+func (m Mesh) noEndpoints(svc mesh.MeshService) bool {
+	empty := len(m.Endpoints(svc)) == 0
+	if m.Memo != nil {
+		m.Memo.emptiness[svc] = empty
+	}
+	return empty
 }
 
 // upstreamServices returns the sorted, distinct services the proxy's
