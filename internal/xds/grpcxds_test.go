@@ -450,3 +450,82 @@ func set(names []string, s interface{ Get(string) *cache.Resource }) []bool {
 	}
 	return out
 }
+
+// TestGRPCClientReachesTheBackendsOfAnEmptySplitRoot: the case. The
+// machines enrolled as bookstore-v1 and bookstore-v2, so the root bookstore
+// has no endpoints, and the TrafficSplit is limited to GET paths, which no
+// gRPC call matches. gRPC-Go's xDS client, calling the root, reaches the
+// backends 80/20 with no failed call; when bookstore-v2 loses its last
+// endpoint every call goes to bookstore-v1; when the root gets an endpoint
+// of its own, the calls the split does not match go to it. No NACK, one
+// stream.
+func TestGRPCClientReachesTheBackendsOfAnEmptySplitRoot(t *testing.T) {
+	e := startEnv(t)
+	applyYAML(t, e.spec, "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {endpoints: {requireConnectedProxy: false}}\n")
+	applyYAML(t, e.spec, "apiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: bookstore-split, namespace: default}\nspec:\n  service: bookstore\n  matches: [{kind: HTTPRouteGroup, name: bookstore-service-routes}]\n  backends: [{service: bookstore-v1, weight: 80}, {service: bookstore-v2, weight: 20}]\n")
+	storeSA := mesh.ServiceAccount{Namespace: "default", Name: "bookstore"}
+	v1, v2, root := e.startBackend(t, storeSA), e.startBackend(t, storeSA), e.startBackend(t, storeSA)
+	lo := netip.MustParseAddr("127.0.0.1")
+	setEndpoints := func(name string, ports ...uint16) {
+		var eps []mesh.Endpoint
+		for _, p := range ports {
+			eps = append(eps, mesh.Endpoint{IP: lo, Port: p})
+		}
+		e.cat.SetEndpoints("test", mesh.MeshService{Namespace: "default", Name: name}, eps)
+	}
+	setEndpoints("bookstore-v1", v1)
+	setEndpoints("bookstore-v2", v2)
+
+	rb, err := xds.NewXDSResolverWithConfigForTesting(e.grpcBootstrap(t, "bookbuyer", "127.0.0.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := dialXDS(t, rb, "xds:///bookstore.default.mesh:14001")
+	hc := healthpb.NewHealthClient(conn)
+	// calls makes n calls and counts them by the backend that answered.
+	calls := func(n int) map[uint16]int {
+		t.Helper()
+		got := map[uint16]int{}
+		for range n {
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			var p peer.Peer
+			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
+			cancel()
+			if err != nil {
+				t.Fatalf("RPC via xds:///bookstore.default.mesh:14001: %v (NACKs %+v)", err, e.cache.NACKs())
+			}
+			got[uint16(p.Addr.(*net.TCPAddr).Port)]++
+		}
+		return got
+	}
+	got := calls(1000)
+	if f := float64(got[v1]) / 1000; f < 0.75 || f > 0.85 || got[v1]+got[v2] != 1000 {
+		t.Errorf("1,000 calls to the empty root: %d on bookstore-v1, %d on bookstore-v2, %d elsewhere; want 80%% ±5 on v1, the rest on v2", got[v1], got[v2], 1000-got[v1]-got[v2])
+	}
+
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second) // a loaded machine's bound; it takes milliseconds
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not take effect within 10s", what)
+			}
+		}
+	}
+	setEndpoints("bookstore-v2")
+	eventually("bookstore-v2 losing its last endpoint", func() bool { return calls(20)[v1] == 20 })
+	if got := calls(200); got[v1] != 200 {
+		t.Errorf("after bookstore-v2 lost its last endpoint: %v, want every call on bookstore-v1 (port %d)", got, v1)
+	}
+
+	setEndpoints("bookstore", root)
+	eventually("the root getting an endpoint of its own", func() bool { return calls(20)[root] == 20 })
+
+	ps := e.srv.Proxies()
+	if len(ps) != 1 || ps[0].Streams != 1 {
+		t.Errorf("connected proxies %+v: want one gRPC proxy on one stream (no reconnect)", ps)
+	}
+	if n := e.cache.NACKs(); len(n) != 0 {
+		t.Errorf("gRPC NACKed: %+v", n)
+	}
+}

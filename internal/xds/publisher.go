@@ -288,6 +288,12 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 			p.renderAll(ctx)
 		case specChanged:
 			p.renderChanged(ctx)
+		case p.memo.Stale(next):
+			// A TrafficSplit's root or backend gained its first
+			// endpoints or lost its last: the routes of its callers
+			// change (see render's Policy), so the groups whose inputs
+			// changed are rendered again, as after a specification change.
+			p.renderChanged(ctx)
 		}
 		if specChanged {
 			for n := range p.refusing {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -347,5 +348,86 @@ func TestJoinRebuildsEndpointsOnlyWhenTheyCanChange(t *testing.T) {
 	join(p, 7, endpointOf7)
 	if !hasEndpoint(t, c, caller(p), benchService(7), ap) {
 		t.Errorf("%s is not sent to svc-00006 after a proxy of svc-00007 connected from it", ap)
+	}
+}
+
+// TestSplitRootEmptinessReRendersCallers: when a TrafficSplit's root loses
+// its last endpoint (or a backend does), its callers' routes change
+// without a specification change (see render's Policy): the publisher
+// renders them again, and every proxy ends with what a publisher rendering
+// everything afresh gives, in every resource type; and back again.
+func TestSplitRootEmptinessReRendersCallers(t *testing.T) {
+	const services = 6
+	split := "---\napiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: split, namespace: bench}\nspec:\n  service: svc-00005\n  matches: [{kind: HTTPRouteGroup, name: all}]\n  backends: [{service: svc-00003, weight: 50}, {service: svc-00004, weight: 50}]\n"
+	y := workloadYAML(services) + split
+	p, cat, c := publisherOver(t, services, 2, y)
+	fresh, freshCat, fc := publisherOver(t, services, 2, y)
+	ctx := context.Background()
+	root, backend := benchService(5), benchService(4)
+	endpoints := map[mesh.MeshService][]mesh.Endpoint{}
+	for _, s := range []mesh.MeshService{root, backend} {
+		se, _ := cat.Snapshot().Endpoints(s)
+		endpoints[s] = se.Endpoints
+	}
+	caller := ""
+	for id, n := range p.nodes {
+		if n.proxy.Service == benchService(1) {
+			caller = id
+		}
+	}
+	rootRoute := "outbound|bench/svc-00005|8080"
+	routesToRoot := func() string {
+		r := c.View(caller)[resource.RouteType].Get(rootRoute)
+		if r == nil {
+			t.Fatalf("node %s has no route configuration %s", caller, rootRoute)
+		}
+		var out []string
+		for _, rt := range r.Message().(*routev3.RouteConfiguration).GetVirtualHosts()[0].GetRoutes() {
+			if cl := rt.GetRoute().GetCluster(); cl != "" {
+				out = append(out, cl)
+			}
+			for _, w := range rt.GetRoute().GetWeightedClusters().GetClusters() {
+				out = append(out, fmt.Sprintf("%s:%d", w.GetName(), w.GetWeight().GetValue()))
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	steps := []struct {
+		name, want string
+		set        map[mesh.MeshService][]mesh.Endpoint
+	}{
+		{"the root loses its endpoints", "bench/svc-00003:50 bench/svc-00004:50", map[mesh.MeshService][]mesh.Endpoint{root: nil}},
+		{"a backend loses its endpoints too", "bench/svc-00003:50", map[mesh.MeshService][]mesh.Endpoint{backend: nil}},
+		{"both come back", "bench/svc-00003:50 bench/svc-00004:50 bench/svc-00005", map[mesh.MeshService][]mesh.Endpoint{root: endpoints[root], backend: endpoints[backend]}},
+	}
+	if got, want := routesToRoot(), steps[2].want; got != want {
+		t.Fatalf("before: svc-00001's routes to the root: %s, want %s", got, want)
+	}
+	current := map[mesh.MeshService][]mesh.Endpoint{}
+	for _, s := range cat.Snapshot().Services() {
+		se, _ := cat.Snapshot().Endpoints(s)
+		current[s] = se.Endpoints
+	}
+	for _, step := range steps {
+		for s, eps := range step.set {
+			cat.SetEndpoints("bench", s, eps)
+			current[s] = eps
+		}
+		p.step(ctx)
+		if got := routesToRoot(); got != step.want {
+			t.Errorf("%s: svc-00001's routes to the root: %s, want %s", step.name, got, step.want)
+		}
+		freshCat.ReplaceProvider("bench", current)
+		fresh.testViews().Update()
+		fresh.view = fresh.views.View()
+		fresh.renderAll(ctx)
+		for id := range fresh.nodes {
+			for _, typ := range []string{resource.ListenerType, resource.RouteType, resource.ClusterType, resource.EndpointType} {
+				got, want := c.View(id)[typ], fc.View(id)[typ]
+				if got.Version() != want.Version() || got.Len() != want.Len() {
+					t.Errorf("%s: node %s: %s version %s (%d), a fresh publisher's %s (%d)", step.name, id, typ, got.Version(), got.Len(), want.Version(), want.Len())
+				}
+			}
+		}
 	}
 }

@@ -107,6 +107,14 @@ func (mm *Memo) use(m Mesh) {
 	mm.view = m.View
 }
 
+// Stale reports whether v answers otherwise than the View the Memo's plans
+// were built from whether a service they consulted (a TrafficSplit's root
+// or backend) has endpoints: then those plans, and the listeners, routes
+// and clusters rendered from them, change with v although the
+// specification did not, and a caller that keeps rendered resources (the
+// xDS publisher) must compare [InputsOf] again.
+func (mm *Memo) Stale(v *catalog.View) bool { return mm.emptinessChanged(v) }
+
 func (mm *Memo) emptinessChanged(v *catalog.View) bool {
 	for svc, empty := range mm.emptiness {
 		if (len(v.Endpoints(svc)) == 0) != empty {
