@@ -482,8 +482,9 @@ func TestGRPCClientReachesTheBackendsOfAnEmptySplitRoot(t *testing.T) {
 	}
 	conn := dialXDS(t, rb, "xds:///bookstore.default.mesh:14001")
 	hc := healthpb.NewHealthClient(conn)
-	// calls makes n calls and counts them by the backend that answered.
-	calls := func(n int) map[uint16]int {
+	// tryCalls makes n calls and counts them by the backend that answered
+	// (port 0: the call failed).
+	tryCalls := func(n int) map[uint16]int {
 		t.Helper()
 		got := map[uint16]int{}
 		for range n {
@@ -492,9 +493,19 @@ func TestGRPCClientReachesTheBackendsOfAnEmptySplitRoot(t *testing.T) {
 			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
 			cancel()
 			if err != nil {
-				t.Fatalf("RPC via xds:///bookstore.default.mesh:14001: %v (NACKs %+v)", err, e.cache.NACKs())
+				got[0]++
+				continue
 			}
 			got[uint16(p.Addr.(*net.TCPAddr).Port)]++
+		}
+		return got
+	}
+	// calls is tryCalls where every call must succeed.
+	calls := func(n int) map[uint16]int {
+		t.Helper()
+		got := tryCalls(n)
+		if got[0] > 0 {
+			t.Fatalf("%d of %d RPCs via xds:///bookstore.default.mesh:14001 failed (NACKs %+v)", got[0], n, e.cache.NACKs())
 		}
 		return got
 	}
@@ -512,14 +523,22 @@ func TestGRPCClientReachesTheBackendsOfAnEmptySplitRoot(t *testing.T) {
 			}
 		}
 	}
+	// While the route changes, a call may meet a cluster the route still
+	// names but CDS no longer has (clusters are sent first), or, in
+	// gRPC-Go, a cluster the route names before its balancer knows it
+	// ("unknown cluster selected for RPC"): tolerated during the switch,
+	// not after.
 	setEndpoints("bookstore-v2")
-	eventually("bookstore-v2 losing its last endpoint", func() bool { return calls(20)[v1] == 20 })
+	eventually("bookstore-v2 losing its last endpoint", func() bool { return tryCalls(20)[v1] == 20 })
 	if got := calls(200); got[v1] != 200 {
 		t.Errorf("after bookstore-v2 lost its last endpoint: %v, want every call on bookstore-v1 (port %d)", got, v1)
 	}
 
 	setEndpoints("bookstore", root)
-	eventually("the root getting an endpoint of its own", func() bool { return calls(20)[root] == 20 })
+	eventually("the root getting an endpoint of its own", func() bool { return tryCalls(20)[root] == 20 })
+	if got := calls(200); got[root] != 200 {
+		t.Errorf("after the root got an endpoint: %v, want every call (none matches the split) on it (port %d)", got, root)
+	}
 
 	ps := e.srv.Proxies()
 	if len(ps) != 1 || ps[0].Streams != 1 {

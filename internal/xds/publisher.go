@@ -283,6 +283,21 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 		specChanged := next.Spec() != prev.Spec() // snapshots are immutable: a new one is a change
 		ruleChanged := specChanged && prev.Spec().RequireConnectedProxy() != next.Spec().RequireConnectedProxy()
 		switch {
+		case ruleChanged: // rebuilt below
+		case all:
+			// Every service's participants (the startup grace ended).
+			changedEDS = slices.Collect(maps.Keys(p.eds))
+		default:
+			changedEDS = changed
+		}
+		// Dropped before rendering, so that a group rendered again below
+		// gets the new load assignments with its new routes (a split
+		// backend that regains endpoints must not be routed to with its
+		// old, empty assignment).
+		for _, svc := range changedEDS {
+			p.dropEDS(svc)
+		}
+		switch {
 		case ruleChanged:
 			// The participant rule changed: everything is rebuilt.
 			p.renderAll(ctx)
@@ -303,14 +318,6 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 				recheck[n.proxy.NodeID] = true
 			}
 		}
-		switch {
-		case ruleChanged: // rebuilt already
-		case all:
-			// Every service's participants (the startup grace ended).
-			changedEDS = slices.Collect(maps.Keys(p.eds))
-		default:
-			changedEDS = changed
-		}
 	}
 	if rotated[allAccounts] {
 		for sa := range p.secrets {
@@ -319,9 +326,6 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 	}
 	for sa := range rotated {
 		p.dropSecrets(sa)
-	}
-	for _, svc := range changedEDS {
-		p.dropEDS(svc)
 	}
 	if len(changedEDS) > 0 {
 		p.publishEDS(changedEDS)
