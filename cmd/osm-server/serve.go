@@ -27,6 +27,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/dashboard"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/join"
+	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
@@ -171,7 +172,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	admin.Handle("/api/v1/tokens", enroll.NewTokenAdminHandler(log, tokens))
 	admin.Handle("/api/v1/tokens/", enroll.NewTokenAdminHandler(log, tokens))
 	identity.Admin(admin)
-	admin.Handle("/", spec.NewHandler(log.With("component", "spec"), sp))
+	admin.Handle("/", spec.NewHandler(log.With("component", "spec"), sp, spec.WarnUnserved(func(svc mesh.MeshService) bool {
+		se, ok := cat.Snapshot().Endpoints(svc)
+		return ok && len(se.Endpoints) > 0
+	})))
 	enrollHandler := enroll.NewHandler(log.With("component", "enroll"), tokens, certs, xdsFor, certificate.ErrNotFound, certificate.ErrRevoked, certificate.ErrExpired, certificate.ErrInvalidCSR)
 	public := append(identity.Public(),
 		api.Route{Pattern: "POST /api/v1/enroll", Handler: enrollHandler},

@@ -159,8 +159,8 @@ spec:
 	}
 	got := res.Results[3].Warnings
 	want := []string{
-		`TrafficSplit default/split (document 4, line 20): spec.matches[0]: HTTPRouteGroup "routes" match "get-books" allows only GET, but every gRPC call is a POST, so gRPC clients of "bookstore" never match it and their calls go to "bookstore" itself, not the split`,
-		`TrafficSplit default/split (document 4, line 20): spec.matches[0]: HTTPRouteGroup "routes" match "by-method" matches the pseudo-header ":method", which gRPC clients never match, so gRPC clients of "bookstore" never match it and their calls go to "bookstore" itself, not the split`,
+		`TrafficSplit default/split (document 4, line 20): spec.matches[0]: HTTPRouteGroup "routes" match "get-books" allows only GET, but every gRPC call is a POST, so gRPC clients of "bookstore" never match it: their calls go to "bookstore" itself while it has endpoints of its own (and to the split's backends while it has none)`,
+		`TrafficSplit default/split (document 4, line 20): spec.matches[0]: HTTPRouteGroup "routes" match "by-method" matches the pseudo-header ":method", which gRPC clients never match, so gRPC clients of "bookstore" never match it: their calls go to "bookstore" itself while it has endpoints of its own (and to the split's backends while it has none)`,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("warnings (-want +got):\n%s", diff)

@@ -50,8 +50,11 @@ type ListBody struct {
 //	GET    /api/v1/spec/{kind}[?namespace=NS]               kind, plural, "policies" -> ListBody
 //	GET    /api/v1/spec/{kind}/{namespace}/{name}           one document (MeshConfig: /meshconfigs/mesh)
 //	DELETE /api/v1/spec/{kind}/{namespace}/{name}           -> BatchResult
-func NewHandler(log *slog.Logger, s *Spec) http.Handler {
+func NewHandler(log *slog.Logger, s *Spec, opts ...HandlerOption) http.Handler {
 	h := &handler{log: log, spec: s}
+	for _, o := range opts {
+		o(h)
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/spec/apply", h.apply)
 	mux.HandleFunc("POST /api/v1/spec/diff", h.diff)
@@ -66,8 +69,9 @@ func NewHandler(log *slog.Logger, s *Spec) http.Handler {
 }
 
 type handler struct {
-	log  *slog.Logger
-	spec *Spec
+	log          *slog.Logger
+	spec         *Spec
+	hasEndpoints HasEndpoints // nil: no warnings about unserved services
 }
 
 func (h *handler) readDocs(w http.ResponseWriter, r *http.Request) ([]Document, bool) {
@@ -150,7 +154,7 @@ func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res, err := h.spec.Apply(r.Context(), docs, ApplyOptions{DryRun: dry})
+	res, err := h.spec.Apply(r.Context(), docs, ApplyOptions{DryRun: dry, HasEndpoints: h.hasEndpoints})
 	h.writeResult(w, res, err)
 }
 
@@ -159,7 +163,7 @@ func (h *handler) diff(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res, err := h.spec.Apply(r.Context(), docs, ApplyOptions{Diff: true})
+	res, err := h.spec.Apply(r.Context(), docs, ApplyOptions{Diff: true, HasEndpoints: h.hasEndpoints})
 	h.writeResult(w, res, err)
 }
 

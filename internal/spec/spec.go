@@ -216,6 +216,9 @@ type ApplyOptions struct {
 	DryRun bool
 	// Diff fills each Result's Diff; it implies DryRun.
 	Diff bool
+	// HasEndpoints, when set, adds warnings where a TrafficSplit or
+	// TrafficTarget leads to a service nobody serves.
+	HasEndpoints HasEndpoints
 }
 
 // Apply creates or updates docs atomically: either every document is
@@ -226,7 +229,13 @@ func (s *Spec) Apply(ctx context.Context, docs []Document, opts ApplyOptions) (B
 		opts.DryRun = true
 	}
 	return s.mutate(ctx, opts.DryRun, func(st *state) (BatchResult, error) {
-		return applyDocs(st, docs, opts.Diff)
+		res, err := applyDocs(st, docs, opts.Diff)
+		if err == nil && opts.HasEndpoints != nil {
+			for i, d := range docs {
+				res.Results[i].Warnings = append(res.Results[i].Warnings, unservedWarnings(st, d, opts.HasEndpoints)...)
+			}
+		}
+		return res, err
 	})
 }
 
@@ -434,7 +443,7 @@ func checkReferences(v *validator, st *state, obj Object) {
 			if g, ok := obj.(*HTTPRouteGroup); ok && hasGRPCPort(st, ns, o.Spec.Service) {
 				for _, hm := range g.Spec.Matches {
 					if why := grpcNeverMatches(hm); why != "" {
-						v.warnf(fmt.Sprintf("spec.matches[%d]", i), "%s %q match %q %s, so gRPC clients of %q never match it and their calls go to %q itself, not the split", m.Kind, m.Name, hm.Name, why, o.Spec.Service, o.Spec.Service)
+						v.warnf(fmt.Sprintf("spec.matches[%d]", i), "%s %q match %q %s, so gRPC clients of %q never match it: their calls go to %q itself while it has endpoints of its own (and to the split's backends while it has none)", m.Kind, m.Name, hm.Name, why, o.Spec.Service, o.Spec.Service)
 					}
 				}
 			}
