@@ -72,11 +72,21 @@ func outboundRoutes(o outbound, f Flavor) *routev3.RouteConfiguration {
 	var routes []*routev3.Route
 	if len(o.split) > 0 {
 		var ws []*routev3.WeightedCluster_ClusterWeight
+		var total uint32 // at most MaxUint32: spec validation bounds the sum
 		for _, b := range o.split {
 			ws = append(ws, &routev3.WeightedCluster_ClusterWeight{Name: ClusterName(b.svc, f), Weight: wrapperspb.UInt32(b.weight)})
+			total += b.weight
 		}
 		weighted := func() *routev3.Route_Route {
-			return &routev3.Route_Route{Route: routeAction(o.port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: ws}}})}
+			wc := &routev3.WeightedCluster{Clusters: ws}
+			if f == GRPC {
+				// gRPC C-core 1.51 takes an unset total_weight as 100 and
+				// NACKs weights with another sum ("weighted_cluster has
+				// incorrect total weight"); gRPC-Go and grpc-js ignore it.
+				// Envoy, where it is deprecated, uses the sum.
+				wc.TotalWeight = wrapperspb.UInt32(total)
+			}
+			return &routev3.Route_Route{Route: routeAction(o.port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_WeightedClusters{WeightedClusters: wc}})}
 		}
 		for _, hm := range o.splitMatches {
 			if match, ok := httpRouteMatch(hm, f); ok {

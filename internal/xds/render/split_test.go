@@ -146,6 +146,7 @@ func TestSplitRootWithoutEndpoints(t *testing.T) {
 				if diff := cmp.Diff(want, routeSummary(t, rs, name)); diff != "" {
 					t.Errorf("%s: routes to bookstore (-want +got):\n%s", f, diff)
 				}
+				checkTotalWeights(t, f, rs)
 				deps, err := Dependencies(m, p)
 				if err != nil {
 					t.Fatal(err)
@@ -180,4 +181,29 @@ func slicesEqual(a, b []proto.Message) bool {
 		}
 	}
 	return true
+}
+
+// checkTotalWeights: gRPC C-core 1.51 NACKs weighted clusters whose
+// weights do not sum to total_weight (100 when unset), so the gRPC flavour
+// sets it to the sum; Envoy's output leaves the deprecated field out.
+func checkTotalWeights(t *testing.T, f Flavor, rs []*routev3.RouteConfiguration) {
+	t.Helper()
+	for _, rc := range rs {
+		for _, r := range rc.GetVirtualHosts()[0].GetRoutes() {
+			wc := r.GetRoute().GetWeightedClusters()
+			if wc == nil {
+				continue
+			}
+			var sum uint32
+			for _, c := range wc.GetClusters() {
+				sum += c.GetWeight().GetValue()
+			}
+			switch {
+			case f == GRPC && wc.GetTotalWeight().GetValue() != sum:
+				t.Errorf("%s: %s: total_weight %v, want the sum of the weights, %d", f, rc.GetName(), wc.GetTotalWeight(), sum)
+			case f == Envoy && wc.GetTotalWeight() != nil:
+				t.Errorf("%s: %s: total_weight set (deprecated in Envoy)", f, rc.GetName())
+			}
+		}
+	}
 }
