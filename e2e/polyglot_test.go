@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,6 +107,33 @@ func runOf(n int, ok func(call) bool) func([]call) bool {
 			}
 		}
 		return true
+	}
+}
+
+// buyer is one client process's calls.
+type buyer struct {
+	name string
+	c    *calls
+}
+
+// followed makes a change and waits until each buyer's last 300 calls are
+// ok; a call that was not ok (elsewhere, or failed) more than 2s after the
+// change fails the test.
+func followed(t *testing.T, buyers []buyer, what string, change func(), ok func(call) bool) {
+	t.Helper()
+	starts := make([]int, len(buyers))
+	for i, b := range buyers {
+		starts[i] = b.c.len()
+	}
+	t0 := time.Now()
+	change()
+	for i, b := range buyers {
+		l := b.c.until(t, b.name+": 300 calls in a row after "+what, 30*time.Second, runOf(300, ok))
+		d := switchTime(l, starts[i], t0, ok)
+		t.Logf("%s buyer followed %s in %v", b.name, what, d.Round(time.Millisecond))
+		if d > 2*time.Second {
+			t.Errorf("%s buyer: a call went elsewhere (or failed) %v after %s, want within 2s", b.name, d, what)
+		}
 	}
 }
 
@@ -206,20 +234,24 @@ func waitFile(t *testing.T, path string, log *syncBuffer) {
 }
 
 // endpoints writes the static provider's file; extraV1 adds a second
-// bookstore-v1 machine, 127.0.30.6.
-func (p *polyglot) endpoints(extraV1 bool) {
+// bookstore-v1 machine, 127.0.30.6, and noV2 leaves bookstore-v2 without
+// its machine.
+func (p *polyglot) endpoints(extraV1, noV2 bool) {
 	p.t.Helper()
 	v1 := "      - {ip: 127.0.30.3, port: 14001, labels: {version: v1}}\n"
 	if extraV1 {
 		v1 += "      - {ip: 127.0.30.6, port: 14001, labels: {version: v1}}\n"
 	}
-	v2 := "      - {ip: 127.0.30.4, port: 14001, labels: {version: v2}}\n"
+	v2, afterV2Key := "      - {ip: 127.0.30.4, port: 14001, labels: {version: v2}}\n", "\n"
+	if noV2 {
+		v2, afterV2Key = "", " []\n"
+	}
 	doc := "services:\n" +
 		"  - {name: bookbuyer, namespace: default, endpoints: [{ip: 127.0.30.1, port: 14001}, {ip: 127.0.30.2, port: 14001}]}\n" +
 		"  - {name: bookthief, namespace: default, endpoints: [{ip: 127.0.30.5, port: 14001}]}\n" +
 		"  - name: bookstore\n    namespace: default\n    endpoints:\n" + v1 + v2 +
 		"  - name: bookstore-v1\n    namespace: default\n    endpoints:\n" + v1 +
-		"  - name: bookstore-v2\n    namespace: default\n    endpoints:\n" + v2
+		"  - name: bookstore-v2\n    namespace: default\n    endpoints:" + afterV2Key + v2
 	path := filepath.Join(p.dir, "endpoints.yaml")
 	if err := os.WriteFile(path+".tmp", []byte(doc), 0o644); err != nil {
 		p.t.Fatal(err)
@@ -289,7 +321,7 @@ func TestPolyglotProxyless(t *testing.T) {
 	p.api = freeAddr(t)
 	xds, debug := freeAddr(t), freeAddr(t)
 	p.serverDir = filepath.Join(dir, "server")
-	p.endpoints(false)
+	p.endpoints(false, false)
 	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
 		p.serverDir, p.bin, debug, p.api, xds, filepath.Join(dir, "endpoints.yaml"))
 	os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600)
@@ -297,7 +329,12 @@ func TestPolyglotProxyless(t *testing.T) {
 	waitLog(t, "osm-server up", 30*time.Second, p.logs["osm-server"], func(s string) bool {
 		return strings.Contains(s, "xDS listening") && strings.Contains(s, "HTTPS API listening")
 	})
-	p.admin("apply", "-f", "../examples/bookstore/mesh.yaml", "-f", "../examples/bookstore/grpc.yaml")
+	applied := p.admin("apply", "-f", "../examples/bookstore/mesh.yaml", "-f", "../examples/bookstore/grpc.yaml")
+	// No machine serves bookwarehouse here: apply says so, naming the
+	// TrafficTarget that leads to it.
+	if want := `TrafficTarget default/bookstore-access-bookwarehouse`; !strings.Contains(applied, want) || !strings.Contains(applied, `service "bookwarehouse" has no endpoints`) {
+		t.Errorf("apply of the bookstore mesh: want a warning naming %s and bookwarehouse, which no machine serves; got:\n%s", want, applied)
+	}
 
 	examples, _ := filepath.Abs("../examples/bookstore")
 	nodeEnv := []string{"NODE_PATH=" + nodeModules, "GRPC_XDS_EXPERIMENTAL_RBAC=true"}
@@ -319,10 +356,7 @@ func TestPolyglotProxyless(t *testing.T) {
 	p.start("buyer.js", append([]string{p.agent("bookbuyer", "127.0.30.2")}, nodeEnv...), nodeW, nodeJS, filepath.Join(examples, "node", "buyer.js"), "--per-call", "--interval", "0.002")
 	t.Cleanup(func() { pyW.Close(); nodeW.Close() })
 
-	buyers := []struct {
-		name string
-		c    *calls
-	}{{"Python (C-core)", pyCalls}, {"Node (grpc-js)", nodeCalls}}
+	buyers := []buyer{{"Python (C-core)", pyCalls}, {"Node (grpc-js)", nodeCalls}}
 	ok := func(k call) bool { return k.OK }
 	for _, b := range buyers {
 		b.c.until(t, b.name+" buyer: 20 calls in a row answered", 90*time.Second, runOf(20, ok))
@@ -405,22 +439,123 @@ func TestPolyglotProxyless(t *testing.T) {
 		// A second bookstore-v1 machine joins, takes calls, and leaves.
 		boot := p.agent("bookstore-v1", "127.0.30.6", "bookstore")
 		p.start("store.py bookstore-v1 second", []string{boot}, io.Discard, python, filepath.Join(examples, "python", "store.py"), "--addr", "127.0.30.6:14001", "--name", "bookstore-v1-second")
-		p.endpoints(true)
+		p.endpoints(true, false)
 		second := from("bookstore-v1-second")
 		for _, b := range buyers {
 			b.c.until(t, b.name+": a call answered by the second bookstore-v1", 60*time.Second, func(l []call) bool { return len(l) > 0 && second(l[len(l)-1]) })
 		}
-		starts := []int{pyCalls.len(), nodeCalls.len()}
-		t0 := time.Now()
-		p.endpoints(false)
-		notSecond := func(k call) bool { return k.OK && k.From != "bookstore-v1-second" }
-		for i, b := range buyers {
-			l := b.c.until(t, b.name+": 300 calls in a row answered, none by the removed machine", 30*time.Second, runOf(300, notSecond))
-			d := switchTime(l, starts[i], t0, notSecond)
-			t.Logf("%s buyer followed the endpoint removal in %v", b.name, d.Round(time.Millisecond))
-			if d > 2*time.Second {
-				t.Errorf("%s buyer: a call reached the removed machine (or failed) %v after the removal, want within 2s", b.name, d)
+		followed(t, buyers, "the endpoint removal", func() { p.endpoints(false, false) }, func(k call) bool { return k.OK && k.From != "bookstore-v1-second" })
+	})
+
+	t.Run("a split root without endpoints reaches its backends", func(t *testing.T) {
+		// The machines enrolled as bookstore-v1 and bookstore-v2, so the
+		// root bookstore has no participant endpoints. The split is
+		// limited to GET paths, which no gRPC call matches: the calls
+		// still reach the backends (before, every call failed).
+		doc := "apiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: bookstore-split, namespace: default}\nspec:\n  service: bookstore\n  matches: [{kind: HTTPRouteGroup, name: bookstore-service-routes}]\n  backends: [{service: bookstore-v1, weight: 80}, {service: bookstore-v2, weight: 20}]\n"
+		path := filepath.Join(p.dir, "split-matches.yaml")
+		os.WriteFile(path, []byte(doc), 0o644)
+		p.admin("apply", "-f", path)
+		t.Cleanup(func() { p.dumpConfigs(t, debug, "bookbuyer") })
+		backend := func(k call) bool { return k.OK && (k.From == "bookstore-v1" || k.From == "bookstore-v2") }
+		for _, b := range buyers {
+			l := b.c.until(t, b.name+": 300 calls in a row answered by bookstore-v1 or v2", 60*time.Second, runOf(300, backend))
+			n := map[string]int{}
+			for _, k := range l[len(l)-300:] {
+				n[k.From]++
+			}
+			t.Logf("%s buyer, split with GET-only matches, empty root: %v", b.name, n)
+			if n["bookstore-v2"] == 0 || n["bookstore-v1"] < n["bookstore-v2"] {
+				t.Errorf("%s buyer: %v over 300 calls, want both backends, most on bookstore-v1 (80/20)", b.name, n)
 			}
 		}
+
+		// bookstore-v2 loses its last endpoint: bookstore-v1 takes every
+		// call, and no client rejects the configuration.
+		followed(t, buyers, "bookstore-v2's last endpoint leaving", func() { p.endpoints(false, true) }, from("bookstore-v1"))
+		p.endpoints(false, false)
+		for _, b := range buyers {
+			b.c.until(t, b.name+": bookstore-v2 answers again", 30*time.Second, func(l []call) bool { return len(l) > 0 && from("bookstore-v2")(l[len(l)-1]) })
+		}
+		if nacks := p.nacks(debug); len(nacks) > 0 {
+			t.Errorf("proxies NACKed: %v", nacks)
+		}
 	})
+}
+
+// debugGet GETs path from the server's debug address with the admin token.
+func (p *polyglot) debugGet(debugAddr, path string) ([]byte, error) {
+	tok, err := os.ReadFile(filepath.Join(p.serverDir, "admin.token"))
+	if err != nil {
+		return nil, err
+	}
+	req, _ := http.NewRequest(http.MethodGet, "http://"+debugAddr+path, nil)
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s: %s", path, resp.Status, b)
+	}
+	return b, err
+}
+
+// proxies returns GET /debug/proxies.
+func (p *polyglot) proxies(debugAddr string) []debugProxy {
+	p.t.Helper()
+	b, err := p.debugGet(debugAddr, "/debug/proxies")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	var body struct{ Proxies []debugProxy }
+	if err := json.Unmarshal(b, &body); err != nil {
+		p.t.Fatalf("GET /debug/proxies: %v", err)
+	}
+	return body.Proxies
+}
+
+type debugProxy struct {
+	NodeID  string
+	Service struct{ Name string }
+	Types   []struct {
+		TypeURL string
+		NACK    json.RawMessage
+	}
+}
+
+// dumpConfigs logs, when the test failed, the configuration the server
+// publishes to each proxy of service.
+func (p *polyglot) dumpConfigs(t *testing.T, debugAddr, service string) {
+	if !t.Failed() {
+		return
+	}
+	for _, px := range p.proxies(debugAddr) {
+		if px.Service.Name == service {
+			b, err := p.debugGet(debugAddr, "/debug/config/"+px.NodeID)
+			t.Logf("configuration of %s: %v\n%s", px.NodeID, err, b)
+		}
+	}
+}
+
+// nacks returns, per connected proxy, the NACKs its debug status records
+// (GET /debug/proxies on the debug address, with the admin token).
+func (p *polyglot) nacks(debugAddr string) []string {
+	p.t.Helper()
+	var body struct{ Proxies []debugProxy }
+	body.Proxies = p.proxies(debugAddr)
+	if len(body.Proxies) == 0 {
+		p.t.Fatal("GET /debug/proxies lists no proxy")
+	}
+	var out []string
+	for _, px := range body.Proxies {
+		for _, ty := range px.Types {
+			if len(ty.NACK) > 0 && string(ty.NACK) != "null" {
+				out = append(out, fmt.Sprintf("%s %s: %s", px.NodeID, ty.TypeURL, ty.NACK))
+			}
+		}
+	}
+	return out
 }

@@ -78,6 +78,29 @@ func (e *env) startBackend(t *testing.T, sa mesh.ServiceAccount) uint16 {
 	return uint16(lis.Addr().(*net.TCPAddr).Port)
 }
 
+// setLoopbackEndpoints makes the catalog's endpoints of default/name the
+// given ports on 127.0.0.1 (none: no endpoints).
+func (e *env) setLoopbackEndpoints(name string, ports ...uint16) {
+	var eps []mesh.Endpoint
+	for _, p := range ports {
+		eps = append(eps, mesh.Endpoint{IP: netip.MustParseAddr("127.0.0.1"), Port: p})
+	}
+	e.cat.SetEndpoints("test", mesh.MeshService{Namespace: "default", Name: name}, eps)
+}
+
+// checkPeer makes one health call (waiting for the channel to be ready,
+// at most 10s) and returns the port of the backend that answered and its
+// peer.
+func checkPeer(t *testing.T, hc healthpb.HealthClient) (uint16, peer.Peer, error) {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var p peer.Peer
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true)); err != nil {
+		return 0, p, err
+	}
+	return uint16(p.Addr.(*net.TCPAddr).Port), p, nil
+}
+
 // grpcBootstrap writes what the agent writes for a proxyless gRPC app of
 // svc: the proxy certificate for the xDS channel and the service
 // certificate for the file_watcher provider. It returns the bootstrap.
@@ -124,14 +147,7 @@ func TestGRPCClientThroughServer(t *testing.T) {
 	applyYAML(t, e.spec, "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {endpoints: {requireConnectedProxy: false}}\n")
 	storeSA := mesh.ServiceAccount{Namespace: "default", Name: "bookstore"}
 	v1, v2, v2b := e.startBackend(t, storeSA), e.startBackend(t, storeSA), e.startBackend(t, storeSA)
-	lo := netip.MustParseAddr("127.0.0.1")
-	setEndpoints := func(name string, ports ...uint16) {
-		var eps []mesh.Endpoint
-		for _, p := range ports {
-			eps = append(eps, mesh.Endpoint{IP: lo, Port: p})
-		}
-		e.cat.SetEndpoints("test", mesh.MeshService{Namespace: "default", Name: name}, eps)
-	}
+	setEndpoints := e.setLoopbackEndpoints
 	setEndpoints("bookstore-v1", v1)
 	setEndpoints("bookstore-v2", v2, v2b)
 	setEndpoints("bookstore", v1, v2, v2b)
@@ -155,10 +171,7 @@ func TestGRPCClientThroughServer(t *testing.T) {
 		t.Helper()
 		got := map[uint16]int{}
 		for range n {
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			var p peer.Peer
-			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
-			cancel()
+			port, p, err := checkPeer(t, hc)
 			if err != nil {
 				var cfg []byte
 				if ps := e.srv.Proxies(); len(ps) > 0 {
@@ -169,7 +182,7 @@ func TestGRPCClientThroughServer(t *testing.T) {
 			if _, ok := p.AuthInfo.(credentials.TLSInfo); !ok {
 				t.Fatalf("RPC used %T, want mTLS from the xDS security config", p.AuthInfo)
 			}
-			got[uint16(p.Addr.(*net.TCPAddr).Port)]++
+			got[port]++
 		}
 		return float64(got[v1]) / float64(n), got[v2b] > 0
 	}
@@ -465,14 +478,7 @@ func TestGRPCClientReachesTheBackendsOfAnEmptySplitRoot(t *testing.T) {
 	applyYAML(t, e.spec, "apiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: bookstore-split, namespace: default}\nspec:\n  service: bookstore\n  matches: [{kind: HTTPRouteGroup, name: bookstore-service-routes}]\n  backends: [{service: bookstore-v1, weight: 80}, {service: bookstore-v2, weight: 20}]\n")
 	storeSA := mesh.ServiceAccount{Namespace: "default", Name: "bookstore"}
 	v1, v2, root := e.startBackend(t, storeSA), e.startBackend(t, storeSA), e.startBackend(t, storeSA)
-	lo := netip.MustParseAddr("127.0.0.1")
-	setEndpoints := func(name string, ports ...uint16) {
-		var eps []mesh.Endpoint
-		for _, p := range ports {
-			eps = append(eps, mesh.Endpoint{IP: lo, Port: p})
-		}
-		e.cat.SetEndpoints("test", mesh.MeshService{Namespace: "default", Name: name}, eps)
-	}
+	setEndpoints := e.setLoopbackEndpoints
 	setEndpoints("bookstore-v1", v1)
 	setEndpoints("bookstore-v2", v2)
 
@@ -488,15 +494,11 @@ func TestGRPCClientReachesTheBackendsOfAnEmptySplitRoot(t *testing.T) {
 		t.Helper()
 		got := map[uint16]int{}
 		for range n {
-			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-			var p peer.Peer
-			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
-			cancel()
+			port, _, err := checkPeer(t, hc)
 			if err != nil {
-				got[0]++
-				continue
+				port = 0
 			}
-			got[uint16(p.Addr.(*net.TCPAddr).Port)]++
+			got[port]++
 		}
 		return got
 	}
