@@ -234,24 +234,30 @@ func waitFile(t *testing.T, path string, log *syncBuffer) {
 }
 
 // endpoints writes the static provider's file; extraV1 adds a second
-// bookstore-v1 machine, 127.0.30.6, and noV2 leaves bookstore-v2 without
-// its machine.
-func (p *polyglot) endpoints(extraV1, noV2 bool) {
+// bookstore-v1 machine, 127.0.30.6, and gone names the backends
+// (bookstore-v1, bookstore-v2) left without their machines.
+func (p *polyglot) endpoints(extraV1 bool, gone ...string) {
 	p.t.Helper()
-	v1 := "      - {ip: 127.0.30.3, port: 14001, labels: {version: v1}}\n"
+	v1 := "[{ip: 127.0.30.3, port: 14001, labels: {version: v1}}"
 	if extraV1 {
-		v1 += "      - {ip: 127.0.30.6, port: 14001, labels: {version: v1}}\n"
+		v1 += ", {ip: 127.0.30.6, port: 14001, labels: {version: v1}}"
 	}
-	v2, afterV2Key := "      - {ip: 127.0.30.4, port: 14001, labels: {version: v2}}\n", "\n"
-	if noV2 {
-		v2, afterV2Key = "", " []\n"
+	v1 += "]"
+	v2 := "[{ip: 127.0.30.4, port: 14001, labels: {version: v2}}]"
+	for _, g := range gone {
+		switch g {
+		case "bookstore-v1":
+			v1 = "[]"
+		case "bookstore-v2":
+			v2 = "[]"
+		}
 	}
 	doc := "services:\n" +
 		"  - {name: bookbuyer, namespace: default, endpoints: [{ip: 127.0.30.1, port: 14001}, {ip: 127.0.30.2, port: 14001}]}\n" +
 		"  - {name: bookthief, namespace: default, endpoints: [{ip: 127.0.30.5, port: 14001}]}\n" +
-		"  - name: bookstore\n    namespace: default\n    endpoints:\n" + v1 + v2 +
-		"  - name: bookstore-v1\n    namespace: default\n    endpoints:\n" + v1 +
-		"  - name: bookstore-v2\n    namespace: default\n    endpoints:" + afterV2Key + v2
+		"  - {name: bookstore, namespace: default, endpoints: [{ip: 127.0.30.3, port: 14001}, {ip: 127.0.30.4, port: 14001}]}\n" +
+		"  - {name: bookstore-v1, namespace: default, endpoints: " + v1 + "}\n" +
+		"  - {name: bookstore-v2, namespace: default, endpoints: " + v2 + "}\n"
 	path := filepath.Join(p.dir, "endpoints.yaml")
 	if err := os.WriteFile(path+".tmp", []byte(doc), 0o644); err != nil {
 		p.t.Fatal(err)
@@ -321,7 +327,7 @@ func TestPolyglotProxyless(t *testing.T) {
 	p.api = freeAddr(t)
 	xds, debug := freeAddr(t), freeAddr(t)
 	p.serverDir = filepath.Join(dir, "server")
-	p.endpoints(false, false)
+	p.endpoints(false)
 	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
 		p.serverDir, p.bin, debug, p.api, xds, filepath.Join(dir, "endpoints.yaml"))
 	os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600)
@@ -439,12 +445,12 @@ func TestPolyglotProxyless(t *testing.T) {
 		// A second bookstore-v1 machine joins, takes calls, and leaves.
 		boot := p.agent("bookstore-v1", "127.0.30.6", "bookstore")
 		p.start("store.py bookstore-v1 second", []string{boot}, io.Discard, python, filepath.Join(examples, "python", "store.py"), "--addr", "127.0.30.6:14001", "--name", "bookstore-v1-second")
-		p.endpoints(true, false)
+		p.endpoints(true)
 		second := from("bookstore-v1-second")
 		for _, b := range buyers {
 			b.c.until(t, b.name+": a call answered by the second bookstore-v1", 60*time.Second, func(l []call) bool { return len(l) > 0 && second(l[len(l)-1]) })
 		}
-		followed(t, buyers, "the endpoint removal", func() { p.endpoints(false, false) }, func(k call) bool { return k.OK && k.From != "bookstore-v1-second" })
+		followed(t, buyers, "the endpoint removal", func() { p.endpoints(false) }, func(k call) bool { return k.OK && k.From != "bookstore-v1-second" })
 	})
 
 	t.Run("a split root without endpoints reaches its backends", func(t *testing.T) {
@@ -472,10 +478,24 @@ func TestPolyglotProxyless(t *testing.T) {
 
 		// bookstore-v2 loses its last endpoint: bookstore-v1 takes every
 		// call, and no client rejects the configuration.
-		followed(t, buyers, "bookstore-v2's last endpoint leaving", func() { p.endpoints(false, true) }, from("bookstore-v1"))
-		p.endpoints(false, false)
+		followed(t, buyers, "bookstore-v2's last endpoint leaving", func() { p.endpoints(false, "bookstore-v2") }, from("bookstore-v1"))
+		// Nobody serves: the clients hold both clusters with empty load
+		// assignments, which they must accept (no NACK); the calls fail
+		// with UNAVAILABLE until the machines are back.
+		p.endpoints(false, "bookstore-v1", "bookstore-v2")
 		for _, b := range buyers {
-			b.c.until(t, b.name+": bookstore-v2 answers again", 30*time.Second, func(l []call) bool { return len(l) > 0 && from("bookstore-v2")(l[len(l)-1]) })
+			l := b.c.until(t, b.name+": 20 calls in a row UNAVAILABLE while no backend has endpoints", 30*time.Second, runOf(20, func(k call) bool { return k.Code == "UNAVAILABLE" }))
+			t.Logf("%s buyer with no backend: %s %q", b.name, l[len(l)-1].Code, l[len(l)-1].Error)
+		}
+		p.endpoints(false)
+		for _, b := range buyers {
+			b.c.until(t, b.name+": both backends answer again", 30*time.Second, func(l []call) bool {
+				n := map[string]int{}
+				for _, k := range l[max(0, len(l)-100):] {
+					n[k.From]++
+				}
+				return n["bookstore-v1"] > 0 && n["bookstore-v2"] > 0 && n["bookstore-v1"]+n["bookstore-v2"] == 100
+			})
 		}
 		if nacks := p.nacks(debug); len(nacks) > 0 {
 			t.Errorf("proxies NACKed: %v", nacks)
