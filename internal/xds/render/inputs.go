@@ -12,7 +12,10 @@ import (
 // route configurations and clusters are rendered from: its own Service,
 // whether the mesh is permissive, the TrafficTargets into its service
 // (resolved against their route groups), the upstream ports it may call
-// (with their splits) and the Service of every upstream and split backend.
+// (with their splits, as the View's endpoints shape them: a root without
+// endpoints passes all its traffic to the backends, a backend without
+// endpoints takes no share) and the Service of every upstream and split
+// backend.
 // Given the same trust domain, flavour and address, two specifications
 // that give a proxy equal Inputs give it byte-identical resources, so a
 // server can keep a proxy's configuration across a specification change
