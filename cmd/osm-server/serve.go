@@ -178,7 +178,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	admin.Handle("/api/v1/tokens/", enroll.NewTokenAdminHandler(log, tokens))
 	identity.Admin(admin)
 	admin.Handle("/", spec.NewHandler(log.With("component", "spec"), sp))
-	enrollHandler := enroll.NewHandler(log.With("component", "enroll"), tokens, certs, xdsFor, certificate.ErrNotFound, certificate.ErrRevoked, certificate.ErrExpired, certificate.ErrInvalidCSR)
+	enrollHandler := enroll.NewHandlerWithReplicas(log.With("component", "enroll"), tokens, certs, xdsFor, replicas.List, certificate.ErrNotFound, certificate.ErrRevoked, certificate.ErrExpired, certificate.ErrInvalidCSR)
 	public := append(identity.Public(),
 		api.Route{Pattern: "POST /api/v1/enroll", Handler: enrollHandler},
 		api.Route{Pattern: "POST /api/v1/renew", Handler: enrollHandler},

@@ -143,3 +143,10 @@ func (r *Replicas) List() []meshapi.Replica {
 	slices.SortFunc(out, func(a, b meshapi.Replica) int { return strings.Compare(a.API, b.API) })
 	return out
 }
+
+func (h *handler) replicaList() []meshapi.Replica {
+	if h.replicas == nil {
+		return nil
+	}
+	return h.replicas()
+}
