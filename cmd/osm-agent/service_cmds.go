@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/kardianos/service"
@@ -369,6 +370,12 @@ func printStatus(w io.Writer, st agent.Status, now time.Time) {
 		fmt.Fprintf(w, "  last renewal error: %s\n", st.LastRenewError)
 	}
 	fmt.Fprintf(w, "xDS server: %s\n", orNone(st.XDSAddress))
+	if len(st.XDSServers) > 1 {
+		fmt.Fprintf(w, "xDS servers (failover): %s\n", strings.Join(st.XDSServers, ", "))
+	}
+	if st.APIServer != "" {
+		fmt.Fprintf(w, "API server (last answer): %s\n", st.APIServer)
+	}
 	p := st.Proxy
 	state := "not running"
 	if p.Running {

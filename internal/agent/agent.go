@@ -313,6 +313,7 @@ func failover[T any](ctx context.Context, a *Agent, call func(ctx context.Contex
 	if server != "" {
 		a.mu.Lock()
 		a.lastAPI = server
+		a.st.APIServer = server
 		a.mu.Unlock()
 	}
 	return v, err
@@ -404,7 +405,12 @@ func (a *Agent) setServers(xdsAddress string, replicas []meshapi.Replica) (chang
 	}
 	a.mu.Unlock()
 	after := a.xdsAddresses()
-	a.updateStatus(func(s *Status) { s.XDSAddress = strings.Join(after, ",") })
+	a.updateStatus(func(s *Status) {
+		s.XDSAddress, s.XDSServers = "", after
+		if len(after) > 0 {
+			s.XDSAddress = after[0]
+		}
+	})
 	return !slices.Equal(before, after)
 }
 
