@@ -135,10 +135,10 @@ func (c Config) Validate() error {
 	if c.Server == "" && len(c.Servers) == 0 {
 		errs = append(errs, errors.New("server: not set (the osm-server URL, https://host:port, from `osm-server token create`; or servers: a list, one per replica)"))
 	}
-	for i, s := range c.APIServers() {
+	for _, s := range c.APIServers() {
 		if u, err := url.Parse(s); err != nil || u.Scheme != "https" || u.Host == "" {
 			key := "server"
-			if s != c.Server || i > 0 {
+			if s != c.Server {
 				key = "servers"
 			}
 			errs = append(errs, fmt.Errorf("%s %q: want https://host:port", key, s))
