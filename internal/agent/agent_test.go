@@ -50,7 +50,7 @@ type harness struct {
 	mu       sync.Mutex
 	apiCalls int
 	apiPeer  string
-	xdsAddr  string // what the agent config route answers; default ads.Addr
+	xdsAddr  string            // what the agent config route answers; default ads.Addr
 	replicas []meshapi.Replica // what it lists as the replicas
 }
 

@@ -27,7 +27,7 @@ func TestConfigRoundTrip(t *testing.T) {
 	want := agent.Config{
 		Server: "https://osm.example.com:15443", Servers: []string{"https://osm-2.example.com:15443", "https://10.0.0.3:15443"},
 		CACertHash: "sha256:" + strings.Repeat("ab", 32),
-		Service: "bookstore", Namespace: "default", EnvoyPath: "/usr/local/bin/envoy", AppPort: 8080,
+		Service:    "bookstore", Namespace: "default", EnvoyPath: "/usr/local/bin/envoy", AppPort: 8080,
 		AdvertiseAddress: "10.0.0.7", DataDir: "/var/lib/osm-agent", Labels: map[string]string{"zone": "a", agent.ZoneLabel: "eu-west-1a"},
 		DrainTimeout: 7 * time.Second,
 	}.WithDefaults()
