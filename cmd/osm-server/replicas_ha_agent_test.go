@@ -35,21 +35,7 @@ import (
 )
 
 // haMesh: bookbuyer calls bookstore, split between bookstore-v1 and v2.
-const haMesh = `apiVersion: osm-vm.io/v1alpha1
-kind: MeshConfig
-metadata: {name: mesh}
-spec: {traffic: {permissive: true}, endpoints: {requireConnectedProxy: false}}
----
-apiVersion: osm-vm.io/v1alpha1
-kind: Service
-metadata: {name: bookbuyer}
-spec: {ports: [{port: 14001}]}
----
-apiVersion: osm-vm.io/v1alpha1
-kind: Service
-metadata: {name: bookstore}
-spec: {ports: [{port: 14001}]}
----
+const haMesh = meshForBuyers + `---
 apiVersion: osm-vm.io/v1alpha1
 kind: Service
 metadata: {name: bookstore-v1}
