@@ -416,8 +416,10 @@ func (a *Agent) setServers(xdsAddress string, replicas []meshapi.Replica) (chang
 
 // xdsAddresses returns the xDS servers of the proxy and of the local xDS
 // endpoint: every replica's, rotated by this machine's identity so that
-// agents spread over the replicas, or, while the server listed none, the
-// one address it gave.
+// agents spread over the replicas, then the address the server gave when
+// it is not among them (a load balancer's, or one this machine reaches
+// where a replica's advertised name does not resolve), so the list always
+// holds an address that worked.
 func (a *Agent) xdsAddresses() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -427,17 +429,14 @@ func (a *Agent) xdsAddresses() []string {
 			out = append(out, r.XDS)
 		}
 	}
-	if len(out) == 0 {
-		if a.xdsAddress == "" {
-			return nil
-		}
-		return []string{a.xdsAddress}
-	}
-	if a.leaf != nil {
+	if len(out) > 1 && a.leaf != nil {
 		h := fnv.New32a()
 		h.Write([]byte(a.leaf.Subject.CommonName))
 		k := int(h.Sum32() % uint32(len(out)))
 		out = append(out[k:], out[:k]...)
+	}
+	if a.xdsAddress != "" && !slices.Contains(out, a.xdsAddress) {
+		out = append(out, a.xdsAddress)
 	}
 	return out
 }
