@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -63,6 +64,25 @@ func TestInstallNoServiceWritesConfigAndToken(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(data, agent.JoinTokenFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("join token: %v, mode %v; want 0600", err, fi.Mode().Perm())
+	}
+}
+
+// --server given several times (or with commas) becomes servers:.
+func TestInstallSeveralServers(t *testing.T) {
+	dir := t.TempDir()
+	out, err := execute(t, "install", "--no-service", "--server", "https://10.0.0.1:15443,https://10.0.0.2:15443", "--server", "https://10.0.0.3:15443",
+		"--token", "tok", "--ca-cert-hash", caHash, "--service", "bookstore",
+		"--config-dir", filepath.Join(dir, "etc"), "--data-dir", filepath.Join(dir, "data"))
+	if err != nil {
+		t.Fatalf("install --no-service: %v\n%s", err, out)
+	}
+	cfg, err := agent.LoadConfig(filepath.Join(dir, "etc", agent.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"https://10.0.0.1:15443", "https://10.0.0.2:15443", "https://10.0.0.3:15443"}
+	if cfg.Server != "" || !slices.Equal(cfg.Servers, want) {
+		t.Errorf("server %q, servers %v; want servers %v", cfg.Server, cfg.Servers, want)
 	}
 }
 

@@ -21,7 +21,9 @@ import (
 
 // enrollConfig is the parsed and checked input of `osm-agent enroll`.
 type enrollConfig struct {
+	// join.Server is set to each of servers in turn (meshclient.Failover).
 	join    meshclient.JoinRequest
+	servers []string
 	dataDir string
 	force   bool
 	timeout time.Duration
@@ -67,7 +69,7 @@ written into the data directory, and the proxy identity is printed.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.join.Server, "server", "", "osm-server API address, https://host:port")
+	f.StringSliceVar(&cfg.servers, "server", nil, "osm-server API address, https://host:port; repeat it (or separate with commas) for several replicas, tried in order")
 	f.StringVar(&cfg.join.Token, "token", "", "join token printed by 'osm-server token create'")
 	f.StringVar(&tokenFile, "token-file", "", "read the join token from this file instead of --token (keeps it out of the process list)")
 	f.StringVar(&cfg.join.CACertHash, "ca-cert-hash", "", "sha256:<hex> pin of the mesh CA, printed by 'osm-server token create'")
@@ -115,8 +117,12 @@ func runEnroll(ctx context.Context, log *slog.Logger, stdout io.Writer, cfg enro
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
-	log.Debug("enrolling", "server", cfg.join.Server, "service", cfg.join.Service.String())
-	res, err := meshclient.Enroll(ctx, nil, cfg.join, key)
+	log.Debug("enrolling", "servers", cfg.servers, "service", cfg.join.Service.String())
+	res, _, err := meshclient.Failover(ctx, cfg.servers, func(ctx context.Context, server string) (meshclient.Result, error) {
+		join := cfg.join
+		join.Server = server
+		return meshclient.Enroll(ctx, nil, join, key)
+	})
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/kardianos/service"
@@ -122,6 +123,7 @@ func newBootstrapCmd(stdout io.Writer) *cobra.Command {
 // installFlags are the join flags of `osm-agent install` and `osm-agent run`.
 type installFlags struct {
 	cfg       agent.Config
+	servers   []string // --server: one becomes server:, several servers:
 	token     string
 	configDir string
 	noService bool
@@ -130,7 +132,7 @@ type installFlags struct {
 
 // register adds the flags install and run share.
 func (f *installFlags) register(fl *pflag.FlagSet) {
-	fl.StringVar(&f.cfg.Server, "server", "", "osm-server API address, https://host:port")
+	fl.StringSliceVar(&f.servers, "server", nil, "osm-server API address, https://host:port; repeat it (or separate with commas) for several replicas (config key servers)")
 	fl.StringVar(&f.token, "token", "", "join token printed by 'osm-server token create' (not needed if already enrolled)")
 	fl.StringVar(&f.cfg.CACertHash, "ca-cert-hash", "", "sha256:<hex> pin of the mesh CA, printed by 'osm-server token create'")
 	fl.StringVar(&f.cfg.Service, "service", "", "mesh service this machine runs")
@@ -146,6 +148,11 @@ func (f *installFlags) register(fl *pflag.FlagSet) {
 
 // prepare checks the join flags and returns the configuration they make.
 func (f *installFlags) prepare() (agent.Config, error) {
+	if len(f.servers) == 1 {
+		f.cfg.Server = f.servers[0]
+	} else {
+		f.cfg.Servers = f.servers
+	}
 	cfg := f.cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return cfg, err
@@ -220,8 +227,8 @@ func runInstall(ctx context.Context, log *slog.Logger, stdout io.Writer, f insta
 		if token == "" {
 			return errors.New("--enroll needs --token")
 		}
-		join := meshclient.JoinRequest{Server: cfg.Server, Token: token, CACertHash: cfg.CACertHash, Service: mesh.MeshService{Namespace: cfg.Namespace, Name: cfg.Service}}
-		if err := runEnroll(ctx, log, stdout, enrollConfig{join: join, dataDir: cfg.DataDir, timeout: 30 * time.Second}); err != nil {
+		join := meshclient.JoinRequest{Token: token, CACertHash: cfg.CACertHash, Service: mesh.MeshService{Namespace: cfg.Namespace, Name: cfg.Service}}
+		if err := runEnroll(ctx, log, stdout, enrollConfig{join: join, servers: cfg.APIServers(), dataDir: cfg.DataDir, timeout: 30 * time.Second}); err != nil {
 			return err
 		}
 		token = "" // spent: the identity is saved
@@ -363,6 +370,12 @@ func printStatus(w io.Writer, st agent.Status, now time.Time) {
 		fmt.Fprintf(w, "  last renewal error: %s\n", st.LastRenewError)
 	}
 	fmt.Fprintf(w, "xDS server: %s\n", orNone(st.XDSAddress))
+	if len(st.XDSServers) > 1 {
+		fmt.Fprintf(w, "xDS servers (failover): %s\n", strings.Join(st.XDSServers, ", "))
+	}
+	if st.APIServer != "" {
+		fmt.Fprintf(w, "API server (last answer): %s\n", st.APIServer)
+	}
 	p := st.Proxy
 	state := "not running"
 	if p.Running {

@@ -168,6 +168,12 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	xdsFor := xdsAddressFor(cfg.XDSAddress)
 	tokens := enroll.NewTokens(kv, nil)
 	identity := api.NewIdentityRoutes(log.With("component", "identity"), certs, sp, xdsFor)
+	self, advertised := advertisedReplica(cfg)
+	if !advertised {
+		log.Info("this server is not in the replica list agents fail over along: its API or xDS listener is on an unspecified address and serverNames is empty (set serverNames)")
+	}
+	replicas := enroll.NewReplicas(log.With("component", "replicas"), kv, self)
+	identity.SetReplicas(replicas.List)
 	admin := http.NewServeMux()
 	admin.Handle("/api/v1/tokens", enroll.NewTokenAdminHandler(log, tokens))
 	admin.Handle("/api/v1/tokens/", enroll.NewTokenAdminHandler(log, tokens))
@@ -176,7 +182,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		se, ok := cat.Snapshot().Endpoints(svc)
 		return ok && len(se.Endpoints) > 0
 	})))
-	enrollHandler := enroll.NewHandler(log.With("component", "enroll"), tokens, certs, xdsFor, certificate.ErrNotFound, certificate.ErrRevoked, certificate.ErrExpired, certificate.ErrInvalidCSR)
+	enrollHandler := enroll.NewHandlerWithReplicas(log.With("component", "enroll"), tokens, certs, xdsFor, replicas.List, certificate.ErrNotFound, certificate.ErrRevoked, certificate.ErrExpired, certificate.ErrInvalidCSR)
 	public := append(identity.Public(),
 		api.Route{Pattern: "POST /api/v1/enroll", Handler: enrollHandler},
 		api.Route{Pattern: "POST /api/v1/renew", Handler: enrollHandler},
@@ -222,6 +228,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	g.Go(func() error { return certs.Run(ctx) })
 	// Follow the specification other replicas sharing the store apply.
 	g.Go(func() error { return sp.Run(ctx) })
+	g.Go(func() error { return replicas.Run(ctx) })
 	g.Go(func() error { return followLifetimes(ctx, log, sp, certs) })
 	g.Go(func() error {
 		prune := func(ctx context.Context) error {

@@ -14,13 +14,13 @@ func TestAdvertiseAddressDetected(t *testing.T) {
 	if got := a.ProxyConfig().AdvertiseAddress; got != "" {
 		t.Errorf("before the xDS address is known: AdvertiseAddress = %q, want none", got)
 	}
-	a.setXDSAddress("127.0.0.9:15128")
+	a.setServers("127.0.0.9:15128", nil)
 	if got, want := a.ProxyConfig().AdvertiseAddress, "127.0.0.1"; got != want {
 		t.Errorf("detected AdvertiseAddress = %q, want %q", got, want)
 	}
 	cfg.AdvertiseAddress = "127.0.10.1"
 	a = newTestAgent(t, cfg)
-	a.setXDSAddress("127.0.0.9:15128")
+	a.setServers("127.0.0.9:15128", nil)
 	if got, want := a.ProxyConfig().AdvertiseAddress, "127.0.10.1"; got != want {
 		t.Errorf("configured AdvertiseAddress = %q, want %q", got, want)
 	}

@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -31,6 +32,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -115,6 +117,10 @@ type Agent struct {
 	id         Identity
 	leaf       *x509.Certificate
 	xdsAddress string
+	// replicas are the mesh's osm-server replicas the server listed last
+	// (kept in state.json); lastAPI is the API server that answered last.
+	replicas []meshapi.Replica
+	lastAPI  string
 	// advertise is the detected advertise address (when the config sets
 	// none) and the xDS address it was detected for.
 	advertise, advertiseFor string
@@ -186,8 +192,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.ensureIdentity(ctx); err != nil {
 		return err
 	}
-	if st, err := a.readState(); err == nil && st.XDSAddress != "" {
-		a.setXDSAddress(st.XDSAddress)
+	if st, err := a.readState(); err == nil {
+		a.setServers(st.XDSAddress, st.Replicas)
 	}
 	switch {
 	case a.xds() != "":
@@ -245,7 +251,7 @@ func (a *Agent) ensureIdentity(ctx context.Context) error {
 		return fmt.Errorf("no usable proxy certificate and no join token in %s to enroll again: %w", a.cfg.DataDir, err)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
-		a.log.Info("enrolling with the join token", "server", a.cfg.Server)
+		a.log.Info("enrolling with the join token", "servers", a.apiServers())
 	} else {
 		a.log.Warn("proxy identity unusable; enrolling again with the join token", "err", err)
 	}
@@ -281,9 +287,11 @@ func (a *Agent) enrollOnce(ctx context.Context, token string) error {
 	if err != nil {
 		return err
 	}
-	res, err := a.enroller.Enroll(ctx, meshclient.JoinRequest{
-		Server: a.cfg.Server, Token: token, CACertHash: a.cfg.CACertHash, Service: a.cfg.MeshService(),
-	}, key)
+	res, err := failover(ctx, a, func(ctx context.Context, server string) (meshclient.Result, error) {
+		return a.enroller.Enroll(ctx, meshclient.JoinRequest{
+			Server: server, Token: token, CACertHash: a.cfg.CACertHash, Service: a.cfg.MeshService(),
+		}, key)
+	})
 	if err != nil {
 		return err
 	}
@@ -294,8 +302,43 @@ func (a *Agent) enrollOnce(ctx context.Context, token string) error {
 	if err := SaveIdentity(a.cfg.DataDir, Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: res.CAPEM}); err != nil {
 		return err
 	}
-	a.setXDSAddress(res.XDSAddress)
+	a.setServers(res.XDSAddress, res.Replicas)
 	return a.writeState()
+}
+
+// failover calls call with each API server in turn (apiServers) until one
+// answers, and remembers the one that did.
+func failover[T any](ctx context.Context, a *Agent, call func(ctx context.Context, server string) (T, error)) (T, error) {
+	v, server, err := meshclient.Failover(ctx, a.apiServers(), call)
+	if server != "" {
+		a.mu.Lock()
+		a.lastAPI = server
+		a.st.APIServer = server
+		a.mu.Unlock()
+	}
+	return v, err
+}
+
+// apiServers returns the osm-server API URLs to try, in order: the one
+// that answered last, the configured ones, then every replica the server
+// listed.
+func (a *Agent) apiServers() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := []string{}
+	add := func(s string) {
+		if s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	add(a.lastAPI)
+	for _, s := range a.cfg.APIServers() {
+		add(s)
+	}
+	for _, r := range a.replicas {
+		add(r.API)
+	}
+	return out
 }
 
 // permanent reports whether an enrollment error will not go away by
@@ -347,24 +390,60 @@ func (a *Agent) identity() (Identity, *x509.Certificate) {
 	return a.id, a.leaf
 }
 
-func (a *Agent) setXDSAddress(addr string) (changed bool) {
+// setServers records what the server said of where to reach it: the xDS
+// address it gave and the replicas it listed (nil: keep those known, so
+// a server that lists none does not make the agent forget them). It
+// reports whether the xDS addresses changed.
+func (a *Agent) setServers(xdsAddress string, replicas []meshapi.Replica) (changed bool) {
+	before := a.xdsAddresses()
+	a.mu.Lock()
+	if xdsAddress != "" {
+		a.xdsAddress = xdsAddress
+	}
+	if len(replicas) > 0 {
+		a.replicas = slices.Clone(replicas)
+	}
+	a.mu.Unlock()
+	after := a.xdsAddresses()
+	a.updateStatus(func(s *Status) {
+		s.XDSAddress, s.XDSServers = "", after
+		if len(after) > 0 {
+			s.XDSAddress = after[0]
+		}
+	})
+	return !slices.Equal(before, after)
+}
+
+// xdsAddresses returns the xDS servers of the proxy and of the local xDS
+// endpoint: every replica's, rotated by this machine's identity so that
+// agents spread over the replicas, then the address the server gave when
+// it is not among them (a load balancer's, or one this machine reaches
+// where a replica's advertised name does not resolve), so the list always
+// holds an address that worked.
+func (a *Agent) xdsAddresses() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	changed = addr != a.xdsAddress
-	a.xdsAddress = addr
-	a.st.XDSAddress = addr
-	return changed
+	var out []string
+	for _, r := range a.replicas {
+		if r.XDS != "" && !slices.Contains(out, r.XDS) {
+			out = append(out, r.XDS)
+		}
+	}
+	if len(out) > 1 && a.leaf != nil {
+		h := fnv.New32a()
+		h.Write([]byte(a.leaf.Subject.CommonName))
+		k := int(h.Sum32() % uint32(len(out)))
+		out = append(out[k:], out[:k]...)
+	}
+	if a.xdsAddress != "" && !slices.Contains(out, a.xdsAddress) {
+		out = append(out, a.xdsAddress)
+	}
+	return out
 }
 
 // upstreams returns the xDS servers the local xDS endpoint carries the
-// apps' streams to, in order of preference: today the one address the
-// server gives.
-func (a *Agent) upstreams() []string {
-	if addr := a.xds(); addr != "" {
-		return []string{addr}
-	}
-	return nil
-}
+// apps' streams to (it tries the one that last worked first).
+func (a *Agent) upstreams() []string { return a.xdsAddresses() }
 
 // upstreamCredentials returns the current proxy certificate and mesh CA,
 // read by the local xDS endpoint for each new upstream stream (so a
@@ -382,10 +461,12 @@ func (a *Agent) upstreamCredentials() (tls.Certificate, *x509.CertPool, error) {
 	return cert, pool, nil
 }
 
+// xds returns the first xDS address ("" while none is known).
 func (a *Agent) xds() string {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.xdsAddress
+	if addrs := a.xdsAddresses(); len(addrs) > 0 {
+		return addrs[0]
+	}
+	return ""
 }
 
 // advertiseAddress returns the configured advertise address or, when the
@@ -446,6 +527,9 @@ func (a *Agent) markReady() { a.readyOnce.Do(func() { close(a.ready) }) }
 // state is what the agent remembers between runs beside the identity.
 type state struct {
 	XDSAddress string `json:"xdsAddress"`
+	// Replicas are the osm-server replicas the server listed last, so a
+	// restarted agent fails over along them before it reaches a server.
+	Replicas []meshapi.Replica `json:"replicas,omitempty"`
 }
 
 func (a *Agent) readState() (state, error) {
@@ -458,7 +542,10 @@ func (a *Agent) readState() (state, error) {
 }
 
 func (a *Agent) writeState() error {
-	data, err := json.MarshalIndent(state{XDSAddress: a.xds()}, "", "  ")
+	a.mu.Lock()
+	st := state{XDSAddress: a.xdsAddress, Replicas: a.replicas}
+	a.mu.Unlock()
+	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -480,6 +567,7 @@ func (a *Agent) ProxyConfig() sidecar.ProxyConfig {
 		NodeID:           cn,
 		Service:          a.cfg.MeshService(),
 		XDSAddress:       a.xds(),
+		XDSAddresses:     a.xdsAddresses(),
 		CertFile:         a.path(CertFile),
 		KeyFile:          a.path(KeyFile),
 		CAFile:           a.path(CAFile),
@@ -577,12 +665,12 @@ func (a *Agent) RenderBootstrap(xdsAddress string) ([]byte, error) {
 	a.setIdentity(id, leaf)
 	if xdsAddress == "" {
 		st, err := a.readState()
-		if err != nil || st.XDSAddress == "" {
+		if err != nil || (st.XDSAddress == "" && len(st.Replicas) == 0) {
 			return nil, fmt.Errorf("the xDS address is not known yet (%s has none): start the agent once, or pass --xds-address", a.path(StateFile))
 		}
-		xdsAddress = st.XDSAddress
+		a.setServers(st.XDSAddress, st.Replicas)
 	}
-	a.setXDSAddress(xdsAddress)
+	a.setServers(xdsAddress, nil)
 	files, err := a.renderFiles()
 	if err != nil {
 		return nil, err

@@ -50,7 +50,8 @@ type harness struct {
 	mu       sync.Mutex
 	apiCalls int
 	apiPeer  string
-	xdsAddr  string // what the agent config route answers; default ads.Addr
+	xdsAddr  string            // what the agent config route answers; default ads.Addr
+	replicas []meshapi.Replica // what it lists as the replicas
 }
 
 const token = "abcdef.0123456789abcdef"
@@ -76,9 +77,11 @@ func newHarness(t *testing.T) *harness {
 		if xdsAddr == "" {
 			xdsAddr = h.ads.Addr
 		}
+		replicas := h.replicas
 		h.mu.Unlock()
 		json.NewEncoder(w).Encode(meshapi.AgentConfig{
 			Identity:   cn,
+			Replicas:   replicas,
 			XDSAddress: xdsAddr,
 			Hosts: []meshapi.HostEntry{
 				{Hostname: "bookstore.default.mesh", IP: "127.77.0.3"},
@@ -295,6 +298,79 @@ func TestXDSAddressChangeRestartsTheProxy(t *testing.T) {
 	if st := r.agent.Status(); st.XDSAddress != moved.Addr || !st.Proxy.Running || st.Proxy.Restarts != 0 {
 		t.Errorf("status = %+v, want xDS %s, the proxy running, no crash restarts", st, moved.Addr)
 	}
+}
+
+// The agent learns the replicas from the agent config, keeps them in
+// state.json, lists every replica's xDS address in the Envoy bootstrap, and
+// when the server it was told dies its polls go to another replica, also
+// after a restart.
+func TestLearnsReplicasAndFailsOver(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.PollInterval = 50 * time.Millisecond
+	second := httptest.NewUnstartedServer(h.api.Config.Handler)
+	second.TLS = h.ca.ServerTLS(t)
+	second.StartTLS()
+	t.Cleanup(second.Close)
+	ads2 := agenttest.StartADS(t, h.ca)
+	h.mu.Lock()
+	h.replicas = []meshapi.Replica{{API: h.api.URL, XDS: h.ads.Addr}, {API: second.URL, XDS: ads2.Addr}}
+	h.mu.Unlock()
+	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+		t.Fatal(err)
+	}
+	r := h.start(t)
+	// The proxy's bootstrap names one replica or, once it learned them,
+	// both (the list rotated by its identity): it ACKs at one of them.
+	select {
+	case <-h.ads.Acks:
+	case <-ads2.Acks:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no ADS ACK from the proxy at either replica within 20s")
+	}
+	var st struct {
+		Replicas []meshapi.Replica `json:"replicas"`
+	}
+	waitCond(t, "state.json to list both replicas", func() bool {
+		b, err := os.ReadFile(filepath.Join(h.cfg.DataDir, agent.StateFile))
+		return err == nil && json.Unmarshal(b, &st) == nil && len(st.Replicas) == 2
+	})
+	waitCond(t, "the Envoy bootstrap to name both xDS servers", func() bool {
+		b, _ := os.ReadFile(filepath.Join(h.cfg.DataDir, envoy.BootstrapFile))
+		return strings.Contains(string(b), portOf(h.ads.Addr)) && strings.Contains(string(b), portOf(ads2.Addr))
+	})
+	if got := r.agent.Status().XDSServers; len(got) != 2 {
+		t.Errorf("status xDS servers %v, want both replicas'", got)
+	}
+
+	h.api.Close() // the server the agent was told dies
+	waitCond(t, "a config poll answered by the other replica", func() bool {
+		st := r.agent.Status()
+		return st.APIServer == second.URL && st.LastConfig.After(time.Now().Add(-time.Second)) && st.LastConfigError == ""
+	})
+	r.stop(t)
+
+	// A restart knows the replicas from state.json.
+	r = h.start(t)
+	waitCond(t, "a config poll after the restart answered by the other replica", func() bool {
+		st := r.agent.Status()
+		return st.APIServer == second.URL && !st.LastConfig.IsZero()
+	})
+}
+
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 20s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func portOf(hostport string) string {
+	_, p, _ := net.SplitHostPort(hostport)
+	return p
 }
 
 func TestRunServerUnreachableAtStart(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,8 +24,14 @@ import (
 // Config is the agent's configuration, <config-dir>/agent.yaml. Its YAML
 // keys are a user-facing contract.
 type Config struct {
-	// Server is the osm-server API base URL, https://host:port.
-	Server string `yaml:"server"`
+	// Server is the osm-server API base URL, https://host:port: one server,
+	// or a DNS name or load balancer in front of several replicas.
+	Server string `yaml:"server,omitempty"`
+	// Servers are more osm-server API base URLs, one per replica, tried in
+	// order after Server when it does not answer. The agent also learns
+	// every replica from the server's agent config and keeps that list in
+	// its state (state.json), so this is only where it starts.
+	Servers []string `yaml:"servers,omitempty"`
 	// CACertHash pins the mesh CA for the first enrollment, sha256:<hex>.
 	CACertHash string `yaml:"caCertHash,omitempty"`
 	Service    string `yaml:"service"`
@@ -105,6 +112,18 @@ func defaultHostsFile() string {
 	return "/etc/hosts"
 }
 
+// APIServers returns the configured osm-server URLs: Server, then
+// Servers, without repeats.
+func (c Config) APIServers() []string {
+	var out []string
+	for _, s := range append([]string{c.Server}, c.Servers...) {
+		if s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // MeshService returns the service this machine runs.
 func (c Config) MeshService() mesh.MeshService {
 	return mesh.MeshService{Namespace: c.Namespace, Name: c.Service}
@@ -113,12 +132,17 @@ func (c Config) MeshService() mesh.MeshService {
 // Validate checks every field; each error names the key and the fix.
 func (c Config) Validate() error {
 	var errs []error
-	u, err := url.Parse(c.Server)
-	switch {
-	case c.Server == "":
-		errs = append(errs, errors.New("server: not set (the osm-server URL, https://host:port, from `osm-server token create`)"))
-	case err != nil || u.Scheme != "https" || u.Host == "":
-		errs = append(errs, fmt.Errorf("server %q: want https://host:port", c.Server))
+	if c.Server == "" && len(c.Servers) == 0 {
+		errs = append(errs, errors.New("server: not set (the osm-server URL, https://host:port, from `osm-server token create`; or servers: a list, one per replica)"))
+	}
+	for _, s := range c.APIServers() {
+		if u, err := url.Parse(s); err != nil || u.Scheme != "https" || u.Host == "" {
+			key := "server"
+			if s != c.Server {
+				key = "servers"
+			}
+			errs = append(errs, fmt.Errorf("%s %q: want https://host:port", key, s))
+		}
 	}
 	if c.CACertHash != "" {
 		if _, err := meshapi.ParseCAHash(c.CACertHash); err != nil {

@@ -25,8 +25,9 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 func TestConfigRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "etc", agent.ConfigFile)
 	want := agent.Config{
-		Server: "https://osm.example.com:15443", CACertHash: "sha256:" + strings.Repeat("ab", 32),
-		Service: "bookstore", Namespace: "default", EnvoyPath: "/usr/local/bin/envoy", AppPort: 8080,
+		Server: "https://osm.example.com:15443", Servers: []string{"https://osm-2.example.com:15443", "https://10.0.0.3:15443"},
+		CACertHash: "sha256:" + strings.Repeat("ab", 32),
+		Service:    "bookstore", Namespace: "default", EnvoyPath: "/usr/local/bin/envoy", AppPort: 8080,
 		AdvertiseAddress: "10.0.0.7", DataDir: "/var/lib/osm-agent", Labels: map[string]string{"zone": "a", agent.ZoneLabel: "eu-west-1a"},
 		DrainTimeout: 7 * time.Second,
 	}.WithDefaults()
@@ -46,6 +47,18 @@ func TestConfigRoundTrip(t *testing.T) {
 	}
 }
 
+// servers: alone is enough; server comes first and repeats are dropped.
+func TestAPIServers(t *testing.T) {
+	c, err := agent.ParseConfig("agent.yaml", []byte("servers: [https://osm-1:15443, https://osm-2:15443]\nservice: bookstore\nnamespace: default\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Server = "https://osm-2:15443"
+	if diff := cmp.Diff(c.APIServers(), []string{"https://osm-2:15443", "https://osm-1:15443"}); diff != "" {
+		t.Errorf("APIServers (-got +want):\n%s", diff)
+	}
+}
+
 func TestLoadConfigErrors(t *testing.T) {
 	base := "server: https://osm:15443\nservice: bookstore\nnamespace: default\n"
 	tests := []struct{ name, yaml, want string }{
@@ -54,6 +67,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad duration", base + "drainTimeout: soon\n", "soon"},
 		{"http server", "server: http://osm:15443\nservice: bookstore\nnamespace: default\n", "https://host:port"},
 		{"no server", "service: bookstore\nnamespace: default\n", "server: not set"},
+		{"http replica", "servers: [https://osm-1:15443, http://osm-2:15443]\nservice: bookstore\nnamespace: default\n", `servers "http://osm-2:15443": want https://host:port`},
 		{"bad service", "server: https://osm:15443\nservice: Book_Store\nnamespace: default\n", "DNS-1123"},
 		{"bad advertise address", base + "advertiseAddress: myhost\n", "advertiseAddress"},
 		{"relative data dir", base + "dataDir: data\n", "dataDir"},

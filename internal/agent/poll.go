@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/agent/hostsfile"
@@ -46,7 +48,9 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sc, err := meshclient.FetchAgentConfig(ctx, a.cfg.Server, id.CAPEM, cert)
+	sc, err := failover(ctx, a, func(ctx context.Context, server string) (meshapi.AgentConfig, error) {
+		return meshclient.FetchAgentConfig(ctx, server, id.CAPEM, cert)
+	})
 	if err != nil {
 		return err
 	}
@@ -54,19 +58,27 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 		return fmt.Errorf("agent config: server sent the config of %s, this machine is %s", sc.Identity, leaf.Subject.CommonName)
 	}
 	var errs []error
-	if sc.XDSAddress != "" && a.setXDSAddress(sc.XDSAddress) {
+	running := a.xdsAddresses()
+	if a.setServers(sc.XDSAddress, sc.Replicas) {
+		now := a.xdsAddresses()
 		if a.localXDS != nil {
-			a.localXDS.SetUpstreams(a.upstreams())
+			a.localXDS.SetUpstreams(now)
 		}
 		if err := a.writeState(); err != nil {
 			errs = append(errs, err)
 		}
 		if err := a.writeProxyFiles(); err != nil {
 			errs = append(errs, err)
+		} else if !slices.ContainsFunc(running, func(s string) bool { return slices.Contains(now, s) }) {
+			// The running proxy names no current server: restart it on
+			// the new bootstrap. A proxy that is not running reads it
+			// when it starts (the supervisor drops the request then).
+			a.sup.Restart("the xDS servers changed to " + strings.Join(now, ", "))
 		} else {
-			// A proxy that is not running reads the new bootstrap when it
-			// starts (the supervisor drops the request then).
-			a.sup.Restart("the xDS address changed to " + sc.XDSAddress)
+			// It still reaches a current server (and fails over along
+			// the servers it names); the new list is used from its next
+			// start, not worth a restart of the machine's traffic.
+			a.log.Info("the xDS servers changed; the proxy uses the new list from its next start", "xdsServers", now)
 		}
 	}
 	if err := a.applyHosts(sc.Hosts); err != nil {

@@ -88,7 +88,9 @@ func (a *Agent) renewOnce(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	res, err := a.enroller.Renew(ctx, a.cfg.Server, id.CAPEM, cert, key)
+	res, err := failover(ctx, a, func(ctx context.Context, server string) (meshclient.Result, error) {
+		return a.enroller.Renew(ctx, server, id.CAPEM, cert, key)
+	})
 	if err != nil {
 		return err
 	}

@@ -13,11 +13,16 @@ import (
 // Status is what `osm-agent status` shows: the agent writes it to
 // status.json in the data directory whenever it changes.
 type Status struct {
-	Identity                  string         `json:"identity,omitempty"`
-	CertificateExpires        time.Time      `json:"certificateExpires,omitzero"`
-	LastRenewal               time.Time      `json:"lastRenewal,omitzero"`
-	LastRenewError            string         `json:"lastRenewError,omitempty"`
-	XDSAddress                string         `json:"xdsAddress,omitempty"`
+	Identity           string    `json:"identity,omitempty"`
+	CertificateExpires time.Time `json:"certificateExpires,omitzero"`
+	LastRenewal        time.Time `json:"lastRenewal,omitzero"`
+	LastRenewError     string    `json:"lastRenewError,omitempty"`
+	XDSAddress         string    `json:"xdsAddress,omitempty"`
+	// XDSServers are every xDS server the proxy and the local xDS
+	// endpoint fail over along (XDSAddress is the first).
+	XDSServers []string `json:"xdsServers,omitempty"`
+	// APIServer is the osm-server API that answered last.
+	APIServer                 string         `json:"apiServer,omitempty"`
 	LastConfig                time.Time      `json:"lastConfig,omitzero"`
 	LastConfigError           string         `json:"lastConfigError,omitempty"`
 	Hosts                     int            `json:"hosts"`

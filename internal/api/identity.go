@@ -38,6 +38,8 @@ type IdentityRoutes struct {
 	// xds returns the xDS address to give an agent that reached the API
 	// with the given Host header.
 	xds func(host string) string
+	// replicas lists the live replicas for the agent config (SetReplicas).
+	replicas func() []meshapi.Replica
 }
 
 // NewIdentityRoutes returns the routes; xdsAddress maps the Host an agent
@@ -120,8 +122,13 @@ func (ir *IdentityRoutes) agentConfig(w http.ResponseWriter, r *http.Request) {
 		}
 		hosts = append(hosts, meshapi.HostEntry{Hostname: info.Hostname(), IP: info.VIP.String()})
 	}
+	var replicas []meshapi.Replica
+	if ir.replicas != nil {
+		replicas = ir.replicas()
+	}
 	writeJSON(w, http.StatusOK, meshapi.AgentConfig{
 		Identity:   rec.CN,
+		Replicas:   replicas,
 		XDSAddress: ir.xds(r.Host),
 		Hosts:      hosts,
 		ServiceCertificate: meshapi.ServiceCertificate{

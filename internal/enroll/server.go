@@ -77,7 +77,13 @@ type retryAter interface {
 // certificate.ErrNotFound) that mean "this proxy may not renew": RenewProxy
 // errors matching one of them answer 403 Refused, others 500.
 func NewHandler(log *slog.Logger, tokens *Tokens, iss Issuer, xdsAddress func(host string) string, refused ...error) http.Handler {
-	h := &handler{log: log, tokens: tokens, iss: iss, xds: xdsAddress, refused: refused}
+	return NewHandlerWithReplicas(log, tokens, iss, xdsAddress, nil, refused...)
+}
+
+// NewHandlerWithReplicas is NewHandler whose answers also list the mesh's
+// replicas (Replicas.List), so an agent's first bootstrap names them all.
+func NewHandlerWithReplicas(log *slog.Logger, tokens *Tokens, iss Issuer, xdsAddress func(host string) string, replicas func() []meshapi.Replica, refused ...error) http.Handler {
+	h := &handler{log: log, tokens: tokens, iss: iss, xds: xdsAddress, replicas: replicas, refused: refused}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/enroll", h.enroll)
 	mux.HandleFunc("POST /api/v1/renew", h.renew)
@@ -85,6 +91,8 @@ func NewHandler(log *slog.Logger, tokens *Tokens, iss Issuer, xdsAddress func(ho
 }
 
 type handler struct {
+	// replicas lists the mesh's replicas for the answers (nil: none).
+	replicas func() []meshapi.Replica
 	// renewing holds the proxies (by CN) with a renewal in progress.
 	renewing keylock.Set
 	log      *slog.Logger
@@ -156,7 +164,7 @@ func (h *handler) enroll(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			h.log.Info("proxy enrolled", "identity", cn, "token", tok.ID, "usesLeft", spent.UsesLeft, "remote", r.RemoteAddr)
-			writeJSON(w, http.StatusOK, meshapi.CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds(r.Host)})
+			writeJSON(w, http.StatusOK, meshapi.CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds(r.Host), Replicas: h.replicaList()})
 			return
 		}
 		// Someone may have spent the token first: if its version moved,
@@ -282,7 +290,7 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.log.Info("proxy certificate renewed", "identity", cn, "remote", r.RemoteAddr)
-	writeJSON(w, http.StatusOK, meshapi.CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds(r.Host)})
+	writeJSON(w, http.StatusOK, meshapi.CertificateResponse{Identity: cn, Certificate: string(certPEM), CA: string(h.iss.RootPEM()), XDSAddress: h.xds(r.Host), Replicas: h.replicaList()})
 }
 
 func (h *handler) internal(w http.ResponseWriter, what string, err error) {

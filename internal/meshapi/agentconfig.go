@@ -9,6 +9,10 @@ type AgentConfig struct {
 	XDSAddress         string             `json:"xdsAddress"`
 	Hosts              []HostEntry        `json:"hosts"`
 	ServiceCertificate ServiceCertificate `json:"serviceCertificate"`
+	// Replicas are the mesh's live osm-server replicas (empty when the
+	// server knows none: one server, or replicas without an advertised
+	// address). Agents keep the list and fail over along it.
+	Replicas []Replica `json:"replicas,omitempty"`
 }
 
 // HostEntry maps a mesh host name to its virtual IP: one line of an
@@ -25,4 +29,14 @@ type ServiceCertificate struct {
 	PrivateKeyPEM  string    `json:"privateKeyPEM"`
 	CAPEM          string    `json:"caPEM"`
 	Expires        time.Time `json:"expires"`
+}
+
+// Replica is one osm-server replica as agents reach it: its HTTPS API base
+// URL and its xDS address. The agent config lists every live replica so an
+// agent can fail over to another when its own dies.
+type Replica struct {
+	// API is the HTTPS API base URL, https://host:port.
+	API string `json:"api"`
+	// XDS is the xDS address, host:port.
+	XDS string `json:"xds"`
 }

@@ -40,6 +40,9 @@ type CertificateResponse struct {
 	CA string `json:"ca"`
 	// XDSAddress is the host:port of the xDS server.
 	XDSAddress string `json:"xdsAddress"`
+	// Replicas are the mesh's osm-server replicas (empty: the server
+	// knows none), as in AgentConfig.
+	Replicas []Replica `json:"replicas,omitempty"`
 }
 
 // GenerateKey returns a new proxy key of the kind osm-agent uses, ECDSA

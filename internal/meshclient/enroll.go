@@ -48,6 +48,8 @@ type Result struct {
 	XDSAddress string
 	// Identity is the certificate's CN, <uuid>.<service>.<namespace>.
 	Identity string
+	// Replicas are the mesh's osm-server replicas the server listed.
+	Replicas []meshapi.Replica
 }
 
 // defaultTimeout bounds one enrollment or renewal when the caller's
@@ -288,7 +290,7 @@ func checkResponse(resp meshapi.CertificateResponse, key crypto.Signer, svc mesh
 	case err != nil:
 		return Result{}, fmt.Errorf("the certificate in the answer does not verify against its CA bundle: %w", err)
 	}
-	return Result{CertificatePEM: []byte(resp.Certificate), CAPEM: []byte(resp.CA), XDSAddress: resp.XDSAddress, Identity: resp.Identity}, nil
+	return Result{CertificatePEM: []byte(resp.Certificate), CAPEM: []byte(resp.CA), XDSAddress: resp.XDSAddress, Identity: resp.Identity, Replicas: resp.Replicas}, nil
 }
 
 // bundleHas reports whether the PEM bundle holds a certificate with the pin.

@@ -75,14 +75,17 @@ func roundTrip(hc *http.Client, req *http.Request, out any) error {
 	if err != nil {
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			return ue.Err // callers name the server; the method and URL add nothing
+			err = ue.Err // callers name the server; the method and URL add nothing
 		}
-		return err
+		if req.Context().Err() != nil {
+			return err
+		}
+		return &unreachableError{err}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
-		return fmt.Errorf("%s %s: read answer: %w", req.Method, req.URL.Redacted(), err)
+		return &unreachableError{fmt.Errorf("%s %s: read answer: %w", req.Method, req.URL.Redacted(), err)}
 	}
 	if resp.StatusCode/100 != 2 {
 		apiErr := &APIError{Status: resp.StatusCode}

@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -48,20 +49,17 @@ const (
 const DefaultAdminPort = 15000
 
 // Bootstrap returns Envoy's bootstrap for p: node identity and metadata,
-// admin on 127.0.0.1:adminPort, and ADS to p.XDSAddress over mTLS whose
+// admin on 127.0.0.1:adminPort, and ADS to p.XDSAddress (or every one of
+// p.XDSAddresses, the replicas, one endpoint each) over mTLS whose
 // certificate and CA come from the SDS files in dataDir/sds (see Secrets),
 // so a renewed certificate needs no Envoy restart.
 func Bootstrap(p sidecar.ProxyConfig, dataDir string, adminPort uint16) (*bootstrapv3.Bootstrap, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
-	host, portStr, err := net.SplitHostPort(p.XDSAddress)
+	servers, err := xdsServers(p.AllXDSAddresses())
 	if err != nil {
-		return nil, fmt.Errorf("xDS address %q: want host:port: %w", p.XDSAddress, err)
-	}
-	port, err := strconv.ParseUint(portStr, 10, 16)
-	if err != nil || port == 0 {
-		return nil, fmt.Errorf("xDS address %q: bad port %q", p.XDSAddress, portStr)
+		return nil, err
 	}
 	fields := p.NodeMetadata("envoy")
 	md, err := structpb.NewStruct(fields)
@@ -73,7 +71,15 @@ func Bootstrap(p sidecar.ProxyConfig, dataDir string, adminPort uint16) (*bootst
 		UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{
 			ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
 				ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{
-					Http2ProtocolOptions: &corev3.Http2ProtocolOptions{},
+					Http2ProtocolOptions: &corev3.Http2ProtocolOptions{
+						// A replica whose host died without closing the
+						// connection is found within 40 s, and Envoy
+						// reconnects to another.
+						ConnectionKeepalive: &corev3.KeepaliveSettings{
+							Interval: durationpb.New(xdsKeepaliveInterval),
+							Timeout:  durationpb.New(xdsKeepaliveTimeout),
+						},
+					},
 				},
 			},
 		},
@@ -103,10 +109,32 @@ func Bootstrap(p sidecar.ProxyConfig, dataDir string, adminPort uint16) (*bootst
 			AlpnProtocols: []string{"h2"},
 		},
 	}
+	// Every replica is an endpoint of the xDS cluster: when the one the
+	// ADS stream is on dies, Envoy's reconnect picks another. IP
+	// addresses make a STATIC cluster; names a STRICT_DNS one (every
+	// address of every name), or LOGICAL_DNS for one name (a load
+	// balancer's, whose addresses may change).
 	discoveryType := clusterv3.Cluster_STATIC
-	if _, err := netip.ParseAddr(host); err != nil {
+	var names []string
+	var lbEndpoints []*endpointv3.LbEndpoint
+	for _, sv := range servers {
+		if _, err := netip.ParseAddr(sv.host); err != nil && !slices.Contains(names, sv.host) {
+			names = append(names, sv.host)
+		}
+		lbEndpoints = append(lbEndpoints, &endpointv3.LbEndpoint{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Address: socketAddress(sv.host, sv.port),
+			}},
+		})
+	}
+	switch {
+	case len(names) > 0 && len(servers) == 1:
 		discoveryType = clusterv3.Cluster_LOGICAL_DNS
-		upstreamTLS.Sni = host
+	case len(names) > 0:
+		discoveryType = clusterv3.Cluster_STRICT_DNS
+	}
+	if len(names) == 1 {
+		upstreamTLS.Sni = names[0]
 	}
 	tlsAny, err := anypb.New(upstreamTLS)
 	if err != nil {
@@ -148,11 +176,7 @@ func Bootstrap(p sidecar.ProxyConfig, dataDir string, adminPort uint16) (*bootst
 				LoadAssignment: &endpointv3.ClusterLoadAssignment{
 					ClusterName: XDSCluster,
 					Endpoints: []*endpointv3.LocalityLbEndpoints{{
-						LbEndpoints: []*endpointv3.LbEndpoint{{
-							HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-								Address: socketAddress(host, uint32(port)),
-							}},
-						}},
+						LbEndpoints: lbEndpoints,
 					}},
 				},
 				TransportSocket: &corev3.TransportSocket{
@@ -162,6 +186,40 @@ func Bootstrap(p sidecar.ProxyConfig, dataDir string, adminPort uint16) (*bootst
 			}},
 		},
 	}, nil
+}
+
+// The xDS connection's HTTP/2 keepalive (osm-server allows a ping every
+// 10 s).
+const (
+	xdsKeepaliveInterval = 30 * time.Second
+	xdsKeepaliveTimeout  = 10 * time.Second
+)
+
+type xdsServer struct {
+	host string
+	port uint32
+}
+
+// xdsServers parses the xDS addresses, host:port each, without repeats.
+func xdsServers(addrs []string) ([]xdsServer, error) {
+	var out []xdsServer
+	for _, a := range addrs {
+		host, portStr, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("xDS address %q: want host:port: %w", a, err)
+		}
+		port, err := strconv.ParseUint(portStr, 10, 16)
+		if err != nil || port == 0 {
+			return nil, fmt.Errorf("xDS address %q: bad port %q", a, portStr)
+		}
+		if sv := (xdsServer{host, uint32(port)}); !slices.Contains(out, sv) {
+			out = append(out, sv)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no xDS address")
+	}
+	return out, nil
 }
 
 func socketAddress(host string, port uint32) *corev3.Address {

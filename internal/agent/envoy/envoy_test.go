@@ -57,28 +57,40 @@ func golden(t *testing.T, name string, got []byte) {
 }
 
 func TestFilesGolden(t *testing.T) {
-	for _, tt := range []struct{ name, xds string }{
-		{"ip", "10.0.0.1:15128"},
-		{"hostname", "osm.example.com:15128"},
+	for _, tt := range []struct {
+		name, xds string
+		replicas  []string
+	}{
+		{"ip", "10.0.0.1:15128", nil},
+		{"hostname", "osm.example.com:15128", nil},
+		// Three replicas: one STATIC cluster endpoint each; names make a
+		// STRICT_DNS cluster.
+		{"replicas", "10.0.0.2:15128", []string{"10.0.0.2:15128", "10.0.0.3:15128", "10.0.0.1:15128"}},
+		{"replicas-hostname", "osm-1.example.com:15128", []string{"osm-1.example.com:15128", "osm-2.example.com:15128", "10.0.0.3:15128"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			d, err := envoy.New(sidecar.Options{DataDir: dataDir})
 			if err != nil {
 				t.Fatal(err)
 			}
-			files, err := d.Files(proxyConfig(tt.xds))
+			p := proxyConfig(tt.xds)
+			p.XDSAddresses = tt.replicas
+			files, err := d.Files(p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var names []string
 			for _, f := range files {
 				names = append(names, f.Name)
+				if tt.replicas != nil && f.Name != envoy.BootstrapFile {
+					continue // the SDS files do not name servers
+				}
 				golden(t, tt.name+"."+filepath.Base(f.Name)+".golden", f.Data)
 			}
 			if diff := cmp.Diff(names, []string{envoy.ClientCertSDS, envoy.CASDS, envoy.BootstrapFile}); diff != "" {
 				t.Errorf("file names (-got +want):\n%s", diff)
 			}
-			again, err := d.Files(proxyConfig(tt.xds))
+			again, err := d.Files(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,6 +161,7 @@ func TestBootstrapRejectsBadInput(t *testing.T) {
 	for name, mutate := range map[string]func(*sidecar.ProxyConfig){
 		"no port":      func(p *sidecar.ProxyConfig) { p.XDSAddress = "10.0.0.1" },
 		"port zero":    func(p *sidecar.ProxyConfig) { p.XDSAddress = "10.0.0.1:0" },
+		"bad replica":  func(p *sidecar.ProxyConfig) { p.XDSAddresses = []string{"10.0.0.1:15128", "10.0.0.2"} },
 		"no node id":   func(p *sidecar.ProxyConfig) { p.NodeID = "" },
 		"bad service":  func(p *sidecar.ProxyConfig) { p.Service.Name = "Book Store" },
 		"no cert file": func(p *sidecar.ProxyConfig) { p.CertFile = "" },

@@ -12,12 +12,17 @@
 // with the credentials current when the stream opens (a renewed
 // certificate is used from the next stream on; the server closes a
 // stream whose certificate expired, and the application reconnects). The
-// upstream is one of a list of server addresses: a stream tries the
-// address that last worked first and the others after it, and when the
-// upstream stream ends (the server died, restarted or closed it) the local
-// stream ends with the server's status; gRPC clients keep their resources
-// and reconnect at once (their backoff restarts after a stream that
-// received a response), and the new stream reaches a server that is up.
+// upstream is one of a list of server addresses (every osm-server
+// replica): a stream tries the address that last worked first and the
+// others after it. When the upstream stream of a state-of-the-world
+// stream dies (Unavailable: the server died or restarted), the local
+// stream stays up: the endpoint opens a stream to a server that is up and
+// asks it again for each type's last subscription (without version or
+// nonce, so it sends everything); the application only sees new answers.
+// Any other end of an upstream stream (a revoked or expired certificate),
+// and any end of a Delta upstream stream, ends the local stream with the
+// server's status; gRPC clients keep their resources and reconnect at
+// once (their backoff restarts after a stream that received a response).
 //
 // Node identity: the server scopes every stream by the certificate it
 // presents (node.id must equal its common name), so this endpoint sets
@@ -43,6 +48,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -51,9 +57,11 @@ import (
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -245,6 +253,9 @@ func (p *Proxy) dial() (*grpc.ClientConn, string, error) {
 			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
 			MinConnectTimeout: 5 * time.Second,
 		}),
+		// A server whose host died without closing the connection is found
+		// within 40 s (osm-server allows a ping every 10 s).
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
 			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 			if err == nil {
@@ -290,21 +301,68 @@ func (p *Proxy) fixNode(node *corev3.Node, cn string, first bool) *corev3.Node {
 }
 
 // StreamAggregatedResources carries a local SotW ADS stream upstream.
+// When the upstream dies the local stream stays up: the endpoint opens a
+// stream to another server and asks it again for everything the
+// application subscribed to (sotwSubscriptions).
 func (p *Proxy) StreamAggregatedResources(down discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
 	return relay(p, down, func(ctx context.Context, cc *grpc.ClientConn) (upstream[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse], error) {
 		return discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx, grpc.WaitForReady(true))
 	}, func(m *discoveryv3.DiscoveryRequest, cn string, first bool) {
 		m.Node = p.fixNode(m.Node, cn, first)
-	})
+	}, &sotwSubscriptions{last: map[string]*discoveryv3.DiscoveryRequest{}})
 }
 
 // DeltaAggregatedResources carries a local Delta ADS stream upstream.
+// When the upstream dies the local stream ends with its status and the
+// application reconnects (a Delta stream's state, the versions it holds,
+// is the client's to send again).
 func (p *Proxy) DeltaAggregatedResources(down discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 	return relay(p, down, func(ctx context.Context, cc *grpc.ClientConn) (upstream[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse], error) {
 		return discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx, grpc.WaitForReady(true))
 	}, func(m *discoveryv3.DeltaDiscoveryRequest, cn string, first bool) {
 		m.Node = p.fixNode(m.Node, cn, first)
-	})
+	}, nil)
+}
+
+// subscriptions remembers what a local stream asked for, so a new
+// upstream stream can be asked for it again.
+type subscriptions[Req any] interface {
+	// record notes a request as sent upstream (node already fixed).
+	record(m Req)
+	// replay returns the requests that open a new upstream stream.
+	replay() []Req
+}
+
+// sotwSubscriptions keeps each type's last SotW request: its resource
+// names are the type's whole subscription.
+type sotwSubscriptions struct {
+	order []string
+	last  map[string]*discoveryv3.DiscoveryRequest
+	node  *corev3.Node
+}
+
+func (s *sotwSubscriptions) record(m *discoveryv3.DiscoveryRequest) {
+	if m.GetNode() != nil {
+		s.node = proto.Clone(m.GetNode()).(*corev3.Node)
+	}
+	if _, ok := s.last[m.GetTypeUrl()]; !ok {
+		s.order = append(s.order, m.GetTypeUrl())
+	}
+	s.last[m.GetTypeUrl()] = &discoveryv3.DiscoveryRequest{TypeUrl: m.GetTypeUrl(), ResourceNames: slices.Clone(m.GetResourceNames())}
+}
+
+// replay returns each type's subscription as a first request (no version,
+// no nonce: the new server sends everything), the node on the first.
+func (s *sotwSubscriptions) replay() []*discoveryv3.DiscoveryRequest {
+	out := make([]*discoveryv3.DiscoveryRequest, 0, len(s.order))
+	for i, t := range s.order {
+		m := proto.Clone(s.last[t]).(*discoveryv3.DiscoveryRequest)
+		if i == 0 && s.node != nil {
+			m.Node = proto.Clone(s.node).(*corev3.Node)
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 type downstream[Req, Resp any] interface {
@@ -318,58 +376,139 @@ type upstream[Req, Resp any] interface {
 	Recv() (Resp, error)
 }
 
-// relay carries one local stream to a new upstream stream and back until
-// either ends; the local stream then ends with the upstream's status (or
-// the local client's end). The goroutine reading the local stream ends
-// when gRPC cancels it as the handler returns; Serve waits for it.
+// errLocalEnded: the application ended its stream.
+var errLocalEnded = errors.New("the application ended its stream")
+
+// relay carries one local stream to upstream streams and back until the
+// application ends it. When an upstream stream ends and subs is not nil
+// (SotW), an upstream that died (Unavailable) is replaced by a new stream
+// to a server that is up, which is asked again for subs' subscriptions;
+// otherwise the local stream ends with the upstream's status. One
+// goroutine reads the local stream for its whole life; it ends when gRPC
+// cancels the stream as the handler returns. Serve waits for it.
 func relay[Req, Resp any](p *Proxy, down downstream[Req, Resp],
 	open func(context.Context, *grpc.ClientConn) (upstream[Req, Resp], error),
-	fix func(m Req, cn string, first bool)) error {
+	fix func(m Req, cn string, first bool), subs subscriptions[Req]) error {
 	ctx, cancel := context.WithCancel(down.Context())
+	defer cancel()
+	reqs := make(chan Req)
+	localEnded := make(chan struct{})
+	p.relay.Go(func() {
+		defer close(localEnded)
+		for {
+			m, err := down.Recv()
+			if err != nil {
+				return
+			}
+			select {
+			case reqs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	backoff := carryBackoffMin
+	for carried := false; ; carried = true {
+		res := relayOnce(ctx, p, down, open, fix, subs, reqs, localEnded, carried)
+		switch {
+		case errors.Is(res.err, errLocalEnded) || ctx.Err() != nil:
+			return nil
+		case subs == nil || !res.opened || status.Code(res.err) != codes.Unavailable:
+			p.log.Info("upstream xDS stream ended; the application reconnects", "err", res.err)
+			return res.err
+		}
+		if res.answered {
+			backoff = carryBackoffMin
+		}
+		p.log.Info("upstream xDS stream ended; carrying the application's stream to another server", "err", res.err, "in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		}
+		backoff = min(2*backoff, carryBackoffMax)
+	}
+}
+
+// A local stream whose new upstream streams end before they answer is
+// carried again after a backoff between these.
+const (
+	carryBackoffMin = 50 * time.Millisecond
+	carryBackoffMax = 5 * time.Second
+)
+
+// relayResult is how one upstream stream ended: err, whether it was
+// opened and whether it answered at least once.
+type relayResult struct {
+	err              error
+	opened, answered bool
+}
+
+// relayOnce carries the local stream over one upstream stream until it
+// ends; carried says the local stream was carried before, so the new
+// upstream is asked again for subs' subscriptions first.
+func relayOnce[Req, Resp any](ctx context.Context, p *Proxy, down downstream[Req, Resp],
+	open func(context.Context, *grpc.ClientConn) (upstream[Req, Resp], error),
+	fix func(m Req, cn string, first bool), subs subscriptions[Req],
+	reqs <-chan Req, localEnded <-chan struct{}, carried bool) relayResult {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cc, cn, err := p.dial()
 	if err != nil {
-		return err
+		return relayResult{err: err}
 	}
 	defer cc.Close()
 	up, err := open(ctx, cc)
 	if err != nil {
-		return upstreamStatus(err)
+		return relayResult{err: upstreamStatus(err)}
 	}
-	errc := make(chan error, 2)
-	p.relay.Go(func() {
-		first := true
-		for {
-			m, err := down.Recv()
-			if err != nil {
-				errc <- nil // the application ended its stream
-				return
-			}
-			fix(m, cn, first)
-			first = false
-			if err := up.Send(m); err != nil {
-				return // the upstream ended: its Recv reports why
-			}
-		}
-	})
-	p.relay.Go(func() {
+	var answered atomic.Bool
+	upErr := make(chan error, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // runs before wg.Wait: ends the upstream stream's Recv
+	wg.Go(func() {
 		for {
 			m, err := up.Recv()
 			if err != nil {
-				errc <- upstreamStatus(err)
+				upErr <- upstreamStatus(err)
 				return
 			}
+			answered.Store(true)
 			if err := down.Send(m); err != nil {
-				errc <- nil
+				upErr <- errLocalEnded
 				return
 			}
 		}
 	})
-	err = <-errc
-	if err != nil && ctx.Err() == nil {
-		p.log.Info("upstream xDS stream ended; the application reconnects", "err", err)
+	first := true
+	send := func(m Req) bool {
+		fix(m, cn, first)
+		first = false
+		if subs != nil {
+			subs.record(m)
+		}
+		return up.Send(m) == nil // on failure the upstream's Recv reports why
 	}
-	return err
+	if carried && subs != nil {
+		for _, m := range subs.replay() {
+			if !send(m) {
+				break
+			}
+		}
+	}
+	for {
+		select {
+		case m := <-reqs:
+			send(m)
+		case err := <-upErr:
+			return relayResult{err: err, opened: true, answered: answered.Load()}
+		case <-localEnded:
+			return relayResult{err: errLocalEnded}
+		}
+	}
 }
 
 // upstreamStatus is the status the local stream ends with when its

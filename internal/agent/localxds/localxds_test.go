@@ -111,6 +111,26 @@ func sotw(t *testing.T, ctx context.Context, c discoveryv3.AggregatedDiscoverySe
 	return s
 }
 
+// delta opens a Delta stream, subscribes to a listener and ACKs the answer.
+func delta(t *testing.T, ctx context.Context, c discoveryv3.AggregatedDiscoveryServiceClient) discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient {
+	t.Helper()
+	s, err := c.DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: appNode(), TypeUrl: agenttest.ListenerType, ResourceNamesSubscribe: []string{"fake"}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatalf("Delta response through the local endpoint: %v", err)
+	}
+	if err := s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: agenttest.ListenerType, ResponseNonce: resp.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func nextAck(t *testing.T, servers ...*agenttest.ADSServer) agenttest.Ack {
 	t.Helper()
 	cases := make(chan agenttest.Ack, 1)
@@ -168,20 +188,7 @@ func TestSotWAndDeltaCarryTheAgentsIdentity(t *testing.T) {
 		checkIdentity(t, nextAck(t, ads), "m1.bookbuyer.default")
 	})
 	t.Run("Delta over the Unix socket", func(t *testing.T) {
-		s, err := dialLocal(t, "unix:"+p.SocketPath()).DeltaAggregatedResources(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: appNode(), TypeUrl: agenttest.ListenerType, ResourceNamesSubscribe: []string{"fake"}}); err != nil {
-			t.Fatal(err)
-		}
-		resp, err := s.Recv()
-		if err != nil {
-			t.Fatalf("Delta response through the local endpoint: %v", err)
-		}
-		if err := s.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: agenttest.ListenerType, ResponseNonce: resp.GetNonce()}); err != nil {
-			t.Fatal(err)
-		}
+		delta(t, ctx, dialLocal(t, "unix:"+p.SocketPath()))
 		checkIdentity(t, nextAck(t, ads), "m1.bookbuyer.default")
 	})
 	t.Run("a renewed certificate is used from the next stream on", func(t *testing.T) {
@@ -208,21 +215,44 @@ func TestFailsOverWhenTheUpstreamDies(t *testing.T) {
 		t.Fatalf("first stream went to %s, want the first upstream %s", a.Server, first.Addr)
 	}
 	first.Stop()
-	_, err := s.Recv()
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("local stream after its upstream died: %v, want Unavailable (gRPC clients reconnect on it)", err)
+	// The application's stream stays up: the endpoint carries it to the
+	// surviving upstream and asks it again for the listeners.
+	resp, err := s.Recv()
+	if err != nil {
+		t.Fatalf("local SotW stream after its upstream died: %v, want it carried to the surviving upstream", err)
 	}
-	sotw(t, ctx, local)
-	if a := nextAck(t, first, second); a.Server != second.Addr {
-		t.Fatalf("reconnected stream went to %s, want the surviving upstream %s", a.Server, second.Addr)
+	if err := s.Send(&discoveryv3.DiscoveryRequest{TypeUrl: agenttest.ListenerType, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+		t.Fatal(err)
 	}
+	a := nextAck(t, first, second)
+	if a.Server != second.Addr {
+		t.Fatalf("carried stream went to %s, want the surviving upstream %s", a.Server, second.Addr)
+	}
+	checkIdentity(t, a, "m1.bookbuyer.default")
+
+	t.Run("a Delta stream ends, and its reconnect reaches a survivor", func(t *testing.T) {
+		third := agenttest.StartADS(t, ca)
+		p.SetUpstreams([]string{second.Addr, third.Addr})
+		d := delta(t, ctx, local)
+		if a := nextAck(t, second, third); a.Server != second.Addr {
+			t.Fatalf("Delta stream went to %s, want %s", a.Server, second.Addr)
+		}
+		second.Stop()
+		if _, err := d.Recv(); status.Code(err) != codes.Unavailable {
+			t.Fatalf("local Delta stream after its upstream died: %v, want Unavailable (gRPC clients reconnect on it)", err)
+		}
+		delta(t, ctx, local)
+		if a := nextAck(t, third); a.Server != third.Addr {
+			t.Fatalf("reconnected Delta stream went to %s, want %s", a.Server, third.Addr)
+		}
+	})
 
 	t.Run("SetUpstreams replaces the list", func(t *testing.T) {
-		third := agenttest.StartADS(t, ca)
-		p.SetUpstreams([]string{third.Addr})
+		fourth := agenttest.StartADS(t, ca)
+		p.SetUpstreams([]string{fourth.Addr})
 		sotw(t, ctx, local)
-		if a := nextAck(t, second, third); a.Server != third.Addr {
-			t.Fatalf("stream went to %s, want the new upstream %s", a.Server, third.Addr)
+		if a := nextAck(t, fourth); a.Server != fourth.Addr {
+			t.Fatalf("stream went to %s, want the new upstream %s", a.Server, fourth.Addr)
 		}
 	})
 }

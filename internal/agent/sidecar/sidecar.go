@@ -31,6 +31,10 @@ type ProxyConfig struct {
 	Service mesh.MeshService
 	// XDSAddress is the server's ADS address, host:port.
 	XDSAddress string
+	// XDSAddresses are every osm-server replica's ADS address, XDSAddress
+	// among them, for a proxy that fails over between them; empty means
+	// XDSAddress only.
+	XDSAddresses []string
 	// CertFile, KeyFile and CAFile are the proxy certificate, its key and
 	// the mesh CA bundle, absolute paths. They are replaced atomically on
 	// renewal and the proxy must pick up the new files without a restart.
@@ -61,6 +65,15 @@ func (p ProxyConfig) NodeMetadata(flavor string) map[string]any {
 		md["osm.appPort"] = float64(p.AppPort)
 	}
 	return md
+}
+
+// AllXDSAddresses returns XDSAddresses, or XDSAddress alone when it is
+// empty.
+func (p ProxyConfig) AllXDSAddresses() []string {
+	if len(p.XDSAddresses) > 0 {
+		return p.XDSAddresses
+	}
+	return []string{p.XDSAddress}
 }
 
 // Validate checks that the fields every driver needs are set.

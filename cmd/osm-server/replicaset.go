@@ -1,0 +1,36 @@
+package main
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+)
+
+// advertisedReplica is how agents reach this replica, for the replica
+// list in the agent config: the API and xDS listeners' own host when it is
+// a specific address, else the first serverNames entry, with each
+// listener's port. ok is false when neither gives a host (a listener on
+// 0.0.0.0 and no serverNames): the replica then registers nothing and
+// agents keep the servers they were given.
+func advertisedReplica(cfg Config) (r meshapi.Replica, ok bool) {
+	host := func(addr string) (string, string) {
+		h, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			return "", ""
+		}
+		if ip, err := netip.ParseAddr(h); h == "" || (err == nil && ip.IsUnspecified()) {
+			if len(cfg.ServerNames) == 0 {
+				return "", port
+			}
+			h = cfg.ServerNames[0]
+		}
+		return h, port
+	}
+	apiHost, apiPort := host(cfg.APIAddress)
+	xdsHost, xdsPort := host(cfg.XDSAddress)
+	if apiHost == "" || xdsHost == "" || apiPort == "0" || xdsPort == "0" {
+		return meshapi.Replica{}, false
+	}
+	return meshapi.Replica{API: "https://" + net.JoinHostPort(apiHost, apiPort), XDS: net.JoinHostPort(xdsHost, xdsPort)}, true
+}
