@@ -206,6 +206,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	if err := instrument(reg, debugAPI, certs, xdsCache, xdsServer, publisher); err != nil {
 		return err
 	}
+	dnsPub, err := newDNSPublisher(log.With("component", "dns-publisher"), cfg.DNS, model, reg)
+	if err != nil {
+		return err
+	}
 	debugAPI.ServeMetrics(reg)
 	xdsTLS := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
@@ -249,6 +253,9 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	})
 	g.Go(afterProviders(func() error { return model.Run(ctx) }))
 	g.Go(afterProviders(func() error { return publisher.Run(ctx) }))
+	if dnsPub != nil {
+		g.Go(afterProviders(func() error { return dnsPub.Run(ctx) }))
+	}
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
 	if cs, ok := st.(*consulstore.Store); ok {
 		h := &storeHealth{st: cs, log: log.With("component", "store")}
