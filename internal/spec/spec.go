@@ -413,6 +413,8 @@ func namesOfKind(st *state, kind, namespace string) []string {
 // and route groups are warnings because apply order should not matter.
 func checkReferences(v *validator, st *state, obj Object) {
 	switch o := obj.(type) {
+	case *Egress:
+		checkEgress(v, st, o)
 	case *TrafficSplit:
 		ns := o.Metadata.Namespace
 		svcs := namesOfKind(st, KindService, ns)

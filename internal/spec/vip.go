@@ -9,14 +9,28 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 )
 
-// allocateVIPs gives every service in st a virtual IP from prefix, keeping
+// allocateVIPs gives every service in st, and every external host an
+// Egress names (keyed by egressVIPKey), a virtual IP from prefix, keeping
 // the ones already allocated inside it, and drops allocations of services
-// that no longer exist. It returns the services whose VIP moved because it
+// and hosts that no longer exist. It returns the services whose VIP moved because it
 // fell outside prefix (a range change).
 func allocateVIPs(st *state, prefix netip.Prefix) (moved []mesh.MeshService, err error) {
+	var holders []mesh.MeshService
+	for _, k := range sortedObjectKeys(st.objects) {
+		if k.Kind == KindService {
+			holders = append(holders, mesh.MeshService{Namespace: k.Namespace, Name: k.Name})
+		}
+	}
+	for _, h := range egressHosts(st) {
+		holders = append(holders, egressVIPKey(h))
+	}
+	wanted := make(map[mesh.MeshService]bool, len(holders))
+	for _, h := range holders {
+		wanted[h] = true
+	}
 	used := map[netip.Addr]mesh.MeshService{}
 	for svc, ip := range st.vips {
-		if _, ok := st.objects[serviceKey(svc)]; !ok {
+		if !wanted[svc] {
 			delete(st.vips, svc)
 			continue
 		}
@@ -30,11 +44,7 @@ func allocateVIPs(st *state, prefix netip.Prefix) (moved []mesh.MeshService, err
 	base := binary.BigEndian.Uint32(prefix.Addr().AsSlice())
 	size := uint64(1) << (32 - prefix.Bits())
 	usable := size - 2 // network and broadcast addresses are never handed out
-	for _, k := range sortedObjectKeys(st.objects) {
-		if k.Kind != KindService {
-			continue
-		}
-		svc := mesh.MeshService{Namespace: k.Namespace, Name: k.Name}
+	for _, svc := range holders {
 		if _, ok := st.vips[svc]; ok {
 			continue
 		}
