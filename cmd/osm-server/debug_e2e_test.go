@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
-	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -149,21 +147,5 @@ func port(addr string) string {
 // the proxy's own agent does (mutual TLS with its proxy certificate).
 func serviceKeyPEM(t *testing.T, apiAddr, dataDir string, pair tls.Certificate) []byte {
 	t.Helper()
-	ca, err := os.ReadFile(filepath.Join(dataDir, caCertFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}}
-	resp, err := hc.Get("https://" + apiAddr + "/api/v1/agent/config")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var cfg meshapi.AgentConfig
-	if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil {
-		t.Fatalf("agent config: %d %v", resp.StatusCode, err)
-	}
-	return []byte(cfg.ServiceCertificate.PrivateKeyPEM)
+	return []byte(agentConfig(t, apiAddr, dataDir, pair).ServiceCertificate.PrivateKeyPEM)
 }

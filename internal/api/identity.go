@@ -120,6 +120,11 @@ func (ir *IdentityRoutes) agentConfig(w http.ResponseWriter, r *http.Request) {
 		}
 		hosts = append(hosts, meshapi.HostEntry{Hostname: info.Hostname(), IP: info.VIP.String()})
 	}
+	// External hosts an Egress lets the account reach: its Envoy listens
+	// on their VIPs and resolves the real names itself.
+	for _, eh := range snap.EgressHosts(rec.ServiceAccount) {
+		hosts = append(hosts, meshapi.HostEntry{Hostname: eh.Host, IP: eh.VIP.String()})
+	}
 	writeJSON(w, http.StatusOK, meshapi.AgentConfig{
 		Identity:   rec.CN,
 		XDSAddress: ir.xds(r.Host),
