@@ -33,13 +33,15 @@ const testZone = "example.test"
 
 // bind is one named process serving testZone.
 type bind struct {
-	t      *testing.T
-	dir    string
-	addr   string
-	secret string
-	cmd    *exec.Cmd
-	waited chan struct{}
-	out    bytes.Buffer
+	t *testing.T
+	// allowUpdate is the zone's allow-update list (default the key).
+	allowUpdate string
+	dir         string
+	addr        string
+	secret      string
+	cmd         *exec.Cmd
+	waited      chan struct{}
+	out         bytes.Buffer
 }
 
 func newSecret(t *testing.T) string {
@@ -83,7 +85,7 @@ func startBind(t *testing.T, secret string, extra ...string) *bind {
 		}
 		named = "/usr/sbin/named"
 	}
-	b := &bind{t: t, dir: t.TempDir(), addr: freeAddr(t), secret: secret}
+	b := &bind{t: t, dir: t.TempDir(), addr: freeAddr(t), secret: secret, allowUpdate: `key "osm-vm";`}
 	zone := fmt.Sprintf(`$TTL 300
 @	IN SOA ns.%[1]s. hostmaster.%[1]s. 1 3600 600 86400 60
 @	IN NS ns.%[1]s.
@@ -116,10 +118,10 @@ key "osm-vm" { algorithm hmac-sha256; secret "%[4]s"; };
 zone "%[5]s" {
 	type primary;
 	file "%[1]s/zone";
-	allow-update { key "osm-vm"; };
+	allow-update { %[6]s };
 	allow-transfer { key "osm-vm"; };
 };
-`, b.dir, host, port, secret, testZone)
+`, b.dir, host, port, secret, testZone, b.allowUpdate)
 	if err := os.WriteFile(filepath.Join(b.dir, "named.conf"), []byte(conf), 0o644); err != nil {
 		b.t.Fatal(err)
 	}
@@ -393,6 +395,20 @@ func TestBINDWrongKeyMakesThePublisherUnhealthyUntilFixed(t *testing.T) {
 		return s.Healthy, fmt.Sprintf("%+v", s)
 	})
 	eventually(t, "shop published after the fix", digIs(b, "shop."+testZone, "A", "10.0.0.1"))
+}
+
+func TestBINDRefusedUpdateIsUnhealthy(t *testing.T) {
+	secret := newSecret(t)
+	b := startBind(t, secret)
+	b.allowUpdate = "none;" // the key may read the zone but not change it
+	b.restart(secret)
+	src := newFakeSource()
+	src.set("shop."+testZone, "10.0.0.1")
+	p := startPublisher(t, b.addr, secret, "mesh-a", src)
+	eventually(t, "unhealthy with REFUSED", func() (bool, string) {
+		s := p.Status()
+		return !s.Healthy && strings.Contains(s.Error, "REFUSED") && strings.Contains(s.Error, "allow-update"), fmt.Sprintf("%+v", s)
+	})
 }
 
 func TestBINDUnreachableServerIsUnhealthy(t *testing.T) {
