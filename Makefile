@@ -48,7 +48,8 @@ test: fmt-check vet test-deps test-servers
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/ ./providers/consul/ && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration -run 'Replica' ./cmd/osm-server/
 	@echo "== DNS publishing against a real BIND 9 (named on 127.0.0.1, a TSIG key, a zone in a temp dir)"
-	$(GO) test -race -count=1 -timeout 5m -tags dnsintegration ./internal/dnspublish/
+	$(GO) test -race -count=1 -timeout 5m -tags dnsintegration ./internal/dnspublish/ && \
+		$(GO) test -race -count=1 -timeout 5m -tags dnsintegration -run 'DNSPublishing' ./cmd/osm-server/
 	@echo "== Packages: lintian, rpm, install/upgrade/remove/purge and the one-line join in a Debian 12 root (made once into $(CACHE))"
 	root=$$(./hack/debian-root.sh bookworm | tail -n 1) && \
 		OSM_DEBIAN_ROOT=$$root $(GO) test -count=1 -timeout 15m -tags debroot ./packaging/
