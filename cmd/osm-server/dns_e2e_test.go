@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -83,6 +84,11 @@ dns:
 	apply("  annotations: {osm-vm.io/external-dns-name: shop." + zone + "}\n")
 	bindtest.Eventually(t, "the service's endpoints published", b.DigIs("shop."+zone, "A", "10.0.0.5", "10.0.0.6"))
 	bindtest.Eventually(t, "the ownership record", b.DigIs("shop."+zone, "TXT", `"heritage=osm-vm,osm-vm/owner=e2e"`))
+
+	code, body := debugGet(t, s.debug, "/api/v1/dns", "", "")
+	if code != http.StatusOK || !strings.Contains(body, `"healthy": true`) || !strings.Contains(body, `"shop.`+zone+`"`) {
+		t.Errorf("GET /api/v1/dns = %d %s; want the publisher healthy, owning shop.%s", code, body, zone)
+	}
 
 	writeEndpoints("10.0.0.7")
 	bindtest.Eventually(t, "the records follow the endpoints", b.DigIs("shop."+zone, "A", "10.0.0.7"))

@@ -210,6 +210,9 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if dnsPub != nil {
+		debugAPI.ServeDNSStatus(func() any { return dnsPub.Status() })
+	}
 	debugAPI.ServeMetrics(reg)
 	xdsTLS := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
