@@ -48,18 +48,7 @@ func TestDebugListenerAgainstAnAttacker(t *testing.T) {
 	bin := buildBinaries(t)
 	s := newIdentityServer(t, bin)
 	xdsAddr := freeAddr(t)
-	srv := launchServer(t, bin, filepath.Dir(s.dataDir), "dataDir: "+s.dataDir+"\npluginDir: "+bin+"\ndebugAddress: "+s.debug+"\napiAddress: "+s.api+"\nxdsAddress: "+xdsAddr+"\n")
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if _, err := os.Stat(filepath.Join(s.dataDir, caCertFile)); err == nil {
-			if code, _ := debugGet(t, s.debug, "/healthz", "", ""); code == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("osm-server not up within 20s:\n%s", srv.output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	s.launch(t, xdsAddr, "")
 	if out, err := s.cli(t, "apply", "-f", bookstoreFile); err != nil {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}

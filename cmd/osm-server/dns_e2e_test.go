@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/osm-vm/osm-vm/internal/dnspublish/bindtest"
 )
@@ -45,30 +44,14 @@ func TestDNSPublishingThroughTheServer(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(fmt.Sprintf("key \"osm-vm\" {\n\talgorithm hmac-sha256;\n\tsecret \"%s\";\n};\n", secret)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv := launchServer(t, bin, dir, fmt.Sprintf(`dataDir: %s
-pluginDir: %s
-debugAddress: %s
-apiAddress: %s
-xdsAddress: 127.0.0.1:0
-providers:
+	s.launch(t, "127.0.0.1:0", fmt.Sprintf(`providers:
   - {name: onprem, plugin: osm-provider-static, config: {file: %s}}
 dns:
   zone: %s
   ownerID: e2e
   ttl: 30s
   rfc2136: {server: %s, tsigKeyName: osm-vm, tsigSecretFile: %s}
-`, s.dataDir, bin, s.debug, s.api, endpoints, zone, b.Addr, keyFile))
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if _, err := os.Stat(filepath.Join(s.dataDir, caCertFile)); err == nil {
-			if code, _ := debugGet(t, s.debug, "/healthz", "", ""); code == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("osm-server not up within 20s:\n%s", srv.output())
-		}
-		time.Sleep(20 * time.Millisecond) // polling readiness
-	}
+`, endpoints, zone, b.Addr, keyFile))
 	apply := func(annotation string) {
 		t.Helper()
 		f := filepath.Join(t.TempDir(), "mesh.yaml")

@@ -26,18 +26,7 @@ func TestEgressThroughTheServer(t *testing.T) {
 	bin := buildBinaries(t)
 	s := newIdentityServer(t, bin)
 	xdsAddr := freeAddr(t)
-	srv := launchServer(t, bin, filepath.Dir(s.dataDir), "dataDir: "+s.dataDir+"\npluginDir: "+bin+"\ndebugAddress: "+s.debug+"\napiAddress: "+s.api+"\nxdsAddress: "+xdsAddr+"\n")
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if _, err := os.Stat(filepath.Join(s.dataDir, caCertFile)); err == nil {
-			if code, _ := debugGet(t, s.debug, "/healthz", "", ""); code == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("osm-server not up within 20s:\n%s", srv.output())
-		}
-		time.Sleep(20 * time.Millisecond) // polling readiness
-	}
+	s.launch(t, xdsAddr, "")
 	egress := filepath.Join(t.TempDir(), "egress.yaml")
 	if err := os.WriteFile(egress, []byte(`apiVersion: osm-vm.io/v1alpha1
 kind: Egress
@@ -122,4 +111,22 @@ func agentConfig(t *testing.T, apiAddr, dataDir string, pair tls.Certificate) me
 		t.Fatalf("agent config: %d %v", resp.StatusCode, err)
 	}
 	return cfg
+}
+
+// launch runs osm-server on s's addresses (xDS on xdsAddr) with extra
+// config lines, and waits until it is up: the CA written and /healthz OK.
+func (s *identityServer) launch(t *testing.T, xdsAddr, extra string) *runningServer {
+	t.Helper()
+	srv := launchServer(t, s.bin, filepath.Dir(s.dataDir), "dataDir: "+s.dataDir+"\npluginDir: "+s.bin+"\ndebugAddress: "+s.debug+"\napiAddress: "+s.api+"\nxdsAddress: "+xdsAddr+"\n"+extra)
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if _, err := os.Stat(filepath.Join(s.dataDir, caCertFile)); err == nil {
+			if code, _ := debugGet(t, s.debug, "/healthz", "", ""); code == http.StatusOK {
+				return srv
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("osm-server not up within 20s:\n%s", srv.output())
+		}
+		time.Sleep(20 * time.Millisecond) // polling readiness
+	}
 }

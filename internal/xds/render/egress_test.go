@@ -1,16 +1,12 @@
 package render
 
 import (
-	"bytes"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
-	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -72,12 +68,13 @@ func egressMesh(t *testing.T) Mesh {
 	return meshOf(s.Snapshot(), bookstoreEndpoints(t))
 }
 
-// onlyEgress keeps the resources whose names start with "egress|".
-func onlyEgress(r resources) resources {
+// withPrefix keeps the listeners, routes and clusters whose names start
+// with prefix.
+func withPrefix(r resources, prefix string) resources {
 	keep := func(ms []proto.Message) []proto.Message {
 		var out []proto.Message
 		for _, m := range ms {
-			if _, name := kindAndName(m); strings.HasPrefix(name, "egress|") {
+			if _, name := kindAndName(m); strings.HasPrefix(name, prefix) {
 				out = append(out, m)
 			}
 		}
@@ -95,43 +92,15 @@ func TestEgressGolden(t *testing.T) {
 	if err := Validate(Envoy, r.all()...); err != nil {
 		t.Fatalf("Validate: %v", err)
 	}
-	eg := onlyEgress(r)
 	for kind, host := range map[string]string{
 		"tls": "api.github.com", "tcp": "mongo.k8s.com", "tcp-originate": "db.example.net",
 		"http": "httpbin.org", "http-originate": "newsfeed.news.com",
 	} {
 		t.Run(kind, func(t *testing.T) {
-			got := goldenJSON(t, ofHost(eg, host))
-			path := filepath.Join("testdata", "egress-"+kind+".golden")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -run TestEgressGolden -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs (-want +got; go test -run TestEgressGolden -update if intended):\n%s", path, cmp.Diff(string(want), string(got)))
-			}
+			got := goldenJSON(t, withPrefix(r, "egress|"+host+"|"))
+			compareGolden(t, "egress-"+kind, got)
 		})
 	}
-}
-
-// ofHost keeps the resources for host.
-func ofHost(r resources, host string) resources {
-	keep := func(ms []proto.Message) []proto.Message {
-		var out []proto.Message
-		for _, m := range ms {
-			if _, name := kindAndName(m); strings.HasPrefix(name, "egress|"+host+"|") {
-				out = append(out, m)
-			}
-		}
-		return out
-	}
-	return resources{Listeners: keep(r.Listeners), Routes: keep(r.Routes), Clusters: keep(r.Clusters)}
 }
 
 // TestEgressOnlyForSources: a proxy whose service account no Egress lists
@@ -147,7 +116,7 @@ func TestEgressOnlyForSources(t *testing.T) {
 		if err := Validate(p.Flavor, r.all()...); err != nil {
 			t.Errorf("%s/%s: Validate: %v", p.Service, p.Flavor, err)
 		}
-		if eg := onlyEgress(r); len(eg.all()) != 0 {
+		if eg := withPrefix(r, "egress|"); len(eg.all()) != 0 {
 			t.Errorf("%s/%s got egress resources: %v", p.Service, p.Flavor, eg.all())
 		}
 	}
