@@ -49,6 +49,8 @@ spec:
 	}
 	token := strings.TrimSpace(string(tokenBytes))
 	osm := xdstest.Server{API: s.api, XDS: xdsAddr, DataDir: s.dataDir}
+	var buyerCN string
+	var buyerPair tls.Certificate
 	for _, c := range []struct {
 		service string
 		source  bool
@@ -60,6 +62,9 @@ spec:
 		}
 		cn := leaf.Subject.CommonName
 		osm.Connect(t, pair, "127.0.0.1")
+		if c.source {
+			buyerCN, buyerPair = cn, pair
+		}
 
 		cfg := agentConfig(t, s.api, s.dataDir, pair)
 		var vip string
@@ -87,6 +92,27 @@ spec:
 		has := strings.Contains(dump, `egress|api.github.com|443`) && strings.Contains(dump, vip)
 		if has != c.source {
 			t.Errorf("%s: xDS configuration holds the egress listener on %s = %v, want %v:\n%.2000s", c.service, vip, has, c.source, dump)
+		}
+	}
+
+	// Deleting the Egress takes the listener from the source's Envoy and
+	// the name from its hosts block.
+	if out, err := s.cli(t, "delete", "egress", "github"); err != nil {
+		t.Fatalf("delete egress: %v\n%s", err, out)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		_, body := debugGet(t, s.debug, "/debug/config/"+buyerCN, "", token)
+		if !strings.Contains(body, "egress|api.github.com") && strings.Contains(body, "service-cert") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bookbuyer keeps its egress listener 20s after the Egress was deleted:\n%.2000s", body)
+		}
+		time.Sleep(50 * time.Millisecond) // polling a condition
+	}
+	for _, h := range agentConfig(t, s.api, s.dataDir, buyerPair).Hosts {
+		if h.Hostname == "api.github.com" {
+			t.Errorf("agent config still maps api.github.com after the Egress was deleted: %v", h)
 		}
 	}
 }

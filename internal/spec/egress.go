@@ -172,6 +172,17 @@ func checkEgress(v *validator, st *state, e *Egress) {
 			}
 		}
 	}
+	accounts := map[IdentityBindingSubject]bool{}
+	for _, o := range st.objects {
+		if s, ok := o.(*Service); ok {
+			accounts[IdentityBindingSubject{Kind: serviceAccountKindSMI, Namespace: s.Metadata.Namespace, Name: s.Spec.ServiceAccount}] = true
+		}
+	}
+	for i, src := range e.Spec.Sources {
+		if !accounts[IdentityBindingSubject{Kind: src.Kind, Namespace: src.Namespace, Name: src.Name}] {
+			v.warnf(fmt.Sprintf("spec.sources[%d]", i), "no Service runs as service account %q in namespace %q yet", src.Name, src.Namespace)
+		}
+	}
 	ns := e.Metadata.Namespace
 	for i, m := range e.Spec.Matches {
 		if _, ok := st.objects[Key{Kind: m.Kind, Namespace: ns, Name: m.Name}]; !ok {

@@ -139,3 +139,25 @@ func TestEgressInvalid(t *testing.T) {
 		})
 	}
 }
+
+func TestEgressWarnsOfMissingSourcesAndGroups(t *testing.T) {
+	s := newTestSpec(t, store.NewMemory())
+	res, err := applyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
+kind: Egress
+metadata: {name: e}
+spec:
+  sources: [{kind: ServiceAccount, name: nobody}]
+  hosts: [api.example.com]
+  ports: [{number: 80, protocol: http}]
+  matches: [{kind: HTTPRouteGroup, name: missing}]
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := strings.Join(res.Results[0].Warnings, "\n")
+	for _, want := range []string{`spec.sources[0]: no Service runs as service account "nobody"`, `spec.matches[0]: HTTPRouteGroup "missing" not found`} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings %q, want one containing %q", w, want)
+		}
+	}
+}
