@@ -257,7 +257,9 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	g.Go(afterProviders(func() error { return model.Run(ctx) }))
 	g.Go(afterProviders(func() error { return publisher.Run(ctx) }))
 	if dnsPub != nil {
-		g.Go(afterProviders(func() error { return dnsPub.Run(ctx) }))
+		// Publish from a view that holds every provider's list, or a
+		// restart would withdraw the names until the model catches up.
+		g.Go(afterProviders(func() error { model.Update(); return dnsPub.Run(ctx) }))
 	}
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
 	if cs, ok := st.(*consulstore.Store); ok {
