@@ -33,6 +33,15 @@ func egressVIPKey(host string) mesh.MeshService {
 	return mesh.MeshService{Namespace: egressVIPNamespace, Name: host}
 }
 
+// vipHolderName names what holds a VIP in messages: "ns/name" for a
+// service, "external host api.example.com" for an Egress host.
+func vipHolderName(k mesh.MeshService) string {
+	if k.Namespace == egressVIPNamespace {
+		return "external host " + k.Name
+	}
+	return k.String()
+}
+
 // Egress (osm-vm.io/v1alpha1) allows sources to reach external hosts.
 type Egress struct {
 	TypeMeta `json:",inline"`

@@ -161,3 +161,17 @@ spec:
 		}
 	}
 }
+
+func TestEgressHostsShareTheVIPRange(t *testing.T) {
+	s := newTestSpec(t, store.NewMemory())
+	// A /30 has two usable addresses: one Service and one host fill it.
+	_, err := applyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
+kind: MeshConfig
+metadata: {name: mesh}
+spec: {outbound: {vipRange: 127.88.0.0/30}}
+---
+`+egressDocs)
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "has no free address for external host newsfeed.news.com") {
+		t.Errorf("a full range: %v, want a conflict naming the external host", err)
+	}
+}

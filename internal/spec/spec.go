@@ -265,7 +265,7 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 			slices.SortFunc(moved, mesh.MeshService.Compare)
 			names := make([]string, len(moved))
 			for i, m := range moved {
-				names[i] = m.String()
+				names[i] = vipHolderName(m)
 			}
 			res.Warnings = append(res.Warnings, fmt.Sprintf("the outbound vipRange changed: %d services get new virtual IPs (%s); agents rewrite their hosts files on the next update", len(moved), strings.Join(names, ", ")))
 		}

@@ -49,7 +49,7 @@ func allocateVIPs(st *state, prefix netip.Prefix) (moved []mesh.MeshService, err
 			continue
 		}
 		if uint64(len(used)) >= usable {
-			return nil, fmt.Errorf("%w: outbound vipRange %s has no free address for service %s (%d in use): widen spec.outbound.vipRange in MeshConfig", ErrConflict, prefix, svc, len(used))
+			return nil, fmt.Errorf("%w: outbound vipRange %s has no free address for %s (%d in use): widen spec.outbound.vipRange in MeshConfig", ErrConflict, prefix, holderKind(svc)+vipHolderName(svc), len(used))
 		}
 		h := fnv.New32a()
 		h.Write([]byte(svc.String()))
@@ -71,4 +71,13 @@ func allocateVIPs(st *state, prefix netip.Prefix) (moved []mesh.MeshService, err
 
 func serviceKey(svc mesh.MeshService) Key {
 	return Key{Kind: KindService, Namespace: svc.Namespace, Name: svc.Name}
+}
+
+// holderKind is "service " for a Service's VIP, "" for an external host's
+// (whose vipHolderName says so).
+func holderKind(k mesh.MeshService) string {
+	if k.Namespace == egressVIPNamespace {
+		return ""
+	}
+	return "service "
 }
