@@ -47,6 +47,9 @@ test: fmt-check vet test-deps test-servers
 	bin=$$(./hack/build-consul.sh | tail -n 1) && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/ ./providers/consul/ && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration -run 'Replica' ./cmd/osm-server/
+	@echo "== DNS publishing against a real BIND 9 (named on 127.0.0.1, a TSIG key, a zone in a temp dir)"
+	$(GO) test -race -count=1 -timeout 5m -tags dnsintegration ./internal/dnspublish/ && \
+		$(GO) test -race -count=1 -timeout 5m -tags dnsintegration -run 'DNSPublishing' ./cmd/osm-server/
 	@echo "== Packages: lintian, rpm, install/upgrade/remove/purge and the one-line join in a Debian 12 root (made once into $(CACHE))"
 	root=$$(./hack/debian-root.sh bookworm | tail -n 1) && \
 		OSM_DEBIAN_ROOT=$$root $(GO) test -count=1 -timeout 15m -tags debroot ./packaging/
@@ -70,6 +73,8 @@ test-deps: polyglot-deps
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends systemd; }
 	@for t in lintian:lintian rpm:rpm debootstrap:debootstrap; do command -v $${t%%:*} >/dev/null || pkgs="$$pkgs $${t#*:}"; done; \
 		[ -z "$$pkgs" ] || { echo "installing$$pkgs for the package tests"; $(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $$pkgs; }
+	@{ command -v named >/dev/null || test -x /usr/sbin/named; } && command -v dig >/dev/null && command -v nsupdate >/dev/null || { echo "installing BIND 9 (bind9) and dig, nsupdate (dnsutils) for the DNS publishing tests"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends bind9 dnsutils; }
 	@command -v openssl >/dev/null || { echo "installing openssl for the certificate cross-checks"; \
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends openssl; }
 	@command -v promtool >/dev/null || { echo "installing promtool (Debian prometheus) for the metrics checks"; \

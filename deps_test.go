@@ -70,6 +70,8 @@ var rules = []rule{
 		why:       "rendering is pure: mesh state in, Envoy resources out, no I/O or serving (store comes with spec, whose Store interface names the store contract's KV and Op; render calls none of it)",
 		testAllow: []string{module + "/internal/store", module + "/internal/xds/cache"},
 		testWhy:   "the tests publish rendered resources into the real xDS cache, and the specification they render from lives in an in-memory store"},
+	{pkg: module + "/internal/dnspublish", forbid: []string{module + "/..."}, allow: []string{module + "/internal/dnspublish", module + "/internal/catalog", module + "/internal/mesh", module + "/internal/meshapi", module + "/internal/spec", module + "/internal/store"},
+		why: "DNS publishing reads the mesh model's views and talks DNS; it knows nothing of xDS, the API or the CA (meshapi and store come with spec and the catalog)"},
 	{pkg: module + "/internal/agent/...", forbid: []string{module + "/internal/store/...", "go.etcd.io/bbolt/...", module + "/internal/enroll/...", module + "/internal/certificate/...", module + "/internal/spec/...", module + "/internal/catalog/...", module + "/internal/xds/...", module + "/internal/pluginhost/...", module + "/internal/api/..."},
 		why: "osm-agent imports no store: the agent runs on every VM and talks to the server only over its APIs, through internal/meshclient"},
 	{pkg: module + "/internal/agent/localxds", forbid: []string{module + "/..."}, allow: []string{module + "/internal/agent/localxds"},

@@ -63,6 +63,8 @@ type Config struct {
 	// Store says where the server's state lives: the bbolt file in
 	// dataDir (one server) or Consul KV (several replicas).
 	Store StoreConfig `yaml:"store"`
+	// DNS publishes host names at the operator's DNS servers (dns.go).
+	DNS DNSConfig `yaml:"dns"`
 }
 
 func (c Config) agentPackageDir() string {
@@ -172,8 +174,10 @@ func parseConfig(path string, data []byte) (Config, error) {
 		"tokenRetention": &cfg.TokenRetention, "proxyRecordRetention": &cfg.ProxyRecordRetention,
 		"handshakeTimeout": &cfg.HandshakeTimeout, "agentPackageDir": &cfg.AgentPackageDir,
 	}
-	err := decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers", "store"), func(key string, v *yaml.Node) error {
+	err := decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers", "store", "dns"), func(key string, v *yaml.Node) error {
 		switch key {
+		case "dns":
+			return decodeDNS(path, v, &cfg.DNS)
 		case "store":
 			return decodeStore(path, v, &cfg.Store)
 		case "providers":
@@ -325,6 +329,9 @@ func (c Config) validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("store.backend %q: want %q (a file in dataDir, one server) or %q (several replicas sharing Consul KV)", c.Store.Backend, storeBolt, storeConsul))
+	}
+	if err := c.DNS.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	names := map[string]bool{}
 	for i, p := range c.Providers {

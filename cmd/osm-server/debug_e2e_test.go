@@ -4,7 +4,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
-	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
-	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -50,18 +48,7 @@ func TestDebugListenerAgainstAnAttacker(t *testing.T) {
 	bin := buildBinaries(t)
 	s := newIdentityServer(t, bin)
 	xdsAddr := freeAddr(t)
-	srv := launchServer(t, bin, filepath.Dir(s.dataDir), "dataDir: "+s.dataDir+"\npluginDir: "+bin+"\ndebugAddress: "+s.debug+"\napiAddress: "+s.api+"\nxdsAddress: "+xdsAddr+"\n")
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		if _, err := os.Stat(filepath.Join(s.dataDir, caCertFile)); err == nil {
-			if code, _ := debugGet(t, s.debug, "/healthz", "", ""); code == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("osm-server not up within 20s:\n%s", srv.output())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	s.launch(t, xdsAddr, "")
 	if out, err := s.cli(t, "apply", "-f", bookstoreFile); err != nil {
 		t.Fatalf("apply: %v\n%s", err, out)
 	}
@@ -149,21 +136,5 @@ func port(addr string) string {
 // the proxy's own agent does (mutual TLS with its proxy certificate).
 func serviceKeyPEM(t *testing.T, apiAddr, dataDir string, pair tls.Certificate) []byte {
 	t.Helper()
-	ca, err := os.ReadFile(filepath.Join(dataDir, caCertFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}}}
-	resp, err := hc.Get("https://" + apiAddr + "/api/v1/agent/config")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var cfg meshapi.AgentConfig
-	if err := json.NewDecoder(resp.Body).Decode(&cfg); err != nil {
-		t.Fatalf("agent config: %d %v", resp.StatusCode, err)
-	}
-	return []byte(cfg.ServiceCertificate.PrivateKeyPEM)
+	return []byte(agentConfig(t, apiAddr, dataDir, pair).ServiceCertificate.PrivateKeyPEM)
 }

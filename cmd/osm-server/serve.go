@@ -216,6 +216,13 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	if err := instrument(reg, debugAPI, certs, xdsCache, xdsServer, publisher); err != nil {
 		return err
 	}
+	dnsPub, err := newDNSPublisher(log.With("component", "dns-publisher"), cfg.DNS, model, reg)
+	if err != nil {
+		return err
+	}
+	if dnsPub != nil {
+		debugAPI.ServeDNSStatus(func() any { return dnsPub.Status() })
+	}
 	debugAPI.ServeMetrics(reg)
 	xdsTLS := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
@@ -260,6 +267,11 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	})
 	g.Go(afterProviders(func() error { return model.Run(ctx) }))
 	g.Go(afterProviders(func() error { return publisher.Run(ctx) }))
+	if dnsPub != nil {
+		// Publish from a view that holds every provider's list, or a
+		// restart would withdraw the names until the model catches up.
+		g.Go(afterProviders(func() error { model.Update(); return dnsPub.Run(ctx) }))
+	}
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
 	if cs, ok := st.(*consulstore.Store); ok {
 		h := &storeHealth{st: cs, log: log.With("component", "store")}

@@ -125,6 +125,14 @@ func (s *Server) ServeXDSDebug(d XDSDebug) {
 	})
 }
 
+// ServeDNSStatus adds GET /api/v1/dns: the DNS publisher's status (health
+// and its cause, names owned, names left alone), when the server publishes.
+func (s *Server) ServeDNSStatus(status func() any) {
+	s.mux.HandleFunc("GET /api/v1/dns", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"publishers": []any{status()}})
+	})
+}
+
 // Handler returns the server's routes, without the Host check Serve adds.
 func (s *Server) Handler() http.Handler { return s.mux }
 
@@ -245,7 +253,7 @@ func (s *Server) listProviders(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) notFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, http.StatusNotFound, fmt.Errorf("no route %s %s on the debug API (routes: /healthz, /readyz, /metrics, /version, /dashboard/, /api/v1/services, /api/v1/services/{namespace}/{name}/endpoints, /api/v1/providers; with the admin token: /debug/dashboard, /debug/proxies, /debug/config/{proxy}, /debug/pprof/)", r.Method, r.URL.Path))
+	writeError(w, http.StatusNotFound, fmt.Errorf("no route %s %s on the debug API (routes: /healthz, /readyz, /metrics, /version, /dashboard/, /api/v1/services, /api/v1/services/{namespace}/{name}/endpoints, /api/v1/providers, /api/v1/dns (with DNS publishing); with the admin token: /debug/dashboard, /debug/proxies, /debug/config/{proxy}, /debug/pprof/)", r.Method, r.URL.Path))
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -122,6 +122,11 @@ func (ir *IdentityRoutes) agentConfig(w http.ResponseWriter, r *http.Request) {
 		}
 		hosts = append(hosts, meshapi.HostEntry{Hostname: info.Hostname(), IP: info.VIP.String()})
 	}
+	// External hosts an Egress lets the account reach: its Envoy listens
+	// on their VIPs and resolves the real names itself.
+	for _, eh := range snap.EgressHosts(rec.ServiceAccount) {
+		hosts = append(hosts, meshapi.HostEntry{Hostname: eh.Host, IP: eh.VIP.String()})
+	}
 	var replicas []meshapi.Replica
 	if ir.replicas != nil {
 		replicas = ir.replicas()

@@ -274,7 +274,7 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 			slices.SortFunc(moved, mesh.MeshService.Compare)
 			names := make([]string, len(moved))
 			for i, m := range moved {
-				names[i] = m.String()
+				names[i] = vipHolderName(m)
 			}
 			res.Warnings = append(res.Warnings, fmt.Sprintf("the outbound vipRange changed: %d services get new virtual IPs (%s); agents rewrite their hosts files on the next update", len(moved), strings.Join(names, ", ")))
 		}
@@ -422,6 +422,8 @@ func namesOfKind(st *state, kind, namespace string) []string {
 // and route groups are warnings because apply order should not matter.
 func checkReferences(v *validator, st *state, obj Object) {
 	switch o := obj.(type) {
+	case *Egress:
+		checkEgress(v, st, o)
 	case *TrafficSplit:
 		ns := o.Metadata.Namespace
 		svcs := namesOfKind(st, KindService, ns)

@@ -58,6 +58,7 @@ var kinds = []kindInfo{
 	{KindTCPRoute, APIVersionSpecs, "tcproutes", true, func() Object { return &TCPRoute{} }},
 	{KindTrafficTarget, APIVersionAccess, "traffictargets", true, func() Object { return &TrafficTarget{} }},
 	{KindTrafficSplit, APIVersionSplit, "trafficsplits", true, func() Object { return &TrafficSplit{} }},
+	{KindEgress, APIVersionOSM, "egresses", true, func() Object { return &Egress{} }},
 }
 
 func lookupKind(kind string) (kindInfo, bool) {
@@ -74,7 +75,7 @@ func kindOrder(kind string) int {
 }
 
 // PolicyKinds are the kinds `get policies` lists.
-var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit}
+var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindEgress}
 
 // ResolveKinds maps a kind as typed by a user ("services", "service",
 // "Service", "svc", "policies", "all") to the kinds it names.

@@ -65,6 +65,7 @@ func (s *Service) validate(v *validator) {
 			v.errorf(f+".appProtocol", "unsupported appProtocol %q: want http, tcp or grpc%s", p.AppProtocol, didYouMean(p.AppProtocol, appProtocols))
 		}
 	}
+	validateExternalDNSName(v, s.Metadata.Annotations)
 	if s.Spec.ServiceAccount != s.Metadata.Name { // the name is checked already
 		if err := mesh.ValidateLabel("service account", s.Spec.ServiceAccount); err != nil {
 			v.errorf("spec.serviceAccount", "%v", err)

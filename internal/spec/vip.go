@@ -9,14 +9,28 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 )
 
-// allocateVIPs gives every service in st a virtual IP from prefix, keeping
+// allocateVIPs gives every service in st, and every external host an
+// Egress names (keyed by egressVIPKey), a virtual IP from prefix, keeping
 // the ones already allocated inside it, and drops allocations of services
-// that no longer exist. It returns the services whose VIP moved because it
+// and hosts that no longer exist. It returns the services whose VIP moved because it
 // fell outside prefix (a range change).
 func allocateVIPs(st *state, prefix netip.Prefix) (moved []mesh.MeshService, err error) {
+	var holders []mesh.MeshService
+	for _, k := range sortedObjectKeys(st.objects) {
+		if k.Kind == KindService {
+			holders = append(holders, mesh.MeshService{Namespace: k.Namespace, Name: k.Name})
+		}
+	}
+	for _, h := range egressHosts(st) {
+		holders = append(holders, egressVIPKey(h))
+	}
+	wanted := make(map[mesh.MeshService]bool, len(holders))
+	for _, h := range holders {
+		wanted[h] = true
+	}
 	used := map[netip.Addr]mesh.MeshService{}
 	for svc, ip := range st.vips {
-		if _, ok := st.objects[serviceKey(svc)]; !ok {
+		if !wanted[svc] {
 			delete(st.vips, svc)
 			continue
 		}
@@ -30,16 +44,12 @@ func allocateVIPs(st *state, prefix netip.Prefix) (moved []mesh.MeshService, err
 	base := binary.BigEndian.Uint32(prefix.Addr().AsSlice())
 	size := uint64(1) << (32 - prefix.Bits())
 	usable := size - 2 // network and broadcast addresses are never handed out
-	for _, k := range sortedObjectKeys(st.objects) {
-		if k.Kind != KindService {
-			continue
-		}
-		svc := mesh.MeshService{Namespace: k.Namespace, Name: k.Name}
+	for _, svc := range holders {
 		if _, ok := st.vips[svc]; ok {
 			continue
 		}
 		if uint64(len(used)) >= usable {
-			return nil, fmt.Errorf("%w: outbound vipRange %s has no free address for service %s (%d in use): widen spec.outbound.vipRange in MeshConfig", ErrConflict, prefix, svc, len(used))
+			return nil, fmt.Errorf("%w: outbound vipRange %s has no free address for %s (%d in use): widen spec.outbound.vipRange in MeshConfig", ErrConflict, prefix, holderKind(svc)+vipHolderName(svc), len(used))
 		}
 		h := fnv.New32a()
 		h.Write([]byte(svc.String()))
@@ -61,4 +71,13 @@ func allocateVIPs(st *state, prefix netip.Prefix) (moved []mesh.MeshService, err
 
 func serviceKey(svc mesh.MeshService) Key {
 	return Key{Kind: KindService, Namespace: svc.Namespace, Name: svc.Name}
+}
+
+// holderKind is "service " for a Service's VIP, "" for an external host's
+// (whose vipHolderName says so).
+func holderKind(k mesh.MeshService) string {
+	if k.Namespace == egressVIPNamespace {
+		return ""
+	}
+	return "service "
 }

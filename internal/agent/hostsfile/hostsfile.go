@@ -1,6 +1,7 @@
 // Package hostsfile keeps one managed block in a hosts file (/etc/hosts)
-// that maps mesh host names to their virtual IPs, leaving every other line
-// untouched. Of osm-vm it imports only internal/atomicfile.
+// that maps mesh host names (and the external names an Egress allows) to
+// their virtual IPs, leaving every other line untouched. Of osm-vm it
+// imports only internal/atomicfile.
 package hostsfile
 
 import (

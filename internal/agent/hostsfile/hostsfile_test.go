@@ -37,6 +37,9 @@ func TestRender(t *testing.T) {
 			entries: []Entry{bookstore, bookbuyer}, want: base + block + "# operator comment\n10.0.0.1 db\n"},
 		{name: "missing end marker at end of file", in: base + BeginMarker + "\n127.77.0.9\told.default.mesh\n",
 			entries: []Entry{bookstore, bookbuyer}, want: base + block},
+		{name: "external names of an Egress beside the mesh names", in: base,
+			entries: []Entry{{Hostname: "api.github.com", IP: netip.MustParseAddr("127.77.241.238")}, bookstore},
+			want:    base + BeginMarker + "\n127.77.241.238\tapi.github.com\n127.77.0.3\tbookstore.default.mesh\n" + EndMarker + "\n"},
 		{name: "duplicate entries collapse", in: "", entries: []Entry{bookstore, bookstore, bookbuyer}, want: block},
 		{name: "two blocks merge into one", in: block + "x y\n" + block, entries: []Entry{bookstore, bookbuyer}, want: block + "x y\n"},
 	}

@@ -43,6 +43,7 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 			out = append(out, b.localCluster(self.Service, port))
 		}
 	}
+	out = append(out, b.egressClusters(egressRoutes(m, p, self))...)
 	if b.err != nil {
 		return nil, b.err
 	}

@@ -80,23 +80,7 @@ func TestGolden(t *testing.T) {
 				t.Errorf("Validate: %v", err)
 			}
 			got := goldenJSON(t, r)
-			path := filepath.Join("testdata", tc.name+".golden")
-			if *update {
-				if err := os.MkdirAll("testdata", 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run go test -run TestGolden -update to create it)", err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s differs (-want +got; go test -run TestGolden -update if intended):\n%s", path, cmp.Diff(string(want), string(got)))
-			}
+			compareGolden(t, tc.name, got)
 		})
 	}
 }
@@ -147,5 +131,28 @@ func TestSharedResourcesAreIdentical(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// compareGolden compares got with testdata/<name>.golden, or writes it
+// there with -update.
+func compareGolden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -run %s -update to create it)", err, t.Name())
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (-want +got; go test -run %s -update if intended):\n%s", path, t.Name(), cmp.Diff(string(want), string(got)))
 	}
 }

@@ -31,6 +31,7 @@ type Inputs struct {
 	inbound    []spec.InboundRule
 	plan       []outbound
 	upstreams  []spec.ServiceInfo
+	egress     []spec.EgressRoute
 }
 
 // InputsOf returns p's Inputs under m (with m's Memo, the plan it
@@ -40,7 +41,7 @@ func InputsOf(m Mesh, p Proxy) (Inputs, error) {
 	if err != nil {
 		return Inputs{}, err
 	}
-	in := Inputs{self: self, permissive: m.Spec().Permissive(), plan: plan(m, p, self)}
+	in := Inputs{self: self, permissive: m.Spec().Permissive(), plan: plan(m, p, self), egress: egressRoutes(m, p, self)}
 	if !in.permissive {
 		in.inbound = m.Spec().Inbound(p.Service)
 	}
@@ -59,7 +60,13 @@ func (a Inputs) Equal(b Inputs) bool {
 	return a.permissive == b.permissive && serviceInfoEqual(a.self, b.self) &&
 		slices.EqualFunc(a.inbound, b.inbound, inboundRuleEqual) &&
 		slices.EqualFunc(a.plan, b.plan, outboundEqual) &&
-		slices.EqualFunc(a.upstreams, b.upstreams, serviceInfoEqual)
+		slices.EqualFunc(a.upstreams, b.upstreams, serviceInfoEqual) &&
+		slices.EqualFunc(a.egress, b.egress, egressRouteEqual)
+}
+
+func egressRouteEqual(a, b spec.EgressRoute) bool {
+	return a.Host == b.Host && a.VIP == b.VIP && a.EgressPort == b.EgressPort &&
+		slices.EqualFunc(a.Matches, b.Matches, routeMatchEqual) && slices.Equal(a.RestrictedBy, b.RestrictedBy)
 }
 
 // Dependencies returns the services whose endpoints the proxy receives

@@ -83,6 +83,9 @@ func SharedListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 		}
 		out = append(out, memoised(m, b, memoKey{memoOutboundListener, o.routeName(Envoy)}, func() *listenerv3.Listener { return b.outboundListener(o) }))
 	}
+	for _, r := range egressRoutes(m, p, self) {
+		out = append(out, b.egressListener(r))
+	}
 	if b.err != nil {
 		return nil, b.err
 	}

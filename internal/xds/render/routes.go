@@ -45,6 +45,11 @@ func Routes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 			return outboundRoutes(o, p.Flavor)
 		}))
 	}
+	for _, r := range egressRoutes(m, p, self) {
+		if r.Protocol == spec.EgressHTTP {
+			out = append(out, egressRouteConfig(r))
+		}
+	}
 	sortByName(out, (*routev3.RouteConfiguration).GetName)
 	return out, nil
 }

@@ -705,8 +705,8 @@ func (v *validation) commonTLS(c *tlsv3.CommonTlsContext) {
 			v.fail("gRPC TLS must use certificate provider instance %q for its certificate and CA (gRPC has no SDS)", CertProviderInstance)
 		}
 	case Envoy:
-		if usesProvider || !usesSDS {
-			v.fail("Envoy TLS must take its certificate and CA by SDS (%q, %q), not certificate provider instances", ServiceCertSecret, RootCASecret)
+		if usesProvider || !usesSDS && !originatesToOutside(c) {
+			v.fail("Envoy TLS must take its certificate and CA by SDS (%q, %q), not certificate provider instances (or, to a host outside the mesh, no certificate and the system's roots)", ServiceCertSecret, RootCASecret)
 		}
 	}
 }
@@ -732,6 +732,8 @@ func (v *validation) cluster(c *clusterv3.Cluster) {
 			name = c.GetName()
 		}
 		v.ref("load assignment", name)
+	case clusterv3.Cluster_LOGICAL_DNS:
+		v.dnsCluster(c)
 	case clusterv3.Cluster_STATIC:
 		if v.flavor == GRPC {
 			v.fail("STATIC cluster: gRPC accepts only EDS, LOGICAL_DNS and aggregate clusters")
@@ -740,7 +742,7 @@ func (v *validation) cluster(c *clusterv3.Cluster) {
 			v.fail("STATIC cluster without load_assignment")
 		}
 	default:
-		v.fail("cluster type %s is not rendered here: want EDS or STATIC", c.GetType())
+		v.fail("cluster type %s is not rendered here: want EDS, STATIC or LOGICAL_DNS", c.GetType())
 	}
 	if v.flavor == GRPC && c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN && c.GetLbPolicy() != clusterv3.Cluster_RING_HASH && c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST {
 		v.fail("lb_policy %s is not supported by gRPC", c.GetLbPolicy())
