@@ -128,7 +128,9 @@ bench:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/osm-server ./cmd/osm-server && \
 		$(GO) build -ldflags "$(LDFLAGS)" -o bin/osm-provider-static ./providers/static || \
 		{ rm -f bin/osm-server; echo "osm-server does not build: O is left out of this run"; }
-	bin/osm-bench run $(if $(QUICK),--quick) --osm-server bin/osm-server --out bench/results/latest.json $(BENCH_FLAGS)
+	@# HA (three replicas on a three-server Consul) needs the consul binary, built once into $(CACHE).
+	consul=$$(./hack/build-consul.sh | tail -n 1) || { consul=; echo "consul does not build: HA is left out of this run"; }; \
+		bin/osm-bench run $(if $(QUICK),--quick) --osm-server bin/osm-server --consul "$$consul" --out bench/results/latest.json $(BENCH_FLAGS)
 	@# Micro-benchmarks, benchstat-comparable: benchstat old.txt bench/results/micro.txt
 	$(if $(QUICK),@echo "QUICK=1: micro-benchmarks skipped",$(GO) test -run '^$$' -bench . -benchmem -count $(or $(BENCH_COUNT),5) \
 		./internal/xds/ ./internal/xds/cache/ ./internal/xds/render/ > bench/results/micro.txt; s=$$?; cat bench/results/micro.txt; exit $$s)

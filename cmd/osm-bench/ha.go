@@ -86,9 +86,12 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	if err := os.WriteFile(endpointsFile, []byte(haEndpoints(w, p.reps)), 0o644); err != nil {
 		return nil, err
 	}
-	// The single-server figure beside the replicas': the same workload on
-	// one osm-server with its bbolt file.
-	single, err := singleRSSPerProxy(ctx, p, w, endpointsFile)
+	// The single-server figure beside the replicas': the same services,
+	// and as many proxies as each replica holds, on one osm-server with
+	// its bbolt file.
+	one := w
+	one.Proxies = w.Proxies / haReplicas
+	single, err := singleRSSPerProxy(ctx, p, one, endpointsFile)
 	if err != nil {
 		return nil, fmt.Errorf("HA: the single server: %w", err)
 	}

@@ -119,7 +119,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.IntVar(&joins, "joins", 0, "joins measured for M5, one after another (default 200, quick 10); p99 is nearest-rank")
 	fs.StringVar(&servers, "servers", "O,L,L-mux,F,HA", "servers to measure, in order (HA: three osm-server replicas on a three-server Consul, see --consul)")
 	fs.StringVar(&c.consul, "consul", "", "consul binary for HA (HA is skipped without it; make bench builds it with hack/build-consul.sh)")
-	fs.IntVar(&c.haProxies, "ha-proxies", 0, "HA: proxies spread over the three replicas (default 300, quick 90)")
+	fs.IntVar(&c.haProxies, "ha-proxies", 0, "HA: proxies spread over the three replicas (default 900, quick 90)")
 	fs.IntVar(&c.haApplies, "ha-applies", 0, "HA: applies measured (default 20, quick 5)")
 	fs.StringVar(&c.out, "out", "bench/results/latest.json", "JSON results file")
 	fs.StringVar(&c.osmServer, "osm-server", "bin/osm-server", "osm-server binary for O (O is skipped when missing)")
@@ -147,7 +147,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	def(&services, 1000, 100)
 	def(&reps, 20, 5)
 	def(&joins, 200, 10)
-	def(&c.haProxies, 300, 90)
+	def(&c.haProxies, 900, 90)
 	def(&c.haApplies, 20, 5)
 	if c.timeout == 0 {
 		c.timeout = 15 * time.Minute

@@ -66,7 +66,7 @@ var metricDefs = []metricDef{
 	{"HA.raft_failover", "HA Consul Raft writes during the failover (reconnects)", "writes", "", nan, false},
 	{"HA.commits_failover", "HA osm-server's Consul commits during the failover", "writes", "0", 0, false},
 	{"HA.rss_per_proxy", "HA replica RSS per connected proxy, mean of 3", "KiB", "", nan, false},
-	{"HA.rss_per_proxy_single", "HA the same workload on one osm-server (bbolt): RSS per proxy", "KiB", "", nan, false},
+	{"HA.rss_per_proxy_single", "HA one osm-server (bbolt), as many proxies as a replica holds: RSS per proxy", "KiB", "", nan, false},
 	{"HA.rss_per_proxy_r1", "HA replica 1 RSS per connected proxy", "KiB", "", nan, false},
 	{"HA.rss_per_proxy_r2", "HA replica 2 RSS per connected proxy", "KiB", "", nan, false},
 	{"HA.rss_per_proxy_r3", "HA replica 3 RSS per connected proxy", "KiB", "", nan, false},
