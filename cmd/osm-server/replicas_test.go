@@ -618,6 +618,16 @@ func TestReplicaConsulLeaderStop(t *testing.T) {
 		if err := consultest.WaitLeader(t.Context(), leader.HTTPAddr); err != nil {
 			t.Fatalf("consul %s after restart: %v", leader.Name, err)
 		}
+		// Knowing the leader is not enough: until autopilot counts it a
+		// healthy voter again the cluster cannot lose another server.
+		client, err := api.NewClient(&api.Config{Address: leader.HTTPAddr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "Consul to tolerate a server failure again", 60*time.Second, func() bool {
+			h, err := client.Operator().AutopilotServerHealth(nil)
+			return err == nil && h.Healthy && h.FailureTolerance >= 1
+		})
 		// The replica whose agent that was reports ready again.
 		for _, r := range rs {
 			r.waitReady(t, 60*time.Second)
