@@ -43,10 +43,11 @@ test: fmt-check vet test-deps test-servers
 	@echo "== Kubernetes provider against a real etcd + kube-apiserver (built once into $(CACHE))"
 	dir=$$(./hack/build-kube-apiserver.sh | tail -n 1) && \
 		OSM_KUBE_BIN_DIR=$$dir $(GO) test -race -count=1 -timeout 10m -tags k8sintegration ./providers/kubernetes/
-	@echo "== Consul KV store, the Consul catalog provider and osm-server replicas against a real Consul (built once into $(CACHE))"
+	@echo "== Consul KV store, the Consul catalog provider, osm-server replicas (one in its own network namespace: needs root) and the bench's HA section against a real Consul (built once into $(CACHE))"
 	bin=$$(./hack/build-consul.sh | tail -n 1) && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/ ./providers/consul/ && \
-		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration -run 'Replica' ./cmd/osm-server/
+		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration -run 'Replica' ./cmd/osm-server/ && \
+		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 5m -tags consulintegration -run 'TestHASection' ./cmd/osm-bench/
 	@echo "== Packages: lintian, rpm, install/upgrade/remove/purge and the one-line join in a Debian 12 root (made once into $(CACHE))"
 	root=$$(./hack/debian-root.sh bookworm | tail -n 1) && \
 		OSM_DEBIAN_ROOT=$$root $(GO) test -count=1 -timeout 15m -tags debroot ./packaging/
