@@ -43,10 +43,11 @@ test: fmt-check vet test-deps test-servers
 	@echo "== Kubernetes provider against a real etcd + kube-apiserver (built once into $(CACHE))"
 	dir=$$(./hack/build-kube-apiserver.sh | tail -n 1) && \
 		OSM_KUBE_BIN_DIR=$$dir $(GO) test -race -count=1 -timeout 10m -tags k8sintegration ./providers/kubernetes/
-	@echo "== Consul KV store, the Consul catalog provider and osm-server replicas against a real Consul (built once into $(CACHE))"
+	@echo "== Consul KV store, the Consul catalog provider, osm-server replicas (one in its own network namespace: needs root) and the bench's HA section against a real Consul (built once into $(CACHE))"
 	bin=$$(./hack/build-consul.sh | tail -n 1) && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/ ./providers/consul/ && \
-		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration -run 'Replica' ./cmd/osm-server/
+		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration -run 'Replica' ./cmd/osm-server/ && \
+		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 5m -tags consulintegration -run 'TestHASection' ./cmd/osm-bench/
 	@echo "== DNS publishing against a real BIND 9 (named on 127.0.0.1, a TSIG key, a zone in a temp dir)"
 	$(GO) test -race -count=1 -timeout 5m -tags dnsintegration ./internal/dnspublish/ && \
 		$(GO) test -race -count=1 -timeout 5m -tags dnsintegration -run 'DNSPublishing' ./cmd/osm-server/
@@ -133,7 +134,9 @@ bench:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/osm-server ./cmd/osm-server && \
 		$(GO) build -ldflags "$(LDFLAGS)" -o bin/osm-provider-static ./providers/static || \
 		{ rm -f bin/osm-server; echo "osm-server does not build: O is left out of this run"; }
-	bin/osm-bench run $(if $(QUICK),--quick) --osm-server bin/osm-server --out bench/results/latest.json $(BENCH_FLAGS)
+	@# HA (three replicas on a three-server Consul) needs the consul binary, built once into $(CACHE).
+	consul=$$(./hack/build-consul.sh | tail -n 1) || { consul=; echo "consul does not build: HA is left out of this run"; }; \
+		bin/osm-bench run $(if $(QUICK),--quick) --osm-server bin/osm-server --consul "$$consul" --out bench/results/latest.json $(BENCH_FLAGS)
 	@# Micro-benchmarks, benchstat-comparable: benchstat old.txt bench/results/micro.txt
 	$(if $(QUICK),@echo "QUICK=1: micro-benchmarks skipped",$(GO) test -run '^$$' -bench . -benchmem -count $(or $(BENCH_COUNT),5) \
 		./internal/xds/ ./internal/xds/cache/ ./internal/xds/render/ > bench/results/micro.txt; s=$$?; cat bench/results/micro.txt; exit $$s)

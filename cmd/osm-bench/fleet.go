@@ -198,7 +198,9 @@ func (pc *proxyClient) run(stream grpc.ClientStream) error {
 			}
 		}
 		now := time.Now()
-		if env.TypeURL == resource.EndpointType {
+		if env.TypeURL == resource.EndpointType || env.TypeURL == resource.ClusterType {
+			// An endpoint change shows in EDS; the HA section's applies add
+			// a Service, which shows in CDS.
 			pc.checkProbe(b, env, now)
 		}
 		if !acked[ti] {

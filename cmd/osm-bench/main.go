@@ -97,6 +97,9 @@ type runConfig struct {
 	// osm-server (its log goes to servers.log in the work directory).
 	logLevel       slog.Level
 	serverLogLevel string
+	// The HA section: the consul binary, proxies and applies.
+	consul               string
+	haProxies, haApplies int
 }
 
 func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
@@ -114,7 +117,10 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.IntVar(&endpoints, "endpoints", 10, "endpoints per service")
 	fs.IntVar(&reps, "reps", 0, "changes measured for M2 and M3 (default 20, quick 5)")
 	fs.IntVar(&joins, "joins", 0, "joins measured for M5, one after another (default 200, quick 10); p99 is nearest-rank")
-	fs.StringVar(&servers, "servers", "O,L,L-mux,F", "servers to measure, in order")
+	fs.StringVar(&servers, "servers", "O,L,L-mux,F,HA", "servers to measure, in order (HA: three osm-server replicas on a three-server Consul, see --consul)")
+	fs.StringVar(&c.consul, "consul", "", "consul binary for HA (HA is skipped without it; make bench builds it with hack/build-consul.sh)")
+	fs.IntVar(&c.haProxies, "ha-proxies", 0, "HA: proxies spread over the three replicas (default 900, quick 90)")
+	fs.IntVar(&c.haApplies, "ha-applies", 0, "HA: applies measured (default 20, quick 5)")
 	fs.StringVar(&c.out, "out", "bench/results/latest.json", "JSON results file")
 	fs.StringVar(&c.osmServer, "osm-server", "bin/osm-server", "osm-server binary for O (O is skipped when missing)")
 	fs.StringVar(&c.staticPlugin, "static-plugin", "", "osm-provider-static binary for O (default: next to --osm-server)")
@@ -141,6 +147,8 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	def(&services, 1000, 100)
 	def(&reps, 20, 5)
 	def(&joins, 200, 10)
+	def(&c.haProxies, 900, 90)
+	def(&c.haApplies, 20, 5)
 	if c.timeout == 0 {
 		c.timeout = 15 * time.Minute
 		if c.quick {
@@ -182,11 +190,11 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	}
 	for _, s := range strings.Split(servers, ",") {
 		switch s = strings.TrimSpace(s); s {
-		case "O", "L", "L-mux", "F":
+		case "O", "L", "L-mux", "F", "HA":
 			c.servers = append(c.servers, s)
 		case "":
 		default:
-			return c, fmt.Errorf("run: --servers: unknown server %q (want O, L, L-mux or F)", s)
+			return c, fmt.Errorf("run: --servers: unknown server %q (want O, L, L-mux, F or HA)", s)
 		}
 	}
 	return c, nil
@@ -239,6 +247,7 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 		"L":     "go-control-plane SnapshotCache, pre-built snapshots",
 		"L-mux": "go-control-plane MuxCache: SnapshotCache + LinearCache EDS",
 		"F":     "floor: marshal once, same bytes to every stream",
+		"HA":    "3 osm-server replicas on a 3-server Consul, the proxies spread over them",
 	}
 	for _, name := range c.servers {
 		var t target
@@ -254,8 +263,20 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 		}
 		sr := serverReport{Name: name, Role: roles[name], Values: map[string]float64{}}
 		m := &measurer{log: log, plan: p}
-		res, err := m.run(ctx, t)
-		if err == nil && p.want("M9") {
+		var res *result
+		if name == "HA" {
+			settle := 30 * time.Second
+			rest := 10 * time.Second
+			if c.quick {
+				rest = 5 * time.Second
+			}
+			res, err = measureHA(ctx, log, haPlan{consul: c.consul, osmServer: c.osmServer, staticPlugin: c.staticPlugin,
+				dir: filepath.Join(dir, "ha"), logw: logf, logLevel: c.serverLogLevel,
+				proxies: c.haProxies, services: 10, reps: c.haApplies, rest: rest, settle: settle})
+		} else {
+			res, err = m.run(ctx, t)
+		}
+		if err == nil && name != "HA" && p.want("M9") {
 			if werr := m.measureWide(ctx, t, res); werr != nil {
 				res.note("M9: %v", werr)
 			}

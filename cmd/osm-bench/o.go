@@ -226,7 +226,8 @@ providers:
 			return nil, fmt.Errorf("O: apply the workload's spec (batch %d): %w", i, err)
 		}
 	}
-	ids, xdsAddr, err := t.enrollAll(ctx, api, w, extra, meshapi.CAHash(block.Bytes))
+	t.log.Info("enrolling proxies through the API (not a metric)", "n", w.Proxies+extra)
+	ids, xdsAddr, err := enrollAll(ctx, []*apiClient{api}, w, extra, meshapi.CAHash(block.Bytes))
 	if err != nil {
 		return nil, err
 	}
@@ -276,9 +277,11 @@ providers:
 }
 
 // enrollAll enrolls w.Proxies+extra proxies, proxy p into service
-// ProxyService(p), and returns their identities and the xDS address the
-// server announced.
-func (t *oTarget) enrollAll(ctx context.Context, api *apiClient, w Workload, extra int, caHash string) ([]identity, string, error) {
+// ProxyService(p) through apis[p % len(apis)] (the tokens are created
+// through apis[0]), and returns their identities and the xDS address the
+// first server announced.
+func enrollAll(ctx context.Context, apis []*apiClient, w Workload, extra int, caHash string) ([]identity, string, error) {
+	api := apis[0]
 	n := w.Proxies + extra
 	perService := map[int]int{}
 	for p := range n {
@@ -295,7 +298,6 @@ func (t *oTarget) enrollAll(ctx context.Context, api *apiClient, w Workload, ext
 		}
 		secrets[s] = created.Secret
 	}
-	t.log.Info("enrolling proxies through the API (not a metric)", "n", n)
 	ids := make([]identity, n)
 	errs := make([]error, n)
 	var xdsAddr string
@@ -318,7 +320,7 @@ func (t *oTarget) enrollAll(ctx context.Context, api *apiClient, w Workload, ext
 				}
 				s := w.ProxyService(p)
 				res, err := meshclient.Enroll(ctx, nil, meshclient.JoinRequest{
-					Server: api.base, Token: secrets[s], CACertHash: caHash,
+					Server: apis[p%len(apis)].base, Token: secrets[s], CACertHash: caHash,
 					Service: mesh.MeshService{Name: w.ServiceName(s), Namespace: benchNamespace},
 				}, key)
 				if err != nil {

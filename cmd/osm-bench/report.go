@@ -52,6 +52,24 @@ var metricDefs = []metricDef{
 	{"M8.bytes", "M8 bytes sent to a proxy for a one-endpoint change", "bytes", "", nan, false},
 	{"M8.ratio", "M8 those bytes / the changed ClusterLoadAssignment", "x", "<= 2", 2, false},
 	{"M9.largest_mib", "M9 largest single xDS message at 10xW (one proxy sees every service)", "MiB", "< 4", 4, false},
+	{"HA.proxies", "HA proxies spread over 3 osm-server replicas (3-server Consul)", "proxies", "", nan, false},
+	{"HA.apply_p50", "HA apply on replica 1 -> last proxy on replicas 2 and 3 ACKed, p50", "ms", "", nan, false},
+	{"HA.apply_p99", "HA same, p99", "ms", "", nan, false},
+	{"HA.failover_s", "HA kill -9 of replica 3 -> all its proxies configured on replicas 1 and 2", "s", "<= 30", 30, false},
+	{"HA.failover_proxies", "HA proxies that failed over", "proxies", "", nan, false},
+	{"HA.raft_per_s_rest", "HA Consul Raft writes per second at rest (all of Consul's own)", "writes/s", "", nan, false},
+	{"HA.commits_per_s_rest", "HA osm-server's Consul commits per second at rest", "writes/s", "0", 0, false},
+	{"HA.raft_per_change", "HA Consul Raft writes per apply (one Service)", "writes", "", nan, false},
+	{"HA.commits_per_change", "HA osm-server's Consul commits per apply", "writes", "", nan, false},
+	{"HA.raft_per_enrollment", "HA Consul Raft writes per enrollment (token share, enrollment, claim)", "writes", "", nan, false},
+	{"HA.commits_per_enrollment", "HA osm-server's Consul commits per enrollment", "writes", "", nan, false},
+	{"HA.raft_failover", "HA Consul Raft writes during the failover (reconnects)", "writes", "", nan, false},
+	{"HA.commits_failover", "HA osm-server's Consul commits during the failover", "writes", "0", 0, false},
+	{"HA.rss_per_proxy", "HA replica RSS per connected proxy, mean of 3", "KiB", "", nan, false},
+	{"HA.rss_per_proxy_single", "HA one osm-server (bbolt), as many proxies as a replica holds: RSS per proxy", "KiB", "", nan, false},
+	{"HA.rss_per_proxy_r1", "HA replica 1 RSS per connected proxy", "KiB", "", nan, false},
+	{"HA.rss_per_proxy_r2", "HA replica 2 RSS per connected proxy", "KiB", "", nan, false},
+	{"HA.rss_per_proxy_r3", "HA replica 3 RSS per connected proxy", "KiB", "", nan, false},
 	{"fleet_fill_s", "time to connect and configure the fleet", "s", "", nan, false},
 	{"fleet_fill_server_cpu_s", "server CPU-seconds to connect and configure the fleet", "s", "", nan, false},
 	{"fleet_fill_reconnects", "connections retried while filling the fleet", "connections", "", nan, false},
@@ -139,7 +157,11 @@ func (r *report) build() {
 		for _, s := range r.Servers {
 			m.Values[s.Name] = num(val(s.Name, d.ID))
 		}
-		o, okO := val("O", d.ID)
+		primary := "O"
+		if strings.HasPrefix(d.ID, "HA.") {
+			primary = "HA" // the HA section's figures are its own server's
+		}
+		o, okO := val(primary, d.ID)
 		m.Value = num(o, okO)
 		if l, ok := val("L", d.ID); okO && ok && l != 0 {
 			m.OL = num(o/l, true)

@@ -31,6 +31,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/store/boltstore"
 	"github.com/osm-vm/osm-vm/internal/store/consulstore"
 	"github.com/osm-vm/osm-vm/internal/xds"
 	xdscache "github.com/osm-vm/osm-vm/internal/xds/cache"
@@ -327,7 +328,7 @@ type serverStore interface {
 // cannot be reached or the token may not read the key prefix).
 func openStore(ctx context.Context, log *slog.Logger, cfg Config) (serverStore, error) {
 	if cfg.Store.Backend != storeConsul {
-		return store.OpenBolt(cfg.DataDir)
+		return boltstore.Open(cfg.DataDir)
 	}
 	// The data directory still holds the admin token and ca.crt for the
 	// CLI on this host.

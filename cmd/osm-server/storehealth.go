@@ -51,7 +51,10 @@ func (h *storeHealth) run(ctx context.Context) error {
 			h.since = time.Now()
 			h.log.Error("lost the Consul store: serving the last good view over xDS, refusing writes, retrying", "err", err, "retry_every", storeProbeEvery)
 		case err == nil && h.err != nil:
-			h.log.Info("the Consul store is back: writes resume", "down_for", time.Since(h.since).Round(time.Millisecond))
+			h.log.Info("the Consul store is back: writes resume; watches resync", "down_for", time.Since(h.since).Round(time.Millisecond))
+			// Catch up now: a watch's blocking query may be stuck on a
+			// connection whose answer was lost, or in its error backoff.
+			h.st.Resync()
 		}
 		h.err = err
 		h.mu.Unlock()

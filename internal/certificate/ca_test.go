@@ -14,11 +14,12 @@ import (
 	"testing"
 
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/store/boltstore"
 )
 
 func TestRootCreatedOnceAndKeptAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
-	st, err := store.OpenBolt(dir)
+	st, err := boltstore.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func TestRootCreatedOnceAndKeptAcrossRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	st, err = store.OpenBolt(dir)
+	st, err = boltstore.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/store/boltstore"
 )
 
 // The identity work of an xDS join on a real bbolt file: VerifyProxy when
@@ -21,7 +21,7 @@ func BenchmarkJoinIdentity(b *testing.B) {
 		{name: "claim-written-by-Run", run: true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			st, err := store.OpenBolt(b.TempDir())
+			st, err := boltstore.Open(b.TempDir())
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/store/boltstore"
 )
 
 // renewAfter advances the clock by d and renews with peer.
@@ -171,7 +172,7 @@ func TestOldRecordKeepsNewestOverlap(t *testing.T) {
 // fails because the record kept changing.
 func TestRenewProxyConcurrentFlood(t *testing.T) {
 	clk := newClock()
-	st, err := store.OpenBolt(t.TempDir())
+	st, err := boltstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/store/boltstore"
 )
 
 func newKey(t testing.TB) *ecdsa.PrivateKey { return enrolltest.NewKey(t) }
@@ -60,7 +61,7 @@ func newTestEnv(t testing.TB, configure ...func(*testEnv)) *testEnv {
 // directory.
 func newBoltTestEnv(t testing.TB, configure ...func(*testEnv)) *testEnv {
 	t.Helper()
-	st, err := store.OpenBolt(t.TempDir())
+	st, err := boltstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
-	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/store/boltstore"
 )
 
 var bookstore = mesh.MeshService{Namespace: "default", Name: "bookstore"}
@@ -46,7 +46,7 @@ type realServer struct {
 
 func newRealServer(t *testing.T) *realServer {
 	t.Helper()
-	st, err := store.OpenBolt(t.TempDir())
+	st, err := boltstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/store/boltstore"
 )
 
-func openBolt(t *testing.T, dir string) *store.Bolt {
+func openBolt(t *testing.T, dir string) *boltstore.Bolt {
 	t.Helper()
-	st, err := store.OpenBolt(dir)
+	st, err := boltstore.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

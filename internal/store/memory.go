@@ -9,13 +9,13 @@ import (
 	"sync"
 )
 
-// Memory is an in-memory Store with the same semantics as Bolt, for tests
+// Memory is an in-memory Store with the same semantics as the bbolt store, for tests
 // and for packages that need a store without a file.
 type Memory struct {
 	mu       sync.Mutex
 	kv       map[string]KV
 	seq      uint64
-	watchers watchers
+	watchers Watchers
 }
 
 // NewMemory returns an empty Memory store.
@@ -84,36 +84,24 @@ func (m *Memory) Txn(ctx context.Context, ops ...Op) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, op := range ops {
-		if !versionMatches(m.kv[op.Key].Version, op.Version) {
+		if !op.Matches(m.kv[op.Key].Version) {
 			return false, nil
 		}
 	}
 	m.seq++
-	var keys []string
 	for _, op := range ops {
 		switch op.Kind {
 		case OpSet:
 			m.kv[op.Key] = KV{Key: op.Key, Value: bytes.Clone(op.Value), Version: m.seq}
 		case OpDelete:
 			delete(m.kv, op.Key)
-		default:
-			continue
 		}
-		keys = append(keys, op.Key)
 	}
-	m.watchers.notify(keys)
+	m.watchers.Notify(ops)
 	return true, nil
 }
 
 // Watch implements Store.
 func (m *Memory) Watch(ctx context.Context, prefix string) <-chan struct{} {
-	m.mu.Lock()
-	w := m.watchers.add(prefix)
-	m.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		m.mu.Lock()
-		m.watchers.remove(w)
-		m.mu.Unlock()
-	})
-	return w.ch
+	return m.watchers.Add(ctx, prefix)
 }

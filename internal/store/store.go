@@ -1,9 +1,9 @@
 // Package store persists osm-server's state: the mesh CA, certificates,
 // join tokens, proxy records and the mesh specification. It owns one small
-// contract, [Store], with three implementations: [Bolt], an embedded bbolt
-// file in the data directory (the default; nothing else to install),
-// [Memory] for tests, and Consul KV in the consulstore subpackage, for
-// several osm-servers sharing one state. Every value has a version (Consul's
+// contract, [Store], with three implementations: an embedded bbolt file in
+// the data directory in the boltstore subpackage (the default; nothing
+// else to install), [Memory] for tests, and Consul KV in the consulstore
+// subpackage, for several osm-servers sharing one state. Every value has a version (Consul's
 // ModifyIndex, or a store-wide counter: increasing, not dense), writes can
 // be conditional on it (check-and-set), several writes can commit as one
 // transaction, and a prefix can be watched. The storetest subpackage is the
@@ -11,21 +11,25 @@
 //
 // Transactions are bounded: a caller that keeps each within [MaxTxnOps] ops
 // and [MaxTxnBytes] bytes of keys and values works on every backend. Every
-// backend refuses more with [ErrTooLarge] before applying anything (Bolt
+// backend refuses more with [ErrTooLarge] before applying anything (bbolt
 // and Memory through [CheckLimits]), so a single server on bbolt breaks
 // exactly where replicas on Consul would, and tests on Memory find it.
 //
 // Consumers declare the subset they need as their own interface; the types
 // here (KV, Op) are the vocabulary they share.
 //
-// The package imports nothing of osm-vm.
+// The package is the contract only: it imports nothing of osm-vm and no
+// storage engine, so packages that name the contract (spec, catalog,
+// render, the dashboard) link no bbolt.
 package store
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 )
 
 // KV is a key, its value and its version. A missing key has version 0.
@@ -163,11 +167,15 @@ func ValidateOps(ops []Op) error {
 	return nil
 }
 
-// versionMatches reports whether a key at cur satisfies want.
-func versionMatches(cur, want uint64) bool { return want == AnyVersion || cur == want }
+// Matches reports whether a key at version cur satisfies op's condition.
+func (op Op) Matches(cur uint64) bool { return op.Version == AnyVersion || cur == op.Version }
 
-// watchers fans out commit notifications by prefix.
-type watchers struct {
+// Watchers fans out commit notifications by key prefix: a backend whose
+// commits all pass through one process (Memory, boltstore) returns Add's
+// channel from Watch and calls Notify after each commit. The zero value
+// is ready; it is safe for concurrent use.
+type Watchers struct {
+	mu   sync.Mutex
 	list []*watcher
 }
 
@@ -176,25 +184,29 @@ type watcher struct {
 	ch     chan struct{}
 }
 
-func (w *watchers) add(prefix string) *watcher {
+// Add returns a channel that receives (coalesced) whenever a commit
+// touches a key under prefix, until ctx ends.
+func (w *Watchers) Add(ctx context.Context, prefix string) <-chan struct{} {
 	wt := &watcher{prefix: prefix, ch: make(chan struct{}, 1)}
+	w.mu.Lock()
 	w.list = append(w.list, wt)
-	return wt
+	w.mu.Unlock()
+	context.AfterFunc(ctx, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.list = slices.DeleteFunc(w.list, func(x *watcher) bool { return x == wt })
+	})
+	return wt.ch
 }
 
-func (w *watchers) remove(wt *watcher) {
-	for i, x := range w.list {
-		if x == wt {
-			w.list = append(w.list[:i], w.list[i+1:]...)
-			return
-		}
-	}
-}
-
-func (w *watchers) notify(keys []string) {
+// Notify signals every watcher with a key of ops (checks aside) under its
+// prefix.
+func (w *Watchers) Notify(ops []Op) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for _, wt := range w.list {
-		for _, k := range keys {
-			if strings.HasPrefix(k, wt.prefix) {
+		for _, op := range ops {
+			if op.Kind != OpCheck && strings.HasPrefix(op.Key, wt.prefix) {
 				select {
 				case wt.ch <- struct{}{}:
 				default:

@@ -1,130 +1,14 @@
 package store_test
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/osm-vm/osm-vm/internal/store"
 	"github.com/osm-vm/osm-vm/internal/store/storetest"
 )
 
-// The contract's conformance suite, on both implementations here.
+// The contract's conformance suite on Memory (boltstore and consulstore
+// run it on theirs).
 func TestMemory(t *testing.T) {
 	storetest.Run(t, storetest.Harness{New: func(*testing.T) store.Store { return store.NewMemory() }})
-}
-
-func TestBolt(t *testing.T) {
-	storetest.Run(t, storetest.Harness{New: func(t *testing.T) store.Store {
-		b, err := store.OpenBolt(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { b.Close() })
-		return b
-	}})
-}
-
-func TestBoltPersistsAndLocks(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "data")
-	b, err := store.OpenBolt(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	ver, _, _ := b.CompareAndSwap(ctx, "ca", 0, []byte("root"))
-	if _, err := store.OpenBolt(dir); err == nil {
-		t.Fatal("a second open of a held data dir succeeded")
-	} else if want := "locked by another process"; !strings.Contains(err.Error(), want) {
-		t.Fatalf("second open: %v; want it to say %q", err, want)
-	}
-	b.Close()
-	for path, want := range map[string]os.FileMode{dir: 0o700, filepath.Join(dir, store.FileName): 0o600} {
-		fi, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := fi.Mode().Perm(); got != want {
-			t.Errorf("%s mode %o, want %o", path, got, want)
-		}
-	}
-	b, err = store.OpenBolt(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	got, gotVer, _ := b.Get(ctx, "ca")
-	if string(got) != "root" || gotVer != ver {
-		t.Fatalf("after reopen: %q@%d, want root@%d", got, gotVer, ver)
-	}
-	next, ok, _ := b.CompareAndSwap(ctx, "x", 0, nil)
-	if !ok || next <= ver {
-		t.Fatalf("version after reopen %d, want > %d (versions never go back)", next, ver)
-	}
-}
-
-// TestBoltSurvivesSIGKILL kills a writer process mid-stream many times and
-// checks that every reopen sees a consistent pair of keys written together.
-func TestBoltSurvivesSIGKILL(t *testing.T) {
-	dir := t.TempDir()
-	for round := range 5 {
-		cmd := exec.Command(os.Args[0])
-		cmd.Env = append(os.Environ(), "OSM_STORE_WRITER="+dir)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, 1)
-		out.Read(buf) // the writer says it is writing
-		time.Sleep(time.Duration(20+round*15) * time.Millisecond)
-		cmd.Process.Kill()
-		cmd.Wait()
-
-		b, err := store.OpenBolt(dir)
-		if err != nil {
-			t.Fatalf("round %d: reopen after SIGKILL: %v", round, err)
-		}
-		a, _, _ := b.Get(context.Background(), "pair/a")
-		c, _, _ := b.Get(context.Background(), "pair/b")
-		b.Close()
-		if string(a) != string(c) {
-			t.Fatalf("round %d: pair/a=%q pair/b=%q: a transaction was half applied", round, a, c)
-		}
-		if len(a) == 0 {
-			t.Fatalf("round %d: the writer committed nothing before it was killed; the test proves nothing", round)
-		}
-	}
-}
-
-// TestMain runs the writer helper process of TestBoltSurvivesSIGKILL when
-// OSM_STORE_WRITER names a data dir: it commits two-key transactions until
-// it is killed.
-func TestMain(m *testing.M) {
-	dir := os.Getenv("OSM_STORE_WRITER")
-	if dir == "" {
-		os.Exit(m.Run())
-	}
-	b, err := store.OpenBolt(dir)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(2)
-	}
-	os.Stdout.Write([]byte("w"))
-	ctx := context.Background()
-	for i := 0; ; i++ {
-		v := []byte(strconv.Itoa(i))
-		if _, err := b.Txn(ctx, store.Set("pair/a", store.AnyVersion, v), store.Set("pair/b", store.AnyVersion, v)); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-	}
 }

@@ -114,6 +114,9 @@ func (c Config) apiConfig() *api.Config {
 	if c.Datacenter != "" {
 		ac.Datacenter = c.Datacenter
 	}
+	if ac.Transport != nil {
+		ac.Transport.DialContext = dialer().DialContext
+	}
 	return ac
 }
 

@@ -51,10 +51,16 @@ type Store struct {
 	// Consul's Raft log (see Stats).
 	commits, conflicts atomic.Uint64
 
+	// transport is the HTTP client's connection pool (Resync empties it).
+	transport interface{ CloseIdleConnections() }
+
 	mu      sync.Mutex
 	closed  bool
 	watches map[*int]context.CancelFunc
 	wg      sync.WaitGroup
+	// resync is closed (and replaced) by Resync: every watch drops its
+	// query or backoff and starts again from index 0.
+	resync chan struct{}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -90,6 +96,10 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*Store, error) {
 		log:     log.With("store", "consul", "consul", addr, "prefix", cfg.KeyPrefix),
 		pace:    defaultPacing,
 		watches: map[*int]context.CancelFunc{},
+		resync:  make(chan struct{}),
+	}
+	if ac.Transport != nil {
+		s.transport = ac.Transport
 	}
 	// A key read, not /v1/status/leader: it checks the token and its
 	// read permission on the prefix (a list would filter, not refuse).
@@ -115,6 +125,32 @@ func (s *Store) Stats() Stats {
 
 // Addr is the Consul agent's URL, for messages.
 func (s *Store) Addr() string { return s.addr }
+
+// Resync makes every watch ask Consul afresh, now, from index 0, and
+// signal once that query is answered; it also drops idle pooled
+// connections. Call it when Consul is reachable again after an outage
+// (osm-server's store probe does). Without it a watch catches up late for
+// two reasons: a blocking query sent before the outage sits on a TCP
+// connection whose peer's answer was lost (the kernel resends it only on
+// its retransmission timer, which doubles while the link is down, up to
+// minutes; or the query waits out its 5 minutes), and a watch whose
+// queries failed meanwhile is in its error backoff.
+func (s *Store) Resync() {
+	s.mu.Lock()
+	close(s.resync)
+	s.resync = make(chan struct{})
+	s.mu.Unlock()
+	if s.transport != nil {
+		s.transport.CloseIdleConnections()
+	}
+}
+
+// resyncs returns the channel the next Resync closes.
+func (s *Store) resyncs() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.resync
+}
 
 // Close stops every watch and waits for their goroutines.
 func (s *Store) Close() error {

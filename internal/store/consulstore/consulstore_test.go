@@ -38,10 +38,20 @@ type fakeConsul struct {
 	status  int      // when set, every request fails with it
 	txnBody string   // the body of a 409 /v1/txn answer
 	queried chan struct{}
+	// hang, when set, holds every blocking ?keys query (one with an
+	// index) unanswered until the client gives up: a query sent over a
+	// connection whose answer is lost.
+	hang bool
 }
 
 func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
+	if f.hang && r.URL.Query().Has("keys") && r.URL.Query().Get("index") != "" {
+		f.waits = append(f.waits, r.URL.Query().Get("index"))
+		f.mu.Unlock()
+		<-r.Context().Done()
+		return
+	}
 	defer f.mu.Unlock()
 	f.hits[r.URL.Path]++
 	io.Copy(io.Discard, r.Body)
@@ -331,6 +341,44 @@ func TestWatchFirstQueryFailsThenSignals(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("no signal once Consul answered: the caller may have missed commits meanwhile")
 	}
+}
+
+// TestWatchResync: a blocking query that will never be answered (its
+// connection is dead) is dropped by Resync, and the watch asks again from
+// index 0 at once and signals, instead of waiting out the query.
+func TestWatchResync(t *testing.T) {
+	f := &fakeConsul{hang: true, indexes: []uint64{10, 11}}
+	s, _ := startFake(t, f)
+	ch := s.Watch(t.Context(), "p/")
+	// Wait for the blocking query on index 10, never answered.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		f.mu.Lock()
+		sent := len(f.waits)
+		if sent == 2 {
+			f.hang = false
+		}
+		f.mu.Unlock()
+		if sent == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the watch sent no blocking query")
+		}
+	}
+	start := time.Now()
+	s.Resync()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no signal after Resync: the watch still waits on a query that will never be answered")
+	}
+	f.mu.Lock()
+	sent := f.waits
+	f.mu.Unlock()
+	if want := []string{"", "10", ""}; fmt.Sprint(sent[:min(3, len(sent))]) != fmt.Sprint(want) {
+		t.Errorf("queries sent index %q; want %q (the first, the dead blocking one, then from 0 again)", sent, want)
+	}
+	t.Logf("signalled %s after Resync", time.Since(start).Round(time.Millisecond))
 }
 
 func TestStep(t *testing.T) {

@@ -27,7 +27,7 @@ type pacing struct {
 var defaultPacing = pacing{
 	minInterval: 100 * time.Millisecond,
 	backoffMin:  250 * time.Millisecond,
-	backoffMax:  30 * time.Second,
+	backoffMax:  5 * time.Second,
 	firstWithin: 10 * time.Second,
 	sleep:       sleepCtx,
 }
@@ -110,14 +110,26 @@ func (w *watch) run(ctx context.Context) {
 		delay = w.pace.backoff(w.anomalies)
 	}
 	for {
+		resync := w.s.resyncs()
+		qctx, cancel := untilClosed(ctx, resync)
+		var r result
+		err := error(nil)
 		if delay > 0 {
-			if w.pace.sleep(ctx, delay) != nil {
-				return
-			}
+			err = w.pace.sleep(qctx, delay)
 		}
-		r := w.query(ctx)
+		if err == nil {
+			r = w.query(qctx)
+		}
+		cancel()
 		if ctx.Err() != nil {
 			return
+		}
+		if isClosed(resync) {
+			// Resync: whatever this query or backoff was, start again
+			// from 0 now, and signal after that query.
+			w.log.Debug("consul store: watch resyncing")
+			w.index, w.pending, w.anomalies, delay = 0, true, 0, 0
+			continue
 		}
 		var signal bool
 		signal, delay = w.step(r)
@@ -127,6 +139,28 @@ func (w *watch) run(ctx context.Context) {
 			default: // one is pending: coalesced
 			}
 		}
+	}
+}
+
+// untilClosed is ctx, also cancelled when done is closed.
+func untilClosed(ctx context.Context, done <-chan struct{}) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-done:
+			cancel()
+		case <-cctx.Done():
+		}
+	}()
+	return cctx, cancel
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

@@ -1,4 +1,11 @@
-package store
+// Package boltstore is osm-server's default store: one bbolt file in the
+// data directory, for a single server with nothing else to install. It
+// meets the store.Store contract (the storetest suite runs against it).
+//
+// The package imports internal/store only, of osm-vm; only osm-server's
+// main (and tests) import it, so nothing that merely names the contract
+// links bbolt.
+package boltstore
 
 import (
 	"bytes"
@@ -8,10 +15,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 // FileName is the bbolt file's name inside the data directory.
@@ -19,21 +27,20 @@ const FileName = "osm.db"
 
 var bucket = []byte("kv")
 
-// Bolt is the embedded store: one bbolt file, written with fsync'd
+// Bolt is the embedded store.Store: one bbolt file, written with fsync'd
 // transactions, so a process killed at any moment reopens to the last
 // committed state. Versions come from one store-wide counter, so they
 // increase across keys as Consul's ModifyIndex does.
 type Bolt struct {
 	db *bolt.DB
 
-	mu       sync.Mutex
-	watchers watchers
+	watchers store.Watchers
 }
 
-// OpenBolt opens (creating if needed) the store in dataDir, which is
+// Open opens (creating if needed) the store in dataDir, which is
 // created 0700. Only one process may hold it: a second one fails after a
 // second with an error saying so.
-func OpenBolt(dataDir string) (*Bolt, error) {
+func Open(dataDir string) (*Bolt, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w (set --data-dir to a writable directory)", err)
 	}
@@ -73,7 +80,7 @@ func encode(version uint64, value []byte) []byte {
 	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(value)), version), value...)
 }
 
-// Get implements Store.
+// Get implements store.Store.
 func (b *Bolt) Get(ctx context.Context, key string) (value []byte, version uint64, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, 0, err
@@ -85,26 +92,26 @@ func (b *Bolt) Get(ctx context.Context, key string) (value []byte, version uint6
 	return value, version, err
 }
 
-// List implements Store.
-func (b *Bolt) List(ctx context.Context, prefix string) ([]KV, error) {
+// List implements store.Store.
+func (b *Bolt) List(ctx context.Context, prefix string) ([]store.KV, error) {
 	return b.list(ctx, prefix, true)
 }
 
-// ListVersions implements Store.
-func (b *Bolt) ListVersions(ctx context.Context, prefix string) ([]KV, error) {
+// ListVersions implements store.Store.
+func (b *Bolt) ListVersions(ctx context.Context, prefix string) ([]store.KV, error) {
 	return b.list(ctx, prefix, false)
 }
 
-func (b *Bolt) list(ctx context.Context, prefix string, values bool) ([]KV, error) {
+func (b *Bolt) list(ctx context.Context, prefix string, values bool) ([]store.KV, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var out []KV
+	var out []store.KV
 	err := b.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucket).Cursor()
 		p := []byte(prefix)
 		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
-			kv := KV{Key: string(k)}
+			kv := store.KV{Key: string(k)}
 			if len(v) >= 8 {
 				kv.Version = binary.BigEndian.Uint64(v[:8])
 			}
@@ -118,23 +125,23 @@ func (b *Bolt) list(ctx context.Context, prefix string, values bool) ([]KV, erro
 	return out, err
 }
 
-// CompareAndSwap implements Store.
+// CompareAndSwap implements store.Store.
 func (b *Bolt) CompareAndSwap(ctx context.Context, key string, version uint64, value []byte) (uint64, bool, error) {
 	var newVersion uint64
-	ok, err := b.txn(ctx, []Op{Set(key, version, value)}, &newVersion)
+	ok, err := b.txn(ctx, []store.Op{store.Set(key, version, value)}, &newVersion)
 	return newVersion, ok, err
 }
 
-// Txn implements Store.
-func (b *Bolt) Txn(ctx context.Context, ops ...Op) (bool, error) {
+// Txn implements store.Store.
+func (b *Bolt) Txn(ctx context.Context, ops ...store.Op) (bool, error) {
 	return b.txn(ctx, ops, nil)
 }
 
-func (b *Bolt) txn(ctx context.Context, ops []Op, newVersion *uint64) (bool, error) {
-	if err := ValidateOps(ops); err != nil {
+func (b *Bolt) txn(ctx context.Context, ops []store.Op, newVersion *uint64) (bool, error) {
+	if err := store.ValidateOps(ops); err != nil {
 		return false, err
 	}
-	if err := CheckLimits(ops); err != nil {
+	if err := store.CheckLimits(ops); err != nil {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -145,7 +152,7 @@ func (b *Bolt) txn(ctx context.Context, ops []Op, newVersion *uint64) (bool, err
 		bk := tx.Bucket(bucket)
 		for _, op := range ops {
 			_, cur := decode(bk.Get([]byte(op.Key)))
-			if !versionMatches(cur, op.Version) {
+			if !op.Matches(cur) {
 				return nil
 			}
 		}
@@ -155,9 +162,9 @@ func (b *Bolt) txn(ctx context.Context, ops []Op, newVersion *uint64) (bool, err
 		}
 		for _, op := range ops {
 			switch op.Kind {
-			case OpSet:
+			case store.OpSet:
 				err = bk.Put([]byte(op.Key), encode(seq, op.Value))
-			case OpDelete:
+			case store.OpDelete:
 				err = bk.Delete([]byte(op.Key))
 			}
 			if err != nil {
@@ -174,33 +181,13 @@ func (b *Bolt) txn(ctx context.Context, ops []Op, newVersion *uint64) (bool, err
 		return false, fmt.Errorf("store: write %s: %w", b.db.Path(), err)
 	}
 	if ok {
-		b.notify(ops)
+		b.watchers.Notify(ops)
 	}
 	return ok, nil
 }
 
-func (b *Bolt) notify(ops []Op) {
-	keys := make([]string, 0, len(ops))
-	for _, op := range ops {
-		if op.Kind != OpCheck {
-			keys = append(keys, op.Key)
-		}
-	}
-	b.mu.Lock()
-	b.watchers.notify(keys)
-	b.mu.Unlock()
-}
-
-// Watch implements Store. Only commits made through this Bolt are seen;
+// Watch implements store.Store. Only commits made through this Bolt are seen;
 // the file has one writer.
 func (b *Bolt) Watch(ctx context.Context, prefix string) <-chan struct{} {
-	b.mu.Lock()
-	w := b.watchers.add(prefix)
-	b.mu.Unlock()
-	context.AfterFunc(ctx, func() {
-		b.mu.Lock()
-		b.watchers.remove(w)
-		b.mu.Unlock()
-	})
-	return w.ch
+	return b.watchers.Add(ctx, prefix)
 }
