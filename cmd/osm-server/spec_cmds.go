@@ -4,6 +4,7 @@ package main
 // clients of a running server's REST API (internal/spec.NewHandler).
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -283,8 +284,9 @@ reachable as <service>.<namespace>.mesh on every VM.`,
 type listItem struct {
 	Kind     string `json:"kind"`
 	Metadata struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
+		Name        string            `json:"name"`
+		Namespace   string            `json:"namespace"`
+		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
 		ServiceAccount string `json:"serviceAccount"`
@@ -348,7 +350,9 @@ func printItems(w io.Writer, output string, items []json.RawMessage, single bool
 			for _, p := range it.Spec.Ports {
 				ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.AppProtocol))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.Metadata.Namespace, it.Metadata.Name, it.Spec.ServiceAccount, it.Status.VIP, strings.Join(ports, ","))
+			// A v1 Service names its account by annotation, or not at all.
+			sa := cmp.Or(it.Spec.ServiceAccount, it.Metadata.Annotations[spec.AnnotationServiceAccount], it.Metadata.Name)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.Metadata.Namespace, it.Metadata.Name, sa, it.Status.VIP, strings.Join(ports, ","))
 		}
 	} else {
 		fmt.Fprintln(tw, "KIND\tNAMESPACE\tNAME")

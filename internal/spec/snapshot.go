@@ -69,7 +69,7 @@ func newSnapshot(st *state, version uint64) *Snapshot {
 		}
 	}
 	for _, k := range s.keys {
-		svc, ok := st.objects[k].(*Service)
+		svc, ok := serviceOf(st.objects[k])
 		if !ok {
 			continue
 		}
@@ -330,12 +330,12 @@ func (s *Snapshot) Object(k Key) (Object, bool) {
 
 func (s *Snapshot) withStatus(o Object) Object {
 	ki, _ := lookupKind(o.Key().Kind)
-	c := ki.newObject()
+	c, _ := newObjectFor(ki, o.typeMeta().APIVersion)
 	b, _ := json.Marshal(o)
 	_ = json.Unmarshal(b, c)
-	if svc, ok := c.(*Service); ok {
-		if ip, ok := s.st.vips[mesh.MeshService{Namespace: svc.Metadata.Namespace, Name: svc.Metadata.Name}]; ok {
-			svc.Status = &ServiceStatus{VIP: ip.String()}
+	if k := c.Key(); k.Kind == KindService {
+		if ip, ok := s.st.vips[mesh.MeshService{Namespace: k.Namespace, Name: k.Name}]; ok {
+			setVIP(c, ip.String())
 		}
 	}
 	return c

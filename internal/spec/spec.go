@@ -412,6 +412,12 @@ func namesOfKind(st *state, kind, namespace string) []string {
 // missing Services are errors for TrafficSplits, while missing identities
 // and route groups are warnings because apply order should not matter.
 func checkReferences(v *validator, st *state, obj Object) {
+	if w, ok := obj.(interface{ applyWarnings(*validator) }); ok {
+		w.applyWarnings(v)
+	}
+	if c, ok := obj.(interface{ checkReferences(*validator, *state) }); ok {
+		c.checkReferences(v, st)
+	}
 	switch o := obj.(type) {
 	case *TrafficSplit:
 		ns := o.Metadata.Namespace
@@ -442,7 +448,7 @@ func checkReferences(v *validator, st *state, obj Object) {
 	case *TrafficTarget:
 		accounts := map[string][]string{} // namespace -> service accounts of Services
 		for _, obj := range st.objects {
-			if s, ok := obj.(*Service); ok {
+			if s, ok := serviceOf(obj); ok {
 				accounts[s.Metadata.Namespace] = append(accounts[s.Metadata.Namespace], s.Spec.ServiceAccount)
 			}
 		}
@@ -486,7 +492,7 @@ func checkReferences(v *validator, st *state, obj Object) {
 
 // hasGRPCPort reports whether the Service ns/name has a gRPC port.
 func hasGRPCPort(st *state, ns, name string) bool {
-	svc, ok := st.objects[Key{Kind: KindService, Namespace: ns, Name: name}].(*Service)
+	svc, ok := serviceOf(st.objects[Key{Kind: KindService, Namespace: ns, Name: name}])
 	return ok && slices.ContainsFunc(svc.Spec.Ports, func(p ServicePort) bool { return p.AppProtocol == "grpc" })
 }
 
