@@ -233,6 +233,9 @@ func supportedKinds() string {
 	for _, k := range kinds {
 		s = append(s, k.apiVersion+" "+k.kind)
 	}
+	for _, f := range forms {
+		s = append(s, f.apiVersion+" "+f.kind)
+	}
 	return strings.Join(s, ", ")
 }
 

@@ -27,6 +27,7 @@ type Snapshot struct {
 	splits     []Key                           // TrafficSplits, in key order
 	splitRoot  map[mesh.MeshService]Key        // the first TrafficSplit of each root
 	pairs      map[[2]mesh.ServiceAccount]bool // {source, destination} some TrafficTarget allows
+	gateway    gatewayIndex                    // Gateway API routes by parent port
 }
 
 // ServiceInfo is a Service with its virtual IP.
@@ -68,6 +69,7 @@ func newSnapshot(st *state, version uint64) *Snapshot {
 			}
 		}
 	}
+	s.gateway = newGatewayIndex(st, s.keys)
 	for _, k := range s.keys {
 		svc, ok := serviceOf(st.objects[k])
 		if !ok {
@@ -257,6 +259,7 @@ func (s *Snapshot) Upstreams(src mesh.ServiceAccount) []mesh.MeshService {
 				}
 			}
 		}
+		s.gatewayUpstreams(src, allowed)
 	}
 	out := make([]mesh.MeshService, 0, len(allowed))
 	for svc := range allowed {
@@ -338,5 +341,6 @@ func (s *Snapshot) withStatus(o Object) Object {
 			setVIP(c, ip.String())
 		}
 	}
+	withRouteStatus(s.st, c)
 	return c
 }

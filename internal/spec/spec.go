@@ -390,6 +390,9 @@ func deleteKeys(st *state, keys []Key) (BatchResult, error) {
 			}
 		}
 	}
+	if err := gatewayDeleteConflict(st, gone); err != nil {
+		return BatchResult{}, err
+	}
 	for _, k := range keys {
 		delete(st.objects, k)
 		res.Results = append(res.Results, Result{Key: k, Action: Deleted})
@@ -415,9 +418,7 @@ func checkReferences(v *validator, st *state, obj Object) {
 	if w, ok := obj.(interface{ applyWarnings(*validator) }); ok {
 		w.applyWarnings(v)
 	}
-	if c, ok := obj.(interface{ checkReferences(*validator, *state) }); ok {
-		c.checkReferences(v, st)
-	}
+	gatewayReferences(v, st, obj)
 	switch o := obj.(type) {
 	case *TrafficSplit:
 		ns := o.Metadata.Namespace

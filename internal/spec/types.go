@@ -51,14 +51,14 @@ type kindInfo struct {
 
 // kinds lists the supported kinds in apply order: Services and MeshConfig
 // first so references inside one batch resolve.
-var kinds = []kindInfo{
+var kinds = slices.Concat([]kindInfo{
 	{KindMeshConfig, APIVersionOSM, "meshconfigs", false, func() Object { return &MeshConfig{} }},
 	{KindService, APIVersionOSM, "services", true, func() Object { return &Service{} }},
 	{KindHTTPRouteGroup, APIVersionSpecs, "httproutegroups", true, func() Object { return &HTTPRouteGroup{} }},
 	{KindTCPRoute, APIVersionSpecs, "tcproutes", true, func() Object { return &TCPRoute{} }},
 	{KindTrafficTarget, APIVersionAccess, "traffictargets", true, func() Object { return &TrafficTarget{} }},
 	{KindTrafficSplit, APIVersionSplit, "trafficsplits", true, func() Object { return &TrafficSplit{} }},
-}
+}, gatewayKinds)
 
 func lookupKind(kind string) (kindInfo, bool) {
 	for _, k := range kinds {
@@ -74,7 +74,7 @@ func kindOrder(kind string) int {
 }
 
 // PolicyKinds are the kinds `get policies` lists.
-var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit}
+var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindReferenceGrant, KindHTTPRoute, KindGRPCRoute}
 
 // ResolveKinds maps a kind as typed by a user ("services", "service",
 // "Service", "svc", "policies", "all") to the kinds it names.
