@@ -230,6 +230,7 @@ func gatewayReferences(v *validator, st *state, obj Object) {
 				v.errorf(fmt.Sprintf("spec.parentRefs[%d]", i), "Service %s is the root of the SMI %s: a Service's calls are routed by TrafficSplit or by Gateway API routes, not both; delete the TrafficSplit (its backends become this route's weighted backendRefs) or attach the route elsewhere", a.parent, k)
 			}
 		}
+		grpcIgnored(v, st, o)
 		for _, p := range resolveBackends(st, o) {
 			if p.reason == string(gwv1.RouteReasonBackendNotFound) {
 				// As in Kubernetes: the route stands, its status says
@@ -644,6 +645,66 @@ func (s *Snapshot) gatewayUpstreams(src mesh.ServiceAccount, allowed map[mesh.Me
 						allowed[pp.svc] = true
 					}
 				}
+			}
+		}
+	}
+}
+
+// grpcIgnored warns of what proxyless gRPC clients calling a grpc port
+// the route attaches to do not honour (Envoy proxies do).
+func grpcIgnored(v *validator, st *state, r route) {
+	grpcPort := false
+	for _, a := range resolveParents(st, r) {
+		svc, _ := serviceOf(st.objects[serviceKey(a.parent)])
+		for _, p := range a.ports {
+			grpcPort = grpcPort || svc != nil && slices.ContainsFunc(svc.Spec.Ports, func(sp ServicePort) bool { return sp.Port == p && sp.AppProtocol == "grpc" })
+		}
+	}
+	if !grpcPort {
+		return
+	}
+	say := func(field, what string) {
+		v.warnf(field, "%s: proxyless gRPC clients of the route's grpc ports do not honour it (Envoy proxies do)", what)
+	}
+	filters := func(field string, fs []gwv1.HTTPRouteFilter) {
+		for i, f := range fs {
+			ff := fmt.Sprintf("%s[%d]", field, i)
+			switch f.Type {
+			case gwv1.HTTPRouteFilterRequestHeaderModifier, gwv1.HTTPRouteFilterResponseHeaderModifier:
+				say(ff, string(f.Type)+" is not applied")
+			case gwv1.HTTPRouteFilterRequestMirror:
+				say(ff, "RequestMirror mirrors nothing")
+			case gwv1.HTTPRouteFilterURLRewrite:
+				say(ff, "URLRewrite does not rewrite: the call goes to the backends unchanged")
+			case gwv1.HTTPRouteFilterRequestRedirect:
+				say(ff, "RequestRedirect fails the call (UNAVAILABLE) instead of redirecting")
+			}
+		}
+	}
+	switch o := r.(type) {
+	case *HTTPRoute:
+		for i, rule := range o.Spec.Rules {
+			f := fmt.Sprintf("spec.rules[%d]", i)
+			filters(f+".filters", rule.Filters)
+			for j, b := range rule.BackendRefs {
+				filters(fmt.Sprintf("%s.backendRefs[%d].filters", f, j), b.Filters)
+			}
+			for j, m := range rule.Matches {
+				mf := fmt.Sprintf("%s.matches[%d]", f, j)
+				if m.Method != nil && *m.Method != gwv1.HTTPMethodPost {
+					say(mf+".method", fmt.Sprintf("method %s never matches a gRPC call (every one is a POST)", *m.Method))
+				}
+				if len(m.QueryParams) > 0 {
+					say(mf+".queryParams", "a query match never matches a gRPC call (gRPC calls carry no query)")
+				}
+			}
+		}
+	case *GRPCRoute:
+		for i, rule := range o.Spec.Rules {
+			f := fmt.Sprintf("spec.rules[%d]", i)
+			filters(f+".filters", grpcFilters(rule.Filters))
+			for j, b := range rule.BackendRefs {
+				filters(fmt.Sprintf("%s.backendRefs[%d].filters", f, j), grpcFilters(b.Filters))
 			}
 		}
 	}

@@ -222,12 +222,18 @@ type outbound struct {
 	split        []backend
 	subset       bool
 	splitMatches []spec.HTTPRouteMatch
+	// gw is set when Gateway API routes decide the port's calls (then
+	// direct and split are unset).
+	gw *gatewayPlan
 }
 
 func isHTTP(p spec.ServicePort) bool { return p.AppProtocol != "tcp" }
 
 // routeName is the RDS (and Envoy outbound listener) name.
 func (o outbound) routeName(f Flavor) string {
+	if o.gw != nil {
+		return o.gw.routeName(o, f)
+	}
 	var b strings.Builder
 	b.WriteString("outbound|" + o.info.Service.String() + "|" + strconv.Itoa(o.port.Port))
 	if o.subset {
@@ -249,6 +255,9 @@ func (o outbound) routeName(f Flavor) string {
 
 // services returns the services the outbound's routes send to.
 func (o outbound) services() []mesh.MeshService {
+	if o.gw != nil {
+		return o.gw.allowed
+	}
 	var out []mesh.MeshService
 	if o.direct {
 		out = append(out, o.info.Service)
@@ -313,7 +322,8 @@ func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 				}
 			}
 		}
-		if !base.direct && len(base.split) == 0 {
+		routed := m.Spec().HasGatewayRoutes(svc)
+		if !base.direct && len(base.split) == 0 && !routed {
 			continue
 		}
 		for _, port := range sortedPorts(info) {
@@ -322,6 +332,13 @@ func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 			}
 			o := base
 			o.port = port
+			if routed && gatewayPort(m, p, src, &o) {
+				out = append(out, o)
+				continue
+			}
+			if !o.direct && len(o.split) == 0 {
+				continue // a port no route of a routed Service serves
+			}
 			if !isHTTP(port) && len(o.split) > 0 {
 				// tcp_proxy cannot match requests: the split takes all.
 				o.direct, o.splitMatches = false, nil
