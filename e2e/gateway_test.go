@@ -5,10 +5,8 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -41,24 +39,7 @@ func TestPolyglotGatewayAPI(t *testing.T) {
 			}
 		}
 	})
-	for name, pkg := range map[string]string{"osm-server": "./cmd/osm-server", "osm-provider-static": "./providers/static", "osm-agent": "./cmd/osm-agent", "bookstore": "./examples/bookstore/bookstore"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(p.bin, name), pkg)
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	p.api = freeAddr(t)
-	xdsAddr, debug := freeAddr(t), freeAddr(t)
-	p.serverDir = filepath.Join(dir, "server")
-	p.endpoints(false)
-	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
-		p.serverDir, p.bin, debug, p.api, xdsAddr, filepath.Join(dir, "endpoints.yaml"))
-	os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600)
-	p.start("osm-server", nil, nil, filepath.Join(p.bin, "osm-server"), "serve", "--config", filepath.Join(dir, "server.yaml"))
-	waitLog(t, "osm-server up", 30*time.Second, p.logs["osm-server"], func(s string) bool {
-		return strings.Contains(s, "xDS listening") && strings.Contains(s, "HTTPS API listening")
-	})
+	p.serve("bookstore", "./examples/bookstore/bookstore")
 	out := p.admin("apply", "-f", "../examples/bookstore/gateway-api/mesh.yaml")
 	t.Logf("apply:\n%s", out)
 

@@ -142,6 +142,35 @@ func (p *polyglot) admin(args ...string) string {
 	return string(out)
 }
 
+// serve builds osm-server, the static provider, osm-agent and the extra
+// binaries (name, package pairs), and runs osm-server with the static
+// provider reading the file endpoints writes, until the test ends.
+func (p *polyglot) serve(extra ...string) {
+	p.t.Helper()
+	pkgs := map[string]string{"osm-server": "./cmd/osm-server", "osm-provider-static": "./providers/static", "osm-agent": "./cmd/osm-agent"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		pkgs[extra[i]] = extra[i+1]
+	}
+	for name, pkg := range pkgs {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(p.bin, name), pkg)
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			p.t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	p.api = freeAddr(p.t)
+	xds, debug := freeAddr(p.t), freeAddr(p.t)
+	p.serverDir = filepath.Join(p.dir, "server")
+	p.endpoints(false)
+	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
+		p.serverDir, p.bin, debug, p.api, xds, filepath.Join(p.dir, "endpoints.yaml"))
+	os.WriteFile(filepath.Join(p.dir, "server.yaml"), []byte(config), 0o600)
+	p.start("osm-server", nil, nil, filepath.Join(p.bin, "osm-server"), "serve", "--config", filepath.Join(p.dir, "server.yaml"))
+	waitLog(p.t, "osm-server up", 30*time.Second, p.logs["osm-server"], func(s string) bool {
+		return strings.Contains(s, "xDS listening") && strings.Contains(s, "HTTPS API listening")
+	})
+}
+
 // start runs a process until the test ends; its stderr (and stdout unless
 // given) go to the log named name.
 func (p *polyglot) start(name string, env []string, stdout io.Writer, path string, args ...string) {
@@ -279,24 +308,7 @@ func TestPolyglotProxyless(t *testing.T) {
 			}
 		}
 	})
-	for name, pkg := range map[string]string{"osm-server": "./cmd/osm-server", "osm-provider-static": "./providers/static", "osm-agent": "./cmd/osm-agent", "bookthief": "./examples/bookstore/bookthief"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(p.bin, name), pkg)
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	p.api = freeAddr(t)
-	xds, debug := freeAddr(t), freeAddr(t)
-	p.serverDir = filepath.Join(dir, "server")
-	p.endpoints(false)
-	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
-		p.serverDir, p.bin, debug, p.api, xds, filepath.Join(dir, "endpoints.yaml"))
-	os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600)
-	p.start("osm-server", nil, nil, filepath.Join(p.bin, "osm-server"), "serve", "--config", filepath.Join(dir, "server.yaml"))
-	waitLog(t, "osm-server up", 30*time.Second, p.logs["osm-server"], func(s string) bool {
-		return strings.Contains(s, "xDS listening") && strings.Contains(s, "HTTPS API listening")
-	})
+	p.serve("bookthief", "./examples/bookstore/bookthief")
 	p.admin("apply", "-f", "../examples/bookstore/mesh.yaml", "-f", "../examples/bookstore/grpc.yaml")
 
 	examples, _ := filepath.Abs("../examples/bookstore")

@@ -708,74 +708,114 @@ func checkGWDuration(v *validator, f string, d *gwv1.Duration) time.Duration {
 	return t
 }
 
-func (r *HTTPRoute) validate(v *validator) {
-	routeParents(v, r.Spec.ParentRefs)
-	if r.Spec.UseDefaultGateways != "" {
+// ruleView is what the validation of HTTPRoute and GRPCRoute rules shares.
+type ruleView struct {
+	name       *gwv1.SectionName
+	matches    int
+	checkMatch func(v *validator, f string, j int)
+	filters    []gwv1.HTTPRouteFilter
+	backends   []gwv1.BackendRef
+	// backendFilters are each backendRef's filters.
+	backendFilters [][]gwv1.HTTPRouteFilter
+	// redirects is set when the rule redirects (then it has no backends).
+	redirects bool
+	// extra checks what only one kind has.
+	extra func(v *validator, f string)
+}
+
+// validateRoute applies the rules HTTPRoute and GRPCRoute share.
+func validateRoute(v *validator, parents []gwv1.ParentReference, useDefault gwv1.GatewayDefaultScope, rules []ruleView, grpc bool) {
+	routeParents(v, parents)
+	if useDefault != "" {
 		v.errorf("spec.useDefaultGateways", "not supported: a mesh route attaches to the Services its parentRefs name")
 	}
-	if len(r.Spec.Rules) > maxRouteRules {
-		v.errorf("spec.rules", "%d rules, more than %d", len(r.Spec.Rules), maxRouteRules)
+	if len(rules) > maxRouteRules {
+		v.errorf("spec.rules", "%d rules, more than %d", len(rules), maxRouteRules)
 	}
 	total := 0
 	names := map[string]int{}
-	for i, rule := range r.Spec.Rules {
+	for i, rule := range rules {
 		f := fmt.Sprintf("spec.rules[%d]", i)
-		checkRuleName(v, f, rule.Name, names, i)
-		total += len(rule.Matches)
-		if len(rule.Matches) > maxRuleMatches {
-			v.errorf(f+".matches", "%d matches, more than %d", len(rule.Matches), maxRuleMatches)
+		checkRuleName(v, f, rule.name, names, i)
+		total += rule.matches
+		if rule.matches > maxRuleMatches {
+			v.errorf(f+".matches", "%d matches, more than %d", rule.matches, maxRuleMatches)
 		}
-		for j, m := range rule.Matches {
-			checkHTTPMatch(v, fmt.Sprintf("%s.matches[%d]", f, j), m)
+		for j := range rule.matches {
+			rule.checkMatch(v, fmt.Sprintf("%s.matches[%d]", f, j), j)
 		}
-		checkFilters(v, f+".filters", rule.Filters, ruleFilters, false)
-		hasRedirect := slices.ContainsFunc(rule.Filters, func(fl gwv1.HTTPRouteFilter) bool { return fl.Type == gwv1.HTTPRouteFilterRequestRedirect })
-		if hasRedirect && len(rule.BackendRefs) > 0 {
+		checkFilters(v, f+".filters", rule.filters, ruleFilters, grpc)
+		if rule.redirects && len(rule.backends) > 0 {
 			v.errorf(f, "RequestRedirect filter must not be used together with backendRefs")
 		}
-		for _, fl := range rule.Filters {
-			var pm *gwv1.HTTPPathModifier
-			what := ""
-			switch {
-			case fl.RequestRedirect != nil && fl.RequestRedirect.Path != nil:
-				pm, what = fl.RequestRedirect.Path, "RequestRedirect"
-			case fl.URLRewrite != nil && fl.URLRewrite.Path != nil:
-				pm, what = fl.URLRewrite.Path, "URLRewrite"
-			}
-			if pm != nil && pm.Type == gwv1.PrefixMatchHTTPPathModifier && pm.ReplacePrefixMatch != nil &&
-				(len(rule.Matches) != 1 || *rule.Matches[0].Path.Type != gwv1.PathMatchPathPrefix) {
-				v.errorf(f, "When using %s filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified", what)
-			}
-		}
-		if !hasRedirect && len(rule.BackendRefs) == 0 {
+		if !rule.redirects && len(rule.backends) == 0 {
 			v.errorf(f+".backendRefs", "no backendRefs: name the Services to send the calls to (a rule without backends fails every call with 500)")
 		}
-		if len(rule.BackendRefs) > maxRuleBackends {
-			v.errorf(f+".backendRefs", "%d backendRefs, more than %d", len(rule.BackendRefs), maxRuleBackends)
+		if len(rule.backends) > maxRuleBackends {
+			v.errorf(f+".backendRefs", "%d backendRefs, more than %d", len(rule.backends), maxRuleBackends)
 		}
-		for j, b := range rule.BackendRefs {
+		for j, b := range rule.backends {
 			bf := fmt.Sprintf("%s.backendRefs[%d]", f, j)
 			checkBackendRef(v, bf, b.BackendObjectReference)
 			checkWeight(v, bf+".weight", *b.Weight)
-			checkFilters(v, bf+".filters", b.Filters, backendFilters, false)
+			checkFilters(v, bf+".filters", rule.backendFilters[j], backendFilters, grpc)
 		}
-		checkWeightSum(v, f+".backendRefs", len(rule.BackendRefs), func(j int) int32 { return *rule.BackendRefs[j].Weight })
-		if t := rule.Timeouts; t != nil {
-			req := checkGWDuration(v, f+".timeouts.request", t.Request)
-			be := checkGWDuration(v, f+".timeouts.backendRequest", t.BackendRequest)
-			if t.Request != nil && t.BackendRequest != nil && req != 0 && be > req {
-				v.errorf(f+".timeouts", "backendRequest timeout cannot be longer than request timeout")
-			}
-		}
-		if rule.Retry != nil {
-			v.errorf(f+".retry", "not supported: retry is in the Gateway API's experimental channel; osm-vm implements the standard channel")
-		}
-		if rule.SessionPersistence != nil {
-			v.errorf(f+".sessionPersistence", "not supported: session persistence is in the Gateway API's experimental channel and the mesh balances every call round robin")
-		}
+		checkWeightSum(v, f+".backendRefs", len(rule.backends), func(j int) int32 { return *rule.backends[j].Weight })
+		rule.extra(v, f)
 	}
 	if total > maxRouteMatches {
 		v.errorf("spec.rules", "While 16 rules and 64 matches per rule are allowed, the total number of matches across all rules in a route must be less than 128 (this route has %d)", total)
+	}
+}
+
+func (r *HTTPRoute) validate(v *validator) {
+	rules := make([]ruleView, len(r.Spec.Rules))
+	for i, rule := range r.Spec.Rules {
+		rv := ruleView{name: rule.Name, matches: len(rule.Matches), filters: rule.Filters,
+			checkMatch: func(v *validator, f string, j int) { checkHTTPMatch(v, f, rule.Matches[j]) },
+			redirects:  slices.ContainsFunc(rule.Filters, func(fl gwv1.HTTPRouteFilter) bool { return fl.Type == gwv1.HTTPRouteFilterRequestRedirect }),
+			extra:      func(v *validator, f string) { checkHTTPRuleExtras(v, f, rule) }}
+		for _, b := range rule.BackendRefs {
+			rv.backends, rv.backendFilters = append(rv.backends, b.BackendRef), append(rv.backendFilters, b.Filters)
+		}
+		rules[i] = rv
+	}
+	validateRoute(v, r.Spec.ParentRefs, r.Spec.UseDefaultGateways, rules, false)
+}
+
+// checkHTTPRuleExtras checks what only HTTPRoute rules have: path
+// modifiers against the matches, timeouts, and the experimental fields.
+func checkHTTPRuleExtras(v *validator, f string, rule gwv1.HTTPRouteRule) {
+	for _, fl := range rule.Filters {
+		var pm *gwv1.HTTPPathModifier
+		what := ""
+		switch {
+		case fl.RequestRedirect != nil && fl.RequestRedirect.Path != nil:
+			pm, what = fl.RequestRedirect.Path, "RequestRedirect"
+		case fl.URLRewrite != nil && fl.URLRewrite.Path != nil:
+			pm, what = fl.URLRewrite.Path, "URLRewrite"
+		}
+		if pm != nil && pm.Type == gwv1.PrefixMatchHTTPPathModifier && pm.ReplacePrefixMatch != nil &&
+			(len(rule.Matches) != 1 || *rule.Matches[0].Path.Type != gwv1.PathMatchPathPrefix) {
+			v.errorf(f, "When using %s filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified", what)
+		}
+	}
+	if t := rule.Timeouts; t != nil {
+		req := checkGWDuration(v, f+".timeouts.request", t.Request)
+		be := checkGWDuration(v, f+".timeouts.backendRequest", t.BackendRequest)
+		if t.Request != nil && t.BackendRequest != nil && req != 0 && be > req {
+			v.errorf(f+".timeouts", "backendRequest timeout cannot be longer than request timeout")
+		}
+	}
+	if rule.Retry != nil {
+		v.errorf(f+".retry", "not supported: retry is in the Gateway API's experimental channel; osm-vm implements the standard channel")
+	}
+	checkSessionPersistence(v, f, rule.SessionPersistence)
+}
+
+func checkSessionPersistence(v *validator, f string, sp *gwv1.SessionPersistence) {
+	if sp != nil {
+		v.errorf(f+".sessionPersistence", "not supported: session persistence is in the Gateway API's experimental channel and the mesh balances every call round robin")
 	}
 }
 
@@ -811,46 +851,17 @@ func checkWeightSum(v *validator, f string, n int, w func(int) int32) {
 }
 
 func (r *GRPCRoute) validate(v *validator) {
-	routeParents(v, r.Spec.ParentRefs)
-	if r.Spec.UseDefaultGateways != "" {
-		v.errorf("spec.useDefaultGateways", "not supported: a mesh route attaches to the Services its parentRefs name")
-	}
-	if len(r.Spec.Rules) > maxRouteRules {
-		v.errorf("spec.rules", "%d rules, more than %d", len(r.Spec.Rules), maxRouteRules)
-	}
-	total := 0
-	names := map[string]int{}
+	rules := make([]ruleView, len(r.Spec.Rules))
 	for i, rule := range r.Spec.Rules {
-		f := fmt.Sprintf("spec.rules[%d]", i)
-		checkRuleName(v, f, rule.Name, names, i)
-		total += len(rule.Matches)
-		if len(rule.Matches) > maxRuleMatches {
-			v.errorf(f+".matches", "%d matches, more than %d", len(rule.Matches), maxRuleMatches)
+		rv := ruleView{name: rule.Name, matches: len(rule.Matches), filters: grpcFilters(rule.Filters),
+			checkMatch: func(v *validator, f string, j int) { checkGRPCMatch(v, f, rule.Matches[j]) },
+			extra:      func(v *validator, f string) { checkSessionPersistence(v, f, rule.SessionPersistence) }}
+		for _, b := range rule.BackendRefs {
+			rv.backends, rv.backendFilters = append(rv.backends, b.BackendRef), append(rv.backendFilters, grpcFilters(b.Filters))
 		}
-		for j, m := range rule.Matches {
-			checkGRPCMatch(v, fmt.Sprintf("%s.matches[%d]", f, j), m)
-		}
-		checkFilters(v, f+".filters", grpcFilters(rule.Filters), ruleFilters, true)
-		if len(rule.BackendRefs) == 0 {
-			v.errorf(f+".backendRefs", "no backendRefs: name the Services to send the calls to (a rule without backends fails every call)")
-		}
-		if len(rule.BackendRefs) > maxRuleBackends {
-			v.errorf(f+".backendRefs", "%d backendRefs, more than %d", len(rule.BackendRefs), maxRuleBackends)
-		}
-		for j, b := range rule.BackendRefs {
-			bf := fmt.Sprintf("%s.backendRefs[%d]", f, j)
-			checkBackendRef(v, bf, b.BackendObjectReference)
-			checkWeight(v, bf+".weight", *b.Weight)
-			checkFilters(v, bf+".filters", grpcFilters(b.Filters), backendFilters, true)
-		}
-		checkWeightSum(v, f+".backendRefs", len(rule.BackendRefs), func(j int) int32 { return *rule.BackendRefs[j].Weight })
-		if rule.SessionPersistence != nil {
-			v.errorf(f+".sessionPersistence", "not supported: session persistence is in the Gateway API's experimental channel and the mesh balances every call round robin")
-		}
+		rules[i] = rv
 	}
-	if total > maxRouteMatches {
-		v.errorf("spec.rules", "While 16 rules and 64 matches per rule are allowed, the total number of matches across all rules in a route must be less than 128 (this route has %d)", total)
-	}
+	validateRoute(v, r.Spec.ParentRefs, r.Spec.UseDefaultGateways, rules, true)
 }
 
 // grpcFilters converts GRPCRoute filters to the HTTPRoute filters they

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -219,6 +220,23 @@ func containsAny(s string, subs []string) bool {
 	return false
 }
 
+// runGo runs the go command (the one running the tests).
+func runGo(args ...string) ([]byte, error) {
+	return exec.Command("go", args...).Output()
+}
+
+// gatewayAPIVersion is the sigs.k8s.io/gateway-api version go.mod pins.
+func gatewayAPIVersion(t *testing.T) string {
+	t.Helper()
+	out, err := runGo("list", "-m", "-f", "{{.Version}}", "sigs.k8s.io/gateway-api")
+	if err != nil {
+		t.Fatalf("go list -m sigs.k8s.io/gateway-api: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// moduleDir returns the directory of module path@version in the module
+// cache, downloading it when missing.
 func moduleDir(t *testing.T, mod string) string {
 	t.Helper()
 	path, ver, _ := strings.Cut(mod, "@")

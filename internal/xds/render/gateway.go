@@ -129,12 +129,10 @@ func gatewayRoute(o outbound, r spec.GatewayRule, f Flavor) *routev3.Route {
 	rt := &routev3.Route{Name: gatewayRouteName(r), Match: match}
 	action := &routev3.RouteAction{}
 	redirected := false
+	h := headerFilters(r.Filters)
+	rt.RequestHeadersToAdd, rt.RequestHeadersToRemove, rt.ResponseHeadersToAdd, rt.ResponseHeadersToRemove = h.reqAdd, h.reqRemove, h.respAdd, h.respRemove
 	for _, flt := range r.Filters {
 		switch flt.Type {
-		case gwv1.HTTPRouteFilterRequestHeaderModifier:
-			rt.RequestHeadersToAdd, rt.RequestHeadersToRemove = headerMutations(flt.RequestHeaderModifier)
-		case gwv1.HTTPRouteFilterResponseHeaderModifier:
-			rt.ResponseHeadersToAdd, rt.ResponseHeadersToRemove = headerMutations(flt.ResponseHeaderModifier)
 		case gwv1.HTTPRouteFilterRequestMirror:
 			target := mirrorService(r, flt.RequestMirror)
 			if f == GRPC || !o.gw.may(target) {
@@ -164,16 +162,9 @@ func gatewayRoute(o outbound, r spec.GatewayRule, f Flavor) *routev3.Route {
 			continue
 		}
 		reachable++
-		cw := &routev3.WeightedCluster_ClusterWeight{Name: ClusterName(b.Service, f), Weight: wrapperspb.UInt32(uint32(b.Weight))}
-		for _, bf := range b.Filters {
-			switch bf.Type {
-			case gwv1.HTTPRouteFilterRequestHeaderModifier:
-				cw.RequestHeadersToAdd, cw.RequestHeadersToRemove = headerMutations(bf.RequestHeaderModifier)
-			case gwv1.HTTPRouteFilterResponseHeaderModifier:
-				cw.ResponseHeadersToAdd, cw.ResponseHeadersToRemove = headerMutations(bf.ResponseHeaderModifier)
-			}
-		}
-		ws = append(ws, cw)
+		h := headerFilters(b.Filters)
+		ws = append(ws, &routev3.WeightedCluster_ClusterWeight{Name: ClusterName(b.Service, f), Weight: wrapperspb.UInt32(uint32(b.Weight)),
+			RequestHeadersToAdd: h.reqAdd, RequestHeadersToRemove: h.reqRemove, ResponseHeadersToAdd: h.respAdd, ResponseHeadersToRemove: h.respRemove})
 	}
 	switch {
 	case valid == 0:
@@ -248,6 +239,26 @@ func mirrorFraction(m *gwv1.HTTPRequestMirrorFilter) *corev3.RuntimeFractionalPe
 		return &corev3.RuntimeFractionalPercent{DefaultValue: &typev3.FractionalPercent{Numerator: uint32(int64(m.Fraction.Numerator) * 1_000_000 / d), Denominator: typev3.FractionalPercent_MILLION}}
 	}
 	return nil // every request
+}
+
+// mutations are the header changes of a route or a weighted backend.
+type mutations struct {
+	reqAdd, respAdd       []*corev3.HeaderValueOption
+	reqRemove, respRemove []string
+}
+
+// headerFilters gathers the header modifier filters of fs.
+func headerFilters(fs []gwv1.HTTPRouteFilter) mutations {
+	var m mutations
+	for _, f := range fs {
+		switch f.Type {
+		case gwv1.HTTPRouteFilterRequestHeaderModifier:
+			m.reqAdd, m.reqRemove = headerMutations(f.RequestHeaderModifier)
+		case gwv1.HTTPRouteFilterResponseHeaderModifier:
+			m.respAdd, m.respRemove = headerMutations(f.ResponseHeaderModifier)
+		}
+	}
+	return m
 }
 
 func headerMutations(h *gwv1.HTTPHeaderFilter) ([]*corev3.HeaderValueOption, []string) {
