@@ -111,7 +111,11 @@ func outcome(r *routev3.Route) string {
 	default:
 		var ws []string
 		for _, c := range r.GetRoute().GetWeightedClusters().GetClusters() {
-			ws = append(ws, c.GetName()+"="+jsonOf(c.GetWeight().GetValue()))
+			w := c.GetName() + "=" + jsonOf(c.GetWeight().GetValue())
+			for _, h := range c.GetRequestHeadersToAdd() {
+				w += " (req " + h.GetHeader().GetKey() + "=" + h.GetHeader().GetValue() + ")"
+			}
+			ws = append(ws, w)
 		}
 		parts = append(parts, strings.Join(ws, ","))
 	}
@@ -333,4 +337,91 @@ func conformanceServices(t *testing.T, dir string) string {
 		}
 	}
 	return strings.Join(out, "---\n")
+}
+
+// TestGatewayMatchAndFilterKinds: per match and filter kind, what a call
+// to echo (testdata/gateway-features.yaml) gets from the routes rendered
+// for the client, for Envoy and for gRPC (which drops what no gRPC call
+// can match and the filters it does not honour are warned of at apply).
+func TestGatewayMatchAndFilterKinds(t *testing.T) {
+	s, err := newSpecFromYAML(t, readFile(t, "testdata", "gateway-features.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := meshOf(s.Snapshot(), nil)
+	v1, v2 := "default/echo-v1", "default/echo-v2"
+	tests := []struct {
+		name    string
+		port    string
+		req     request
+		envoy   string
+		grpc    string // "" when as envoy (with |grpc clusters)
+		grpcSet bool
+	}{
+		{"exact path", "80", request{path: "/exact"}, v1, "", false},
+		{"exact path is not a prefix", "80", request{path: "/exact/more"}, "404", "", false},
+		{"prefix, method, headers (exact and regex), query (exact and regex)", "80",
+			request{path: "/v2/x?q=1&r=42", headers: map[string]string{"x-version": "two", "x-re": "aaa"}}, v2, "404", true},
+		{"a header regex that fails", "80", request{path: "/v2/x?q=1&r=42", headers: map[string]string{"x-version": "two", "x-re": "b"}}, "404", "", false},
+		{"a query that fails", "80", request{path: "/v2/x?q=2&r=42", headers: map[string]string{"x-version": "two", "x-re": "a"}}, "404", "", false},
+		{"path regex", "80", request{path: "/re/abc"}, v1, "", false},
+		{"weights, header modifiers, per-backend header, mirror", "80", request{path: "/split/a"},
+			v1 + "=70," + v2 + "=30 (req x-backend=v2); req OVERWRITE_IF_EXISTS_OR_ADD x-set=s; req APPEND_IF_EXISTS_OR_ADD x-add=a; req remove x-remove; resp OVERWRITE_IF_EXISTS_OR_ADD x-resp=r", "", false},
+		{"rewrite prefix and host", "80", request{path: "/prefix/one/two"}, v1 + "; prefix_rewrite /one", "", false},
+		{"strip a prefix", "80", request{path: "/strip-prefix/three"}, v1 + "; regex_rewrite ^/strip-prefix/* -> /", "", false},
+		{"replace the full path", "80", request{path: "/full/x"}, v1 + "; regex_rewrite ^.*$ -> /one", "", false},
+		{"redirect", "80", request{path: "/old/page"}, "redirect scheme=https host=example.org port=8443 prefix=/new code=MOVED_PERMANENTLY", "", false},
+		{"a backend that does not exist", "80", request{path: "/gone"}, "status 500", "", false},
+		{"nothing matches", "80", request{path: "/elsewhere"}, "404", "", false},
+		{"gRPC exact service and method", "7070", request{path: "/echo.Echo/Ping"}, v2, "", false},
+		{"gRPC service", "7070", request{path: "/echo.Echo/Echo"}, v1, "", false},
+		{"gRPC method of any service", "7070", request{path: "/other.Svc/Stream"}, v1, "", false},
+		{"gRPC regex service and method", "7070", request{path: "/echo.Other/GetThing"}, v2, "", false},
+		{"gRPC header", "7070", request{path: "/a.B/C", headers: map[string]string{"x-canary": "yes"}}, v2, "", false},
+		{"gRPC weights", "7070", request{path: "/a.B/C"}, v1 + "=80," + v2 + "=20", "", false},
+	}
+	for _, fl := range []Flavor{Envoy, GRPC} {
+		r := renderAll(t, m, Proxy{Service: svc("client"), Flavor: fl, Address: netip.MustParseAddr("10.1.0.1")})
+		byPort := map[string]*routev3.RouteConfiguration{}
+		for _, msg := range r.Routes {
+			rc := msg.(*routev3.RouteConfiguration)
+			if name, ok := strings.CutPrefix(rc.GetName(), "outbound|default/echo|"); ok {
+				byPort[strings.Split(name, "|")[0]] = rc
+			}
+		}
+		for _, tc := range tests {
+			t.Run(fl.String()+"/"+tc.name, func(t *testing.T) {
+				want := tc.envoy
+				if fl == GRPC {
+					if tc.grpcSet {
+						want = tc.grpc
+					}
+					want = strings.ReplaceAll(strings.ReplaceAll(want, v1, v1+"|grpc"), v2, v2+"|grpc")
+				}
+				rc := byPort[tc.port]
+				if rc == nil {
+					t.Fatalf("no routes for echo:%s", tc.port)
+				}
+				if got := outcome(pickRoute(rc, tc.req)); got != want {
+					t.Errorf("%+v: %s, want %s", tc.req, got, want)
+				}
+			})
+		}
+		// Only Envoy mirrors.
+		split := pickRoute(byPort["80"], request{path: "/split"})
+		mirrors := split.GetRoute().GetRequestMirrorPolicies()
+		switch {
+		case fl == Envoy && (len(mirrors) != 1 || mirrors[0].GetCluster() != "default/mirror" || mirrors[0].GetRuntimeFraction().GetDefaultValue().GetNumerator() != 333333):
+			t.Errorf("envoy mirror policies = %v, want default/mirror at 1/3", mirrors)
+		case fl == GRPC && len(mirrors) != 0:
+			t.Errorf("grpc mirror policies = %v, want none", mirrors)
+		}
+		// The request timeout: the shorter of request (10s) and backendRequest (2s).
+		if fl == Envoy && split.GetRoute().GetTimeout().AsDuration().String() != "2s" {
+			t.Errorf("envoy timeout = %v, want 2s", split.GetRoute().GetTimeout())
+		}
+		if fl == GRPC && split.GetRoute().GetMaxStreamDuration().GetMaxStreamDuration().AsDuration().String() != "2s" {
+			t.Errorf("grpc max stream duration = %v, want 2s", split.GetRoute().GetMaxStreamDuration())
+		}
+	}
 }
