@@ -35,6 +35,8 @@
 //	                                           when the caller may reach only some of them;
 //	                                           "split-only" when the split has matches and the
 //	                                           caller may not call the root itself
+//	        outbound|<ns>/<svc>|<port>|gw[=<consumer ns>][|to=...][|grpc]
+//	                                           Gateway API routes of the port (gateway.go)
 //	        inbound|<ns>/<svc>|<port>          Envoy: routes to the local cluster
 //	LDS     outbound|... (as its RDS name)     Envoy listener on <VIP>:<port>
 //	        inbound|<ns>/<svc>|<port>          Envoy listener on <proxy address>:<port> (the only
