@@ -34,7 +34,8 @@ import (
 // One Envoy route per match of each rule, in the Gateway API's precedence
 // order. Envoy gets every supported filter; gRPC clients get what they
 // honour (matches on path, headers; weighted clusters; max stream
-// duration for the request timeout) and apply warns of the rest.
+// duration for the request timeout; a redirect fails the call) and apply
+// warns of the rest, which gRPC output leaves out.
 
 // gatewayPlan is the part of an outbound that Gateway API routes decide.
 type gatewayPlan struct {
@@ -129,7 +130,7 @@ func gatewayRoute(o outbound, r spec.GatewayRule, f Flavor) *routev3.Route {
 	rt := &routev3.Route{Name: gatewayRouteName(r), Match: match}
 	action := &routev3.RouteAction{}
 	redirected := false
-	h := headerFilters(r.Filters)
+	h := headerFilters(r.Filters, f)
 	rt.RequestHeadersToAdd, rt.RequestHeadersToRemove, rt.ResponseHeadersToAdd, rt.ResponseHeadersToRemove = h.reqAdd, h.reqRemove, h.respAdd, h.respRemove
 	for _, flt := range r.Filters {
 		switch flt.Type {
@@ -145,7 +146,9 @@ func gatewayRoute(o outbound, r spec.GatewayRule, f Flavor) *routev3.Route {
 			rt.Action = &routev3.Route_Redirect{Redirect: redirectAction(flt.RequestRedirect, r)}
 			redirected = true
 		case gwv1.HTTPRouteFilterURLRewrite:
-			rewrite(action, flt.URLRewrite, r)
+			if f == Envoy { // gRPC does not rewrite
+				rewrite(action, flt.URLRewrite, r)
+			}
 		}
 	}
 	if redirected {
@@ -162,7 +165,7 @@ func gatewayRoute(o outbound, r spec.GatewayRule, f Flavor) *routev3.Route {
 			continue
 		}
 		reachable++
-		h := headerFilters(b.Filters)
+		h := headerFilters(b.Filters, f)
 		ws = append(ws, &routev3.WeightedCluster_ClusterWeight{Name: ClusterName(b.Service, f), Weight: wrapperspb.UInt32(uint32(b.Weight)),
 			RequestHeadersToAdd: h.reqAdd, RequestHeadersToRemove: h.reqRemove, ResponseHeadersToAdd: h.respAdd, ResponseHeadersToRemove: h.respRemove})
 	}
@@ -247,15 +250,19 @@ type mutations struct {
 	reqRemove, respRemove []string
 }
 
-// headerFilters gathers the header modifier filters of fs.
-func headerFilters(fs []gwv1.HTTPRouteFilter) mutations {
+// headerFilters gathers the header modifier filters of fs (none for
+// gRPC, which does not modify headers).
+func headerFilters(fs []gwv1.HTTPRouteFilter, f Flavor) mutations {
 	var m mutations
-	for _, f := range fs {
-		switch f.Type {
+	if f == GRPC {
+		return m
+	}
+	for _, flt := range fs {
+		switch flt.Type {
 		case gwv1.HTTPRouteFilterRequestHeaderModifier:
-			m.reqAdd, m.reqRemove = headerMutations(f.RequestHeaderModifier)
+			m.reqAdd, m.reqRemove = headerMutations(flt.RequestHeaderModifier)
 		case gwv1.HTTPRouteFilterResponseHeaderModifier:
-			m.respAdd, m.respRemove = headerMutations(f.ResponseHeaderModifier)
+			m.respAdd, m.respRemove = headerMutations(flt.ResponseHeaderModifier)
 		}
 	}
 	return m

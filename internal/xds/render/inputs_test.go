@@ -215,6 +215,39 @@ func (m randomMesh) mutate(r *rand.Rand) randomMesh {
 	return m
 }
 
+// protocolOf is the protocol of port p of service s.
+func (s randomService) protocolOf(p int) string {
+	if proto := s.protocols[p]; proto != "" {
+		return proto
+	}
+	if proto := map[int]string{8080: "http", 7070: "grpc"}[p]; proto != "" {
+		return proto
+	}
+	return "tcp"
+}
+
+// routeFits reports whether rt can attach: its parent is no TrafficSplit
+// root and has the port (or any port) it can serve.
+func (m randomMesh) routeFits(rt randomRoute) bool {
+	for _, sp := range m.splits {
+		if sp.root == rt.parent {
+			return false
+		}
+	}
+	var parent randomService
+	for i, s := range m.services {
+		if fmt.Sprintf("s%d", i) == rt.parent {
+			parent = s
+		}
+	}
+	for _, p := range parent.ports {
+		if (rt.port == 0 || rt.port == p) && parent.protocolOf(p) != "tcp" {
+			return true
+		}
+	}
+	return false
+}
+
 func (m randomMesh) yaml() string {
 	var b strings.Builder
 	config := ""
@@ -222,17 +255,10 @@ func (m randomMesh) yaml() string {
 		config = ", " + m.config
 	}
 	fmt.Fprintf(&b, "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {traffic: {permissive: %v}%s}\n", m.permissive, config)
-	protocol := map[int]string{8080: "http", 7070: "grpc", 9090: "tcp"}
 	for i, s := range m.services {
 		var ports []string
 		for _, p := range s.ports {
-			proto, target := s.protocols[p], p+1
-			if proto == "" {
-				proto = protocol[p]
-			}
-			if proto == "" {
-				proto = "tcp"
-			}
+			proto, target := s.protocolOf(p), p+1
 			if t, ok := s.targetPorts[p]; ok {
 				target = t
 			}
@@ -287,6 +313,9 @@ func (m randomMesh) yaml() string {
 		fmt.Fprintf(&b, "---\napiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: split%d, namespace: default}\nspec: {service: %s, backends: [%s]%s}\n", i, s.root, strings.Join(backends, ", "), matches)
 	}
 	for i, rt := range m.routes {
+		if !m.routeFits(rt) {
+			continue // the specification would refuse it
+		}
 		var backends []string
 		for _, name := range []string{"s0", "s1", "s2", "s3", "s4"} {
 			if w, ok := rt.backends[name]; ok {
