@@ -749,7 +749,7 @@ func validateRoute(v *validator, parents []gwv1.ParentReference, useDefault gwv1
 			v.errorf(f, "RequestRedirect filter must not be used together with backendRefs")
 		}
 		if !rule.redirects && len(rule.backends) == 0 {
-			v.errorf(f+".backendRefs", "no backendRefs: name the Services to send the calls to (a rule without backends fails every call with 500)")
+			v.warnf(f+".backendRefs", "no backendRefs: every call this rule matches fails with 500 (name the Services to send them to)")
 		}
 		if len(rule.backends) > maxRuleBackends {
 			v.errorf(f+".backendRefs", "%d backendRefs, more than %d", len(rule.backends), maxRuleBackends)

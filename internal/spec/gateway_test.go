@@ -106,7 +106,6 @@ func TestGatewayRouteInvalid(t *testing.T) {
 		{"timeouts", rule("timeouts: {request: 1s, backendRequest: 2s}\n" + v1Backend), "backendRequest timeout cannot be longer than request timeout"},
 		{"timeout format", rule("timeouts: {request: 1.5s}\n" + v1Backend), `"1.5s" is not a Gateway API duration`},
 		{"retry is experimental", rule("retry: {attempts: 2}\n" + v1Backend), "retry is in the Gateway API's experimental channel"},
-		{"no backends", rule("matches: [{path: {value: /}}]"), "no backendRefs"},
 		{"rule names unique", routeHead + "  rules:\n  - {name: a, " + v1Backend + "}\n  - {name: a, " + v1Backend + "}\n", "Rule name must be unique within the route"},
 		{"unknown field", rule("matchs: []\n" + v1Backend), `unknown field "matchs"`},
 		{"grpc method needs service or method", "apiVersion: gateway.networking.k8s.io/v1\nkind: GRPCRoute\nmetadata: {name: g}\nspec:\n  parentRefs: [{group: \"\", kind: Service, name: echo}]\n  rules: [{matches: [{method: {type: Exact}}], " + v1Backend + "}]\n",
@@ -298,6 +297,18 @@ func TestGatewayRouteStatus(t *testing.T) {
 	b, _ := json.Marshal(o)
 	if res := applyYAML(t, s, string(b)); res.Results[0].Action != Unchanged {
 		t.Errorf("re-apply of get's output: %s, want unchanged", res.Results[0].Action)
+	}
+}
+
+// TestGatewayRuleWithoutBackends: valid in the Gateway API (its calls
+// fail with 500), so applied with a warning.
+func TestGatewayRuleWithoutBackends(t *testing.T) {
+	s := newTestSpec(t, store.NewMemory())
+	applyYAML(t, s, gwServices)
+	res := applyYAML(t, s, rule("matches: [{path: {value: /}}]"))
+	want := []string{"HTTPRoute default/r (document 1, line 1): spec.rules[0].backendRefs: no backendRefs: every call this rule matches fails with 500 (name the Services to send them to)"}
+	if diff := cmp.Diff(want, res.Results[0].Warnings); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
 	}
 }
 
