@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -351,7 +352,11 @@ func printItems(w io.Writer, output string, items []json.RawMessage, single bool
 		for _, it := range parsed {
 			var ports []string
 			for _, p := range it.Spec.Ports {
-				ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.AppProtocol))
+				port := strconv.Itoa(p.Port)
+				if p.AppProtocol != "" { // a v1 Service may leave it to the port's name
+					port += "/" + p.AppProtocol
+				}
+				ports = append(ports, port)
 			}
 			// A v1 Service names its account by annotation, or not at all.
 			sa := cmp.Or(it.Spec.ServiceAccount, it.Metadata.Annotations[spec.AnnotationServiceAccount], it.Metadata.Name)
