@@ -442,17 +442,20 @@ type parentPort struct {
 
 func newGatewayIndex(st *state, keys []Key) gatewayIndex {
 	idx := gatewayIndex{byParent: map[parentPort]map[string][]Key{}}
+	var routes []Key
+	roots := map[mesh.MeshService]bool{}
 	for _, k := range keys {
-		r, ok := st.objects[k].(route)
-		if !ok {
-			continue
+		switch o := st.objects[k].(type) {
+		case route:
+			routes = append(routes, k)
+		case *TrafficSplit:
+			roots[mesh.MeshService{Namespace: k.Namespace, Name: o.Spec.Service}] = true
 		}
-		for _, a := range resolveParents(st, r) {
-			if a.reason != "" {
-				continue
-			}
-			if _, split := splitOf(st, a.parent); split {
-				continue // refused at apply; stays inert if it got here
+	}
+	for _, k := range routes {
+		for _, a := range resolveParents(st, st.objects[k].(route)) {
+			if a.reason != "" || roots[a.parent] {
+				continue // a split root: refused at apply, inert if it got here
 			}
 			for _, p := range a.ports {
 				pp := parentPort{a.parent, p}
