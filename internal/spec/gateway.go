@@ -807,8 +807,17 @@ func checkHTTPRuleExtras(v *validator, f string, rule gwv1.HTTPRouteRule) {
 			v.errorf(f+".timeouts", "backendRequest timeout cannot be longer than request timeout")
 		}
 	}
-	if rule.Retry != nil {
-		v.errorf(f+".retry", "not supported: retry is in the Gateway API's experimental channel; osm-vm implements the standard channel")
+	if rt := rule.Retry; rt != nil {
+		// The experimental channel's field, supported: its bounds.
+		for i, c := range rt.Codes {
+			if c < 400 || c > 599 {
+				v.errorf(fmt.Sprintf("%s.retry.codes[%d]", f, i), "status code %d is out of range: want 400-599", c)
+			}
+		}
+		if rt.Attempts != nil && *rt.Attempts < 1 {
+			v.errorf(f+".retry.attempts", "%d: want 1 or more (leave retry out for none)", *rt.Attempts)
+		}
+		checkGWDuration(v, f+".retry.backoff", rt.Backoff)
 	}
 	checkSessionPersistence(v, f, rule.SessionPersistence)
 }

@@ -381,6 +381,7 @@ type GatewayRule struct {
 	Filters  []gwv1.HTTPRouteFilter  `json:"filters,omitempty"`
 	Backends []GatewayBackend        `json:"backends,omitempty"`
 	Timeouts *gwv1.HTTPRouteTimeouts `json:"timeouts,omitempty"`
+	Retry    *gwv1.HTTPRouteRetry    `json:"retry,omitempty"`
 }
 
 // GatewayRoutes is how Gateway API routes route the calls from one
@@ -536,7 +537,7 @@ func (s *Snapshot) rulesOf(k Key) []GatewayRule {
 	switch r := s.st.objects[k].(type) {
 	case *HTTPRoute:
 		for i, rule := range r.Spec.Rules {
-			base := GatewayRule{Route: k, Rule: i, Filters: rule.Filters, Timeouts: rule.Timeouts}
+			base := GatewayRule{Route: k, Rule: i, Filters: rule.Filters, Timeouts: rule.Timeouts, Retry: rule.Retry}
 			if rule.Name != nil {
 				base.Name = string(*rule.Name)
 			}
@@ -700,6 +701,9 @@ func grpcIgnored(v *validator, st *state, r route) {
 				if len(m.QueryParams) > 0 {
 					say(mf+".queryParams", "a query match never matches a gRPC call (gRPC calls carry no query)")
 				}
+			}
+			if rule.Retry != nil {
+				say(f+".retry", "retry on HTTP status codes is not applied (gRPC clients retry by gRPC status)")
 			}
 		}
 	case *GRPCRoute:

@@ -185,8 +185,11 @@ func gatewayRoute(o outbound, r spec.GatewayRule, f Flavor) *routev3.Route {
 		action.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: ws}}
 	}
 	routeAction(o.port, action)
+	if f == Envoy && r.Retry != nil {
+		action.RetryPolicy = retryPolicy(r.Retry, r.Timeouts)
+	}
 	if t := r.Timeouts; t != nil {
-		if d, ok := routeTimeout(t); ok {
+		if d, ok := routeTimeout(t, r.Retry != nil && f == Envoy); ok {
 			if f == GRPC {
 				action.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: durationpb.New(d)}
 			} else {
@@ -198,20 +201,18 @@ func gatewayRoute(o outbound, r spec.GatewayRule, f Flavor) *routev3.Route {
 	return rt
 }
 
-// routeTimeout is the request timeout, or the backend request timeout
-// when only it is set or it is shorter (one attempt per call: the mesh
-// does not retry). 0 disables the timeout.
-func routeTimeout(t *gwv1.HTTPRouteTimeouts) (time.Duration, bool) {
-	parse := func(d *gwv1.Duration) (time.Duration, bool) {
-		if d == nil {
-			return 0, false
-		}
-		v, err := time.ParseDuration(string(*d))
-		return v, err == nil
-	}
-	req, hasReq := parse(t.Request)
-	be, hasBE := parse(t.BackendRequest)
+// routeTimeout is the request timeout, or, without retries (one attempt
+// per call), the backend request timeout when only it is set or it is
+// shorter. With retries the backend request timeout is each attempt's
+// (retryPolicy). 0 disables the timeout.
+func routeTimeout(t *gwv1.HTTPRouteTimeouts, retries bool) (time.Duration, bool) {
+	req, hasReq := gwDuration(t.Request)
+	be, hasBE := gwDuration(t.BackendRequest)
 	switch {
+	case retries && hasReq:
+		return req, true
+	case retries:
+		return 0, false
 	case hasReq && hasBE && be != 0 && (req == 0 || be < req):
 		return be, true
 	case hasReq:
@@ -220,6 +221,39 @@ func routeTimeout(t *gwv1.HTTPRouteTimeouts) (time.Duration, bool) {
 		return be, true
 	}
 	return 0, false
+}
+
+func gwDuration(d *gwv1.Duration) (time.Duration, bool) {
+	if d == nil {
+		return 0, false
+	}
+	v, err := time.ParseDuration(string(*d))
+	return v, err == nil
+}
+
+// retryPolicy retries on the listed status codes (any 5xx when none are
+// listed), attempts times (Envoy's default, one, when unset), backoff
+// apart, each attempt bounded by the backend request timeout.
+func retryPolicy(r *gwv1.HTTPRouteRetry, t *gwv1.HTTPRouteTimeouts) *routev3.RetryPolicy {
+	p := &routev3.RetryPolicy{RetryOn: "5xx"}
+	for _, c := range r.Codes {
+		p.RetriableStatusCodes = append(p.RetriableStatusCodes, uint32(c))
+	}
+	if len(p.RetriableStatusCodes) > 0 {
+		p.RetryOn = "retriable-status-codes"
+	}
+	if r.Attempts != nil {
+		p.NumRetries = wrapperspb.UInt32(uint32(*r.Attempts))
+	}
+	if b, ok := gwDuration(r.Backoff); ok && b > 0 {
+		p.RetryBackOff = &routev3.RetryPolicy_RetryBackOff{BaseInterval: durationpb.New(b)}
+	}
+	if t != nil {
+		if be, ok := gwDuration(t.BackendRequest); ok && be > 0 {
+			p.PerTryTimeout = durationpb.New(be)
+		}
+	}
+	return p
 }
 
 func mirrorService(r spec.GatewayRule, m *gwv1.HTTPRequestMirrorFilter) mesh.MeshService {

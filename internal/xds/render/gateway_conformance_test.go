@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -417,6 +418,17 @@ func TestGatewayMatchAndFilterKinds(t *testing.T) {
 			t.Errorf("envoy mirror policies = %v, want default/mirror at 1/3", mirrors)
 		case fl == GRPC && len(mirrors) != 0:
 			t.Errorf("grpc mirror policies = %v, want none", mirrors)
+		}
+		// Retries: Envoy only; the backend request timeout bounds each attempt.
+		retry := pickRoute(byPort["80"], request{path: "/retry/x"}).GetRoute()
+		rp := retry.GetRetryPolicy()
+		switch {
+		case fl == Envoy && (rp.GetRetryOn() != "retriable-status-codes" || !slices.Equal(rp.GetRetriableStatusCodes(), []uint32{503, 504}) ||
+			rp.GetNumRetries().GetValue() != 2 || rp.GetRetryBackOff().GetBaseInterval().AsDuration().String() != "100ms" ||
+			rp.GetPerTryTimeout().AsDuration().String() != "1s" || retry.GetTimeout().AsDuration().String() != "5s"):
+			t.Errorf("envoy retry route = %v", retry)
+		case fl == GRPC && rp != nil:
+			t.Errorf("grpc retry policy = %v, want none (gRPC retries by gRPC status)", rp)
 		}
 		// The request timeout: the shorter of request (10s) and backendRequest (2s).
 		if fl == Envoy && split.GetRoute().GetTimeout().AsDuration().String() != "2s" {
