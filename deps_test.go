@@ -110,6 +110,8 @@ var rules = []rule{
 		why: "only providers/azure may import the Azure SDK"},
 	{pkg: module + "/providers/...", forbid: []string{"github.com/hashicorp/consul/..."},
 		why: "among the providers only providers/consul talks to Consul"},
+	{pkg: module + "/cmd/osm-agent", forbid: []string{"sigs.k8s.io/gateway-api/...", "k8s.io/api/..."},
+		why: "the Gateway API and Kubernetes types are the server's specification's; the agent links none"},
 	{pkg: "...", forbid: []string{"github.com/servicemeshinterface/smi-sdk-go/..."},
 		why: "SMI types are defined locally (smi-sdk-go is unmaintained and breaks with current client-go)"},
 }

@@ -155,6 +155,7 @@ type polyglot struct {
 	t              *testing.T
 	dir, bin       string
 	api            string
+	debug          string // the server's debug address
 	serverDir      string
 	python, nodeJS string
 	nodeModules    string
@@ -168,6 +169,36 @@ func (p *polyglot) admin(args ...string) string {
 		p.t.Fatalf("osm-server %v: %v\n%s", args, err, out)
 	}
 	return string(out)
+}
+
+// serve builds osm-server, the static provider, osm-agent and the extra
+// binaries (name, package pairs), and runs osm-server with the static
+// provider reading the file endpoints writes, until the test ends.
+func (p *polyglot) serve(extra ...string) {
+	p.t.Helper()
+	pkgs := map[string]string{"osm-server": "./cmd/osm-server", "osm-provider-static": "./providers/static", "osm-agent": "./cmd/osm-agent"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		pkgs[extra[i]] = extra[i+1]
+	}
+	for name, pkg := range pkgs {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(p.bin, name), pkg)
+		cmd.Dir = ".."
+		if out, err := cmd.CombinedOutput(); err != nil {
+			p.t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	p.api = freeAddr(p.t)
+	xds := freeAddr(p.t)
+	p.debug = freeAddr(p.t)
+	p.serverDir = filepath.Join(p.dir, "server")
+	p.endpoints(false)
+	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
+		p.serverDir, p.bin, p.debug, p.api, xds, filepath.Join(p.dir, "endpoints.yaml"))
+	os.WriteFile(filepath.Join(p.dir, "server.yaml"), []byte(config), 0o600)
+	p.start("osm-server", nil, nil, filepath.Join(p.bin, "osm-server"), "serve", "--config", filepath.Join(p.dir, "server.yaml"))
+	waitLog(p.t, "osm-server up", 30*time.Second, p.logs["osm-server"], func(s string) bool {
+		return strings.Contains(s, "xDS listening") && strings.Contains(s, "HTTPS API listening")
+	})
 }
 
 // start runs a process until the test ends; its stderr (and stdout unless
@@ -317,24 +348,7 @@ func TestPolyglotProxyless(t *testing.T) {
 			}
 		}
 	})
-	for name, pkg := range map[string]string{"osm-server": "./cmd/osm-server", "osm-provider-static": "./providers/static", "osm-agent": "./cmd/osm-agent", "bookthief": "./examples/bookstore/bookthief"} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(p.bin, name), pkg)
-		cmd.Dir = ".."
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
-		}
-	}
-	p.api = freeAddr(t)
-	xds, debug := freeAddr(t), freeAddr(t)
-	p.serverDir = filepath.Join(dir, "server")
-	p.endpoints(false)
-	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
-		p.serverDir, p.bin, debug, p.api, xds, filepath.Join(dir, "endpoints.yaml"))
-	os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600)
-	p.start("osm-server", nil, nil, filepath.Join(p.bin, "osm-server"), "serve", "--config", filepath.Join(dir, "server.yaml"))
-	waitLog(t, "osm-server up", 30*time.Second, p.logs["osm-server"], func(s string) bool {
-		return strings.Contains(s, "xDS listening") && strings.Contains(s, "HTTPS API listening")
-	})
+	p.serve("bookthief", "./examples/bookstore/bookthief")
 	applied := p.admin("apply", "-f", "../examples/bookstore/mesh.yaml", "-f", "../examples/bookstore/grpc.yaml")
 	// No machine serves bookwarehouse here: apply says so, naming the
 	// TrafficTarget that leads to it.
@@ -462,7 +476,7 @@ func TestPolyglotProxyless(t *testing.T) {
 		path := filepath.Join(p.dir, "split-matches.yaml")
 		os.WriteFile(path, []byte(doc), 0o644)
 		p.admin("apply", "-f", path)
-		t.Cleanup(func() { p.dumpConfigs(t, debug, "bookbuyer") })
+		t.Cleanup(func() { p.dumpConfigs(t, p.debug, "bookbuyer") })
 		backend := func(k call) bool { return k.OK && (k.From == "bookstore-v1" || k.From == "bookstore-v2") }
 		for _, b := range buyers {
 			l := b.c.until(t, b.name+": 300 calls in a row answered by bookstore-v1 or v2", 60*time.Second, runOf(300, backend))
@@ -497,7 +511,7 @@ func TestPolyglotProxyless(t *testing.T) {
 				return n["bookstore-v1"] > 0 && n["bookstore-v2"] > 0 && n["bookstore-v1"]+n["bookstore-v2"] == 100
 			})
 		}
-		if nacks := p.nacks(debug); len(nacks) > 0 {
+		if nacks := p.nacks(p.debug); len(nacks) > 0 {
 			t.Errorf("proxies NACKed: %v", nacks)
 		}
 	})

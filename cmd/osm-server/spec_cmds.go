@@ -4,6 +4,7 @@ package main
 // clients of a running server's REST API (internal/spec.NewHandler).
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -111,8 +113,9 @@ func newApplyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "apply -f FILE|DIR|-",
 		Short: "Create or update mesh services and policies from YAML or JSON files",
-		Long: `Apply Service, MeshConfig and SMI (TrafficTarget, HTTPRouteGroup, TCPRoute,
-TrafficSplit) documents. All files form one batch: either every document is
+		Long: `Apply Service (osm-vm.io/v1alpha1 or Kubernetes v1), MeshConfig, SMI
+(TrafficTarget, HTTPRouteGroup, TCPRoute, TrafficSplit) and Gateway API
+(HTTPRoute, GRPCRoute, ReferenceGrant) documents. All files form one batch: either every document is
 applied or, when any is invalid, none is. Prints created, configured or
 unchanged for each document.`,
 		Args: cobra.NoArgs,
@@ -240,9 +243,11 @@ func newGetCmd() *cobra.Command {
 		Use:   "get services|policies|KIND [NAME] [-n NAMESPACE] [-o yaml|json]",
 		Short: "List mesh services and policies",
 		Long: `List documents of a kind: services, policies (TrafficTargets, HTTPRouteGroups,
-TCPRoutes and TrafficSplits), traffictargets, httproutegroups, tcproutes,
-trafficsplits, meshconfigs or all. A Service's status.vip is its virtual IP,
-reachable as <service>.<namespace>.mesh on every VM.`,
+TCPRoutes, TrafficSplits, ReferenceGrants, HTTPRoutes and GRPCRoutes),
+traffictargets, httproutegroups, tcproutes, trafficsplits, referencegrants,
+httproutes, grpcroutes, meshconfigs or all. A Service's status.vip is its
+virtual IP, reachable as <service>.<namespace>.mesh on every VM; a route's
+status has Accepted and ResolvedRefs per parentRef.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !slices.Contains([]string{"", "yaml", "json"}, output) {
@@ -283,8 +288,9 @@ reachable as <service>.<namespace>.mesh on every VM.`,
 type listItem struct {
 	Kind     string `json:"kind"`
 	Metadata struct {
-		Name      string `json:"name"`
-		Namespace string `json:"namespace"`
+		Name        string            `json:"name"`
+		Namespace   string            `json:"namespace"`
+		Annotations map[string]string `json:"annotations"`
 	} `json:"metadata"`
 	Spec struct {
 		ServiceAccount string `json:"serviceAccount"`
@@ -346,9 +352,15 @@ func printItems(w io.Writer, output string, items []json.RawMessage, single bool
 		for _, it := range parsed {
 			var ports []string
 			for _, p := range it.Spec.Ports {
-				ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.AppProtocol))
+				port := strconv.Itoa(p.Port)
+				if p.AppProtocol != "" { // a v1 Service may leave it to the port's name
+					port += "/" + p.AppProtocol
+				}
+				ports = append(ports, port)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.Metadata.Namespace, it.Metadata.Name, it.Spec.ServiceAccount, it.Status.VIP, strings.Join(ports, ","))
+			// A v1 Service names its account by annotation, or not at all.
+			sa := cmp.Or(it.Spec.ServiceAccount, it.Metadata.Annotations[spec.AnnotationServiceAccount], it.Metadata.Name)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", it.Metadata.Namespace, it.Metadata.Name, sa, it.Status.VIP, strings.Join(ports, ","))
 		}
 	} else {
 		fmt.Fprintln(tw, "KIND\tNAMESPACE\tNAME")

@@ -40,7 +40,7 @@ spec:
   matches: [{kind: HTTPRouteGroup, name: news-read}]
 `
 
-func applyYAML(t *testing.T, s *Spec, y string) (BatchResult, error) {
+func tryApplyYAML(t *testing.T, s *Spec, y string) (BatchResult, error) {
 	t.Helper()
 	docs, err := Parse([]byte(y), "egress.yaml")
 	if err != nil {
@@ -51,7 +51,7 @@ func applyYAML(t *testing.T, s *Spec, y string) (BatchResult, error) {
 
 func TestEgressSnapshot(t *testing.T) {
 	s := newTestSpec(t, store.NewMemory())
-	if _, err := applyYAML(t, s, egressDocs); err != nil {
+	if _, err := tryApplyYAML(t, s, egressDocs); err != nil {
 		t.Fatal(err)
 	}
 	snap := s.Snapshot()
@@ -99,10 +99,10 @@ func TestEgressSnapshot(t *testing.T) {
 
 func TestEgressConflictingPortsRefused(t *testing.T) {
 	s := newTestSpec(t, store.NewMemory())
-	if _, err := applyYAML(t, s, egressDocs); err != nil {
+	if _, err := tryApplyYAML(t, s, egressDocs); err != nil {
 		t.Fatal(err)
 	}
-	_, err := applyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
+	_, err := tryApplyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
 kind: Egress
 metadata: {name: github-plain}
 spec:
@@ -142,7 +142,7 @@ func TestEgressInvalid(t *testing.T) {
 
 func TestEgressWarnsOfMissingSourcesAndGroups(t *testing.T) {
 	s := newTestSpec(t, store.NewMemory())
-	res, err := applyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
+	res, err := tryApplyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
 kind: Egress
 metadata: {name: e}
 spec:
@@ -165,7 +165,7 @@ spec:
 func TestEgressHostsShareTheVIPRange(t *testing.T) {
 	s := newTestSpec(t, store.NewMemory())
 	// A /30 has two usable addresses: one Service and one host fill it.
-	_, err := applyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
+	_, err := tryApplyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
 kind: MeshConfig
 metadata: {name: mesh}
 spec: {outbound: {vipRange: 127.88.0.0/30}}

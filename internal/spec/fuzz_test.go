@@ -9,9 +9,16 @@ import (
 // FuzzParse checks that the parser never panics and that every document it
 // accepts survives a round trip through its canonical YAML unchanged.
 func FuzzParse(f *testing.F) {
-	if b, err := os.ReadFile(filepath.Join("..", "..", "examples", "bookstore", "mesh.yaml")); err == nil {
-		f.Add(b)
+	for _, path := range [][]string{
+		{"..", "..", "examples", "bookstore", "mesh.yaml"},
+		{"..", "..", "examples", "bookstore", "gateway-api", "mesh.yaml"},
+		{"..", "xds", "render", "testdata", "gateway-features.yaml"},
+	} {
+		if b, err := os.ReadFile(filepath.Join(path...)); err == nil {
+			f.Add(b)
+		}
 	}
+	f.Add([]byte(kubectlService))
 	for _, s := range []string{
 		svcHead + "spec: {ports: [{port: 80, targetPort: 8080, appProtocol: grpc}], serviceAccount: sa}\n",
 		`{"apiVersion":"osm-vm.io/v1alpha1","kind":"Service","metadata":{"name":"a"},"spec":{"ports":[{"port":1}]}}`,

@@ -27,10 +27,10 @@ func TestParseInvalid(t *testing.T) {
 			"TrafficTarget default/a (web.yaml document 1, line 1): apiVersion: TrafficTarget needs apiVersion \"access.smi-spec.io/v1alpha3\", not \"access.smi-spec.io/v1alpha2\"",
 		}},
 		{"unknown kind", "apiVersion: osm-vm.io/v1alpha1\nkind: Servce\nmetadata: {name: a}\n", []string{
-			"Servce a (web.yaml document 1, line 1): kind: unsupported kind \"Servce\": want one of osm-vm.io/v1alpha1 MeshConfig, osm-vm.io/v1alpha1 Service, specs.smi-spec.io/v1alpha4 HTTPRouteGroup, specs.smi-spec.io/v1alpha4 TCPRoute, access.smi-spec.io/v1alpha3 TrafficTarget, split.smi-spec.io/v1alpha4 TrafficSplit, osm-vm.io/v1alpha1 Egress (did you mean \"Service\"?)",
+			"Servce a (web.yaml document 1, line 1): kind: unsupported kind \"Servce\": want one of osm-vm.io/v1alpha1 MeshConfig, osm-vm.io/v1alpha1 Service, specs.smi-spec.io/v1alpha4 HTTPRouteGroup, specs.smi-spec.io/v1alpha4 TCPRoute, access.smi-spec.io/v1alpha3 TrafficTarget, split.smi-spec.io/v1alpha4 TrafficSplit, osm-vm.io/v1alpha1 Egress, gateway.networking.k8s.io/v1beta1 ReferenceGrant, gateway.networking.k8s.io/v1 HTTPRoute, gateway.networking.k8s.io/v1 GRPCRoute, v1 Service, gateway.networking.k8s.io/v1beta1 HTTPRoute, gateway.networking.k8s.io/v1 ReferenceGrant (did you mean \"Service\"?)",
 		}},
 		{"missing kind", "apiVersion: osm-vm.io/v1alpha1\nmetadata: {name: a}\n", []string{
-			"document a (web.yaml document 1, line 1): kind: missing: want one of osm-vm.io/v1alpha1 MeshConfig, osm-vm.io/v1alpha1 Service, specs.smi-spec.io/v1alpha4 HTTPRouteGroup, specs.smi-spec.io/v1alpha4 TCPRoute, access.smi-spec.io/v1alpha3 TrafficTarget, split.smi-spec.io/v1alpha4 TrafficSplit, osm-vm.io/v1alpha1 Egress",
+			"document a (web.yaml document 1, line 1): kind: missing: want one of osm-vm.io/v1alpha1 MeshConfig, osm-vm.io/v1alpha1 Service, specs.smi-spec.io/v1alpha4 HTTPRouteGroup, specs.smi-spec.io/v1alpha4 TCPRoute, access.smi-spec.io/v1alpha3 TrafficTarget, split.smi-spec.io/v1alpha4 TrafficSplit, osm-vm.io/v1alpha1 Egress, gateway.networking.k8s.io/v1beta1 ReferenceGrant, gateway.networking.k8s.io/v1 HTTPRoute, gateway.networking.k8s.io/v1 GRPCRoute, v1 Service, gateway.networking.k8s.io/v1beta1 HTTPRoute, gateway.networking.k8s.io/v1 ReferenceGrant",
 		}},
 		{"port out of range", svcHead + "spec:\n  ports:\n    - {port: 70000}\n    - {port: 0}\n", []string{
 			"Service default/web (web.yaml document 1, line 1): spec.ports[0].port: port 70000 is out of range: want 1-65535",

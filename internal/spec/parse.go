@@ -233,6 +233,9 @@ func supportedKinds() string {
 	for _, k := range kinds {
 		s = append(s, k.apiVersion+" "+k.kind)
 	}
+	for _, f := range forms {
+		s = append(s, f.apiVersion+" "+f.kind)
+	}
 	return strings.Join(s, ", ")
 }
 
@@ -274,10 +277,10 @@ func parseOne(n *yaml.Node, source string, index int) (*Document, []FieldError) 
 		}
 		return nil, bad(k, "kind", "unsupported kind %q: want one of %s%s", kind, supportedKinds(), didYouMean(kind, names))
 	}
-	if apiVersion != ki.apiVersion {
-		return nil, bad(k, "apiVersion", "%s needs apiVersion %q, not %q", kind, ki.apiVersion, apiVersion)
+	obj, ok := newObjectFor(ki, apiVersion)
+	if !ok {
+		return nil, bad(k, "apiVersion", "%s needs apiVersion %s, not %q", kind, apiVersionsOf(ki), apiVersion)
 	}
-	obj := ki.newObject()
 	var fes []FieldError
 	for _, u := range unknownFields(raw, reflect.TypeOf(obj).Elem(), "") {
 		fes = append(fes, FieldError{Document: describe(k, source, index, line), Field: u.path, Message: u.msg})
@@ -364,6 +367,9 @@ func unknownFields(v any, t reflect.Type, path string) []unknownField {
 	}
 	if v == nil {
 		return nil // null leaves the zero value
+	}
+	if reflect.PointerTo(t).Implements(reflect.TypeFor[json.Unmarshaler]()) {
+		return nil // decodes itself (Kubernetes' int-or-string, durations): json reports its errors
 	}
 	switch t.Kind() {
 	case reflect.Int:

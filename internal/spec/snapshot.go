@@ -27,6 +27,7 @@ type Snapshot struct {
 	splits     []Key                           // TrafficSplits, in key order
 	splitRoot  map[mesh.MeshService]Key        // the first TrafficSplit of each root
 	pairs      map[[2]mesh.ServiceAccount]bool // {source, destination} some TrafficTarget allows
+	gateway    gatewayIndex                    // Gateway API routes by parent port
 }
 
 // ServiceInfo is a Service with its virtual IP.
@@ -68,8 +69,9 @@ func newSnapshot(st *state, version uint64) *Snapshot {
 			}
 		}
 	}
+	s.gateway = newGatewayIndex(st, s.keys)
 	for _, k := range s.keys {
-		svc, ok := st.objects[k].(*Service)
+		svc, ok := serviceOf(st.objects[k])
 		if !ok {
 			continue
 		}
@@ -257,6 +259,7 @@ func (s *Snapshot) Upstreams(src mesh.ServiceAccount) []mesh.MeshService {
 				}
 			}
 		}
+		s.gatewayUpstreams(src, allowed)
 	}
 	out := make([]mesh.MeshService, 0, len(allowed))
 	for svc := range allowed {
@@ -330,13 +333,14 @@ func (s *Snapshot) Object(k Key) (Object, bool) {
 
 func (s *Snapshot) withStatus(o Object) Object {
 	ki, _ := lookupKind(o.Key().Kind)
-	c := ki.newObject()
+	c, _ := newObjectFor(ki, o.typeMeta().APIVersion)
 	b, _ := json.Marshal(o)
 	_ = json.Unmarshal(b, c)
-	if svc, ok := c.(*Service); ok {
-		if ip, ok := s.st.vips[mesh.MeshService{Namespace: svc.Metadata.Namespace, Name: svc.Metadata.Name}]; ok {
-			svc.Status = &ServiceStatus{VIP: ip.String()}
+	if k := c.Key(); k.Kind == KindService {
+		if ip, ok := s.st.vips[mesh.MeshService{Namespace: k.Namespace, Name: k.Name}]; ok {
+			setVIP(c, ip.String())
 		}
 	}
+	withRouteStatus(s.st, c)
 	return c
 }

@@ -399,6 +399,9 @@ func deleteKeys(st *state, keys []Key) (BatchResult, error) {
 			}
 		}
 	}
+	if err := gatewayDeleteConflict(st, gone); err != nil {
+		return BatchResult{}, err
+	}
 	for _, k := range keys {
 		delete(st.objects, k)
 		res.Results = append(res.Results, Result{Key: k, Action: Deleted})
@@ -421,6 +424,10 @@ func namesOfKind(st *state, kind, namespace string) []string {
 // missing Services are errors for TrafficSplits, while missing identities
 // and route groups are warnings because apply order should not matter.
 func checkReferences(v *validator, st *state, obj Object) {
+	if w, ok := obj.(interface{ applyWarnings(*validator) }); ok {
+		w.applyWarnings(v)
+	}
+	gatewayReferences(v, st, obj)
 	switch o := obj.(type) {
 	case *Egress:
 		checkEgress(v, st, o)
@@ -453,7 +460,7 @@ func checkReferences(v *validator, st *state, obj Object) {
 	case *TrafficTarget:
 		accounts := map[string][]string{} // namespace -> service accounts of Services
 		for _, obj := range st.objects {
-			if s, ok := obj.(*Service); ok {
+			if s, ok := serviceOf(obj); ok {
 				accounts[s.Metadata.Namespace] = append(accounts[s.Metadata.Namespace], s.Spec.ServiceAccount)
 			}
 		}
@@ -497,7 +504,7 @@ func checkReferences(v *validator, st *state, obj Object) {
 
 // hasGRPCPort reports whether the Service ns/name has a gRPC port.
 func hasGRPCPort(st *state, ns, name string) bool {
-	svc, ok := st.objects[Key{Kind: KindService, Namespace: ns, Name: name}].(*Service)
+	svc, ok := serviceOf(st.objects[Key{Kind: KindService, Namespace: ns, Name: name}])
 	return ok && slices.ContainsFunc(svc.Spec.Ports, func(p ServicePort) bool { return p.AppProtocol == "grpc" })
 }
 

@@ -225,7 +225,10 @@ func decodeObject(r json.RawMessage) (Object, error) {
 	if !ok {
 		return nil, fmt.Errorf("stored document has kind %q, which this version does not know: upgrade osm-server", tm.Kind)
 	}
-	obj := ki.newObject()
+	obj, ok := newObjectFor(ki, tm.APIVersion)
+	if !ok {
+		return nil, fmt.Errorf("stored %s has apiVersion %q, which this version does not know: upgrade osm-server", tm.Kind, tm.APIVersion)
+	}
 	if err := json.Unmarshal(r, obj); err != nil {
 		return nil, fmt.Errorf("decode stored %s: %w", tm.Kind, err)
 	}

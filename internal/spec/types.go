@@ -51,7 +51,7 @@ type kindInfo struct {
 
 // kinds lists the supported kinds in apply order: Services and MeshConfig
 // first so references inside one batch resolve.
-var kinds = []kindInfo{
+var kinds = slices.Concat([]kindInfo{
 	{KindMeshConfig, APIVersionOSM, "meshconfigs", false, func() Object { return &MeshConfig{} }},
 	{KindService, APIVersionOSM, "services", true, func() Object { return &Service{} }},
 	{KindHTTPRouteGroup, APIVersionSpecs, "httproutegroups", true, func() Object { return &HTTPRouteGroup{} }},
@@ -59,7 +59,7 @@ var kinds = []kindInfo{
 	{KindTrafficTarget, APIVersionAccess, "traffictargets", true, func() Object { return &TrafficTarget{} }},
 	{KindTrafficSplit, APIVersionSplit, "trafficsplits", true, func() Object { return &TrafficSplit{} }},
 	{KindEgress, APIVersionOSM, "egresses", true, func() Object { return &Egress{} }},
-}
+}, gatewayKinds)
 
 func lookupKind(kind string) (kindInfo, bool) {
 	for _, k := range kinds {
@@ -75,7 +75,7 @@ func kindOrder(kind string) int {
 }
 
 // PolicyKinds are the kinds `get policies` lists.
-var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindEgress}
+var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindEgress, KindReferenceGrant, KindHTTPRoute, KindGRPCRoute}
 
 // ResolveKinds maps a kind as typed by a user ("services", "service",
 // "Service", "svc", "policies", "all") to the kinds it names.

@@ -96,5 +96,6 @@ func routeMatchEqual(a, b spec.HTTPRouteMatch) bool {
 
 func outboundEqual(a, b outbound) bool {
 	return a.port == b.port && a.direct == b.direct && a.subset == b.subset && serviceInfoEqual(a.info, b.info) &&
-		slices.Equal(a.split, b.split) && slices.EqualFunc(a.splitMatches, b.splitMatches, routeMatchEqual)
+		slices.Equal(a.split, b.split) && slices.EqualFunc(a.splitMatches, b.splitMatches, routeMatchEqual) &&
+		gatewayPlanEqual(a.gw, b.gw)
 }

@@ -29,6 +29,7 @@ type randomMesh struct {
 	tcpPorts   []int
 	targets    []randomTarget
 	splits     []randomSplit
+	routes     []randomRoute
 	// config is more of MeshConfig's spec, such as
 	// "certificate: {serviceLifetime: 1s}"; empty for none.
 	config string
@@ -53,6 +54,26 @@ type randomTarget struct {
 	port    int // 0 for all
 	sources []string
 	rules   []string // "g0", "g1", "g1:m0", "tcp"
+}
+
+// randomRoute is an HTTPRoute attached to a service (one port or all)
+// with a header-matched rule and a weighted one.
+type randomRoute struct {
+	parent   string
+	port     int // 0 for all
+	header   string
+	backends map[string]int
+}
+
+func newRandomRoute(r *rand.Rand) randomRoute {
+	rt := randomRoute{parent: fmt.Sprintf("s%d", r.IntN(5)), header: pick(r, []string{"", "a", "b"}), backends: map[string]int{}}
+	if r.IntN(2) == 0 {
+		rt.port = pick(r, randomPorts)
+	}
+	for range 1 + r.IntN(3) {
+		rt.backends[fmt.Sprintf("s%d", r.IntN(5))] = pick(r, []int{0, 10, 50, 90})
+	}
+	return rt
 }
 
 type randomSplit struct {
@@ -101,6 +122,9 @@ func newRandomMesh(r *rand.Rand) randomMesh {
 	for range r.IntN(3) {
 		m.splits = append(m.splits, newRandomSplit(r))
 	}
+	for range r.IntN(3) {
+		m.routes = append(m.routes, newRandomRoute(r))
+	}
 	return m
 }
 
@@ -131,7 +155,8 @@ func (m randomMesh) mutate(r *rand.Rand) randomMesh {
 	m.services = append([]randomService(nil), m.services...)
 	m.targets = append([]randomTarget(nil), m.targets...)
 	m.splits = append([]randomSplit(nil), m.splits...)
-	switch r.IntN(9) {
+	m.routes = append([]randomRoute(nil), m.routes...)
+	switch r.IntN(10) {
 	case 0:
 		m.permissive = !m.permissive
 	case 1:
@@ -170,8 +195,57 @@ func (m randomMesh) mutate(r *rand.Rand) randomMesh {
 		} else {
 			m.splits = append(m.splits, newRandomSplit(r))
 		}
+	case 9:
+		switch {
+		case len(m.routes) > 0 && r.IntN(3) == 0:
+			i := r.IntN(len(m.routes))
+			m.routes = append(m.routes[:i:i], m.routes[i+1:]...)
+		case len(m.routes) > 0 && r.IntN(2) == 0:
+			i := r.IntN(len(m.routes))
+			backends := map[string]int{}
+			for b, w := range m.routes[i].backends {
+				backends[b] = w
+			}
+			backends[fmt.Sprintf("s%d", r.IntN(5))] = pick(r, []int{0, 30})
+			m.routes[i].backends = backends
+		default:
+			m.routes = append(m.routes, newRandomRoute(r))
+		}
 	}
 	return m
+}
+
+// protocolOf is the protocol of port p of service s.
+func (s randomService) protocolOf(p int) string {
+	if proto := s.protocols[p]; proto != "" {
+		return proto
+	}
+	if proto := map[int]string{8080: "http", 7070: "grpc"}[p]; proto != "" {
+		return proto
+	}
+	return "tcp"
+}
+
+// routeFits reports whether rt can attach: its parent is no TrafficSplit
+// root and has the port (or any port) it can serve.
+func (m randomMesh) routeFits(rt randomRoute) bool {
+	for _, sp := range m.splits {
+		if sp.root == rt.parent {
+			return false
+		}
+	}
+	var parent randomService
+	for i, s := range m.services {
+		if fmt.Sprintf("s%d", i) == rt.parent {
+			parent = s
+		}
+	}
+	for _, p := range parent.ports {
+		if (rt.port == 0 || rt.port == p) && parent.protocolOf(p) != "tcp" {
+			return true
+		}
+	}
+	return false
 }
 
 func (m randomMesh) yaml() string {
@@ -181,17 +255,10 @@ func (m randomMesh) yaml() string {
 		config = ", " + m.config
 	}
 	fmt.Fprintf(&b, "apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {traffic: {permissive: %v}%s}\n", m.permissive, config)
-	protocol := map[int]string{8080: "http", 7070: "grpc", 9090: "tcp"}
 	for i, s := range m.services {
 		var ports []string
 		for _, p := range s.ports {
-			proto, target := s.protocols[p], p+1
-			if proto == "" {
-				proto = protocol[p]
-			}
-			if proto == "" {
-				proto = "tcp"
-			}
+			proto, target := s.protocolOf(p), p+1
 			if t, ok := s.targetPorts[p]; ok {
 				target = t
 			}
@@ -244,6 +311,26 @@ func (m randomMesh) yaml() string {
 			matches = ", matches: [{kind: HTTPRouteGroup, name: g0}]"
 		}
 		fmt.Fprintf(&b, "---\napiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: split%d, namespace: default}\nspec: {service: %s, backends: [%s]%s}\n", i, s.root, strings.Join(backends, ", "), matches)
+	}
+	for i, rt := range m.routes {
+		if !m.routeFits(rt) {
+			continue // the specification would refuse it
+		}
+		var backends []string
+		for _, name := range []string{"s0", "s1", "s2", "s3", "s4"} {
+			if w, ok := rt.backends[name]; ok {
+				backends = append(backends, fmt.Sprintf("{name: %s, port: 8080, weight: %d}", name, w))
+			}
+		}
+		port := ""
+		if rt.port != 0 {
+			port = fmt.Sprintf(", port: %d", rt.port)
+		}
+		rules := fmt.Sprintf("[{backendRefs: [%s]}]", strings.Join(backends, ", "))
+		if rt.header != "" {
+			rules = fmt.Sprintf("[{matches: [{headers: [{name: x-v, value: %s}]}], backendRefs: [%s]}, {backendRefs: [%s]}]", rt.header, backends[0], strings.Join(backends, ", "))
+		}
+		fmt.Fprintf(&b, "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: route%d, namespace: default}\nspec:\n  parentRefs: [{group: \"\", kind: Service, name: %s%s}]\n  rules: %s\n", i, rt.parent, port, rules)
 	}
 	return b.String()
 }
@@ -310,13 +397,19 @@ func marshalled(t *testing.T, m proto.Message) []byte {
 func TestEqualInputsRenderEqually(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	addr := netip.MustParseAddr("10.0.0.9")
-	same, differ := 0, 0
+	same, differ, routed := 0, 0, 0
 	for i := range 300 {
 		base := newRandomMesh(r)
 		edit := base.mutate(r)
 		a, b := snapshotOf(t, base.yaml()), snapshotOf(t, edit.yaml())
 		if a == nil || b == nil {
 			continue
+		}
+		for s := range 5 {
+			if a.HasGatewayRoutes(svcNamed(s)) || b.HasGatewayRoutes(svcNamed(s)) {
+				routed++
+				break
+			}
 		}
 		ma, mb := meshOf(a, nil), meshOf(b, nil)
 		for s := range 5 {
@@ -355,7 +448,10 @@ func TestEqualInputsRenderEqually(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("equal Inputs %d times, different %d times", same, differ)
+	t.Logf("equal Inputs %d times, different %d times; %d cases with Gateway API routes", same, differ, routed)
+	if routed < 50 {
+		t.Errorf("only %d cases had Gateway API routes: the random specifications no longer exercise them", routed)
+	}
 	if same < 500 || differ < 200 {
 		t.Errorf("equal Inputs %d times, different %d times: the random edits no longer exercise both", same, differ)
 	}
@@ -403,8 +499,9 @@ func TestInputsEqualCoversEveryField(t *testing.T) {
 		reflect.TypeFor[spec.ServicePort]():    {"Name", "Port", "TargetPort", "AppProtocol"}, // slices.Equal: ==
 		reflect.TypeFor[spec.InboundRule]():    {"Policy", "Sources", "Port", "HTTP", "TCPPorts", "TCPAllPorts"},
 		reflect.TypeFor[spec.HTTPRouteMatch](): {"Group", "Name", "PathRegex", "Methods", "Headers"},
-		reflect.TypeFor[outbound]():            {"info", "port", "direct", "split", "subset", "splitMatches"},
-		reflect.TypeFor[backend]():             {"svc", "weight"}, // slices.Equal: ==
+		reflect.TypeFor[outbound]():            {"info", "port", "direct", "split", "subset", "splitMatches", "gw"},
+		reflect.TypeFor[gatewayPlan]():         {"routes", "allowed", "subset"}, // routes by their Fingerprint, the JSON of all of it
+		reflect.TypeFor[backend]():             {"svc", "weight"},               // slices.Equal: ==
 		reflect.TypeFor[spec.EgressRoute]():    {"Host", "VIP", "EgressPort", "Matches", "RestrictedBy"},
 		reflect.TypeFor[spec.EgressPort]():     {"Number", "Protocol", "TargetPort", "OriginateTLS"}, // ==
 	}

@@ -35,6 +35,8 @@
 //	                                           when the caller may reach only some of them;
 //	                                           "split-only" when the split has matches and the
 //	                                           caller may not call the root itself
+//	        outbound|<ns>/<svc>|<port>|gw[=<consumer ns>][|to=...][|grpc]
+//	                                           Gateway API routes of the port (gateway.go)
 //	        inbound|<ns>/<svc>|<port>          Envoy: routes to the local cluster
 //	LDS     outbound|... (as its RDS name)     Envoy listener on <VIP>:<port>
 //	        inbound|<ns>/<svc>|<port>          Envoy listener on <proxy address>:<port> (the only
@@ -227,12 +229,18 @@ type outbound struct {
 	split        []backend
 	subset       bool
 	splitMatches []spec.HTTPRouteMatch
+	// gw is set when Gateway API routes decide the port's calls (then
+	// direct and split are unset).
+	gw *gatewayPlan
 }
 
 func isHTTP(p spec.ServicePort) bool { return p.AppProtocol != "tcp" }
 
 // routeName is the RDS (and Envoy outbound listener) name.
 func (o outbound) routeName(f Flavor) string {
+	if o.gw != nil {
+		return o.gw.routeName(o, f)
+	}
 	var b strings.Builder
 	b.WriteString("outbound|" + o.info.Service.String() + "|" + strconv.Itoa(o.port.Port))
 	if o.subset {
@@ -254,6 +262,9 @@ func (o outbound) routeName(f Flavor) string {
 
 // services returns the services the outbound's routes send to.
 func (o outbound) services() []mesh.MeshService {
+	if o.gw != nil {
+		return o.gw.allowed
+	}
 	var out []mesh.MeshService
 	if o.direct {
 		out = append(out, o.info.Service)
@@ -323,7 +334,8 @@ func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 				}
 			}
 		}
-		if !base.direct && len(base.split) == 0 {
+		routed := m.Spec().HasGatewayRoutes(svc)
+		if !base.direct && len(base.split) == 0 && !routed {
 			continue
 		}
 		for _, port := range sortedPorts(info) {
@@ -332,6 +344,13 @@ func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 			}
 			o := base
 			o.port = port
+			if routed && gatewayPort(m, p, src, &o) {
+				out = append(out, o)
+				continue
+			}
+			if !o.direct && len(o.split) == 0 {
+				continue // a port no route of a routed Service serves
+			}
 			if !isHTTP(port) && len(o.split) > 0 {
 				// tcp_proxy cannot match requests: the split takes all.
 				o.direct, o.splitMatches = false, nil

@@ -74,6 +74,9 @@ func routeAction(port spec.ServicePort, a *routev3.RouteAction) *routev3.RouteAc
 }
 
 func outboundRoutes(o outbound, f Flavor) *routev3.RouteConfiguration {
+	if o.gw != nil {
+		return gatewayRouteConfig(o, f)
+	}
 	var routes []*routev3.Route
 	if len(o.split) > 0 {
 		var ws []*routev3.WeightedCluster_ClusterWeight

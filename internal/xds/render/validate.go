@@ -565,6 +565,9 @@ func (v *validation) routeAction(m *routev3.RouteAction) {
 	if c := m.GetCluster(); c != "" {
 		v.ref("cluster", c)
 	}
+	for _, mp := range m.GetRequestMirrorPolicies() {
+		v.ref("cluster", mp.GetCluster())
+	}
 }
 
 func (v *validation) weightedClusters(m *routev3.WeightedCluster) {
