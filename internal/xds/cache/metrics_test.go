@@ -12,7 +12,8 @@ import (
 )
 
 // TestMetrics: responses and NACKs are counted by type, and a change is
-// timed to the ACK of the last proxy it changed.
+// timed to the ACK of the last proxy it changed; a proxy that NACKs holds
+// the change back until it ACKs a later version.
 func TestMetrics(t *testing.T) {
 	c := New(testLogger(t))
 	reg := prometheus.NewPedanticRegistry()
@@ -42,8 +43,17 @@ func TestMetrics(t *testing.T) {
 	if got := histogramCount(t, reg); got != 0 {
 		t.Fatalf("change observed after 1 of 2 ACKs (count %d)", got)
 	}
+	// A NACK is no answer: the change waits for n2 to ACK a later version.
 	a2.send(resource.ClusterType, nil, r1.GetVersionInfo(), r2.GetNonce(), fmt.Errorf("cluster b: invalid"))
-	waitFor(t, func() bool { return histogramCount(t, reg) == 1 })
+	waitFor(t, func() bool { return len(c.NACKs()) == 1 })
+	if got := histogramCount(t, reg); got != 0 {
+		t.Fatalf("change observed at a NACK (count %d)", got)
+	}
+	// The fix, to n2 alone: its ACK answers both changes.
+	c.BeginChange()
+	mustPublish(t, c, "n2", resource.ClusterType, mustSet(t, mustResource(t, c, "c", cluster("c"))))
+	a2.ack(a2.recv(), nil)
+	waitFor(t, func() bool { return histogramCount(t, reg) == 2 })
 
 	want := `
 # HELP osm_xds_nacks_total xDS responses proxies rejected (NACKs), by type; /debug/proxies shows the last rejection's message.
@@ -56,7 +66,7 @@ osm_xds_nacks_total{type="rds"} 0
 osm_xds_nacks_total{type="sds"} 0
 # HELP osm_xds_responses_total xDS responses sent to proxies, by type (cds, eds, lds, rds, sds).
 # TYPE osm_xds_responses_total counter
-osm_xds_responses_total{type="cds"} 4
+osm_xds_responses_total{type="cds"} 5
 osm_xds_responses_total{type="eds"} 0
 osm_xds_responses_total{type="lds"} 0
 osm_xds_responses_total{type="other"} 0
@@ -65,6 +75,59 @@ osm_xds_responses_total{type="sds"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "osm_xds_responses_total", "osm_xds_nacks_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestChangeToACKCountsJoiningProxies: a proxy that connects during a
+// change is waited for (its first configuration carries the change); a
+// batch that only configures joining proxies is not a change; a proxy
+// whose named subscription the change does not touch is not waited for.
+func TestChangeToACKCountsJoiningProxies(t *testing.T) {
+	c := New(testLogger(t))
+	reg := prometheus.NewPedanticRegistry()
+	if err := c.Instrument(reg); err != nil {
+		t.Fatal(err)
+	}
+	conn := startServer(t, c)
+	a := mustResource(t, c, "a", cluster("a"))
+	b := mustResource(t, c, "b", cluster("b"))
+	mustPublish(t, c, "old", resource.ClusterType, mustSet(t, a))
+	mustPublish(t, c, "named", resource.ClusterType, mustSet(t, a))
+	old, named := newADSClient(t, conn, "old"), newADSClient(t, conn, "named")
+	old.send(resource.ClusterType, nil, "", "", nil)
+	named.send(resource.ClusterType, []string{"a"}, "", "", nil)
+	old.ack(old.recv(), nil)
+	named.ack(named.recv(), []string{"a"})
+	// joining has asked, and waits for its first configuration.
+	joining := newADSClient(t, conn, "joining")
+	joining.send(resource.ClusterType, nil, "", "", nil)
+	waitFor(t, func() bool { return c.Stats().Watches == 3 })
+
+	c.BeginChange()
+	for _, n := range []string{"old", "named", "joining"} {
+		mustPublish(t, c, n, resource.ClusterType, mustSet(t, a, b))
+	}
+	ro, rj := old.recv(), joining.recv()
+	old.ack(ro, nil)
+	waitFor(t, func() bool { return c.Status("old")[0].ACKed == ro.GetVersionInfo() })
+	if got := histogramCount(t, reg); got != 0 {
+		t.Fatalf("change observed before the joining proxy ACKed (count %d)", got)
+	}
+	joining.ack(rj, nil)
+	waitFor(t, func() bool { return histogramCount(t, reg) == 1 })
+	named.expectNothing(50 * time.Millisecond) // "named" asked for a only: not affected, not waited for
+
+	// Only a joining proxy configured: no change observed.
+	late := newADSClient(t, conn, "late")
+	late.send(resource.ClusterType, nil, "", "", nil)
+	waitFor(t, func() bool { return c.Stats().Watches == 4 })
+	c.BeginChange()
+	mustPublish(t, c, "late", resource.ClusterType, mustSet(t, a))
+	rl := late.recv()
+	late.ack(rl, nil)
+	waitFor(t, func() bool { return c.Status("late")[0].ACKed == rl.GetVersionInfo() })
+	if got := histogramCount(t, reg); got != 1 {
+		t.Fatalf("a join alone was observed as a change (count %d, want 1)", got)
 	}
 }
 
