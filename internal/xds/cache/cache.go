@@ -130,6 +130,9 @@ type node struct {
 	// sent carried: only an ACK of that response answers them (metrics.go).
 	awaiting [numTypes][]*change
 	carried  [numTypes]int
+	// publishedIn is, per type, the change its view was last published
+	// in (a proxy that asks later joins it).
+	publishedIn [numTypes]*change
 	// served and asked have bit typeIndex set for each type a response was
 	// sent of, and a request arrived of.
 	served, asked uint8

@@ -70,9 +70,9 @@ const maxAwaiting = 16
 //     a type it has asked for (a request of that type arrived from it)
 //     and, if it asks for resources by name, what it asked for: a proxy
 //     whose subscription the change does not touch is not waited for. A
-//     proxy that connects during a change counts for the types it had
-//     asked for when the change was published to it: its first
-//     configuration carries the change.
+//     proxy that connects during a change counts too, for each type it
+//     asks for while the change is still waited for (its first
+//     configuration carries the change).
 //   - A change is observed only if it altered the configuration of at
 //     least one proxy already configured (one that had been sent that
 //     type before): a batch that only configures joining proxies (a
@@ -135,9 +135,19 @@ func (c *Cache) BeginChange() {
 // if n has asked for that type (see Instrument). Caller holds c.mu.
 func (c *Cache) await(n *node, i int) {
 	e := c.current
-	if e == nil || n.asked&(1<<i) == 0 {
+	if e == nil {
 		return
 	}
+	n.publishedIn[i] = e
+	if n.asked&(1<<i) == 0 {
+		return // see asked
+	}
+	c.awaitChange(n, i, e)
+}
+
+// awaitChange records that node n's view of type i awaits an ACK for
+// change e. Caller holds c.mu.
+func (c *Cache) awaitChange(n *node, i int, e *change) {
 	aw := n.awaiting[i]
 	if len(aw) > 0 && aw[len(aw)-1] == e {
 		return
@@ -154,11 +164,22 @@ func (c *Cache) await(n *node, i int) {
 	}
 }
 
-// asked records that node n sent a request of type URL typeURL. Caller
+// asked records that node n sent a request of type URL typeURL. The
+// first of a type joins the change its view of that type was last
+// published in, if that change is still waited for: a proxy connecting
+// during a change often asks only after its view was published. Caller
 // holds c.mu.
 func (c *Cache) asked(n *node, typeURL string) {
-	if c.metrics != nil {
-		n.asked |= 1 << typeIndex(typeURL)
+	if c.metrics == nil {
+		return
+	}
+	i := typeIndex(typeURL)
+	if n.asked&(1<<i) != 0 {
+		return
+	}
+	n.asked |= 1 << i
+	if e := n.publishedIn[i]; e != nil && e.outstanding > 0 {
+		c.awaitChange(n, i, e)
 	}
 }
 
@@ -190,7 +211,7 @@ func (c *Cache) forgetChanges(n *node) {
 		for _, e := range aw {
 			c.settle(e, false)
 		}
-		n.awaiting[i], n.carried[i] = nil, 0
+		n.awaiting[i], n.carried[i], n.publishedIn[i] = nil, 0, nil
 	}
 	n.served, n.asked = 0, 0
 }

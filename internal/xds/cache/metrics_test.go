@@ -79,7 +79,8 @@ osm_xds_responses_total{type="sds"} 0
 }
 
 // TestChangeToACKCountsJoiningProxies: a proxy that connects during a
-// change is waited for (its first configuration carries the change); a
+// change is waited for (its first configuration carries the change),
+// whether it asked before its view was published or after; a
 // batch that only configures joining proxies is not a change; a proxy
 // whose named subscription the change does not touch is not waited for.
 func TestChangeToACKCountsJoiningProxies(t *testing.T) {
@@ -104,28 +105,35 @@ func TestChangeToACKCountsJoiningProxies(t *testing.T) {
 	waitFor(t, func() bool { return c.Stats().Watches == 3 })
 
 	c.BeginChange()
-	for _, n := range []string{"old", "named", "joining"} {
+	// "asksLate" connects during the change too, but asks only after its
+	// view was published.
+	for _, n := range []string{"old", "named", "joining", "asksLate"} {
 		mustPublish(t, c, n, resource.ClusterType, mustSet(t, a, b))
 	}
-	ro, rj := old.recv(), joining.recv()
+	late := newADSClient(t, conn, "asksLate")
+	late.send(resource.ClusterType, nil, "", "", nil)
+	ro, rj, rl := old.recv(), joining.recv(), late.recv()
 	old.ack(ro, nil)
-	waitFor(t, func() bool { return c.Status("old")[0].ACKed == ro.GetVersionInfo() })
-	if got := histogramCount(t, reg); got != 0 {
-		t.Fatalf("change observed before the joining proxy ACKed (count %d)", got)
-	}
 	joining.ack(rj, nil)
+	waitFor(t, func() bool {
+		return c.Status("old")[0].ACKed == ro.GetVersionInfo() && c.Status("joining")[0].ACKed == rj.GetVersionInfo()
+	})
+	if got := histogramCount(t, reg); got != 0 {
+		t.Fatalf("change observed before the proxy that asked late ACKed (count %d)", got)
+	}
+	late.ack(rl, nil)
 	waitFor(t, func() bool { return histogramCount(t, reg) == 1 })
 	named.expectNothing(50 * time.Millisecond) // "named" asked for a only: not affected, not waited for
 
 	// Only a joining proxy configured: no change observed.
-	late := newADSClient(t, conn, "late")
-	late.send(resource.ClusterType, nil, "", "", nil)
-	waitFor(t, func() bool { return c.Stats().Watches == 4 })
+	alone := newADSClient(t, conn, "alone")
+	alone.send(resource.ClusterType, nil, "", "", nil)
+	waitFor(t, func() bool { return c.Stats().Watches == 5 })
 	c.BeginChange()
-	mustPublish(t, c, "late", resource.ClusterType, mustSet(t, a))
-	rl := late.recv()
-	late.ack(rl, nil)
-	waitFor(t, func() bool { return c.Status("late")[0].ACKed == rl.GetVersionInfo() })
+	mustPublish(t, c, "alone", resource.ClusterType, mustSet(t, a))
+	ra := alone.recv()
+	alone.ack(ra, nil)
+	waitFor(t, func() bool { return c.Status("alone")[0].ACKed == ra.GetVersionInfo() })
 	if got := histogramCount(t, reg); got != 1 {
 		t.Fatalf("a join alone was observed as a change (count %d, want 1)", got)
 	}
