@@ -8,24 +8,12 @@
 // It checks that every service is drawn and listed and that the split
 // change appears without a reload, and prints what it measured; it asserts
 // no time.
-import { createRequire } from "node:module";
 import { execFileSync } from "node:child_process";
-
-const require = createRequire(process.env.PLAYWRIGHT_DIR + "/");
-const { chromium } = require("playwright-core");
+import { fail, open } from "./chromium.mjs";
 
 const n = Number(process.env.SERVICES);
-const fail = (msg) => { console.error("FAIL: " + msg); process.exitCode = 1; };
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-});
+const { browser, page, errors } = await open();
 try {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1100 } });
-  const errors = [];
-  page.on("pageerror", (e) => errors.push(e.message));
-  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
-
   // Load to rendered: from navigation to every service in the graph and
   // the table; three loads (the token stays in the tab's session storage),
   // of which the median is reported.
