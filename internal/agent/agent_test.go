@@ -48,13 +48,13 @@ type harness struct {
 	api      *httptest.Server
 	enroller *agenttest.Enroller
 	cfg      agent.Config
+	// metrics, when set, is the agent's registry (served on cfg.MetricsAddress).
+	metrics *prometheus.Registry
 
 	mu       sync.Mutex
 	apiCalls int
 	apiPeer  string
 	xdsAddr  string // what the agent config route answers; default ads.Addr
-	// metrics, when set, is the agent's registry (served on cfg.MetricsAddress).
-	metrics *prometheus.Registry
 }
 
 const token = "abcdef.0123456789abcdef"
