@@ -155,7 +155,10 @@ func TestGRPCClientThroughServer(t *testing.T) {
 		t.Helper()
 		got := map[uint16]int{}
 		for range n {
-			p, err := checkPeer(t, hc)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			var p peer.Peer
+			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
+			cancel()
 			if err != nil {
 				var cfg []byte
 				if ps := e.srv.Proxies(); len(ps) > 0 {
@@ -270,16 +273,6 @@ func timedCheck(t *testing.T, conn *grpc.ClientConn, timeout time.Duration) (err
 	start := time.Now()
 	_, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
 	return err, time.Since(start)
-}
-
-// checkPeer runs one health RPC through hc, waiting up to 10 s for the
-// channel to be ready, and returns who answered it.
-func checkPeer(t *testing.T, hc healthpb.HealthClient) (peer.Peer, error) {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	var p peer.Peer
-	_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
-	return p, err
 }
 
 // refusedWithin is the bound a refused first RPC must fail within: far

@@ -1,13 +1,16 @@
 package xds
 
 import (
+	"context"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/xds"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -37,7 +40,10 @@ func TestChangeToACKWithGRPCClient(t *testing.T) {
 		t.Helper()
 		hits := 0
 		for range n {
-			p, err := checkPeer(t, hc)
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			var p peer.Peer
+			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Peer(&p), grpc.WaitForReady(true))
+			cancel()
 			if err != nil {
 				t.Fatalf("RPC via xds:///bookstore.default.mesh:14001: %v", err)
 			}
