@@ -163,3 +163,40 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 	t.Fatal("condition not met within 5s")
 }
+
+// TestChangeToACKDelta: a Delta stream's ACK answers a change, its NACK
+// does not, and a named subscription the change does not touch is not
+// waited for.
+func TestChangeToACKDelta(t *testing.T) {
+	c := New(testLogger(t))
+	reg := prometheus.NewPedanticRegistry()
+	if err := c.Instrument(reg); err != nil {
+		t.Fatal(err)
+	}
+	conn := startServer(t, c)
+	a := mustResource(t, c, "a", cluster("a"))
+	for _, n := range []string{"wild", "named"} {
+		mustPublish(t, c, n, resource.ClusterType, mustSet(t, a))
+	}
+	wild, named := newDeltaClient(t, conn, "wild"), newDeltaClient(t, conn, "named")
+	wild.send(resource.ClusterType, nil, nil, "", nil)
+	named.send(resource.ClusterType, []string{"a"}, nil, "", nil)
+	wild.send(resource.ClusterType, nil, nil, wild.recv().GetNonce(), nil)
+	named.send(resource.ClusterType, nil, nil, named.recv().GetNonce(), nil)
+	waitFor(t, func() bool { return c.Stats().Watches == 2 })
+
+	c.BeginChange()
+	for _, n := range []string{"wild", "named"} {
+		mustPublish(t, c, n, resource.ClusterType, mustSet(t, a, mustResource(t, c, "b", cluster("b"))))
+	}
+	wild.send(resource.ClusterType, nil, nil, wild.recv().GetNonce(), fmt.Errorf("cluster b: invalid"))
+	waitFor(t, func() bool { return len(c.NACKs()) == 1 })
+	if got := histogramCount(t, reg); got != 0 {
+		t.Fatalf("change observed at a Delta NACK (count %d)", got)
+	}
+	c.BeginChange()
+	mustPublish(t, c, "wild", resource.ClusterType, mustSet(t, a, mustResource(t, c, "b", cluster("b2"))))
+	wild.send(resource.ClusterType, nil, nil, wild.recv().GetNonce(), nil)
+	waitFor(t, func() bool { return histogramCount(t, reg) == 2 })
+	named.expectNothing(50 * time.Millisecond)
+}
