@@ -117,7 +117,7 @@ func (d *Dashboard) State() http.Handler {
 		h.Write(body)
 		tag := fmt.Sprintf(`"%016x"`, h.Sum64())
 		w.Header().Set("ETag", tag)
-		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("Cache-Control", "no-store") // the page revalidates by its own If-None-Match
 		if r.Header.Get("If-None-Match") == tag {
 			w.WriteHeader(http.StatusNotModified)
 			return
