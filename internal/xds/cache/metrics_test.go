@@ -9,18 +9,14 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
 )
 
 // TestMetrics: responses and NACKs are counted by type, and a change is
 // timed to the ACK of the last proxy it changed; a proxy that NACKs holds
 // the change back until it ACKs a later version.
 func TestMetrics(t *testing.T) {
-	c := New(testLogger(t))
-	reg := prometheus.NewPedanticRegistry()
-	if err := c.Instrument(reg); err != nil {
-		t.Fatal(err)
-	}
-	conn := startServer(t, c)
+	c, reg, conn := startInstrumented(t)
 	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a"))))
 	mustPublish(t, c, "n2", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a"))))
 	a1, a2 := newADSClient(t, conn, "n1"), newADSClient(t, conn, "n2")
@@ -84,12 +80,7 @@ osm_xds_responses_total{type="sds"} 0
 // batch that only configures joining proxies is not a change; a proxy
 // whose named subscription the change does not touch is not waited for.
 func TestChangeToACKCountsJoiningProxies(t *testing.T) {
-	c := New(testLogger(t))
-	reg := prometheus.NewPedanticRegistry()
-	if err := c.Instrument(reg); err != nil {
-		t.Fatal(err)
-	}
-	conn := startServer(t, c)
+	c, reg, conn := startInstrumented(t)
 	a := mustResource(t, c, "a", cluster("a"))
 	b := mustResource(t, c, "b", cluster("b"))
 	mustPublish(t, c, "old", resource.ClusterType, mustSet(t, a))
@@ -139,6 +130,18 @@ func TestChangeToACKCountsJoiningProxies(t *testing.T) {
 	}
 }
 
+// startInstrumented serves an instrumented cache; it returns the cache,
+// its registry and a connection to the server.
+func startInstrumented(t *testing.T) (*Cache, *prometheus.Registry, *grpc.ClientConn) {
+	t.Helper()
+	c := New(testLogger(t))
+	reg := prometheus.NewPedanticRegistry()
+	if err := c.Instrument(reg); err != nil {
+		t.Fatal(err)
+	}
+	return c, reg, startServer(t, c)
+}
+
 func histogramCount(t *testing.T, g prometheus.Gatherer) uint64 {
 	t.Helper()
 	mfs, err := g.Gather()
@@ -168,12 +171,7 @@ func waitFor(t *testing.T, cond func() bool) {
 // does not, and a named subscription the change does not touch is not
 // waited for.
 func TestChangeToACKDelta(t *testing.T) {
-	c := New(testLogger(t))
-	reg := prometheus.NewPedanticRegistry()
-	if err := c.Instrument(reg); err != nil {
-		t.Fatal(err)
-	}
-	conn := startServer(t, c)
+	c, reg, conn := startInstrumented(t)
 	a := mustResource(t, c, "a", cluster("a"))
 	for _, n := range []string{"wild", "named"} {
 		mustPublish(t, c, n, resource.ClusterType, mustSet(t, a))
