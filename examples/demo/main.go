@@ -320,6 +320,7 @@ providers:
 		say("started %d osm-agents (data and logs in %s/<service>/), each enrolled with its own join token", len(all), rel(o.state))
 	}
 	say("each agent serves its metrics on its machine's address: http://%s/metrics (bookbuyer's), ...", agentMetricsAddr(machines[3].ip))
+	say("the dashboard: http://%s/dashboard/ (the admin token it asks for is in %s)", o.debugAddr, rel(filepath.Join(serverDir, "admin.token")))
 
 	// Each app starts once its agent has written the gRPC bootstrap and the
 	// service certificate.
