@@ -22,8 +22,12 @@ try {
     const start = Date.now();
     if (i === 0) await page.goto(process.env.DASHBOARD_URL);
     else await page.reload();
-    await page.waitForFunction((n) => document.querySelectorAll("#graph [data-node]").length === n &&
-      document.querySelectorAll("#services tr").length === n + 1, n, { timeout: 120000, polling: "raf" });
+    // A script error fails at once rather than at the timeout.
+    await Promise.race([
+      page.waitForFunction((n) => document.querySelectorAll("#graph [data-node]").length === n &&
+        document.querySelectorAll("#services tr").length === n + 1, n, { timeout: 120000, polling: "raf" }),
+      new Promise((_, reject) => page.once("pageerror", (e) => reject(new Error("the page failed: " + e.message)))),
+    ]);
     loads.push(Date.now() - start);
   }
   const loadMillis = [...loads].sort((a, b) => a - b)[1];
