@@ -245,9 +245,16 @@ func buildBinaries(t *testing.T, dir string, names ...string) string {
 // endpoints.
 func writeServerConfig(t *testing.T, dir, bin string) (api, xds, debug, serverDir string) {
 	t.Helper()
+	endpoints, _ := filepath.Abs("../examples/bookstore/endpoints.yaml")
+	return writeServerConfigWith(t, dir, bin, endpoints)
+}
+
+// writeServerConfigWith is writeServerConfig with the static provider
+// reading endpoints.
+func writeServerConfigWith(t *testing.T, dir, bin, endpoints string) (api, xds, debug, serverDir string) {
+	t.Helper()
 	api, xds, debug = freeAddr(t), freeAddr(t), freeAddr(t)
 	serverDir = filepath.Join(dir, "server")
-	endpoints, _ := filepath.Abs("../examples/bookstore/endpoints.yaml")
 	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
 		serverDir, bin, debug, api, xds, endpoints)
 	if err := os.WriteFile(filepath.Join(dir, "server.yaml"), []byte(config), 0o600); err != nil {

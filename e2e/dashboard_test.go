@@ -26,7 +26,42 @@ import (
 // (hack/install-playwright.sh, found through OSM_PLAYWRIGHT_DIR); make test
 // installs both, and the test fails without them.
 func TestDashboardInChromium(t *testing.T) {
-	pwDir := os.Getenv("OSM_PLAYWRIGHT_DIR")
+	pwDir, node := browserTools(t)
+	dir := t.TempDir()
+	bin := buildBinaries(t, dir, "osm-server", "osm-provider-static")
+	api, xdsAddr, _, serverDir := writeServerConfig(t, dir, bin)
+	dashboardURL := startDashboardServer(t, dir, bin)
+	osm := adminCLI{bin: bin, api: api, dataDir: serverDir}
+	osm.apply(t, "../examples/bookstore/mesh.yaml")
+	xs := xdstest.Server{API: api, XDS: xdsAddr, DataDir: serverDir}
+	xs.Connect(t, xs.Enroll(t, meshtypes.MeshService{Namespace: "default", Name: "bookbuyer"}), "127.0.0.1")
+
+	splitFile, _ := filepath.Abs("../examples/bookstore/split-50-50.yaml")
+	applyCmd, _ := json.Marshal(osm.cmd("apply", "-f", splitFile))
+	shot := filepath.Join(t.ArtifactDir(), "dashboard.png")
+	runBrowser(t, node, "browser/dashboard.mjs",
+		"PLAYWRIGHT_DIR="+pwDir,
+		"DASHBOARD_URL="+dashboardURL+"#token="+osm.token(t),
+		"APPLY="+string(applyCmd),
+		"SCREENSHOT="+shot)
+	if fi, err := os.Stat(shot); err != nil || fi.Size() == 0 {
+		t.Fatalf("no screenshot at %s: %v", shot, err)
+	}
+	if dst := os.Getenv("OSM_DASHBOARD_SCREENSHOT"); dst != "" {
+		// For the docs: OSM_DASHBOARD_SCREENSHOT=$PWD/docs/dashboard.png.
+		b, _ := os.ReadFile(shot)
+		if err := os.WriteFile(dst, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// browserTools returns the directory of playwright-core's node_modules
+// and node, and fails the test when Chromium, playwright-core or node are
+// missing (make test-deps installs them).
+func browserTools(t *testing.T) (pwDir, node string) {
+	t.Helper()
+	pwDir = os.Getenv("OSM_PLAYWRIGHT_DIR")
 	if pwDir == "" {
 		out, err := exec.Command("../hack/install-playwright.sh").Output()
 		if err != nil {
@@ -41,10 +76,13 @@ func TestDashboardInChromium(t *testing.T) {
 	if err != nil {
 		t.Fatal("node not found: install Debian's nodejs (make test-deps does)")
 	}
+	return pwDir, node
+}
 
-	dir := t.TempDir()
-	bin := buildBinaries(t, dir, "osm-server", "osm-provider-static")
-	api, xdsAddr, _, serverDir := writeServerConfig(t, dir, bin)
+// startDashboardServer runs osm-server serve with dir/server.yaml until
+// the test ends and returns the dashboard URL it logs.
+func startDashboardServer(t *testing.T, dir, bin string) string {
+	t.Helper()
 	serverLog := &syncBuffer{}
 	server := exec.Command(filepath.Join(bin, "osm-server"), "serve", "--config", filepath.Join(dir, "server.yaml"))
 	server.Stdout, server.Stderr = serverLog, serverLog
@@ -67,50 +105,50 @@ func TestDashboardInChromium(t *testing.T) {
 	if m == nil {
 		t.Fatalf("osm-server logged no dashboard URL:\n%s", serverLog)
 	}
-	osmServer := func(args ...string) []string {
-		return append([]string{filepath.Join(bin, "osm-server")}, append(args, "--server", "https://"+api, "--data-dir", serverDir)...)
-	}
-	apply := func(files ...string) {
-		t.Helper()
-		args := []string{"apply"}
-		for _, f := range files {
-			args = append(args, "-f", "../examples/bookstore/"+f)
-		}
-		cmd := osmServer(args...)
-		if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("osm-server apply: %v\n%s", err, out)
-		}
-	}
-	apply("mesh.yaml")
-	osm := xdstest.Server{API: api, XDS: xdsAddr, DataDir: serverDir}
-	osm.Connect(t, osm.Enroll(t, meshtypes.MeshService{Namespace: "default", Name: "bookbuyer"}), "127.0.0.1")
+	return m[1]
+}
 
-	token, err := os.ReadFile(filepath.Join(serverDir, "admin.token"))
+// adminCLI runs osm-server's admin commands against a running server.
+type adminCLI struct{ bin, api, dataDir string }
+
+// cmd is the command line of osm-server args against the server.
+func (a adminCLI) cmd(args ...string) []string {
+	return append([]string{filepath.Join(a.bin, "osm-server")}, append(args, "--server", "https://"+a.api, "--data-dir", a.dataDir)...)
+}
+
+// apply applies the files (paths relative to e2e/ or absolute).
+func (a adminCLI) apply(t *testing.T, files ...string) {
+	t.Helper()
+	args := []string{"apply"}
+	for _, f := range files {
+		args = append(args, "-f", f)
+	}
+	cmd := a.cmd(args...)
+	if out, err := exec.Command(cmd[0], cmd[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("osm-server apply: %v\n%s", err, out)
+	}
+}
+
+// token is the admin token the server wrote.
+func (a adminCLI) token(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(a.dataDir, "admin.token"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	splitFile, _ := filepath.Abs("../examples/bookstore/split-50-50.yaml")
-	applyCmd, _ := json.Marshal(osmServer("apply", "-f", splitFile))
-	shot := filepath.Join(t.ArtifactDir(), "dashboard.png")
-	cmd := exec.Command(node, "browser/dashboard.mjs")
-	cmd.Env = append(os.Environ(),
-		"PLAYWRIGHT_DIR="+pwDir,
-		"DASHBOARD_URL="+m[1]+"#token="+strings.TrimSpace(string(token)),
-		"APPLY="+string(applyCmd),
-		"SCREENSHOT="+shot)
+	return strings.TrimSpace(string(b))
+}
+
+// runBrowser runs a playwright script of e2e/browser with env added and
+// returns its output; the test fails if it fails.
+func runBrowser(t *testing.T, node, script string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command(node, script)
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	t.Logf("browser:\n%s", out)
 	if err != nil {
-		t.Fatalf("the dashboard check in Chromium failed: %v", err)
+		t.Fatalf("%s in Chromium failed: %v", script, err)
 	}
-	if fi, err := os.Stat(shot); err != nil || fi.Size() == 0 {
-		t.Fatalf("no screenshot at %s: %v", shot, err)
-	}
-	if dst := os.Getenv("OSM_DASHBOARD_SCREENSHOT"); dst != "" {
-		// For the docs: OSM_DASHBOARD_SCREENSHOT=$PWD/docs/dashboard.png.
-		b, _ := os.ReadFile(shot)
-		if err := os.WriteFile(dst, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return string(out)
 }

@@ -5,22 +5,11 @@
 //   APPLY           JSON array: the command that changes the split (osm-server apply ...)
 //   SCREENSHOT      where to save the screenshot (PNG)
 // It exits non-zero, saying what it did not find, on any failed check.
-import { createRequire } from "node:module";
 import { execFileSync } from "node:child_process";
+import { fail, open } from "./chromium.mjs";
 
-const require = createRequire(process.env.PLAYWRIGHT_DIR + "/");
-const { chromium } = require("playwright-core");
-
-const fail = (msg) => { console.error("FAIL: " + msg); process.exitCode = 1; };
-const browser = await chromium.launch({
-  executablePath: "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-});
+const { browser, page, errors } = await open();
 try {
-  const page = await browser.newPage({ viewport: { width: 1400, height: 1100 } });
-  const errors = [];
-  page.on("pageerror", (e) => errors.push(e.message));
-  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
   const requests = [];
   page.on("request", (r) => requests.push(r.url()));
   await page.goto(process.env.DASHBOARD_URL);

@@ -33,4 +33,5 @@ func TestPolyglotDemo(t *testing.T) {
 		}
 	}
 	checkProcesses(t, got, 15, nil) // server, 7 agents, 7 apps
+	checkAgentMetrics(t, got, "bookbuyer", "bookbuyer-node", "bookbuyer-python", "bookstore-v1", "bookstore-v2", "bookthief", "bookwarehouse")
 }

@@ -39,6 +39,17 @@ func TestDemo(t *testing.T) {
 		t.Errorf("connected proxies %v, want %v", got.Proxies, want)
 	}
 	checkProcesses(t, got, 11, nil) // server, 5 agents, 5 apps
+	checkAgentMetrics(t, got, "bookbuyer", "bookstore-v1", "bookstore-v2", "bookthief", "bookwarehouse")
+}
+
+// checkAgentMetrics checks that every agent served its metrics (each on
+// its machine's address: none collided on the one host).
+func checkAgentMetrics(t *testing.T, got summary, agents ...string) {
+	t.Helper()
+	slices.Sort(agents)
+	if !slices.Equal(got.AgentMetrics, agents) {
+		t.Errorf("agents whose metrics answered %v, want every agent %v", got.AgentMetrics, agents)
+	}
 }
 
 // TestDemoWithEnvoy runs the demo as it runs where envoy is on PATH, with
@@ -83,6 +94,11 @@ func TestDemoWithEnvoy(t *testing.T) {
 		t.Errorf("found %d Envoy pids in the logs, want at least %d", len(envoys), len(machines))
 	}
 	checkProcesses(t, got, 16, envoys) // server, 10 agents, 5 apps; Envoys are the agents' children
+	var agents []string
+	for _, m := range machines {
+		agents = append(agents, m.service, m.service+"-envoy")
+	}
+	checkAgentMetrics(t, got, agents...)
 }
 
 // runDemo builds the binaries and runs the demo for 15s with -json and

@@ -298,10 +298,14 @@ providers:
 
 	// One join token and one agent per machine: the proxyless apps' agents,
 	// then, with Envoy, the Envoy machines' agents.
+	// agents are the agents' names and machine addresses (metrics on
+	// agentMetricsAddr).
+	agents := map[string]string{}
 	for _, m := range all {
 		if err := startAgent(ctx, o, ps, admin, m, m.name(), m.ip, "--proxy", "none"); err != nil {
 			return err
 		}
+		agents[m.name()] = m.ip
 	}
 	if proxy == "envoy" {
 		for i, m := range machines {
@@ -309,11 +313,14 @@ providers:
 			if err := startAgent(ctx, o, ps, admin, m, m.service+"-envoy", m.envoyIP(), args...); err != nil {
 				return err
 			}
+			agents[m.service+"-envoy"] = m.envoyIP()
 		}
 		say("started %d osm-agents (data and logs in %s/<service>/ and %s/<service>-envoy/), each enrolled with its own join token; the -envoy ones run Envoy", len(all)+len(machines), rel(o.state), rel(o.state))
 	} else {
 		say("started %d osm-agents (data and logs in %s/<service>/), each enrolled with its own join token", len(all), rel(o.state))
 	}
+	say("each agent serves its metrics on its machine's address: http://%s/metrics (bookbuyer's), ...", agentMetricsAddr(machines[3].ip))
+	say("the dashboard: http://%s/dashboard/ (the admin token it asks for is in %s)", o.debugAddr, rel(filepath.Join(serverDir, "admin.token")))
 
 	// Each app starts once its agent has written the gRPC bootstrap and the
 	// service certificate.
@@ -376,6 +383,7 @@ providers:
 			sum.observeProxies(connected)
 		}
 		v.show(ps, connected, err)
+		sum.observeAgentMetrics(agentsWithMetrics(ctx, agents))
 		select {
 		case <-ctx.Done():
 			sum.snapshot(ps)
@@ -414,7 +422,7 @@ func startAgent(ctx context.Context, o options, ps *procs, admin func(...string)
 		return err
 	}
 	iargs := append([]string{"install", "--no-service", "--server", jf["server"], "--token", jf["token"], "--ca-cert-hash", jf["ca-cert-hash"],
-		"--service", m.service, "--namespace", "default", "--advertise-address", ip,
+		"--service", m.service, "--namespace", "default", "--advertise-address", ip, "--metrics-address", agentMetricsAddr(ip),
 		"--hosts-file", hosts, "--config-dir", dir, "--data-dir", dir}, extra...)
 	if out, err := output(ctx, filepath.Join(o.bin, "osm-agent"), iargs...); err != nil {
 		return fmt.Errorf("osm-agent install for %s: %w\n%s", name, err, out)
@@ -423,14 +431,32 @@ func startAgent(ctx context.Context, o options, ps *procs, admin func(...string)
 	return err
 }
 
+// agentMetricsAddr is where the agent of the machine on ip serves its
+// metrics: the agent's default port on the machine's own address, so the
+// agents sharing this host do not collide.
+func agentMetricsAddr(ip string) string { return ip + ":15091" }
+
+// agentsWithMetrics returns the names of the agents (their directories
+// under the state directory) whose metrics endpoint answers.
+func agentsWithMetrics(ctx context.Context, agents map[string]string) []string {
+	var out []string
+	for name, ip := range agents {
+		if body, err := get(ctx, "http://"+agentMetricsAddr(ip)+"/metrics", ""); err == nil && strings.Contains(string(body), "osm_agent_server_reachable") {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // checkFree fails when an address the demo listens on is taken: another
 // demo or osm-server runs (and would share the state directory).
 func checkFree(o options, proxy string) error {
 	addrs := []string{o.apiAddr, o.xdsAddr, o.debugAddr}
 	for i, m := range machines {
-		addrs = append(addrs, m.ip+":14001")
+		addrs = append(addrs, m.ip+":14001", agentMetricsAddr(m.ip))
 		if proxy == "envoy" {
-			addrs = append(addrs, m.envoyIP()+":14001", "127.0.0.1:"+strconv.Itoa(envoyAdminPort(i)))
+			addrs = append(addrs, m.envoyIP()+":14001", agentMetricsAddr(m.envoyIP()), "127.0.0.1:"+strconv.Itoa(envoyAdminPort(i)))
 		}
 	}
 	for _, a := range addrs {

@@ -32,6 +32,9 @@ type summary struct {
 	// Proxies is the largest set of connected proxies seen at once, as
 	// "<service> (<flavor>)".
 	Proxies []string `json:"proxies"`
+	// AgentMetrics are the agents whose metrics endpoint answered, the
+	// most seen at once.
+	AgentMetrics []string `json:"agentMetrics"`
 	// Processes are the pids of every process the demo started.
 	Processes []int `json:"processes"`
 }
@@ -39,6 +42,12 @@ type summary struct {
 func (s *summary) observeProxies(p []string) {
 	if len(p) >= len(s.Proxies) {
 		s.Proxies = slices.Clone(p)
+	}
+}
+
+func (s *summary) observeAgentMetrics(names []string) {
+	if len(names) >= len(s.AgentMetrics) {
+		s.AgentMetrics = names
 	}
 }
 

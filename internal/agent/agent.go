@@ -131,6 +131,7 @@ type Agent struct {
 	// Run before its loops start.
 	localXDS *localxds.Proxy
 	metrics  *agentMetrics // nil unless serving metrics
+	lxStats  localXDSStats // the local xDS endpoint's streams (metrics.go)
 }
 
 // New returns an agent for cfg (with defaults applied and validated by the
@@ -214,6 +215,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		Upstreams:   a.upstreams(),
 		Credentials: a.upstreamCredentials,
 		Metadata:    func() map[string]any { return GRPCNodeMetadata(a.ProxyConfig()) },
+		Observer:    &a.lxStats,
 	})
 	if err != nil {
 		return err

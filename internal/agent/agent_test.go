@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -46,6 +48,8 @@ type harness struct {
 	api      *httptest.Server
 	enroller *agenttest.Enroller
 	cfg      agent.Config
+	// metrics, when set, is the agent's registry (served on cfg.MetricsAddress).
+	metrics *prometheus.Registry
 
 	mu       sync.Mutex
 	apiCalls int
@@ -153,6 +157,7 @@ func (h *harness) startWith(t *testing.T, d sidecar.Driver, onEvent func(sidecar
 	a := agent.New(h.cfg, log, h.enroller, d, agent.Options{
 		Version: "test", RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 		Supervisor: sidecar.SupervisorOptions{OnEvent: onEvent},
+		Metrics:    h.metrics,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{agent: a, logs: logs, cancel: cancel, done: make(chan error, 1)}
@@ -566,6 +571,7 @@ func TestRunProxyless(t *testing.T) {
 	h.cfg.EnvoyPath = filepath.Join(t.TempDir(), "no-envoy-here")
 	h.enroller.Lifetime = 3 * time.Second
 	h.enroller.Renewed = make(chan string, 10)
+	h.metrics, h.cfg.MetricsAddress = prometheus.NewRegistry(), "127.0.0.1:0"
 	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
 		t.Fatal(err)
 	}
@@ -647,7 +653,14 @@ func TestRunProxyless(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no ACK through the local xDS endpoint within 20s")
 	}
+	// The agent's metrics say an application is connected and its stream
+	// reaches the server; and when it leaves, that none is.
+	waitGather(t, h.metrics, "osm_agent_local_xds_streams 1", "osm_agent_local_xds_upstream_streams 1", "osm_agent_xds_connected 1", "osm_agent_xds_reconnects_total 0")
 	cancel()
+	waitGather(t, h.metrics, "osm_agent_local_xds_streams 0", "osm_agent_local_xds_upstream_streams 0", "osm_agent_xds_reconnects_total 0")
+	if body := gathered(t, h.metrics); strings.Contains(body, "osm_agent_xds_connected") {
+		t.Errorf("osm_agent_xds_connected reported with no application connected:\n%s", body)
+	}
 	for _, name := range []string{agent.ServiceCertFile, agent.ServiceKeyFile, agent.ServiceCAFile} {
 		if _, err := os.Stat(filepath.Join(h.cfg.DataDir, name)); err != nil {
 			t.Errorf("%s: %v", name, err)
@@ -683,5 +696,47 @@ func TestRunProxyless(t *testing.T) {
 	}
 	if diff := cmp.Diff(string(printed), string(boot)); diff != "" {
 		t.Errorf("RenderBootstrap differs from the written grpc-bootstrap.json (-got +want):\n%s", diff)
+	}
+}
+
+// gathered returns reg's unlabelled gauges and counters as "name value"
+// lines.
+func gathered(t *testing.T, reg *prometheus.Registry) string {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if len(m.GetLabel()) == 0 && (m.GetGauge() != nil || m.GetCounter() != nil) {
+				fmt.Fprintf(&b, "%s %g\n", mf.GetName(), m.GetGauge().GetValue()+m.GetCounter().GetValue())
+			}
+		}
+	}
+	return b.String()
+}
+
+// waitGather waits until every line is in reg's exposition.
+func waitGather(t *testing.T, reg *prometheus.Registry, lines ...string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		body := gathered(t, reg)
+		missing := ""
+		for _, l := range lines {
+			if !strings.Contains("\n"+body, "\n"+l+"\n") {
+				missing = l
+				break
+			}
+		}
+		if missing == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent's metrics have no line %q within 20s:\n%s", missing, body)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,8 +58,27 @@ var (
 	proxyRunningDesc      = prometheus.NewDesc("osm_agent_proxy_running", "1 while the supervised proxy (Envoy) process runs.", []string{"driver"}, nil)
 	proxyRestartsDesc     = prometheus.NewDesc("osm_agent_proxy_restarts_total", "Times the supervised proxy (Envoy) was restarted after it exited.", []string{"driver"}, nil)
 	serverReachableDesc   = prometheus.NewDesc("osm_agent_server_reachable", "1 when the last poll of osm-server's agent configuration succeeded.", nil, nil)
-	xdsConnectedDesc      = prometheus.NewDesc("osm_agent_xds_connected", "1 while Envoy's xDS stream to osm-server is connected (Envoy's control_plane.connected_state, read from its admin API); absent when Envoy does not answer.", nil, nil)
+	xdsConnectedDesc      = prometheus.NewDesc("osm_agent_xds_connected", "1 while this machine's xDS connection to osm-server is up: Envoy's control_plane.connected_state (read from its admin API), or, proxyless, while an application's stream through the local xDS endpoint reaches osm-server; absent when Envoy does not answer or no application is connected.", nil, nil)
+	localStreamsDesc      = prometheus.NewDesc("osm_agent_local_xds_streams", "xDS streams proxyless gRPC applications hold open to the agent's local xDS endpoint.", nil, nil)
+	upstreamStreamsDesc   = prometheus.NewDesc("osm_agent_local_xds_upstream_streams", "Streams the local xDS endpoint carries to osm-server that are up (osm-server answered).", nil, nil)
+	upstreamLostDesc      = prometheus.NewDesc("osm_agent_xds_reconnects_total", "Upstream xDS streams to osm-server the local xDS endpoint lost (the server or the network ended them), each making its application's stream reconnect.", nil, nil)
 )
+
+// localXDSStats counts the local xDS endpoint's streams: it is the
+// endpoint's localxds.Observer.
+type localXDSStats struct {
+	local, up atomic.Int64
+	lost      atomic.Uint64
+}
+
+func (s *localXDSStats) LocalStream(delta int) { s.local.Add(int64(delta)) }
+func (s *localXDSStats) UpstreamUp()           { s.up.Add(1) }
+func (s *localXDSStats) UpstreamDown(lost bool) {
+	s.up.Add(-1)
+	if lost {
+		s.lost.Add(1)
+	}
+}
 
 // Renewal results, the values of osm_agent_certificate_renewals_total's
 // result label.
@@ -130,7 +150,7 @@ func (a *Agent) serveMetrics(ctx context.Context) {
 type agentCollector struct{ a *Agent }
 
 func (c agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{proxyCertExpiryDesc, serviceCertExpiryDesc, proxyRunningDesc, proxyRestartsDesc, serverReachableDesc, xdsConnectedDesc} {
+	for _, d := range []*prometheus.Desc{proxyCertExpiryDesc, serviceCertExpiryDesc, proxyRunningDesc, proxyRestartsDesc, serverReachableDesc, xdsConnectedDesc, localStreamsDesc, upstreamStreamsDesc, upstreamLostDesc} {
 		ch <- d
 	}
 }
@@ -151,8 +171,16 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		reachable = 1
 	}
 	ch <- prometheus.MustNewConstMetric(serverReachableDesc, prometheus.GaugeValue, reachable)
+	local, up := a.lxStats.local.Load(), a.lxStats.up.Load()
+	ch <- prometheus.MustNewConstMetric(localStreamsDesc, prometheus.GaugeValue, float64(local))
+	ch <- prometheus.MustNewConstMetric(upstreamStreamsDesc, prometheus.GaugeValue, float64(up))
+	ch <- prometheus.MustNewConstMetric(upstreamLostDesc, prometheus.CounterValue, float64(a.lxStats.lost.Load()))
 	if a.cfg.Proxy != envoy.Name {
-		return // proxyless: the applications hold their own xDS streams
+		// Proxyless: the applications' streams through the local endpoint.
+		if local > 0 {
+			ch <- prometheus.MustNewConstMetric(xdsConnectedDesc, prometheus.GaugeValue, min(float64(up), 1))
+		}
+		return
 	}
 	running := 0.0
 	if st.Proxy.Running {

@@ -19,6 +19,8 @@ package dashboard
 import (
 	"embed"
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"net/http"
 	"slices"
@@ -100,18 +102,35 @@ func (d *Dashboard) Page(prefix string) http.Handler {
 	})
 }
 
-// State serves the JSON state the page polls.
+// State serves the JSON state the page polls, with an ETag of its
+// content: a request whose If-None-Match names the current state is
+// answered 304 without a body, so a page polling a mesh that did not
+// change neither downloads nor parses nor draws anything.
 func (d *Dashboard) State() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := json.Marshal(d.Build())
+		if err != nil {
+			http.Error(w, "dashboard state: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		h := fnv.New64a()
+		h.Write(body)
+		tag := fmt.Sprintf(`"%016x"`, h.Sum64())
+		w.Header().Set("ETag", tag)
+		w.Header().Set("Cache-Control", "no-store") // the page revalidates by its own If-None-Match
+		if r.Header.Get("If-None-Match") == tag {
+			w.WriteHeader(http.StatusNotModified)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Cache-Control", "no-store")
-		_ = json.NewEncoder(w).Encode(d.Build())
+		w.Write(body)
 	})
 }
 
-// State is the body of the dashboard's state route.
+// State is the body of the dashboard's state route. It holds no clock
+// reading (the response's Date header says when), so an unchanged mesh
+// has an unchanged state.
 type State struct {
-	Generated  time.Time `json:"generated"`
 	Permissive bool      `json:"permissive"`
 	Services   []Service `json:"services"`
 	Edges      []Edge    `json:"edges"`
@@ -185,7 +204,7 @@ func (d *Dashboard) Build() State {
 	now := d.src.Now()
 	sp := d.src.Spec.Snapshot()
 	cat := d.src.Catalog.Snapshot()
-	st := State{Generated: now, Permissive: sp.Permissive(), Services: []Service{}, Edges: []Edge{}, Splits: []Split{}, Providers: []Provider{}, Proxies: []Proxy{}, Certificates: []Certificate{}, Warnings: []string{}}
+	st := State{Permissive: sp.Permissive(), Services: []Service{}, Edges: []Edge{}, Splits: []Split{}, Providers: []Provider{}, Proxies: []Proxy{}, Certificates: []Certificate{}, Warnings: []string{}}
 
 	stale := map[string]bool{}
 	for _, p := range d.src.Providers.Status() {

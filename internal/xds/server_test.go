@@ -27,6 +27,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -58,6 +59,13 @@ type env struct {
 func startEnv(t *testing.T) *env { t.Helper(); return startEnvGrace(t, 0) }
 
 func startEnvGrace(t *testing.T, grace time.Duration) *env {
+	t.Helper()
+	return startEnvMetrics(t, grace, nil)
+}
+
+// startEnvMetrics is startEnvGrace with the server, the publisher and the
+// cache instrumented into reg (when not nil).
+func startEnvMetrics(t *testing.T, grace time.Duration, reg prometheus.Registerer) *env {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	st := store.NewMemory()
@@ -91,6 +99,13 @@ func startEnvGrace(t *testing.T, grace time.Duration) *env {
 	pub := NewPublisher(discard(), c, model, certs)
 	srv.SetWatcher(pub)
 	srv.SetPresence(model)
+	if reg != nil {
+		for _, err := range []error{c.Instrument(reg), pub.Instrument(reg), srv.Instrument(reg)} {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 	tlsCfg := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: certs.ServingCertificate([]string{"localhost", "127.0.0.1"}),

@@ -85,6 +85,8 @@ type Options struct {
 	// Metadata returns the node metadata the agent asserts for this
 	// machine; its keys replace the application's.
 	Metadata func() map[string]any
+	// Observer, when set, is told of streams opening and ending (observer.go).
+	Observer Observer
 }
 
 // Proxy is the local xDS endpoint. Build it with Listen, run it with Serve.
@@ -305,8 +307,10 @@ func (p *Proxy) fixNode(node *corev3.Node, cn string, first bool) *corev3.Node {
 // stream to another server and asks it again for everything the
 // application subscribed to (sotwSubscriptions).
 func (p *Proxy) StreamAggregatedResources(down discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	defer p.localStream()()
 	return relay(p, down, func(ctx context.Context, cc *grpc.ClientConn) (upstream[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse], error) {
-		return discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx, grpc.WaitForReady(true))
+		up, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx, grpc.WaitForReady(true))
+		return observed[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse](p, ctx, up, err)
 	}, func(m *discoveryv3.DiscoveryRequest, cn string, first bool) {
 		m.Node = p.fixNode(m.Node, cn, first)
 	}, &sotwSubscriptions{last: map[string]*discoveryv3.DiscoveryRequest{}})
@@ -317,8 +321,10 @@ func (p *Proxy) StreamAggregatedResources(down discoveryv3.AggregatedDiscoverySe
 // application reconnects (a Delta stream's state, the versions it holds,
 // is the client's to send again).
 func (p *Proxy) DeltaAggregatedResources(down discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	defer p.localStream()()
 	return relay(p, down, func(ctx context.Context, cc *grpc.ClientConn) (upstream[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse], error) {
-		return discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx, grpc.WaitForReady(true))
+		up, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx, grpc.WaitForReady(true))
+		return observed[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse](p, ctx, up, err)
 	}, func(m *discoveryv3.DeltaDiscoveryRequest, cn string, first bool) {
 		m.Node = p.fixNode(m.Node, cn, first)
 	}, nil)

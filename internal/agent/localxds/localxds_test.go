@@ -49,6 +49,12 @@ func (c *creds) get() (tls.Certificate, *x509.CertPool, error) {
 
 func start(t *testing.T, c *creds, upstreams ...string) *localxds.Proxy {
 	t.Helper()
+	return startObserved(t, c, nil, upstreams...)
+}
+
+// startObserved is start with an Observer (nil: none).
+func startObserved(t *testing.T, c *creds, o localxds.Observer, upstreams ...string) *localxds.Proxy {
+	t.Helper()
 	log, _ := agenttest.NewLogger()
 	p, err := localxds.Listen(log, localxds.Options{
 		TCPAddress:  "127.0.0.1:0",
@@ -58,6 +64,7 @@ func start(t *testing.T, c *creds, upstreams ...string) *localxds.Proxy {
 		Metadata: func() map[string]any {
 			return map[string]any{"osm.flavor": "grpc", "osm.advertiseAddress": "10.0.0.7"}
 		},
+		Observer: o,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,13 @@
 const stateURL = "/debug/dashboard";
 const pollMillis = 1000;
 let token = sessionStorage.getItem("osm-admin-token") || "";
-let lastBody = "";
+let etag = "";
+let state = null;
+// What the page measures of itself (read by e2e/browser/scale.mjs): the
+// renders, their total time, and the first and last render's time from
+// the state's arrival to the next painted frame, with each section's
+// own script time.
+window.osmDashboard = { renders: 0, renderMillis: 0, firstRender: null, last: null };
 
 const m = /[#&]token=([^&]+)/.exec(location.hash);
 if (m) {
@@ -31,14 +37,25 @@ $("login").addEventListener("submit", (e) => {
   poll();
 });
 
+// poll asks for the state with the ETag of the one it has: the server
+// answers 304, with no body, while nothing changed.
 async function poll() {
   if (!token) { $("login").hidden = false; setStatus("the admin token is needed", true); return; }
   try {
-    const r = await fetch(stateURL, { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+    const headers = { Authorization: "Bearer " + token };
+    if (etag) headers["If-None-Match"] = etag;
+    const r = await fetch(stateURL, { headers, cache: "no-store" });
     if (r.status === 401) { $("login").hidden = false; setStatus("the admin token was refused", true); return; }
-    if (!r.ok) throw new Error(r.status + " " + r.statusText);
-    const body = await r.text();
-    if (body !== lastBody) { lastBody = body; render(JSON.parse(body)); }
+    if (r.status === 304) {
+      timed(() => render(state, false));
+    } else if (!r.ok) {
+      throw new Error(r.status + " " + r.statusText);
+    } else {
+      const s = await r.json();
+      etag = r.headers.get("ETag") || "";
+      state = s;
+      timed(() => render(s, true));
+    }
     setStatus("live · updated " + new Date().toLocaleTimeString());
   } catch (err) {
     setStatus("not reachable: " + err.message, true);
@@ -46,11 +63,57 @@ async function poll() {
   setTimeout(poll, pollMillis);
 }
 
-function render(s) {
+// timed runs f, which returns the sections it drew and their script
+// times, and records its time to the next painted frame when it drew any.
+function timed(f) {
+  const t0 = performance.now();
+  const sections = f();
+  if (!Object.keys(sections).length) return;
+  requestAnimationFrame(() => setTimeout(() => {
+    const m = window.osmDashboard, millis = Math.round(performance.now() - t0);
+    m.renders++; m.renderMillis += millis; m.last = { millis, sections };
+    if (!m.firstRender) m.firstRender = m.last;
+  }));
+}
+
+// Each section is drawn from part of the state, and again only when that
+// part changed, or, for those that show relative times, when refresh
+// milliseconds passed: a split change redraws the splits, not a thousand
+// services.
+const sections = [
+  { id: "warnings", of: (s) => s.warnings, draw: drawWarnings },
+  { id: "graph", of: (s) => [s.permissive, s.edgesTruncated, s.services.map((v) => [v.name, v.inSpec]), s.edges], draw: renderGraph },
+  { id: "splits", of: (s) => s.splits, draw: drawSplits },
+  { id: "services", of: (s) => s.services, draw: drawServices },
+  { id: "proxies", of: (s) => s.proxies, draw: drawProxies, refresh: 1000 },
+  { id: "certificates", of: (s) => [s.ca, s.certificates], draw: drawCertificates, refresh: 60000 },
+  { id: "providers", of: (s) => s.providers, draw: drawProviders, refresh: 1000 },
+];
+const drawn = {}; // id -> { key, at }
+
+// render draws the sections of s that changed (changed: s is new) or are
+// due a refresh; it returns the script milliseconds of each drawn.
+function render(s, changed) {
+  const out = {}, now = Date.now();
+  for (const sec of sections) {
+    const last = drawn[sec.id];
+    let key = last?.key;
+    if (changed) key = JSON.stringify(sec.of(s));
+    const due = sec.refresh && now - last?.at >= sec.refresh && sec.of(s).length > 0;
+    if (last && key === last.key && !due) continue;
+    const t0 = performance.now();
+    sec.draw(s);
+    out[sec.id] = Math.round(performance.now() - t0);
+    drawn[sec.id] = { key, at: now };
+  }
+  return out;
+}
+
+function drawWarnings(s) {
   $("warnings").innerHTML = s.warnings.map((w) => `<div class="warning">⚠ ${esc(w)}</div>`).join("");
-  $("policy-mode").textContent = s.permissive ? "Permissive mode: every service may call every other (no edges drawn)." :
-    s.edgesTruncated ? `Showing the first ${s.edges.length} permissions.` : `${s.edges.length} permissions from TrafficTargets.`;
-  renderGraph(s);
+}
+
+function drawSplits(s) {
   $("splits").innerHTML = s.splits.length ? s.splits.map((sp) => {
     const total = sp.backends.reduce((a, b) => a + b.weight, 0) || 1;
     return `<div data-split="${esc(sp.root)}"><b>${esc(sp.root)}</b> (${esc(sp.policy)})<table>` +
@@ -59,13 +122,25 @@ function render(s) {
   }).join("") : "No TrafficSplits.";
   // Widths through the CSSOM: the page's CSP refuses inline style attributes.
   for (const bar of $("splits").querySelectorAll(".bar")) bar.style.width = bar.dataset.width + "px";
+}
+
+function drawServices(s) {
   $("services").innerHTML = "<tr><th>Service</th><th>Account</th><th>VIP</th><th>Endpoints (provider, health)</th></tr>" +
     s.services.map((v) => `<tr><td>${esc(v.name)}${v.inSpec ? "" : " <i>(no Service document)</i>"}</td><td>${esc(v.serviceAccount || "")}</td><td>${esc(v.vip || "")}</td><td>` +
       (v.endpoints.length ? v.endpoints.map((e) => `${esc(e.address)} <small>${esc(e.provider)}</small> <span class="health-${esc(e.health)}">${esc(e.health)}</span>`).join("<br>") : "none") + "</td></tr>").join("");
+}
+
+function drawProxies(s) {
   $("proxies").innerHTML = "<tr><th>Proxy</th><th>Service</th><th>Flavour</th><th>Address</th><th>Connected</th><th>Last ACK</th><th>Last NACK</th></tr>" +
     s.proxies.map((p) => `<tr><td>${esc(p.cn)}</td><td>${esc(p.service)}</td><td>${esc(p.flavor)}</td><td>${esc(p.address)}</td><td>${ago(p.connected)}</td><td>${ago(p.lastAck)}</td><td class="nack">${p.nack ? esc(p.nackType + ": " + p.nack) + " (" + ago(p.nackAt) + ")" : ""}</td></tr>`).join("");
+}
+
+function drawCertificates(s) {
   $("certificates").innerHTML = "<tr><th>Certificate</th><th>Expires in</th><th>Rotation due</th></tr>" +
     [Object.assign({ name: "mesh CA" }, s.ca)].concat(s.certificates).map((c) => `<tr><td>${esc(c.name)}</td><td>${left(c.expires)}</td><td>${c.rotateAt ? left(c.rotateAt) : ""}</td></tr>`).join("");
+}
+
+function drawProviders(s) {
   $("providers").innerHTML = "<tr><th>Provider</th><th>State</th><th>Last list</th></tr>" +
     s.providers.map((p) => `<tr><td>${esc(p.name)}</td><td class="${p.stale ? "health-stale" : ""}">${esc(p.state)}${p.stale ? " (stale)" : ""}</td><td>${ago(p.lastSync)}</td></tr>`).join("");
 }
@@ -73,6 +148,8 @@ function render(s) {
 // renderGraph draws services on a circle and an arrow per permission; a
 // thousand nodes and their edges are one SVG string, drawn once per change.
 function renderGraph(s) {
+  $("policy-mode").textContent = s.permissive ? "Permissive mode: every service may call every other (no edges drawn)." :
+    s.edgesTruncated ? `Showing the first ${s.edges.length} permissions.` : `${s.edges.length} permissions from TrafficTargets.`;
   const names = s.services.map((v) => v.name);
   const n = names.length, w = 900, h = Math.max(460, Math.min(900, 40 * n)), r = Math.min(w, h) / 2 - 50;
   const pos = {};
@@ -80,11 +157,15 @@ function renderGraph(s) {
   const svg = $("graph");
   svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
   svg.style.height = h + "px";
+  // Past 60 services the nodes are dots without labels and the edges
+  // carry no tooltip of their own (thousands of title elements cost more
+  // to lay out than the lines): the node's tooltip names it.
+  const small = n > 60;
   const edges = s.edges.filter((e) => pos[e.from] && pos[e.to]).map((e) => {
     const [x1, y1] = pos[e.from], [x2, y2] = pos[e.to], d = Math.hypot(x2 - x1, y2 - y1) || 1, k = 9 / d;
-    return `<line class="edge" data-edge="${esc(e.from + " -> " + e.to)}" x1="${x1.toFixed(1)}" y1="${y1.toFixed(1)}" x2="${(x2 - (x2 - x1) * k).toFixed(1)}" y2="${(y2 - (y2 - y1) * k).toFixed(1)}"><title>${esc(e.from + " may call " + e.to)}</title></line>`;
+    return `<line class="edge" data-edge="${esc(e.from + " -> " + e.to)}" x1="${x1.toFixed(1)}" y1="${y1.toFixed(1)}" x2="${(x2 - (x2 - x1) * k).toFixed(1)}" y2="${(y2 - (y2 - y1) * k).toFixed(1)}">` +
+      (small ? "" : `<title>${esc(e.from + " may call " + e.to)}</title>`) + "</line>";
   }).join("");
-  const small = n > 60;
   const nodes = s.services.map((v) => {
     const [x, y] = pos[v.name];
     return `<g class="node${v.inSpec ? "" : " nospec"}" data-node="${esc(v.name)}"><circle cx="${x.toFixed(1)}" cy="${y.toFixed(1)}" r="${small ? 3 : 7}"><title>${esc(v.name)}</title></circle>` +

@@ -125,14 +125,17 @@ type node struct {
 	delta map[*deltaWatch]struct{}
 	nacks map[string]NACK
 	sent  map[string]*sentState
-	// pending is, per type (typeIndex), the change its view awaits an
-	// answer to (metrics.go).
-	pending [numTypes]*change
-	// carried is, per type, the pending change the last response sent
-	// carried: only an answer to that response settles it.
-	carried [numTypes]*change
-	// served has bit typeIndex set for each type a response was sent of.
-	served uint8
+	// awaiting is, per type (typeIndex), the changes to its view not yet
+	// ACKed, oldest first, and carried how many of them the last response
+	// sent carried: only an ACK of that response answers them (metrics.go).
+	awaiting [numTypes][]*change
+	carried  [numTypes]int
+	// publishedIn is, per type, the change its view was last published
+	// in (a proxy that asks later joins it).
+	publishedIn [numTypes]*change
+	// served and asked have bit typeIndex set for each type a response was
+	// sent of, and a request arrived of.
+	served, asked uint8
 }
 
 type sentState struct {
@@ -215,19 +218,32 @@ func (c *Cache) Publish(nodeID, typeURL string, set *Set) error {
 	if c.current != nil {
 		c.await(n, typeIndex(typeURL))
 	}
+	// watching and answered count this type's watches, and those answered.
+	watching, answered := 0, 0
 	if len(n.sotw) > 0 {
 		for w := range n.sotw {
-			if w.req.GetTypeUrl() == typeURL && c.answerSotw(n, w) {
-				delete(n.sotw, w)
+			if w.req.GetTypeUrl() == typeURL {
+				watching++
+				if c.answerSotw(n, w) {
+					answered++
+					delete(n.sotw, w)
+				}
 			}
 		}
 	}
 	if len(n.delta) > 0 {
 		for w := range n.delta {
-			if w.req.GetTypeUrl() == typeURL && c.answerDelta(n, w) {
-				delete(n.delta, w)
+			if w.req.GetTypeUrl() == typeURL {
+				watching++
+				if c.answerDelta(n, w) {
+					answered++
+					delete(n.delta, w)
+				}
 			}
 		}
+	}
+	if watching > 0 && answered == 0 && c.metrics != nil {
+		c.unaffected(n, typeIndex(typeURL))
 	}
 	return nil
 }
@@ -244,11 +260,7 @@ func (c *Cache) Forget(nodeID string) {
 	clear(n.view)
 	clear(n.nacks)
 	clear(n.sent)
-	for i, e := range n.pending {
-		c.settle(e, false)
-		n.pending[i], n.carried[i] = nil, nil
-	}
-	n.served = 0
+	c.forgetChanges(n)
 	c.gc(n)
 }
 
@@ -317,6 +329,7 @@ func (c *Cache) WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, deli
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.node(req.GetNode().GetId())
+	c.asked(n, req.GetTypeUrl())
 	if req.GetErrorDetail() != nil {
 		version, ok := sub.ReturnedResources()[wildcardKey]
 		if !ok {
@@ -326,13 +339,16 @@ func (c *Cache) WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, deli
 	} else if req.GetResponseNonce() != "" {
 		n.recordACK(req.GetTypeUrl(), req.GetVersionInfo())
 		if c.metrics != nil && n.sent[req.GetTypeUrl()] != nil && n.sent[req.GetTypeUrl()].sent == req.GetVersionInfo() {
-			c.answer(n, typeIndex(req.GetTypeUrl()))
+			c.acked(n, typeIndex(req.GetTypeUrl()))
 		}
 	}
 	w := &sotwWatch{req: req, sub: sub, deliver: deliver}
 	if c.answerSotw(n, w) {
 		c.gc(n)
 		return func() {}
+	}
+	if c.metrics != nil && n.view[req.GetTypeUrl()] != nil {
+		c.unaffected(n, typeIndex(req.GetTypeUrl()))
 	}
 	n.sotw[w] = struct{}{}
 	return func() {
@@ -348,6 +364,7 @@ func (c *Cache) CreateDeltaWatch(req *gcpcache.DeltaRequest, sub gcpcache.Subscr
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n := c.node(req.GetNode().GetId())
+	c.asked(n, req.GetTypeUrl())
 	if req.GetErrorDetail() != nil {
 		var version string
 		if st := n.sent[req.GetTypeUrl()]; st != nil {
@@ -358,7 +375,7 @@ func (c *Cache) CreateDeltaWatch(req *gcpcache.DeltaRequest, sub gcpcache.Subscr
 		if st := n.sent[req.GetTypeUrl()]; st != nil {
 			n.recordACK(req.GetTypeUrl(), st.sent)
 			if c.metrics != nil {
-				c.answer(n, typeIndex(req.GetTypeUrl()))
+				c.acked(n, typeIndex(req.GetTypeUrl()))
 			}
 		}
 	}
@@ -366,6 +383,9 @@ func (c *Cache) CreateDeltaWatch(req *gcpcache.DeltaRequest, sub gcpcache.Subscr
 	if c.answerDelta(n, w) {
 		c.gc(n)
 		return func() {}, nil
+	}
+	if c.metrics != nil && n.view[req.GetTypeUrl()] != nil {
+		c.unaffected(n, typeIndex(req.GetTypeUrl()))
 	}
 	n.delta[w] = struct{}{}
 	return func() {
@@ -453,9 +473,6 @@ func (c *Cache) recordNACK(n *node, typeURL, version, nonce, msg string) {
 	k := NACK{Node: n.id, TypeURL: typeURL, Version: version, Nonce: nonce, Error: msg, Time: time.Now()}
 	n.nacks[typeURL] = k
 	c.countNACK(typeURL)
-	if c.metrics != nil {
-		c.answer(n, typeIndex(typeURL))
-	}
 	c.log.Warn("proxy rejected xDS response", "node", n.id, "type", typeURL, "version", version, "nonce", nonce, "error", msg)
 }
 

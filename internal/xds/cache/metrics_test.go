@@ -9,17 +9,14 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
 )
 
 // TestMetrics: responses and NACKs are counted by type, and a change is
-// timed to the ACK of the last proxy it changed.
+// timed to the ACK of the last proxy it changed; a proxy that NACKs holds
+// the change back until it ACKs a later version.
 func TestMetrics(t *testing.T) {
-	c := New(testLogger(t))
-	reg := prometheus.NewPedanticRegistry()
-	if err := c.Instrument(reg); err != nil {
-		t.Fatal(err)
-	}
-	conn := startServer(t, c)
+	c, reg, conn := startInstrumented(t)
 	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a"))))
 	mustPublish(t, c, "n2", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a"))))
 	a1, a2 := newADSClient(t, conn, "n1"), newADSClient(t, conn, "n2")
@@ -42,8 +39,17 @@ func TestMetrics(t *testing.T) {
 	if got := histogramCount(t, reg); got != 0 {
 		t.Fatalf("change observed after 1 of 2 ACKs (count %d)", got)
 	}
+	// A NACK is no answer: the change waits for n2 to ACK a later version.
 	a2.send(resource.ClusterType, nil, r1.GetVersionInfo(), r2.GetNonce(), fmt.Errorf("cluster b: invalid"))
-	waitFor(t, func() bool { return histogramCount(t, reg) == 1 })
+	waitFor(t, func() bool { return len(c.NACKs()) == 1 })
+	if got := histogramCount(t, reg); got != 0 {
+		t.Fatalf("change observed at a NACK (count %d)", got)
+	}
+	// The fix, to n2 alone: its ACK answers both changes.
+	c.BeginChange()
+	mustPublish(t, c, "n2", resource.ClusterType, mustSet(t, mustResource(t, c, "c", cluster("c"))))
+	a2.ack(a2.recv(), nil)
+	waitFor(t, func() bool { return histogramCount(t, reg) == 2 })
 
 	want := `
 # HELP osm_xds_nacks_total xDS responses proxies rejected (NACKs), by type; /debug/proxies shows the last rejection's message.
@@ -56,7 +62,7 @@ osm_xds_nacks_total{type="rds"} 0
 osm_xds_nacks_total{type="sds"} 0
 # HELP osm_xds_responses_total xDS responses sent to proxies, by type (cds, eds, lds, rds, sds).
 # TYPE osm_xds_responses_total counter
-osm_xds_responses_total{type="cds"} 4
+osm_xds_responses_total{type="cds"} 5
 osm_xds_responses_total{type="eds"} 0
 osm_xds_responses_total{type="lds"} 0
 osm_xds_responses_total{type="other"} 0
@@ -66,6 +72,74 @@ osm_xds_responses_total{type="sds"} 0
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "osm_xds_responses_total", "osm_xds_nacks_total"); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestChangeToACKCountsJoiningProxies: a proxy that connects during a
+// change is waited for (its first configuration carries the change),
+// whether it asked before its view was published or after; a
+// batch that only configures joining proxies is not a change; a proxy
+// whose named subscription the change does not touch is not waited for.
+func TestChangeToACKCountsJoiningProxies(t *testing.T) {
+	c, reg, conn := startInstrumented(t)
+	a := mustResource(t, c, "a", cluster("a"))
+	b := mustResource(t, c, "b", cluster("b"))
+	mustPublish(t, c, "old", resource.ClusterType, mustSet(t, a))
+	mustPublish(t, c, "named", resource.ClusterType, mustSet(t, a))
+	old, named := newADSClient(t, conn, "old"), newADSClient(t, conn, "named")
+	old.send(resource.ClusterType, nil, "", "", nil)
+	named.send(resource.ClusterType, []string{"a"}, "", "", nil)
+	old.ack(old.recv(), nil)
+	named.ack(named.recv(), []string{"a"})
+	// joining has asked, and waits for its first configuration.
+	joining := newADSClient(t, conn, "joining")
+	joining.send(resource.ClusterType, nil, "", "", nil)
+	waitFor(t, func() bool { return c.Stats().Watches == 3 })
+
+	c.BeginChange()
+	// "asksLate" connects during the change too, but asks only after its
+	// view was published.
+	for _, n := range []string{"old", "named", "joining", "asksLate"} {
+		mustPublish(t, c, n, resource.ClusterType, mustSet(t, a, b))
+	}
+	late := newADSClient(t, conn, "asksLate")
+	late.send(resource.ClusterType, nil, "", "", nil)
+	ro, rj, rl := old.recv(), joining.recv(), late.recv()
+	old.ack(ro, nil)
+	joining.ack(rj, nil)
+	waitFor(t, func() bool {
+		return c.Status("old")[0].ACKed == ro.GetVersionInfo() && c.Status("joining")[0].ACKed == rj.GetVersionInfo()
+	})
+	if got := histogramCount(t, reg); got != 0 {
+		t.Fatalf("change observed before the proxy that asked late ACKed (count %d)", got)
+	}
+	late.ack(rl, nil)
+	waitFor(t, func() bool { return histogramCount(t, reg) == 1 })
+	named.expectNothing(50 * time.Millisecond) // "named" asked for a only: not affected, not waited for
+
+	// Only a joining proxy configured: no change observed.
+	alone := newADSClient(t, conn, "alone")
+	alone.send(resource.ClusterType, nil, "", "", nil)
+	waitFor(t, func() bool { return c.Stats().Watches == 5 })
+	c.BeginChange()
+	mustPublish(t, c, "alone", resource.ClusterType, mustSet(t, a))
+	ra := alone.recv()
+	alone.ack(ra, nil)
+	waitFor(t, func() bool { return c.Status("alone")[0].ACKed == ra.GetVersionInfo() })
+	if got := histogramCount(t, reg); got != 1 {
+		t.Fatalf("a join alone was observed as a change (count %d, want 1)", got)
+	}
+}
+
+// startInstrumented serves an instrumented cache; it returns the cache,
+// its registry and a connection to the server.
+func startInstrumented(t *testing.T) (*Cache, *prometheus.Registry, *grpc.ClientConn) {
+	t.Helper()
+	c := New(testLogger(t))
+	reg := prometheus.NewPedanticRegistry()
+	if err := c.Instrument(reg); err != nil {
+		t.Fatal(err)
+	}
+	return c, reg, startServer(t, c)
 }
 
 func histogramCount(t *testing.T, g prometheus.Gatherer) uint64 {
@@ -91,4 +165,36 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("condition not met within 5s")
+}
+
+// TestChangeToACKDelta: a Delta stream's ACK answers a change, its NACK
+// does not, and a named subscription the change does not touch is not
+// waited for.
+func TestChangeToACKDelta(t *testing.T) {
+	c, reg, conn := startInstrumented(t)
+	a := mustResource(t, c, "a", cluster("a"))
+	for _, n := range []string{"wild", "named"} {
+		mustPublish(t, c, n, resource.ClusterType, mustSet(t, a))
+	}
+	wild, named := newDeltaClient(t, conn, "wild"), newDeltaClient(t, conn, "named")
+	wild.send(resource.ClusterType, nil, nil, "", nil)
+	named.send(resource.ClusterType, []string{"a"}, nil, "", nil)
+	wild.send(resource.ClusterType, nil, nil, wild.recv().GetNonce(), nil)
+	named.send(resource.ClusterType, nil, nil, named.recv().GetNonce(), nil)
+	waitFor(t, func() bool { return c.Stats().Watches == 2 })
+
+	c.BeginChange()
+	for _, n := range []string{"wild", "named"} {
+		mustPublish(t, c, n, resource.ClusterType, mustSet(t, a, mustResource(t, c, "b", cluster("b"))))
+	}
+	wild.send(resource.ClusterType, nil, nil, wild.recv().GetNonce(), fmt.Errorf("cluster b: invalid"))
+	waitFor(t, func() bool { return len(c.NACKs()) == 1 })
+	if got := histogramCount(t, reg); got != 0 {
+		t.Fatalf("change observed at a Delta NACK (count %d)", got)
+	}
+	c.BeginChange()
+	mustPublish(t, c, "wild", resource.ClusterType, mustSet(t, a, mustResource(t, c, "b", cluster("b2"))))
+	wild.send(resource.ClusterType, nil, nil, wild.recv().GetNonce(), nil)
+	waitFor(t, func() bool { return histogramCount(t, reg) == 2 })
+	named.expectNothing(50 * time.Millisecond)
 }
