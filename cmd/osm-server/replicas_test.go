@@ -329,6 +329,28 @@ func TestReplicasServeEverything(t *testing.T) {
 			t.Errorf("second use of the single-use token through replica 3: %v, want used up", err)
 		}
 	})
+
+	// Every replica runs every provider instance itself (docs: "Providers
+	// on several replicas"): an endpoint change in the provider's source
+	// reaches a proxy on each replica, through each replica's own plugin.
+	t.Run("an endpoint change reaches proxies on every replica", func(t *testing.T) {
+		buyer := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
+		var proxies []*xdstest.Proxy
+		for _, r := range rs {
+			p := r.osm().Connect(t, r.osm().Enroll(t, buyer), "10.0.0.6", "default/bookstore")
+			p.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+			proxies = append(proxies, p)
+		}
+		moved := strings.Replace(endpointsYAML, "{ip: 10.0.0.5, port: 14001}", "{ip: 10.0.0.9, port: 14001}", 1)
+		start := time.Now()
+		if err := os.WriteFile(filepath.Join(filepath.Dir(rs[0].dir), "endpoints.yaml"), []byte(moved), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range proxies {
+			p.WaitEDS(t, "default/bookstore", []string{"10.0.0.9:14001"}, 20*time.Second)
+			t.Logf("%s's proxy has the moved endpoint %v after the file changed", rs[i].name, time.Since(start).Round(time.Millisecond))
+		}
+	})
 }
 
 // osmProxies returns the CNs r lists.
