@@ -70,8 +70,8 @@ func TestGatewayRouteInvalid(t *testing.T) {
 		name, in string
 		want     string // a part of the one error
 	}{
-		{"parent is a Gateway", "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec:\n  parentRefs: [{name: gw}]\n",
-			`spec.parentRefs[0]: parent Gateway (group "gateway.networking.k8s.io") is not supported: osm-vm implements the mesh profile (GAMMA), so a route attaches to a Service: set group: "" and kind: Service`},
+		{"parent is a ListenerSet", "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec:\n  parentRefs: [{kind: ListenerSet, name: gw}]\n",
+			`spec.parentRefs[0]: parent ListenerSet (group "gateway.networking.k8s.io") is not supported: a route attaches to a Service (group: "", kind: Service; the mesh profile, GAMMA) or to a Gateway (group: gateway.networking.k8s.io, kind: Gateway)`},
 		{"no parentRefs", "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec: {}\n", "spec.parentRefs: no parentRefs"},
 		{"same parent twice without sectionName", "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec:\n  parentRefs: [{group: \"\", kind: Service, name: echo}, {group: \"\", kind: Service, name: echo}]\n  rules: [{" + v1Backend + "}]\n",
 			"sectionName must be specified when parentRefs includes 2 or more references to the same parent"},
