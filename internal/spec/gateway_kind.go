@@ -495,3 +495,11 @@ func (s *Snapshot) Gateways() []GatewayInfo {
 	}
 	return out
 }
+
+// SortRules returns rules in the Gateway API's precedence order (as
+// GatewayRoutes orders them).
+func SortRules(rules []GatewayRule) []GatewayRule {
+	out := slices.Clone(rules)
+	slices.SortStableFunc(out, compareRules)
+	return out
+}
