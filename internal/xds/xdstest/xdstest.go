@@ -110,6 +110,20 @@ type Proxy struct {
 // waits for the xDS listener (see WaitXDS).
 func (s Server) Connect(t *testing.T, cert tls.Certificate, address string, eds ...string) *Proxy {
 	t.Helper()
+	return s.connect(t, cert, "envoy", address, false, eds)
+}
+
+// ConnectAs opens the ADS stream of a proxy whose node metadata osm.flavor
+// is flavor ("envoy" or "gateway": an ingress gateway's Envoy) and
+// subscribes, as Envoy does, to every cluster, listener, route
+// configuration and secret (wildcard) and to the EDS resources named.
+func (s Server) ConnectAs(t *testing.T, cert tls.Certificate, flavor, address string, eds ...string) *Proxy {
+	t.Helper()
+	return s.connect(t, cert, flavor, address, true, eds)
+}
+
+func (s Server) connect(t *testing.T, cert tls.Certificate, flavor, address string, all bool, eds []string) *Proxy {
+	t.Helper()
 	s.WaitXDS(t, 30*time.Second)
 	_, _, ca := s.admin(t)
 	pool := x509.NewCertPool()
@@ -129,10 +143,23 @@ func (s Server) Connect(t *testing.T, cert tls.Certificate, address string, eds 
 		t.Fatal(err)
 	}
 	leaf, _ := x509.ParseCertificate(cert.Certificate[0])
-	md, _ := structpb.NewStruct(map[string]any{"osm.flavor": "envoy", "osm.advertiseAddress": address})
+	md, _ := structpb.NewStruct(map[string]any{"osm.flavor": flavor, "osm.advertiseAddress": address})
 	p := &Proxy{cn: leaf.Subject.CommonName, stream: stream, resp: make(chan *discovery.DiscoveryResponse, 16)}
 	if err := stream.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: p.cn, Metadata: md}, TypeUrl: resource.EndpointType, ResourceNames: eds}); err != nil {
 		t.Fatal(err)
+	}
+	names := func(typeURL string) []string {
+		if !all || typeURL == resource.EndpointType {
+			return eds
+		}
+		return nil
+	}
+	if all {
+		for _, typ := range []string{resource.ClusterType, resource.ListenerType, resource.RouteType, resource.SecretType} {
+			if err := stream.Send(&discovery.DiscoveryRequest{TypeUrl: typ}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	go func() {
 		defer close(p.resp)
@@ -141,7 +168,7 @@ func (s Server) Connect(t *testing.T, cert tls.Certificate, address string, eds 
 			if err != nil {
 				return
 			}
-			_ = stream.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: eds})
+			_ = stream.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: names(r.GetTypeUrl())})
 			select {
 			case p.resp <- r:
 			case <-ctx.Done():
