@@ -103,7 +103,12 @@ type Proxy struct {
 	cn     string
 	stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
 	resp   chan *discovery.DiscoveryResponse
+	close  func()
 }
+
+// Close ends the proxy's stream and connection, as a machine that goes
+// away does.
+func (p *Proxy) Close() { p.close() }
 
 // Connect opens the proxy's ADS stream, announcing address as its
 // advertise address, and subscribes to the EDS resources named. It first
@@ -134,17 +139,18 @@ func (s Server) connect(t *testing.T, cert tls.Certificate, flavor, address stri
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() {
+	closeConn := func() {
 		cancel()
 		conn.Close()
-	})
+	}
+	t.Cleanup(closeConn)
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	leaf, _ := x509.ParseCertificate(cert.Certificate[0])
 	md, _ := structpb.NewStruct(map[string]any{"osm.flavor": flavor, "osm.advertiseAddress": address})
-	p := &Proxy{cn: leaf.Subject.CommonName, stream: stream, resp: make(chan *discovery.DiscoveryResponse, 16)}
+	p := &Proxy{cn: leaf.Subject.CommonName, stream: stream, resp: make(chan *discovery.DiscoveryResponse, 16), close: closeConn}
 	if err := stream.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: p.cn, Metadata: md}, TypeUrl: resource.EndpointType, ResourceNames: eds}); err != nil {
 		t.Fatal(err)
 	}
