@@ -172,3 +172,20 @@ func TestGatewayInfo(t *testing.T) {
 		t.Errorf("Delete: %v, want a conflict naming the route", err)
 	}
 }
+
+// TestGatewayAndServiceNames: a Gateway's machines enroll as the service
+// of its name, so a Gateway and a Service of one name are refused either
+// way round.
+func TestGatewayAndServiceNames(t *testing.T) {
+	s := newTestSpec(t, store.NewMemory())
+	applyYAML(t, s, gwServices)
+	docs, _ := Parse([]byte(strings.Replace(gwIngress, "name: ingress", "name: echo", 1)), "")
+	if _, err := s.Apply(t.Context(), docs, ApplyOptions{}); err == nil || !strings.Contains(err.Error(), `a Service "echo" is in namespace "default"`) {
+		t.Errorf("Gateway named like a Service: %v", err)
+	}
+	applyYAML(t, s, gwIngress)
+	docs, _ = Parse([]byte("apiVersion: v1\nkind: Service\nmetadata: {name: ingress}\nspec: {ports: [{port: 80}]}\n"), "")
+	if _, err := s.Apply(t.Context(), docs, ApplyOptions{}); err == nil || !strings.Contains(err.Error(), `a Gateway "ingress" is in namespace "default"`) {
+		t.Errorf("Service named like a Gateway: %v", err)
+	}
+}

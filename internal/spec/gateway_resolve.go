@@ -232,6 +232,12 @@ func granted(st *state, from Key, target mesh.MeshService) bool {
 // is applied into: a route's parents and backends resolve, and no Service
 // is both the root of an SMI TrafficSplit and the parent of a route.
 func gatewayReferences(v *validator, st *state, obj Object) {
+	if svc, ok := serviceOf(obj); ok {
+		k := svc.Key()
+		if _, ok := gatewayOf(st, mesh.MeshService{Namespace: k.Namespace, Name: k.Name}); ok {
+			v.errorf("metadata.name", "a Gateway %q is in namespace %q: its machines enroll as the service of its name, so the two would share an identity; give the Service another name", k.Name, k.Namespace)
+		}
+	}
 	switch o := obj.(type) {
 	case route:
 		for i, a := range resolveParents(st, o) {
@@ -255,6 +261,10 @@ func gatewayReferences(v *validator, st *state, obj Object) {
 				continue
 			}
 			v.errorf(p.field, "%s", p.message)
+		}
+	case *Gateway:
+		if _, ok := serviceOf(st.objects[serviceKey(mesh.MeshService{Namespace: o.Metadata.Namespace, Name: o.Metadata.Name})]); ok {
+			v.errorf("metadata.name", "a Service %q is in namespace %q: a Gateway's machines enroll as the service of its name, so the two would share an identity; give the Gateway another name", o.Metadata.Name, o.Metadata.Namespace)
 		}
 	case *TrafficSplit:
 		root := mesh.MeshService{Namespace: o.Metadata.Namespace, Name: o.Spec.Service}
