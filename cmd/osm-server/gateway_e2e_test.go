@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -115,6 +117,14 @@ func TestGatewayThroughTheServer(t *testing.T) {
 		if out, err := s.cli(t, "apply", "-f", f); err != nil {
 			t.Fatalf("apply %s: %v\n%s", f, err, out)
 		}
+	}
+	out, err := s.cli(t, "get", "gateways", "-o", "yaml")
+	if err != nil || !strings.Contains(out, "attachedRoutes: 1") || !strings.Contains(out, "type: Programmed") {
+		t.Errorf("get gateways: %v\n%s\nwant the listener with attachedRoutes: 1 and a Programmed condition", err, out)
+	}
+	out, err = s.cli(t, "get", "httproutes", "-o", "yaml")
+	if err != nil || !strings.Contains(out, "attached to listener web of Gateway default/ingress") || !strings.Contains(out, "controllerName: "+spec.GatewayControllerName) {
+		t.Errorf("get httproutes: %v\n%s\nwant the parent status of the Gateway", err, out)
 	}
 	osm := xdstest.Server{API: s.api, XDS: xdsAddr, DataDir: s.dataDir}
 	pair := osm.Enroll(t, mesh.MeshService{Namespace: "default", Name: "ingress"})
