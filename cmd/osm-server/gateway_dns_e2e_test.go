@@ -25,10 +25,7 @@ func TestDNSPublishingGateways(t *testing.T) {
 	bin := buildBinaries(t)
 	s := newIdentityServer(t, bin)
 	dir := filepath.Dir(s.dataDir)
-	keyFile := filepath.Join(dir, "osm-vm.tsig")
-	if err := os.WriteFile(keyFile, []byte(fmt.Sprintf("key \"osm-vm\" {\n\talgorithm hmac-sha256;\n\tsecret \"%s\";\n};\n", secret)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile := writeTSIGKey(t, dir, secret)
 	xdsAddr := freeAddr(t)
 	s.launch(t, xdsAddr, fmt.Sprintf("dns:\n  zone: %s\n  ownerID: e2e\n  ttl: 30s\n  rfc2136: {server: %s, tsigKeyName: osm-vm, tsigSecretFile: %s}\n", zone, b.Addr, keyFile))
 	apply := func(y string) {

@@ -99,37 +99,23 @@ func (g *GatewaySource) Names() map[string][]netip.Addr {
 // Subscribe signals, coalescing, when a gateway machine comes or goes or
 // the model publishes a view (a Gateway or route may have changed).
 func (g *GatewaySource) Subscribe() (<-chan struct{}, func()) {
+	return merged{presenceSignal{g}, ViewSource{Views: g.views}}.Subscribe()
+}
+
+// presenceSignal is the Source whose signal is a gateway machine's coming
+// or going (its names are GatewaySource's).
+type presenceSignal struct{ g *GatewaySource }
+
+func (p presenceSignal) Names() map[string][]netip.Addr { return nil }
+
+func (p presenceSignal) Subscribe() (<-chan struct{}, func()) {
 	ch := make(chan struct{}, 1)
-	g.mu.Lock()
-	g.subs[ch] = struct{}{}
-	g.mu.Unlock()
-	views, cancelViews := g.views.Subscribe()
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			case <-views:
-				select {
-				case ch <- struct{}{}:
-				default:
-				}
-			}
-		}
-	}()
-	var once sync.Once
+	p.g.mu.Lock()
+	p.g.subs[ch] = struct{}{}
+	p.g.mu.Unlock()
 	return ch, func() {
-		once.Do(func() {
-			cancelViews()
-			close(done)
-			wg.Wait()
-			g.mu.Lock()
-			delete(g.subs, ch)
-			g.mu.Unlock()
-		})
+		p.g.mu.Lock()
+		delete(p.g.subs, ch)
+		p.g.mu.Unlock()
 	}
 }

@@ -53,15 +53,19 @@ func TestGatewayInvalid(t *testing.T) {
 		{"addresses", gatewayDoc("  - {name: a, port: 80, protocol: HTTP}\n") + "  addresses: [{value: 192.0.2.1}]\n", "spec.addresses: not supported"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := Parse([]byte(tc.in), "")
-			if err == nil {
-				t.Fatal("Parse succeeded, want an error")
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("error:\n%v\nwant it to contain:\n%s", err, tc.want)
-			}
-		})
+		t.Run(tc.name, func(t *testing.T) { parseFails(t, tc.in, tc.want) })
+	}
+}
+
+// parseFails checks that Parse refuses in with an error containing want.
+func parseFails(t *testing.T, in, want string) {
+	t.Helper()
+	_, err := Parse([]byte(in), "")
+	if err == nil {
+		t.Fatal("Parse succeeded, want an error")
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("error:\n%v\nwant it to contain:\n%s", err, want)
 	}
 }
 
