@@ -422,65 +422,8 @@ func (g GatewayInfo) HostNames() []string {
 
 // Gateway returns the Gateway named gw with its attached routes.
 func (s *Snapshot) Gateway(gw mesh.MeshService) (GatewayInfo, bool) {
-	g, ok := gatewayOf(s.st, gw)
-	if !ok {
-		return GatewayInfo{}, false
-	}
-	info := GatewayInfo{Gateway: gw, ServiceAccount: mesh.ServiceAccount{Namespace: gw.Namespace, Name: gw.Name}}
-	type lr struct {
-		route Key
-		hosts []string
-	}
-	byListener := map[string][]lr{}
-	for _, k := range s.keys {
-		r, ok := s.st.objects[k].(route)
-		if !ok {
-			continue
-		}
-		for _, a := range resolveParents(s.st, r) {
-			if !a.gateway || a.parent != gw {
-				continue
-			}
-			for _, ln := range a.listeners {
-				l := g.Spec.Listeners[slices.IndexFunc(g.Spec.Listeners, func(l gwv1.Listener) bool { return string(l.Name) == ln })]
-				if !slices.ContainsFunc(byListener[ln], func(x lr) bool { return x.route == k }) {
-					byListener[ln] = append(byListener[ln], lr{k, intersectHosts(l.Hostname, r.hostnames())})
-				}
-			}
-		}
-	}
-	for _, l := range g.Spec.Listeners {
-		gl := GatewayListener{Name: string(l.Name), Port: int(l.Port), Protocol: string(l.Protocol)}
-		if l.Hostname != nil {
-			gl.Hostname = string(*l.Hostname)
-		}
-		if l.TLS != nil && len(l.TLS.CertificateRefs) > 0 {
-			ref := l.TLS.CertificateRefs[0]
-			gl.Certificate = mesh.MeshService{Namespace: gw.Namespace, Name: string(ref.Name)}
-			if ref.Namespace != nil {
-				gl.Certificate.Namespace = string(*ref.Namespace)
-			}
-		}
-		rules := map[string][]GatewayRule{}
-		for _, x := range byListener[string(l.Name)] {
-			for _, h := range x.hosts {
-				rules[h] = append(rules[h], s.rulesOf(x.route)...)
-			}
-		}
-		for h, rs := range rules {
-			slices.SortStableFunc(rs, compareRules)
-			gl.Hosts = append(gl.Hosts, GatewayHost{Hostname: h, Rules: rs})
-		}
-		// Precise names before wildcards, longer wildcards first.
-		slices.SortFunc(gl.Hosts, func(a, b GatewayHost) int {
-			return cmp.Or(cmp.Compare(strings.Count(b.Hostname, "."), strings.Count(a.Hostname, ".")), strings.Compare(a.Hostname, b.Hostname))
-		})
-		info.Listeners = append(info.Listeners, gl)
-	}
-	slices.SortStableFunc(info.Listeners, func(a, b GatewayListener) int { return cmp.Compare(a.Port, b.Port) })
-	b, _ := json.Marshal(info)
-	info.Fingerprint = string(b)
-	return info, true
+	info, ok := s.gatewayInfos()[gw]
+	return info, ok
 }
 
 // Gateways returns every Gateway with its attached routes, by namespace
@@ -489,11 +432,92 @@ func (s *Snapshot) Gateways() []GatewayInfo {
 	var out []GatewayInfo
 	for _, k := range s.keys {
 		if k.Kind == KindGateway {
-			g, _ := s.Gateway(mesh.MeshService{Namespace: k.Namespace, Name: k.Name})
-			out = append(out, g)
+			out = append(out, s.gatewayInfos()[mesh.MeshService{Namespace: k.Namespace, Name: k.Name}])
 		}
 	}
 	return out
+}
+
+// gatewayInfos builds every GatewayInfo once per snapshot: one pass over
+// the routes resolves their Gateway parents.
+func (s *Snapshot) gatewayInfos() map[mesh.MeshService]GatewayInfo {
+	s.gatewaysOnce.Do(func() {
+		s.gateways = map[mesh.MeshService]GatewayInfo{}
+		type listenerKey struct {
+			gw       mesh.MeshService
+			listener string
+		}
+		type lr struct {
+			route Key
+			hosts []string
+		}
+		byListener := map[listenerKey][]lr{}
+		for _, k := range s.keys {
+			r, ok := s.st.objects[k].(route)
+			if !ok {
+				continue
+			}
+			for _, a := range resolveParents(s.st, r) {
+				if !a.gateway {
+					continue
+				}
+				g, _ := gatewayOf(s.st, a.parent)
+				for _, ln := range a.listeners {
+					lk := listenerKey{a.parent, ln}
+					l := g.Spec.Listeners[slices.IndexFunc(g.Spec.Listeners, func(l gwv1.Listener) bool { return string(l.Name) == ln })]
+					if !slices.ContainsFunc(byListener[lk], func(x lr) bool { return x.route == k }) {
+						byListener[lk] = append(byListener[lk], lr{k, intersectHosts(l.Hostname, r.hostnames())})
+					}
+				}
+			}
+		}
+		for _, k := range s.keys {
+			g, ok := s.st.objects[k].(*Gateway)
+			if !ok {
+				continue
+			}
+			gw := mesh.MeshService{Namespace: k.Namespace, Name: k.Name}
+			info := GatewayInfo{Gateway: gw, ServiceAccount: mesh.ServiceAccount{Namespace: gw.Namespace, Name: gw.Name}}
+			for _, l := range g.Spec.Listeners {
+				gl := listenerInfo(gw, l)
+				rules := map[string][]GatewayRule{}
+				for _, x := range byListener[listenerKey{gw, string(l.Name)}] {
+					for _, h := range x.hosts {
+						rules[h] = append(rules[h], s.rulesOf(x.route)...)
+					}
+				}
+				for h, rs := range rules {
+					gl.Hosts = append(gl.Hosts, GatewayHost{Hostname: h, Rules: SortRules(rs)})
+				}
+				// Precise names before wildcards, longer wildcards first.
+				slices.SortFunc(gl.Hosts, func(a, b GatewayHost) int {
+					return cmp.Or(cmp.Compare(strings.Count(b.Hostname, "."), strings.Count(a.Hostname, ".")), strings.Compare(a.Hostname, b.Hostname))
+				})
+				info.Listeners = append(info.Listeners, gl)
+			}
+			slices.SortStableFunc(info.Listeners, func(a, b GatewayListener) int { return cmp.Compare(a.Port, b.Port) })
+			b, _ := json.Marshal(info)
+			info.Fingerprint = string(b)
+			s.gateways[gw] = info
+		}
+	})
+	return s.gateways
+}
+
+// listenerInfo is a listener without its routes.
+func listenerInfo(gw mesh.MeshService, l gwv1.Listener) GatewayListener {
+	gl := GatewayListener{Name: string(l.Name), Port: int(l.Port), Protocol: string(l.Protocol)}
+	if l.Hostname != nil {
+		gl.Hostname = string(*l.Hostname)
+	}
+	if l.TLS != nil && len(l.TLS.CertificateRefs) > 0 {
+		ref := l.TLS.CertificateRefs[0]
+		gl.Certificate = mesh.MeshService{Namespace: gw.Namespace, Name: string(ref.Name)}
+		if ref.Namespace != nil {
+			gl.Certificate.Namespace = string(*ref.Namespace)
+		}
+	}
+	return gl
 }
 
 // SortRules returns rules in the Gateway API's precedence order (as
