@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -14,6 +15,7 @@ import (
 	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -136,13 +138,30 @@ func gatewayListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 	return out, nil
 }
 
-// gatewayHCM is an edge HTTP connection manager: the client's address is
-// the peer's (no X-Forwarded-For is trusted), and the Host header's port
-// is ignored when matching virtual hosts.
+// gatewayHCM is an edge HTTP connection manager, as Envoy's edge proxy
+// guide advises: the client's address is the peer's (no X-Forwarded-For
+// is trusted); paths are normalised before matching (dot segments, merged
+// slashes, escaped slashes unescaped and redirected); headers with
+// underscores are refused; idle connections and slow request headers
+// time out; HTTP/2 streams and windows are bounded. The Host header's
+// port is ignored when matching virtual hosts.
 func gatewayHCM(statPrefix, routeName string, b *builder) *hcmv3.HttpConnectionManager {
 	h := rdsHCM(statPrefix, routeName, b.routerFilter())
 	h.UseRemoteAddress = wrapperspb.Bool(true)
 	h.StripPortMode = &hcmv3.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true}
+	h.NormalizePath = wrapperspb.Bool(true)
+	h.MergeSlashes = true
+	h.PathWithEscapedSlashesAction = hcmv3.HttpConnectionManager_UNESCAPE_AND_REDIRECT
+	h.RequestHeadersTimeout = durationpb.New(10 * time.Second)
+	h.CommonHttpProtocolOptions = &corev3.HttpProtocolOptions{
+		IdleTimeout:                  durationpb.New(time.Hour),
+		HeadersWithUnderscoresAction: corev3.HttpProtocolOptions_REJECT_REQUEST,
+	}
+	h.Http2ProtocolOptions = &corev3.Http2ProtocolOptions{
+		MaxConcurrentStreams:        wrapperspb.UInt32(100),
+		InitialStreamWindowSize:     wrapperspb.UInt32(64 << 10),
+		InitialConnectionWindowSize: wrapperspb.UInt32(1 << 20),
+	}
 	return h
 }
 
