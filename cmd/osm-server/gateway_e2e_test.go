@@ -107,7 +107,7 @@ func TestGatewayThroughTheServer(t *testing.T) {
 	bin := buildBinaries(t)
 	s := newIdentityServer(t, bin)
 	xdsAddr := freeAddr(t)
-	s.launch(t, xdsAddr, "")
+	srv := s.launch(t, xdsAddr, "")
 	dir := t.TempDir()
 	for i, y := range []string{gatewayE2ESpec, gatewayE2ERoute} {
 		f := filepath.Join(dir, []string{"spec.yaml", "route.yaml"}[i])
@@ -164,4 +164,22 @@ func TestGatewayThroughTheServer(t *testing.T) {
 		routes, ok := state.routeClusters(name)
 		return ok && len(routes) == 0 && !state.has(resource.ClusterType, "default/echo") && state.listener(name) != nil
 	})
+
+	// A machine enrolled as a Gateway that is not applied is refused with
+	// the cause (its stream ends; the server's log names the Gateway).
+	stray := osm.ConnectAs(t, osm.Enroll(t, mesh.MeshService{Namespace: "default", Name: "nogw"}), "gateway", "127.0.0.1")
+	for deadline := time.After(30 * time.Second); ; {
+		select {
+		case _, ok := <-stray.Responses():
+			if ok {
+				continue
+			}
+		case <-deadline:
+			t.Fatal("the stream of a gateway proxy without its Gateway is still open after 30s")
+		}
+		break
+	}
+	if out := srv.output(); !strings.Contains(out, `no Gateway \"nogw\" in namespace \"default\"`) {
+		t.Errorf("server log does not name the missing Gateway:\n%s", out)
+	}
 }
