@@ -19,6 +19,10 @@
 // listeners named [GRPCServerListenerName], TLS from the certificate provider
 // instance named "osm" in the gRPC bootstrap (gRPC has no SDS), only EDS
 // clusters, the router filter last, and ADS config sources.
+// [Gateway] output is for the Envoy of an ingress gateway machine, enrolled
+// as a spec.Gateway's namespace and name: listeners per Gateway port on its
+// address, routes from the routes attached, EDS clusters to the backends
+// (gateway_proxy.go).
 //
 // # Resource names
 //
