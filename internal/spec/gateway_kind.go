@@ -99,7 +99,7 @@ var wildcardHostPattern = regexp.MustCompile(`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9
 
 func checkGatewayHostname(v *validator, f string, h gwv1.Hostname) {
 	if len(h) > 253 || !wildcardHostPattern.MatchString(string(h)) {
-		v.errorf(f, "%q is not a host name: want lower-case DNS labels, optionally after \"*.\" (such as shop.example.com or *.example.com)", h)
+		v.errorf(f, "%q: Hostname value must only contain valid characters (matching ^(\\*\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$): want lower-case DNS labels, optionally after \"*.\" (such as shop.example.com or *.example.com)", h)
 	}
 }
 
@@ -156,7 +156,7 @@ func (g *Gateway) validate(v *validator) {
 		switch l.Protocol {
 		case gwv1.HTTPProtocolType:
 			if l.TLS != nil {
-				v.errorf(f+".tls", "tls must not be specified for protocol HTTP: use protocol HTTPS")
+				v.errorf(f+".tls", "tls must not be specified for protocols ['HTTP', 'TCP', 'UDP']: use protocol HTTPS")
 			}
 		case gwv1.HTTPSProtocolType:
 			checkListenerTLS(v, f+".tls", l.TLS)
@@ -190,9 +190,13 @@ func checkListenerTLS(v *validator, f string, t *gwv1.ListenerTLSConfig) {
 		return
 	}
 	if *t.Mode != gwv1.TLSModeTerminate {
-		v.errorf(f+".mode", "mode %s is not supported: an HTTPS listener terminates TLS (Passthrough takes TLSRoutes, which osm-vm does not implement)", *t.Mode)
+		v.errorf(f+".mode", "tls mode must be Terminate for protocol HTTPS (mode %s takes TLSRoutes on a TLS listener, which osm-vm does not implement)", *t.Mode)
 	}
-	if len(t.CertificateRefs) != 1 {
+	switch len(t.CertificateRefs) {
+	case 0:
+		v.errorf(f+".certificateRefs", "certificateRefs or options must be specified when mode is Terminate: give one certificateRef (a Secret, whose PEM files are on the gateway machines)")
+	case 1:
+	default:
 		v.errorf(f+".certificateRefs", "%d certificateRefs: osm-vm wants exactly one (a Secret, whose PEM files are on the gateway machines)", len(t.CertificateRefs))
 	}
 	for i, r := range t.CertificateRefs {
