@@ -220,3 +220,49 @@ func TestRunJoinFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestInstallGatewayIngress: --gateway ingress writes gateway: ingress,
+// and the machine's Envoy bootstrap announces osm.flavor gateway (its
+// listeners then come from the Gateway named by --service/--namespace).
+func TestInstallGatewayIngress(t *testing.T) {
+	dir := t.TempDir()
+	etc, data := filepath.Join(dir, "etc"), filepath.Join(dir, "data")
+	out, err := execute(t, "install", "--no-service", "--server", "https://127.0.0.1:15443", "--token", "tok", "--ca-cert-hash", caHash,
+		"--service", "ingress", "--gateway", "ingress", "--advertise-address", "203.0.113.10", "--hosts-file", filepath.Join(dir, "hosts"),
+		"--config-dir", etc, "--data-dir", data)
+	if err != nil {
+		t.Fatalf("install --gateway ingress: %v\n%s", err, out)
+	}
+	cfgPath := filepath.Join(etc, agent.ConfigFile)
+	cfg, err := agent.LoadConfig(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Gateway != agent.GatewayIngress {
+		t.Fatalf("config gateway = %q, want ingress", cfg.Gateway)
+	}
+	ca := agenttest.NewCA(t)
+	id := mesh.NewProxyIdentity(mesh.MeshService{Namespace: "default", Name: "ingress"})
+	certPEM, keyPEM := ca.KeyPair(t, id.CommonName(), time.Hour)
+	if err := agent.SaveIdentity(data, agent.Identity{KeyPEM: keyPEM, CertPEM: certPEM, CAPEM: ca.PEM}); err != nil {
+		t.Fatal(err)
+	}
+	out, err = execute(t, "bootstrap", "--config", cfgPath, "--xds-address", "10.0.0.1:15128")
+	if err != nil {
+		t.Fatalf("bootstrap: %v\n%s", err, out)
+	}
+	var b bootstrapv3.Bootstrap
+	if err := protojson.Unmarshal([]byte(out), &b); err != nil {
+		t.Fatalf("bootstrap output is not an Envoy bootstrap: %v", err)
+	}
+	if err := envoy.ValidateBootstrap(&b); err != nil {
+		t.Error(err)
+	}
+	md := b.GetNode().GetMetadata().GetFields()
+	if got := md["osm.flavor"].GetStringValue(); got != "gateway" {
+		t.Errorf("node metadata osm.flavor = %q, want gateway", got)
+	}
+	if got := md["osm.advertiseAddress"].GetStringValue(); got != "203.0.113.10" {
+		t.Errorf("node metadata osm.advertiseAddress = %q, want 203.0.113.10", got)
+	}
+}

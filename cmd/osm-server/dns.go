@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/dnspublish"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/xds"
 )
 
 // DNSConfig is the `dns:` section: publishing host names at the operator's
@@ -91,9 +93,11 @@ func (c DNSConfig) rfc2136(secret string) dnspublish.RFC2136Config {
 }
 
 // newDNSPublisher reads the TSIG secret and returns the publisher of the
-// mesh Services' external names (see dnspublish.ViewSource), with its
-// metrics registered; nil when the config has no `dns:` section.
-func newDNSPublisher(log *slog.Logger, c DNSConfig, model *catalog.Model, reg prometheus.Registerer) (*dnspublish.Publisher, error) {
+// mesh Services' external names (see dnspublish.ViewSource) and of the
+// ingress gateways' host names with their machines' addresses (see
+// dnspublish.GatewaySource), with its metrics registered; nil when the
+// config has no `dns:` section.
+func newDNSPublisher(log *slog.Logger, c DNSConfig, model *catalog.Model, gateways *dnspublish.GatewaySource, reg prometheus.Registerer) (*dnspublish.Publisher, error) {
 	if !c.enabled() {
 		return nil, nil
 	}
@@ -105,9 +109,25 @@ func newDNSPublisher(log *slog.Logger, c DNSConfig, model *catalog.Model, reg pr
 	if err != nil {
 		return nil, err
 	}
-	p, err := dnspublish.New(log, c.Provider, prov, dnspublish.ViewSource{Views: model}, dnspublish.Options{Owner: c.OwnerID, TTL: c.TTL})
+	p, err := dnspublish.New(log, c.Provider, prov, dnspublish.Merge(dnspublish.ViewSource{Views: model}, gateways), dnspublish.Options{Owner: c.OwnerID, TTL: c.TTL})
 	if err != nil {
 		return nil, err
 	}
 	return p, p.Register(reg)
+}
+
+// presences tells each of its members of every proxy that connects or
+// leaves (the xDS server has one Presence).
+type presences []xds.Presence
+
+func (ps presences) ProxyConnected(svc mesh.MeshService, addr netip.Addr) {
+	for _, p := range ps {
+		p.ProxyConnected(svc, addr)
+	}
+}
+
+func (ps presences) ProxyDisconnected(svc mesh.MeshService, addr netip.Addr) {
+	for _, p := range ps {
+		p.ProxyDisconnected(svc, addr)
+	}
 }

@@ -39,11 +39,7 @@ func TestDNSPublishingThroughTheServer(t *testing.T) {
 		}
 	}
 	writeEndpoints("10.0.0.5", "10.0.0.6")
-	keyFile := filepath.Join(dir, "osm-vm.tsig")
-	// The key clause as tsig-keygen prints it.
-	if err := os.WriteFile(keyFile, []byte(fmt.Sprintf("key \"osm-vm\" {\n\talgorithm hmac-sha256;\n\tsecret \"%s\";\n};\n", secret)), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	keyFile := writeTSIGKey(t, dir, secret)
 	s.launch(t, "127.0.0.1:0", fmt.Sprintf(`providers:
   - {name: onprem, plugin: osm-provider-static, config: {file: %s}}
 dns:
@@ -79,4 +75,15 @@ dns:
 	apply("")
 	bindtest.Eventually(t, "the records go with the annotation", b.DigIs("shop."+zone, "A"))
 	bindtest.Eventually(t, "the ownership record goes too", b.DigIs("shop."+zone, "TXT"))
+}
+
+// writeTSIGKey writes the key clause as tsig-keygen prints it (key osm-vm)
+// into dir and returns the file's path.
+func writeTSIGKey(t *testing.T, dir, secret string) string {
+	t.Helper()
+	keyFile := filepath.Join(dir, "osm-vm.tsig")
+	if err := os.WriteFile(keyFile, []byte(fmt.Sprintf("key \"osm-vm\" {\n\talgorithm hmac-sha256;\n\tsecret \"%s\";\n};\n", secret)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/cli"
 	"github.com/osm-vm/osm-vm/internal/dashboard"
+	"github.com/osm-vm/osm-vm/internal/dnspublish"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/join"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -209,7 +210,9 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	model := catalog.NewModel(cat, sp, certs.TrustDomain(), startupGrace)
 	publisher := xds.NewPublisher(log.With("component", "xds-publisher"), xdsCache, model, certs)
 	xdsServer.SetWatcher(publisher)
-	xdsServer.SetPresence(model)
+	// Gateway machines' addresses follow their connections, for DNS.
+	gateways := dnspublish.NewGatewaySource(model)
+	xdsServer.SetPresence(presences{model, gateways})
 	xdsServer.SetHandshakeTimeout(cfg.HandshakeTimeout)
 	debugAPI.ServeXDSDebug(xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}})
 	debugAPI.ServeDashboard(dashboard.New(dashboard.Sources{Spec: sp, Catalog: cat, Providers: host,
@@ -217,7 +220,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	if err := instrument(reg, debugAPI, certs, xdsCache, xdsServer, publisher); err != nil {
 		return err
 	}
-	dnsPub, err := newDNSPublisher(log.With("component", "dns-publisher"), cfg.DNS, model, reg)
+	dnsPub, err := newDNSPublisher(log.With("component", "dns-publisher"), cfg.DNS, model, gateways, reg)
 	if err != nil {
 		return err
 	}

@@ -72,6 +72,9 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"bad advertise address", base + "advertiseAddress: myhost\n", "advertiseAddress"},
 		{"relative data dir", base + "dataDir: data\n", "dataDir"},
 		{"bad ca hash", base + "caCertHash: md5:00\n", "caCertHash"},
+		{"unknown gateway", base + "gateway: edge\n", `gateway "edge": want ingress`},
+		{"egress gateway", base + "gateway: egress\n", "egress gateway machines are not supported yet"},
+		{"gateway without envoy", base + "gateway: ingress\nproxy: none\n", `gateway "ingress" needs proxy envoy`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

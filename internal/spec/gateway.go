@@ -46,6 +46,7 @@ const (
 
 // gatewayKinds are added to kinds (types.go), after the SMI kinds.
 var gatewayKinds = []kindInfo{
+	{KindGateway, APIVersionGateway, "gateways", true, func() Object { return &Gateway{} }},
 	{KindReferenceGrant, APIVersionGatewayBeta, "referencegrants", true, func() Object { return &ReferenceGrant{} }},
 	{KindHTTPRoute, APIVersionGateway, "httproutes", true, func() Object { return &HTTPRoute{} }},
 	{KindGRPCRoute, APIVersionGateway, "grpcroutes", true, func() Object { return &GRPCRoute{} }},
@@ -55,6 +56,7 @@ var gatewayKinds = []kindInfo{
 var gatewayForms = []form{
 	{APIVersionGatewayBeta, KindHTTPRoute, func() Object { return &HTTPRoute{} }},
 	{APIVersionGateway, KindReferenceGrant, func() Object { return &ReferenceGrant{} }},
+	{APIVersionGatewayBeta, KindGateway, func() Object { return &Gateway{} }},
 }
 
 // HTTPRoute (gateway.networking.k8s.io/v1) routes HTTP calls to a
@@ -135,7 +137,7 @@ func validateWarnings(v *validator, o Object) {
 func (r *HTTPRoute) applyWarnings(v *validator) {
 	ignoredWarning(v, r.dropped)
 	validateWarnings(v, r)
-	if len(r.Spec.Hostnames) > 0 {
+	if len(r.Spec.Hostnames) > 0 && !hasGatewayParent(r.Spec.ParentRefs) {
 		v.warnf("spec.hostnames", "ignored: a route attached to a Service applies to every call to it, whatever the host name (GAMMA)")
 	}
 }
@@ -143,7 +145,7 @@ func (r *HTTPRoute) applyWarnings(v *validator) {
 func (r *GRPCRoute) applyWarnings(v *validator) {
 	ignoredWarning(v, r.dropped)
 	validateWarnings(v, r)
-	if len(r.Spec.Hostnames) > 0 {
+	if len(r.Spec.Hostnames) > 0 && !hasGatewayParent(r.Spec.ParentRefs) {
 		v.warnf("spec.hostnames", "ignored: a route attached to a Service applies to every call to it, whatever the host name (GAMMA)")
 	}
 }
@@ -296,11 +298,21 @@ var (
 	sectionNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 )
 
-// routeParents checks parentRefs: each names a Service (GAMMA), and
+// isGatewayRef reports whether p names a Gateway.
+func isGatewayRef(p gwv1.ParentReference) bool {
+	return p.Group != nil && p.Kind != nil && string(*p.Group) == GroupGateway && string(*p.Kind) == KindGateway
+}
+
+func hasGatewayParent(refs []gwv1.ParentReference) bool {
+	return slices.ContainsFunc(refs, isGatewayRef)
+}
+
+// routeParents checks parentRefs: each names a Service (GAMMA) or a
+// Gateway, and
 // several refs to one parent need distinct sectionNames or ports.
 func routeParents(v *validator, refs []gwv1.ParentReference) {
 	if len(refs) == 0 {
-		v.errorf("spec.parentRefs", "no parentRefs: attach the route to a Service with {group: \"\", kind: Service, name: ...}")
+		v.errorf("spec.parentRefs", "no parentRefs: attach the route to a Service with {group: \"\", kind: Service, name: ...} or to a Gateway with {name: ...}")
 	}
 	if len(refs) > maxRouteParentRefs {
 		v.errorf("spec.parentRefs", "%d parentRefs, more than %d", len(refs), maxRouteParentRefs)
@@ -309,12 +321,17 @@ func routeParents(v *validator, refs []gwv1.ParentReference) {
 	seen := map[parent][]int{}
 	for i, p := range refs {
 		f := fmt.Sprintf("spec.parentRefs[%d]", i)
-		if string(*p.Group) != "" || string(*p.Kind) != KindService {
+		isGateway := isGatewayRef(p)
+		if !isGateway && (string(*p.Group) != "" || string(*p.Kind) != KindService) {
 			g := string(*p.Group)
-			v.errorf(f, "parent %s (group %q) is not supported: osm-vm implements the mesh profile (GAMMA), so a route attaches to a Service: set group: \"\" and kind: Service", *p.Kind, g)
+			v.errorf(f, "parent %s (group %q) is not supported: a route attaches to a Service (group: \"\", kind: Service; the mesh profile, GAMMA) or to a Gateway (group: %s, kind: Gateway)", *p.Kind, g, GroupGateway)
 			continue
 		}
-		if err := mesh.ValidateLabel("service name", string(p.Name)); err != nil {
+		what := "service name"
+		if isGateway {
+			what = "gateway name"
+		}
+		if err := mesh.ValidateLabel(what, string(p.Name)); err != nil {
 			v.errorf(f+".name", "%v", err)
 		}
 		ns := ""
@@ -325,7 +342,7 @@ func routeParents(v *validator, refs []gwv1.ParentReference) {
 			}
 		}
 		if p.SectionName != nil && !sectionNamePattern.MatchString(string(*p.SectionName)) {
-			v.errorf(f+".sectionName", "%q is not a port name: want a DNS-1123 label, the name of one of the Service's ports", *p.SectionName)
+			v.errorf(f+".sectionName", "%q is not a port or listener name: want a DNS-1123 label, the name of one of the Service's ports or the Gateway's listeners", *p.SectionName)
 		}
 		if p.Port != nil {
 			checkPort(v, f+".port", int(*p.Port))

@@ -28,6 +28,7 @@ type route interface {
 	// attachesTo reports whether the route can serve a port with this
 	// appProtocol.
 	attachesTo(appProtocol string) bool
+	hostnames() []gwv1.Hostname
 }
 
 type fieldRef struct {
@@ -82,6 +83,10 @@ func (r *GRPCRoute) backendRefs() []fieldRef {
 type attachment struct {
 	parent mesh.MeshService
 	ports  []int
+	// gateway is set when the parent is a Gateway; listeners then names
+	// the listeners the route attaches to.
+	gateway   bool
+	listeners []string
 	// reason and message explain Accepted=False ("" when accepted).
 	reason, message string
 }
@@ -94,6 +99,11 @@ func resolveParents(st *state, r route) []attachment {
 		a := attachment{parent: mesh.MeshService{Namespace: ns, Name: string(p.Name)}}
 		if p.Namespace != nil {
 			a.parent.Namespace = string(*p.Namespace)
+		}
+		if isGatewayRef(p) {
+			resolveGatewayParent(st, r, p, &a)
+			out = append(out, a)
+			continue
 		}
 		svc, ok := serviceOf(st.objects[serviceKey(a.parent)])
 		switch {
@@ -183,6 +193,9 @@ func resolveBackends(st *state, r route) []refProblem {
 
 func isParent(r route, s mesh.MeshService) bool {
 	for _, p := range r.parentRefs() {
+		if isGatewayRef(p) {
+			continue
+		}
 		ns := r.Key().Namespace
 		if p.Namespace != nil {
 			ns = string(*p.Namespace)
@@ -219,11 +232,20 @@ func granted(st *state, from Key, target mesh.MeshService) bool {
 // is applied into: a route's parents and backends resolve, and no Service
 // is both the root of an SMI TrafficSplit and the parent of a route.
 func gatewayReferences(v *validator, st *state, obj Object) {
+	if svc, ok := serviceOf(obj); ok {
+		k := svc.Key()
+		if _, ok := gatewayOf(st, mesh.MeshService{Namespace: k.Namespace, Name: k.Name}); ok {
+			v.errorf("metadata.name", "a Gateway %q is in namespace %q: its machines enroll as the service of its name, so the two would share an identity; give the Service another name", k.Name, k.Namespace)
+		}
+	}
 	switch o := obj.(type) {
 	case route:
 		for i, a := range resolveParents(st, o) {
 			if a.reason != "" {
 				v.errorf(fmt.Sprintf("spec.parentRefs[%d]", i), "%s: the route would attach to nothing there%s", a.message, parentHint(st, a))
+				continue
+			}
+			if a.gateway {
 				continue
 			}
 			if k, ok := splitOf(st, a.parent); ok {
@@ -239,6 +261,10 @@ func gatewayReferences(v *validator, st *state, obj Object) {
 				continue
 			}
 			v.errorf(p.field, "%s", p.message)
+		}
+	case *Gateway:
+		if _, ok := serviceOf(st.objects[serviceKey(mesh.MeshService{Namespace: o.Metadata.Namespace, Name: o.Metadata.Name})]); ok {
+			v.errorf("metadata.name", "a Service %q is in namespace %q: a Gateway's machines enroll as the service of its name, so the two would share an identity; give the Gateway another name", o.Metadata.Name, o.Metadata.Namespace)
 		}
 	case *TrafficSplit:
 		root := mesh.MeshService{Namespace: o.Metadata.Namespace, Name: o.Spec.Service}
@@ -315,9 +341,13 @@ func routeStatus(st *state, r route) *gwv1.RouteStatus {
 		ps := gwv1.RouteParentStatus{ParentRef: r.parentRefs()[i], ControllerName: ControllerName}
 		accepted := metav1.Condition{Type: string(gwv1.RouteConditionAccepted), Status: metav1.ConditionTrue, Reason: string(gwv1.RouteReasonAccepted),
 			Message: fmt.Sprintf("serves calls to %s on port %s", a.parent, joinInts(a.ports))}
+		if a.gateway {
+			ps.ControllerName = GatewayControllerName
+			accepted.Message = fmt.Sprintf("attached to listener %s of Gateway %s", strings.Join(a.listeners, ", "), a.parent)
+		}
 		if a.reason != "" {
 			accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, a.reason, a.message
-		} else if k, ok := splitOf(st, a.parent); ok {
+		} else if k, ok := splitOf(st, a.parent); ok && !a.gateway {
 			accepted.Status, accepted.Reason, accepted.Message = metav1.ConditionFalse, string(gwv1.RouteReasonNotAllowedByListeners), fmt.Sprintf("%s routes the calls to %s", k, a.parent)
 		}
 		resolved := metav1.Condition{Type: string(gwv1.RouteConditionResolvedRefs), Status: metav1.ConditionTrue, Reason: string(gwv1.RouteReasonResolvedRefs), Message: "every backendRef resolves"}
@@ -349,6 +379,8 @@ func withRouteStatus(st *state, o Object) {
 		r.Status = routeStatus(st, r)
 	case *GRPCRoute:
 		r.Status = routeStatus(st, r)
+	case *Gateway:
+		r.Status = gatewayStatus(st, r)
 	}
 }
 
@@ -455,7 +487,7 @@ func newGatewayIndex(st *state, keys []Key) gatewayIndex {
 	}
 	for _, k := range routes {
 		for _, a := range resolveParents(st, st.objects[k].(route)) {
-			if a.reason != "" || roots[a.parent] {
+			if a.reason != "" || a.gateway || roots[a.parent] {
 				continue // a split root: refused at apply, inert if it got here
 			}
 			for _, p := range a.ports {

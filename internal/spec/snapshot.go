@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -28,6 +29,10 @@ type Snapshot struct {
 	splitRoot  map[mesh.MeshService]Key        // the first TrafficSplit of each root
 	pairs      map[[2]mesh.ServiceAccount]bool // {source, destination} some TrafficTarget allows
 	gateway    gatewayIndex                    // Gateway API routes by parent port
+	// gateways are the Gateways with their routes, built at the first
+	// question (rendering a gateway proxy, DNS publishing).
+	gatewaysOnce sync.Once
+	gateways     map[mesh.MeshService]GatewayInfo
 }
 
 // ServiceInfo is a Service with its virtual IP.

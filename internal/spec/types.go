@@ -75,7 +75,7 @@ func kindOrder(kind string) int {
 }
 
 // PolicyKinds are the kinds `get policies` lists.
-var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindEgress, KindReferenceGrant, KindHTTPRoute, KindGRPCRoute}
+var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindEgress, KindReferenceGrant, KindGateway, KindHTTPRoute, KindGRPCRoute}
 
 // ResolveKinds maps a kind as typed by a user ("services", "service",
 // "Service", "svc", "policies", "all") to the kinds it names.

@@ -245,7 +245,7 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 	}
 	var sds *cache.Set
 	var pendingSDS []proto.Message
-	if n.proxy.Flavor == render.Envoy {
+	if n.proxy.Flavor != render.GRPC { // Envoy and gateway proxies take SDS
 		if sds, err = p.secretSet(ctx, n.proxy.Service); err != nil {
 			p.releaseRefusals(refused)
 			return err

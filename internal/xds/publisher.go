@@ -125,6 +125,8 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs Cert
 		validators: map[render.Flavor]*render.Validator{
 			render.Envoy: render.NewValidator(render.Envoy),
 			render.GRPC:  render.NewValidator(render.GRPC),
+			// A gateway proxy is an Envoy (gateway_proxy.go in render).
+			render.Gateway: render.NewValidator(render.Gateway),
 		},
 	}
 	placeholders, err := render.Secrets([]byte("pending"), []byte("pending"), []byte("pending"))
@@ -332,7 +334,7 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 	}
 	if len(rotated) > 0 {
 		for _, g := range p.groups {
-			if g.key.flavor != render.Envoy {
+			if g.key.flavor == render.GRPC {
 				continue
 			}
 			if rotated[allAccounts] || rotated[p.serviceAccount(g.key.service)] {

@@ -59,7 +59,7 @@ import (
 
 // Node metadata keys the agent writes into its bootstraps.
 const (
-	MetadataFlavor  = "osm.flavor"           // "envoy" (default) or "grpc"
+	MetadataFlavor  = "osm.flavor"           // "envoy" (default), "grpc" or "gateway"
 	MetadataAddress = "osm.advertiseAddress" // the VM's address; inbound listeners bind it
 )
 
@@ -413,14 +413,16 @@ func parseNode(node *corev3.Node) (render.Flavor, netip.Addr, error) {
 	if v, ok := md[MetadataFlavor]; ok {
 		f, ok := v.GetKind().(*structpb.Value_StringValue)
 		if !ok {
-			return 0, netip.Addr{}, status.Errorf(codes.InvalidArgument, "node metadata %s is %s, want the string envoy or grpc", MetadataFlavor, kindOf(v))
+			return 0, netip.Addr{}, status.Errorf(codes.InvalidArgument, "node metadata %s is %s, want the string envoy, grpc or gateway", MetadataFlavor, kindOf(v))
 		}
 		switch f.StringValue {
 		case "", "envoy":
 		case "grpc":
 			flavor = render.GRPC
+		case "gateway":
+			flavor = render.Gateway
 		default:
-			return 0, netip.Addr{}, status.Errorf(codes.InvalidArgument, "node metadata %s %q: want envoy or grpc", MetadataFlavor, f.StringValue)
+			return 0, netip.Addr{}, status.Errorf(codes.InvalidArgument, "node metadata %s %q: want envoy, grpc or gateway", MetadataFlavor, f.StringValue)
 		}
 	}
 	v, ok := md[MetadataAddress]
@@ -465,7 +467,7 @@ func checkType(f render.Flavor, typeURL string) error {
 	case resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType:
 		return nil
 	case resource.SecretType:
-		if f == render.Envoy {
+		if f != render.GRPC {
 			return nil
 		}
 		return status.Errorf(codes.InvalidArgument, "type %s is served to Envoy proxies only; a proxyless gRPC client (node metadata %s grpc) reads its certificates from files", typeURL, MetadataFlavor)
@@ -473,7 +475,7 @@ func checkType(f render.Flavor, typeURL string) error {
 		return status.Error(codes.InvalidArgument, "type_url is required on every ADS request")
 	}
 	served := "CDS, EDS, LDS and RDS"
-	if f == render.Envoy {
+	if f != render.GRPC {
 		served += " (and SDS)"
 	}
 	return status.Errorf(codes.InvalidArgument, "type %q is not served: osm-server serves %s over ADS", typeURL, served)

@@ -61,7 +61,7 @@ func Bootstrap(p sidecar.ProxyConfig, dataDir string, adminPort uint16) (*bootst
 	if err != nil {
 		return nil, err
 	}
-	fields := p.NodeMetadata("envoy")
+	fields := p.NodeMetadata(p.EnvoyFlavor())
 	md, err := structpb.NewStruct(fields)
 	if err != nil {
 		return nil, fmt.Errorf("node metadata: %w", err)

@@ -45,6 +45,18 @@ type ProxyConfig struct {
 	// AppPort is the application's port on 127.0.0.1 (0: not set).
 	AppPort uint16
 	Labels  map[string]string
+	// Gateway is set on an ingress gateway machine: its Envoy announces
+	// itself as a gateway proxy (osm.flavor "gateway").
+	Gateway bool
+}
+
+// EnvoyFlavor is the osm.flavor of the machine's Envoy: "gateway" on an
+// ingress gateway machine, else "envoy".
+func (p ProxyConfig) EnvoyFlavor() string {
+	if p.Gateway {
+		return "gateway"
+	}
+	return "envoy"
 }
 
 // NodeMetadata returns the node metadata osm-server reads from a proxy

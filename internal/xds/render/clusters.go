@@ -30,6 +30,9 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.Flavor == Gateway {
+		return gatewayClusters(m, p)
+	}
 	b := &builder{}
 	var out []*clusterv3.Cluster
 	for _, svc := range upstreamServices(plan(m, p, self)) {

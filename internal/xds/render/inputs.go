@@ -32,6 +32,8 @@ type Inputs struct {
 	plan       []outbound
 	upstreams  []spec.ServiceInfo
 	egress     []spec.EgressRoute
+	// gateway is a gateway proxy's Gateway (its Fingerprint).
+	gateway string
 }
 
 // InputsOf returns p's Inputs under m (with m's Memo, the plan it
@@ -40,6 +42,9 @@ func InputsOf(m Mesh, p Proxy) (Inputs, error) {
 	self, err := m.check(p)
 	if err != nil {
 		return Inputs{}, err
+	}
+	if p.Flavor == Gateway {
+		return gatewayInputs(m, p)
 	}
 	in := Inputs{self: self, permissive: m.Spec().Permissive(), plan: plan(m, p, self), egress: egressRoutes(m, p, self)}
 	if !in.permissive {
@@ -61,7 +66,7 @@ func (a Inputs) Equal(b Inputs) bool {
 		slices.EqualFunc(a.inbound, b.inbound, inboundRuleEqual) &&
 		slices.EqualFunc(a.plan, b.plan, outboundEqual) &&
 		slices.EqualFunc(a.upstreams, b.upstreams, serviceInfoEqual) &&
-		slices.EqualFunc(a.egress, b.egress, egressRouteEqual)
+		slices.EqualFunc(a.egress, b.egress, egressRouteEqual) && a.gateway == b.gateway
 }
 
 func egressRouteEqual(a, b spec.EgressRoute) bool {

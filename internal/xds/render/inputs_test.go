@@ -282,6 +282,9 @@ func (m randomMesh) yaml() string {
 		var srcs, rules []string
 		for _, s := range t.sources {
 			srcs = append(srcs, fmt.Sprintf("{kind: ServiceAccount, name: %s, namespace: default}", s))
+			if s == "shared" || s == "s0" {
+				srcs = append(srcs, "{kind: ServiceAccount, name: gw, namespace: default}")
+			}
 		}
 		for _, r := range t.rules {
 			switch r {
@@ -330,8 +333,15 @@ func (m randomMesh) yaml() string {
 		if rt.header != "" {
 			rules = fmt.Sprintf("[{matches: [{headers: [{name: x-v, value: %s}]}], backendRefs: [%s]}, {backendRefs: [%s]}]", rt.header, backends[0], strings.Join(backends, ", "))
 		}
-		fmt.Fprintf(&b, "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: route%d, namespace: default}\nspec:\n  parentRefs: [{group: \"\", kind: Service, name: %s%s}]\n  rules: %s\n", i, rt.parent, port, rules)
+		// Routes with header "b" or none also attach to the Gateway gw.
+		gw := ""
+		if rt.header != "a" {
+			gw = ", {name: gw}"
+		}
+		fmt.Fprintf(&b, "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: route%d, namespace: default}\nspec:\n  parentRefs: [{group: \"\", kind: Service, name: %s%s}%s]\n  rules: %s\n", i, rt.parent, port, gw, rules)
 	}
+	// An ingress Gateway whose account is a source wherever "shared" or s0 is.
+	b.WriteString("---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: default}\nspec: {gatewayClassName: osm-vm, listeners: [{name: web, port: 80, protocol: HTTP}]}\n")
 	return b.String()
 }
 
@@ -398,6 +408,7 @@ func TestEqualInputsRenderEqually(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	addr := netip.MustParseAddr("10.0.0.9")
 	same, differ, routed := 0, 0, 0
+	gwSame, gwDiffer := 0, 0 // of the gateway proxy, with routes attached
 	for i := range 300 {
 		base := newRandomMesh(r)
 		edit := base.mutate(r)
@@ -412,9 +423,15 @@ func TestEqualInputsRenderEqually(t *testing.T) {
 			}
 		}
 		ma, mb := meshOf(a, nil), meshOf(b, nil)
-		for s := range 5 {
-			for _, f := range []Flavor{Envoy, GRPC} {
+		for s := range 6 { // s5: the gateway proxy of Gateway gw
+			for _, f := range []Flavor{Envoy, GRPC, Gateway} {
+				if (s == 5) != (f == Gateway) {
+					continue
+				}
 				p := Proxy{Service: svcNamed(s), Flavor: f, Address: addr}
+				if f == Gateway {
+					p.Service = svc("gw")
+				}
 				ia, errA := InputsOf(ma, p)
 				ib, errB := InputsOf(mb, p)
 				if errA != nil || errB != nil {
@@ -426,11 +443,18 @@ func TestEqualInputsRenderEqually(t *testing.T) {
 				if reflect.DeepEqual(ia, ib) && !ia.Equal(ib) {
 					t.Fatalf("case %d, proxy of s%d (%s): Inputs.Equal false where reflect.DeepEqual is true", i, s, f)
 				}
+				attached := f == Gateway && len(ib.upstreams) > 0
 				if !ia.Equal(ib) {
 					differ++
+					if attached {
+						gwDiffer++
+					}
 					continue
 				}
 				same++
+				if attached {
+					gwSame++
+				}
 				ra, errA := renderedByLabel(ma, p)
 				rb, errB := renderedByLabel(mb, p)
 				if (errA == nil) != (errB == nil) {
@@ -448,7 +472,10 @@ func TestEqualInputsRenderEqually(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("equal Inputs %d times, different %d times; %d cases with Gateway API routes", same, differ, routed)
+	t.Logf("equal Inputs %d times, different %d times; %d cases with Gateway API routes; the gateway proxy with backends: equal %d, different %d", same, differ, routed, gwSame, gwDiffer)
+	if gwSame < 10 || gwDiffer < 10 {
+		t.Errorf("the gateway proxy had backends with equal Inputs %d times, different %d times: the random specifications no longer exercise it", gwSame, gwDiffer)
+	}
 	if routed < 50 {
 		t.Errorf("only %d cases had Gateway API routes: the random specifications no longer exercise them", routed)
 	}
@@ -494,7 +521,7 @@ func TestRenderingIsByteStable(t *testing.T) {
 // a field added to any type it compares must be added there too, and here.
 func TestInputsEqualCoversEveryField(t *testing.T) {
 	compared := map[reflect.Type][]string{
-		reflect.TypeFor[Inputs]():              {"self", "permissive", "inbound", "plan", "upstreams", "egress"},
+		reflect.TypeFor[Inputs]():              {"self", "permissive", "inbound", "plan", "upstreams", "egress", "gateway"},
 		reflect.TypeFor[spec.ServiceInfo]():    {"Service", "ServiceAccount", "Ports", "VIP"},
 		reflect.TypeFor[spec.ServicePort]():    {"Name", "Port", "TargetPort", "AppProtocol"}, // slices.Equal: ==
 		reflect.TypeFor[spec.InboundRule]():    {"Policy", "Sources", "Port", "HTTP", "TCPPorts", "TCPAllPorts"},

@@ -48,6 +48,9 @@ func PerProxyListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.Flavor == Gateway {
+		return gatewayListeners(m, p)
+	}
 	b := &builder{}
 	var out []*listenerv3.Listener
 	for _, port := range sortedPorts(self) {
@@ -73,6 +76,9 @@ func SharedListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 	self, err := m.check(p)
 	if err != nil {
 		return nil, err
+	}
+	if p.Flavor == Gateway {
+		return nil, nil // its listeners bind its address
 	}
 	b := &builder{}
 	var out []*listenerv3.Listener

@@ -164,7 +164,7 @@ func renderAll(t *testing.T, m Mesh, p Proxy) resources {
 		t.Fatalf("LoadAssignments: %v", err)
 	}
 	r.Listeners, r.Routes, r.Clusters, r.Endpoints = msgs(ls), msgs(rs), msgs(cs), msgs(es)
-	if p.Flavor == Envoy {
+	if p.Flavor != GRPC {
 		ss, err := Secrets(testCertPEM, testKeyPEM, testRootPEM)
 		if err != nil {
 			t.Fatalf("Secrets: %v", err)

@@ -19,6 +19,10 @@
 // listeners named [GRPCServerListenerName], TLS from the certificate provider
 // instance named "osm" in the gRPC bootstrap (gRPC has no SDS), only EDS
 // clusters, the router filter last, and ADS config sources.
+// [Gateway] output is for the Envoy of an ingress gateway machine, enrolled
+// as a spec.Gateway's namespace and name: listeners per Gateway port on its
+// address, routes from the routes attached, EDS clusters to the backends
+// (gateway_proxy.go).
 //
 // # Resource names
 //
@@ -98,6 +102,10 @@ const (
 	// GRPC is proxyless gRPC: certificate provider instances, API
 	// listeners, EDS clusters only.
 	GRPC
+	// Gateway is the Envoy of an ingress gateway machine, enrolled as a
+	// Gateway's service (see gateway_proxy.go): Envoy's resources, with
+	// listeners from the Gateway's.
+	Gateway
 )
 
 // String returns "envoy" or "grpc".
@@ -107,6 +115,8 @@ func (f Flavor) String() string {
 		return "envoy"
 	case GRPC:
 		return "grpc"
+	case Gateway:
+		return "gateway"
 	}
 	return "flavor(" + strconv.Itoa(int(f)) + ")"
 }
@@ -182,7 +192,7 @@ func GRPCServerListenerName(addr netip.AddrPort) string {
 // server listeners of gRPC. Every other resource is the same for all
 // proxies of one service and flavour.
 func PerProxy(name string) bool {
-	return strings.HasPrefix(name, "inbound|") || strings.HasPrefix(name, strings.SplitN(GRPCServerListenerTemplate, "%s", 2)[0])
+	return strings.HasPrefix(name, "inbound|") || strings.HasPrefix(name, "gateway|") || strings.HasPrefix(name, strings.SplitN(GRPCServerListenerTemplate, "%s", 2)[0])
 }
 
 // APIListenerName is the gRPC API listener of svc's port: the host and
@@ -198,8 +208,18 @@ func (m Mesh) check(p Proxy) (spec.ServiceInfo, error) {
 	if m.TrustDomain() == "" {
 		return spec.ServiceInfo{}, fmt.Errorf("render: empty trust domain: set the mesh trust domain (e.g. osm.local)")
 	}
-	if p.Flavor != Envoy && p.Flavor != GRPC {
+	if p.Flavor != Envoy && p.Flavor != GRPC && p.Flavor != Gateway {
 		return spec.ServiceInfo{}, fmt.Errorf("render: proxy of %s: unknown flavor %d", p.Service, p.Flavor)
+	}
+	if p.Flavor == Gateway {
+		g, ok := m.Spec().Gateway(p.Service)
+		if !ok {
+			return spec.ServiceInfo{}, errNoGateway(p)
+		}
+		if !p.Address.IsValid() {
+			return spec.ServiceInfo{}, fmt.Errorf("render: gateway proxy of %s: no address: its listeners bind the machine's advertise address", p.Service)
+		}
+		return spec.ServiceInfo{Service: p.Service, ServiceAccount: g.ServiceAccount}, nil
 	}
 	info, ok := m.Spec().Service(p.Service)
 	if !ok {
@@ -404,6 +424,10 @@ func Dependencies(m Mesh, p Proxy) ([]mesh.MeshService, error) {
 	self, err := m.check(p)
 	if err != nil {
 		return nil, err
+	}
+	if p.Flavor == Gateway {
+		in, err := gatewayInputs(m, p)
+		return in.Dependencies(), err
 	}
 	return upstreamServices(plan(m, p, self)), nil
 }

@@ -24,6 +24,9 @@ func Routes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.Flavor == Gateway {
+		return gatewayRoutes(m, p)
+	}
 	var out []*routev3.RouteConfiguration
 	if p.Flavor == Envoy {
 		for _, port := range sortedPorts(self) {

@@ -109,6 +109,9 @@ func (f finding) err() error {
 
 // NewValidator returns a Validator for flavour f.
 func NewValidator(f Flavor) *Validator {
+	if f == Gateway {
+		f = Envoy // a gateway proxy is an Envoy
+	}
 	return &Validator{flavor: f, memo: map[proto.Message]walked{}, chains: map[*listenerv3.FilterChain]walked{}, fields: map[protoreflect.FullName][]protoreflect.FieldDescriptor{}, regexes: map[string]error{}}
 }
 
@@ -708,7 +711,7 @@ func (v *validation) commonTLS(c *tlsv3.CommonTlsContext) {
 			v.fail("gRPC TLS must use certificate provider instance %q for its certificate and CA (gRPC has no SDS)", CertProviderInstance)
 		}
 	case Envoy:
-		if usesProvider || !usesSDS && !originatesToOutside(c) {
+		if usesProvider || !usesSDS && !originatesToOutside(c) && !gatewayFileCert(c) {
 			v.fail("Envoy TLS must take its certificate and CA by SDS (%q, %q), not certificate provider instances (or, to a host outside the mesh, no certificate and the system's roots)", ServiceCertSecret, RootCASecret)
 		}
 	}

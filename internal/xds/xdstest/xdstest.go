@@ -103,12 +103,31 @@ type Proxy struct {
 	cn     string
 	stream discovery.AggregatedDiscoveryService_StreamAggregatedResourcesClient
 	resp   chan *discovery.DiscoveryResponse
+	close  func()
 }
+
+// Close ends the proxy's stream and connection, as a machine that goes
+// away does.
+func (p *Proxy) Close() { p.close() }
 
 // Connect opens the proxy's ADS stream, announcing address as its
 // advertise address, and subscribes to the EDS resources named. It first
 // waits for the xDS listener (see WaitXDS).
 func (s Server) Connect(t *testing.T, cert tls.Certificate, address string, eds ...string) *Proxy {
+	t.Helper()
+	return s.connect(t, cert, "envoy", address, false, eds)
+}
+
+// ConnectAs opens the ADS stream of a proxy whose node metadata osm.flavor
+// is flavor ("envoy" or "gateway": an ingress gateway's Envoy) and
+// subscribes, as Envoy does, to every cluster, listener, route
+// configuration and secret (wildcard) and to the EDS resources named.
+func (s Server) ConnectAs(t *testing.T, cert tls.Certificate, flavor, address string, eds ...string) *Proxy {
+	t.Helper()
+	return s.connect(t, cert, flavor, address, true, eds)
+}
+
+func (s Server) connect(t *testing.T, cert tls.Certificate, flavor, address string, all bool, eds []string) *Proxy {
 	t.Helper()
 	s.WaitXDS(t, 30*time.Second)
 	_, _, ca := s.admin(t)
@@ -120,19 +139,33 @@ func (s Server) Connect(t *testing.T, cert tls.Certificate, address string, eds 
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(func() {
+	closeConn := func() {
 		cancel()
 		conn.Close()
-	})
+	}
+	t.Cleanup(closeConn)
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	leaf, _ := x509.ParseCertificate(cert.Certificate[0])
-	md, _ := structpb.NewStruct(map[string]any{"osm.flavor": "envoy", "osm.advertiseAddress": address})
-	p := &Proxy{cn: leaf.Subject.CommonName, stream: stream, resp: make(chan *discovery.DiscoveryResponse, 16)}
+	md, _ := structpb.NewStruct(map[string]any{"osm.flavor": flavor, "osm.advertiseAddress": address})
+	p := &Proxy{cn: leaf.Subject.CommonName, stream: stream, resp: make(chan *discovery.DiscoveryResponse, 16), close: closeConn}
 	if err := stream.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: p.cn, Metadata: md}, TypeUrl: resource.EndpointType, ResourceNames: eds}); err != nil {
 		t.Fatal(err)
+	}
+	names := func(typeURL string) []string {
+		if !all || typeURL == resource.EndpointType {
+			return eds
+		}
+		return nil
+	}
+	if all {
+		for _, typ := range []string{resource.ClusterType, resource.ListenerType, resource.RouteType, resource.SecretType} {
+			if err := stream.Send(&discovery.DiscoveryRequest{TypeUrl: typ}); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 	go func() {
 		defer close(p.resp)
@@ -141,7 +174,7 @@ func (s Server) Connect(t *testing.T, cert tls.Certificate, address string, eds 
 			if err != nil {
 				return
 			}
-			_ = stream.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: eds})
+			_ = stream.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: names(r.GetTypeUrl())})
 			select {
 			case p.resp <- r:
 			case <-ctx.Done():

@@ -1,0 +1,305 @@
+package render
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+// Ingress gateway proxies (flavour [Gateway]): the Envoy of a machine
+// enrolled as a Gateway's service (its namespace and name). It receives
+//
+//	LDS  gateway|<ns>/<gw>|<port>              a listener per port of the Gateway's listeners, on the
+//	                                           machine's address (per proxy, like inbound listeners):
+//	                                           HTTP: one filter chain; HTTPS: one per Gateway listener,
+//	                                           chosen by SNI, terminating TLS with the certificate files
+//	                                           the listener's certificateRef names (spec.GatewayCertDir)
+//	RDS  gateway|<ns>/<gw>|<port>              HTTP: a virtual host per host name of the port's listeners
+//	     gateway|<ns>/<gw>|<port>|<listener>   HTTPS: those of one listener
+//	CDS  <ns>/<svc>                            the mesh EDS cluster of each backend the Gateway's service
+//	                                           account may call (the same cluster every caller gets: mTLS
+//	                                           with the gateway's service certificate)
+//	EDS  <ns>/<svc>                            their endpoints
+//	SDS  service-cert, root-ca                 the gateway's service certificate and the mesh CA
+//
+// A backend TrafficTargets do not let the gateway's service account call
+// gets no cluster and no share of a rule's calls, and a rule with no other
+// backend answers 403, as for any caller (and the backend's own RBAC
+// refuses the gateway's certificate all the same).
+
+const tlsInspector = "envoy.filters.listener.tls_inspector"
+
+// GatewayListenerName names a gateway proxy's listener (and the route
+// configuration of an HTTP port) of port.
+func GatewayListenerName(gw mesh.MeshService, port int) string {
+	return "gateway|" + gw.String() + "|" + strconv.Itoa(port)
+}
+
+// gatewayProxyPlan is what a gateway proxy is rendered from: its Gateway and
+// the backends its service account may call.
+type gatewayProxyPlan struct {
+	info    spec.GatewayInfo
+	allowed []mesh.MeshService // sorted; each a Service that exists
+}
+
+func planGateway(m Mesh, p Proxy) (gatewayProxyPlan, error) {
+	info, ok := m.Spec().Gateway(p.Service)
+	if !ok {
+		return gatewayProxyPlan{}, errNoGateway(p)
+	}
+	gp := gatewayProxyPlan{info: info}
+	for _, svc := range info.Services() {
+		if _, ok := m.Spec().Service(svc); ok && m.Spec().Allows(info.ServiceAccount, svc) {
+			gp.allowed = append(gp.allowed, svc)
+		}
+	}
+	return gp, nil
+}
+
+// outboundFor is the outbound through which the shared route rendering
+// (gatewayRoute) sees one rule of a gateway listener.
+func (gp gatewayProxyPlan) outboundFor(r spec.GatewayRule) outbound {
+	port := spec.ServicePort{AppProtocol: "http"}
+	if r.Route.Kind == spec.KindGRPCRoute {
+		port.AppProtocol = "grpc"
+	}
+	return outbound{port: port, gw: &gatewayPlan{allowed: gp.allowed}}
+}
+
+// ports returns the Gateway's ports, each with its listeners.
+func (gp gatewayProxyPlan) ports() [][]spec.GatewayListener {
+	var out [][]spec.GatewayListener
+	for _, l := range gp.info.Listeners { // sorted by port
+		if n := len(out); n > 0 && out[n-1][0].Port == l.Port {
+			out[n-1] = append(out[n-1], l)
+			continue
+		}
+		out = append(out, []spec.GatewayListener{l})
+	}
+	return out
+}
+
+func (gp gatewayProxyPlan) routeName(l spec.GatewayListener) string {
+	name := GatewayListenerName(gp.info.Gateway, l.Port)
+	if l.Protocol == "HTTPS" {
+		name += "|" + l.Name
+	}
+	return name
+}
+
+func gatewayListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
+	gp, err := planGateway(m, p)
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{}
+	var out []*listenerv3.Listener
+	for _, ls := range gp.ports() {
+		name := GatewayListenerName(gp.info.Gateway, ls[0].Port)
+		l := &listenerv3.Listener{Name: name, Address: socketAddress(p.Address, ls[0].Port), TrafficDirection: corev3.TrafficDirection_INBOUND}
+		if ls[0].Protocol == "HTTP" {
+			l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{b.networkFilter(hcmFilter, gatewayHCM(name, name, b))}}}
+		} else {
+			l.ListenerFilters = []*listenerv3.ListenerFilter{{Name: tlsInspector,
+				ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: b.any(&tlsinspectorv3.TlsInspector{})}}}
+			for _, gl := range ls {
+				fc := &listenerv3.FilterChain{
+					Name:            gl.Name,
+					Filters:         []*listenerv3.Filter{b.networkFilter(hcmFilter, gatewayHCM(name+"|"+gl.Name, gp.routeName(gl), b))},
+					TransportSocket: b.transportSocket(gatewayTLS(gl.Certificate)),
+				}
+				if gl.Hostname != "" {
+					fc.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: []string{gl.Hostname}}
+				}
+				l.FilterChains = append(l.FilterChains, fc)
+			}
+		}
+		out = append(out, l)
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	return out, nil
+}
+
+// gatewayHCM is an edge HTTP connection manager, as Envoy's edge proxy
+// guide advises: the client's address is the peer's (no X-Forwarded-For
+// is trusted); paths are normalised before matching (dot segments, merged
+// slashes, escaped slashes unescaped and redirected); headers with
+// underscores are refused; idle connections and slow request headers
+// time out; HTTP/2 streams and windows are bounded. The Host header's
+// port is ignored when matching virtual hosts.
+func gatewayHCM(statPrefix, routeName string, b *builder) *hcmv3.HttpConnectionManager {
+	h := rdsHCM(statPrefix, routeName, b.routerFilter())
+	h.UseRemoteAddress = wrapperspb.Bool(true)
+	h.StripPortMode = &hcmv3.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true}
+	h.NormalizePath = wrapperspb.Bool(true)
+	h.MergeSlashes = true
+	h.PathWithEscapedSlashesAction = hcmv3.HttpConnectionManager_UNESCAPE_AND_REDIRECT
+	h.RequestHeadersTimeout = durationpb.New(10 * time.Second)
+	h.CommonHttpProtocolOptions = &corev3.HttpProtocolOptions{
+		IdleTimeout:                  durationpb.New(time.Hour),
+		HeadersWithUnderscoresAction: corev3.HttpProtocolOptions_REJECT_REQUEST,
+	}
+	h.Http2ProtocolOptions = &corev3.Http2ProtocolOptions{
+		MaxConcurrentStreams:        wrapperspb.UInt32(100),
+		InitialStreamWindowSize:     wrapperspb.UInt32(64 << 10),
+		InitialConnectionWindowSize: wrapperspb.UInt32(1 << 20),
+	}
+	return h
+}
+
+// GatewayCertFiles returns the PEM files of the certificate a listener's
+// certificateRef (Secret ns/name) names on a gateway machine.
+func GatewayCertFiles(secret mesh.MeshService) (chain, key string) {
+	dir := path.Join(spec.GatewayCertDir, secret.Namespace, secret.Name)
+	return path.Join(dir, "tls.crt"), path.Join(dir, "tls.key")
+}
+
+// gatewayTLS terminates the clients' TLS with the listener's certificate
+// files, reloaded by Envoy when the directory changes. Clients present no
+// certificate: they are outside the mesh.
+func gatewayTLS(secret mesh.MeshService) *tlsv3.DownstreamTlsContext {
+	chain, key := GatewayCertFiles(secret)
+	return &tlsv3.DownstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+		TlsCertificates: []*tlsv3.TlsCertificate{{
+			CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: chain}},
+			PrivateKey:       &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: key}},
+			WatchedDirectory: &corev3.WatchedDirectory{Path: path.Dir(chain)},
+		}},
+		AlpnProtocols: alpn,
+	}}
+}
+
+func gatewayRoutes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
+	gp, err := planGateway(m, p)
+	if err != nil {
+		return nil, err
+	}
+	var out []*routev3.RouteConfiguration
+	for _, ls := range gp.ports() {
+		if ls[0].Protocol == "HTTP" {
+			out = append(out, gp.routeConfig(gp.routeName(ls[0]), ls))
+			continue
+		}
+		for _, l := range ls {
+			out = append(out, gp.routeConfig(gp.routeName(l), []spec.GatewayListener{l}))
+		}
+	}
+	sortByName(out, (*routev3.RouteConfiguration).GetName)
+	return out, nil
+}
+
+// routeConfig renders a virtual host per host name of the listeners (the
+// rules of listeners sharing a host name merged, in precedence order).
+func (gp gatewayProxyPlan) routeConfig(name string, ls []spec.GatewayListener) *routev3.RouteConfiguration {
+	rc := &routev3.RouteConfiguration{Name: name}
+	var hosts []spec.GatewayHost
+	for _, l := range ls {
+		for _, h := range l.Hosts {
+			if i := slices.IndexFunc(hosts, func(x spec.GatewayHost) bool { return x.Hostname == h.Hostname }); i >= 0 {
+				hosts[i].Rules = slices.Concat(hosts[i].Rules, h.Rules)
+				continue
+			}
+			hosts = append(hosts, spec.GatewayHost{Hostname: h.Hostname, Rules: h.Rules})
+		}
+	}
+	for _, h := range hosts {
+		vh := &routev3.VirtualHost{Name: h.Hostname, Domains: []string{h.Hostname}}
+		// A request for this host name also matches the routes of the
+		// wildcards that cover it, after its own (the Gateway API's
+		// precedence: the most specific host name first).
+		rules := spec.SortRules(h.Rules)
+		for _, o := range hosts {
+			if o.Hostname != h.Hostname && hostCovers(o.Hostname, h.Hostname) {
+				rules = append(rules, spec.SortRules(o.Rules)...)
+			}
+		}
+		for _, r := range rules {
+			if rt := gatewayRoute(gp.outboundFor(r), r, Envoy); rt != nil {
+				vh.Routes = append(vh.Routes, rt)
+			}
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, vh)
+	}
+	return rc
+}
+
+func gatewayClusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
+	gp, err := planGateway(m, p)
+	if err != nil {
+		return nil, err
+	}
+	b := &builder{}
+	var out []*clusterv3.Cluster
+	for _, svc := range gp.allowed {
+		info, _ := m.Spec().Service(svc)
+		out = append(out, memoised(m, b, memoKey{memoCluster, ClusterName(svc, Envoy)}, func() *clusterv3.Cluster {
+			return b.edsCluster(m, info, Envoy)
+		}))
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	return out, nil
+}
+
+// gatewayInputs is what a gateway proxy's resources are rendered from.
+func gatewayInputs(m Mesh, p Proxy) (Inputs, error) {
+	gp, err := planGateway(m, p)
+	if err != nil {
+		return Inputs{}, err
+	}
+	in := Inputs{self: spec.ServiceInfo{Service: p.Service, ServiceAccount: gp.info.ServiceAccount}, gateway: gp.info.Fingerprint}
+	for _, svc := range gp.allowed {
+		info, _ := m.Spec().Service(svc)
+		in.upstreams = append(in.upstreams, info)
+	}
+	return in, nil
+}
+
+func errNoGateway(p Proxy) error {
+	return fmt.Errorf("render: gateway proxy of %s: no Gateway %q in namespace %q in the mesh specification: apply one (gatewayClassName: %s), or enroll the machine with the Gateway's namespace/name", p.Service, p.Service.Name, p.Service.Namespace, spec.GatewayClassName)
+}
+
+// gatewayFileCert reports whether c is a gateway listener's: certificates
+// from files under spec.GatewayCertDir, no client certificate checked.
+func gatewayFileCert(c *tlsv3.CommonTlsContext) bool {
+	if len(c.GetTlsCertificates()) == 0 || c.GetValidationContextType() != nil {
+		return false
+	}
+	for _, tc := range c.GetTlsCertificates() {
+		for _, f := range []string{tc.GetCertificateChain().GetFilename(), tc.GetPrivateKey().GetFilename()} {
+			if !strings.HasPrefix(f, spec.GatewayCertDir+"/") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// hostCovers reports whether the wildcard w ("*", "*.example.com") covers
+// the host name h (precise or a narrower wildcard).
+func hostCovers(w, h string) bool {
+	if w == "*" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(w, "*")
+	return ok && strings.HasSuffix(h, rest) && len(h) > len(rest)
+}

@@ -1,0 +1,55 @@
+package render
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+)
+
+// TestGatewayProxyGolden renders the two gateway proxies of
+// testdata/gateway-proxy.yaml, one per listener kind: HTTP (web: two
+// ports, virtual hosts by host name) and HTTPS (secure: TLS terminated
+// from certificate files, filter chains by SNI, a GRPCRoute); every
+// resource validated with every Any unpacked.
+func TestGatewayProxyGolden(t *testing.T) {
+	s, err := newSpecFromYAML(t, readFile(t, "testdata", "gateway-proxy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := map[mesh.MeshService][]mesh.Endpoint{}
+	for i, n := range []string{"echo-v1", "echo-v2", "grpc-echo"} {
+		eps[svc(n)] = []mesh.Endpoint{{IP: netip.AddrFrom4([4]byte{10, 2, 0, byte(i + 1)}), Port: 80, Provider: "static"}}
+	}
+	m := meshOf(s.Snapshot(), eps)
+	for _, gw := range []string{"web", "secure"} {
+		t.Run(gw, func(t *testing.T) {
+			r := renderAll(t, m, Proxy{Service: svc(gw), Flavor: Gateway, Address: netip.MustParseAddr("203.0.113.10")})
+			if err := Validate(Gateway, r.all()...); err != nil {
+				t.Errorf("Validate: %v", err)
+			}
+			checkGolden(t, "gateway-proxy-"+gw, goldenJSON(t, r))
+			// echo-v2 is not allowed by any TrafficTarget from the
+			// gateways: no cluster, and its rule answers 403.
+			for _, c := range r.Clusters {
+				if strings.Contains(c.(interface{ GetName() string }).GetName(), "echo-v2") {
+					t.Errorf("cluster %v: the gateway may not call echo-v2", c)
+				}
+			}
+		})
+	}
+}
+
+// TestGatewayProxyWithoutGateway: a machine enrolled as a Gateway that is
+// not in the specification gets an error naming the fix.
+func TestGatewayProxyWithoutGateway(t *testing.T) {
+	s, err := newSpecFromYAML(t, readFile(t, "testdata", "gateway-proxy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Listeners(meshOf(s.Snapshot(), nil), Proxy{Service: svc("nope"), Flavor: Gateway, Address: netip.MustParseAddr("203.0.113.10")})
+	if err == nil || !strings.Contains(err.Error(), `no Gateway "nope" in namespace "default"`) {
+		t.Errorf("Listeners: %v, want an error naming the missing Gateway", err)
+	}
+}
