@@ -3,13 +3,14 @@ package certificate
 import (
 	"context"
 	"crypto/elliptic"
+	"crypto/x509"
 	"testing"
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/store/boltstore"
 )
 
-// The identity work of an xDS join on a real bbolt file: VerifyProxy when
+// The identity work of an xDS join on a real bbolt file: VerifyProxyChain when
 // the stream opens, ClaimProxy at its first request. Only the first claim
 // writes; the rest are reconnects, which write nothing.
 func BenchmarkJoinIdentity(b *testing.B) {
@@ -48,7 +49,7 @@ func BenchmarkJoinIdentity(b *testing.B) {
 			}
 			for b.Loop() {
 				clk.Advance(time.Minute)
-				if _, err := m.VerifyProxy(ctx, peer); err != nil {
+				if _, err := m.VerifyProxyChain(ctx, []*x509.Certificate{peer, m.ca.cert}); err != nil {
 					b.Fatal(err)
 				}
 				if err := m.ClaimProxy(ctx, cn); err != nil {
