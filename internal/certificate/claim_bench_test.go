@@ -4,9 +4,12 @@ import (
 	"context"
 	"crypto/elliptic"
 	"crypto/x509"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
 	"github.com/osm-vm/osm-vm/internal/store/boltstore"
 )
 
@@ -60,5 +63,22 @@ func BenchmarkJoinIdentity(b *testing.B) {
 			cancel()
 			<-done
 		})
+	}
+}
+
+// The first proxy of a service on a fresh server: its service
+// certificate is issued, stored and read back (on a memory store, so the
+// figure is the manager's work, not the fsync).
+func BenchmarkIssueServiceCertificate(b *testing.B) {
+	m, err := New(b.Context(), nil, store.NewMemory(), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		sa := mesh.ServiceAccount{Namespace: "bench", Name: fmt.Sprintf("svc-%d", i)}
+		if _, err := m.issueService(b.Context(), sa, 0, false); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

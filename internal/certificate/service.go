@@ -277,7 +277,9 @@ func (m *Manager) issueService(ctx context.Context, sa mesh.ServiceAccount, life
 		}
 		m.log.Info("issued service certificate", "cn", cn, "serial", rec.Serial, "expires", rec.Expires, "rotation", cur != nil)
 		m.countIssued("service")
-		m.observeService(ctx, key)
+		if s := m.observeService(ctx, key); s != nil && s.rec.Serial == rec.Serial {
+			return s.cert, nil // parsed once, by observeService
+		}
 		return m.serviceCertificate(rec)
 	}
 	return nil, fmt.Errorf("issue certificate %s: the stored record keeps changing: %w", cn, ErrConflict)
@@ -399,13 +401,13 @@ func (m *Manager) syncServices(ctx context.Context, announce bool) error {
 
 // observeService reloads one service certificate after a local write and
 // announces its change, without listing the others. A deletion is left to
-// the next syncServices.
-func (m *Manager) observeService(ctx context.Context, key string) {
+// the next syncServices. It returns what it read (nil if nothing).
+func (m *Manager) observeService(ctx context.Context, key string) *serviceState {
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
 	raw, ver, err := m.st.Get(ctx, key)
 	if err != nil || ver == 0 {
-		return
+		return nil
 	}
 	// serviceChange reads only this record's entry: copying every
 	// service's made the first issues of a fresh server quadratic in
@@ -416,7 +418,7 @@ func (m *Manager) observeService(ctx context.Context, key string) {
 		return m.services[cn]
 	})
 	if s == nil {
-		return
+		return nil
 	}
 	m.mu.Lock()
 	if old := m.services[s.rec.CommonName]; old == nil || old.version < s.version {
@@ -427,6 +429,7 @@ func (m *Manager) observeService(ctx context.Context, key string) {
 	}
 	m.mu.Unlock()
 	m.wake()
+	return s
 }
 
 // serviceChange decodes a stored service certificate and compares it with
