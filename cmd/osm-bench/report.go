@@ -77,10 +77,13 @@ var metricDefs = []metricDef{
 	{"peak_rss_mib", "server peak RSS (VmHWM)", "MiB", "", nan, false},
 }
 
-// ratioTargets are the issue's ratio goals: O/L for M2, M5, M7; O/F for M2.
+// ratioTargets are the issues' ratio goals: O/L for M2, M5, M7; O/F for M2;
+// and (issue 26) O/L-mux <= 1 wherever a restart or fleet event costs.
 var ratioTargets = map[string]string{
-	"M2.p50": "O/L <= 0.5, O/F <= 2", "M2.p99": "O/L <= 0.5, O/F <= 2",
-	"M5.p99": "O/L <= 0.5", "M7.rss_per_proxy": "O/L <= 0.5",
+	"M2.p50": "O/L <= 0.5, O/L-mux <= 1, O/F <= 1.2", "M2.p99": "O/L <= 0.5, O/L-mux <= 1, O/F <= 1.2",
+	"M5.p99": "O/L <= 0.5, O/L-mux <= 1", "M7.rss_per_proxy": "O/L <= 0.5, O/F <= 1.05",
+	"M6.all_configured_s": "O/L-mux <= 1", "M6.server_cpu_s": "O/L-mux <= 1",
+	"fleet_fill_s": "O/L-mux <= 1", "fleet_fill_server_cpu_s": "O/L-mux <= 1",
 }
 
 // serverReport is one server's outcome.
@@ -123,6 +126,7 @@ type metricOut struct {
 	Values map[string]*float64 `json:"values"`
 	OL     *float64            `json:"O/L"`
 	OF     *float64            `json:"O/F"`
+	OLMux  *float64            `json:"O/L-mux"`
 	Ratio  string              `json:"ratio_target,omitempty"`
 	Met    *bool               `json:"met,omitempty"`
 	N      int                 `json:"n"`
@@ -168,6 +172,9 @@ func (r *report) build() {
 		}
 		if f, ok := val("F", d.ID); okO && ok && f != 0 {
 			m.OF = num(o/f, true)
+		}
+		if l, ok := val("L-mux", d.ID); okO && ok && l != 0 {
+			m.OLMux = num(o/l, true)
 		}
 		if okO && !math.IsNaN(d.Limit) {
 			met := o <= d.Limit
@@ -230,13 +237,13 @@ func (r *report) writeTable(w io.Writer) {
 	for _, s := range r.Servers {
 		hdr += s.Name + "\t"
 	}
-	fmt.Fprintln(tw, hdr+"O/L\tO/F\t")
+	fmt.Fprintln(tw, hdr+"O/L\tO/F\tO/L-mux\t")
 	for _, m := range r.Metrics {
 		line := fmt.Sprintf("%s\t%s\t%s\t", m.ID, m.Unit, m.Target)
 		for _, s := range r.Servers {
 			line += fmtVal(m.Values[s.Name]) + "\t"
 		}
-		fmt.Fprintln(tw, line+fmtVal(m.OL)+"\t"+fmtVal(m.OF)+"\t")
+		fmt.Fprintln(tw, line+fmtVal(m.OL)+"\t"+fmtVal(m.OF)+"\t"+fmtVal(m.OLMux)+"\t")
 	}
 	tw.Flush()
 	for _, s := range r.Servers {

@@ -350,18 +350,37 @@ func TestRenewAndVerifyProxy(t *testing.T) {
 		{name: "current still valid", peer: renewed},
 	} {
 		clk.Advance(tc.advance)
-		got, err := m.VerifyProxy(ctx, tc.peer)
-		switch {
-		case tc.want == nil && tc.wantMsg == "":
-			if err != nil {
-				t.Errorf("%s: VerifyProxy: %v", tc.name, err)
-			} else if got.CN != cn {
-				t.Errorf("%s: VerifyProxy = %+v", tc.name, got)
+		// VerifyProxyChain is given the chain TLS would have built: the
+		// peer and the CA that signed it (the other mesh's for foreign).
+		issuer := m.ca.cert
+		if tc.peer.CheckSignatureFrom(issuer) != nil {
+			issuer = otherMesh.ca.cert
+		}
+		for _, verify := range []struct {
+			name string
+			f    func() (ProxyRecord, error)
+		}{
+			{"VerifyProxy", func() (ProxyRecord, error) { return m.VerifyProxy(ctx, tc.peer) }},
+			{"VerifyProxyChain", func() (ProxyRecord, error) {
+				return m.VerifyProxyChain(ctx, []*x509.Certificate{tc.peer, issuer})
+			}},
+			{"VerifyProxyChain without the CA", func() (ProxyRecord, error) {
+				return m.VerifyProxyChain(ctx, []*x509.Certificate{tc.peer})
+			}},
+		} {
+			got, err := verify.f()
+			switch {
+			case tc.want == nil && tc.wantMsg == "":
+				if err != nil {
+					t.Errorf("%s: %s: %v", tc.name, verify.name, err)
+				} else if got.CN != cn {
+					t.Errorf("%s: %s = %+v", tc.name, verify.name, got)
+				}
+			case err == nil:
+				t.Errorf("%s: %s accepted the certificate", tc.name, verify.name)
+			case tc.want != nil && !errors.Is(err, tc.want), !strings.Contains(err.Error(), tc.wantMsg):
+				t.Errorf("%s: %s: err = %v, want %v %q", tc.name, verify.name, err, tc.want, tc.wantMsg)
 			}
-		case err == nil:
-			t.Errorf("%s: VerifyProxy accepted the certificate", tc.name)
-		case tc.want != nil && !errors.Is(err, tc.want), !strings.Contains(err.Error(), tc.wantMsg):
-			t.Errorf("%s: err = %v, want %v %q", tc.name, err, tc.want, tc.wantMsg)
 		}
 	}
 

@@ -117,7 +117,11 @@ func (m *Manager) issueRequested(ctx context.Context) error {
 	clear(m.requested)
 	m.mu.Unlock()
 	var errs []error
-	for _, sa := range sas {
+	var left []mesh.ServiceAccount
+	for chunk := range slices.Chunk(sas, store.MaxTxnOps) {
+		left = append(left, m.issueBatch(ctx, chunk)...)
+	}
+	for _, sa := range left {
 		if _, err := m.issueService(ctx, sa, 0, false); err != nil {
 			errs = append(errs, err)
 			m.mu.Lock()
@@ -126,6 +130,62 @@ func (m *Manager) issueRequested(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// issueBatch issues, in one transaction, the certificates of those of sas
+// that have none or one due for rotation, and returns the service
+// accounts it left to issueService: those with a certificate to observe,
+// and all of them when the transaction was refused (a record changed
+// meanwhile, or the batch is too large) or failed. A fleet's first
+// proxies of many services so cost a few transactions (and fsyncs) rather
+// than one each: 4.5% of a fresh server's CPU while a fleet of 1,000
+// services connected.
+func (m *Manager) issueBatch(ctx context.Context, sas []mesh.ServiceAccount) []mesh.ServiceAccount {
+	if len(sas) < 2 {
+		return sas
+	}
+	m.issueMu.Lock()
+	defer m.issueMu.Unlock()
+	var left []mesh.ServiceAccount
+	var ops []store.Op
+	var recs []serviceRecord
+	for _, sa := range sas {
+		key := serviceKey(sa)
+		cur, ver, err := m.loadService(ctx, key)
+		if err != nil {
+			return sas
+		}
+		if cur != nil && m.now().Before(cur.rotateAt()) {
+			left = append(left, sa)
+			continue
+		}
+		var asked time.Duration // 0: the default, whatever it is at each rotation
+		if cur != nil {
+			asked = cur.Lifetime
+		}
+		rec, err := m.newServiceRecord(sa, asked)
+		if err != nil {
+			return sas
+		}
+		val, err := json.Marshal(rec)
+		if err != nil {
+			return sas
+		}
+		ops = append(ops, store.Set(key, ver, val))
+		recs = append(recs, rec)
+	}
+	if len(ops) < 2 || store.CheckLimits(ops) != nil {
+		return sas
+	}
+	if ok, err := m.st.Txn(ctx, ops...); err != nil || !ok {
+		return sas
+	}
+	for i, rec := range recs {
+		m.log.Info("issued service certificate", "cn", rec.CommonName, "serial", rec.Serial, "expires", rec.Expires, "batch", len(recs))
+		m.countIssued("service")
+		m.observeService(ctx, ops[i].Key)
+	}
+	return left
 }
 
 // cachedFresh returns the cached certificate for cn if it is not yet due
@@ -277,7 +337,9 @@ func (m *Manager) issueService(ctx context.Context, sa mesh.ServiceAccount, life
 		}
 		m.log.Info("issued service certificate", "cn", cn, "serial", rec.Serial, "expires", rec.Expires, "rotation", cur != nil)
 		m.countIssued("service")
-		m.observeService(ctx, key)
+		if s := m.observeService(ctx, key); s != nil && s.rec.Serial == rec.Serial {
+			return s.cert, nil // parsed once, by observeService
+		}
 		return m.serviceCertificate(rec)
 	}
 	return nil, fmt.Errorf("issue certificate %s: the stored record keeps changing: %w", cn, ErrConflict)
@@ -373,7 +435,7 @@ func (m *Manager) syncServices(ctx context.Context, announce bool) error {
 			continue // deleted since the listing
 		}
 		kv.Value, kv.Version = val, ver
-		s, ev := m.serviceChange(kv, known)
+		s, ev := m.serviceChange(kv, func(cn CommonName) *serviceState { return known[cn] })
 		if s == nil {
 			continue
 		}
@@ -399,20 +461,24 @@ func (m *Manager) syncServices(ctx context.Context, announce bool) error {
 
 // observeService reloads one service certificate after a local write and
 // announces its change, without listing the others. A deletion is left to
-// the next syncServices.
-func (m *Manager) observeService(ctx context.Context, key string) {
+// the next syncServices. It returns what it read (nil if nothing).
+func (m *Manager) observeService(ctx context.Context, key string) *serviceState {
 	m.syncMu.Lock()
 	defer m.syncMu.Unlock()
 	raw, ver, err := m.st.Get(ctx, key)
 	if err != nil || ver == 0 {
-		return
+		return nil
 	}
-	m.mu.Lock()
-	known := maps.Clone(m.services)
-	m.mu.Unlock()
-	s, events := m.serviceChange(store.KV{Key: key, Value: raw, Version: ver}, known)
+	// serviceChange reads only this record's entry: copying every
+	// service's made the first issues of a fresh server quadratic in
+	// services (maps.Clone was 1.9% of the fleet fill's CPU at 1,000).
+	s, events := m.serviceChange(store.KV{Key: key, Value: raw, Version: ver}, func(cn CommonName) *serviceState {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.services[cn]
+	})
 	if s == nil {
-		return
+		return nil
 	}
 	m.mu.Lock()
 	if old := m.services[s.rec.CommonName]; old == nil || old.version < s.version {
@@ -423,17 +489,18 @@ func (m *Manager) observeService(ctx context.Context, key string) {
 	}
 	m.mu.Unlock()
 	m.wake()
+	return s
 }
 
 // serviceChange decodes a stored service certificate and compares it with
 // what this replica knew. It returns nil for a record that does not decode.
-func (m *Manager) serviceChange(kv store.KV, known map[CommonName]*serviceState) (*serviceState, []Announcement) {
+func (m *Manager) serviceChange(kv store.KV, known func(CommonName) *serviceState) (*serviceState, []Announcement) {
 	var rec serviceRecord
 	if err := json.Unmarshal(kv.Value, &rec); err != nil {
 		m.log.Warn("skipping undecodable service certificate", "key", kv.Key, "err", err)
 		return nil, nil
 	}
-	old := known[rec.CommonName]
+	old := known(rec.CommonName)
 	if old != nil && old.version >= kv.Version {
 		return old, nil
 	}

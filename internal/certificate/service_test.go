@@ -523,3 +523,54 @@ func TestRequestServiceCertificate(t *testing.T) {
 		t.Errorf("RequestServiceCertificate after Issued = %v, %v; want the announced certificate", c, err)
 	}
 }
+
+// The service certificates Run is asked for together are written in one
+// transaction; one that is already fresh is kept.
+func TestIssueRequestedBatches(t *testing.T) {
+	st := newHeldStore()
+	m := newTestManager(t, st, Options{})
+	fresh, err := m.RequestServiceCertificate(t.Context(), bookstore) // no Run: issued at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	sas := []mesh.ServiceAccount{bookstore}
+	for i := range 10 {
+		sas = append(sas, mesh.ServiceAccount{Namespace: "default", Name: fmt.Sprintf("svc-%d", i)})
+	}
+	m.mu.Lock()
+	for _, sa := range sas {
+		m.requested[sa] = struct{}{}
+	}
+	m.mu.Unlock()
+	st.mu.Lock()
+	before := st.txns
+	st.mu.Unlock()
+	if err := m.issueRequested(t.Context()); err != nil {
+		t.Fatalf("issueRequested: %v", err)
+	}
+	st.mu.Lock()
+	txns := st.txns - before
+	st.mu.Unlock()
+	if txns != 1 {
+		t.Errorf("issuing 10 service certificates took %d transactions, want 1", txns)
+	}
+	serials := map[string]bool{}
+	for _, sa := range sas {
+		c, err := m.GetCertificate(t.Context(), sa)
+		if err != nil {
+			t.Fatalf("GetCertificate(%s) after issueRequested: %v", sa, err)
+		}
+		serials[c.leaf.SerialNumber.String()] = true
+		if sa == bookstore && !c.leaf.Equal(fresh.leaf) {
+			t.Errorf("%s's fresh certificate was replaced", sa)
+		}
+	}
+	if len(serials) != len(sas) {
+		t.Errorf("%d distinct serials for %d service accounts", len(serials), len(sas))
+	}
+	m.mu.Lock()
+	if len(m.requested) != 0 {
+		t.Errorf("still requested after issueRequested: %v", m.requested)
+	}
+	m.mu.Unlock()
+}

@@ -246,7 +246,7 @@ func (s *Snapshot) Egress(src mesh.ServiceAccount) []EgressRoute {
 	}
 	routes := map[hp]*EgressRoute{}
 	all := map[hp]bool{}
-	for _, k := range s.keys {
+	for _, k := range s.keysOf(KindEgress) {
 		e, ok := s.st.objects[k].(*Egress)
 		if !ok || !slices.ContainsFunc(e.Spec.Sources, func(b IdentityBindingSubject) bool {
 			return b.Namespace == src.Namespace && b.Name == src.Name

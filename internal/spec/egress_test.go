@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
@@ -173,5 +174,32 @@ spec: {outbound: {vipRange: 127.88.0.0/30}}
 `+egressDocs)
 	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "has no free address for external host newsfeed.news.com") {
 		t.Errorf("a full range: %v, want a conflict naming the external host", err)
+	}
+}
+
+// TestKeysOfIsEachKindsRange checks keysOf (the range Egress reads) against
+// a filter of every key, for every kind.
+func TestKeysOfIsEachKindsRange(t *testing.T) {
+	s := newTestSpec(t, store.NewMemory())
+	if _, err := tryApplyYAML(t, s, egressDocs); err != nil {
+		t.Fatal(err)
+	}
+	snap := s.Snapshot()
+	seen := 0
+	for _, k := range kinds {
+		var want []Key
+		for _, key := range snap.keys {
+			if key.Kind == k.kind {
+				want = append(want, key)
+			}
+		}
+		got := snap.keysOf(k.kind)
+		seen += len(got)
+		if d := cmp.Diff(want, got, cmpopts.EquateEmpty()); d != "" {
+			t.Errorf("keysOf(%s) (-want +got):\n%s", k.kind, d)
+		}
+	}
+	if seen != len(snap.keys) || seen == 0 {
+		t.Errorf("keysOf over every kind found %d keys, want all %d", seen, len(snap.keys))
 	}
 }

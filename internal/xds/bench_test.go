@@ -210,6 +210,27 @@ func BenchmarkProxyJoin(b *testing.B) {
 	cpu.report(b)
 }
 
+// BenchmarkProxyRejoin: the only proxy of a service leaves and comes back
+// (each in its own pass), as every service's proxies do in a reconnect
+// storm (M6) and after a restart of a replica they fail over from: the
+// publisher's part of such a reconnect when its group is gone meanwhile.
+func BenchmarkProxyRejoin(b *testing.B) {
+	p, _, _ := benchPublisher(b, 1000, 10)
+	ctx := context.Background()
+	cpu := startCPU()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		svc := mesh.MeshService{Namespace: "bench", Name: fmt.Sprintf("svc-%05d", 1+i%999)}
+		px := Proxy{NodeID: fmt.Sprintf("%08x-0000-4000-8000-000000000000.%s.bench", 1+i%999, svc.Name), Service: svc, Flavor: render.Envoy, Address: netip.AddrFrom4([4]byte{10, 254, byte((1 + i%999) >> 8), byte(1 + i%999)})}
+		p.disconnect(px)
+		p.step(ctx)
+		p.connect(px)
+		p.step(ctx)
+	}
+	cpu.report(b)
+}
+
 // forgetContent drops every interned Resource, the secret sets and what
 // the validators remember, so the next renderAll starts cold (benchmarks).
 func (p *Publisher) forgetContent() {

@@ -70,6 +70,7 @@ func (p *Publisher) renderAll(ctx context.Context) {
 // newMemo starts rendering from a new specification: render shares new
 // messages, so what was remembered of the old ones goes.
 func (p *Publisher) newMemo() {
+	p.dropIdle()
 	p.memo = render.NewMemo()
 	p.interned.ForgetMessages()
 	for _, v := range p.validators {

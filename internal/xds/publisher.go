@@ -55,8 +55,13 @@ type Publisher struct {
 	refuse func(nodeID string, err error)
 
 	// Owned by Run.
-	view    *catalog.View
-	groups  map[groupKey]*group
+	view   *catalog.View
+	groups map[groupKey]*group
+	// idle holds the groups whose last proxy left, with what they hold,
+	// until the next specification change (newMemo): a group whose
+	// proxies reconnect (a storm after a restart, a failover) is not
+	// rendered again. At most one per service and flavour.
+	idle    map[groupKey]*group
 	nodes   map[string]*node
 	eds     map[mesh.MeshService]*edsSlot // the ClusterLoadAssignment of each service a group depends on
 	secrets map[mesh.ServiceAccount]*cache.Set
@@ -115,6 +120,7 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs Cert
 		wake:     make(chan struct{}, 1),
 		view:     views.View(),
 		groups:   map[groupKey]*group{},
+		idle:     map[groupKey]*group{},
 		nodes:    map[string]*node{},
 		eds:      map[mesh.MeshService]*edsSlot{},
 		secrets:  map[mesh.ServiceAccount]*cache.Set{},
@@ -368,7 +374,12 @@ func (p *Publisher) applyProxyEvent(e proxyEvent) {
 		k := groupKey{px.Service, px.Flavor}
 		g := p.groups[k]
 		if g == nil {
-			g = &group{key: k, nodes: map[string]*node{}}
+			if g = p.idle[k]; g != nil {
+				delete(p.idle, k)
+				p.dependents = nil
+			} else {
+				g = &group{key: k, nodes: map[string]*node{}}
+			}
 			p.groups[k] = g
 		}
 		n := &node{proxy: px, group: g}
@@ -393,9 +404,27 @@ func (p *Publisher) dropNode(n *node) {
 	delete(n.group.nodes, n.proxy.NodeID)
 	if g := n.group; len(g.nodes) == 0 {
 		delete(p.groups, g.key)
-		p.interned.Release(g.resources()...)
-		p.releaseSlots(g.slots)
 		p.dependents = nil
+		if g.err == nil && g.cds != nil {
+			p.idle[g.key] = g // kept with what it holds (see idle)
+			return
+		}
+		p.releaseGroup(g)
+	}
+}
+
+// releaseGroup lets go of what a group without proxies holds.
+func (p *Publisher) releaseGroup(g *group) {
+	p.interned.Release(g.resources()...)
+	p.releaseSlots(g.slots)
+}
+
+// dropIdle releases the idle groups: rendered from an earlier
+// specification, they would have to be compared with it to be used.
+func (p *Publisher) dropIdle() {
+	for k, g := range p.idle {
+		delete(p.idle, k)
+		p.releaseGroup(g)
 	}
 }
 

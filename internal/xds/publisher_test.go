@@ -431,3 +431,65 @@ func TestSplitRootEmptinessReRendersCallers(t *testing.T) {
 		}
 	}
 }
+
+// TestRejoinReusesItsGroupUntilTheSpecificationChanges: the only proxy of
+// a service leaves and comes back (a reconnect storm): it is given its
+// group's resources as they were, without rendering them again, with the
+// endpoints that changed meanwhile; after a specification change the
+// group is rendered afresh.
+func TestRejoinReusesItsGroupUntilTheSpecificationChanges(t *testing.T) {
+	const services = 30
+	p, cat, c := benchPublisher(t, services, 3)
+	ctx := context.Background()
+	svc := benchService(20)
+	px := Proxy{NodeID: fmt.Sprintf("%08x-0000-4000-8000-000000000000.%s.bench", 20, svc.Name), Service: svc, Flavor: render.Envoy, Address: netip.AddrFrom4([4]byte{10, 254, 0, 20})}
+	if p.nodes[px.NodeID] == nil {
+		t.Fatalf("no node %s in the bench publisher", px.NodeID)
+	}
+	cds := c.View(px.NodeID)[resource.ClusterType]
+	k := groupKey{svc, render.Envoy}
+
+	// Leave and come back: the same CDS set, and the group kept meanwhile.
+	p.disconnect(px)
+	p.step(ctx)
+	if p.idle[k] == nil || p.groups[k] != nil {
+		t.Fatalf("after the last proxy left: idle group %v, live group %v; want it idle", p.idle[k] != nil, p.groups[k] != nil)
+	}
+	p.connect(px)
+	p.step(ctx)
+	if got := c.View(px.NodeID)[resource.ClusterType]; got != cds {
+		t.Errorf("CDS after a rejoin = %p (%s), want the group's set kept %p (%s)", got, got.Version(), cds, cds.Version())
+	}
+	if p.idle[k] != nil {
+		t.Error("the group is still idle after its proxy rejoined")
+	}
+
+	// An upstream's endpoints change while the group is idle: the rejoined
+	// proxy has the new ones.
+	p.disconnect(px)
+	p.step(ctx)
+	moved := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 252, 0, 21}), 8080)
+	cat.SetEndpoints("bench", benchService(21), []mesh.Endpoint{{IP: moved.Addr(), Port: moved.Port()}})
+	p.step(ctx)
+	p.connect(px)
+	p.step(ctx)
+	if !hasEndpoint(t, c, px.NodeID, benchService(21), moved) {
+		t.Errorf("after a rejoin, svc-00021's load assignment lacks %s, set while the group was idle", moved)
+	}
+
+	// A specification change while idle: the group is rendered afresh.
+	p.disconnect(px)
+	p.step(ctx)
+	p.setSpec(ctx, specWith(t, services, extraTarget(20, 10)))
+	if len(p.idle) != 0 {
+		t.Errorf("%d idle groups after a specification change, want none", len(p.idle))
+	}
+	p.connect(px)
+	p.step(ctx)
+	if c.View(px.NodeID)[resource.ClusterType].Get("bench/svc-00010") == nil {
+		t.Error("after a specification change while idle, the rejoined proxy lacks cluster bench/svc-00010")
+	}
+	if err := p.RenderError(px.NodeID); err != "" {
+		t.Errorf("render error: %s", err)
+	}
+}

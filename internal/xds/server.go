@@ -67,7 +67,8 @@ const (
 type Identities interface {
 	// VerifyProxy fails for an unknown or revoked proxy, or a certificate
 	// that is no longer its current one.
-	VerifyProxy(ctx context.Context, peer *x509.Certificate) (certificate.ProxyRecord, error)
+	// chain is the TLS layer's verified chain, the proxy's certificate first.
+	VerifyProxyChain(ctx context.Context, chain []*x509.Certificate) (certificate.ProxyRecord, error)
 	// ClaimProxy records a connection (unclaimed -> claimed, last seen).
 	ClaimProxy(ctx context.Context, cn string) error
 }
@@ -139,7 +140,7 @@ type stream struct {
 	id     uint64
 	ctx    context.Context
 	cn     string
-	peer   *x509.Certificate
+	peer   []*x509.Certificate // the verified chain, the proxy's certificate first
 	cancel context.CancelCauseFunc
 	proxy  *Proxy      // set by the first request's node
 	expiry *time.Timer // ends the stream when peer expires
@@ -297,7 +298,7 @@ func (s *Server) recheck(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	for _, st := range live {
-		if _, err := s.ids.VerifyProxy(ctx, st.peer); err != nil {
+		if _, err := s.ids.VerifyProxyChain(ctx, st.peer); err != nil {
 			s.log.Info("proxy no longer allowed; closing its stream", "cn", st.cn, "err", err)
 			st.cancel(fmt.Errorf("%w: %v", ErrRevoked, err))
 		}
@@ -314,17 +315,18 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
 		return nil, nil, status.Error(codes.Unauthenticated, "no verified client certificate: connect with the proxy certificate from enrollment")
 	}
-	cert := ti.State.VerifiedChains[0][0]
+	chain := ti.State.VerifiedChains[0]
+	cert := chain[0]
 	cn := cert.Subject.CommonName
 	if _, err := mesh.ParseProxyIdentity(cn); err != nil {
 		return nil, nil, status.Errorf(codes.PermissionDenied, "client certificate is not a proxy certificate: %v", err)
 	}
-	if _, err := s.ids.VerifyProxy(ctx, cert); err != nil {
+	if _, err := s.ids.VerifyProxyChain(ctx, chain); err != nil {
 		s.log.Warn("xDS stream refused", "cn", cn, "peer", p.Addr.String(), "err", err)
 		return nil, nil, status.Errorf(codes.PermissionDenied, "proxy %s: %v", cn, err)
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
-	st := &stream{cn: cn, peer: cert, cancel: cancel}
+	st := &stream{cn: cn, peer: chain, cancel: cancel}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
