@@ -40,6 +40,15 @@ type catalog struct {
 	byMesh   map[provider.Service]map[*serviceWatch]struct{}
 	warned   map[string]bool // Consul names already logged as unusable
 	wg       sync.WaitGroup
+
+	// reread is set when the service list's query failed or its index
+	// went backwards: Consul may have restarted meanwhile, so every
+	// service's loop reads afresh at the list's next answer. A service
+	// loop whose own query never failed (it was between two queries
+	// while Consul was down) would otherwise block with an index from
+	// before the restart, which a restarted Consul may not reach for
+	// minutes, and miss every change until then.
+	reread bool // guarded by mu
 }
 
 // serviceWatch is the blocking-query loop of one Consul service.
@@ -78,9 +87,19 @@ func (c *catalog) run(ctx context.Context) {
 			return svcs, meta, err
 		},
 		func(svcs map[string][]string) { c.applyServices(ctx, svcs) },
-		func(err error) { c.problems.set("catalog", c.describe(err, "the service list")) },
+		func(err error) {
+			if err != nil {
+				c.mu.Lock()
+				c.reread = true
+				c.mu.Unlock()
+			}
+			c.problems.set("catalog", c.describe(err, "the service list"))
+		},
 		func() {
 			c.log.Info("consul's catalog index went backwards (a restart or a snapshot restore); reading it again")
+			c.mu.Lock()
+			c.reread = true
+			c.mu.Unlock()
 		})
 	c.wg.Wait()
 }
@@ -105,30 +124,48 @@ func (c *catalog) applyServices(ctx context.Context, svcs map[string][]string) {
 		}
 		want[name] = mesh
 	}
-	for name, sw := range c.services {
-		if _, ok := want[name]; ok {
+	for _, name := range slices.Collect(maps.Keys(c.services)) {
+		sw := c.services[name]
+		if _, ok := want[name]; ok && !c.reread {
 			continue
 		}
 		sw.cancel()
 		delete(c.services, name)
 		delete(c.byMesh[sw.mesh], sw)
+		if _, ok := want[name]; ok {
+			// Read afresh (see reread); its last instances stay in
+			// force until the new loop's first answer.
+			c.startServiceLocked(ctx, name, want[name], sw)
+			continue
+		}
 		c.publishLocked(sw.mesh)
 	}
+	c.reread = false
 	for _, name := range slices.Sorted(maps.Keys(want)) {
 		if _, ok := c.services[name]; ok {
 			continue
 		}
-		sctx, cancel := context.WithCancel(ctx)
-		sw := &serviceWatch{name: name, mesh: want[name], cancel: cancel}
-		c.services[name] = sw
-		if c.byMesh[sw.mesh] == nil {
-			c.byMesh[sw.mesh] = map[*serviceWatch]struct{}{}
-		}
-		c.byMesh[sw.mesh][sw] = struct{}{}
-		c.wg.Go(func() { c.followService(sctx, sw) })
+		c.startServiceLocked(ctx, name, want[name], nil)
 	}
 	c.listed = true
 	c.syncLocked()
+}
+
+// startServiceLocked starts the loop of one Consul service; prev, when not
+// nil, is the loop it replaces, whose instances it keeps until its own
+// first answer.
+func (c *catalog) startServiceLocked(ctx context.Context, name string, mesh provider.Service, prev *serviceWatch) {
+	sctx, cancel := context.WithCancel(ctx)
+	sw := &serviceWatch{name: name, mesh: mesh, cancel: cancel}
+	if prev != nil {
+		sw.insts, sw.read = prev.insts, prev.read
+	}
+	c.services[name] = sw
+	if c.byMesh[sw.mesh] == nil {
+		c.byMesh[sw.mesh] = map[*serviceWatch]struct{}{}
+	}
+	c.byMesh[sw.mesh][sw] = struct{}{}
+	c.wg.Go(func() { c.followService(sctx, sw) })
 }
 
 // followService runs one service's health query until its ctx is done.
