@@ -741,8 +741,16 @@ type ruleView struct {
 }
 
 // validateRoute applies the rules HTTPRoute and GRPCRoute share.
-func validateRoute(v *validator, parents []gwv1.ParentReference, useDefault gwv1.GatewayDefaultScope, rules []ruleView, grpc bool) {
+func validateRoute(v *validator, parents []gwv1.ParentReference, useDefault gwv1.GatewayDefaultScope, hostnames []gwv1.Hostname, rules []ruleView, grpc bool) {
 	routeParents(v, parents)
+	// The CRD's bounds: at most 16, each a Hostname (a precise name or
+	// "*." and one), checked whether or not a Gateway parent uses them.
+	if len(hostnames) > 16 {
+		v.errorf("spec.hostnames", "%d host names, more than 16", len(hostnames))
+	}
+	for i, h := range hostnames {
+		checkGatewayHostname(v, fmt.Sprintf("spec.hostnames[%d]", i), h)
+	}
 	if useDefault != "" {
 		v.errorf("spec.useDefaultGateways", "not supported: a mesh route attaches to the Services its parentRefs name")
 	}
@@ -797,7 +805,7 @@ func (r *HTTPRoute) validate(v *validator) {
 		}
 		rules[i] = rv
 	}
-	validateRoute(v, r.Spec.ParentRefs, r.Spec.UseDefaultGateways, rules, false)
+	validateRoute(v, r.Spec.ParentRefs, r.Spec.UseDefaultGateways, r.Spec.Hostnames, rules, false)
 }
 
 // checkHTTPRuleExtras checks what only HTTPRoute rules have: path
@@ -887,7 +895,7 @@ func (r *GRPCRoute) validate(v *validator) {
 		}
 		rules[i] = rv
 	}
-	validateRoute(v, r.Spec.ParentRefs, r.Spec.UseDefaultGateways, rules, true)
+	validateRoute(v, r.Spec.ParentRefs, r.Spec.UseDefaultGateways, r.Spec.Hostnames, rules, true)
 }
 
 // grpcFilters converts GRPCRoute filters to the HTTPRoute filters they

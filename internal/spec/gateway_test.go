@@ -73,6 +73,8 @@ func TestGatewayRouteInvalid(t *testing.T) {
 		{"parent is a ListenerSet", "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec:\n  parentRefs: [{kind: ListenerSet, name: gw}]\n",
 			`spec.parentRefs[0]: parent ListenerSet (group "gateway.networking.k8s.io") is not supported: a route attaches to a Service (group: "", kind: Service; the mesh profile, GAMMA) or to a Gateway (group: gateway.networking.k8s.io, kind: Gateway)`},
 		{"no parentRefs", "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec: {}\n", "spec.parentRefs: no parentRefs"},
+		{"bad hostname", "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec:\n  parentRefs: [{group: \"\", kind: Service, name: echo}]\n  hostnames: [\"Shop.Example.com\"]\n  rules: [{" + v1Backend + "}]\n",
+			`spec.hostnames[0]: "Shop.Example.com": Hostname value must only contain valid characters`},
 		{"same parent twice without sectionName", "apiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: r}\nspec:\n  parentRefs: [{group: \"\", kind: Service, name: echo}, {group: \"\", kind: Service, name: echo}]\n  rules: [{" + v1Backend + "}]\n",
 			"sectionName must be specified when parentRefs includes 2 or more references to the same parent"},
 		{"path not absolute", rule("matches: [{path: {type: PathPrefix, value: foo}}]\n" + v1Backend), "value must be an absolute path and start with '/'"},
