@@ -526,7 +526,12 @@ func TestReplicaWithoutConsul(t *testing.T) {
 		t.Logf("apply without Consul: %v", err)
 	}
 	// A change through the other replica, while this one's watches fail
-	// and back off.
+	// and back off. Consul server 1 may have been the leader: the others
+	// elect a new one first (a write meanwhile fails, and clients retry).
+	waitFor(t, "Consul servers 2 and 3 to have a leader", 60*time.Second, func() bool {
+		l, err := consultest.Leader(t.Context(), consul[1].HTTPAddr)
+		return err == nil && l != "" && !strings.HasPrefix(l, consul[0].Host+":")
+	})
 	rs[1].osm().Apply(t, warehouseSvc)
 	// Long enough for its specification watch to back off to 16 s (the
 	// ~30 s catch-up seen before came from that backoff).
