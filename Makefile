@@ -16,7 +16,9 @@ PLUGINS  := $(notdir $(wildcard providers/*))
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
-.PHONY: all build packages test test-deps polyglot-deps test-servers demo proto bench fuzz fmt-check vet clean
+# test-unit, test-waiting, test-kubernetes, test-consul, test-dns, test-packages
+# and test-polyglot are the parts of `make test`, each runnable alone.
+.PHONY: all build packages test test-unit test-waiting test-kubernetes test-consul test-dns test-packages test-polyglot test-deps polyglot-deps test-servers demo proto bench fuzz fmt-check vet clean
 
 # apt-get as root, or through sudo.
 APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
@@ -37,23 +39,45 @@ packages:
 # The one test command: formatting, vet, the race-enabled unit and
 # integration tests, then the slower suites.
 test: fmt-check vet test-deps test-servers
+	@# Two lanes at once: the race-enabled unit tests (which keep the cores
+	@# busy) beside the suites that mostly wait on Consul, BIND and a Debian
+	@# root. The unit lane's output is printed when it ends; the other lane's
+	@# as it goes. The suites with bounds in wall time (Kubernetes, polyglot)
+	@# run afterwards, alone.
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-unit test-waiting
+	@$(MAKE) --no-print-directory test-kubernetes test-polyglot
+
+test-unit:
 	$(GO) test -race -count=1 -timeout 20m ./...
 	@echo "== Azure provider built with its fake-ARM test mode, over real plugin subprocesses"
 	$(GO) test -race -count=1 -timeout 10m -tags azurefake ./providers/azure/
+
+test-waiting:
+	@$(MAKE) --no-print-directory -j1 test-consul test-dns test-packages
+
+test-kubernetes:
 	@echo "== Kubernetes provider against a real etcd + kube-apiserver (built once into $(CACHE))"
 	dir=$$(./hack/build-kube-apiserver.sh | tail -n 1) && \
 		OSM_KUBE_BIN_DIR=$$dir $(GO) test -race -count=1 -timeout 10m -tags k8sintegration ./providers/kubernetes/
+
+test-consul:
 	@echo "== Consul KV store, the Consul catalog provider, osm-server replicas (one in its own network namespace: needs root) and the bench's HA section against a real Consul (built once into $(CACHE))"
 	bin=$$(./hack/build-consul.sh | tail -n 1) && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/ ./providers/consul/ && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration -run 'Replica' ./cmd/osm-server/ && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 5m -tags consulintegration -run 'TestHASection' ./cmd/osm-bench/
+
+test-dns:
 	@echo "== DNS publishing against a real BIND 9 (named on 127.0.0.1, a TSIG key, a zone in a temp dir)"
 	$(GO) test -race -count=1 -timeout 5m -tags dnsintegration ./internal/dnspublish/ && \
 		$(GO) test -race -count=1 -timeout 5m -tags dnsintegration -run 'DNSPublishing' ./cmd/osm-server/
+
+test-packages:
 	@echo "== Packages: lintian, rpm, install/upgrade/remove/purge and the one-line join in a Debian 12 root (made once into $(CACHE))"
 	root=$$(./hack/debian-root.sh bookworm | tail -n 1) && \
 		OSM_DEBIAN_ROOT=$$root $(GO) test -count=1 -timeout 15m -tags debroot ./packaging/
+
+test-polyglot:
 	@echo "== proxyless gRPC in Python (C-core) and Node (grpc-js) against a real osm-server and agents"
 	mods=$$(CACHE=$(CACHE) ./hack/node-modules.sh | tail -n 1) && \
 		OSM_NODE_MODULES=$$mods $(GO) test -race -count=1 -timeout 10m -tags polyglot -run TestPolyglot ./e2e/ ./examples/demo/
