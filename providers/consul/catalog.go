@@ -170,8 +170,7 @@ func (c *catalog) startServiceLocked(ctx context.Context, name string, mesh prov
 
 // followService runs one service's health query until its ctx is done.
 func (c *catalog) followService(ctx context.Context, sw *serviceWatch) {
-	source := "service " + sw.name
-	defer c.problems.set(source, nil)
+	defer c.serviceProblem(sw, nil)
 	follow(ctx, c.pace,
 		func(q *api.QueryOptions) ([]*api.ServiceEntry, *api.QueryMeta, error) {
 			entries, meta, err := c.client.Health().ServiceMultipleTags(sw.name, c.cfg.Tags, !c.cfg.IncludeWarning, q)
@@ -183,10 +182,24 @@ func (c *catalog) followService(ctx context.Context, sw *serviceWatch) {
 		func(entries []*api.ServiceEntry) { c.applyService(sw, entries) },
 		func(err error) {
 			if ctx.Err() == nil {
-				c.problems.set(source, c.describe(err, "its instances"))
+				c.serviceProblem(sw, c.describe(err, "its instances"))
 			}
 		},
 		nil)
+}
+
+// serviceProblem sets (or with nil clears) the problem of sw's service
+// while sw is that service's loop, or no loop has replaced it. A loop
+// replaced by a re-read ends after its successor started: its last word
+// must not clear (or set) the successor's problem, which would report
+// a failing service healthy.
+func (c *catalog) serviceProblem(sw *serviceWatch, pr *problem) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cur, ok := c.services[sw.name]; ok && cur != sw {
+		return
+	}
+	c.problems.set("service "+sw.name, pr)
 }
 
 func (c *catalog) applyService(sw *serviceWatch, entries []*api.ServiceEntry) {
