@@ -29,10 +29,15 @@ type SpecSource interface {
 // specification's endpoints.requireConnectedProxy, only those with a proxy
 // of the service connected from that address (participants = issued proxy
 // certificates ∩ connected proxies ∩ discovered endpoints: a connected
-// proxy holds a certificate). For the startup grace after Run starts every
-// discovered endpoint participates, because after a server restart the
-// proxies reconnect one by one and a caller that reconnects first must not
-// be told that its upstreams are gone.
+// proxy holds a certificate). For the startup grace after Run starts an
+// address with no proxy connected from it counts as connected for every
+// service discovered on it, because after a server restart the proxies
+// reconnect one by one and a caller that reconnects first must not be told
+// that its upstreams are gone. Once a proxy connects from an address, the
+// machine there has said which service it is (a machine has one identity),
+// so the address participates only for that service, grace or not: a
+// TrafficSplit's root whose machines enrolled as its backends is empty as
+// soon as they are connected, not only when the grace ends.
 //
 // Proxy connects arrive in bursts (a reconnect storm after a restart): they
 // are queued and applied together, so a burst makes one View, which lists
@@ -53,6 +58,7 @@ type Model struct {
 	updateMu  sync.Mutex
 	catSnap   *Snapshot
 	connected map[mesh.MeshService]map[netip.Addr]int // proxies connected from each address
+	machines  map[netip.Addr]int                      // proxies connected from each address, of any service
 	inGrace   bool
 }
 
@@ -64,13 +70,15 @@ type presence struct {
 
 // NewModel returns a model over the catalog and the specification whose
 // views carry trustDomain; for grace (0 for none) after Run starts every
-// discovered endpoint participates. Its first View is ready at once.
+// discovered endpoint on an address no proxy is connected from
+// participates (see [Model]). Its first View is ready at once.
 func NewModel(cat *Catalog, sp SpecSource, trustDomain string, grace time.Duration) *Model {
 	m := &Model{
 		cat: cat, spec: sp, trustDomain: trustDomain, grace: grace,
 		subs:      map[chan struct{}]struct{}{},
 		wake:      make(chan struct{}, 1),
 		connected: map[mesh.MeshService]map[netip.Addr]int{},
+		machines:  map[netip.Addr]int{},
 		inGrace:   grace > 0,
 		current:   &View{historyFrom: 1},
 	}
@@ -142,7 +150,8 @@ func (m *Model) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-graceOver:
-			// From now on only connected proxies' endpoints participate.
+			// From now on only connected proxies' endpoints participate,
+			// also on addresses no proxy has connected from.
 			m.updateMu.Lock()
 			m.inGrace = false
 			m.updateMu.Unlock()
@@ -167,31 +176,52 @@ func (m *Model) Update() {
 	m.mu.Unlock()
 
 	sp := m.spec.Snapshot()
-	all := !sp.RequireConnectedProxy() || m.inGrace
+	all := !sp.RequireConnectedProxy()
+	grace := !all && m.inGrace
 	var touched []mesh.MeshService
 	if cat := m.cat.Snapshot(); cat != m.catSnap {
 		touched = cat.Changed(m.catSnap)
 		m.catSnap = cat
 	}
+	var machines map[netip.Addr]bool // addresses whose first proxy came or last left
 	for _, e := range events {
-		if m.apply(e) && !all {
+		svcChanged, machineChanged := m.apply(e)
+		if svcChanged && !all {
 			touched = append(touched, e.svc)
+		}
+		if machineChanged && grace {
+			if machines == nil {
+				machines = map[netip.Addr]bool{}
+			}
+			machines[e.addr] = true
+		}
+	}
+	if len(machines) > 0 && !(grace != cur.grace || all != cur.all || cur.cat == nil) {
+		// In the grace such an address stops (or starts again) standing
+		// in for every service discovered on it.
+		for svc, se := range m.catSnap.services {
+			for _, e := range se.Endpoints {
+				if machines[e.IP] {
+					touched = append(touched, svc)
+					break
+				}
+			}
 		}
 	}
 
 	version := cur.version + 1
 	next := &View{
-		version: version, spec: sp, trustDomain: m.trustDomain, all: all, allSince: cur.allSince,
+		version: version, spec: sp, trustDomain: m.trustDomain, all: all, grace: grace, allSince: cur.allSince,
 		cat: m.catSnap, services: cur.services, history: cur.history, historyFrom: cur.historyFrom,
 	}
 	switch {
-	case all != cur.all || cur.cat == nil:
+	case all != cur.all || grace != cur.grace || cur.cat == nil:
 		// The rule (or the grace) changed: every service is recomputed.
 		next.services = nil
 		if !all {
 			next.services = make(map[mesh.MeshService]*participants, m.catSnap.Len())
 			for svc, se := range m.catSnap.services {
-				next.services[svc] = &participants{version: version, endpoints: m.participants(se, all)}
+				next.services[svc] = &participants{version: version, endpoints: m.participants(se, all, grace)}
 			}
 		}
 		next.allSince, next.history, next.historyFrom = version, nil, version+1
@@ -213,7 +243,7 @@ func (m *Model) Update() {
 			se, known := m.catSnap.Endpoints(svc)
 			var eps []mesh.Endpoint
 			if known {
-				eps = m.participants(se, all)
+				eps = m.participants(se, all, grace)
 				if prev != nil && slices.EqualFunc(prev.endpoints, eps, endpointEqual) {
 					continue
 				}
@@ -262,8 +292,19 @@ func appendHistory(h []delta, from uint64, d delta) ([]delta, uint64) {
 }
 
 // apply records a connect or disconnect; it reports whether svc now has a
-// proxy connected from the address where it had none, or the reverse.
-func (m *Model) apply(e presence) bool {
+// proxy connected from the address where it had none, or the reverse, and
+// whether the address now has a proxy of any service where it had none, or
+// the reverse.
+func (m *Model) apply(e presence) (svcChanged, machineChanged bool) {
+	n := m.machines[e.addr]
+	if e.connected {
+		m.machines[e.addr] = n + 1
+	} else if n <= 1 {
+		delete(m.machines, e.addr)
+	} else {
+		m.machines[e.addr] = n - 1
+	}
+	machineChanged = (n > 0) != (m.machines[e.addr] > 0)
 	addrs := m.connected[e.svc]
 	if addrs == nil {
 		addrs = map[netip.Addr]int{}
@@ -282,20 +323,20 @@ func (m *Model) apply(e presence) bool {
 			delete(m.connected, e.svc)
 		}
 	}
-	return before != after
+	return before != after, machineChanged
 }
 
 // participants applies the participant rule to a service's discovered
 // endpoints: all of them, or only those a proxy of the service is
-// connected from.
-func (m *Model) participants(se *ServiceEndpoints, all bool) []mesh.Endpoint {
+// connected from, and in the grace also those no proxy is connected from.
+func (m *Model) participants(se *ServiceEndpoints, all, grace bool) []mesh.Endpoint {
 	if all {
 		return se.Endpoints
 	}
 	addrs := m.connected[se.Service]
 	var out []mesh.Endpoint
 	for _, e := range se.Endpoints {
-		if addrs[e.IP] > 0 {
+		if addrs[e.IP] > 0 || grace && m.machines[e.IP] == 0 {
 			out = append(out, e)
 		}
 	}

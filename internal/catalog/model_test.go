@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
@@ -190,4 +191,71 @@ func TestModelStartupGrace(t *testing.T) {
 			t.Fatal("the grace did not end")
 		}
 	}
+}
+
+// TestModelStartupGraceKnowsReconnectedMachines: during the grace an
+// address stands in for every service discovered on it only until a proxy
+// connects from it; from then on it participates, as after the grace, only
+// for the services connected from it. So a TrafficSplit's root whose
+// machines enrolled as its backends (bookstore on the addresses of
+// bookstore-v1 and bookstore-v2) is empty as soon as those machines are
+// connected, not 20 seconds after the server started, while a machine that
+// has not reconnected yet keeps its endpoints.
+func TestModelStartupGraceKnowsReconnectedMachines(t *testing.T) {
+	svc := func(name string) mesh.MeshService { return mesh.MeshService{Namespace: "default", Name: name} }
+	root, v1, v2, other := svc("bookstore"), svc("bookstore-v1"), svc("bookstore-v2"), svc("other")
+	ip3, ip4, ip9 := netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("10.0.0.4"), netip.MustParseAddr("10.0.0.9")
+	ep := func(ip netip.Addr) mesh.Endpoint { return mesh.Endpoint{IP: ip, Port: 14001} }
+	cat := New()
+	cat.SetEndpoints("p", root, []mesh.Endpoint{ep(ip3), ep(ip4)})
+	cat.SetEndpoints("p", v1, []mesh.Endpoint{ep(ip3)})
+	cat.SetEndpoints("p", v2, []mesh.Endpoint{ep(ip4)})
+	cat.SetEndpoints("p", other, []mesh.Endpoint{ep(ip9)})
+	m := NewModel(cat, specWith(t, true), "td", time.Hour)
+	check := func(step string, want map[mesh.MeshService][]string) {
+		t.Helper()
+		v := m.View()
+		for s, w := range want {
+			if got := ipsOf(v.Endpoints(s)); !cmp.Equal(got, w, cmpopts.EquateEmpty()) {
+				t.Errorf("%s: participants of %s = %v, want %v", step, s, got, w)
+			}
+		}
+	}
+	check("no proxy connected yet", map[mesh.MeshService][]string{
+		root: {"10.0.0.3", "10.0.0.4"}, v1: {"10.0.0.3"}, v2: {"10.0.0.4"}, other: {"10.0.0.9"},
+	})
+
+	v0 := m.View()
+	m.ProxyConnected(v1, ip3)
+	m.Update()
+	check("bookstore-v1's machine connected", map[mesh.MeshService][]string{
+		root: {"10.0.0.4"}, v1: {"10.0.0.3"}, v2: {"10.0.0.4"}, other: {"10.0.0.9"},
+	})
+	if got, all := m.View().Changed(v0); all || !cmp.Equal(got, []mesh.MeshService{root}) {
+		t.Errorf("Changed after bookstore-v1's machine connected = %v, %v; want [%s], false", got, all, root)
+	}
+
+	m.ProxyConnected(v2, ip4)
+	m.ProxyConnected(v2, ip4) // its Envoy and its gRPC apps
+	m.Update()
+	check("both backends' machines connected", map[mesh.MeshService][]string{
+		root: nil, v1: {"10.0.0.3"}, v2: {"10.0.0.4"}, other: {"10.0.0.9"},
+	})
+
+	cat.SetEndpoints("p", v2, nil)
+	m.Update()
+	check("bookstore-v2's last endpoint gone", map[mesh.MeshService][]string{
+		root: nil, v1: {"10.0.0.3"}, v2: nil, other: {"10.0.0.9"},
+	})
+
+	// A machine whose proxies all left stands in for its services again
+	// while the grace lasts (it may be reconnecting).
+	m.ProxyDisconnected(v1, ip3)
+	m.Update()
+	check("bookstore-v1's machine left", map[mesh.MeshService][]string{
+		root: {"10.0.0.3"}, v1: {"10.0.0.3"}, other: {"10.0.0.9"},
+	})
+	m.ProxyDisconnected(v2, ip4)
+	m.Update()
+	check("one of bookstore-v2's two proxies left", map[mesh.MeshService][]string{root: {"10.0.0.3"}})
 }

@@ -18,9 +18,11 @@ type View struct {
 	spec        *spec.Snapshot
 	trustDomain string
 	// all is set while every discovered endpoint participates (no
-	// participant rule, or the startup grace), and allSince the version
-	// at which every service's participants were last recomputed at once.
+	// participant rule), grace during the startup grace (see [Model]), and
+	// allSince the version at which every service's participants were last
+	// recomputed at once.
 	all      bool
+	grace    bool
 	allSince uint64
 	// While all is set, the participants are the discovered endpoints of
 	// cat, shared as they are; otherwise services holds them.
