@@ -63,6 +63,9 @@ func (b *builder) egressGatewayListener(m Mesh, p Proxy, gw spec.EgressGatewayIn
 			ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: b.any(&tlsinspectorv3.TlsInspector{})},
 		}},
 	}
+	// The sources' mTLS carries bytes, not HTTP: no ALPN.
+	tls := downstreamTLS(Envoy)
+	tls.CommonTlsContext.AlpnProtocols = nil
 	for _, r := range routes {
 		sni := spec.EgressGatewaySNI(r.Host, r.Number)
 		out := spec.EgressRoute{Host: r.Host, EgressPort: r.EgressPort}
@@ -79,7 +82,7 @@ func (b *builder) egressGatewayListener(m Mesh, p Proxy, gw spec.EgressGatewayIn
 		l.FilterChains = append(l.FilterChains, &listenerv3.FilterChain{
 			Name:             sni,
 			FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: []string{sni}, TransportProtocol: "tls"},
-			TransportSocket:  b.transportSocket(downstreamTLS(Envoy)),
+			TransportSocket:  b.transportSocket(tls),
 			Filters: []*listenerv3.Filter{
 				b.networkFilter(networkRBACFilter, &rbacnetv3.RBAC{StatPrefix: name + "|" + sni, Rules: rules}),
 				b.networkFilter(tcpProxyFilter, &tcpproxyv3.TcpProxy{
