@@ -22,7 +22,9 @@
 // [Gateway] output is for the Envoy of an ingress gateway machine, enrolled
 // as a spec.Gateway's namespace and name: listeners per Gateway port on its
 // address, routes from the routes attached, EDS clusters to the backends
-// (gateway_proxy.go).
+// (gateway_proxy.go); or of an egress gateway machine, enrolled as a
+// spec.EgressGateway's: a listener on its address with a filter chain per
+// external host and port, LOGICAL_DNS clusters (egress_gateway.go).
 //
 // # Resource names
 //
