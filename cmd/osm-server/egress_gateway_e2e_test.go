@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -73,18 +72,7 @@ func TestEgressGatewayThroughTheServer(t *testing.T) {
 	buyerState, gwState := gatewayState{}, gatewayState{}
 	wait := func(p *xdstest.Proxy, state gatewayState, what string, cond func() bool) {
 		t.Helper()
-		deadline := time.After(30 * time.Second)
-		for !cond() {
-			select {
-			case r, ok := <-p.Responses():
-				if !ok {
-					t.Fatalf("ADS stream closed while waiting for %s", what)
-				}
-				state[r.GetTypeUrl()] = r.GetResources()
-			case <-deadline:
-				t.Fatalf("no %s within 30s; received %v", what, state)
-			}
-		}
+		state.await(t, p, what, cond)
 	}
 	const via = "egress|api.github.com|443|via=default/egress"
 	wait(buyer, buyerState, "the source's listener, its cluster to the gateway and the gateway's endpoints", func() bool {
