@@ -185,19 +185,46 @@ func checkEgressGatewayRef(v *validator, st *state, e *Egress) {
 }
 
 // checkGatewayNames refuses an EgressGateway and a Gateway of one
-// namespace and name: their machines would enroll as the same service.
+// namespace and name (their machines would enroll as the same service),
+// and an EgressGateway and a Service of its namespace named like it or
+// running as its service account (the Service's machines would hold the
+// certificate the sources accept as the gateway's).
 func checkGatewayNames(v *validator, st *state, obj Object) {
-	var other Key
 	switch o := obj.(type) {
 	case *EgressGateway:
-		other = Key{Kind: KindGateway, Namespace: o.Metadata.Namespace, Name: o.Metadata.Name}
+		other := Key{Kind: KindGateway, Namespace: o.Metadata.Namespace, Name: o.Metadata.Name}
+		if _, ok := st.objects[other]; ok {
+			v.errorf("metadata.name", "%s exists: a gateway's machines enroll as its namespace and name, so a Gateway and an EgressGateway need different names", other)
+		}
+		for _, k := range sortedObjectKeys(st.objects) {
+			if svc, ok := serviceOf(st.objects[k]); ok && k.Namespace == o.Metadata.Namespace {
+				checkEgressGatewayService(v, "metadata.name", svc, o.Metadata.Name, "")
+			}
+		}
 	case *Gateway:
-		other = Key{Kind: KindEgressGateway, Namespace: o.Metadata.Namespace, Name: o.Metadata.Name}
+		other := Key{Kind: KindEgressGateway, Namespace: o.Metadata.Namespace, Name: o.Metadata.Name}
+		if _, ok := st.objects[other]; ok {
+			v.errorf("metadata.name", "%s exists: a gateway's machines enroll as its namespace and name, so a Gateway and an EgressGateway need different names", other)
+		}
 	default:
-		return
+		svc, ok := serviceOf(obj)
+		if !ok {
+			return
+		}
+		for _, name := range namesOfKind(st, KindEgressGateway, svc.Metadata.Namespace) {
+			checkEgressGatewayService(v, "", svc, name, "EgressGateway "+svc.Metadata.Namespace+"/"+name+": ")
+		}
 	}
-	if _, ok := st.objects[other]; ok {
-		v.errorf("metadata.name", "%s exists: a gateway's machines enroll as its namespace and name, so a Gateway and an EgressGateway need different names", other)
+}
+
+// checkEgressGatewayService refuses svc beside the EgressGateway gw of
+// its namespace when it shares gw's name or service account.
+func checkEgressGatewayService(v *validator, field string, svc *Service, gw, prefix string) {
+	switch {
+	case svc.Metadata.Name == gw:
+		v.errorf(cmp.Or(field, "metadata.name"), "%sService %s/%s has the EgressGateway's name: its machines would enroll as the same service; rename one", prefix, svc.Metadata.Namespace, svc.Metadata.Name)
+	case svc.Spec.ServiceAccount == gw:
+		v.errorf(cmp.Or(field, "spec.serviceAccount"), "%sService %s/%s runs as service account %q, the EgressGateway's: its machines would hold the identity the sources trust as the gateway; use another service account", prefix, svc.Metadata.Namespace, svc.Metadata.Name, gw)
 	}
 }
 

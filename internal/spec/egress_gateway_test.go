@@ -135,3 +135,26 @@ func TestEgressGatewayDeleteInUse(t *testing.T) {
 		t.Fatalf("delete with its Egresses: %v", err)
 	}
 }
+
+// TestEgressGatewayRefusesItsIdentityToServices: a Service named like an
+// EgressGateway, or running as its account, is refused in either order.
+func TestEgressGatewayRefusesItsIdentityToServices(t *testing.T) {
+	const gw = "apiVersion: osm-vm.io/v1alpha1\nkind: EgressGateway\nmetadata: {name: egress}\nspec: {}\n"
+	for name, svc := range map[string]string{
+		"same name":            "apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: egress}\nspec: {ports: [{port: 80}]}\n",
+		"same service account": "apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: web}\nspec: {serviceAccount: egress, ports: [{port: 80}]}\n",
+	} {
+		for _, order := range [][]string{{gw, svc}, {svc, gw}} {
+			t.Run(name, func(t *testing.T) {
+				s := newTestSpec(t, store.NewMemory())
+				if _, err := tryApplyYAML(t, s, order[0]); err != nil {
+					t.Fatal(err)
+				}
+				_, err := tryApplyYAML(t, s, order[1])
+				if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "EgressGateway") {
+					t.Errorf("apply = %v, want it refused, naming the EgressGateway", err)
+				}
+			})
+		}
+	}
+}
