@@ -224,25 +224,32 @@ func TestRunJoinFlags(t *testing.T) {
 // TestInstallGatewayIngress: --gateway ingress writes gateway: ingress,
 // and the machine's Envoy bootstrap announces osm.flavor gateway (its
 // listeners then come from the Gateway named by --service/--namespace).
-func TestInstallGatewayIngress(t *testing.T) {
+func TestInstallGatewayIngress(t *testing.T) { testInstallGateway(t, agent.GatewayIngress) }
+
+// TestInstallGatewayEgress: --gateway egress writes gateway: egress, and
+// the bootstrap announces osm.flavor gateway too (the server renders the
+// EgressGateway named by --service/--namespace for the machine).
+func TestInstallGatewayEgress(t *testing.T) { testInstallGateway(t, agent.GatewayEgress) }
+
+func testInstallGateway(t *testing.T, kind string) {
 	dir := t.TempDir()
 	etc, data := filepath.Join(dir, "etc"), filepath.Join(dir, "data")
 	out, err := execute(t, "install", "--no-service", "--server", "https://127.0.0.1:15443", "--token", "tok", "--ca-cert-hash", caHash,
-		"--service", "ingress", "--gateway", "ingress", "--advertise-address", "203.0.113.10", "--hosts-file", filepath.Join(dir, "hosts"),
+		"--service", kind, "--gateway", kind, "--advertise-address", "203.0.113.10", "--hosts-file", filepath.Join(dir, "hosts"),
 		"--config-dir", etc, "--data-dir", data)
 	if err != nil {
-		t.Fatalf("install --gateway ingress: %v\n%s", err, out)
+		t.Fatalf("install --gateway %s: %v\n%s", kind, err, out)
 	}
 	cfgPath := filepath.Join(etc, agent.ConfigFile)
 	cfg, err := agent.LoadConfig(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Gateway != agent.GatewayIngress {
-		t.Fatalf("config gateway = %q, want ingress", cfg.Gateway)
+	if cfg.Gateway != kind {
+		t.Fatalf("config gateway = %q, want %s", cfg.Gateway, kind)
 	}
 	ca := agenttest.NewCA(t)
-	id := mesh.NewProxyIdentity(mesh.MeshService{Namespace: "default", Name: "ingress"})
+	id := mesh.NewProxyIdentity(mesh.MeshService{Namespace: "default", Name: kind})
 	certPEM, keyPEM := ca.KeyPair(t, id.CommonName(), time.Hour)
 	if err := agent.SaveIdentity(data, agent.Identity{KeyPEM: keyPEM, CertPEM: certPEM, CAPEM: ca.PEM}); err != nil {
 		t.Fatal(err)

@@ -143,7 +143,7 @@ func (f *installFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.cfg.HostsFile, "hosts-file", "", "file that holds the managed block of mesh host names (default the system hosts file)")
 	fl.Uint16Var(&f.cfg.AppPort, "app-port", 0, "the application's port on 127.0.0.1")
 	fl.StringVar(&f.cfg.AdvertiseAddress, "advertise-address", "", "IP address other machines reach this one on")
-	fl.StringVar(&f.cfg.Gateway, "gateway", "", "ingress: this machine is the ingress gateway of the Gateway named by --service and --namespace (its Envoy listens on --advertise-address for clients outside the mesh)")
+	fl.StringVar(&f.cfg.Gateway, "gateway", "", "ingress: this machine is the ingress gateway of the Gateway named by --service and --namespace (its Envoy listens on --advertise-address for clients outside the mesh); egress: it is a machine of the EgressGateway named by --service and --namespace (its Envoy accepts the mesh's mTLS on --advertise-address and connects to the external hosts)")
 	fl.StringVar(&f.cfg.DataDir, "data-dir", agent.DefaultDataDir(), "directory for the identity, bootstraps and state")
 	fl.StringVar(&f.cfg.MetricsAddress, "metrics-address", "", "where the agent serves Prometheus metrics: a loopback host:port (default "+agent.DefaultMetricsAddress+"), or off; set it when several agents share a machine")
 }

@@ -243,9 +243,9 @@ func newGetCmd() *cobra.Command {
 		Use:   "get services|policies|KIND [NAME] [-n NAMESPACE] [-o yaml|json]",
 		Short: "List mesh services and policies",
 		Long: `List documents of a kind: services, policies (TrafficTargets, HTTPRouteGroups,
-TCPRoutes, TrafficSplits, Egresses, ReferenceGrants, Gateways, HTTPRoutes and
+TCPRoutes, TrafficSplits, EgressGateways, Egresses, ReferenceGrants, Gateways, HTTPRoutes and
 GRPCRoutes), traffictargets, httproutegroups, tcproutes, trafficsplits,
-egresses, referencegrants, gateways, httproutes, grpcroutes, meshconfigs or all. A Service's status.vip is its
+egressgateways, egresses, referencegrants, gateways, httproutes, grpcroutes, meshconfigs or all. A Service's status.vip is its
 virtual IP, reachable as <service>.<namespace>.mesh on every VM; a route's
 status has Accepted and ResolvedRefs per parentRef.`,
 		Args: cobra.RangeArgs(1, 2),

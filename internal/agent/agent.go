@@ -577,7 +577,7 @@ func (a *Agent) ProxyConfig() sidecar.ProxyConfig {
 		AdvertiseAddress: a.advertiseAddress(),
 		AppPort:          a.cfg.AppPort,
 		Labels:           labels,
-		Gateway:          a.cfg.Gateway == GatewayIngress,
+		Gateway:          a.cfg.Gateway != "",
 	}
 }
 

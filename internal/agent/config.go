@@ -63,15 +63,22 @@ type Config struct {
 	// MetricsAddress is where the agent serves Prometheus metrics, on
 	// loopback (DefaultMetricsAddress); "off" turns them off.
 	MetricsAddress string `yaml:"metricsAddress,omitempty"`
-	// Gateway is "ingress" on a gateway machine: its Envoy is the ingress
-	// gateway of the Gateway named by service and namespace, listening on
-	// the advertise address for clients outside the mesh. Empty: a mesh
-	// machine.
+	// Gateway is "ingress" on an ingress gateway machine: its Envoy is
+	// the ingress gateway of the Gateway named by service and namespace,
+	// listening on the advertise address for clients outside the mesh;
+	// "egress" on an egress gateway machine: its Envoy is the
+	// EgressGateway named by service and namespace, accepting the mesh's
+	// mTLS on the advertise address and connecting to the external hosts
+	// (whose real names it resolves: its hosts block maps none to a VIP).
+	// Empty: a mesh machine.
 	Gateway string `yaml:"gateway,omitempty"`
 }
 
-// GatewayIngress is the Gateway value of an ingress gateway machine.
-const GatewayIngress = "ingress"
+// Gateway values of gateway machines.
+const (
+	GatewayIngress = "ingress"
+	GatewayEgress  = "egress"
+)
 
 // DefaultConfigDir is where install writes agent.yaml.
 func DefaultConfigDir() string {
@@ -189,11 +196,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	switch c.Gateway {
-	case "", GatewayIngress:
-	case "egress":
-		errs = append(errs, errors.New("gateway \"egress\": egress gateway machines are not supported yet; leave gateway out (each machine's own Envoy carries its Egress policies)"))
+	case "", GatewayIngress, GatewayEgress:
 	default:
-		errs = append(errs, fmt.Errorf("gateway %q: want ingress, or leave it out for a mesh machine", c.Gateway))
+		errs = append(errs, fmt.Errorf("gateway %q: want ingress or egress, or leave it out for a mesh machine", c.Gateway))
 	}
 	if c.Gateway != "" && c.Proxy != "" && c.Proxy != envoy.Name {
 		errs = append(errs, fmt.Errorf("gateway %q needs proxy envoy, not %q: a gateway machine runs Envoy", c.Gateway, c.Proxy))

@@ -73,7 +73,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"relative data dir", base + "dataDir: data\n", "dataDir"},
 		{"bad ca hash", base + "caCertHash: md5:00\n", "caCertHash"},
 		{"unknown gateway", base + "gateway: edge\n", `gateway "edge": want ingress`},
-		{"egress gateway", base + "gateway: egress\n", "egress gateway machines are not supported yet"},
+		{"egress gateway without envoy", base + "gateway: egress\nproxy: none\n", `gateway "egress" needs proxy envoy`},
 		{"gateway without envoy", base + "gateway: ingress\nproxy: none\n", `gateway "ingress" needs proxy envoy`},
 	}
 	for _, tt := range tests {

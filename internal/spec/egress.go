@@ -61,6 +61,9 @@ type EgressSpec struct {
 	// Matches restrict HTTP ports to the requests of these
 	// HTTPRouteGroups (in the Egress's namespace); all requests when empty.
 	Matches []TypedLocalObjectReference `json:"matches,omitempty"`
+	// Gateway, when set, sends the traffic through the machines of this
+	// EgressGateway instead of out of each source's own Envoy.
+	Gateway *EgressGatewayRef `json:"gateway,omitempty"`
 }
 
 // EgressPort is one port of an Egress.
@@ -82,6 +85,9 @@ func (e *Egress) Key() Key            { return keyOf(e.TypeMeta, e.Metadata) }
 func (e *Egress) meta() *ObjectMeta   { return &e.Metadata }
 func (e *Egress) typeMeta() *TypeMeta { return &e.TypeMeta }
 func (e *Egress) setDefaults() {
+	if e.Spec.Gateway != nil && e.Spec.Gateway.Namespace == "" {
+		e.Spec.Gateway.Namespace = e.Metadata.Namespace
+	}
 	for i := range e.Spec.Sources {
 		if e.Spec.Sources[i].Namespace == "" {
 			e.Spec.Sources[i].Namespace = e.Metadata.Namespace
@@ -148,6 +154,14 @@ func (e *Egress) validate(v *validator) {
 	if len(e.Spec.Matches) > 0 && !hasHTTP {
 		v.errorf("spec.matches", "matches restrict HTTP requests, but no port has protocol http: remove them or add an http port")
 	}
+	if g := e.Spec.Gateway; g != nil {
+		if err := mesh.ValidateLabel("name", g.Name); err != nil {
+			v.errorf("spec.gateway.name", "%v: name an EgressGateway", err)
+		}
+		if err := mesh.ValidateLabel("namespace", g.Namespace); err != nil {
+			v.errorf("spec.gateway.namespace", "%v", err)
+		}
+	}
 	for i, m := range e.Spec.Matches {
 		f := fmt.Sprintf("spec.matches[%d]", i)
 		if m.Kind != KindHTTPRouteGroup {
@@ -160,9 +174,11 @@ func (e *Egress) validate(v *validator) {
 }
 
 // checkEgress validates e against the state it is applied into: a host's
-// port must mean the same in every Egress (one listener serves it), and
-// missing HTTPRouteGroups and service accounts are warnings.
+// port must mean the same in every Egress (one listener serves it, out of
+// the same gateway or of none), its EgressGateway must exist, and missing
+// HTTPRouteGroups and service accounts are warnings.
 func checkEgress(v *validator, st *state, e *Egress) {
+	checkEgressGatewayRef(v, st, e)
 	for _, k := range sortedObjectKeys(st.objects) {
 		o, ok := st.objects[k].(*Egress)
 		if !ok || k == e.Key() {
@@ -176,6 +192,8 @@ func checkEgress(v *validator, st *state, e *Egress) {
 				for _, q := range o.Spec.Ports {
 					if q.Number == p.Number && q != p {
 						v.errorf(fmt.Sprintf("spec.ports[%d]", j), "host %q (spec.hosts[%d]) port %d is %s in %s: one host's port has one meaning; use the same protocol, targetPort and originateTLS, or another port", h, i, p.Number, describePort(q), k)
+					} else if q.Number == p.Number && gatewayName(o) != gatewayName(e) {
+						v.errorf(fmt.Sprintf("spec.ports[%d]", j), "host %q (spec.hosts[%d]) port %d goes out %s in %s, and %s here: one host's port leaves one way; use the same spec.gateway, or another port", h, i, p.Number, gatewayName(o), k, gatewayName(e))
 					}
 				}
 			}
@@ -198,6 +216,14 @@ func checkEgress(v *validator, st *state, e *Egress) {
 			v.warnf(fmt.Sprintf("spec.matches[%d]", i), "%s %q not found in namespace %q yet: the http ports allow no request until it exists%s", m.Kind, m.Name, ns, didYouMean(m.Name, namesOfKind(st, m.Kind, ns)))
 		}
 	}
+}
+
+// gatewayName says how e's traffic leaves, for messages.
+func gatewayName(e *Egress) string {
+	if g := e.Spec.Gateway; g != nil {
+		return "through EgressGateway " + g.Namespace + "/" + g.Name
+	}
+	return "from each source's own Envoy"
 }
 
 func describePort(p EgressPort) string {
@@ -231,6 +257,9 @@ type EgressRoute struct {
 	// RestrictedBy names the Egresses whose matches Matches holds; empty
 	// when all requests are allowed.
 	RestrictedBy []Key `json:"restrictedBy,omitempty"`
+	// Gateway is the egress gateway the source sends the traffic
+	// through; zero when its own Envoy connects to the host.
+	Gateway EgressGatewayInfo `json:"gateway,omitzero"`
 }
 
 // Egress returns the external hosts and ports src may call, ordered by
@@ -253,6 +282,10 @@ func (s *Snapshot) Egress(src mesh.ServiceAccount) []EgressRoute {
 		}) {
 			continue
 		}
+		gw, viaGateway := egressGatewayOf(s.st, e)
+		if e.Spec.Gateway != nil && !viaGateway {
+			continue // its EgressGateway is gone: no way out (apply refuses this)
+		}
 		var matches []HTTPRouteMatch
 		for _, m := range e.Spec.Matches {
 			if g, ok := s.st.objects[Key{Kind: KindHTTPRouteGroup, Namespace: k.Namespace, Name: m.Name}].(*HTTPRouteGroup); ok {
@@ -270,9 +303,9 @@ func (s *Snapshot) Egress(src mesh.ServiceAccount) []EgressRoute {
 				key := hp{h, p.Number}
 				r := routes[key]
 				if r == nil {
-					r = &EgressRoute{Host: h, VIP: vip, EgressPort: p}
+					r = &EgressRoute{Host: h, VIP: vip, EgressPort: p, Gateway: gw}
 					routes[key] = r
-				} else if r.EgressPort != p {
+				} else if r.EgressPort != p || r.Gateway != gw {
 					continue
 				}
 				if p.Protocol != EgressHTTP {
@@ -307,8 +340,12 @@ type EgressHost struct {
 }
 
 // EgressHosts returns the external hosts src may call with their virtual
-// IPs (for the agent's hosts block), sorted by host.
+// IPs (for the agent's hosts block), sorted by host. An egress gateway's
+// account gets none: its machines resolve the real names.
 func (s *Snapshot) EgressHosts(src mesh.ServiceAccount) []EgressHost {
+	if s.isEgressGateway(src) {
+		return nil
+	}
 	var out []EgressHost
 	for _, r := range s.Egress(src) {
 		if len(out) == 0 || out[len(out)-1].Host != r.Host {

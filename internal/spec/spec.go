@@ -402,6 +402,9 @@ func deleteKeys(st *state, keys []Key) (BatchResult, error) {
 	if err := gatewayDeleteConflict(st, gone); err != nil {
 		return BatchResult{}, err
 	}
+	if err := egressGatewayDeleteConflict(st, gone); err != nil {
+		return BatchResult{}, err
+	}
 	for _, k := range keys {
 		delete(st.objects, k)
 		res.Results = append(res.Results, Result{Key: k, Action: Deleted})
@@ -428,6 +431,7 @@ func checkReferences(v *validator, st *state, obj Object) {
 		w.applyWarnings(v)
 	}
 	gatewayReferences(v, st, obj)
+	checkGatewayNames(v, st, obj)
 	switch o := obj.(type) {
 	case *Egress:
 		checkEgress(v, st, o)

@@ -58,6 +58,7 @@ var kinds = slices.Concat([]kindInfo{
 	{KindTCPRoute, APIVersionSpecs, "tcproutes", true, func() Object { return &TCPRoute{} }},
 	{KindTrafficTarget, APIVersionAccess, "traffictargets", true, func() Object { return &TrafficTarget{} }},
 	{KindTrafficSplit, APIVersionSplit, "trafficsplits", true, func() Object { return &TrafficSplit{} }},
+	{KindEgressGateway, APIVersionOSM, "egressgateways", true, func() Object { return &EgressGateway{} }},
 	{KindEgress, APIVersionOSM, "egresses", true, func() Object { return &Egress{} }},
 }, gatewayKinds)
 
@@ -75,7 +76,7 @@ func kindOrder(kind string) int {
 }
 
 // PolicyKinds are the kinds `get policies` lists.
-var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindEgress, KindReferenceGrant, KindGateway, KindHTTPRoute, KindGRPCRoute}
+var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindEgressGateway, KindEgress, KindReferenceGrant, KindGateway, KindHTTPRoute, KindGRPCRoute}
 
 // ResolveKinds maps a kind as typed by a user ("services", "service",
 // "Service", "svc", "policies", "all") to the kinds it names.

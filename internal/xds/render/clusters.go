@@ -30,6 +30,9 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	if gw, ok := egressGatewayOf(m, p); ok {
+		return egressGatewayClustersOf(m, gw)
+	}
 	if p.Flavor == Gateway {
 		return gatewayClusters(m, p)
 	}
@@ -46,7 +49,7 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 			out = append(out, b.localCluster(self.Service, port))
 		}
 	}
-	out = append(out, b.egressClusters(egressRoutes(m, p, self))...)
+	out = append(out, b.egressClusters(m.TrustDomain(), egressRoutes(m, p, self))...)
 	if b.err != nil {
 		return nil, b.err
 	}

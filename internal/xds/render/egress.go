@@ -43,8 +43,12 @@ const (
 	tlsInspectorFilter = "envoy.filters.listener.tls_inspector"
 )
 
-// egressClusterName is the cluster for r's host and target port.
+// egressClusterName is the cluster for r's host and target port (or,
+// through an egress gateway, for its host and port at the gateway).
 func egressClusterName(r spec.EgressRoute) string {
+	if !r.Gateway.IsZero() {
+		return "egress|" + r.Host + "|" + strconv.Itoa(r.Number) + "|via=" + r.Gateway.Service.String()
+	}
 	name := "egress|" + r.Host + "|" + strconv.Itoa(r.TargetPort)
 	if r.OriginateTLS {
 		name += "|tls"
@@ -173,15 +177,21 @@ func (b *builder) egressCluster(r spec.EgressRoute) *clusterv3.Cluster {
 }
 
 // egressClusters returns the distinct clusters of routes (sorted by the
-// routes' order; the caller sorts by name).
-func (b *builder) egressClusters(routes []spec.EgressRoute) []*clusterv3.Cluster {
+// routes' order; the caller sorts by name); trustDomain names the egress
+// gateways' identities.
+func (b *builder) egressClusters(trustDomain string, routes []spec.EgressRoute) []*clusterv3.Cluster {
 	seen := map[string]bool{}
 	var out []*clusterv3.Cluster
 	for _, r := range routes {
-		if n := egressClusterName(r); !seen[n] {
-			seen[n] = true
+		n := egressClusterName(r)
+		switch {
+		case seen[n]:
+		case !r.Gateway.IsZero():
+			out = append(out, b.egressViaGatewayCluster(trustDomain, r))
+		default:
 			out = append(out, b.egressCluster(r))
 		}
+		seen[n] = true
 	}
 	return out
 }

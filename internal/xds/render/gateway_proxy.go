@@ -275,7 +275,7 @@ func gatewayInputs(m Mesh, p Proxy) (Inputs, error) {
 }
 
 func errNoGateway(p Proxy) error {
-	return fmt.Errorf("render: gateway proxy of %s: no Gateway %q in namespace %q in the mesh specification: apply one (gatewayClassName: %s), or enroll the machine with the Gateway's namespace/name", p.Service, p.Service.Name, p.Service.Namespace, spec.GatewayClassName)
+	return fmt.Errorf("render: gateway proxy of %s: no Gateway %q in namespace %q in the mesh specification: apply one (gatewayClassName: %s), or enroll the machine with the Gateway's namespace/name (an egress gateway's machine: apply its EgressGateway)", p.Service, p.Service.Name, p.Service.Namespace, spec.GatewayClassName)
 }
 
 // gatewayFileCert reports whether c is a gateway listener's: certificates

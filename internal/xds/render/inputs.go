@@ -43,6 +43,9 @@ func InputsOf(m Mesh, p Proxy) (Inputs, error) {
 	if err != nil {
 		return Inputs{}, err
 	}
+	if gw, ok := egressGatewayOf(m, p); ok {
+		return egressGatewayInputs(m, p, gw)
+	}
 	if p.Flavor == Gateway {
 		return gatewayInputs(m, p)
 	}
@@ -70,7 +73,7 @@ func (a Inputs) Equal(b Inputs) bool {
 }
 
 func egressRouteEqual(a, b spec.EgressRoute) bool {
-	return a.Host == b.Host && a.VIP == b.VIP && a.EgressPort == b.EgressPort &&
+	return a.Host == b.Host && a.VIP == b.VIP && a.EgressPort == b.EgressPort && a.Gateway == b.Gateway &&
 		slices.EqualFunc(a.Matches, b.Matches, routeMatchEqual) && slices.Equal(a.RestrictedBy, b.RestrictedBy)
 }
 
@@ -81,7 +84,7 @@ func (in Inputs) Dependencies() []mesh.MeshService {
 	for i, info := range in.upstreams {
 		out[i] = info.Service
 	}
-	return out
+	return egressGateways(out, in.egress)
 }
 
 func serviceInfoEqual(a, b spec.ServiceInfo) bool {

@@ -521,16 +521,17 @@ func TestRenderingIsByteStable(t *testing.T) {
 // a field added to any type it compares must be added there too, and here.
 func TestInputsEqualCoversEveryField(t *testing.T) {
 	compared := map[reflect.Type][]string{
-		reflect.TypeFor[Inputs]():              {"self", "permissive", "inbound", "plan", "upstreams", "egress", "gateway"},
-		reflect.TypeFor[spec.ServiceInfo]():    {"Service", "ServiceAccount", "Ports", "VIP"},
-		reflect.TypeFor[spec.ServicePort]():    {"Name", "Port", "TargetPort", "AppProtocol"}, // slices.Equal: ==
-		reflect.TypeFor[spec.InboundRule]():    {"Policy", "Sources", "Port", "HTTP", "TCPPorts", "TCPAllPorts"},
-		reflect.TypeFor[spec.HTTPRouteMatch](): {"Group", "Name", "PathRegex", "Methods", "Headers"},
-		reflect.TypeFor[outbound]():            {"info", "port", "direct", "split", "subset", "splitMatches", "gw"},
-		reflect.TypeFor[gatewayPlan]():         {"routes", "allowed", "subset"}, // routes by their Fingerprint, the JSON of all of it
-		reflect.TypeFor[backend]():             {"svc", "weight"},               // slices.Equal: ==
-		reflect.TypeFor[spec.EgressRoute]():    {"Host", "VIP", "EgressPort", "Matches", "RestrictedBy"},
-		reflect.TypeFor[spec.EgressPort]():     {"Number", "Protocol", "TargetPort", "OriginateTLS"}, // ==
+		reflect.TypeFor[Inputs]():                 {"self", "permissive", "inbound", "plan", "upstreams", "egress", "gateway"},
+		reflect.TypeFor[spec.ServiceInfo]():       {"Service", "ServiceAccount", "Ports", "VIP"},
+		reflect.TypeFor[spec.ServicePort]():       {"Name", "Port", "TargetPort", "AppProtocol"}, // slices.Equal: ==
+		reflect.TypeFor[spec.InboundRule]():       {"Policy", "Sources", "Port", "HTTP", "TCPPorts", "TCPAllPorts"},
+		reflect.TypeFor[spec.HTTPRouteMatch]():    {"Group", "Name", "PathRegex", "Methods", "Headers"},
+		reflect.TypeFor[outbound]():               {"info", "port", "direct", "split", "subset", "splitMatches", "gw"},
+		reflect.TypeFor[gatewayPlan]():            {"routes", "allowed", "subset"}, // routes by their Fingerprint, the JSON of all of it
+		reflect.TypeFor[backend]():                {"svc", "weight"},               // slices.Equal: ==
+		reflect.TypeFor[spec.EgressRoute]():       {"Host", "VIP", "EgressPort", "Matches", "RestrictedBy", "Gateway"},
+		reflect.TypeFor[spec.EgressGatewayInfo](): {"Service", "ServiceAccount", "Port"},                // ==
+		reflect.TypeFor[spec.EgressPort]():        {"Number", "Protocol", "TargetPort", "OriginateTLS"}, // ==
 	}
 	for typ, want := range compared {
 		var got []string

@@ -48,6 +48,9 @@ func PerProxyListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
+	if gw, ok := egressGatewayOf(m, p); ok {
+		return egressGatewayListeners(m, p, gw)
+	}
 	if p.Flavor == Gateway {
 		return gatewayListeners(m, p)
 	}

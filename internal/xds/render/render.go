@@ -22,7 +22,9 @@
 // [Gateway] output is for the Envoy of an ingress gateway machine, enrolled
 // as a spec.Gateway's namespace and name: listeners per Gateway port on its
 // address, routes from the routes attached, EDS clusters to the backends
-// (gateway_proxy.go).
+// (gateway_proxy.go); or of an egress gateway machine, enrolled as a
+// spec.EgressGateway's: a listener on its address with a filter chain per
+// external host and port, LOGICAL_DNS clusters (egress_gateway.go).
 //
 // # Resource names
 //
@@ -210,6 +212,12 @@ func (m Mesh) check(p Proxy) (spec.ServiceInfo, error) {
 	}
 	if p.Flavor != Envoy && p.Flavor != GRPC && p.Flavor != Gateway {
 		return spec.ServiceInfo{}, fmt.Errorf("render: proxy of %s: unknown flavor %d", p.Service, p.Flavor)
+	}
+	if gw, ok := egressGatewayOf(m, p); ok {
+		if !p.Address.IsValid() {
+			return spec.ServiceInfo{}, fmt.Errorf("render: egress gateway proxy of %s: no address: its listener binds the machine's advertise address", p.Service)
+		}
+		return spec.ServiceInfo{Service: p.Service, ServiceAccount: gw.ServiceAccount}, nil
 	}
 	if p.Flavor == Gateway {
 		g, ok := m.Spec().Gateway(p.Service)
@@ -425,11 +433,14 @@ func Dependencies(m Mesh, p Proxy) ([]mesh.MeshService, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := egressGatewayOf(m, p); ok {
+		return nil, nil
+	}
 	if p.Flavor == Gateway {
 		in, err := gatewayInputs(m, p)
 		return in.Dependencies(), err
 	}
-	return upstreamServices(plan(m, p, self)), nil
+	return egressGateways(upstreamServices(plan(m, p, self)), egressRoutes(m, p, self)), nil
 }
 
 func sortedPorts(info spec.ServiceInfo) []spec.ServicePort {

@@ -24,6 +24,9 @@ func Routes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := egressGatewayOf(m, p); ok {
+		return nil, nil // its filter chains forward bytes
+	}
 	if p.Flavor == Gateway {
 		return gatewayRoutes(m, p)
 	}
