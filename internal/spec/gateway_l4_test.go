@@ -131,7 +131,6 @@ func TestGatewayL4Attachment(t *testing.T) {
 	}
 }
 
-
 // TestGatewayL4Apply checks what apply refuses or warns of: a backend
 // port that is not tcp, and a TrafficTarget rule naming the Gateway API's
 // TCPRoute where SMI's is meant (the two share the kind).
