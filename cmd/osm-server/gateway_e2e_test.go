@@ -87,6 +87,23 @@ func (g gatewayState) routeClusters(name string) (map[string][]string, bool) {
 	return nil, false
 }
 
+// await reads p's responses into g until cond holds (at most 30 s).
+func (g gatewayState) await(t *testing.T, p *xdstest.Proxy, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for !cond() {
+		select {
+		case r, ok := <-p.Responses():
+			if !ok {
+				t.Fatalf("ADS stream closed while waiting for %s", what)
+			}
+			g[r.GetTypeUrl()] = r.GetResources()
+		case <-deadline:
+			t.Fatalf("no %s within 30s; received %v", what, g)
+		}
+	}
+}
+
 func (g gatewayState) has(typ, name string) bool {
 	for _, a := range g[typ] {
 		m, err := a.UnmarshalNew()
@@ -137,18 +154,7 @@ func TestGatewayThroughTheServer(t *testing.T) {
 	const name = "gateway|default/ingress|8080"
 	wait := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.After(30 * time.Second)
-		for !cond() {
-			select {
-			case r, ok := <-p.Responses():
-				if !ok {
-					t.Fatalf("ADS stream closed while waiting for %s", what)
-				}
-				state[r.GetTypeUrl()] = r.GetResources()
-			case <-deadline:
-				t.Fatalf("no %s within 30s; received %v", what, state)
-			}
-		}
+		state.await(t, p, what, cond)
 	}
 	wait("listener, route, cluster and certificate", func() bool {
 		routes, _ := state.routeClusters(name)

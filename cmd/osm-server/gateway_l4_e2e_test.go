@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -123,18 +122,7 @@ func gatewayL4ThroughTheServer(t *testing.T, s *identityServer, osm xdstest.Serv
 	state := gatewayState{}
 	wait := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.After(30 * time.Second)
-		for !cond() {
-			select {
-			case r, ok := <-p.Responses():
-				if !ok {
-					t.Fatalf("ADS stream closed while waiting for %s", what)
-				}
-				state[r.GetTypeUrl()] = r.GetResources()
-			case <-deadline:
-				t.Fatalf("no %s within 30s; received %v", what, state)
-			}
-		}
+		state.await(t, p, what, cond)
 	}
 	const tcpName, tlsName = "gateway|default/edge|15432", "gateway|default/edge|18443"
 	wait("TCP and TLS listeners, clusters, endpoints and certificates", func() bool {

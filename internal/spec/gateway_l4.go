@@ -83,28 +83,24 @@ func (r *TLSRoute) hostnames() []gwv1.Hostname                { return r.Spec.Ho
 func (r *GatewayTCPRoute) attachesTo(string) bool { return false }
 func (r *TLSRoute) attachesTo(string) bool        { return false }
 
-func l4BackendRefs(rules [][]gwv1.BackendRef) []fieldRef {
+func l4BackendRefs(rules []gwv1.TCPRouteRule) []fieldRef {
 	var out []fieldRef
 	for i, rule := range rules {
-		for j, b := range rule {
+		for j, b := range rule.BackendRefs {
 			out = append(out, fieldRef{fmt.Sprintf("spec.rules[%d].backendRefs[%d]", i, j), b.BackendObjectReference})
 		}
 	}
 	return out
 }
 
-func (r *GatewayTCPRoute) l4Rules() [][]gwv1.BackendRef {
-	out := make([][]gwv1.BackendRef, len(r.Spec.Rules))
-	for i, rule := range r.Spec.Rules {
-		out[i] = rule.BackendRefs
-	}
-	return out
-}
+// l4Rules returns the route's rules (a TLSRoute's in the TCPRoute form,
+// which has the same fields; the backendRefs are shared, not copied).
+func (r *GatewayTCPRoute) l4Rules() []gwv1.TCPRouteRule { return r.Spec.Rules }
 
-func (r *TLSRoute) l4Rules() [][]gwv1.BackendRef {
-	out := make([][]gwv1.BackendRef, len(r.Spec.Rules))
+func (r *TLSRoute) l4Rules() []gwv1.TCPRouteRule {
+	out := make([]gwv1.TCPRouteRule, len(r.Spec.Rules))
 	for i, rule := range r.Spec.Rules {
-		out[i] = rule.BackendRefs
+		out[i] = gwv1.TCPRouteRule(rule)
 	}
 	return out
 }
@@ -112,35 +108,19 @@ func (r *TLSRoute) l4Rules() [][]gwv1.BackendRef {
 func (r *GatewayTCPRoute) backendRefs() []fieldRef { return l4BackendRefs(r.l4Rules()) }
 func (r *TLSRoute) backendRefs() []fieldRef        { return l4BackendRefs(r.l4Rules()) }
 
-func (r *GatewayTCPRoute) ruleNames() []*gwv1.SectionName {
-	out := make([]*gwv1.SectionName, len(r.Spec.Rules))
-	for i, rule := range r.Spec.Rules {
-		out[i] = rule.Name
-	}
-	return out
-}
-
-func (r *TLSRoute) ruleNames() []*gwv1.SectionName {
-	out := make([]*gwv1.SectionName, len(r.Spec.Rules))
-	for i, rule := range r.Spec.Rules {
-		out[i] = rule.Name
-	}
-	return out
-}
-
 // l4Route is what TCPRoute and TLSRoute share.
 type l4Route interface {
 	route
-	l4Rules() [][]gwv1.BackendRef
-	ruleNames() []*gwv1.SectionName
+	l4Rules() []gwv1.TCPRouteRule
 }
 
-func defaultL4Rules(rules [][]gwv1.BackendRef) {
+func defaultL4Rules(rules []gwv1.TCPRouteRule) {
 	for _, rule := range rules {
-		for j := range rule {
-			defaultBackendRef(&rule[j].BackendObjectReference)
-			if rule[j].Weight == nil {
-				rule[j].Weight = ptr(int32(1))
+		for j := range rule.BackendRefs {
+			b := &rule.BackendRefs[j]
+			defaultBackendRef(&b.BackendObjectReference)
+			if b.Weight == nil {
+				b.Weight = ptr(int32(1))
 			}
 		}
 	}
@@ -220,18 +200,18 @@ func validateL4Route(v *validator, r l4Route, useDefault gwv1.GatewayDefaultScop
 	names := map[string]int{}
 	for i, rule := range rules {
 		f := fmt.Sprintf("spec.rules[%d]", i)
-		checkRuleName(v, f, r.ruleNames()[i], names, i)
-		if len(rule) == 0 || len(rule) > maxRuleBackends {
-			v.errorf(f+".backendRefs", "want 1 to %d backendRefs, got %d", maxRuleBackends, len(rule))
+		checkRuleName(v, f, rule.Name, names, i)
+		if len(rule.BackendRefs) == 0 || len(rule.BackendRefs) > maxRuleBackends {
+			v.errorf(f+".backendRefs", "want 1 to %d backendRefs, got %d", maxRuleBackends, len(rule.BackendRefs))
 		}
 		total := 0
-		for j, b := range rule {
+		for j, b := range rule.BackendRefs {
 			bf := fmt.Sprintf("%s.backendRefs[%d]", f, j)
 			checkBackendRef(v, bf, b.BackendObjectReference)
 			checkWeight(v, bf+".weight", *b.Weight)
 			total += max(int(*b.Weight), 0)
 		}
-		if len(rule) > 0 && total == 0 {
+		if len(rule.BackendRefs) > 0 && total == 0 {
 			v.warnf(f+".backendRefs", "weights sum to 0: every connection of this rule is refused (give a backend a positive weight)")
 		}
 	}
@@ -315,10 +295,10 @@ func (s *Snapshot) l4RulesOf(k Key, r l4Route) []GatewayRule {
 	var out []GatewayRule
 	for i, rule := range r.l4Rules() {
 		gr := GatewayRule{Route: k, Rule: i}
-		if n := r.ruleNames()[i]; n != nil {
-			gr.Name = string(*n)
+		if rule.Name != nil {
+			gr.Name = string(*rule.Name)
 		}
-		for _, b := range rule {
+		for _, b := range rule.BackendRefs {
 			gb := s.backendOf(r, k.Namespace, b, nil)
 			gb.Valid = gb.Valid && s.tcpPort(gb.Service, gb.Port)
 			gr.Backends = append(gr.Backends, gb)
