@@ -78,6 +78,9 @@ func TestGatewayL4Attachment(t *testing.T) {
 	applyYAML(t, s, tcpRoute("gateway.networking.k8s.io/v1alpha2", "db", "{name: edge}", "{name: echo, port: 9090, weight: 3}, {name: store, port: 5432, weight: 1}"))
 	applyYAML(t, s, tlsRoute("pass", "{name: edge}", "db.example.com, db.example.org", "{name: echo, port: 9090}"))
 	applyYAML(t, s, tlsRoute("term", "{name: edge, sectionName: term}", "\"*.example.com\"", "{name: echo, port: 9090}"))
+	// An HTTPRoute naming the Gateway alone attaches to its HTTP listener
+	// only.
+	applyYAML(t, s, gwRoute("h", "default", "{name: edge}", ""))
 	g, ok := s.Snapshot().Gateway(mesh.MeshService{Namespace: "default", Name: "edge"})
 	if !ok {
 		t.Fatal("no gateway")
@@ -97,6 +100,7 @@ func TestGatewayL4Attachment(t *testing.T) {
 		}
 	}
 	want := []host{
+		{"web", "HTTP", "", "*", []string{"HTTPRoute h"}},
 		{"db", "TCP", "", "*", []string{"TCPRoute db"}},
 		{"pass", "TLS", "Passthrough", "db.example.com", []string{"TLSRoute pass"}},
 		{"term", "TLS", "Terminate", "secure.example.com", []string{"TLSRoute term"}},
@@ -120,7 +124,7 @@ func TestGatewayL4Attachment(t *testing.T) {
 			kinds = append(kinds, string(k.Kind))
 		}
 		wantKinds := map[gwv1.SectionName]string{"web": "HTTPRoute GRPCRoute", "db": "TCPRoute", "pass": "TLSRoute", "term": "TLSRoute"}[l.Name]
-		if strings.Join(kinds, " ") != wantKinds || (l.Name != "web") != (l.AttachedRoutes == 1) {
+		if strings.Join(kinds, " ") != wantKinds || l.AttachedRoutes != 1 {
 			t.Errorf("listener %s: kinds %v, %d routes", l.Name, kinds, l.AttachedRoutes)
 		}
 	}
