@@ -120,7 +120,8 @@ func (g gatewayState) has(typ, name string) bool {
 // receives, for an HTTPRoute attached to the Gateway's listener, the
 // listener on its address, the route to the mesh service, the service's
 // cluster and its own certificate; when the route is detached (deleted),
-// the route configuration loses the route and the cluster goes.
+// the route configuration loses the route and the cluster goes. Then, on
+// the same server, TCP and TLS listeners (gatewayL4ThroughTheServer).
 func TestGatewayThroughTheServer(t *testing.T) {
 	bin := buildBinaries(t)
 	s := newIdentityServer(t, bin)
@@ -189,4 +190,5 @@ func TestGatewayThroughTheServer(t *testing.T) {
 	if out := srv.output(); !strings.Contains(out, `no Gateway \"nogw\" in namespace \"default\"`) {
 		t.Errorf("server log does not name the missing Gateway:\n%s", out)
 	}
+	t.Run("TCP and TLS listeners", func(t *testing.T) { gatewayL4ThroughTheServer(t, s, osm) })
 }

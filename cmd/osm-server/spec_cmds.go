@@ -115,7 +115,8 @@ func newApplyCmd() *cobra.Command {
 		Short: "Create or update mesh services and policies from YAML or JSON files",
 		Long: `Apply Service (osm-vm.io/v1alpha1 or Kubernetes v1), MeshConfig, SMI
 (TrafficTarget, HTTPRouteGroup, TCPRoute, TrafficSplit) and Gateway API
-(HTTPRoute, GRPCRoute, ReferenceGrant, Gateway) documents. All files form one batch: either every document is
+(HTTPRoute, GRPCRoute, TCPRoute, TLSRoute, ReferenceGrant, Gateway) documents
+(a TCPRoute is SMI's or the Gateway API's by its apiVersion). All files form one batch: either every document is
 applied or, when any is invalid, none is. Prints created, configured or
 unchanged for each document.`,
 		Args: cobra.NoArgs,
@@ -243,9 +244,11 @@ func newGetCmd() *cobra.Command {
 		Use:   "get services|policies|KIND [NAME] [-n NAMESPACE] [-o yaml|json]",
 		Short: "List mesh services and policies",
 		Long: `List documents of a kind: services, policies (TrafficTargets, HTTPRouteGroups,
-TCPRoutes, TrafficSplits, EgressGateways, Egresses, ReferenceGrants, Gateways, HTTPRoutes and
-GRPCRoutes), traffictargets, httproutegroups, tcproutes, trafficsplits,
-egressgateways, egresses, referencegrants, gateways, httproutes, grpcroutes, meshconfigs or all. A Service's status.vip is its
+TCPRoutes, TrafficSplits, EgressGateways, Egresses, ReferenceGrants, Gateways, HTTPRoutes,
+GRPCRoutes and TLSRoutes), traffictargets, httproutegroups, tcproutes (SMI's
+and the Gateway API's), trafficsplits,
+egressgateways, egresses, referencegrants, gateways,
+httproutes, grpcroutes, tlsroutes, meshconfigs or all. A Service's status.vip is its
 virtual IP, reachable as <service>.<namespace>.mesh on every VM; a route's
 status has Accepted and ResolvedRefs per parentRef.`,
 		Args: cobra.RangeArgs(1, 2),

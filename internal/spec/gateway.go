@@ -918,8 +918,8 @@ func (g *ReferenceGrant) validate(v *validator) {
 	}
 	for i, f := range g.Spec.From {
 		ff := fmt.Sprintf("spec.from[%d]", i)
-		if string(f.Group) != GroupGateway || (f.Kind != KindHTTPRoute && f.Kind != KindGRPCRoute) {
-			v.warnf(ff, "grants to %s (group %q), which osm-vm does not have: it allows nothing here (routes are group %s, kind HTTPRoute or GRPCRoute)", f.Kind, f.Group, GroupGateway)
+		if string(f.Group) != GroupGateway || !slices.Contains([]gwv1.Kind{KindHTTPRoute, KindGRPCRoute, KindTCPRoute, KindTLSRoute}, f.Kind) {
+			v.warnf(ff, "grants to %s (group %q), which osm-vm does not have: it allows nothing here (routes are group %s, kind HTTPRoute, GRPCRoute, TCPRoute or TLSRoute)", f.Kind, f.Group, GroupGateway)
 		}
 		if err := mesh.ValidateLabel("namespace", string(f.Namespace)); err != nil {
 			v.errorf(ff+".namespace", "%v", err)

@@ -160,10 +160,12 @@ func (g *Gateway) validate(v *validator) {
 			}
 		case gwv1.HTTPSProtocolType:
 			checkListenerTLS(v, f+".tls", l.TLS)
-		case gwv1.TLSProtocolType, gwv1.TCPProtocolType, gwv1.UDPProtocolType:
-			v.errorf(f+".protocol", "protocol %s is not supported: it takes TLSRoutes, TCPRoutes or UDPRoutes, which osm-vm does not implement; use HTTP or HTTPS", l.Protocol)
+		case gwv1.TLSProtocolType, gwv1.TCPProtocolType:
+			checkL4Listener(v, f, l)
+		case gwv1.UDPProtocolType:
+			v.errorf(f+".protocol", "protocol UDP is not supported: it takes UDPRoutes, which osm-vm does not implement (the mesh carries TCP only); use TCP, TLS, HTTP or HTTPS")
 		default:
-			v.errorf(f+".protocol", "unsupported protocol %q: want HTTP or HTTPS%s", l.Protocol, didYouMean(string(l.Protocol), []string{"HTTP", "HTTPS"}))
+			v.errorf(f+".protocol", "unsupported protocol %q: want HTTP, HTTPS, TLS or TCP%s", l.Protocol, didYouMean(string(l.Protocol), []string{"HTTP", "HTTPS", "TLS", "TCP"}))
 		}
 		ar := l.AllowedRoutes
 		switch *ar.Namespaces.From {
@@ -177,8 +179,8 @@ func (g *Gateway) validate(v *validator) {
 			v.errorf(f+".allowedRoutes.namespaces.selector", "not supported: osm-vm's namespaces have no labels; remove it")
 		}
 		for j, rk := range ar.Kinds {
-			if string(*rk.Group) != GroupGateway || (rk.Kind != KindHTTPRoute && rk.Kind != KindGRPCRoute) {
-				v.errorf(fmt.Sprintf("%s.allowedRoutes.kinds[%d]", f, j), "kind %s (group %q) cannot attach to an %s listener: want HTTPRoute or GRPCRoute of group %s", rk.Kind, *rk.Group, l.Protocol, GroupGateway)
+			if ok := routeKinds(l.Protocol); string(*rk.Group) != GroupGateway || !slices.Contains(ok, rk.Kind) {
+				v.errorf(fmt.Sprintf("%s.allowedRoutes.kinds[%d]", f, j), "kind %s (group %q) cannot attach to an %s listener: want %s of group %s", rk.Kind, *rk.Group, l.Protocol, kindList(ok), GroupGateway)
 			}
 		}
 	}
@@ -190,7 +192,7 @@ func checkListenerTLS(v *validator, f string, t *gwv1.ListenerTLSConfig) {
 		return
 	}
 	if *t.Mode != gwv1.TLSModeTerminate {
-		v.errorf(f+".mode", "tls mode must be Terminate for protocol HTTPS (mode %s takes TLSRoutes on a TLS listener, which osm-vm does not implement)", *t.Mode)
+		v.errorf(f+".mode", "tls mode must be Terminate for protocol HTTPS (mode %s takes TLSRoutes: use protocol TLS)", *t.Mode)
 	}
 	switch len(t.CertificateRefs) {
 	case 0:
@@ -277,6 +279,9 @@ func listenerAllows(l gwv1.Listener, gwNS string, r route) (bool, string, string
 			return false, string(gwv1.RouteReasonNotAllowedByListeners), fmt.Sprintf("listener %s admits routes of namespace %q only (allowedRoutes.namespaces.from: Same; set All to admit others)", l.Name, gwNS)
 		}
 	}
+	if !slices.Contains(routeKinds(l.Protocol), gwv1.Kind(k.Kind)) {
+		return false, string(gwv1.RouteReasonNotAllowedByListeners), fmt.Sprintf("listener %s is %s: it admits %s", l.Name, l.Protocol, kindList(routeKinds(l.Protocol)))
+	}
 	if len(l.AllowedRoutes.Kinds) > 0 && !slices.ContainsFunc(l.AllowedRoutes.Kinds, func(rk gwv1.RouteGroupKind) bool { return string(rk.Kind) == k.Kind }) {
 		return false, string(gwv1.RouteReasonNotAllowedByListeners), fmt.Sprintf("listener %s admits no %s (allowedRoutes.kinds)", l.Name, k.Kind)
 	}
@@ -351,7 +356,9 @@ func gatewayStatus(st *state, g *Gateway) *gwv1.GatewayStatus {
 	for _, l := range g.Spec.Listeners {
 		kinds := l.AllowedRoutes.Kinds
 		if len(kinds) == 0 {
-			kinds = []gwv1.RouteGroupKind{{Group: ptr(gwv1.Group(GroupGateway)), Kind: KindHTTPRoute}, {Group: ptr(gwv1.Group(GroupGateway)), Kind: KindGRPCRoute}}
+			for _, k := range routeKinds(l.Protocol) {
+				kinds = append(kinds, gwv1.RouteGroupKind{Group: ptr(gwv1.Group(GroupGateway)), Kind: k})
+			}
 		}
 		status.Listeners = append(status.Listeners, gwv1.ListenerStatus{Name: l.Name, SupportedKinds: kinds, AttachedRoutes: attached[string(l.Name)],
 			Conditions: []metav1.Condition{
@@ -367,14 +374,18 @@ func gatewayStatus(st *state, g *Gateway) *gwv1.GatewayStatus {
 type GatewayListener struct {
 	Name     string `json:"name"`
 	Port     int    `json:"port"`
-	Protocol string `json:"protocol"` // HTTP or HTTPS
+	Protocol string `json:"protocol"` // HTTP, HTTPS, TLS or TCP
+	// TLSMode is a TLS listener's: Passthrough or Terminate.
+	TLSMode string `json:"tlsMode,omitempty"`
 	// Hostname is the listener's ("" for any).
 	Hostname string `json:"hostname,omitempty"`
-	// Certificate names the Secret of an HTTPS listener (see
+	// Certificate names the Secret of an HTTPS listener or a TLS one that
+	// terminates (see
 	// GatewayCertDir).
 	Certificate mesh.MeshService `json:"certificate,omitzero"`
 	// Hosts are the virtual hosts: per host name ("*" for any), the rules
-	// of the routes attached that serve it, in precedence order.
+	// of the routes attached that serve it, in precedence order. On a TLS
+	// listener a host name is an SNI name; a TCP listener has one, "*".
 	Hosts []GatewayHost `json:"hosts,omitempty"`
 }
 
@@ -513,6 +524,9 @@ func listenerInfo(gw mesh.MeshService, l gwv1.Listener) GatewayListener {
 	gl := GatewayListener{Name: string(l.Name), Port: int(l.Port), Protocol: string(l.Protocol)}
 	if l.Hostname != nil {
 		gl.Hostname = string(*l.Hostname)
+	}
+	if l.Protocol == gwv1.TLSProtocolType && l.TLS != nil {
+		gl.TLSMode = string(*l.TLS.Mode)
 	}
 	if l.TLS != nil && len(l.TLS.CertificateRefs) > 0 {
 		ref := l.TLS.CertificateRefs[0]

@@ -253,6 +253,9 @@ func gatewayReferences(v *validator, st *state, obj Object) {
 			}
 		}
 		grpcIgnored(v, st, o)
+		if l4, ok := o.(l4Route); ok {
+			l4References(v, st, l4)
+		}
 		for _, p := range resolveBackends(st, o) {
 			if p.reason == string(gwv1.RouteReasonBackendNotFound) {
 				// As in Kubernetes: the route stands, its status says
@@ -381,6 +384,10 @@ func withRouteStatus(st *state, o Object) {
 		r.Status = routeStatus(st, r)
 	case *Gateway:
 		r.Status = gatewayStatus(st, r)
+	case *GatewayTCPRoute:
+		r.Status = routeStatus(st, r)
+	case *TLSRoute:
+		r.Status = routeStatus(st, r)
 	}
 }
 
@@ -600,6 +607,8 @@ func (s *Snapshot) rulesOf(k Key) []GatewayRule {
 				out = append(out, gr)
 			}
 		}
+	case l4Route:
+		out = s.l4RulesOf(k, r)
 	}
 	return out
 }

@@ -38,7 +38,7 @@ type form struct {
 // forms lists the apiVersions accepted beside each kind's own (kinds).
 var forms = slices.Concat([]form{
 	{APIVersionCore, KindService, func() Object { return &KubeService{} }},
-}, gatewayForms)
+}, gatewayForms, gatewayL4Forms)
 
 // newObjectFor returns an empty document of kind ki in apiVersion, false
 // when ki is not accepted in that apiVersion.

@@ -496,6 +496,9 @@ func checkReferences(v *validator, st *state, obj Object) {
 				}
 			case *TCPRoute:
 				names = append(names, g.Spec.Matches.Name)
+			case *GatewayTCPRoute:
+				v.warnf(f, "TCPRoute %q is the Gateway API's (%s), not SMI's: a TrafficTarget rule names an SMI TCPRoute (%s), so this rule allows nothing", r.Name, g.APIVersion, APIVersionSpecs)
+				continue
 			}
 			for j, m := range r.Matches {
 				if !slices.Contains(names, m) {

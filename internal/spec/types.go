@@ -60,7 +60,7 @@ var kinds = slices.Concat([]kindInfo{
 	{KindTrafficSplit, APIVersionSplit, "trafficsplits", true, func() Object { return &TrafficSplit{} }},
 	{KindEgressGateway, APIVersionOSM, "egressgateways", true, func() Object { return &EgressGateway{} }},
 	{KindEgress, APIVersionOSM, "egresses", true, func() Object { return &Egress{} }},
-}, gatewayKinds)
+}, gatewayKinds, gatewayL4Kinds)
 
 func lookupKind(kind string) (kindInfo, bool) {
 	for _, k := range kinds {
@@ -76,7 +76,7 @@ func kindOrder(kind string) int {
 }
 
 // PolicyKinds are the kinds `get policies` lists.
-var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindEgressGateway, KindEgress, KindReferenceGrant, KindGateway, KindHTTPRoute, KindGRPCRoute}
+var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindEgressGateway, KindEgress, KindReferenceGrant, KindGateway, KindHTTPRoute, KindGRPCRoute, KindTLSRoute}
 
 // ResolveKinds maps a kind as typed by a user ("services", "service",
 // "Service", "svc", "policies", "all") to the kinds it names.

@@ -29,13 +29,15 @@ import (
 //	                                           machine's address (per proxy, like inbound listeners):
 //	                                           HTTP: one filter chain; HTTPS: one per Gateway listener,
 //	                                           chosen by SNI, terminating TLS with the certificate files
-//	                                           the listener's certificateRef names (spec.GatewayCertDir)
+//	                                           the listener's certificateRef names (spec.GatewayCertDir);
+//	                                           TCP and TLS: tcp_proxy chains (see gateway_l4.go)
 //	RDS  gateway|<ns>/<gw>|<port>              HTTP: a virtual host per host name of the port's listeners
 //	     gateway|<ns>/<gw>|<port>|<listener>   HTTPS: those of one listener
 //	CDS  <ns>/<svc>                            the mesh EDS cluster of each backend the Gateway's service
 //	                                           account may call (the same cluster every caller gets: mTLS
 //	                                           with the gateway's service certificate)
 //	EDS  <ns>/<svc>                            their endpoints
+//	     gateway|refuse                        with TCP or TLS listeners: no endpoints (see gateway_l4.go)
 //	SDS  service-cert, root-ca                 the gateway's service certificate and the mesh CA
 //
 // A backend TrafficTargets do not let the gateway's service account call
@@ -111,6 +113,10 @@ func gatewayListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 	b := &builder{}
 	var out []*listenerv3.Listener
 	for _, ls := range gp.ports() {
+		if isL4(ls[0].Protocol) {
+			out = append(out, b.gatewayL4Listener(gp, p, ls))
+			continue
+		}
 		name := GatewayListenerName(gp.info.Gateway, ls[0].Port)
 		l := &listenerv3.Listener{Name: name, Address: socketAddress(p.Address, ls[0].Port), TrafficDirection: corev3.TrafficDirection_INBOUND}
 		if ls[0].Protocol == "HTTP" {
@@ -194,6 +200,9 @@ func gatewayRoutes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 	}
 	var out []*routev3.RouteConfiguration
 	for _, ls := range gp.ports() {
+		if isL4(ls[0].Protocol) {
+			continue // no RDS: see gateway_l4.go
+		}
 		if ls[0].Protocol == "HTTP" {
 			out = append(out, gp.routeConfig(gp.routeName(ls[0]), ls))
 			continue
@@ -253,6 +262,10 @@ func gatewayClusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 		out = append(out, memoised(m, b, memoKey{memoCluster, ClusterName(svc, Envoy)}, func() *clusterv3.Cluster {
 			return b.edsCluster(m, info, Envoy)
 		}))
+	}
+	if gp.hasL4() {
+		out = append(out, gatewayRefuseCluster())
+		sortByName(out, (*clusterv3.Cluster).GetName)
 	}
 	if b.err != nil {
 		return nil, b.err

@@ -744,7 +744,9 @@ func (v *validation) cluster(c *clusterv3.Cluster) {
 		if v.flavor == GRPC {
 			v.fail("STATIC cluster: gRPC accepts only EDS, LOGICAL_DNS and aggregate clusters")
 		}
-		if len(c.GetLoadAssignment().GetEndpoints()) == 0 {
+		// A load assignment without endpoints is a black hole (as
+		// Istio's BlackHoleCluster): GatewayRefuseCluster.
+		if c.GetLoadAssignment() == nil || len(c.GetLoadAssignment().GetEndpoints()) == 0 && c.GetName() != GatewayRefuseCluster {
 			v.fail("STATIC cluster without load_assignment")
 		}
 	default:
