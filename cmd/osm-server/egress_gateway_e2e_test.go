@@ -39,8 +39,8 @@ spec:
 // and the gateway machine (enrolled as default/egress, connected over
 // mTLS as a gateway proxy) each receive their side: the source its
 // listener on the host's VIP and the cluster to the gateway, whose
-// endpoints are the gateway machine once it is connected (the static
-// provider lists it); the gateway its listener on its address, a filter
+// endpoints are the gateway machine once it is connected (no provider
+// lists it); the gateway its listener on its address, a filter
 // chain per host and port, and the LOGICAL_DNS clusters. Both sets pass
 // the validator as received. The source's hosts block maps the host to
 // its VIP; the gateway's maps nothing. Deleting the Egress empties both.
@@ -51,7 +51,9 @@ func TestEgressGatewayThroughTheServer(t *testing.T) {
 	dir := t.TempDir()
 	const gwAddr = "127.0.0.2"
 	endpoints := filepath.Join(dir, "endpoints.yaml")
-	if err := os.WriteFile(endpoints, []byte(fmt.Sprintf("services:\n  - name: egress\n    namespace: default\n    endpoints: [{ip: %s, port: 15444}]\n", gwAddr)), 0o600); err != nil {
+	// No provider lists the gateway machine: its endpoint is its
+	// connection.
+	if err := os.WriteFile(endpoints, []byte("services: []\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s.launch(t, xdsAddr, fmt.Sprintf("providers:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n", endpoints))

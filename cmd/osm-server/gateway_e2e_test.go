@@ -2,6 +2,7 @@ package main
 
 import (
 	"crypto/x509"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -98,11 +99,43 @@ func (g gatewayState) await(t *testing.T, p *xdstest.Proxy, what string, cond fu
 			if !ok {
 				t.Fatalf("ADS stream closed while waiting for %s", what)
 			}
-			g[r.GetTypeUrl()] = r.GetResources()
+			g.take(t, r.GetTypeUrl(), r.GetResources())
 		case <-deadline:
 			t.Fatalf("no %s within 30s; received %v", what, g)
 		}
 	}
+}
+
+// take records a response's resources: the whole set for listeners,
+// clusters and secrets; for endpoints and routes, which a server may send
+// only the changed ones of, each by name over what was there.
+func (g gatewayState) take(t *testing.T, typ string, res []*anypb.Any) {
+	t.Helper()
+	if typ != resource.EndpointType && typ != resource.RouteType {
+		g[typ] = res
+		return
+	}
+	byName := map[string]*anypb.Any{}
+	for _, a := range append(slices.Clone(g[typ]), res...) {
+		byName[resourceName(t, a)] = a
+	}
+	g[typ] = slices.Collect(maps.Values(byName))
+}
+
+func resourceName(t *testing.T, a *anypb.Any) string {
+	t.Helper()
+	m, err := a.UnmarshalNew()
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch m := m.(type) {
+	case interface{ GetClusterName() string }:
+		return m.GetClusterName()
+	case interface{ GetName() string }:
+		return m.GetName()
+	}
+	t.Fatalf("a %s without a name", a.GetTypeUrl())
+	return ""
 }
 
 func (g gatewayState) has(typ, name string) bool {

@@ -59,6 +59,7 @@ type Model struct {
 	catSnap   *Snapshot
 	connected map[mesh.MeshService]map[netip.Addr]int // proxies connected from each address
 	machines  map[netip.Addr]int                      // proxies connected from each address, of any service
+	egressGWs map[mesh.MeshService][]mesh.Endpoint    // what publishEgressGateways last put in the catalog
 	inGrace   bool
 }
 
@@ -179,10 +180,6 @@ func (m *Model) Update() {
 	all := !sp.RequireConnectedProxy()
 	grace := !all && m.inGrace
 	var touched []mesh.MeshService
-	if cat := m.cat.Snapshot(); cat != m.catSnap {
-		touched = cat.Changed(m.catSnap)
-		m.catSnap = cat
-	}
 	var machines map[netip.Addr]bool // addresses whose first proxy came or last left
 	for _, e := range events {
 		svcChanged, machineChanged := m.apply(e)
@@ -195,6 +192,11 @@ func (m *Model) Update() {
 			}
 			machines[e.addr] = true
 		}
+	}
+	m.publishEgressGateways(sp)
+	if cat := m.cat.Snapshot(); cat != m.catSnap {
+		touched = append(touched, cat.Changed(m.catSnap)...)
+		m.catSnap = cat
 	}
 	if len(machines) > 0 && !(grace != cur.grace || all != cur.all || cur.cat == nil) {
 		// In the grace such an address stops (or starts again) standing

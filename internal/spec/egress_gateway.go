@@ -91,6 +91,20 @@ func (s *Snapshot) EgressGateway(svc mesh.MeshService) (EgressGatewayInfo, bool)
 	return egressGatewayInfo(g), true
 }
 
+// EgressGateways returns every EgressGateway, ordered by namespace and
+// name.
+func (s *Snapshot) EgressGateways() []EgressGatewayInfo {
+	var out []EgressGatewayInfo
+	for _, k := range s.keys {
+		if k.Kind == KindEgressGateway {
+			if g, ok := s.st.objects[k].(*EgressGateway); ok {
+				out = append(out, egressGatewayInfo(g))
+			}
+		}
+	}
+	return out
+}
+
 func egressGatewayInfo(g *EgressGateway) EgressGatewayInfo {
 	svc := mesh.MeshService{Namespace: g.Metadata.Namespace, Name: g.Metadata.Name}
 	return EgressGatewayInfo{Service: svc, ServiceAccount: mesh.ServiceAccount(svc), Port: g.Spec.Port}
