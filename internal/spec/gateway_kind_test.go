@@ -193,4 +193,13 @@ func TestGatewayAndServiceNames(t *testing.T) {
 	if _, err := s.Apply(t.Context(), docs, ApplyOptions{}); err == nil || !strings.Contains(err.Error(), `a Gateway "ingress" is in namespace "default"`) {
 		t.Errorf("Service named like a Gateway: %v", err)
 	}
+	docs, _ = Parse([]byte("apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: other}\nspec: {serviceAccount: ingress, ports: [{port: 80}]}\n"), "")
+	if _, err := s.Apply(t.Context(), docs, ApplyOptions{}); err == nil || !strings.Contains(err.Error(), `spec.serviceAccount: a Gateway "ingress" is in namespace "default"`) {
+		t.Errorf("Service running as a Gateway's account: %v", err)
+	}
+	applyYAML(t, s, "apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: other}\nspec: {serviceAccount: edge, ports: [{port: 80}]}\n")
+	docs, _ = Parse([]byte(strings.Replace(gwIngress, "name: ingress", "name: edge", 1)), "")
+	if _, err := s.Apply(t.Context(), docs, ApplyOptions{}); err == nil || !strings.Contains(err.Error(), `Service default/other runs as service account "edge"`) {
+		t.Errorf("Gateway named like a Service's account: %v", err)
+	}
 }

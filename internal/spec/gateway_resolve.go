@@ -237,6 +237,11 @@ func gatewayReferences(v *validator, st *state, obj Object) {
 		if _, ok := gatewayOf(st, mesh.MeshService{Namespace: k.Namespace, Name: k.Name}); ok {
 			v.errorf("metadata.name", "a Gateway %q is in namespace %q: its machines enroll as the service of its name, so the two would share an identity; give the Service another name", k.Name, k.Namespace)
 		}
+		if sa := svc.Spec.ServiceAccount; sa != "" && sa != k.Name {
+			if _, ok := gatewayOf(st, mesh.MeshService{Namespace: k.Namespace, Name: sa}); ok {
+				v.errorf("spec.serviceAccount", "a Gateway %q is in namespace %q: its machines hold the certificate of service account %q, so the Service's machines would share the gateway's identity; run the Service as another service account", sa, k.Namespace, sa)
+			}
+		}
 	}
 	switch o := obj.(type) {
 	case route:
@@ -268,6 +273,11 @@ func gatewayReferences(v *validator, st *state, obj Object) {
 	case *Gateway:
 		if _, ok := serviceOf(st.objects[serviceKey(mesh.MeshService{Namespace: o.Metadata.Namespace, Name: o.Metadata.Name})]); ok {
 			v.errorf("metadata.name", "a Service %q is in namespace %q: a Gateway's machines enroll as the service of its name, so the two would share an identity; give the Gateway another name", o.Metadata.Name, o.Metadata.Namespace)
+		}
+		for _, k := range sortedObjectKeys(st.objects) {
+			if svc, ok := serviceOf(st.objects[k]); ok && k.Namespace == o.Metadata.Namespace && svc.Metadata.Name != o.Metadata.Name && svc.Spec.ServiceAccount == o.Metadata.Name {
+				v.errorf("metadata.name", "Service %s/%s runs as service account %q: a Gateway's machines hold the certificate of the account of its name, so the two would share an identity; give the Gateway another name", k.Namespace, k.Name, o.Metadata.Name)
+			}
 		}
 	case *TrafficSplit:
 		root := mesh.MeshService{Namespace: o.Metadata.Namespace, Name: o.Spec.Service}
