@@ -10,27 +10,53 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// buildBinaries builds osm-server and the static plugin into one directory,
-// as `make build` lays them out.
+// buildBinaries returns the directory holding osm-server, the static
+// plugin and osm-agent, laid out as `make build` lays them out. They are
+// built once per test binary (TestMain removes them); tests must not
+// change the directory.
 func buildBinaries(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	for out, pkg := range map[string]string{
-		"osm-server":          "github.com/osm-vm/osm-vm/cmd/osm-server",
-		"osm-provider-static": "github.com/osm-vm/osm-vm/providers/static",
-		"osm-agent":           "github.com/osm-vm/osm-vm/cmd/osm-agent",
-	} {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	binaries.once.Do(func() {
+		binaries.dir, binaries.err = os.MkdirTemp("", "osm-server-test-bin-")
+		if binaries.err != nil {
+			return
 		}
+		for out, pkg := range map[string]string{
+			"osm-server":          "github.com/osm-vm/osm-vm/cmd/osm-server",
+			"osm-provider-static": "github.com/osm-vm/osm-vm/providers/static",
+			"osm-agent":           "github.com/osm-vm/osm-vm/cmd/osm-agent",
+		} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binaries.dir, out), pkg)
+			if b, err := cmd.CombinedOutput(); err != nil {
+				binaries.err = fmt.Errorf("go build %s: %w\n%s", pkg, err, b)
+				return
+			}
+		}
+	})
+	if binaries.err != nil {
+		t.Fatal(binaries.err)
 	}
-	return dir
+	return binaries.dir
+}
+
+var binaries struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binaries.dir != "" {
+		os.RemoveAll(binaries.dir)
+	}
+	os.Exit(code)
 }
 
 func freeAddr(t *testing.T) string {
