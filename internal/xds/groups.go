@@ -170,7 +170,7 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 }
 
 func renderProxy(px Proxy) render.Proxy {
-	return render.Proxy{Service: px.Service, Flavor: px.Flavor, Address: px.Address}
+	return render.Proxy{Service: px.Service, Flavor: px.Flavor, Address: px.Address, GatewayCertDir: px.GatewayCertDir}
 }
 
 // publishNode renders and publishes everything one proxy receives.

@@ -157,6 +157,10 @@ type Proxy struct {
 	// listeners bind it, since 0.0.0.0 would clash with the VIP listeners
 	// on the same port.
 	Address netip.Addr
+	// GatewayCertDir is where a gateway proxy's machine keeps the
+	// certificate files of the Gateway's HTTPS listeners (node metadata
+	// osm.gatewayCertDir); empty: spec.GatewayCertDir.
+	GatewayCertDir string
 }
 
 // EDSName is the EDS resource name of svc's endpoints (both flavours).
