@@ -130,8 +130,11 @@ type Agent struct {
 	// localXDS is the local xDS endpoint of proxyless gRPC apps, set by
 	// Run before its loops start.
 	localXDS *localxds.Proxy
-	metrics  *agentMetrics // nil unless serving metrics
-	lxStats  localXDSStats // the local xDS endpoint's streams (metrics.go)
+	// gateway is, on a gateway machine, the Gateway's listeners as the
+	// server last sent them (kept in state.json).
+	gateway *meshapi.GatewayConfig
+	metrics *agentMetrics // nil unless serving metrics
+	lxStats localXDSStats // the local xDS endpoint's streams (metrics.go)
 }
 
 // New returns an agent for cfg (with defaults applied and validated by the
@@ -195,7 +198,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if st, err := a.readState(); err == nil {
 		a.setServers(st.XDSAddress, st.Replicas)
+		a.mu.Lock()
+		a.gateway = st.Gateway
+		a.mu.Unlock()
 	}
+	// A gateway machine's certificate files are checked at start (with
+	// the Gateway last learned), and at every config poll.
+	a.checkGatewayCertificates()
 	switch {
 	case a.xds() != "":
 		if err := a.writeProxyFiles(); err != nil {
@@ -532,6 +541,9 @@ type state struct {
 	// Replicas are the osm-server replicas the server listed last, so a
 	// restarted agent fails over along them before it reaches a server.
 	Replicas []meshapi.Replica `json:"replicas,omitempty"`
+	// Gateway is a gateway machine's Gateway as the server sent it last,
+	// so its certificate files are checked at start.
+	Gateway *meshapi.GatewayConfig `json:"gateway,omitempty"`
 }
 
 func (a *Agent) readState() (state, error) {
@@ -545,7 +557,7 @@ func (a *Agent) readState() (state, error) {
 
 func (a *Agent) writeState() error {
 	a.mu.Lock()
-	st := state{XDSAddress: a.xdsAddress, Replicas: a.replicas}
+	st := state{XDSAddress: a.xdsAddress, Replicas: a.replicas, Gateway: a.gateway}
 	a.mu.Unlock()
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
@@ -578,6 +590,7 @@ func (a *Agent) ProxyConfig() sidecar.ProxyConfig {
 		AppPort:          a.cfg.AppPort,
 		Labels:           labels,
 		Gateway:          a.cfg.Gateway == GatewayIngress,
+		GatewayCertDir:   a.cfg.GatewayCertDir,
 	}
 }
 

@@ -1,0 +1,147 @@
+package agent
+
+// The certificate files of an ingress gateway machine: the agent checks
+// that every HTTPS listener of its Gateway has them, usable, and reports
+// what is wrong to the server (the Gateway's status), in its status file
+// and in its metrics.
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
+)
+
+// GatewayCertFiles returns the PEM files of the certificate Secret ns/name
+// under dir: <dir>/<ns>/<name>/tls.crt and tls.key, as osm-server renders
+// them into the gateway's Envoy listeners.
+func GatewayCertFiles(dir, namespace, name string) (chain, key string) {
+	d := filepath.Join(dir, namespace, name)
+	return filepath.Join(d, "tls.crt"), filepath.Join(d, "tls.key")
+}
+
+// CheckGatewayCertificates checks the certificate files of every HTTPS
+// listener of gc under dir (see GatewayCertFiles) and returns a problem per
+// listener whose files are missing, unreadable, not a certificate and its
+// key, expired, or not for the listener's hostname; none when all are
+// good. now is the time expiry is judged at.
+func CheckGatewayCertificates(dir string, gc meshapi.GatewayConfig, now time.Time) []meshapi.CertificateProblem {
+	var out []meshapi.CertificateProblem
+	for _, l := range gc.Listeners {
+		if l.CertificateName == "" {
+			continue
+		}
+		if err := checkListenerCertificate(dir, l, now); err != nil {
+			out = append(out, meshapi.CertificateProblem{Listener: l.Name, Error: err.Error()})
+		}
+	}
+	return out
+}
+
+func checkListenerCertificate(dir string, l meshapi.GatewayListener, now time.Time) error {
+	chainFile, keyFile := GatewayCertFiles(dir, l.CertificateNamespace, l.CertificateName)
+	ref := fmt.Sprintf("listener %s (port %d, certificateRef Secret %s/%s)", l.Name, l.Port, l.CertificateNamespace, l.CertificateName)
+	chainPEM, err := readCertFile(chainFile, "the certificate chain, PEM, leaf first")
+	if err != nil {
+		return fmt.Errorf("%s: %w", ref, err)
+	}
+	keyPEM, err := readCertFile(keyFile, "the certificate's private key, PEM")
+	if err != nil {
+		return fmt.Errorf("%s: %w", ref, err)
+	}
+	pair, err := tls.X509KeyPair(chainPEM, keyPEM)
+	if err != nil {
+		return fmt.Errorf("%s: %s and %s are not a certificate and its private key: %v (write the chain, leaf first, to tls.crt and the leaf's key to tls.key)", ref, chainFile, keyFile, err)
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return fmt.Errorf("%s: %s: %w", ref, chainFile, err)
+	}
+	switch {
+	case now.After(leaf.NotAfter):
+		return fmt.Errorf("%s: the certificate in %s expired at %s: replace it with a current one", ref, chainFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+	case now.Before(leaf.NotBefore):
+		return fmt.Errorf("%s: the certificate in %s is not valid before %s: check the machine's clock or the certificate", ref, chainFile, leaf.NotBefore.UTC().Format(time.RFC3339))
+	}
+	if !certCovers(leaf, l.Hostname) {
+		return fmt.Errorf("%s: the certificate in %s is for %s, not the listener's hostname %s: get one whose subjectAltName covers %s", ref, chainFile, strings.Join(leaf.DNSNames, ", "), l.Hostname, l.Hostname)
+	}
+	return nil
+}
+
+// readCertFile reads one certificate file, the error naming the file, what
+// it should hold and the fix.
+func readCertFile(path, holds string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%s does not exist: put %s there (write it to a temporary name in that directory and rename it into place)", path, holds)
+	case errors.Is(err, fs.ErrPermission):
+		return nil, fmt.Errorf("%s is not readable by the agent (and Envoy): make it readable by the user they run as", path)
+	case err != nil:
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return b, nil
+}
+
+// certCovers reports whether the certificate serves host: any when host is
+// empty; a wildcard listener hostname only by the same wildcard.
+func certCovers(leaf *x509.Certificate, host string) bool {
+	switch {
+	case host == "":
+		return true
+	case strings.HasPrefix(host, "*."):
+		return slices.ContainsFunc(leaf.DNSNames, func(n string) bool { return strings.EqualFold(n, host) })
+	}
+	return leaf.VerifyHostname(host) == nil
+}
+
+// checkGatewayCertificates checks the certificate files of the Gateway the
+// agent last learned, records the result in its status (and metrics) and
+// logs what changed. It returns the problems, nil when all are good.
+func (a *Agent) checkGatewayCertificates() []meshapi.CertificateProblem {
+	a.mu.Lock()
+	gc := a.gateway
+	a.mu.Unlock()
+	if gc == nil {
+		return nil
+	}
+	problems := CheckGatewayCertificates(a.cfg.GatewayCertDir, *gc, time.Now())
+	var before []meshapi.CertificateProblem
+	a.updateStatus(func(s *Status) {
+		before, s.GatewayCertificateProblems = s.GatewayCertificateProblems, problems
+	})
+	for _, p := range problems {
+		if !slices.Contains(before, p) {
+			a.log.Error("gateway listener certificate unusable: Envoy cannot serve this listener's port until it is fixed", "listener", p.Listener, "err", p.Error)
+		}
+	}
+	if len(before) > 0 && len(problems) == 0 {
+		a.log.Info("gateway listener certificates usable", "gateway", gc.Gateway, "dir", a.cfg.GatewayCertDir)
+	}
+	return problems
+}
+
+// reportGatewayCertificates sends the server the problems found (an empty
+// report clears the last).
+func (a *Agent) reportGatewayCertificates(ctx context.Context, problems []meshapi.CertificateProblem) error {
+	id, _ := a.identity()
+	cert, err := id.TLS()
+	if err != nil {
+		return err
+	}
+	_, err = failover(ctx, a, func(ctx context.Context, server string) (struct{}, error) {
+		return struct{}{}, meshclient.SendGatewayReport(ctx, server, id.CAPEM, cert, meshapi.GatewayReport{Certificates: problems})
+	})
+	return err
+}
