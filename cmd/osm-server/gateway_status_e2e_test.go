@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -36,8 +39,10 @@ spec:
 // mTLS ACKed its configuration, Pending again when it disconnects, False
 // (Invalid) with the proxy's error detail when it NACKs; and a certificate
 // problem its agent reports makes that listener's ResolvedRefs False
-// (InvalidCertificateRef) while the machine is connected. The agent config
-// of a gateway machine lists the listeners and their certificates.
+// (InvalidCertificateRef) while the machine is connected, and the machine
+// is sent its listeners without that one (the others kept) until it
+// reports the files good. The agent config of a gateway machine lists the
+// listeners and their certificates.
 func TestGatewayProgrammedThroughTheServer(t *testing.T) {
 	bin := buildBinaries(t)
 	s := newIdentityServer(t, bin)
@@ -76,10 +81,43 @@ func TestGatewayProgrammedThroughTheServer(t *testing.T) {
 	svc := mesh.MeshService{Namespace: "default", Name: "ingress"}
 	pair := osm.Enroll(t, svc)
 	p := osm.ConnectAs(t, pair, "gateway", "127.0.0.1")
+	// The listeners the proxy holds (it ACKs every response).
+	var mu sync.Mutex
+	var lds []string
 	go func() {
-		for range p.Responses() { // the proxy ACKs each; drain them
+		for r := range p.Responses() {
+			if r.GetTypeUrl() != resource.ListenerType {
+				continue
+			}
+			var names []string
+			for _, a := range r.GetResources() {
+				var l listenerv3.Listener
+				if a.UnmarshalTo(&l) == nil {
+					names = append(names, l.GetName())
+				}
+			}
+			mu.Lock()
+			lds = names
+			mu.Unlock()
 		}
 	}()
+	const web, shop = "gateway|default/ingress|8080", "gateway|default/ingress|8443"
+	waitLDS := func(what string, want ...string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			mu.Lock()
+			got := slices.Clone(lds)
+			mu.Unlock()
+			if slices.Equal(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the gateway proxy holds listeners %q, want %q", what, got, want)
+			}
+			time.Sleep(20 * time.Millisecond) // a poll interval, not synchronisation
+		}
+	}
+	waitLDS("connected", web, shop)
 	out := status("machine connected", "reason: Programmed", "configured on 1 of 1 connected gateway machines")
 	if strings.Contains(out, "InvalidCertificateRef") {
 		t.Errorf("a listener's certificate is invalid before any report:\n%s", out)
@@ -102,12 +140,16 @@ func TestGatewayProgrammedThroughTheServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	status("certificate reported bad", "reason: InvalidCertificateRef", problem)
+	// Envoy would reject the port's listener for want of the files: the
+	// machine is sent its listeners without that one, the others kept.
+	waitLDS("certificate reported bad", web)
 	if err := meshclient.SendGatewayReport(t.Context(), "https://"+s.api, ca, pair, meshapi.GatewayReport{}); err != nil {
 		t.Fatal(err)
 	}
 	statusWhere("certificate fixed", func(out string) bool {
 		return strings.Contains(out, "reason: Programmed") && !strings.Contains(out, "InvalidCertificateRef")
 	})
+	waitLDS("certificate fixed", web, shop)
 
 	p.Close()
 	status("machine gone", "reason: Pending", "no gateway machine is connected as Gateway default/ingress")

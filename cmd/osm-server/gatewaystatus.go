@@ -2,6 +2,7 @@ package main
 
 import (
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -20,17 +21,29 @@ import (
 // cache's record), and the certificate problems their agents reported
 // (api.GatewayReports, kept here by proxy CN). A report is shown only
 // while its machine is connected; each replica shows the machines
-// connected to it and the reports sent to it.
+// connected to it and the reports sent to it. The publisher renders a
+// machine's listeners without those whose certificates it reported
+// unusable, and again when its report changes.
 type gatewayMachines struct {
-	server *xds.Server
-	cache  *xdscache.Cache
+	server    *xds.Server
+	cache     *xdscache.Cache
+	publisher *xds.Publisher
 
 	mu      sync.Mutex
 	reports map[string]map[string]string // CN -> listener -> problem
 }
 
-func newGatewayMachines(server *xds.Server, cache *xdscache.Cache) *gatewayMachines {
-	return &gatewayMachines{server: server, cache: cache, reports: map[string]map[string]string{}}
+func newGatewayMachines(server *xds.Server, cache *xdscache.Cache, publisher *xds.Publisher) *gatewayMachines {
+	g := &gatewayMachines{server: server, cache: cache, publisher: publisher, reports: map[string]map[string]string{}}
+	publisher.SetUnusableCertificates(g.unusable)
+	return g
+}
+
+// unusable returns the listeners the machine cn reported unusable certificates for, sorted.
+func (g *gatewayMachines) unusable(cn string) []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return slices.Sorted(maps.Keys(g.reports[cn]))
 }
 
 // SetGatewayReport implements api.GatewayReports.
@@ -40,12 +53,16 @@ func (g *gatewayMachines) SetGatewayReport(cn string, r meshapi.GatewayReport) {
 		m[c.Listener] = c.Error
 	}
 	g.mu.Lock()
-	defer g.mu.Unlock()
+	changed := !slices.Equal(slices.Sorted(maps.Keys(m)), slices.Sorted(maps.Keys(g.reports[cn])))
 	if len(m) == 0 {
 		delete(g.reports, cn)
-		return
+	} else {
+		g.reports[cn] = m
 	}
-	g.reports[cn] = m
+	g.mu.Unlock()
+	if changed {
+		g.publisher.Refresh(cn) // a gateway proxy's node ID is its CN
+	}
 }
 
 // GatewayMachines implements spec.GatewayMachines.

@@ -215,7 +215,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	xdsServer.SetPresence(presences{model, gateways})
 	xdsServer.SetHandshakeTimeout(cfg.HandshakeTimeout)
 	// A Gateway's Programmed status follows the machines connected as it.
-	gwMachines := newGatewayMachines(xdsServer, xdsCache)
+	gwMachines := newGatewayMachines(xdsServer, xdsCache, publisher)
 	sp.SetGatewayMachines(gwMachines)
 	identity.SetGatewayReports(gwMachines)
 	debugAPI.ServeXDSDebug(xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}})

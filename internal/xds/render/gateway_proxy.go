@@ -119,6 +119,9 @@ func gatewayListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 			l.ListenerFilters = []*listenerv3.ListenerFilter{{Name: tlsInspector,
 				ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: b.any(&tlsinspectorv3.TlsInspector{})}}}
 			for _, gl := range ls {
+				if slices.Contains(p.UnusableCertificates, gl.Name) {
+					continue
+				}
 				fc := &listenerv3.FilterChain{
 					Name:            gl.Name,
 					Filters:         []*listenerv3.Filter{b.networkFilter(hcmFilter, gatewayHCM(name+"|"+gl.Name, gp.routeName(gl), b))},
@@ -128,6 +131,9 @@ func gatewayListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 					fc.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: []string{gl.Hostname}}
 				}
 				l.FilterChains = append(l.FilterChains, fc)
+			}
+			if len(l.FilterChains) == 0 {
+				continue // every listener of the port lacks its certificate
 			}
 		}
 		out = append(out, l)

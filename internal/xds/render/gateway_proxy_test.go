@@ -2,6 +2,7 @@ package render
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -75,9 +76,7 @@ func TestGatewayProxyCertDir(t *testing.T) {
 		}
 		files := 0
 		for _, l := range r.Listeners {
-			for _, fc := range l.(interface {
-				GetFilterChains() []*listenerv3.FilterChain
-			}).GetFilterChains() {
+			for _, fc := range l.(*listenerv3.Listener).GetFilterChains() {
 				var tc3 tlsv3.DownstreamTlsContext
 				if fc.GetTransportSocket().GetTypedConfig().UnmarshalTo(&tc3) != nil {
 					continue
@@ -94,6 +93,40 @@ func TestGatewayProxyCertDir(t *testing.T) {
 		}
 		if files == 0 {
 			t.Errorf("dir %q: no certificate files in the HTTPS listeners", tc.dir)
+		}
+	}
+}
+
+// TestGatewayProxyUnusableCertificates: the Gateway listeners whose
+// certificate files the machine reported unusable are left out of its
+// port's listener (Envoy would reject the whole listener for want of the
+// files); the others on the port stay, and a port with none left has no
+// listener. What remains validates.
+func TestGatewayProxyUnusableCertificates(t *testing.T) {
+	s, err := newSpecFromYAML(t, readFile(t, "testdata", "gateway-proxy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		unusable []string
+		chains   []string // the filter chains of port 443's listener; nil: no listener
+	}{
+		{nil, []string{"shop", "api"}},
+		{[]string{"shop"}, []string{"api"}},
+		{[]string{"api", "shop"}, nil},
+	} {
+		r := renderAll(t, meshOf(s.Snapshot(), nil), Proxy{Service: svc("secure"), Flavor: Gateway, Address: netip.MustParseAddr("203.0.113.10"), UnusableCertificates: tc.unusable})
+		if err := Validate(Gateway, r.all()...); err != nil {
+			t.Errorf("unusable %q: Validate: %v", tc.unusable, err)
+		}
+		var chains []string
+		for _, l := range r.Listeners {
+			for _, fc := range l.(*listenerv3.Listener).GetFilterChains() {
+				chains = append(chains, fc.GetName())
+			}
+		}
+		if !slices.Equal(chains, tc.chains) {
+			t.Errorf("unusable %q: filter chains %q, want %q", tc.unusable, chains, tc.chains)
 		}
 	}
 }
