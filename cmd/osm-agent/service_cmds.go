@@ -399,6 +399,9 @@ func printStatus(w io.Writer, st agent.Status, now time.Time) {
 	if st.LastConfigError != "" {
 		fmt.Fprintf(w, "  last error: %s\n", st.LastConfigError)
 	}
+	for _, p := range st.GatewayCertificateProblems {
+		fmt.Fprintf(w, "gateway certificate problem: %s\n", p.Error)
+	}
 	fmt.Fprintf(w, "status written: %s\n", st.UpdatedAt.Format(time.RFC3339))
 }
 
