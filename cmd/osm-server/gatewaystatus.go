@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/spec"
@@ -82,11 +84,12 @@ func (g *gatewayMachines) GatewayMachines(gw mesh.MeshService) []spec.GatewayMac
 	return out
 }
 
-// answered says whether a proxy acknowledged every response sent to it
-// (and was sent some), and the error details of the types whose last
-// answer was a rejection.
+// answered says whether a proxy acknowledged every response sent to it,
+// its listeners among them (Envoy asks for listeners once its clusters are
+// in), and the error details of the types whose last answer was a
+// rejection.
 func answered(types []xdscache.TypeStatus) (acked bool, rejected string) {
-	sent, pending := 0, false
+	listeners, pending := false, false
 	var nacks []string
 	for _, t := range types {
 		if k := t.NACK; k != nil && !k.Time.Before(t.ACKedAt) {
@@ -95,11 +98,11 @@ func answered(types []xdscache.TypeStatus) (acked bool, rejected string) {
 		if t.Sent == "" {
 			continue
 		}
-		sent++
+		listeners = listeners || t.TypeURL == resource.ListenerType
 		if t.ACKed != t.Sent {
 			pending = true
 		}
 	}
 	sort.Strings(nacks)
-	return sent > 0 && !pending && len(nacks) == 0, strings.Join(nacks, "; ")
+	return listeners && !pending && len(nacks) == 0, strings.Join(nacks, "; ")
 }

@@ -133,8 +133,10 @@ type Agent struct {
 	// gateway is, on a gateway machine, the Gateway's listeners as the
 	// server last sent them (kept in state.json).
 	gateway *meshapi.GatewayConfig
-	metrics *agentMetrics // nil unless serving metrics
-	lxStats localXDSStats // the local xDS endpoint's streams (metrics.go)
+	// gatewayChanged tells the certificate watcher the Gateway changed.
+	gatewayChanged chan struct{}
+	metrics        *agentMetrics // nil unless serving metrics
+	lxStats        localXDSStats // the local xDS endpoint's streams (metrics.go)
 }
 
 // New returns an agent for cfg (with defaults applied and validated by the
@@ -149,7 +151,7 @@ func New(cfg Config, log *slog.Logger, e Enroller, driver sidecar.Driver, opts O
 	if opts.Supervisor.DrainTime == 0 {
 		opts.Supervisor.DrainTime = cfg.DrainTimeout
 	}
-	a := &Agent{cfg: cfg, log: log, enroller: e, driver: driver, opts: opts, ready: make(chan struct{})}
+	a := &Agent{cfg: cfg, log: log, enroller: e, driver: driver, opts: opts, ready: make(chan struct{}), gatewayChanged: make(chan struct{}, 1)}
 	onEvent := opts.Supervisor.OnEvent
 	opts.Supervisor.OnEvent = func(ev sidecar.Event) {
 		a.writeStatus()
@@ -236,6 +238,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { a.pollLoop(ctx); return nil })
 	g.Go(func() error { a.renewLoop(ctx); return nil })
 	g.Go(func() error { a.serveMetrics(ctx); return nil })
+	if a.cfg.Gateway != "" {
+		g.Go(func() error { a.watchGatewayCertificates(ctx); return nil })
+	}
 	g.Go(func() error {
 		select {
 		case <-ctx.Done():

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
+
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
@@ -144,4 +146,91 @@ func (a *Agent) reportGatewayCertificates(ctx context.Context, problems []meshap
 		return struct{}{}, meshclient.SendGatewayReport(ctx, server, id.CAPEM, cert, meshapi.GatewayReport{Certificates: problems})
 	})
 	return err
+}
+
+// watchGatewayCertificates checks the certificate files again, and reports
+// them, soon after anything changes under the certificate directory (a
+// file written, renamed into place or removed), rather than at the next
+// poll, until ctx is done. It watches the directory of every certificate
+// of the Gateway and the directories above them up to the certificate
+// directory, so that a directory created later is watched too.
+func (a *Agent) watchGatewayCertificates(ctx context.Context) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		a.log.Warn("gateway certificate files are checked at each poll only: cannot watch them", "err", err)
+		return
+	}
+	defer w.Close()
+	watched := map[string]bool{}
+	rewatch := func() {
+		a.mu.Lock()
+		gc := a.gateway
+		a.mu.Unlock()
+		want := map[string]bool{a.cfg.GatewayCertDir: true}
+		if gc != nil {
+			for _, l := range gc.Listeners {
+				if l.CertificateName != "" {
+					crt, _ := GatewayCertFiles(a.cfg.GatewayCertDir, l.CertificateNamespace, l.CertificateName)
+					want[filepath.Dir(crt)], want[filepath.Dir(filepath.Dir(crt))] = true, true
+				}
+			}
+		}
+		for d := range want {
+			if !watched[d] && w.Add(d) == nil { // a directory that does not exist yet is added once its parent reports it
+				watched[d] = true
+			}
+		}
+		for d := range watched {
+			if !want[d] {
+				_ = w.Remove(d)
+				delete(watched, d)
+			}
+		}
+	}
+	rewatch()
+	// Changes come in bursts (a temporary file written, then renamed):
+	// one check a moment after the last.
+	const settle = 200 * time.Millisecond
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.gatewayChanged:
+			rewatch()
+		case ev, ok := <-w.Events:
+			if !ok {
+				return
+			}
+			if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+				delete(watched, ev.Name) // a watched directory that went
+			}
+			rewatch()
+			timer.Reset(settle)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return
+			}
+			a.log.Warn("watching the gateway certificate files", "err", err)
+		case <-timer.C:
+			if problems, ok := a.checkGatewayCertificatesIfKnown(); ok {
+				if err := a.reportGatewayCertificates(ctx, problems); err != nil && ctx.Err() == nil {
+					a.log.Warn("gateway certificate report not sent; sent again at the next poll", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// checkGatewayCertificatesIfKnown checks when the Gateway is known.
+func (a *Agent) checkGatewayCertificatesIfKnown() ([]meshapi.CertificateProblem, bool) {
+	a.mu.Lock()
+	known := a.gateway != nil
+	a.mu.Unlock()
+	if !known {
+		return nil, false
+	}
+	return a.checkGatewayCertificates(), true
 }

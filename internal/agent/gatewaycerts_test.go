@@ -140,12 +140,14 @@ func TestCheckGatewayCertificates(t *testing.T) {
 
 // TestGatewayMachineReportsCertificates: a gateway machine's agent checks
 // the certificate files of the Gateway the server's agent config names and
-// reports them at every poll; its status and metrics say the same, and the
-// fix (files written into place) is seen at the next poll.
+// reports them (at every poll, here only the first); its status, log and
+// metrics say the same; the fix (files written into place), and a later
+// atomic replacement by a certificate for another name, are seen at once,
+// by the watch on the directory, not at the next poll (an hour).
 func TestGatewayMachineReportsCertificates(t *testing.T) {
 	h := newHarness(t)
 	certDir := t.TempDir()
-	h.cfg.Gateway, h.cfg.GatewayCertDir, h.cfg.PollInterval = agent.GatewayIngress, certDir, 20*time.Millisecond
+	h.cfg.Gateway, h.cfg.GatewayCertDir = agent.GatewayIngress, certDir
 	h.metrics, h.cfg.MetricsAddress = prometheus.NewRegistry(), "127.0.0.1:0"
 	h.gateway = &shopGateway
 	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
@@ -182,4 +184,12 @@ func TestGatewayMachineReportsCertificates(t *testing.T) {
 	writeCert(t, certDir, good, goodKey)
 	waitReport("no problem", func(rep meshapi.GatewayReport) bool { return len(rep.Certificates) == 0 })
 	waitGather(t, h.metrics, "osm_agent_gateway_certificate_problems 0")
+
+	// Replaced atomically by a certificate for another name.
+	other, otherKey := h.ca.KeyPair(t, "other", time.Hour, "other.example.com")
+	writeCert(t, certDir, other, otherKey)
+	waitReport("the wrong host name", func(rep meshapi.GatewayReport) bool {
+		return len(rep.Certificates) == 1 && strings.Contains(rep.Certificates[0].Error, "not the listener's hostname shop.example.com")
+	})
+	waitGather(t, h.metrics, "osm_agent_gateway_certificate_problems 1")
 }

@@ -105,6 +105,10 @@ func (a *Agent) gatewayConfigArrived(ctx context.Context, gc *meshapi.GatewayCon
 	a.gateway = gc
 	a.mu.Unlock()
 	if changed {
+		select {
+		case a.gatewayChanged <- struct{}{}:
+		default:
+		}
 		if err := a.writeState(); err != nil {
 			return err
 		}

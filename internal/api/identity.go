@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -196,10 +197,27 @@ func (ir *IdentityRoutes) gatewayReport(w http.ResponseWriter, r *http.Request) 
 		writeError(w, http.StatusBadRequest, fmt.Errorf("gateway report: %w (send a meshapi.GatewayReport as JSON)", err))
 		return
 	}
+	// What an agent reports shows in the Gateway's status: bounded.
+	const maxProblems, maxText = 64, 2048
+	if len(rep.Certificates) > maxProblems {
+		rep.Certificates = rep.Certificates[:maxProblems]
+	}
+	for i := range rep.Certificates {
+		c := &rep.Certificates[i]
+		c.Listener, c.Error = truncate(c.Listener, 253), truncate(c.Error, maxText)
+	}
 	if ir.reports != nil {
 		ir.reports.SetGatewayReport(rec.CN, rep)
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// truncate shortens s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // wireProxy is a proxy record as the admin API lists it.
