@@ -97,7 +97,8 @@ func New(ctx context.Context, log *slog.Logger, store Store) (*Spec, error) {
 	return s, nil
 }
 
-// newSnapshot is newSnapshot with the Spec's gateway machines.
+// newSnapshot builds a snapshot of st whose Gateway status reads the
+// Spec's gateway machines (SetGatewayMachines) when asked.
 func (s *Spec) newSnapshot(st *state, version uint64) *Snapshot {
 	sn := newSnapshot(st, version)
 	sn.machines = &s.machines
