@@ -134,18 +134,42 @@ func (a *Agent) checkGatewayCertificates() []meshapi.CertificateProblem {
 	return problems
 }
 
-// reportGatewayCertificates sends the server the problems found (an empty
-// report clears the last).
+// reportGatewayCertificates sends the problems found (an empty report
+// clears the last) to every osm-server replica the agent knows: its Envoy
+// may be connected to any of them, and each shows in status and renders
+// what was reported to it. It fails when no server took the report; a
+// replica that did not is named in the log, and sent it again at the next
+// check.
 func (a *Agent) reportGatewayCertificates(ctx context.Context, problems []meshapi.CertificateProblem) error {
 	id, _ := a.identity()
 	cert, err := id.TLS()
 	if err != nil {
 		return err
 	}
-	_, err = failover(ctx, a, func(ctx context.Context, server string) (struct{}, error) {
-		return struct{}{}, meshclient.SendGatewayReport(ctx, server, id.CAPEM, cert, meshapi.GatewayReport{Certificates: problems})
-	})
-	return err
+	a.mu.Lock()
+	var servers []string
+	for _, r := range a.replicas {
+		if r.API != "" && !slices.Contains(servers, r.API) {
+			servers = append(servers, r.API)
+		}
+	}
+	a.mu.Unlock()
+	if len(servers) == 0 {
+		servers = a.apiServers()
+	}
+	var errs []error
+	for _, s := range servers {
+		if err := meshclient.SendGatewayReport(ctx, s, id.CAPEM, cert, meshapi.GatewayReport{Certificates: problems}); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", s, err))
+		}
+	}
+	switch {
+	case len(errs) == len(servers):
+		return errors.Join(errs...)
+	case len(errs) > 0:
+		a.log.Warn("gateway certificate report not taken by every osm-server replica; sent again at the next check", "err", errors.Join(errs...))
+	}
+	return nil
 }
 
 // watchGatewayCertificates checks the certificate files again, and reports

@@ -1,7 +1,10 @@
 package agent_test
 
 import (
+	"encoding/json"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -192,4 +195,46 @@ func TestGatewayMachineReportsCertificates(t *testing.T) {
 		return len(rep.Certificates) == 1 && strings.Contains(rep.Certificates[0].Error, "not the listener's hostname shop.example.com")
 	})
 	waitGather(t, h.metrics, "osm_agent_gateway_certificate_problems 1")
+}
+
+// TestGatewayReportGoesToEveryReplica: with several osm-server replicas,
+// the report goes to each (the machine's Envoy may be connected to any,
+// and each renders and shows what was reported to it).
+func TestGatewayReportGoesToEveryReplica(t *testing.T) {
+	h := newHarness(t)
+	h.cfg.Gateway, h.cfg.GatewayCertDir = agent.GatewayIngress, t.TempDir()
+	h.gateway = &shopGateway
+	second := make(chan meshapi.GatewayReport, 100)
+	api2 := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/agent/gateway-report" {
+			var rep meshapi.GatewayReport
+			if json.NewDecoder(r.Body).Decode(&rep) == nil {
+				select {
+				case second <- rep:
+				default:
+				}
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		h.api.Config.Handler.ServeHTTP(w, r)
+	}))
+	api2.TLS = h.ca.ServerTLS(t)
+	api2.StartTLS()
+	t.Cleanup(api2.Close)
+	h.replicas = []meshapi.Replica{{API: h.api.URL, XDS: h.ads.Addr}, {API: api2.URL, XDS: h.ads.Addr}}
+	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+		t.Fatal(err)
+	}
+	h.start(t)
+	for name, ch := range map[string]chan meshapi.GatewayReport{"the first replica": h.reports, "the second replica": second} {
+		select {
+		case rep := <-ch:
+			if len(rep.Certificates) != 1 || rep.Certificates[0].Listener != "shop" {
+				t.Errorf("%s got report %+v, want the shop listener's problem", name, rep)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("%s got no gateway report within 20s", name)
+		}
+	}
 }
