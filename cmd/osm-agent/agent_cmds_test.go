@@ -17,6 +17,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
 func execute(t *testing.T, args ...string) (string, error) {
@@ -221,10 +222,67 @@ func TestRunJoinFlags(t *testing.T) {
 	}
 }
 
-// TestInstallGatewayIngress: --gateway ingress writes gateway: ingress,
-// and the machine's Envoy bootstrap announces osm.flavor gateway (its
-// listeners then come from the Gateway named by --service/--namespace).
-func TestInstallGatewayIngress(t *testing.T) { testInstallGateway(t, agent.GatewayIngress) }
+// TestInstallGatewayIngress: --gateway ingress writes gateway: ingress and
+// the certificate directory (--gateway-cert-dir, or the default), and the
+// machine's Envoy bootstrap announces osm.flavor gateway and the directory
+// (its listeners then come from the Gateway named by --service/--namespace,
+// their certificate files under that directory).
+func TestInstallGatewayIngress(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		flags   []string
+		wantDir string
+	}{
+		{"default directory", nil, meshapi.DefaultGatewayCertDir},
+		{"own directory", []string{"--gateway-cert-dir", "/srv/gateway-tls"}, "/srv/gateway-tls"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			etc, data := filepath.Join(dir, "etc"), filepath.Join(dir, "data")
+			out, err := execute(t, append([]string{"install", "--no-service", "--server", "https://127.0.0.1:15443", "--token", "tok", "--ca-cert-hash", caHash,
+				"--service", "ingress", "--gateway", "ingress", "--advertise-address", "203.0.113.10", "--hosts-file", filepath.Join(dir, "hosts"),
+				"--config-dir", etc, "--data-dir", data}, tc.flags...)...)
+			if err != nil {
+				t.Fatalf("install --gateway ingress: %v\n%s", err, out)
+			}
+			cfgPath := filepath.Join(etc, agent.ConfigFile)
+			cfg, err := agent.LoadConfig(cfgPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Gateway != agent.GatewayIngress || cfg.GatewayCertDir != tc.wantDir {
+				t.Fatalf("config gateway, gatewayCertDir = %q, %q, want ingress, %s", cfg.Gateway, cfg.GatewayCertDir, tc.wantDir)
+			}
+			ca := agenttest.NewCA(t)
+			id := mesh.NewProxyIdentity(mesh.MeshService{Namespace: "default", Name: "ingress"})
+			certPEM, keyPEM := ca.KeyPair(t, id.CommonName(), time.Hour)
+			if err := agent.SaveIdentity(data, agent.Identity{KeyPEM: keyPEM, CertPEM: certPEM, CAPEM: ca.PEM}); err != nil {
+				t.Fatal(err)
+			}
+			out, err = execute(t, "bootstrap", "--config", cfgPath, "--xds-address", "10.0.0.1:15128")
+			if err != nil {
+				t.Fatalf("bootstrap: %v\n%s", err, out)
+			}
+			var b bootstrapv3.Bootstrap
+			if err := protojson.Unmarshal([]byte(out), &b); err != nil {
+				t.Fatalf("bootstrap output is not an Envoy bootstrap: %v", err)
+			}
+			if err := envoy.ValidateBootstrap(&b); err != nil {
+				t.Error(err)
+			}
+			md := b.GetNode().GetMetadata().GetFields()
+			if got := md["osm.flavor"].GetStringValue(); got != "gateway" {
+				t.Errorf("node metadata osm.flavor = %q, want gateway", got)
+			}
+			if got := md["osm.advertiseAddress"].GetStringValue(); got != "203.0.113.10" {
+				t.Errorf("node metadata osm.advertiseAddress = %q, want 203.0.113.10", got)
+			}
+			if got := md["osm.gatewayCertDir"].GetStringValue(); got != tc.wantDir {
+				t.Errorf("node metadata osm.gatewayCertDir = %q, want %s", got, tc.wantDir)
+			}
+		})
+	}
+}
 
 // TestInstallGatewayEgress: --gateway egress writes gateway: egress, and
 // the bootstrap announces osm.flavor gateway too (the server renders the

@@ -18,6 +18,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/agent"
 	"github.com/osm-vm/osm-vm/internal/cli"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
@@ -144,6 +145,7 @@ func (f *installFlags) register(fl *pflag.FlagSet) {
 	fl.Uint16Var(&f.cfg.AppPort, "app-port", 0, "the application's port on 127.0.0.1")
 	fl.StringVar(&f.cfg.AdvertiseAddress, "advertise-address", "", "IP address other machines reach this one on")
 	fl.StringVar(&f.cfg.Gateway, "gateway", "", "ingress: this machine is the ingress gateway of the Gateway named by --service and --namespace (its Envoy listens on --advertise-address for clients outside the mesh); egress: it is a machine of the EgressGateway named by --service and --namespace (its Envoy accepts the mesh's mTLS on --advertise-address and connects to the external hosts)")
+	fl.StringVar(&f.cfg.GatewayCertDir, "gateway-cert-dir", "", "with --gateway ingress: directory of the certificate files of the Gateway's HTTPS listeners, <dir>/<namespace>/<secret>/tls.crt and tls.key (default "+meshapi.DefaultGatewayCertDir+")")
 	fl.StringVar(&f.cfg.DataDir, "data-dir", agent.DefaultDataDir(), "directory for the identity, bootstraps and state")
 	fl.StringVar(&f.cfg.MetricsAddress, "metrics-address", "", "where the agent serves Prometheus metrics: a loopback host:port (default "+agent.DefaultMetricsAddress+"), or off; set it when several agents share a machine")
 }
@@ -396,6 +398,9 @@ func printStatus(w io.Writer, st agent.Status, now time.Time) {
 	}
 	if st.LastConfigError != "" {
 		fmt.Fprintf(w, "  last error: %s\n", st.LastConfigError)
+	}
+	for _, p := range st.GatewayCertificateProblems {
+		fmt.Fprintf(w, "gateway certificate problem: %s\n", p.Error)
 	}
 	fmt.Fprintf(w, "status written: %s\n", st.UpdatedAt.Format(time.RFC3339))
 }

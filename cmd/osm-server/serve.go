@@ -214,6 +214,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	gateways := dnspublish.NewGatewaySource(model)
 	xdsServer.SetPresence(presences{model, gateways})
 	xdsServer.SetHandshakeTimeout(cfg.HandshakeTimeout)
+	// A Gateway's Programmed status follows the machines connected as it.
+	gwMachines := newGatewayMachines(xdsServer, xdsCache, publisher)
+	sp.SetGatewayMachines(gwMachines)
+	identity.SetGatewayReports(gwMachines)
 	debugAPI.ServeXDSDebug(xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}})
 	debugAPI.ServeDashboard(dashboard.New(dashboard.Sources{Spec: sp, Catalog: cat, Providers: host,
 		Proxies: dashboardProxies(xds.Debug{Server: xdsServer, Cache: xdsCache}), Certificates: dashboardCertificates(certs)}))

@@ -130,8 +130,13 @@ type Agent struct {
 	// localXDS is the local xDS endpoint of proxyless gRPC apps, set by
 	// Run before its loops start.
 	localXDS *localxds.Proxy
-	metrics  *agentMetrics // nil unless serving metrics
-	lxStats  localXDSStats // the local xDS endpoint's streams (metrics.go)
+	// gateway is, on a gateway machine, the Gateway's listeners as the
+	// server last sent them (kept in state.json).
+	gateway *meshapi.GatewayConfig
+	// gatewayChanged tells the certificate watcher the Gateway changed.
+	gatewayChanged chan struct{}
+	metrics        *agentMetrics // nil unless serving metrics
+	lxStats        localXDSStats // the local xDS endpoint's streams (metrics.go)
 }
 
 // New returns an agent for cfg (with defaults applied and validated by the
@@ -146,7 +151,7 @@ func New(cfg Config, log *slog.Logger, e Enroller, driver sidecar.Driver, opts O
 	if opts.Supervisor.DrainTime == 0 {
 		opts.Supervisor.DrainTime = cfg.DrainTimeout
 	}
-	a := &Agent{cfg: cfg, log: log, enroller: e, driver: driver, opts: opts, ready: make(chan struct{})}
+	a := &Agent{cfg: cfg, log: log, enroller: e, driver: driver, opts: opts, ready: make(chan struct{}), gatewayChanged: make(chan struct{}, 1)}
 	onEvent := opts.Supervisor.OnEvent
 	opts.Supervisor.OnEvent = func(ev sidecar.Event) {
 		a.writeStatus()
@@ -195,7 +200,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if st, err := a.readState(); err == nil {
 		a.setServers(st.XDSAddress, st.Replicas)
+		a.mu.Lock()
+		a.gateway = st.Gateway
+		a.mu.Unlock()
 	}
+	// A gateway machine's certificate files are checked at start (with
+	// the Gateway last learned), and at every config poll.
+	a.checkGatewayCertificates()
 	switch {
 	case a.xds() != "":
 		if err := a.writeProxyFiles(); err != nil {
@@ -227,6 +238,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { a.pollLoop(ctx); return nil })
 	g.Go(func() error { a.renewLoop(ctx); return nil })
 	g.Go(func() error { a.serveMetrics(ctx); return nil })
+	if a.cfg.Gateway != "" {
+		g.Go(func() error { a.watchGatewayCertificates(ctx); return nil })
+	}
 	g.Go(func() error {
 		select {
 		case <-ctx.Done():
@@ -532,6 +546,9 @@ type state struct {
 	// Replicas are the osm-server replicas the server listed last, so a
 	// restarted agent fails over along them before it reaches a server.
 	Replicas []meshapi.Replica `json:"replicas,omitempty"`
+	// Gateway is a gateway machine's Gateway as the server sent it last,
+	// so its certificate files are checked at start.
+	Gateway *meshapi.GatewayConfig `json:"gateway,omitempty"`
 }
 
 func (a *Agent) readState() (state, error) {
@@ -545,7 +562,7 @@ func (a *Agent) readState() (state, error) {
 
 func (a *Agent) writeState() error {
 	a.mu.Lock()
-	st := state{XDSAddress: a.xdsAddress, Replicas: a.replicas}
+	st := state{XDSAddress: a.xdsAddress, Replicas: a.replicas, Gateway: a.gateway}
 	a.mu.Unlock()
 	data, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
@@ -578,6 +595,7 @@ func (a *Agent) ProxyConfig() sidecar.ProxyConfig {
 		AppPort:          a.cfg.AppPort,
 		Labels:           labels,
 		Gateway:          a.cfg.Gateway != "",
+		GatewayCertDir:   a.cfg.GatewayCertDir,
 	}
 }
 

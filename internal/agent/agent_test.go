@@ -56,6 +56,9 @@ type harness struct {
 	apiPeer  string
 	xdsAddr  string            // what the agent config route answers; default ads.Addr
 	replicas []meshapi.Replica // what it lists as the replicas
+	gateway  *meshapi.GatewayConfig
+	// reports receives the gateway reports the agent sends.
+	reports chan meshapi.GatewayReport
 }
 
 const token = "abcdef.0123456789abcdef"
@@ -64,11 +67,24 @@ func newHarness(t *testing.T) *harness {
 	t.Helper()
 	t.Setenv(agenttest.FakeEnvoyEnv, "1")
 	t.Setenv(agenttest.FakeEnvoyCrashEnv, "")
-	h := &harness{ca: agenttest.NewCA(t)}
+	h := &harness{ca: agenttest.NewCA(t), reports: make(chan meshapi.GatewayReport, 100)}
 	h.ads = agenttest.StartADS(t, h.ca)
 	h.enroller = &agenttest.Enroller{CA: h.ca, Token: token, XDSAddress: h.ads.Addr}
 	svcCert, svcKey := h.ca.KeyPair(t, "bookstore.default.svc", time.Hour)
 	h.api = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/agent/gateway-report" && r.Method == http.MethodPost && len(r.TLS.PeerCertificates) > 0 {
+			var rep meshapi.GatewayReport
+			if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
+				http.Error(w, `{"error":"bad report"}`, http.StatusBadRequest)
+				return
+			}
+			select {
+			case h.reports <- rep:
+			default:
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		if r.URL.Path != "/api/v1/agent/config" || len(r.TLS.PeerCertificates) == 0 {
 			http.Error(w, `{"error":"not found"}`, http.StatusNotFound)
 			return
@@ -81,11 +97,12 @@ func newHarness(t *testing.T) *harness {
 		if xdsAddr == "" {
 			xdsAddr = h.ads.Addr
 		}
-		replicas := h.replicas
+		replicas, gateway := h.replicas, h.gateway
 		h.mu.Unlock()
 		json.NewEncoder(w).Encode(meshapi.AgentConfig{
 			Identity:   cn,
 			Replicas:   replicas,
+			Gateway:    gateway,
 			XDSAddress: xdsAddr,
 			Hosts: []meshapi.HostEntry{
 				{Hostname: "bookstore.default.mesh", IP: "127.77.0.3"},

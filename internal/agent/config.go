@@ -72,6 +72,13 @@ type Config struct {
 	// (whose real names it resolves: its hosts block maps none to a VIP).
 	// Empty: a mesh machine.
 	Gateway string `yaml:"gateway,omitempty"`
+	// GatewayCertDir is, on a gateway machine, where the certificate
+	// files of the Gateway's HTTPS listeners are: a certificateRef to
+	// Secret <name> in namespace <ns> is <dir>/<ns>/<name>/tls.crt and
+	// tls.key (default meshapi.DefaultGatewayCertDir). The agent announces
+	// it to the server, which renders the listeners with it, and checks
+	// the files.
+	GatewayCertDir string `yaml:"gatewayCertDir,omitempty"`
 }
 
 // Gateway values of gateway machines.
@@ -116,6 +123,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MetricsAddress == "" {
 		c.MetricsAddress = DefaultMetricsAddress
+	}
+	if c.Gateway != "" && c.GatewayCertDir == "" {
+		c.GatewayCertDir = meshapi.DefaultGatewayCertDir
 	}
 	return c
 }
@@ -199,6 +209,14 @@ func (c Config) Validate() error {
 	case "", GatewayIngress, GatewayEgress:
 	default:
 		errs = append(errs, fmt.Errorf("gateway %q: want ingress or egress, or leave it out for a mesh machine", c.Gateway))
+	}
+	if c.GatewayCertDir != "" {
+		switch {
+		case c.Gateway == "":
+			errs = append(errs, fmt.Errorf("gatewayCertDir %q: only a gateway machine (gateway: ingress) has listener certificates; leave it out", c.GatewayCertDir))
+		case !filepath.IsAbs(c.GatewayCertDir) || filepath.Clean(c.GatewayCertDir) != c.GatewayCertDir:
+			errs = append(errs, fmt.Errorf("gatewayCertDir %q: want an absolute, clean directory path such as %s", c.GatewayCertDir, meshapi.DefaultGatewayCertDir))
+		}
 	}
 	if c.Gateway != "" && c.Proxy != "" && c.Proxy != envoy.Name {
 		errs = append(errs, fmt.Errorf("gateway %q needs proxy envoy, not %q: a gateway machine runs Envoy", c.Gateway, c.Proxy))

@@ -53,15 +53,16 @@ type agentMetrics struct {
 }
 
 var (
-	proxyCertExpiryDesc   = prometheus.NewDesc("osm_agent_proxy_certificate_expiry_seconds", "Seconds until this machine's proxy certificate expires.", nil, nil)
-	serviceCertExpiryDesc = prometheus.NewDesc("osm_agent_service_certificate_expiry_seconds", "Seconds until the service certificate this machine holds expires.", nil, nil)
-	proxyRunningDesc      = prometheus.NewDesc("osm_agent_proxy_running", "1 while the supervised proxy (Envoy) process runs.", []string{"driver"}, nil)
-	proxyRestartsDesc     = prometheus.NewDesc("osm_agent_proxy_restarts_total", "Times the supervised proxy (Envoy) was restarted after it exited.", []string{"driver"}, nil)
-	serverReachableDesc   = prometheus.NewDesc("osm_agent_server_reachable", "1 when the last poll of osm-server's agent configuration succeeded.", nil, nil)
-	xdsConnectedDesc      = prometheus.NewDesc("osm_agent_xds_connected", "1 while this machine's xDS connection to osm-server is up: Envoy's control_plane.connected_state (read from its admin API), or, proxyless, while an application's stream through the local xDS endpoint reaches osm-server; absent when Envoy does not answer or no application is connected.", nil, nil)
-	localStreamsDesc      = prometheus.NewDesc("osm_agent_local_xds_streams", "xDS streams proxyless gRPC applications hold open to the agent's local xDS endpoint.", nil, nil)
-	upstreamStreamsDesc   = prometheus.NewDesc("osm_agent_local_xds_upstream_streams", "Streams the local xDS endpoint carries to osm-server that are up (osm-server answered).", nil, nil)
-	upstreamLostDesc      = prometheus.NewDesc("osm_agent_xds_reconnects_total", "Upstream xDS streams to osm-server the local xDS endpoint lost (the server or the network ended them), each making its application's stream reconnect.", nil, nil)
+	proxyCertExpiryDesc     = prometheus.NewDesc("osm_agent_proxy_certificate_expiry_seconds", "Seconds until this machine's proxy certificate expires.", nil, nil)
+	serviceCertExpiryDesc   = prometheus.NewDesc("osm_agent_service_certificate_expiry_seconds", "Seconds until the service certificate this machine holds expires.", nil, nil)
+	proxyRunningDesc        = prometheus.NewDesc("osm_agent_proxy_running", "1 while the supervised proxy (Envoy) process runs.", []string{"driver"}, nil)
+	proxyRestartsDesc       = prometheus.NewDesc("osm_agent_proxy_restarts_total", "Times the supervised proxy (Envoy) was restarted after it exited.", []string{"driver"}, nil)
+	serverReachableDesc     = prometheus.NewDesc("osm_agent_server_reachable", "1 when the last poll of osm-server's agent configuration succeeded.", nil, nil)
+	xdsConnectedDesc        = prometheus.NewDesc("osm_agent_xds_connected", "1 while this machine's xDS connection to osm-server is up: Envoy's control_plane.connected_state (read from its admin API), or, proxyless, while an application's stream through the local xDS endpoint reaches osm-server; absent when Envoy does not answer or no application is connected.", nil, nil)
+	localStreamsDesc        = prometheus.NewDesc("osm_agent_local_xds_streams", "xDS streams proxyless gRPC applications hold open to the agent's local xDS endpoint.", nil, nil)
+	upstreamStreamsDesc     = prometheus.NewDesc("osm_agent_local_xds_upstream_streams", "Streams the local xDS endpoint carries to osm-server that are up (osm-server answered).", nil, nil)
+	gatewayCertProblemsDesc = prometheus.NewDesc("osm_agent_gateway_certificate_problems", "On an ingress gateway machine: listeners of its Gateway whose certificate files are missing, unreadable, mismatched, expired or for another host name (osm-agent status names them).", nil, nil)
+	upstreamLostDesc        = prometheus.NewDesc("osm_agent_xds_reconnects_total", "Upstream xDS streams to osm-server the local xDS endpoint lost (the server or the network ended them), each making its application's stream reconnect.", nil, nil)
 )
 
 // localXDSStats counts the local xDS endpoint's streams: it is the
@@ -150,7 +151,7 @@ func (a *Agent) serveMetrics(ctx context.Context) {
 type agentCollector struct{ a *Agent }
 
 func (c agentCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{proxyCertExpiryDesc, serviceCertExpiryDesc, proxyRunningDesc, proxyRestartsDesc, serverReachableDesc, xdsConnectedDesc, localStreamsDesc, upstreamStreamsDesc, upstreamLostDesc} {
+	for _, d := range []*prometheus.Desc{proxyCertExpiryDesc, serviceCertExpiryDesc, proxyRunningDesc, proxyRestartsDesc, serverReachableDesc, xdsConnectedDesc, localStreamsDesc, upstreamStreamsDesc, upstreamLostDesc, gatewayCertProblemsDesc} {
 		ch <- d
 	}
 }
@@ -171,6 +172,9 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		reachable = 1
 	}
 	ch <- prometheus.MustNewConstMetric(serverReachableDesc, prometheus.GaugeValue, reachable)
+	if a.cfg.Gateway != "" {
+		ch <- prometheus.MustNewConstMetric(gatewayCertProblemsDesc, prometheus.GaugeValue, float64(len(st.GatewayCertificateProblems)))
+	}
 	local, up := a.lxStats.local.Load(), a.lxStats.up.Load()
 	ch <- prometheus.MustNewConstMetric(localStreamsDesc, prometheus.GaugeValue, float64(local))
 	ch <- prometheus.MustNewConstMetric(upstreamStreamsDesc, prometheus.GaugeValue, float64(up))

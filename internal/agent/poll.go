@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -87,7 +88,36 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 	if err := a.writeServiceCertificate(sc.ServiceCertificate); err != nil {
 		errs = append(errs, err)
 	}
+	if a.cfg.Gateway != "" {
+		if err := a.gatewayConfigArrived(ctx, sc.Gateway); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// gatewayConfigArrived keeps the Gateway the server sent (nil: it names
+// none, the Gateway is not applied), checks its certificate files and
+// reports the result to the server.
+func (a *Agent) gatewayConfigArrived(ctx context.Context, gc *meshapi.GatewayConfig) error {
+	a.mu.Lock()
+	changed := !reflect.DeepEqual(a.gateway, gc)
+	a.gateway = gc
+	a.mu.Unlock()
+	if changed {
+		select {
+		case a.gatewayChanged <- struct{}{}:
+		default:
+		}
+		if err := a.writeState(); err != nil {
+			return err
+		}
+	}
+	if gc == nil {
+		a.updateStatus(func(s *Status) { s.GatewayCertificateProblems = nil })
+		return nil
+	}
+	return a.reportGatewayCertificates(ctx, a.checkGatewayCertificates())
 }
 
 func (a *Agent) applyHosts(hosts []meshapi.HostEntry) error {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/agent/sidecar"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
 // Status is what `osm-agent status` shows: the agent writes it to
@@ -22,13 +23,16 @@ type Status struct {
 	// endpoint fail over along (XDSAddress is the first).
 	XDSServers []string `json:"xdsServers,omitempty"`
 	// APIServer is the osm-server API that answered last.
-	APIServer                 string         `json:"apiServer,omitempty"`
-	LastConfig                time.Time      `json:"lastConfig,omitzero"`
-	LastConfigError           string         `json:"lastConfigError,omitempty"`
-	Hosts                     int            `json:"hosts"`
-	ServiceCertificateExpires time.Time      `json:"serviceCertificateExpires,omitzero"`
-	Proxy                     sidecar.Status `json:"proxy"`
-	UpdatedAt                 time.Time      `json:"updatedAt"`
+	APIServer                 string    `json:"apiServer,omitempty"`
+	LastConfig                time.Time `json:"lastConfig,omitzero"`
+	LastConfigError           string    `json:"lastConfigError,omitempty"`
+	Hosts                     int       `json:"hosts"`
+	ServiceCertificateExpires time.Time `json:"serviceCertificateExpires,omitzero"`
+	// GatewayCertificateProblems are, on a gateway machine, the listeners
+	// whose certificate files are unusable and why (none: all good).
+	GatewayCertificateProblems []meshapi.CertificateProblem `json:"gatewayCertificateProblems,omitempty"`
+	Proxy                      sidecar.Status               `json:"proxy"`
+	UpdatedAt                  time.Time                    `json:"updatedAt"`
 }
 
 // Status returns the agent's current status.

@@ -3,10 +3,13 @@ package api
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -40,7 +43,18 @@ type IdentityRoutes struct {
 	xds func(host string) string
 	// replicas lists the live replicas for the agent config (SetReplicas).
 	replicas func() []meshapi.Replica
+	// reports keeps gateway machines' reports (SetGatewayReports).
+	reports GatewayReports
 }
+
+// GatewayReports keeps what the agents of gateway machines report of their
+// certificate files, by proxy CN, for the Gateway's status.
+type GatewayReports interface {
+	SetGatewayReport(cn string, r meshapi.GatewayReport)
+}
+
+// SetGatewayReports serves POST /api/v1/agent/gateway-report into r.
+func (ir *IdentityRoutes) SetGatewayReports(r GatewayReports) { ir.reports = r }
 
 // NewIdentityRoutes returns the routes; xdsAddress maps the Host an agent
 // used to the xDS address it should dial.
@@ -53,6 +67,7 @@ func (ir *IdentityRoutes) Public() []Route {
 	return []Route{
 		{Pattern: "GET /api/v1/ca", Handler: http.HandlerFunc(ir.ca)},
 		{Pattern: "GET /api/v1/agent/config", Handler: http.HandlerFunc(ir.agentConfig)},
+		{Pattern: "POST /api/v1/agent/gateway-report", Handler: http.HandlerFunc(ir.gatewayReport)},
 	}
 }
 
@@ -99,13 +114,8 @@ func (ir *IdentityRoutes) revokeProxy(w http.ResponseWriter, r *http.Request) {
 
 // agentConfig answers an agent authenticated by its proxy certificate.
 func (ir *IdentityRoutes) agentConfig(w http.ResponseWriter, r *http.Request) {
-	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
-		writeError(w, http.StatusUnauthorized, errors.New("present the proxy certificate from enrollment (mutual TLS) to read the agent config"))
-		return
-	}
-	rec, err := ir.ids.VerifyProxy(r.Context(), r.TLS.VerifiedChains[0][0])
-	if err != nil {
-		writeError(w, http.StatusForbidden, fmt.Errorf("proxy certificate refused: %w (enroll again with a new join token)", err))
+	rec, ok := ir.verifyAgent(w, r, "read the agent config")
+	if !ok {
 		return
 	}
 	cert, err := ir.ids.ServiceCertificate(r.Context(), rec.ServiceAccount)
@@ -133,6 +143,7 @@ func (ir *IdentityRoutes) agentConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, meshapi.AgentConfig{
 		Identity:   rec.CN,
+		Gateway:    gatewayConfig(snap, rec.Service),
 		Replicas:   replicas,
 		XDSAddress: ir.xds(r.Host),
 		Hosts:      hosts,
@@ -143,6 +154,70 @@ func (ir *IdentityRoutes) agentConfig(w http.ResponseWriter, r *http.Request) {
 			Expires:        cert.GetExpiration(),
 		},
 	})
+}
+
+// verifyAgent authenticates an agent by its proxy certificate, or answers
+// the request with why not.
+func (ir *IdentityRoutes) verifyAgent(w http.ResponseWriter, r *http.Request, what string) (certificate.ProxyRecord, bool) {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+		writeError(w, http.StatusUnauthorized, fmt.Errorf("present the proxy certificate from enrollment (mutual TLS) to %s", what))
+		return certificate.ProxyRecord{}, false
+	}
+	rec, err := ir.ids.VerifyProxy(r.Context(), r.TLS.VerifiedChains[0][0])
+	if err != nil {
+		writeError(w, http.StatusForbidden, fmt.Errorf("proxy certificate refused: %w (enroll again with a new join token)", err))
+		return certificate.ProxyRecord{}, false
+	}
+	return rec, true
+}
+
+// gatewayConfig is the Gateway a machine enrolled as svc serves, as its
+// agent checks it (nil when svc names no Gateway).
+func gatewayConfig(snap *spec.Snapshot, svc mesh.MeshService) *meshapi.GatewayConfig {
+	info, ok := snap.Gateway(svc)
+	if !ok {
+		return nil
+	}
+	gc := &meshapi.GatewayConfig{Gateway: svc.String(), Listeners: []meshapi.GatewayListener{}}
+	for _, l := range info.Listeners {
+		gc.Listeners = append(gc.Listeners, meshapi.GatewayListener{Name: l.Name, Port: l.Port, Protocol: l.Protocol, Hostname: l.Hostname,
+			CertificateNamespace: l.Certificate.Namespace, CertificateName: l.Certificate.Name})
+	}
+	return gc
+}
+
+// gatewayReport takes a gateway machine's report of its certificate files.
+func (ir *IdentityRoutes) gatewayReport(w http.ResponseWriter, r *http.Request) {
+	rec, ok := ir.verifyAgent(w, r, "report")
+	if !ok {
+		return
+	}
+	var rep meshapi.GatewayReport
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&rep); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("gateway report: %w (send a meshapi.GatewayReport as JSON)", err))
+		return
+	}
+	// What an agent reports shows in the Gateway's status: bounded.
+	const maxProblems, maxText = 64, 2048
+	if len(rep.Certificates) > maxProblems {
+		rep.Certificates = rep.Certificates[:maxProblems]
+	}
+	for i := range rep.Certificates {
+		c := &rep.Certificates[i]
+		c.Listener, c.Error = truncate(c.Listener, 253), truncate(c.Error, maxText)
+	}
+	if ir.reports != nil {
+		ir.reports.SetGatewayReport(rec.CN, rep)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// truncate shortens s to at most n bytes, on a rune boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
 }
 
 // wireProxy is a proxy record as the admin API lists it.

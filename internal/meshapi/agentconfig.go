@@ -13,6 +13,9 @@ type AgentConfig struct {
 	// server knows none: one server, or replicas without an advertised
 	// address). Agents keep the list and fail over along it.
 	Replicas []Replica `json:"replicas,omitempty"`
+	// Gateway is set for a machine enrolled as a Gateway: its listeners
+	// and the certificates they name, which its agent checks.
+	Gateway *GatewayConfig `json:"gateway,omitempty"`
 }
 
 // HostEntry maps a mesh host name to its virtual IP: one line of an

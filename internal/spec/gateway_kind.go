@@ -12,6 +12,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
 // The Gateway kind (gateway.networking.k8s.io/v1): an ingress gateway.
@@ -29,11 +30,11 @@ const (
 	// status and the route status of Gateway parents).
 	GatewayControllerName = "osm-vm.io/gateway-controller"
 	// GatewayCertDir is where a gateway machine keeps the certificates
-	// its HTTPS listeners' certificateRefs name: a reference to Secret
-	// <name> in namespace <ns> is the PEM files
-	// <GatewayCertDir>/<ns>/<name>/tls.crt and tls.key (Envoy reloads
-	// them when they change).
-	GatewayCertDir   = "/etc/osm/gateway-tls"
+	// its HTTPS listeners' certificateRefs name, unless its agent says
+	// another directory: a reference to Secret <name> in namespace <ns>
+	// is the PEM files <GatewayCertDir>/<ns>/<name>/tls.crt and tls.key
+	// (Envoy reloads them when they change).
+	GatewayCertDir   = meshapi.DefaultGatewayCertDir
 	maxGatewayListen = 64
 )
 

@@ -34,6 +34,8 @@ type Snapshot struct {
 	// question (rendering a gateway proxy, DNS publishing).
 	gatewaysOnce sync.Once
 	gateways     map[mesh.MeshService]GatewayInfo
+	// machines, when set, give Gateway status its Programmed conditions.
+	machines *gatewayMachinesRef
 }
 
 // ServiceInfo is a Service with its virtual IP.
@@ -359,5 +361,10 @@ func (s *Snapshot) withStatus(o Object) Object {
 		}
 	}
 	withRouteStatus(s.st, c)
+	if g, ok := c.(*Gateway); ok {
+		if m := s.machines.get(); m != nil {
+			programGatewayStatus(g.Status, g, m.GatewayMachines(mesh.MeshService{Namespace: g.Metadata.Namespace, Name: g.Metadata.Name}))
+		}
+	}
 	return c
 }

@@ -80,6 +80,10 @@ type Spec struct {
 
 	subsMu sync.Mutex
 	subs   map[chan struct{}]struct{}
+
+	// machines are the gateway machines' state (SetGatewayMachines),
+	// shared with every snapshot.
+	machines gatewayMachinesRef
 }
 
 // New loads the specification from store and publishes its first snapshot.
@@ -89,8 +93,16 @@ func New(ctx context.Context, log *slog.Logger, store Store) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.snap.Store(newSnapshot(st, ver))
+	s.snap.Store(s.newSnapshot(st, ver))
 	return s, nil
+}
+
+// newSnapshot builds a snapshot of st whose Gateway status reads the
+// Spec's gateway machines (SetGatewayMachines) when asked.
+func (s *Spec) newSnapshot(st *state, version uint64) *Snapshot {
+	sn := newSnapshot(st, version)
+	sn.machines = &s.machines
+	return sn
 }
 
 // Snapshot returns the current immutable snapshot.
@@ -162,7 +174,7 @@ func (s *Spec) publish(st *state, ver uint64) {
 		if old != nil && old.version >= ver {
 			return
 		}
-		if s.snap.CompareAndSwap(old, newSnapshot(st, ver)) {
+		if s.snap.CompareAndSwap(old, s.newSnapshot(st, ver)) {
 			break
 		}
 	}

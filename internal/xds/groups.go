@@ -91,7 +91,7 @@ func (p *Publisher) renderChanged(ctx context.Context) {
 			continue
 		}
 		for _, n := range g.nodes { // any one: they differ only in address
-			if in, err := render.InputsOf(m, renderProxy(n.proxy)); err != nil || !in.Equal(g.inputs) {
+			if in, err := render.InputsOf(m, p.renderProxy(n.proxy)); err != nil || !in.Equal(g.inputs) {
 				stale = append(stale, g)
 			}
 			break
@@ -127,7 +127,7 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 // n as the representative.
 func (p *Publisher) renderGroup(g *group, n *node) error {
 	m := p.mesh()
-	px := renderProxy(n.proxy)
+	px := p.renderProxy(n.proxy)
 	routes, err := render.Routes(m, px)
 	if err != nil {
 		return err
@@ -169,8 +169,17 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	return nil
 }
 
-func renderProxy(px Proxy) render.Proxy {
-	return render.Proxy{Service: px.Service, Flavor: px.Flavor, Address: px.Address}
+func (p *Publisher) renderProxy(px Proxy) render.Proxy {
+	rp := render.Proxy{Service: px.Service, Flavor: px.Flavor, Address: px.Address, GatewayCertDir: px.GatewayCertDir}
+	if px.Flavor == render.Gateway {
+		p.mu.Lock()
+		unusable := p.unusable
+		p.mu.Unlock()
+		if unusable != nil {
+			rp.UnusableCertificates = unusable(px.CN)
+		}
+	}
+	return rp
 }
 
 // publishNode renders and publishes everything one proxy receives.
@@ -202,7 +211,7 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 	}
 	// Only the listeners bound to this proxy's address are rendered here;
 	// the group holds the others.
-	own, err := render.PerProxyListeners(p.mesh(), renderProxy(n.proxy))
+	own, err := render.PerProxyListeners(p.mesh(), p.renderProxy(n.proxy))
 	if err != nil {
 		return err
 	}

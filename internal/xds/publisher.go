@@ -46,6 +46,10 @@ type Publisher struct {
 	mu       sync.Mutex
 	pending  []proxyEvent
 	requests []listenerRequest
+	refresh  map[string]bool // nodes to render again (Refresh)
+	// unusable returns the Gateway listeners whose certificate files a
+	// gateway machine (by CN) reported unusable (SetUnusableCertificates).
+	unusable func(cn string) []string
 	wake     chan struct{}
 
 	// refuse ends a proxy's streams, telling it why (set by
@@ -170,6 +174,31 @@ func (p *Publisher) ListenersRequested(nodeID string, stream uint64, names []str
 	}
 }
 
+// SetUnusableCertificates makes gateway proxies' listeners leave out the
+// Gateway listeners f names for their CN (those whose certificate files
+// the machine's agent reported unusable); call Refresh for a CN whose
+// answer changed.
+func (p *Publisher) SetUnusableCertificates(f func(cn string) []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.unusable = f
+}
+
+// Refresh renders a connected node's configuration again in the next pass
+// (nothing for a node that is not connected).
+func (p *Publisher) Refresh(nodeID string) {
+	p.mu.Lock()
+	if p.refresh == nil {
+		p.refresh = map[string]bool{}
+	}
+	p.refresh[nodeID] = true
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (p *Publisher) enqueue(e proxyEvent) {
 	p.mu.Lock()
 	p.pending = append(p.pending, e)
@@ -248,6 +277,8 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 	p.pending = nil
 	requests := p.requests
 	p.requests = nil
+	refresh := p.refresh
+	p.refresh = nil
 	p.mu.Unlock()
 
 	var joined []*node
@@ -354,6 +385,13 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 		if p.nodes[n.proxy.NodeID] == n { // still connected at the end of the batch
 			p.publishNode(ctx, n)
 			delete(recheck, n.proxy.NodeID)
+			delete(refresh, n.proxy.NodeID)
+		}
+	}
+	for id := range refresh {
+		if n := p.nodes[id]; n != nil {
+			p.publishNode(ctx, n)
+			delete(recheck, id)
 		}
 	}
 	for id := range recheck {

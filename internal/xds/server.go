@@ -34,6 +34,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -61,6 +62,10 @@ import (
 const (
 	MetadataFlavor  = "osm.flavor"           // "envoy" (default), "grpc" or "gateway"
 	MetadataAddress = "osm.advertiseAddress" // the VM's address; inbound listeners bind it
+	// MetadataGatewayCertDir is a gateway machine's certificate directory
+	// (osm-agent's gatewayCertDir), optional: its HTTPS listeners read
+	// their certificates from files under it.
+	MetadataGatewayCertDir = "osm.gatewayCertDir"
 )
 
 // Identities is what the server needs from the certificate manager.
@@ -76,14 +81,17 @@ type Identities interface {
 // Proxy is one connected proxy (all of its streams with one flavor).
 type Proxy struct {
 	// NodeID is the cache key: the CN for Envoy, CN+"~grpc" for proxyless gRPC.
-	NodeID    string             `json:"nodeId"`
-	CN        string             `json:"cn"`
-	Identity  mesh.ProxyIdentity `json:"-"`
-	Service   mesh.MeshService   `json:"service"`
-	Flavor    render.Flavor      `json:"flavor"`
-	Address   netip.Addr         `json:"address"`
-	Connected time.Time          `json:"connected"`
-	Streams   int                `json:"streams"`
+	NodeID   string             `json:"nodeId"`
+	CN       string             `json:"cn"`
+	Identity mesh.ProxyIdentity `json:"-"`
+	Service  mesh.MeshService   `json:"service"`
+	Flavor   render.Flavor      `json:"flavor"`
+	Address  netip.Addr         `json:"address"`
+	// GatewayCertDir is a gateway proxy's certificate directory (empty:
+	// the default).
+	GatewayCertDir string    `json:"gatewayCertDir,omitempty"`
+	Connected      time.Time `json:"connected"`
+	Streams        int       `json:"streams"`
 }
 
 // Watcher is told when the set of connected proxies changes (the
@@ -368,6 +376,10 @@ func (s *Server) checkNode(ctx context.Context, st *stream, node *corev3.Node, t
 	if err != nil {
 		return err
 	}
+	certDir, err := parseGatewayCertDir(node)
+	if err != nil {
+		return err
+	}
 	if err := checkType(flavor, typeURL); err != nil {
 		return err
 	}
@@ -382,7 +394,7 @@ func (s *Server) checkNode(ctx context.Context, st *stream, node *corev3.Node, t
 	p, ok := s.proxies[nodeID]
 	first := !ok
 	if !ok {
-		p = &Proxy{NodeID: nodeID, CN: st.cn, Identity: id, Service: id.Service, Flavor: flavor, Address: addr, Connected: time.Now()}
+		p = &Proxy{NodeID: nodeID, CN: st.cn, Identity: id, Service: id.Service, Flavor: flavor, Address: addr, GatewayCertDir: certDir, Connected: time.Now()}
 		s.proxies[nodeID] = p
 	}
 	p.Streams++
@@ -443,6 +455,23 @@ func parseNode(node *corev3.Node) (render.Flavor, netip.Addr, error) {
 		return 0, netip.Addr{}, status.Errorf(codes.InvalidArgument, "node metadata %s %q is not an address other machines can reach this one on: set advertiseAddress in the osm-agent config to this machine's unicast address", MetadataAddress, a.StringValue)
 	}
 	return flavor, ip.Unmap(), nil
+}
+
+// parseGatewayCertDir reads the optional osm.gatewayCertDir: an absolute,
+// clean path.
+func parseGatewayCertDir(node *corev3.Node) (string, error) {
+	v, ok := node.GetMetadata().GetFields()[MetadataGatewayCertDir]
+	if !ok {
+		return "", nil
+	}
+	d, ok := v.GetKind().(*structpb.Value_StringValue)
+	if !ok {
+		return "", status.Errorf(codes.InvalidArgument, "node metadata %s is %s, want an absolute directory as a string", MetadataGatewayCertDir, kindOf(v))
+	}
+	if d.StringValue != "" && (!path.IsAbs(d.StringValue) || path.Clean(d.StringValue) != d.StringValue) {
+		return "", status.Errorf(codes.InvalidArgument, "node metadata %s %q: want an absolute, clean directory path (gatewayCertDir in the osm-agent config)", MetadataGatewayCertDir, d.StringValue)
+	}
+	return d.StringValue, nil
 }
 
 // kindOf names the kind of a metadata value for an error message.

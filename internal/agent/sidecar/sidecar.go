@@ -48,6 +48,9 @@ type ProxyConfig struct {
 	// Gateway is set on an ingress gateway machine: its Envoy announces
 	// itself as a gateway proxy (osm.flavor "gateway").
 	Gateway bool
+	// GatewayCertDir is a gateway machine's certificate directory, in the
+	// node metadata as osm.gatewayCertDir.
+	GatewayCertDir string
 }
 
 // EnvoyFlavor is the osm.flavor of the machine's Envoy: "gateway" on an
@@ -75,6 +78,9 @@ func (p ProxyConfig) NodeMetadata(flavor string) map[string]any {
 	}
 	if p.AppPort != 0 {
 		md["osm.appPort"] = float64(p.AppPort)
+	}
+	if p.Gateway && p.GatewayCertDir != "" {
+		md["osm.gatewayCertDir"] = p.GatewayCertDir
 	}
 	return md
 }

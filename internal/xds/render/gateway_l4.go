@@ -71,6 +71,9 @@ func (b *builder) gatewayL4Listener(gp gatewayProxyPlan, p Proxy, ls []spec.Gate
 		ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: b.any(&tlsinspectorv3.TlsInspector{})}}}
 	used := map[string]bool{}
 	for _, gl := range bySpecificity(ls) {
+		if gl.TLSMode == "Terminate" && slices.Contains(p.UnusableCertificates, gl.Name) {
+			continue // the machine reported its certificate files unusable
+		}
 		for _, h := range gl.Hosts {
 			if used[h.Hostname] {
 				continue // a more specific listener of the port has it
@@ -84,7 +87,7 @@ func (b *builder) gatewayL4Listener(gp gatewayProxyPlan, p Proxy, ls []spec.Gate
 				fc.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: []string{h.Hostname}}
 			}
 			if gl.TLSMode == "Terminate" {
-				tls := gatewayTLS(gl.Certificate)
+				tls := gatewayTLS(p.GatewayCertDir, gl.Certificate)
 				tls.CommonTlsContext.AlpnProtocols = nil // not HTTP
 				fc.TransportSocket = b.transportSocket(tls)
 			}

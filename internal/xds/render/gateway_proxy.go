@@ -29,7 +29,7 @@ import (
 //	                                           machine's address (per proxy, like inbound listeners):
 //	                                           HTTP: one filter chain; HTTPS: one per Gateway listener,
 //	                                           chosen by SNI, terminating TLS with the certificate files
-//	                                           the listener's certificateRef names (spec.GatewayCertDir);
+//	                                           the listener's certificateRef names (GatewayCertFiles);
 //	                                           TCP and TLS: tcp_proxy chains (see gateway_l4.go)
 //	RDS  gateway|<ns>/<gw>|<port>              HTTP: a virtual host per host name of the port's listeners
 //	     gateway|<ns>/<gw>|<port>|<listener>   HTTPS: those of one listener
@@ -125,15 +125,21 @@ func gatewayListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 			l.ListenerFilters = []*listenerv3.ListenerFilter{{Name: tlsInspector,
 				ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: b.any(&tlsinspectorv3.TlsInspector{})}}}
 			for _, gl := range ls {
+				if slices.Contains(p.UnusableCertificates, gl.Name) {
+					continue
+				}
 				fc := &listenerv3.FilterChain{
 					Name:            gl.Name,
 					Filters:         []*listenerv3.Filter{b.networkFilter(hcmFilter, gatewayHCM(name+"|"+gl.Name, gp.routeName(gl), b))},
-					TransportSocket: b.transportSocket(gatewayTLS(gl.Certificate)),
+					TransportSocket: b.transportSocket(gatewayTLS(p.GatewayCertDir, gl.Certificate)),
 				}
 				if gl.Hostname != "" {
 					fc.FilterChainMatch = &listenerv3.FilterChainMatch{ServerNames: []string{gl.Hostname}}
 				}
 				l.FilterChains = append(l.FilterChains, fc)
+			}
+			if len(l.FilterChains) == 0 {
+				continue // every listener of the port lacks its certificate
 			}
 		}
 		out = append(out, l)
@@ -172,17 +178,21 @@ func gatewayHCM(statPrefix, routeName string, b *builder) *hcmv3.HttpConnectionM
 }
 
 // GatewayCertFiles returns the PEM files of the certificate a listener's
-// certificateRef (Secret ns/name) names on a gateway machine.
-func GatewayCertFiles(secret mesh.MeshService) (chain, key string) {
-	dir := path.Join(spec.GatewayCertDir, secret.Namespace, secret.Name)
-	return path.Join(dir, "tls.crt"), path.Join(dir, "tls.key")
+// certificateRef (Secret ns/name) names on a gateway machine whose
+// certificate directory is dir ("": spec.GatewayCertDir).
+func GatewayCertFiles(dir string, secret mesh.MeshService) (chain, key string) {
+	if dir == "" {
+		dir = spec.GatewayCertDir
+	}
+	d := path.Join(dir, secret.Namespace, secret.Name)
+	return path.Join(d, "tls.crt"), path.Join(d, "tls.key")
 }
 
 // gatewayTLS terminates the clients' TLS with the listener's certificate
 // files, reloaded by Envoy when the directory changes. Clients present no
 // certificate: they are outside the mesh.
-func gatewayTLS(secret mesh.MeshService) *tlsv3.DownstreamTlsContext {
-	chain, key := GatewayCertFiles(secret)
+func gatewayTLS(dir string, secret mesh.MeshService) *tlsv3.DownstreamTlsContext {
+	chain, key := GatewayCertFiles(dir, secret)
 	return &tlsv3.DownstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
 		TlsCertificates: []*tlsv3.TlsCertificate{{
 			CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: chain}},
@@ -292,16 +302,17 @@ func errNoGateway(p Proxy) error {
 }
 
 // gatewayFileCert reports whether c is a gateway listener's: certificates
-// from files under spec.GatewayCertDir, no client certificate checked.
+// from the files tls.crt and tls.key of one absolute directory (the
+// machine's certificate directory, see GatewayCertFiles), no client
+// certificate checked.
 func gatewayFileCert(c *tlsv3.CommonTlsContext) bool {
 	if len(c.GetTlsCertificates()) == 0 || c.GetValidationContextType() != nil {
 		return false
 	}
 	for _, tc := range c.GetTlsCertificates() {
-		for _, f := range []string{tc.GetCertificateChain().GetFilename(), tc.GetPrivateKey().GetFilename()} {
-			if !strings.HasPrefix(f, spec.GatewayCertDir+"/") {
-				return false
-			}
+		chain, key := tc.GetCertificateChain().GetFilename(), tc.GetPrivateKey().GetFilename()
+		if !path.IsAbs(chain) || path.Base(chain) != "tls.crt" || path.Base(key) != "tls.key" || path.Dir(chain) != path.Dir(key) {
+			return false
 		}
 	}
 	return true

@@ -159,6 +159,15 @@ type Proxy struct {
 	// listeners bind it, since 0.0.0.0 would clash with the VIP listeners
 	// on the same port.
 	Address netip.Addr
+	// GatewayCertDir is where a gateway proxy's machine keeps the
+	// certificate files of the Gateway's HTTPS listeners (node metadata
+	// osm.gatewayCertDir); empty: spec.GatewayCertDir.
+	GatewayCertDir string
+	// UnusableCertificates are the Gateway listeners whose certificate
+	// files the gateway machine's agent reported missing or unusable:
+	// they are rendered without them, so Envoy does not reject the port's
+	// listener (and with it the port's other Gateway listeners).
+	UnusableCertificates []string
 }
 
 // EDSName is the EDS resource name of svc's endpoints (both flavours).

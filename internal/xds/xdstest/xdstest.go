@@ -28,7 +28,9 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -115,7 +117,7 @@ func (p *Proxy) Close() { p.close() }
 // waits for the xDS listener (see WaitXDS).
 func (s Server) Connect(t *testing.T, cert tls.Certificate, address string, eds ...string) *Proxy {
 	t.Helper()
-	return s.connect(t, cert, "envoy", address, false, eds)
+	return s.connect(t, cert, "envoy", address, false, eds, nil)
 }
 
 // ConnectAs opens the ADS stream of a proxy whose node metadata osm.flavor
@@ -124,10 +126,17 @@ func (s Server) Connect(t *testing.T, cert tls.Certificate, address string, eds 
 // configuration and secret (wildcard) and to the EDS resources named.
 func (s Server) ConnectAs(t *testing.T, cert tls.Certificate, flavor, address string, eds ...string) *Proxy {
 	t.Helper()
-	return s.connect(t, cert, flavor, address, true, eds)
+	return s.connect(t, cert, flavor, address, true, eds, nil)
 }
 
-func (s Server) connect(t *testing.T, cert tls.Certificate, flavor, address string, all bool, eds []string) *Proxy {
+// ConnectRejecting is ConnectAs for a proxy that rejects (NACKs) every
+// response of the type URLs in reject, with the error detail given.
+func (s Server) ConnectRejecting(t *testing.T, cert tls.Certificate, flavor, address string, reject map[string]string) *Proxy {
+	t.Helper()
+	return s.connect(t, cert, flavor, address, true, nil, reject)
+}
+
+func (s Server) connect(t *testing.T, cert tls.Certificate, flavor, address string, all bool, eds []string, reject map[string]string) *Proxy {
 	t.Helper()
 	s.WaitXDS(t, 30*time.Second)
 	_, _, ca := s.admin(t)
@@ -174,7 +183,11 @@ func (s Server) connect(t *testing.T, cert tls.Certificate, flavor, address stri
 			if err != nil {
 				return
 			}
-			_ = stream.Send(&discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: names(r.GetTypeUrl())})
+			req := &discovery.DiscoveryRequest{TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce(), ResourceNames: names(r.GetTypeUrl())}
+			if msg, ok := reject[r.GetTypeUrl()]; ok {
+				req.VersionInfo, req.ErrorDetail = "", &rpcstatus.Status{Code: int32(codes.InvalidArgument), Message: msg}
+			}
+			_ = stream.Send(req)
 			select {
 			case p.resp <- r:
 			case <-ctx.Done():

@@ -1,0 +1,93 @@
+package spec
+
+import (
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// fixedMachines reports the same machines for every Gateway.
+type fixedMachines []GatewayMachine
+
+func (f fixedMachines) GatewayMachines(mesh.MeshService) []GatewayMachine { return f }
+
+// TestGatewayProgrammedStatus: the Programmed conditions of a Gateway and
+// its listeners follow the machines connected as it, and a certificate
+// problem a machine reports makes that listener's ResolvedRefs False.
+func TestGatewayProgrammedStatus(t *testing.T) {
+	const gw = `apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: ingress, namespace: default}
+spec:
+  gatewayClassName: osm-vm
+  listeners:
+    - {name: web, port: 80, protocol: HTTP}
+    - {name: shop, port: 443, protocol: HTTPS, hostname: shop.example.com, tls: {certificateRefs: [{name: shop-cert}]}}
+`
+	type cond struct {
+		status metav1.ConditionStatus
+		reason string
+		msg    string
+	}
+	for _, tc := range []struct {
+		name     string
+		machines []GatewayMachine
+		gateway  cond
+		web      cond // listener web's Programmed
+		shop     cond // listener shop's Programmed
+		shopRefs cond // listener shop's ResolvedRefs
+	}{
+		{"no machine", nil,
+			cond{metav1.ConditionFalse, "Pending", "install one with `osm-agent install --gateway ingress --service ingress --namespace default"},
+			cond{metav1.ConditionFalse, "Pending", "no gateway machine"}, cond{metav1.ConditionFalse, "Pending", ""}, cond{metav1.ConditionTrue, "ResolvedRefs", ""}},
+		{"connected, not acknowledged yet", []GatewayMachine{{Node: "a"}},
+			cond{metav1.ConditionFalse, "Pending", "1 gateway machines connected; waiting"},
+			cond{metav1.ConditionFalse, "Pending", ""}, cond{metav1.ConditionFalse, "Pending", ""}, cond{metav1.ConditionTrue, "ResolvedRefs", ""}},
+		{"acknowledged", []GatewayMachine{{Node: "a", ACKed: true}, {Node: "b"}},
+			cond{metav1.ConditionTrue, "Programmed", "configured on 1 of 2 connected gateway machines"},
+			cond{metav1.ConditionTrue, "Programmed", ""}, cond{metav1.ConditionTrue, "Programmed", ""}, cond{metav1.ConditionTrue, "ResolvedRefs", ""}},
+		{"rejected", []GatewayMachine{{Node: "a", Rejected: "Invalid path: /x/tls.crt"}},
+			cond{metav1.ConditionFalse, "Invalid", "machine a rejected it: Invalid path: /x/tls.crt"},
+			cond{metav1.ConditionFalse, "Invalid", "Invalid path"}, cond{metav1.ConditionFalse, "Invalid", ""}, cond{metav1.ConditionTrue, "ResolvedRefs", ""}},
+		{"one of two rejected", []GatewayMachine{{Node: "a", ACKed: true}, {Node: "b", Rejected: "bad"}},
+			cond{metav1.ConditionTrue, "Programmed", "configured on 1 of 2 connected gateway machines; machine b rejected it: bad"},
+			cond{metav1.ConditionTrue, "Programmed", ""}, cond{metav1.ConditionTrue, "Programmed", ""}, cond{metav1.ConditionTrue, "ResolvedRefs", ""}},
+		{"certificate reported bad", []GatewayMachine{{Node: "a", ACKed: true, Certificates: map[string]string{"shop": "/etc/osm/gateway-tls/default/shop-cert/tls.crt does not exist"}}},
+			cond{metav1.ConditionTrue, "Programmed", ""},
+			cond{metav1.ConditionTrue, "Programmed", ""},
+			cond{metav1.ConditionFalse, "Invalid", "machine a: /etc/osm/gateway-tls/default/shop-cert/tls.crt does not exist"},
+			cond{metav1.ConditionFalse, "InvalidCertificateRef", "machine a: /etc/osm/gateway-tls/default/shop-cert/tls.crt does not exist"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newTestSpec(t, store.NewMemory())
+			applyYAML(t, s, gw)
+			s.SetGatewayMachines(fixedMachines(tc.machines))
+			o, ok := s.Snapshot().Object(Key{Kind: KindGateway, Namespace: "default", Name: "ingress"})
+			if !ok {
+				t.Fatal("no Gateway")
+			}
+			st := o.(*Gateway).Status
+			check := func(what string, cs []metav1.Condition, typ string, want cond) {
+				t.Helper()
+				for _, c := range cs {
+					if c.Type == typ {
+						if c.Status != want.status || c.Reason != want.reason || !strings.Contains(c.Message, want.msg) {
+							t.Errorf("%s %s = %s %s %q, want %s %s containing %q", what, typ, c.Status, c.Reason, c.Message, want.status, want.reason, want.msg)
+						}
+						return
+					}
+				}
+				t.Errorf("%s has no %s condition: %+v", what, typ, cs)
+			}
+			check("Gateway", st.Conditions, "Programmed", tc.gateway)
+			check("Gateway", st.Conditions, "Accepted", cond{metav1.ConditionTrue, "Accepted", ""})
+			check("listener web", st.Listeners[0].Conditions, "Programmed", tc.web)
+			check("listener shop", st.Listeners[1].Conditions, "Programmed", tc.shop)
+			check("listener shop", st.Listeners[1].Conditions, "ResolvedRefs", tc.shopRefs)
+		})
+	}
+}
