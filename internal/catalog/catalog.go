@@ -219,9 +219,8 @@ func (c *Catalog) update(provider string, fn func(map[mesh.MeshService][]mesh.En
 	}
 }
 
-// merge returns svc's endpoints across all providers, an address and
-// port that several providers list once (the first provider's by name),
-// and whether any provider reports svc at all.
+// merge returns svc's endpoints across all providers, and whether any
+// provider reports svc at all.
 func (c *Catalog) merge(svc mesh.MeshService) ([]mesh.Endpoint, bool) {
 	var out []mesh.Endpoint
 	known := false
@@ -234,7 +233,7 @@ func (c *Catalog) merge(svc mesh.MeshService) ([]mesh.Endpoint, bool) {
 		out = append(out, eps...)
 	}
 	slices.SortFunc(out, mesh.Endpoint.Compare)
-	return slices.CompactFunc(out, func(a, b mesh.Endpoint) bool { return a.AddrPort() == b.AddrPort() }), known
+	return out, known
 }
 
 // normalize stamps the provider on each endpoint, sorts them and drops
