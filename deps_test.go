@@ -74,6 +74,8 @@ var rules = []rule{
 		why:       "the CA needs only mesh identities, the wire package's CA hash, the store and per-key locks",
 		testAllow: []string{module + "/internal/store/boltstore"},
 		testWhy:   "the restart and claim tests run on a real bbolt file"},
+	{pkg: module + "/internal/presence", forbid: []string{module + "/..."}, allow: []string{module + "/internal/presence", module + "/internal/mesh", module + "/internal/store"},
+		why: "sharing connected proxies between replicas needs only mesh values and the store contract; the model is behind a one-method interface"},
 	{pkg: module + "/internal/enroll/...", forbid: []string{module + "/..."}, allow: []string{module + "/internal/enroll/...", module + "/internal/keylock", module + "/internal/mesh", module + "/internal/meshapi", module + "/internal/store"},
 		why:       "enrollment is the server side only: it declares the issuer it needs instead of importing the CA, and the client side is internal/meshclient",
 		testAllow: []string{module + "/internal/meshclient", module + "/internal/certificate", module + "/internal/store/boltstore"},

@@ -64,7 +64,7 @@ var metricDefs = []metricDef{
 	{"HA.raft_per_enrollment", "HA Consul Raft writes per enrollment (token share, enrollment, claim)", "writes", "", nan, false},
 	{"HA.commits_per_enrollment", "HA osm-server's Consul commits per enrollment", "writes", "", nan, false},
 	{"HA.raft_failover", "HA Consul Raft writes during the failover (reconnects)", "writes", "", nan, false},
-	{"HA.commits_failover", "HA osm-server's Consul commits during the failover", "writes", "0", 0, false},
+	{"HA.commits_failover", "HA osm-server's Consul commits during the failover (each survivor's presence record)", "writes", "", nan, false},
 	{"HA.rss_per_proxy", "HA replica RSS per connected proxy, mean of 3", "KiB", "", nan, false},
 	{"HA.rss_per_proxy_single", "HA one osm-server (bbolt), as many proxies as a replica holds: RSS per proxy", "KiB", "", nan, false},
 	{"HA.rss_per_proxy_r1", "HA replica 1 RSS per connected proxy", "KiB", "", nan, false},

@@ -3,6 +3,8 @@ package main
 import (
 	"net"
 	"net/netip"
+	"net/url"
+	"os"
 
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
@@ -33,4 +35,17 @@ func advertisedReplica(cfg Config) (r meshapi.Replica, ok bool) {
 		return meshapi.Replica{}, false
 	}
 	return meshapi.Replica{API: "https://" + net.JoinHostPort(apiHost, apiPort), XDS: net.JoinHostPort(xdsHost, xdsPort)}, true
+}
+
+// presenceKey names this replica's record of connected proxies
+// (internal/presence): the replica list's key (its API URL, path-escaped),
+// or for a replica not in the list its host name and API address. Either
+// stays the same across restarts, so a replica that was killed overwrites
+// what it left when it starts again.
+func presenceKey(cfg Config, self meshapi.Replica) string {
+	if self.API != "" {
+		return url.PathEscape(self.API)
+	}
+	host, _ := os.Hostname()
+	return url.PathEscape(host + "/" + cfg.APIAddress)
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/join"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
+	"github.com/osm-vm/osm-vm/internal/presence"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
 	"github.com/osm-vm/osm-vm/internal/store/boltstore"
@@ -212,7 +213,16 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	xdsServer.SetWatcher(publisher)
 	// Gateway machines' addresses follow their connections, for DNS.
 	gateways := dnspublish.NewGatewaySource(model)
-	xdsServer.SetPresence(presences{model, gateways})
+	xdsPresence := presences{model, gateways}
+	// Replicas on a shared store tell each other which proxies are
+	// connected to each, for the participant rule; one server alone
+	// writes nothing.
+	var sharer *presence.Sharer
+	if cfg.Store.Backend == storeConsul {
+		sharer = presence.New(log.With("component", "presence"), kv, presenceKey(cfg, self), model, 0)
+		xdsPresence = append(xdsPresence, sharer)
+	}
+	xdsServer.SetPresence(xdsPresence)
 	xdsServer.SetHandshakeTimeout(cfg.HandshakeTimeout)
 	// A Gateway's Programmed status follows the machines connected as it.
 	gwMachines := newGatewayMachines(xdsServer, xdsCache, publisher)
@@ -244,6 +254,9 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	// Follow the specification other replicas sharing the store apply.
 	g.Go(func() error { return sp.Run(ctx) })
 	g.Go(func() error { return replicas.Run(ctx) })
+	if sharer != nil {
+		g.Go(func() error { return sharer.Run(ctx) })
+	}
 	g.Go(func() error { return followLifetimes(ctx, log, sp, certs) })
 	g.Go(func() error {
 		prune := func(ctx context.Context) error {

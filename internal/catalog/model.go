@@ -42,6 +42,11 @@ type SpecSource interface {
 // Proxy connects arrive in bursts (a reconnect storm after a restart): they
 // are queued and applied together, so a burst makes one View, which lists
 // only the services whose participants changed.
+//
+// With several replicas sharing a store a proxy is connected to one of
+// them: the others learn of it through SetRemotePresence (each replica's
+// connected set, shared through the store by internal/presence), and the
+// rule counts a (service, address) as connected when any replica has it.
 type Model struct {
 	cat         *Catalog
 	spec        SpecSource
@@ -50,6 +55,7 @@ type Model struct {
 
 	mu      sync.Mutex
 	pending []presence
+	remote  map[string]map[presence]struct{} // each other replica's connected set
 	current *View
 	subs    map[chan struct{}]struct{}
 	wake    chan struct{}
@@ -57,8 +63,8 @@ type Model struct {
 	// Owned by Update (under updateMu).
 	updateMu  sync.Mutex
 	catSnap   *Snapshot
-	connected map[mesh.MeshService]map[netip.Addr]int // proxies connected from each address
-	machines  map[netip.Addr]int                      // proxies connected from each address, of any service
+	connected map[mesh.MeshService]map[netip.Addr]int // proxies connected from each address (another replica's count as one)
+	machines  map[netip.Addr]int                      // the same, of any service
 	egressGWs map[mesh.MeshService][]mesh.Endpoint    // what publishEgressGateways last put in the catalog
 	inGrace   bool
 }
@@ -77,6 +83,7 @@ func NewModel(cat *Catalog, sp SpecSource, trustDomain string, grace time.Durati
 	m := &Model{
 		cat: cat, spec: sp, trustDomain: trustDomain, grace: grace,
 		subs:      map[chan struct{}]struct{}{},
+		remote:    map[string]map[presence]struct{}{},
 		wake:      make(chan struct{}, 1),
 		connected: map[mesh.MeshService]map[netip.Addr]int{},
 		machines:  map[netip.Addr]int{},
@@ -122,10 +129,48 @@ func (m *Model) ProxyDisconnected(svc mesh.MeshService, addr netip.Addr) {
 	m.enqueue(presence{svc, addr, false})
 }
 
+// SetRemotePresence replaces what another replica sharing the store has
+// connected: for each service, the addresses a proxy of it is connected
+// from there (nil: nothing, as when the replica's record is gone). The
+// participant rule counts an address as connected for a service when this
+// replica or any other has it; only the services whose participants change
+// are recomputed, as for a local connect.
+func (m *Model) SetRemotePresence(replica string, set map[mesh.MeshService][]netip.Addr) {
+	next := map[presence]struct{}{}
+	for svc, addrs := range set {
+		for _, a := range addrs {
+			next[presence{svc, a, true}] = struct{}{}
+		}
+	}
+	m.mu.Lock()
+	prev := m.remote[replica]
+	for p := range prev {
+		if _, ok := next[p]; !ok {
+			m.pending = append(m.pending, presence{p.svc, p.addr, false})
+		}
+	}
+	for p := range next {
+		if _, ok := prev[p]; !ok {
+			m.pending = append(m.pending, p)
+		}
+	}
+	if len(next) == 0 {
+		delete(m.remote, replica)
+	} else {
+		m.remote[replica] = next
+	}
+	m.mu.Unlock()
+	m.signal()
+}
+
 func (m *Model) enqueue(p presence) {
 	m.mu.Lock()
 	m.pending = append(m.pending, p)
 	m.mu.Unlock()
+	m.signal()
+}
+
+func (m *Model) signal() {
 	select {
 	case m.wake <- struct{}{}:
 	default:

@@ -259,3 +259,88 @@ func TestModelStartupGraceKnowsReconnectedMachines(t *testing.T) {
 	m.Update()
 	check("one of bookstore-v2's two proxies left", map[mesh.MeshService][]string{root: {"10.0.0.3"}})
 }
+
+// TestModelRemotePresence: a proxy connected to another replica counts as
+// connected here (the participant rule across replicas); a replica's set
+// is replaced as a whole, and a replica that says nothing (its record
+// gone) contributes nothing. Only the services whose participants change
+// are in the next View's Changed.
+func TestModelRemotePresence(t *testing.T) {
+	a := mesh.MeshService{Namespace: "ns", Name: "a"}
+	b := mesh.MeshService{Namespace: "ns", Name: "b"}
+	ip1, ip2 := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
+	cat := New()
+	cat.SetEndpoints("p", a, []mesh.Endpoint{{IP: ip1, Port: 80}, {IP: ip2, Port: 80}})
+	cat.SetEndpoints("p", b, []mesh.Endpoint{{IP: ip2, Port: 80}})
+	m := NewModel(cat, specWith(t, true), "td", 0)
+	check := func(step string, want map[mesh.MeshService][]string, changed []mesh.MeshService, since *View) {
+		t.Helper()
+		v := m.View()
+		for s, w := range want {
+			if got := ipsOf(v.Endpoints(s)); !cmp.Equal(got, w, cmpopts.EquateEmpty()) {
+				t.Errorf("%s: participants of %s = %v, want %v", step, s, got, w)
+			}
+		}
+		if got, all := v.Changed(since); all || !cmp.Equal(got, changed, cmpopts.EquateEmpty()) {
+			t.Errorf("%s: Changed = %v (all %v), want %v", step, got, all, changed)
+		}
+	}
+
+	v0 := m.View()
+	m.SetRemotePresence("r2", map[mesh.MeshService][]netip.Addr{a: {ip1}})
+	m.Update()
+	check("a's proxy on 10.0.0.1 connected to r2", map[mesh.MeshService][]string{a: {"10.0.0.1"}, b: nil}, []mesh.MeshService{a}, v0)
+
+	// The same address connected here and on r3 too: one goes, it stays.
+	v1 := m.View()
+	m.ProxyConnected(a, ip1)
+	m.SetRemotePresence("r3", map[mesh.MeshService][]netip.Addr{a: {ip1}, b: {ip2}})
+	m.Update()
+	check("also here and on r3, and b on r3", map[mesh.MeshService][]string{a: {"10.0.0.1"}, b: {"10.0.0.2"}}, []mesh.MeshService{b}, v1)
+	v2 := m.View()
+	m.SetRemotePresence("r2", nil)
+	m.ProxyDisconnected(a, ip1)
+	m.Update()
+	check("gone from r2 and here, still on r3", map[mesh.MeshService][]string{a: {"10.0.0.1"}, b: {"10.0.0.2"}}, nil, v2)
+
+	// r3's set replaced: a moved from 10.0.0.1 to 10.0.0.2, b left.
+	m.SetRemotePresence("r3", map[mesh.MeshService][]netip.Addr{a: {ip2, ip2}})
+	m.Update()
+	check("r3's set replaced", map[mesh.MeshService][]string{a: {"10.0.0.2"}, b: nil}, []mesh.MeshService{a, b}, v2)
+
+	// r3's record removed: nothing of it counts.
+	v3 := m.View()
+	m.SetRemotePresence("r3", nil)
+	m.Update()
+	check("r3's record removed", map[mesh.MeshService][]string{a: nil, b: nil}, []mesh.MeshService{a}, v3)
+}
+
+// TestModelRemotePresenceInGrace: during the startup grace an address with
+// a proxy connected to another replica counts only for that proxy's
+// service, as one connected here does; once the other replica's set no
+// longer has it, it stands in for every service discovered on it again.
+func TestModelRemotePresenceInGrace(t *testing.T) {
+	root := mesh.MeshService{Namespace: "default", Name: "bookstore"}
+	v1 := mesh.MeshService{Namespace: "default", Name: "bookstore-v1"}
+	ip3 := netip.MustParseAddr("10.0.0.3")
+	cat := New()
+	cat.SetEndpoints("p", root, []mesh.Endpoint{{IP: ip3, Port: 14001}})
+	cat.SetEndpoints("p", v1, []mesh.Endpoint{{IP: ip3, Port: 14001}})
+	m := NewModel(cat, specWith(t, true), "td", time.Hour)
+	if got := ipsOf(m.View().Endpoints(root)); !cmp.Equal(got, []string{"10.0.0.3"}) {
+		t.Fatalf("participants of the root in the grace, nothing connected = %v, want [10.0.0.3]", got)
+	}
+	m.SetRemotePresence("r2", map[mesh.MeshService][]netip.Addr{v1: {ip3}})
+	m.Update()
+	if got := ipsOf(m.View().Endpoints(root)); len(got) != 0 {
+		t.Errorf("participants of the root once bookstore-v1's machine is connected to r2 = %v, want none", got)
+	}
+	if got := ipsOf(m.View().Endpoints(v1)); !cmp.Equal(got, []string{"10.0.0.3"}) {
+		t.Errorf("participants of bookstore-v1 = %v, want [10.0.0.3]", got)
+	}
+	m.SetRemotePresence("r2", map[mesh.MeshService][]netip.Addr{})
+	m.Update()
+	if got := ipsOf(m.View().Endpoints(root)); !cmp.Equal(got, []string{"10.0.0.3"}) {
+		t.Errorf("participants of the root once r2's set is empty, in the grace = %v, want [10.0.0.3]", got)
+	}
+}
