@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -106,4 +109,78 @@ func parseBytes(v string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size: want a positive whole number with an optional unit B, KiB, MiB, GiB or TiB, e.g. 3GiB", v)
 	}
 	return n << shift, nil
+}
+
+// A fleet connecting to a freshly started server, or reconnecting after a
+// restart or a failover, allocates fast (TLS handshakes, HTTP/2
+// transports, each proxy's first answers) while what is live grows: at
+// osm-server's steady target (gcPercent, 50 by default) the collector
+// then ran about twice as often as at Go's default, each collection
+// scanning every connection's goroutine stacks, and was a quarter of the
+// server's CPU in the fill (docs/performance.md, issue 26). So while
+// streams open in a burst the collector runs at burstGCPercent, and when
+// the burst is over the steady target returns with one collection, after
+// which the runtime returns the burst's extra heap to the system.
+const (
+	burstGCPercent = 100 // Go's default
+	// burstTick is how often the rate of opened streams is read;
+	// burstStreams opened in one tick (100 a second) make a burst, and
+	// burstQuietTicks ticks with fewer end it.
+	burstTick       = 250 * time.Millisecond
+	burstStreams    = 25
+	burstQuietTicks = 4
+)
+
+// gcGovernor raises the collector's target while streams open in a burst
+// and restores the steady one after (see burstGCPercent).
+type gcGovernor struct {
+	log     *slog.Logger
+	steady  int           // the configured target
+	opened  func() uint64 // streams opened so far (xds.Server.StreamsOpened)
+	setGC   func(int) int // debug.SetGCPercent
+	collect func()        // runtime.GC
+}
+
+// newGCGovernor returns the governor for the settings in force, or nil
+// when they leave it nothing to do: GOGC in the environment decides, the
+// collector is off, or the steady target is already at least the burst's.
+func newGCGovernor(log *slog.Logger, s runtimeSettings, opened func() uint64) *gcGovernor {
+	if strings.Contains(s.Source, "GOGC") || s.GCPercent < 0 || s.GCPercent >= burstGCPercent {
+		return nil
+	}
+	return &gcGovernor{log: log, steady: s.GCPercent, opened: opened, setGC: debug.SetGCPercent, collect: runtime.GC}
+}
+
+// run follows the rate of opened streams at each tick until ctx is done.
+func (g *gcGovernor) run(ctx context.Context, ticks <-chan time.Time) error {
+	last := g.opened()
+	inBurst, quiet := false, 0
+	for {
+		select {
+		case <-ctx.Done():
+			if inBurst {
+				g.setGC(g.steady)
+			}
+			return nil
+		case <-ticks:
+		}
+		n := g.opened()
+		busy := n-last >= burstStreams
+		last = n
+		switch {
+		case busy && !inBurst:
+			inBurst, quiet = true, 0
+			g.setGC(burstGCPercent)
+			g.log.Debug("streams opening in a burst: collector target raised", "gc_percent", burstGCPercent)
+		case busy:
+			quiet = 0
+		case inBurst:
+			if quiet++; quiet >= burstQuietTicks {
+				inBurst = false
+				g.setGC(g.steady)
+				g.collect()
+				g.log.Debug("burst of streams over: collector target restored", "gc_percent", g.steady)
+			}
+		}
+	}
 }

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"math"
 	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -87,5 +92,99 @@ func TestApplyRuntimeEnvironmentWins(t *testing.T) {
 	}
 	if gc := debug.SetGCPercent(-1); gc != 80 {
 		t.Errorf("runtime GC percent = %d, want GOGC's 80", gc)
+	}
+}
+
+func TestGCGovernorFollowsBursts(t *testing.T) {
+	var opened atomic.Uint64
+	var mu sync.Mutex
+	var set []int
+	collected := 0
+	g := &gcGovernor{
+		log: discardLogger(), steady: 50, opened: opened.Load,
+		setGC: func(p int) int {
+			mu.Lock()
+			defer mu.Unlock()
+			set = append(set, p)
+			return 0
+		},
+		collect: func() {
+			mu.Lock()
+			defer mu.Unlock()
+			collected++
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ticks := make(chan time.Time) // unbuffered: a send waits for the previous tick's work
+	done := make(chan error, 1)
+	go func() { done <- g.run(ctx, ticks) }()
+	ticks <- time.Now() // run has read the count it starts from
+	// Each step: streams opened before the tick.
+	steps := []uint64{
+		3,                // a few connects: no burst
+		burstStreams,     // a burst starts
+		burstStreams * 4, // goes on
+		1,                // quiet 1
+		burstStreams,     // busy again: the quiet count starts over
+		0, 0, 0,          // quiet 1-3
+		0,                // quiet 4: the burst is over
+		0,                // steady
+		burstStreams - 1, // below the rate: steady
+	}
+	for _, n := range steps {
+		opened.Add(n)
+		ticks <- time.Now()
+	}
+	ticks <- time.Now() // the last step's tick is handled once this one is taken
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []int{burstGCPercent, 50}; !slices.Equal(set, want) {
+		t.Errorf("targets set %v, want %v", set, want)
+	}
+	if collected != 1 {
+		t.Errorf("collections forced: %d, want 1 (when the burst ended)", collected)
+	}
+}
+
+func TestGCGovernorRestoresOnStop(t *testing.T) {
+	var opened atomic.Uint64
+	var set []int
+	g := &gcGovernor{log: discardLogger(), steady: 40, opened: opened.Load,
+		setGC: func(p int) int { set = append(set, p); return 0 }, collect: func() {}}
+	ctx, cancel := context.WithCancel(context.Background())
+	ticks := make(chan time.Time)
+	done := make(chan error, 1)
+	go func() { done <- g.run(ctx, ticks) }()
+	ticks <- time.Now() // run has read the count it starts from
+	opened.Add(burstStreams)
+	ticks <- time.Now()
+	ticks <- time.Now() // the burst's tick is handled
+	cancel()
+	<-done
+	if want := []int{burstGCPercent, 40}; !slices.Equal(set, want) {
+		t.Errorf("targets set %v, want %v (the steady target restored when run returns)", set, want)
+	}
+}
+
+func TestNewGCGovernor(t *testing.T) {
+	opened := func() uint64 { return 0 }
+	for _, tc := range []struct {
+		name string
+		s    runtimeSettings
+		want bool
+	}{
+		{"the default target", runtimeSettings{GCPercent: 50, Source: "gcPercent"}, true},
+		{"GOGC decides", runtimeSettings{GCPercent: 50, Source: "GOGC"}, false},
+		{"collector off", runtimeSettings{GCPercent: -1, Source: "gcPercent"}, false},
+		{"already at the burst's target", runtimeSettings{GCPercent: burstGCPercent, Source: "gcPercent"}, false},
+		{"above it", runtimeSettings{GCPercent: 200, Source: "gcPercent, memoryLimit"}, false},
+	} {
+		if got := newGCGovernor(discardLogger(), tc.s, opened) != nil; got != tc.want {
+			t.Errorf("%s: governor %t, want %t", tc.name, got, tc.want)
+		}
 	}
 }

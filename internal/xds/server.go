@@ -347,6 +347,15 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 	return st, sctx, nil
 }
 
+// StreamsOpened returns how many streams have been authenticated and
+// opened since the server started (osm-server's collector follows its
+// rate: see gcGovernor in cmd/osm-server).
+func (s *Server) StreamsOpened() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastID
+}
+
 // checkNode validates a request's node against the stream's certificate,
 // and its type against what the proxy's flavour is served; the first node
 // also registers the proxy.
