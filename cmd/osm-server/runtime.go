@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -119,8 +118,10 @@ func parseBytes(v string) (int64, error) {
 // scanning every connection's goroutine stacks, and was a quarter of the
 // server's CPU in the fill (docs/performance.md, issue 26). So while
 // streams open in a burst the collector runs at burstGCPercent, and when
-// the burst is over the steady target returns with one collection, after
-// which the runtime returns the burst's extra heap to the system.
+// the burst is over the steady target returns with one collection that
+// also returns the burst's extra heap to the system at once
+// (debug.FreeOSMemory: the runtime's own scavenger would give it back
+// over minutes, and only down to a tenth above the new target).
 const (
 	burstGCPercent = 100 // Go's default
 	// burstTick is how often the rate of opened streams is read;
@@ -138,7 +139,7 @@ type gcGovernor struct {
 	steady  int           // the configured target
 	opened  func() uint64 // streams opened so far (xds.Server.StreamsOpened)
 	setGC   func(int) int // debug.SetGCPercent
-	collect func()        // runtime.GC
+	collect func()        // debug.FreeOSMemory
 }
 
 // newGCGovernor returns the governor for the settings in force, or nil
@@ -148,7 +149,7 @@ func newGCGovernor(log *slog.Logger, s runtimeSettings, opened func() uint64) *g
 	if strings.Contains(s.Source, "GOGC") || s.GCPercent < 0 || s.GCPercent >= burstGCPercent {
 		return nil
 	}
-	return &gcGovernor{log: log, steady: s.GCPercent, opened: opened, setGC: debug.SetGCPercent, collect: runtime.GC}
+	return &gcGovernor{log: log, steady: s.GCPercent, opened: opened, setGC: debug.SetGCPercent, collect: debug.FreeOSMemory}
 }
 
 // run follows the rate of opened streams at each tick until ctx is done.
