@@ -243,7 +243,7 @@ type Manager struct {
 	// service: at 1,000 services that scan was 1.2% of a fleet fill's CPU.
 	nextRotation      time.Time
 	nextRotationKnown bool
-	proxies  map[string]proxyKnown
+	proxies           map[string]proxyKnown
 	// undecodable holds the version of each proxy record (by key) that did
 	// not decode, so syncProxies reports it once and skips it until it
 	// changes.
