@@ -124,12 +124,20 @@ func parseBytes(v string) (int64, error) {
 // over minutes, and only down to a tenth above the new target).
 const (
 	burstGCPercent = 100 // Go's default
-	// burstTick is how often the rate of opened streams is read;
-	// burstStreams opened in one tick (100 a second) make a burst, and
-	// burstQuietTicks ticks with fewer end it.
+	// burstTick is how often the count of opened streams is read.
+	// burstStreams opened in one tick (100 a second) start a burst;
+	// burstQuietTicks ticks in a row with fewer than quietStreams each
+	// (20 a second, for 2 s) end it. The gap between the two keeps a
+	// storm that slows down (on a loaded machine) from ending and
+	// starting again.
 	burstTick       = 250 * time.Millisecond
 	burstStreams    = 25
-	burstQuietTicks = 4
+	quietStreams    = 5
+	burstQuietTicks = 8
+	// releaseEvery bounds how often the end of a burst gives memory back
+	// (debug.FreeOSMemory, a whole collection): a later burst's end only
+	// restores the target.
+	releaseEvery = time.Minute
 )
 
 // gcGovernor raises the collector's target while streams open in a burst
@@ -140,6 +148,7 @@ type gcGovernor struct {
 	opened  func() uint64 // streams opened so far (xds.Server.StreamsOpened)
 	setGC   func(int) int // debug.SetGCPercent
 	collect func()        // debug.FreeOSMemory
+	now     func() time.Time
 }
 
 // newGCGovernor returns the governor for the settings in force, or nil
@@ -149,13 +158,14 @@ func newGCGovernor(log *slog.Logger, s runtimeSettings, opened func() uint64) *g
 	if strings.Contains(s.Source, "GOGC") || s.GCPercent < 0 || s.GCPercent >= burstGCPercent {
 		return nil
 	}
-	return &gcGovernor{log: log, steady: s.GCPercent, opened: opened, setGC: debug.SetGCPercent, collect: debug.FreeOSMemory}
+	return &gcGovernor{log: log, steady: s.GCPercent, opened: opened, setGC: debug.SetGCPercent, collect: debug.FreeOSMemory, now: time.Now}
 }
 
 // run follows the rate of opened streams at each tick until ctx is done.
 func (g *gcGovernor) run(ctx context.Context, ticks <-chan time.Time) error {
 	last := g.opened()
 	inBurst, quiet := false, 0
+	var released time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -166,22 +176,29 @@ func (g *gcGovernor) run(ctx context.Context, ticks <-chan time.Time) error {
 		case <-ticks:
 		}
 		n := g.opened()
-		busy := n-last >= burstStreams
+		opened := n - last
 		last = n
 		switch {
-		case busy && !inBurst:
-			inBurst, quiet = true, 0
-			g.setGC(burstGCPercent)
-			g.log.Debug("streams opening in a burst: collector target raised", "gc_percent", burstGCPercent)
-		case busy:
-			quiet = 0
-		case inBurst:
-			if quiet++; quiet >= burstQuietTicks {
-				inBurst = false
-				g.setGC(g.steady)
-				g.collect()
-				g.log.Debug("burst of streams over: collector target restored", "gc_percent", g.steady)
+		case !inBurst:
+			if opened >= burstStreams {
+				inBurst, quiet = true, 0
+				g.setGC(burstGCPercent)
+				g.log.Info("xDS streams opening in a burst: collector target raised until it is over", "gc_percent", burstGCPercent)
 			}
+		case opened >= quietStreams:
+			quiet = 0
+		default:
+			if quiet++; quiet < burstQuietTicks {
+				continue
+			}
+			inBurst = false
+			g.setGC(g.steady)
+			release := released.IsZero() || g.now().Sub(released) >= releaseEvery
+			if release {
+				g.collect()
+				released = g.now()
+			}
+			g.log.Info("burst of xDS streams over: collector target restored", "gc_percent", g.steady, "memory_released", release)
 		}
 	}
 }

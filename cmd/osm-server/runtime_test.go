@@ -95,78 +95,127 @@ func TestApplyRuntimeEnvironmentWins(t *testing.T) {
 	}
 }
 
-func TestGCGovernorFollowsBursts(t *testing.T) {
-	var opened atomic.Uint64
-	var mu sync.Mutex
-	var set []int
-	collected := 0
-	g := &gcGovernor{
-		log: discardLogger(), steady: 50, opened: opened.Load,
+// recorder is a gcGovernor's runtime, recorded.
+type recorder struct {
+	mu        sync.Mutex
+	set       []int
+	collected int
+	now       time.Time
+}
+
+func (r *recorder) governor(steady int, opened func() uint64) *gcGovernor {
+	return &gcGovernor{
+		log: discardLogger(), steady: steady, opened: opened,
 		setGC: func(p int) int {
-			mu.Lock()
-			defer mu.Unlock()
-			set = append(set, p)
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.set = append(r.set, p)
 			return 0
 		},
 		collect: func() {
-			mu.Lock()
-			defer mu.Unlock()
-			collected++
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.collected++
 		},
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ticks := make(chan time.Time) // unbuffered: a send waits for the previous tick's work
-	done := make(chan error, 1)
-	go func() { done <- g.run(ctx, ticks) }()
-	ticks <- time.Now() // run has read the count it starts from
-	// Each step: streams opened before the tick.
-	steps := []uint64{
-		3,                // a few connects: no burst
-		burstStreams,     // a burst starts
-		burstStreams * 4, // goes on
-		1,                // quiet 1
-		burstStreams,     // busy again: the quiet count starts over
-		0, 0, 0,          // quiet 1-3
-		0,                // quiet 4: the burst is over
-		0,                // steady
-		burstStreams - 1, // below the rate: steady
-	}
-	for _, n := range steps {
-		opened.Add(n)
-		ticks <- time.Now()
-	}
-	ticks <- time.Now() // the last step's tick is handled once this one is taken
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if want := []int{burstGCPercent, 50}; !slices.Equal(set, want) {
-		t.Errorf("targets set %v, want %v", set, want)
-	}
-	if collected != 1 {
-		t.Errorf("collections forced: %d, want 1 (when the burst ended)", collected)
+		now: func() time.Time {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.now
+		},
 	}
 }
 
-func TestGCGovernorRestoresOnStop(t *testing.T) {
-	var opened atomic.Uint64
-	var set []int
-	g := &gcGovernor{log: discardLogger(), steady: 40, opened: opened.Load,
-		setGC: func(p int) int { set = append(set, p); return 0 }, collect: func() {}}
+func (r *recorder) advance(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.now = r.now.Add(d)
+}
+
+// runGovernor runs the governor newGov returns, opening before each tick
+// the streams of one step, and returns once the last step's tick was
+// handled and run returned. Each step's streams are opened only after the
+// previous tick's count was read.
+func runGovernor(t *testing.T, newGov func(opened func() uint64) *gcGovernor, steps []uint64, between func(i int)) {
+	t.Helper()
+	var count atomic.Uint64
+	read := make(chan struct{})
+	g := newGov(func() uint64 {
+		n := count.Load()
+		read <- struct{}{}
+		return n
+	})
 	ctx, cancel := context.WithCancel(context.Background())
 	ticks := make(chan time.Time)
 	done := make(chan error, 1)
 	go func() { done <- g.run(ctx, ticks) }()
-	ticks <- time.Now() // run has read the count it starts from
-	opened.Add(burstStreams)
-	ticks <- time.Now()
-	ticks <- time.Now() // the burst's tick is handled
+	<-read // the count it starts from
+	for i, n := range steps {
+		if between != nil {
+			between(i)
+		}
+		count.Add(n)
+		ticks <- time.Now()
+		<-read
+	}
+	ticks <- time.Now() // taken once the last step's tick is handled
+	<-read
 	cancel()
-	<-done
-	if want := []int{burstGCPercent, 40}; !slices.Equal(set, want) {
-		t.Errorf("targets set %v, want %v (the steady target restored when run returns)", set, want)
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+func quietTicks(n int) []uint64 { return make([]uint64, n) }
+
+func TestGCGovernorFollowsBursts(t *testing.T) {
+	r := &recorder{now: time.Unix(1e9, 0)}
+	steps := []uint64{
+		3,                // a few connects: no burst
+		burstStreams - 1, // below the rate: no burst
+		burstStreams,     // a burst starts
+		burstStreams * 4, // goes on
+		quietStreams - 1, // quiet 1
+		quietStreams,     // busy again (a storm slowed down): the quiet count starts over
+	}
+	steps = append(steps, quietTicks(burstQuietTicks-1)...) // quiet, not yet long enough
+	steps = append(steps, 0)                                // the burst is over
+	steps = append(steps, 0, burstStreams-1)                // steady
+	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, nil)
+	if want := []int{burstGCPercent, 50}; !slices.Equal(r.set, want) {
+		t.Errorf("targets set %v, want %v", r.set, want)
+	}
+	if r.collected != 1 {
+		t.Errorf("memory released %d times, want 1 (when the burst ended)", r.collected)
+	}
+}
+
+// Bursts ending less than releaseEvery apart restore the target, and
+// release memory only once.
+func TestGCGovernorReleasesAtMostEveryMinute(t *testing.T) {
+	r := &recorder{now: time.Unix(1e9, 0)}
+	burst := append([]uint64{burstStreams}, quietTicks(burstQuietTicks)...)
+	var steps []uint64
+	for range 3 {
+		steps = append(steps, burst...)
+	}
+	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, func(i int) {
+		if i == 2*len(burst) { // the third burst ends a minute after the first
+			r.advance(releaseEvery)
+		}
+	})
+	if want := []int{burstGCPercent, 50, burstGCPercent, 50, burstGCPercent, 50}; !slices.Equal(r.set, want) {
+		t.Errorf("targets set %v, want %v", r.set, want)
+	}
+	if r.collected != 2 {
+		t.Errorf("memory released %d times, want 2 (first burst, and third, a minute later)", r.collected)
+	}
+}
+
+func TestGCGovernorRestoresOnStop(t *testing.T) {
+	r := &recorder{}
+	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(40, opened) }, []uint64{burstStreams}, nil)
+	if want := []int{burstGCPercent, 40}; !slices.Equal(r.set, want) {
+		t.Errorf("targets set %v, want %v (the steady target restored when run returns)", r.set, want)
 	}
 }
 
