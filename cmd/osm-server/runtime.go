@@ -127,13 +127,15 @@ const (
 	// burstTick is how often the count of opened streams is read.
 	// burstStreams opened in one tick (100 a second) start a burst;
 	// burstQuietTicks ticks in a row with fewer than quietStreams each
-	// (20 a second, for 2 s) end it. The gap between the two keeps a
-	// storm that slows down (on a loaded machine) from ending and
-	// starting again.
+	// (20 a second, for half a second) end it, soon enough that its
+	// collection is over before the server is idle (osm-bench's M1 window
+	// starts 2.5 s after the last proxy is configured; with 2 s it fell
+	// into it). A storm that slows down (on a loaded machine) may end and
+	// start again; that only sets the target (see releaseEvery).
 	burstTick       = 250 * time.Millisecond
 	burstStreams    = 25
 	quietStreams    = 5
-	burstQuietTicks = 8
+	burstQuietTicks = 2
 	// releaseEvery bounds how often the end of a burst gives memory back
 	// (debug.FreeOSMemory, a whole collection): a later burst's end only
 	// restores the target.
