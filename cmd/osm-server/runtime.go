@@ -118,9 +118,9 @@ func parseBytes(v string) (int64, error) {
 // scanning every connection's goroutine stacks, and was a quarter of the
 // server's CPU in the fill (docs/performance.md, issue 26). So while
 // streams open in a burst the collector runs at burstGCPercent, and when
-// the burst is over the steady target returns with one collection that
-// also returns the burst's extra heap to the system at once
-// (debug.FreeOSMemory: the runtime's own scavenger would give it back
+// the burst is over the steady target returns, and once no stream opens
+// one collection also returns the burst's extra heap to the system at
+// once (debug.FreeOSMemory: the runtime's own scavenger would give it back
 // over minutes, and only down to a tenth above the new target).
 const (
 	burstGCPercent = 100 // Go's default
@@ -136,10 +136,13 @@ const (
 	burstStreams    = 25
 	quietStreams    = 5
 	burstQuietTicks = 2
-	// releaseEvery bounds how often the end of a burst gives memory back
-	// (debug.FreeOSMemory, a whole collection): a later burst's end only
-	// restores the target.
-	releaseEvery = time.Minute
+	// The burst's heap is given back (debug.FreeOSMemory, a whole
+	// collection) once no stream opened for releaseQuietTicks ticks after
+	// it, and at most every releaseEvery: a storm slowed down by a loaded
+	// machine ends its bursts while streams still open, and memory given
+	// back then is wanted again at once.
+	releaseQuietTicks = 2
+	releaseEvery      = time.Minute
 )
 
 // gcGovernor raises the collector's target while streams open in a burst
@@ -167,6 +170,9 @@ func newGCGovernor(log *slog.Logger, s runtimeSettings, opened func() uint64) *g
 func (g *gcGovernor) run(ctx context.Context, ticks <-chan time.Time) error {
 	last := g.opened()
 	inBurst, quiet := false, 0
+	// pending: a burst ended and its heap is not given back yet; idle
+	// counts the ticks since without a stream opened.
+	pending, idle := false, 0
 	var released time.Time
 	for {
 		select {
@@ -181,26 +187,34 @@ func (g *gcGovernor) run(ctx context.Context, ticks <-chan time.Time) error {
 		opened := n - last
 		last = n
 		switch {
+		case !inBurst && opened >= burstStreams:
+			inBurst, quiet, pending = true, 0, false
+			g.setGC(burstGCPercent)
+			g.log.Info("xDS streams opening in a burst: collector target raised until it is over", "gc_percent", burstGCPercent)
 		case !inBurst:
-			if opened >= burstStreams {
-				inBurst, quiet = true, 0
-				g.setGC(burstGCPercent)
-				g.log.Info("xDS streams opening in a burst: collector target raised until it is over", "gc_percent", burstGCPercent)
+			if !pending {
+				break
+			}
+			if idle = idle + 1; opened > 0 {
+				idle = 0
+			}
+			if idle >= releaseQuietTicks {
+				pending = false
+				if released.IsZero() || g.now().Sub(released) >= releaseEvery {
+					g.collect()
+					released = g.now()
+					g.log.Info("no xDS streams opening: the burst's heap given back to the system")
+				}
 			}
 		case opened >= quietStreams:
 			quiet = 0
 		default:
 			if quiet++; quiet < burstQuietTicks {
-				continue
+				break
 			}
-			inBurst = false
+			inBurst, pending, idle = false, true, 0
 			g.setGC(g.steady)
-			release := released.IsZero() || g.now().Sub(released) >= releaseEvery
-			if release {
-				g.collect()
-				released = g.now()
-			}
-			g.log.Info("burst of xDS streams over: collector target restored", "gc_percent", g.steady, "memory_released", release)
+			g.log.Info("burst of xDS streams over: collector target restored", "gc_percent", g.steady)
 		}
 	}
 }

@@ -177,9 +177,10 @@ func TestGCGovernorFollowsBursts(t *testing.T) {
 		quietStreams - 1, // quiet 1
 		quietStreams,     // busy again (a storm slowed down): the quiet count starts over
 	}
-	steps = append(steps, quietTicks(burstQuietTicks-1)...) // quiet, not yet long enough
-	steps = append(steps, 0)                                // the burst is over
-	steps = append(steps, 0, burstStreams-1)                // steady
+	steps = append(steps, quietTicks(burstQuietTicks-1)...)   // quiet, not yet long enough
+	steps = append(steps, 0)                                  // the burst is over
+	steps = append(steps, quietTicks(releaseQuietTicks)...)   // no stream opens: its heap is given back
+	steps = append(steps, burstStreams-1, quietStreams, 0, 0) // steady
 	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, nil)
 	if want := []int{burstGCPercent, 50}; !slices.Equal(r.set, want) {
 		t.Errorf("targets set %v, want %v", r.set, want)
@@ -193,7 +194,7 @@ func TestGCGovernorFollowsBursts(t *testing.T) {
 // release memory only once.
 func TestGCGovernorReleasesAtMostEveryMinute(t *testing.T) {
 	r := &recorder{now: time.Unix(1e9, 0)}
-	burst := append([]uint64{burstStreams}, quietTicks(burstQuietTicks)...)
+	burst := append([]uint64{burstStreams}, quietTicks(burstQuietTicks+releaseQuietTicks)...)
 	var steps []uint64
 	for range 3 {
 		steps = append(steps, burst...)
@@ -208,6 +209,32 @@ func TestGCGovernorReleasesAtMostEveryMinute(t *testing.T) {
 	}
 	if r.collected != 2 {
 		t.Errorf("memory released %d times, want 2 (first burst, and third, a minute later)", r.collected)
+	}
+}
+
+// A storm slowed down by a loaded machine ends its burst while streams
+// still open: the target is restored, and the heap is given back only once
+// no stream opens.
+func TestGCGovernorReleasesOnlyWhenNoStreamOpens(t *testing.T) {
+	r := &recorder{now: time.Unix(1e9, 0)}
+	steps := []uint64{burstStreams}
+	for range burstQuietTicks + 6 {
+		steps = append(steps, quietStreams-1) // slow: under the rate that ends a burst
+	}
+	steps = append(steps, quietTicks(releaseQuietTicks)...)
+	collectedBefore := -1
+	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, func(i int) {
+		if i == len(steps)-releaseQuietTicks {
+			r.mu.Lock()
+			collectedBefore = r.collected
+			r.mu.Unlock()
+		}
+	})
+	if want := []int{burstGCPercent, 50}; !slices.Equal(r.set, want) {
+		t.Errorf("targets set %v, want %v", r.set, want)
+	}
+	if collectedBefore != 0 || r.collected != 1 {
+		t.Errorf("memory released %d times while streams still opened, %d in all; want 0, then 1 once none opened", collectedBefore, r.collected)
 	}
 }
 
