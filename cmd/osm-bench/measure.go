@@ -29,6 +29,9 @@ type server struct {
 	// debugAddr is O's debug HTTP address (pprof), "" for the others;
 	// debugToken the admin token its /debug/ routes need.
 	debugAddr, debugToken string
+	// pprofAddr serves /debug/pprof/profile (with debugToken): O's debug
+	// address, L's and F's control address.
+	pprofAddr string
 }
 
 // target starts a server kind for a workload.

@@ -51,6 +51,9 @@ func dumpMemory(ctx context.Context, dir, name string, srv *server) error {
 // profile and writes the window's start (DIR/O-idle.start), to compare
 // with the ACK times dumpMemory saves.
 func (m *measurer) profileIdle(ctx context.Context, srv *server, name string) (wait func() error) {
+	if srv.debugAddr == "" {
+		return func() error { return nil } // O only
+	}
 	start := time.Now()
 	profiled := m.profileCPU(ctx, srv, name+"-idle", int(m.plan.IdleWindow.Seconds()))
 	return func() error {
@@ -65,18 +68,31 @@ func (m *measurer) profileIdle(ctx context.Context, srv *server, name string) (w
 // fillProfileSeconds is how much of the fleet fill --profile-dir profiles.
 const fillProfileSeconds = 15
 
-// profileFill, with --profile-dir, profiles O's CPU over the first
-// fillProfileSeconds of the fleet fill (DIR/O-fill.cpu.pb.gz). The function
-// it returns waits for the profile.
+// profileFill, with --profile-dir, profiles each server's CPU over the
+// first fillProfileSeconds of the fleet fill (DIR/<server>-fill.cpu.pb.gz,
+// and O's allocations, DIR/O-fill.allocs.pb.gz),
+// so that O's shares can be set against L-mux's in the same run. The
+// function it returns waits for the profile.
 func (m *measurer) profileFill(ctx context.Context, srv *server, name string) (wait func() error) {
-	return m.profileCPU(ctx, srv, name+"-fill", fillProfileSeconds)
+	cpu := m.profileCPU(ctx, srv, name+"-fill", fillProfileSeconds)
+	if m.plan.ProfileDir == "" || srv.debugAddr == "" {
+		return cpu
+	}
+	// O's allocations over the same window (DIR/O-fill.allocs.pb.gz): what
+	// its collector works for.
+	allocs := make(chan error, 1)
+	go func() {
+		allocs <- fetchPprof(ctx, srv.debugAddr, srv.debugToken, "allocs", filepath.Join(m.plan.ProfileDir, name+"-fill.allocs.pb.gz"), fillProfileSeconds)
+	}()
+	return func() error { return errors.Join(cpu(), <-allocs) }
 }
 
-// profileCPU, for O with --profile-dir, starts a CPU profile of the next
-// seconds into DIR/<file>.cpu.pb.gz; the function it returns waits for it.
+// profileCPU, with --profile-dir, starts a CPU profile of the next seconds
+// of a server that serves pprof (O always; L and F for the fill) into
+// DIR/<file>.cpu.pb.gz; the function it returns waits for it.
 func (m *measurer) profileCPU(ctx context.Context, srv *server, file string, seconds int) (wait func() error) {
 	dir := m.plan.ProfileDir
-	if dir == "" || srv.debugAddr == "" {
+	if dir == "" || srv.pprofAddr == "" {
 		return func() error { return nil }
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -84,7 +100,7 @@ func (m *measurer) profileCPU(ctx context.Context, srv *server, file string, sec
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.debugAddr, seconds), srv.debugToken, filepath.Join(dir, file+".cpu.pb.gz"))
+		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.pprofAddr, seconds), srv.debugToken, filepath.Join(dir, file+".cpu.pb.gz"))
 	}()
 	return func() error { return <-done }
 }

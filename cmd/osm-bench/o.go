@@ -258,6 +258,7 @@ providers:
 		ep:        endpoint{Addr: xdsAddr, ServerName: host, Roots: roots},
 		ids:       ids,
 		debugAddr: addrs[0],
+		pprofAddr: addrs[0],
 		// The debug listener's /debug/ routes take the admin token.
 		debugToken: strings.TrimSpace(string(adminToken)),
 		// The change is the rename, as an operator's tooling makes it; the

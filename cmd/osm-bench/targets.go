@@ -50,9 +50,10 @@ func (t *benchTarget) Start(ctx context.Context, w Workload, extra int) (*server
 	control := "http://" + f[2]
 	hc := &http.Client{Timeout: time.Minute}
 	return &server{
-		proc: proc,
-		ep:   endpoint{Addr: f[1], ServerName: "127.0.0.1", Roots: t.ids.ca.pool()},
-		ids:  ids,
+		proc:      proc,
+		ep:        endpoint{Addr: f[1], ServerName: "127.0.0.1", Roots: t.ids.ca.pool()},
+		ids:       ids,
+		pprofAddr: f[2],
 		change: func(ctx context.Context, u, seq int) error {
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s/change?service=%d&seq=%d", control, u, seq), nil)
 			if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
@@ -8,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -106,4 +108,113 @@ func parseBytes(v string) (int64, error) {
 		return 0, fmt.Errorf("%q is not a size: want a positive whole number with an optional unit B, KiB, MiB, GiB or TiB, e.g. 3GiB", v)
 	}
 	return n << shift, nil
+}
+
+// A fleet connecting to a freshly started server, or reconnecting after a
+// restart or a failover, allocates fast (TLS handshakes, HTTP/2
+// transports, each proxy's first answers) while what is live grows: at
+// osm-server's steady target (gcPercent, 50 by default) the collector
+// then ran about twice as often as at Go's default, each collection
+// scanning every connection's goroutine stacks, and was a quarter of the
+// server's CPU in the fill (docs/performance.md, issue 26). So while
+// streams open in a burst the collector runs at burstGCPercent, and when
+// the burst is over the steady target returns, and once no stream opens
+// one collection also returns the burst's extra heap to the system at
+// once (debug.FreeOSMemory: the runtime's own scavenger would give it back
+// over minutes, and only down to a tenth above the new target).
+const (
+	burstGCPercent = 100 // Go's default
+	// burstTick is how often the count of opened streams is read.
+	// burstStreams opened in one tick (100 a second) start a burst;
+	// burstQuietTicks ticks in a row with fewer than quietStreams each
+	// (20 a second, for half a second) end it, soon enough that its
+	// collection is over before the server is idle (osm-bench's M1 window
+	// starts 2.5 s after the last proxy is configured; with 2 s it fell
+	// into it). A storm that slows down (on a loaded machine) may end and
+	// start again; that only sets the target (see releaseEvery).
+	burstTick       = 250 * time.Millisecond
+	burstStreams    = 25
+	quietStreams    = 5
+	burstQuietTicks = 2
+	// The burst's heap is given back (debug.FreeOSMemory, a whole
+	// collection) once no stream opened for releaseQuietTicks ticks after
+	// it, and at most every releaseEvery: a storm slowed down by a loaded
+	// machine ends its bursts while streams still open, and memory given
+	// back then is wanted again at once.
+	releaseQuietTicks = 2
+	releaseEvery      = time.Minute
+)
+
+// gcGovernor raises the collector's target while streams open in a burst
+// and restores the steady one after (see burstGCPercent).
+type gcGovernor struct {
+	log     *slog.Logger
+	steady  int           // the configured target
+	opened  func() uint64 // streams opened so far (xds.Server.StreamsOpened)
+	setGC   func(int) int // debug.SetGCPercent
+	collect func()        // debug.FreeOSMemory
+	now     func() time.Time
+}
+
+// newGCGovernor returns the governor for the settings in force, or nil
+// when they leave it nothing to do: GOGC in the environment decides, the
+// collector is off, or the steady target is already at least the burst's.
+func newGCGovernor(log *slog.Logger, s runtimeSettings, opened func() uint64) *gcGovernor {
+	if strings.Contains(s.Source, "GOGC") || s.GCPercent < 0 || s.GCPercent >= burstGCPercent {
+		return nil
+	}
+	return &gcGovernor{log: log, steady: s.GCPercent, opened: opened, setGC: debug.SetGCPercent, collect: debug.FreeOSMemory, now: time.Now}
+}
+
+// run follows the rate of opened streams at each tick until ctx is done.
+func (g *gcGovernor) run(ctx context.Context, ticks <-chan time.Time) error {
+	last := g.opened()
+	inBurst, quiet := false, 0
+	// pending: a burst ended and its heap is not given back yet; idle
+	// counts the ticks since without a stream opened.
+	pending, idle := false, 0
+	var released time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			if inBurst {
+				g.setGC(g.steady)
+			}
+			return nil
+		case <-ticks:
+		}
+		n := g.opened()
+		opened := n - last
+		last = n
+		switch {
+		case !inBurst && opened >= burstStreams:
+			inBurst, quiet, pending = true, 0, false
+			g.setGC(burstGCPercent)
+			g.log.Info("xDS streams opening in a burst: collector target raised until it is over", "gc_percent", burstGCPercent)
+		case !inBurst:
+			if !pending {
+				break
+			}
+			if idle = idle + 1; opened > 0 {
+				idle = 0
+			}
+			if idle >= releaseQuietTicks {
+				pending = false
+				if released.IsZero() || g.now().Sub(released) >= releaseEvery {
+					g.collect()
+					released = g.now()
+					g.log.Info("no xDS streams opening: the burst's heap given back to the system")
+				}
+			}
+		case opened >= quietStreams:
+			quiet = 0
+		default:
+			if quiet++; quiet < burstQuietTicks {
+				break
+			}
+			inBurst, pending, idle = false, true, 0
+			g.setGC(g.steady)
+			g.log.Info("burst of xDS streams over: collector target restored", "gc_percent", g.steady)
+		}
+	}
 }

@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"io"
 	"log/slog"
 	"math"
 	"runtime/debug"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -87,5 +92,175 @@ func TestApplyRuntimeEnvironmentWins(t *testing.T) {
 	}
 	if gc := debug.SetGCPercent(-1); gc != 80 {
 		t.Errorf("runtime GC percent = %d, want GOGC's 80", gc)
+	}
+}
+
+// recorder is a gcGovernor's runtime, recorded.
+type recorder struct {
+	mu        sync.Mutex
+	set       []int
+	collected int
+	now       time.Time
+}
+
+func (r *recorder) governor(steady int, opened func() uint64) *gcGovernor {
+	return &gcGovernor{
+		log: discardLogger(), steady: steady, opened: opened,
+		setGC: func(p int) int {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.set = append(r.set, p)
+			return 0
+		},
+		collect: func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			r.collected++
+		},
+		now: func() time.Time {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return r.now
+		},
+	}
+}
+
+func (r *recorder) advance(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.now = r.now.Add(d)
+}
+
+// runGovernor runs the governor newGov returns, opening before each tick
+// the streams of one step, and returns once the last step's tick was
+// handled and run returned. Each step's streams are opened only after the
+// previous tick's count was read.
+func runGovernor(t *testing.T, newGov func(opened func() uint64) *gcGovernor, steps []uint64, between func(i int)) {
+	t.Helper()
+	var count atomic.Uint64
+	read := make(chan struct{})
+	g := newGov(func() uint64 {
+		n := count.Load()
+		read <- struct{}{}
+		return n
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	ticks := make(chan time.Time)
+	done := make(chan error, 1)
+	go func() { done <- g.run(ctx, ticks) }()
+	<-read // the count it starts from
+	for i, n := range steps {
+		if between != nil {
+			between(i)
+		}
+		count.Add(n)
+		ticks <- time.Now()
+		<-read
+	}
+	ticks <- time.Now() // taken once the last step's tick is handled
+	<-read
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+func quietTicks(n int) []uint64 { return make([]uint64, n) }
+
+func TestGCGovernorFollowsBursts(t *testing.T) {
+	r := &recorder{now: time.Unix(1e9, 0)}
+	steps := []uint64{
+		3,                // a few connects: no burst
+		burstStreams - 1, // below the rate: no burst
+		burstStreams,     // a burst starts
+		burstStreams * 4, // goes on
+		quietStreams - 1, // quiet 1
+		quietStreams,     // busy again (a storm slowed down): the quiet count starts over
+	}
+	steps = append(steps, quietTicks(burstQuietTicks-1)...)   // quiet, not yet long enough
+	steps = append(steps, 0)                                  // the burst is over
+	steps = append(steps, quietTicks(releaseQuietTicks)...)   // no stream opens: its heap is given back
+	steps = append(steps, burstStreams-1, quietStreams, 0, 0) // steady
+	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, nil)
+	if want := []int{burstGCPercent, 50}; !slices.Equal(r.set, want) {
+		t.Errorf("targets set %v, want %v", r.set, want)
+	}
+	if r.collected != 1 {
+		t.Errorf("memory released %d times, want 1 (when the burst ended)", r.collected)
+	}
+}
+
+// Bursts ending less than releaseEvery apart restore the target, and
+// release memory only once.
+func TestGCGovernorReleasesAtMostEveryMinute(t *testing.T) {
+	r := &recorder{now: time.Unix(1e9, 0)}
+	burst := append([]uint64{burstStreams}, quietTicks(burstQuietTicks+releaseQuietTicks)...)
+	var steps []uint64
+	for range 3 {
+		steps = append(steps, burst...)
+	}
+	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, func(i int) {
+		if i == 2*len(burst) { // the third burst ends a minute after the first
+			r.advance(releaseEvery)
+		}
+	})
+	if want := []int{burstGCPercent, 50, burstGCPercent, 50, burstGCPercent, 50}; !slices.Equal(r.set, want) {
+		t.Errorf("targets set %v, want %v", r.set, want)
+	}
+	if r.collected != 2 {
+		t.Errorf("memory released %d times, want 2 (first burst, and third, a minute later)", r.collected)
+	}
+}
+
+// A storm slowed down by a loaded machine ends its burst while streams
+// still open: the target is restored, and the heap is given back only once
+// no stream opens.
+func TestGCGovernorReleasesOnlyWhenNoStreamOpens(t *testing.T) {
+	r := &recorder{now: time.Unix(1e9, 0)}
+	steps := []uint64{burstStreams}
+	for range burstQuietTicks + 6 {
+		steps = append(steps, quietStreams-1) // slow: under the rate that ends a burst
+	}
+	steps = append(steps, quietTicks(releaseQuietTicks)...)
+	collectedBefore := -1
+	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, func(i int) {
+		if i == len(steps)-releaseQuietTicks {
+			r.mu.Lock()
+			collectedBefore = r.collected
+			r.mu.Unlock()
+		}
+	})
+	if want := []int{burstGCPercent, 50}; !slices.Equal(r.set, want) {
+		t.Errorf("targets set %v, want %v", r.set, want)
+	}
+	if collectedBefore != 0 || r.collected != 1 {
+		t.Errorf("memory released %d times while streams still opened, %d in all; want 0, then 1 once none opened", collectedBefore, r.collected)
+	}
+}
+
+func TestGCGovernorRestoresOnStop(t *testing.T) {
+	r := &recorder{}
+	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(40, opened) }, []uint64{burstStreams}, nil)
+	if want := []int{burstGCPercent, 40}; !slices.Equal(r.set, want) {
+		t.Errorf("targets set %v, want %v (the steady target restored when run returns)", r.set, want)
+	}
+}
+
+func TestNewGCGovernor(t *testing.T) {
+	opened := func() uint64 { return 0 }
+	for _, tc := range []struct {
+		name string
+		s    runtimeSettings
+		want bool
+	}{
+		{"the default target", runtimeSettings{GCPercent: 50, Source: "gcPercent"}, true},
+		{"GOGC decides", runtimeSettings{GCPercent: 50, Source: "GOGC"}, false},
+		{"collector off", runtimeSettings{GCPercent: -1, Source: "gcPercent"}, false},
+		{"already at the burst's target", runtimeSettings{GCPercent: burstGCPercent, Source: "gcPercent"}, false},
+		{"above it", runtimeSettings{GCPercent: 200, Source: "gcPercent, memoryLimit"}, false},
+	} {
+		if got := newGCGovernor(discardLogger(), tc.s, opened) != nil; got != tc.want {
+			t.Errorf("%s: governor %t, want %t", tc.name, got, tc.want)
+		}
 	}
 }

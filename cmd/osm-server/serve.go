@@ -114,7 +114,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		log.Warn("no providers configured: the mesh has no endpoints until a `providers:` entry is added to the config")
 	}
 	log.Info("osm-server starting", "version", buildVersion(), "data_dir", cfg.DataDir, "plugin_dir", cfg.PluginDir, "providers", len(instances))
-	applyRuntime(log, cfg)
+	rts := applyRuntime(log, cfg)
 
 	st, err := openStore(ctx, log, cfg)
 	if err != nil {
@@ -294,6 +294,13 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		g.Go(afterProviders(func() error { model.Update(); return dnsPub.Run(ctx) }))
 	}
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
+	if gov := newGCGovernor(log.With("component", "gc"), rts, xdsServer.StreamsOpened); gov != nil {
+		g.Go(func() error {
+			t := time.NewTicker(burstTick)
+			defer t.Stop()
+			return gov.run(ctx, t.C)
+		})
+	}
 	if cs, ok := st.(*consulstore.Store); ok {
 		h := &storeHealth{st: cs, log: log.With("component", "store")}
 		debugAPI.AddReadyCheck(h.ready)

@@ -70,6 +70,21 @@ func (m *Manager) ClaimProxy(ctx context.Context, cn string) error {
 	if err != nil {
 		return fmt.Errorf("claim proxy: %w", err)
 	}
+	return m.claimLoaded(ctx, e)
+}
+
+// ClaimVerifiedProxy is ClaimProxy for the record VerifyProxyChain returned
+// when the proxy's stream opened, without reading it from the store again
+// (a connection's second read and decode of its record). A revocation
+// since then is not missed: it closes the proxy's streams, and the claim's
+// write reads the record again and never overwrites a revocation.
+func (m *Manager) ClaimVerifiedProxy(ctx context.Context, rec ProxyRecord) error {
+	return m.claimLoaded(ctx, proxyEntry{ProxyRecord: rec})
+}
+
+// claimLoaded claims the proxy of the record e, as ClaimProxy.
+func (m *Manager) claimLoaded(ctx context.Context, e proxyEntry) error {
+	cn := e.CN
 	now := m.now()
 	m.claimMu.Lock()
 	m.applyPendingClaimLocked(&e)

@@ -418,3 +418,47 @@ func TestUnreadableRecordDropsOnlyItsClaim(t *testing.T) {
 		t.Errorf("ClaimProxy of the unreadable record = %v, want a refusal naming it", err)
 	}
 }
+
+// ClaimVerifiedProxy claims from the record VerifyProxyChain returned
+// when the stream opened, without reading it again: a revoked record is
+// refused, and a revocation made after the record was read is not undone
+// by the claim's write.
+func TestClaimVerifiedProxy(t *testing.T) {
+	st := store.NewMemory()
+	m := newTestManager(t, st, Options{})
+	runManager(t, m)
+	peer, cn := issueProxy(t, m)
+	rec, err := m.VerifyProxy(t.Context(), peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ClaimVerifiedProxy(t.Context(), rec); err != nil {
+		t.Fatalf("ClaimVerifiedProxy: %v", err)
+	}
+	waitFor(t, "the claim written", func() bool { return stored(t, st, cn).State == StateClaimed })
+
+	peer, cn = issueProxy(t, m)
+	rec, err = m.VerifyProxy(t.Context(), peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.RevokeProxy(t.Context(), cn); err != nil {
+		t.Fatal(err)
+	}
+	// The record read before the revocation still says unclaimed: the
+	// claim is taken, and its write must find the revocation.
+	if err := m.ClaimVerifiedProxy(t.Context(), rec); err != nil {
+		t.Fatalf("ClaimVerifiedProxy of the record read before the revocation: %v", err)
+	}
+	waitFor(t, "the pending claim dropped", func() bool { return len(m.pendingClaims()) == 0 })
+	if got := stored(t, st, cn); got.State != StateRevoked {
+		t.Errorf("stored state after the claim's write: %s, want revoked", got.State)
+	}
+	revoked, err := m.Proxy(t.Context(), cn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.ClaimVerifiedProxy(t.Context(), revoked); !errors.Is(err, ErrRevoked) {
+		t.Errorf("ClaimVerifiedProxy of a revoked record: err = %v, want ErrRevoked", err)
+	}
+}

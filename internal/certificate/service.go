@@ -449,6 +449,7 @@ func (m *Manager) syncServices(ctx context.Context, announce bool) error {
 	}
 	m.mu.Lock()
 	m.services = next
+	m.nextRotationKnown = false
 	if announce {
 		for _, a := range events {
 			m.announceLocked(a)
@@ -482,7 +483,7 @@ func (m *Manager) observeService(ctx context.Context, key string) *serviceState 
 	}
 	m.mu.Lock()
 	if old := m.services[s.rec.CommonName]; old == nil || old.version < s.version {
-		m.services[s.rec.CommonName] = s
+		m.serviceSetLocked(s)
 		for _, a := range events {
 			m.announceLocked(a)
 		}

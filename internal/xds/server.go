@@ -74,8 +74,9 @@ type Identities interface {
 	// that is no longer its current one.
 	// chain is the TLS layer's verified chain, the proxy's certificate first.
 	VerifyProxyChain(ctx context.Context, chain []*x509.Certificate) (certificate.ProxyRecord, error)
-	// ClaimProxy records a connection (unclaimed -> claimed, last seen).
-	ClaimProxy(ctx context.Context, cn string) error
+	// ClaimVerifiedProxy records a connection (unclaimed -> claimed, last
+	// seen) from the record VerifyProxyChain returned when it opened.
+	ClaimVerifiedProxy(ctx context.Context, rec certificate.ProxyRecord) error
 }
 
 // Proxy is one connected proxy (all of its streams with one flavor).
@@ -148,7 +149,8 @@ type stream struct {
 	id     uint64
 	ctx    context.Context
 	cn     string
-	peer   []*x509.Certificate // the verified chain, the proxy's certificate first
+	peer   []*x509.Certificate     // the verified chain, the proxy's certificate first
+	rec    certificate.ProxyRecord // the proxy's record when the stream opened
 	cancel context.CancelCauseFunc
 	proxy  *Proxy      // set by the first request's node
 	expiry *time.Timer // ends the stream when peer expires
@@ -329,12 +331,13 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 	if _, err := mesh.ParseProxyIdentity(cn); err != nil {
 		return nil, nil, status.Errorf(codes.PermissionDenied, "client certificate is not a proxy certificate: %v", err)
 	}
-	if _, err := s.ids.VerifyProxyChain(ctx, chain); err != nil {
+	rec, err := s.ids.VerifyProxyChain(ctx, chain)
+	if err != nil {
 		s.log.Warn("xDS stream refused", "cn", cn, "peer", p.Addr.String(), "err", err)
 		return nil, nil, status.Errorf(codes.PermissionDenied, "proxy %s: %v", cn, err)
 	}
 	sctx, cancel := context.WithCancelCause(ctx)
-	st := &stream{cn: cn, peer: chain, cancel: cancel}
+	st := &stream{cn: cn, peer: chain, rec: rec, cancel: cancel}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
@@ -353,6 +356,15 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 		cancel(fmt.Errorf("%w at %s: reconnect with the renewed certificate", ErrExpired, cert.NotAfter.UTC().Format(time.RFC3339)))
 	})
 	return st, sctx, nil
+}
+
+// StreamsOpened returns how many streams have been authenticated and
+// opened since the server started (osm-server's collector follows its
+// rate: see gcGovernor in cmd/osm-server).
+func (s *Server) StreamsOpened() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lastID
 }
 
 // checkNode validates a request's node against the stream's certificate,
@@ -387,7 +399,7 @@ func (s *Server) checkNode(ctx context.Context, st *stream, node *corev3.Node, t
 	if flavor == render.GRPC {
 		nodeID += "~grpc"
 	}
-	if err := s.ids.ClaimProxy(ctx, st.cn); err != nil {
+	if err := s.ids.ClaimVerifiedProxy(ctx, st.rec); err != nil {
 		return status.Errorf(codes.PermissionDenied, "proxy %s: %v", st.cn, err)
 	}
 	s.mu.Lock()
