@@ -170,12 +170,12 @@ func quietTicks(n int) []uint64 { return make([]uint64, n) }
 func TestGCGovernorFollowsBursts(t *testing.T) {
 	r := &recorder{now: time.Unix(1e9, 0)}
 	steps := []uint64{
-		3,                // a few connects: no burst
-		burstStreams - 1, // below the rate: no burst
-		burstStreams,     // a burst starts
-		burstStreams * 4, // goes on
-		quietStreams - 1, // quiet 1
-		quietStreams,     // busy again (a storm slowed down): the quiet count starts over
+		3,                 // a few connects: no burst
+		burstStreams - 1,  // below the rate: no burst
+		burstStreams,      // a burst starts
+		releaseMinStreams, // goes on: big enough to give its heap back
+		quietStreams - 1,  // quiet 1
+		quietStreams,      // busy again (a storm slowed down): the quiet count starts over
 	}
 	steps = append(steps, quietTicks(burstQuietTicks-1)...)   // quiet, not yet long enough
 	steps = append(steps, 0)                                  // the burst is over
@@ -194,7 +194,7 @@ func TestGCGovernorFollowsBursts(t *testing.T) {
 // release memory only once.
 func TestGCGovernorReleasesAtMostEveryMinute(t *testing.T) {
 	r := &recorder{now: time.Unix(1e9, 0)}
-	burst := append([]uint64{burstStreams}, quietTicks(burstQuietTicks+releaseQuietTicks)...)
+	burst := append([]uint64{releaseMinStreams}, quietTicks(burstQuietTicks+releaseQuietTicks)...)
 	var steps []uint64
 	for range 3 {
 		steps = append(steps, burst...)
@@ -217,7 +217,7 @@ func TestGCGovernorReleasesAtMostEveryMinute(t *testing.T) {
 // no stream opens.
 func TestGCGovernorReleasesOnlyWhenNoStreamOpens(t *testing.T) {
 	r := &recorder{now: time.Unix(1e9, 0)}
-	steps := []uint64{burstStreams}
+	steps := []uint64{releaseMinStreams}
 	for range burstQuietTicks + 6 {
 		steps = append(steps, quietStreams-1) // slow: under the rate that ends a burst
 	}
@@ -235,6 +235,22 @@ func TestGCGovernorReleasesOnlyWhenNoStreamOpens(t *testing.T) {
 	}
 	if collectedBefore != 0 || r.collected != 1 {
 		t.Errorf("memory released %d times while streams still opened, %d in all; want 0, then 1 once none opened", collectedBefore, r.collected)
+	}
+}
+
+// A burst of a few hundred streams (a scale-out, osm-bench's M5 joins)
+// raises and restores the target but gives nothing back: the collection
+// would cost its joins' latency for little memory.
+func TestGCGovernorSmallBurstKeepsItsHeap(t *testing.T) {
+	r := &recorder{now: time.Unix(1e9, 0)}
+	steps := []uint64{burstStreams, burstStreams, releaseMinStreams - 2*burstStreams - 1}
+	steps = append(steps, quietTicks(burstQuietTicks+releaseQuietTicks+2)...)
+	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, nil)
+	if want := []int{burstGCPercent, 50}; !slices.Equal(r.set, want) {
+		t.Errorf("targets set %v, want %v", r.set, want)
+	}
+	if r.collected != 0 {
+		t.Errorf("memory released %d times after a burst of %d streams, want 0", r.collected, releaseMinStreams-1)
 	}
 }
 

@@ -20,8 +20,11 @@ const EgressGatewayProvider = "egress-gateways"
 // listing them; a provider that lists them too adds nothing twice (the
 // catalog merges by address and port). Called with updateMu held.
 func (m *Model) publishEgressGateways(sp *spec.Snapshot) {
+	if sp != m.egressSpec {
+		m.egressSpec, m.egressList = sp, sp.EgressGateways() // a scan of the specification: once per snapshot
+	}
 	want := map[mesh.MeshService][]mesh.Endpoint{}
-	for _, gw := range sp.EgressGateways() {
+	for _, gw := range m.egressList {
 		var eps []mesh.Endpoint
 		for addr := range m.connected[gw.Service] {
 			eps = append(eps, mesh.Endpoint{IP: addr, Port: uint16(gw.Port)})

@@ -61,12 +61,14 @@ type Model struct {
 	wake    chan struct{}
 
 	// Owned by Update (under updateMu).
-	updateMu  sync.Mutex
-	catSnap   *Snapshot
-	connected map[mesh.MeshService]map[netip.Addr]int // proxies connected from each address (another replica's count as one)
-	machines  map[netip.Addr]int                      // the same, of any service
-	egressGWs map[mesh.MeshService][]mesh.Endpoint    // what publishEgressGateways last put in the catalog
-	inGrace   bool
+	updateMu   sync.Mutex
+	catSnap    *Snapshot
+	connected  map[mesh.MeshService]map[netip.Addr]int // proxies connected from each address (another replica's count as one)
+	machines   map[netip.Addr]int                      // the same, of any service
+	egressGWs  map[mesh.MeshService][]mesh.Endpoint    // what publishEgressGateways last put in the catalog
+	egressSpec *spec.Snapshot                          // the snapshot egressList is of
+	egressList []spec.EgressGatewayInfo
+	inGrace    bool
 }
 
 type presence struct {
