@@ -12,6 +12,7 @@ import (
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/osm-vm/osm-vm/internal/agent"
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
@@ -237,45 +238,9 @@ func TestInstallGatewayIngress(t *testing.T) {
 		{"own directory", []string{"--gateway-cert-dir", "/srv/gateway-tls"}, "/srv/gateway-tls"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			etc, data := filepath.Join(dir, "etc"), filepath.Join(dir, "data")
-			out, err := execute(t, append([]string{"install", "--no-service", "--server", "https://127.0.0.1:15443", "--token", "tok", "--ca-cert-hash", caHash,
-				"--service", "ingress", "--gateway", "ingress", "--advertise-address", "203.0.113.10", "--hosts-file", filepath.Join(dir, "hosts"),
-				"--config-dir", etc, "--data-dir", data}, tc.flags...)...)
-			if err != nil {
-				t.Fatalf("install --gateway ingress: %v\n%s", err, out)
-			}
-			cfgPath := filepath.Join(etc, agent.ConfigFile)
-			cfg, err := agent.LoadConfig(cfgPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if cfg.Gateway != agent.GatewayIngress || cfg.GatewayCertDir != tc.wantDir {
-				t.Fatalf("config gateway, gatewayCertDir = %q, %q, want ingress, %s", cfg.Gateway, cfg.GatewayCertDir, tc.wantDir)
-			}
-			ca := agenttest.NewCA(t)
-			id := mesh.NewProxyIdentity(mesh.MeshService{Namespace: "default", Name: "ingress"})
-			certPEM, keyPEM := ca.KeyPair(t, id.CommonName(), time.Hour)
-			if err := agent.SaveIdentity(data, agent.Identity{KeyPEM: keyPEM, CertPEM: certPEM, CAPEM: ca.PEM}); err != nil {
-				t.Fatal(err)
-			}
-			out, err = execute(t, "bootstrap", "--config", cfgPath, "--xds-address", "10.0.0.1:15128")
-			if err != nil {
-				t.Fatalf("bootstrap: %v\n%s", err, out)
-			}
-			var b bootstrapv3.Bootstrap
-			if err := protojson.Unmarshal([]byte(out), &b); err != nil {
-				t.Fatalf("bootstrap output is not an Envoy bootstrap: %v", err)
-			}
-			if err := envoy.ValidateBootstrap(&b); err != nil {
-				t.Error(err)
-			}
-			md := b.GetNode().GetMetadata().GetFields()
-			if got := md["osm.flavor"].GetStringValue(); got != "gateway" {
-				t.Errorf("node metadata osm.flavor = %q, want gateway", got)
-			}
-			if got := md["osm.advertiseAddress"].GetStringValue(); got != "203.0.113.10" {
-				t.Errorf("node metadata osm.advertiseAddress = %q, want 203.0.113.10", got)
+			cfg, md := testInstallGateway(t, agent.GatewayIngress, tc.flags...)
+			if cfg.GatewayCertDir != tc.wantDir {
+				t.Errorf("config gatewayCertDir = %q, want %s", cfg.GatewayCertDir, tc.wantDir)
 			}
 			if got := md["osm.gatewayCertDir"].GetStringValue(); got != tc.wantDir {
 				t.Errorf("node metadata osm.gatewayCertDir = %q, want %s", got, tc.wantDir)
@@ -289,12 +254,16 @@ func TestInstallGatewayIngress(t *testing.T) {
 // EgressGateway named by --service/--namespace for the machine).
 func TestInstallGatewayEgress(t *testing.T) { testInstallGateway(t, agent.GatewayEgress) }
 
-func testInstallGateway(t *testing.T, kind string) {
+// testInstallGateway installs a gateway machine of kind with flags, checks
+// its config and the Envoy bootstrap it writes, and returns the config
+// and the bootstrap's node metadata.
+func testInstallGateway(t *testing.T, kind string, flags ...string) (agent.Config, map[string]*structpb.Value) {
+	t.Helper()
 	dir := t.TempDir()
 	etc, data := filepath.Join(dir, "etc"), filepath.Join(dir, "data")
-	out, err := execute(t, "install", "--no-service", "--server", "https://127.0.0.1:15443", "--token", "tok", "--ca-cert-hash", caHash,
+	out, err := execute(t, append([]string{"install", "--no-service", "--server", "https://127.0.0.1:15443", "--token", "tok", "--ca-cert-hash", caHash,
 		"--service", kind, "--gateway", kind, "--advertise-address", "203.0.113.10", "--hosts-file", filepath.Join(dir, "hosts"),
-		"--config-dir", etc, "--data-dir", data)
+		"--config-dir", etc, "--data-dir", data}, flags...)...)
 	if err != nil {
 		t.Fatalf("install --gateway %s: %v\n%s", kind, err, out)
 	}
@@ -330,4 +299,5 @@ func testInstallGateway(t *testing.T, kind string) {
 	if got := md["osm.advertiseAddress"].GetStringValue(); got != "203.0.113.10" {
 		t.Errorf("node metadata osm.advertiseAddress = %q, want 203.0.113.10", got)
 	}
+	return cfg, md
 }
