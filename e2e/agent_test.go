@@ -3,7 +3,6 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
+	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
 // syncBuffer is a log sink safe for a child's writes and the test's reads.
@@ -37,12 +37,7 @@ func (s *syncBuffer) String() string {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	return testaddr.Free(t)
 }
 
 func waitLog(t *testing.T, what string, timeout time.Duration, log *syncBuffer, cond func(string) bool) {

@@ -14,7 +14,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +22,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
 func TestPackagesInDebian(t *testing.T) {
@@ -257,12 +258,8 @@ func startJoinServer(t *testing.T, server, pkgDir string) string {
 }
 
 func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	t.Helper()
+	return testaddr.Free(t)
 }
 
 func sh(t *testing.T, args ...string) string {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
 // buildBinaries returns the directory holding osm-server, the static
@@ -61,12 +63,7 @@ func TestMain(m *testing.M) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return testaddr.Free(t)
 }
 
 type runningServer struct {

@@ -32,6 +32,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/agent/sidecar"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
+	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
 func TestMain(m *testing.M) {
@@ -142,12 +143,7 @@ func newHarness(t *testing.T) *harness {
 
 func freePort(t *testing.T) uint16 {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return uint16(l.Addr().(*net.TCPAddr).Port)
+	return uint16(testaddr.FreePort(t))
 }
 
 type running struct {

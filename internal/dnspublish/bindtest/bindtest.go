@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+
+	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
 // KeyName is the TSIG key's name.
@@ -60,12 +62,7 @@ func NewSecret(t *testing.T) string {
 // FreeAddr returns 127.0.0.1 and a port free for TCP and UDP.
 func FreeAddr(t *testing.T) string {
 	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			continue
-		}
-		addr := l.Addr().String()
-		l.Close()
+		addr := testaddr.Free(t) // below the ephemeral range, see there
 		u, err := net.ListenPacket("udp", addr)
 		if err != nil {
 			continue

@@ -1,0 +1,41 @@
+// Package testaddr picks loopback addresses for servers that tests start
+// in other processes. It is test support: only _test.go files and other
+// test-support packages import it.
+package testaddr
+
+import (
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"testing"
+)
+
+// Free returns a 127.0.0.1 address with a port that is free now and lies
+// below the kernel's ephemeral range (32768-60999 by default). A port from
+// the ephemeral range (what listening on port 0 gives) may be taken,
+// between the test's pick and the server's bind, as the source port of any
+// connection on the machine, and tests run beside others that connect all
+// the time.
+func Free(t testing.TB) string {
+	t.Helper()
+	for range 200 {
+		port := 10000 + rand.IntN(22000)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		return addr
+	}
+	t.Fatal("no free port on 127.0.0.1 between 10000 and 31999 in 200 tries")
+	return ""
+}
+
+// FreePort is Free's port.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	_, p, _ := net.SplitHostPort(Free(t))
+	n, _ := strconv.Atoi(p)
+	return n
+}
