@@ -57,6 +57,11 @@ type Config struct {
 	// (xDS, HTTPS API, debug) may take to finish its TLS handshake (and,
 	// on HTTP, its request headers) before it is closed.
 	HandshakeTimeout time.Duration `yaml:"handshakeTimeout"`
+	// StartupGrace is how long after start an endpoint on an address no
+	// proxy is connected from is still sent to callers (the participant
+	// rule), so that after a restart callers keep their upstreams while
+	// the fleet reconnects; 0 for none.
+	StartupGrace time.Duration `yaml:"startupGrace"`
 	// AgentPackageDir holds the osm-agent packages the one-line join
 	// installs (served at /join/packages/); "" for <dataDir>/agent-packages.
 	AgentPackageDir string `yaml:"agentPackageDir"`
@@ -112,6 +117,7 @@ func defaultConfig() Config {
 		TokenRetention:       enroll.DefaultTokenRetention,
 		ProxyRecordRetention: certificate.DefaultProxyRecordRetention,
 		HandshakeTimeout:     xds.DefaultHandshakeTimeout,
+		StartupGrace:         defaultStartupGrace,
 		Store:                StoreConfig{Backend: storeBolt},
 	}
 }
@@ -173,6 +179,7 @@ func parseConfig(path string, data []byte) (Config, error) {
 		"gcPercent": &cfg.GCPercent, "memoryLimit": &cfg.MemoryLimit,
 		"tokenRetention": &cfg.TokenRetention, "proxyRecordRetention": &cfg.ProxyRecordRetention,
 		"handshakeTimeout": &cfg.HandshakeTimeout, "agentPackageDir": &cfg.AgentPackageDir,
+		"startupGrace": &cfg.StartupGrace,
 	}
 	err := decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers", "store", "dns"), func(key string, v *yaml.Node) error {
 		switch key {
@@ -317,6 +324,9 @@ func (c Config) validate() error {
 	}
 	if c.HandshakeTimeout < 100*time.Millisecond || c.HandshakeTimeout > 5*time.Minute {
 		errs = append(errs, fmt.Errorf("handshakeTimeout %s is out of range: give a duration from 100ms to 5m, such as 10s", c.HandshakeTimeout))
+	}
+	if c.StartupGrace < 0 || c.StartupGrace > time.Hour {
+		errs = append(errs, fmt.Errorf("startupGrace %s is out of range: give a duration from 0 (none) to 1h, such as 20s", c.StartupGrace))
 	}
 	if c.ProxyRecordRetention < 0 {
 		errs = append(errs, fmt.Errorf("proxyRecordRetention %s is negative: give a duration such as 168h (0 deletes a proxy's record as soon as its certificates expire)", c.ProxyRecordRetention))

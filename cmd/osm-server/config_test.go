@@ -38,6 +38,7 @@ func TestLoadConfigExample(t *testing.T) {
 		TokenRetention:       7 * 24 * time.Hour,
 		ProxyRecordRetention: 7 * 24 * time.Hour,
 		HandshakeTimeout:     10 * time.Second,
+		StartupGrace:         20 * time.Second,
 		Store:                StoreConfig{Backend: storeBolt, Consul: consulstore.Config{KeyPrefix: "osm/"}},
 		Providers: []ProviderConfig{{
 			Name: "onprem", Plugin: "osm-provider-static",
@@ -170,6 +171,8 @@ func TestValidate(t *testing.T) {
 		{"tokenRetention negative", func(c *Config) { c.TokenRetention = -time.Hour }, "tokenRetention -1h0m0s is negative"},
 		{"handshakeTimeout zero", func(c *Config) { c.HandshakeTimeout = 0 }, "handshakeTimeout 0s is out of range"},
 		{"handshakeTimeout an hour", func(c *Config) { c.HandshakeTimeout = time.Hour }, "from 100ms to 5m"},
+		{"startupGrace negative", func(c *Config) { c.StartupGrace = -time.Second }, "startupGrace -1s is out of range"},
+		{"startupGrace two hours", func(c *Config) { c.StartupGrace = 2 * time.Hour }, "from 0 (none) to 1h"},
 		{"proxyRecordRetention negative", func(c *Config) { c.ProxyRecordRetention = -time.Hour }, "proxyRecordRetention -1h0m0s is negative"},
 		{"unknown store", func(c *Config) { c.Store.Backend = "etcd" }, `store.backend "etcd": want "bbolt"`},
 		{"consul prefix", func(c *Config) { c.Store.Backend, c.Store.Consul.KeyPrefix = storeConsul, "osm" }, `store.consul: consul key prefix "osm": must end with "/"`},

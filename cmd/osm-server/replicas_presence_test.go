@@ -20,6 +20,9 @@ func TestReplicaPresence(t *testing.T) {
 	consul := []*consultest.Agent{consultest.StartDev(t)}
 	bin := buildBinaries(t)
 	rs := newReplicas(t, bin, consul, 2)
+	for _, r := range rs {
+		r.addConfig(t, "startupGrace: 0s\n") // no grace: bookstore has no participant until its proxy connects
+	}
 	startReplicas(t, rs)
 	rs[0].osm().Apply(t, strings.Replace(meshForBuyers, "requireConnectedProxy: false", "requireConnectedProxy: true", 1))
 	waitFor(t, "replica 2 to know Service bookstore", 20*time.Second, func() bool {
@@ -28,9 +31,7 @@ func TestReplicaPresence(t *testing.T) {
 	})
 
 	buyer := rs[0].osm().Connect(t, rs[0].osm().Enroll(t, mesh.MeshService{Namespace: "default", Name: "bookbuyer"}), "10.0.0.6", "default/bookstore")
-	// For the startup grace (20 s) an address no proxy is connected from
-	// is sent; once it is over, bookstore has no participant.
-	buyer.WaitEDS(t, "default/bookstore", nil, 60*time.Second)
+	buyer.WaitEDS(t, "default/bookstore", nil, 20*time.Second)
 
 	store := rs[1].osm().Connect(t, rs[1].osm().Enroll(t, mesh.MeshService{Namespace: "default", Name: "bookstore"}), "10.0.0.5")
 	start := time.Now()

@@ -93,6 +93,21 @@ func newReplicas(t *testing.T, bin string, consul []*consultest.Agent, n int) []
 	return out
 }
 
+// addConfig appends keys to the replica's server config file.
+func (r *replica) addConfig(t *testing.T, yaml string) {
+	t.Helper()
+	f, err := os.OpenFile(r.config, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString(yaml); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return "...\n" + s[len(s)-n:]

@@ -208,7 +208,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	// publisher renders. After a restart proxies reconnect one by one: for
 	// the startup grace every discovered endpoint is sent, so no caller
 	// sees its upstreams vanish.
-	model := catalog.NewModel(cat, sp, certs.TrustDomain(), startupGrace)
+	model := catalog.NewModel(cat, sp, certs.TrustDomain(), cfg.StartupGrace)
 	publisher := xds.NewPublisher(log.With("component", "xds-publisher"), xdsCache, model, certs)
 	xdsServer.SetWatcher(publisher)
 	// Gateway machines' addresses follow their connections, for DNS.
@@ -462,9 +462,9 @@ func waitForProviders(ctx context.Context, log *slog.Logger, p providers, max ti
 	}
 }
 
-// startupGrace is how long after start the xDS publisher sends endpoints
-// whose proxies have not reconnected yet.
-const startupGrace = 20 * time.Second
+// defaultStartupGrace is how long after start the xDS publisher sends
+// endpoints whose proxies have not reconnected yet (config startupGrace).
+const defaultStartupGrace = 20 * time.Second
 
 // xdsDebug adapts the xDS debug views to the debug API.
 type xdsDebug struct{ xds.Debug }
