@@ -322,6 +322,7 @@ func gatewayDeleteConflict(st *state, gone map[Key]bool) error {
 	for k := range gone {
 		delete(after.objects, k)
 	}
+	after.reindex()
 	for _, k := range sortedObjectKeys(st.objects) {
 		r, ok := st.objects[k].(route)
 		if !ok || gone[k] {

@@ -84,6 +84,9 @@ type Spec struct {
 	// machines are the gateway machines' state (SetGatewayMachines),
 	// shared with every snapshot.
 	machines gatewayMachinesRef
+
+	// stored re-validates what is read from the store.
+	stored storedCheck
 }
 
 // New loads the specification from store and publishes its first snapshot.
@@ -93,6 +96,7 @@ func New(ctx context.Context, log *slog.Logger, store Store) (*Spec, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.checkStored(st)
 	s.snap.Store(s.newSnapshot(st, ver))
 	return s, nil
 }
@@ -129,6 +133,9 @@ func (s *Spec) Refresh(ctx context.Context) error {
 	st, ver, err := s.load(ctx)
 	if err != nil {
 		return err
+	}
+	if cur := s.snap.Load(); cur == nil || cur.version < ver {
+		s.checkStored(st)
 	}
 	s.publish(st, ver)
 	return nil
@@ -191,13 +198,16 @@ func (s *Spec) publish(st *state, ver uint64) {
 // state is the decoded specification.
 type state struct {
 	objects map[Key]Object
+	// names indexes objects' names by kind and namespace, built at the
+	// first namesOfKind; whoever changes objects resets it (reindex).
+	names *kindIndex
 	vips    map[mesh.MeshService]netip.Addr
 	// size is the length of the stored value it was read from.
 	size int
 }
 
 func (st *state) clone() *state {
-	return &state{objects: maps.Clone(st.objects), vips: maps.Clone(st.vips), size: st.size}
+	return &state{objects: maps.Clone(st.objects), vips: maps.Clone(st.vips), size: st.size, names: &kindIndex{}}
 }
 
 func (st *state) meshConfig() *MeshConfig {
@@ -350,6 +360,7 @@ func applyDocs(st *state, docs []Document, withDiff bool) (BatchResult, error) {
 	for _, d := range docs {
 		st.objects[d.Key()] = d.Object
 	}
+	st.reindex()
 	for _, d := range docs {
 		v := &validator{doc: d.describe()}
 		checkReferences(v, st, d.Object)
@@ -421,18 +432,38 @@ func deleteKeys(st *state, keys []Key) (BatchResult, error) {
 		delete(st.objects, k)
 		res.Results = append(res.Results, Result{Key: k, Action: Deleted})
 	}
+	st.reindex()
 	return res, nil
 }
 
+// kindIndex is a state's objects' names by kind and namespace, sorted:
+// validation asks it once per document, so without it a large apply or
+// the start's check of what is stored is quadratic.
+type kindIndex struct {
+	once  sync.Once
+	names map[[2]string][]string
+}
+
+// reindex is called after objects changed.
+func (st *state) reindex() { st.names = &kindIndex{} }
+
+// namesOfKind returns the sorted names of the objects of kind in namespace.
 func namesOfKind(st *state, kind, namespace string) []string {
-	var out []string
-	for k := range st.objects {
-		if k.Kind == kind && k.Namespace == namespace {
-			out = append(out, k.Name)
-		}
+	if st.names == nil { // a state built by hand (tests)
+		st = &state{objects: st.objects, names: &kindIndex{}}
 	}
-	slices.Sort(out)
-	return out
+	idx := st.names
+	idx.once.Do(func() {
+		idx.names = map[[2]string][]string{}
+		for k := range st.objects {
+			key := [2]string{k.Kind, k.Namespace}
+			idx.names[key] = append(idx.names[key], k.Name)
+		}
+		for _, names := range idx.names {
+			slices.Sort(names)
+		}
+	})
+	return slices.Clone(idx.names[[2]string{kind, namespace}])
 }
 
 // checkReferences validates obj against the state it is applied into:

@@ -185,7 +185,7 @@ func (l *listing) state() (*state, error) {
 	if !l.committed() {
 		return decodeLegacy(l.legacy)
 	}
-	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}}
+	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}, names: &kindIndex{}}
 	for item, kv := range l.visible() {
 		var e entryRecord
 		if err := json.Unmarshal(kv.Value, &e); err != nil {
@@ -242,7 +242,7 @@ type storedState struct {
 }
 
 func decodeLegacy(raw []byte) (*state, error) {
-	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}}
+	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}, names: &kindIndex{}}
 	if raw == nil {
 		return st, nil
 	}
