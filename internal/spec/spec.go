@@ -201,7 +201,7 @@ type state struct {
 	// names indexes objects' names by kind and namespace, built at the
 	// first namesOfKind; whoever changes objects resets it (reindex).
 	names *kindIndex
-	vips    map[mesh.MeshService]netip.Addr
+	vips  map[mesh.MeshService]netip.Addr
 	// size is the length of the stored value it was read from.
 	size int
 }
