@@ -8,39 +8,21 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
 	"github.com/osm-vm/osm-vm/internal/testaddr"
+	"github.com/osm-vm/osm-vm/internal/testlog"
 )
-
-// syncBuffer is a log sink safe for a child's writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	return testaddr.Free(t)
 }
 
-func waitLog(t *testing.T, what string, timeout time.Duration, log *syncBuffer, cond func(string) bool) {
+func waitLog(t *testing.T, what string, timeout time.Duration, log *testlog.Buffer, cond func(string) bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond(log.String()) {
@@ -70,7 +52,7 @@ func TestAgentFullPath(t *testing.T) {
 		return string(out)
 	}
 	var server *exec.Cmd
-	serverLog := &syncBuffer{}
+	serverLog := &testlog.Buffer{}
 	startServer := func() {
 		server = exec.Command(filepath.Join(bin, "osm-server"), "serve", "--config", filepath.Join(dir, "server.yaml"))
 		server.Stdout, server.Stderr = serverLog, serverLog
@@ -124,7 +106,7 @@ func TestAgentFullPath(t *testing.T) {
 		t.Fatalf("osm-agent install wrote no default metricsAddress:\n%s", agentYAML)
 	}
 	os.WriteFile(filepath.Join(agentDir, "agent.yaml"), withMetrics, 0o600)
-	agentLog := &syncBuffer{}
+	agentLog := &testlog.Buffer{}
 	agent := exec.Command(filepath.Join(bin, "osm-agent"), "run", "--config", filepath.Join(agentDir, "agent.yaml"))
 	agent.Env = append(os.Environ(), agenttest.FakeEnvoyEnv+"=1")
 	agent.Stdout, agent.Stderr = agentLog, agentLog

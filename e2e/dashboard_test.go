@@ -12,6 +12,7 @@ import (
 	"time"
 
 	meshtypes "github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/testlog"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -83,7 +84,7 @@ func browserTools(t *testing.T) (pwDir, node string) {
 // the test ends and returns the dashboard URL it logs.
 func startDashboardServer(t *testing.T, dir, bin string) string {
 	t.Helper()
-	serverLog := &syncBuffer{}
+	serverLog := &testlog.Buffer{}
 	server := exec.Command(filepath.Join(bin, "osm-server"), "serve", "--config", filepath.Join(dir, "server.yaml"))
 	server.Stdout, server.Stderr = serverLog, serverLog
 	server.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

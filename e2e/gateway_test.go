@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/xds"
 
 	"github.com/osm-vm/osm-vm/examples/bookstore/bookapi"
+	"github.com/osm-vm/osm-vm/internal/testlog"
 )
 
 // TestPolyglotGatewayAPI: the bookstore in Gateway API form
@@ -31,7 +32,7 @@ import (
 // with the polyglot suite because it shares its machinery.
 func TestPolyglotGatewayAPI(t *testing.T) {
 	dir := t.TempDir()
-	p := &polyglot{t: t, dir: dir, bin: filepath.Join(dir, "bin"), logs: map[string]*syncBuffer{}}
+	p := &polyglot{t: t, dir: dir, bin: filepath.Join(dir, "bin"), logs: map[string]*testlog.Buffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for name, l := range p.logs {

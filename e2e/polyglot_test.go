@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/osm-vm/osm-vm/internal/testlog"
 	"io"
 	"net/http"
 	"os"
@@ -159,7 +160,7 @@ type polyglot struct {
 	serverDir      string
 	python, nodeJS string
 	nodeModules    string
-	logs           map[string]*syncBuffer
+	logs           map[string]*testlog.Buffer
 }
 
 func (p *polyglot) admin(args ...string) string {
@@ -205,7 +206,7 @@ func (p *polyglot) serve(extra ...string) {
 // given) go to the log named name.
 func (p *polyglot) start(name string, env []string, stdout io.Writer, path string, args ...string) {
 	p.t.Helper()
-	log := &syncBuffer{}
+	log := &testlog.Buffer{}
 	p.logs[name] = log
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -259,7 +260,7 @@ func (p *polyglot) agent(service, addr string, account ...string) string {
 	return "GRPC_XDS_BOOTSTRAP=" + boot
 }
 
-func waitFile(t *testing.T, path string, log *syncBuffer) {
+func waitFile(t *testing.T, path string, log *testlog.Buffer) {
 	t.Helper()
 	waitLog(t, path, 30*time.Second, log, func(string) bool { _, err := os.Stat(path); return err == nil })
 }
@@ -340,7 +341,7 @@ func requirePolyglotDeps(t *testing.T) (python, nodeJS, nodeModules string) {
 func TestPolyglotProxyless(t *testing.T) {
 	python, nodeJS, nodeModules := requirePolyglotDeps(t)
 	dir := t.TempDir()
-	p := &polyglot{t: t, dir: dir, bin: filepath.Join(dir, "bin"), python: python, nodeJS: nodeJS, nodeModules: nodeModules, logs: map[string]*syncBuffer{}}
+	p := &polyglot{t: t, dir: dir, bin: filepath.Join(dir, "bin"), python: python, nodeJS: nodeJS, nodeModules: nodeModules, logs: map[string]*testlog.Buffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			for name, l := range p.logs {
@@ -421,7 +422,7 @@ func TestPolyglotProxyless(t *testing.T) {
 		// server's RBAC refuses it.
 		certDir := strings.TrimSuffix(strings.TrimPrefix(thiefBoot, "GRPC_XDS_BOOTSTRAP="), "grpc-bootstrap.json")
 		for _, srv := range []struct{ name, addr string }{{"Python bookstore-v1", "127.0.30.3:14001"}, {"Node bookstore-v2", "127.0.30.4:14001"}} {
-			stats := &syncBuffer{}
+			stats := &testlog.Buffer{}
 			p.start("bookthief -direct "+srv.addr, []string{thiefBoot}, stats, filepath.Join(p.bin, "bookthief"), "-direct", srv.addr, "-cert-dir", certDir, "-interval", "50ms")
 			waitLog(t, srv.name+" refuses bookthief by RBAC", 30*time.Second, stats, func(s string) bool { return strings.Contains(s, `"deniedDirect"`) })
 			lines := strings.Split(strings.TrimSpace(stats.String()), "\n")

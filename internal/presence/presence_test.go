@@ -1,7 +1,6 @@
 package presence
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testlog"
 )
 
 // fakeRemote records the sets a sharer hands the model.
@@ -66,24 +66,6 @@ type countingStore struct {
 func (c *countingStore) Txn(ctx context.Context, ops ...store.Op) (bool, error) {
 	c.txns.Add(1) // before it commits: counted before any watcher sees it
 	return c.Memory.Txn(ctx, ops...)
-}
-
-// logBuffer is a logger whose output the test reads.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
 }
 
 func run(t *testing.T, s *Sharer) (stop func()) {
@@ -247,7 +229,7 @@ func TestSharerIgnoresBadRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuffer
+	var logs testlog.Buffer
 	remote := &fakeRemote{}
 	s := New(slog.New(slog.NewTextHandler(&logs, nil)), st, "a", remote, 20*time.Millisecond)
 	run(t, s)

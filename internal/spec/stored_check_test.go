@@ -2,31 +2,12 @@ package spec
 
 import (
 	"bytes"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testlog"
 )
-
-// syncBuffer is a log destination the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestStoredDocumentsRevalidated: a document in the store that this
 // version's validation refuses (stored by an older version, here written
@@ -53,8 +34,8 @@ func TestStoredDocumentsRevalidated(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 
-	var logs syncBuffer
-	r, err := New(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)), st)
+	var logs testlog.Buffer
+	r, err := New(t.Context(), logs.Logger(), st)
 	if err != nil {
 		t.Fatalf("a stored document that no longer validates stopped the start: %v", err)
 	}
@@ -91,8 +72,8 @@ func TestStoredValidSpecificationLogsNothing(t *testing.T) {
 	if _, err := s.Apply(t.Context(), bookstoreDocs(t), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
-	if _, err := New(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)), st); err != nil {
+	var logs testlog.Buffer
+	if _, err := New(t.Context(), logs.Logger(), st); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(logs.String(), "does not pass") {
