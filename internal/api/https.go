@@ -50,10 +50,6 @@ func requireAdmin(log *slog.Logger, token string, next http.Handler) http.Handle
 	})
 }
 
-// httpsReadTimeout bounds the read of a whole request on the HTTPS API,
-// body included (bodies are small: a CSR, a specification).
-const httpsReadTimeout = time.Minute
-
 // ServeTLS serves h on addr with cfg until ctx is done. A connection that
 // does not finish its TLS handshake within opts.HandshakeTimeout is closed.
 func ServeTLS(ctx context.Context, log *slog.Logger, addr string, cfg *tls.Config, h http.Handler, opts ServeOptions) error {
@@ -66,7 +62,6 @@ func ServeTLS(ctx context.Context, log *slog.Logger, addr string, cfg *tls.Confi
 	}
 	srv := opts.server(h)
 	srv.TLSConfig = cfg
-	srv.ReadTimeout = max(httpsReadTimeout, srv.ReadHeaderTimeout)
 	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	log.Info("HTTPS API listening", "address", ln.Addr().String())
 	return serve(ctx, "HTTPS API", srv, tls.NewListener(ln, cfg))

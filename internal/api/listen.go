@@ -21,6 +21,12 @@ const DefaultHandshakeTimeout = 5 * time.Second
 // next request unless ServeOptions say otherwise.
 const DefaultIdleTimeout = 2 * time.Minute
 
+// DefaultReadTimeout bounds the read of a whole request, body included,
+// unless ServeOptions say otherwise: bodies are small (a CSR, a
+// specification; the debug listener takes none), so a client sending one
+// a byte at a time is cut off.
+const DefaultReadTimeout = time.Minute
+
 // ServeOptions are the settings of a listener served by this package.
 type ServeOptions struct {
 	// Ready, when not nil, receives the bound address once listening
@@ -33,6 +39,9 @@ type ServeOptions struct {
 	// IdleTimeout bounds how long a keep-alive connection waits for its
 	// next request; 0 means DefaultIdleTimeout.
 	IdleTimeout time.Duration
+	// ReadTimeout bounds the read of a whole request, body included (at
+	// least HandshakeTimeout); 0 means DefaultReadTimeout.
+	ReadTimeout time.Duration
 	// Names are further host names and addresses the debug listener
 	// answers to (the server's own: its host name, serverNames), for a
 	// scraper that reaches it by name; the HTTPS API ignores them.
@@ -41,16 +50,19 @@ type ServeOptions struct {
 
 // server returns an http.Server for h with the options' bounds. net/http
 // bounds a TLS handshake by the smallest of its read and write timeouts,
-// which is ReadHeaderTimeout here.
+// which is ReadHeaderTimeout here (ReadTimeout is at least it).
 func (o ServeOptions) server(h http.Handler) *http.Server {
-	hs, idle := o.HandshakeTimeout, o.IdleTimeout
+	hs, idle, read := o.HandshakeTimeout, o.IdleTimeout, o.ReadTimeout
 	if hs <= 0 {
 		hs = DefaultHandshakeTimeout
 	}
 	if idle <= 0 {
 		idle = DefaultIdleTimeout
 	}
-	return &http.Server{Handler: h, ReadHeaderTimeout: hs, IdleTimeout: idle}
+	if read <= 0 {
+		read = DefaultReadTimeout
+	}
+	return &http.Server{Handler: h, ReadHeaderTimeout: hs, ReadTimeout: max(read, hs), IdleTimeout: idle}
 }
 
 // hostCheck answers only requests whose Host header names this listener,

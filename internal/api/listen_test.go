@@ -232,3 +232,75 @@ func TestHostCheckOnAllInterfaces(t *testing.T) {
 		}
 	}
 }
+
+// TestDebugListenerCutsSlowBodies: a request whose body comes a byte at a
+// time (under the header bound, never silent) is cut off at the whole
+// request's bound; before ReadTimeout the debug listener held it for as
+// long as the client kept dripping.
+func TestDebugListenerCutsSlowBodies(t *testing.T) {
+	addr := serveDebug(t, "127.0.0.1:0", ServeOptions{HandshakeTimeout: 300 * time.Millisecond, ReadTimeout: 500 * time.Millisecond})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func() { // the slow client: a byte every 50 ms, until the server hangs up
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				if _, err := c.Write([]byte{'x'}); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	start := time.Now()
+	const guard, bound = 30 * time.Second, 5 * time.Second
+	c.SetReadDeadline(start.Add(guard))
+	_, err = io.Copy(io.Discard, c) // the response, then the close
+	took := time.Since(start)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the server still read the dripping body after %v", guard)
+	}
+	if took > bound {
+		t.Errorf("the server cut the dripping body off after %v, want about 500ms (within %v)", took.Round(time.Millisecond), bound)
+	}
+}
+
+// TestProfilesOutlastTheReadBound: a CPU profile or trace runs for the
+// seconds asked even when they exceed the whole-request read bound (which
+// bounds reading the request, not the handler or the response).
+func TestProfilesOutlastTheReadBound(t *testing.T) {
+	addr := serveDebug(t, "127.0.0.1:0", ServeOptions{HandshakeTimeout: 200 * time.Millisecond, ReadTimeout: 300 * time.Millisecond})
+	for _, path := range []string{"/debug/pprof/profile?seconds=1", "/debug/pprof/trace?seconds=1"} {
+		req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+testAdminToken)
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		took := time.Since(start)
+		if err != nil || resp.StatusCode != http.StatusOK || n == 0 {
+			t.Fatalf("GET %s = %d, %d bytes, %v", path, resp.StatusCode, n, err)
+		}
+		if took < time.Second {
+			t.Errorf("GET %s ended after %v: cut short of the second asked by the 300ms read bound", path, took.Round(time.Millisecond))
+		}
+	}
+}
