@@ -3,6 +3,7 @@ package spec
 import (
 	"fmt"
 	"regexp"
+	"regexp/syntax"
 	"slices"
 	"strings"
 	"time"
@@ -383,7 +384,45 @@ func checkHeaderName(v *validator, field, name string) {
 func checkRegex(v *validator, field, re string) {
 	if _, err := regexp.Compile(re); err != nil {
 		v.errorf(field, "invalid RE2 regular expression %q: %v", re, regexErr(err))
+		return
 	}
+	if n := regexProgramSize(re); n > maxRegexProgram {
+		v.errorf(field, "regular expression %q is too complex: its compiled program is about %d instructions, over the limit of %d (Envoy refuses larger ones): use fewer repetitions or a narrower character class", re, n, maxRegexProgram)
+	}
+}
+
+// maxRegexProgram bounds a regular expression's estimated RE2 program
+// size. The Envoy bootstrap osm-agent writes raises Envoy's own limit
+// (runtime re2.max_program_size.error_level, 100 by default) to 32,768;
+// the estimate below is not RE2's exact count, so the bound keeps a
+// margin of three.
+const maxRegexProgram = 10_000
+
+// regexProgramSize estimates the size of re's RE2 program from Go's
+// compiled program (re must compile): one per instruction, and for a
+// character class two more per range beyond ASCII, since RE2 matches
+// bytes and spells such a range as a UTF-8 automaton.
+func regexProgramSize(re string) int {
+	parsed, err := syntax.Parse(re, syntax.Perl)
+	if err != nil {
+		return 0
+	}
+	prog, err := syntax.Compile(parsed.Simplify())
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, inst := range prog.Inst {
+		n++
+		if inst.Op == syntax.InstRune {
+			for i := 1; i < len(inst.Rune); i += 2 {
+				if inst.Rune[i] > 0x7f {
+					n += 2
+				}
+			}
+		}
+	}
+	return n
 }
 
 // checkHeaderMatches checks header (or query parameter) matches: names

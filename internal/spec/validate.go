@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -128,9 +127,7 @@ func (g *HTTPRouteGroup) validate(v *validator) {
 		} else {
 			seen[m.Name] = i
 		}
-		if _, err := regexp.Compile(m.PathRegex); err != nil {
-			v.errorf(f+".pathRegex", "invalid RE2 regular expression %q: %v", m.PathRegex, regexErr(err))
-		}
+		checkRegex(v, f+".pathRegex", m.PathRegex)
 		for j, meth := range m.Methods {
 			if !slices.Contains(httpMethods, meth) {
 				v.errorf(fmt.Sprintf("%s.methods[%d]", f, j), "unsupported method %q: want one of %s%s", meth, strings.Join(httpMethods, ", "), didYouMean(meth, httpMethods))
@@ -140,9 +137,7 @@ func (g *HTTPRouteGroup) validate(v *validator) {
 			if h == "" {
 				v.errorf(f+".headers", "empty header name: remove it")
 			}
-			if _, err := regexp.Compile(m.Headers[h]); err != nil {
-				v.errorf(f+".headers."+h, "invalid RE2 regular expression %q: %v", m.Headers[h], regexErr(err))
-			}
+			checkRegex(v, f+".headers."+h, m.Headers[h])
 		}
 	}
 }

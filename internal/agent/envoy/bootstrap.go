@@ -185,8 +185,25 @@ func Bootstrap(p sidecar.ProxyConfig, dataDir string, adminPort uint16) (*bootst
 				},
 			}},
 		},
+		LayeredRuntime: runtimeLayers,
 	}, nil
 }
+
+// Re2ProgramSizeLimit is Envoy's limit on a regular expression's compiled
+// program (runtime re2.max_program_size.error_level; Envoy's default of 100
+// refuses ordinary route regexes). osm-server's apply refuses expressions
+// estimated over a third of it.
+const Re2ProgramSizeLimit = 32768
+
+// runtimeLayers is Envoy's runtime: a static layer with osm-vm's settings,
+// and the admin layer (changes through the admin API's /runtime_modify),
+// as Envoy has without a layered_runtime.
+var runtimeLayers = &bootstrapv3.LayeredRuntime{Layers: []*bootstrapv3.RuntimeLayer{
+	{Name: "osm-vm", LayerSpecifier: &bootstrapv3.RuntimeLayer_StaticLayer{StaticLayer: &structpb.Struct{Fields: map[string]*structpb.Value{
+		"re2.max_program_size.error_level": structpb.NewNumberValue(Re2ProgramSizeLimit),
+	}}}},
+	{Name: "admin", LayerSpecifier: &bootstrapv3.RuntimeLayer_AdminLayer_{AdminLayer: &bootstrapv3.RuntimeLayer_AdminLayer{}}},
+}}
 
 // The xDS connection's HTTP/2 keepalive (osm-server allows a ping every
 // 10 s).
