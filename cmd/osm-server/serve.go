@@ -181,10 +181,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	admin.Handle("/api/v1/tokens", enroll.NewTokenAdminHandler(log, tokens))
 	admin.Handle("/api/v1/tokens/", enroll.NewTokenAdminHandler(log, tokens))
 	identity.Admin(admin)
-	admin.Handle("/", spec.NewHandler(log.With("component", "spec"), sp, spec.WarnUnserved(func(svc mesh.MeshService) bool {
-		se, ok := cat.Snapshot().Endpoints(svc)
-		return ok && len(se.Endpoints) > 0
-	})))
+	admin.Handle("/", spec.NewHandler(log.With("component", "spec"), sp, spec.WarnUnserved(hasEndpoints(cat, host))))
 	enrollHandler := enroll.NewHandlerWithReplicas(log.With("component", "enroll"), tokens, certs, xdsFor, replicas.List, certificate.ErrNotFound, certificate.ErrRevoked, certificate.ErrExpired, certificate.ErrInvalidCSR)
 	public := append(identity.Public(),
 		api.Route{Pattern: "POST /api/v1/enroll", Handler: enrollHandler},
@@ -432,6 +429,19 @@ const providerWait = 30 * time.Second
 // providers is what waitForProviders needs of the plugin host.
 type providers interface {
 	Waiting() []string // providers that have not sent their first list
+}
+
+// hasEndpoints answers apply's "is this service served?" from the
+// catalog. Until every provider has sent its first list nothing is known
+// to be unserved (a start would otherwise warn of every service).
+func hasEndpoints(cat *catalog.Catalog, p providers) spec.HasEndpoints {
+	return func(svc mesh.MeshService) bool {
+		if len(p.Waiting()) > 0 {
+			return true
+		}
+		se, ok := cat.Snapshot().Endpoints(svc)
+		return ok && len(se.Endpoints) > 0
+	}
 }
 
 // waitForProviders returns once every provider has sent its first list,

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/osm-vm/osm-vm/internal/catalog"
+	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
@@ -306,5 +309,32 @@ func TestServeConsulUnreachable(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("serve --store consul without Consul: %v; want an error containing %q", err, want)
 		}
+	}
+}
+
+// waitingProviders is a plugin host whose named providers have not sent
+// their first list.
+type waitingProviders []string
+
+func (w *waitingProviders) Waiting() []string { return *w }
+
+// TestHasEndpointsWaitsForProviders: apply's unserved-service warnings
+// say nothing while a provider has not listed its endpoints (right after
+// a start every service would look unserved), then follow the catalog.
+func TestHasEndpointsWaitsForProviders(t *testing.T) {
+	cat := catalog.New()
+	waiting := &waitingProviders{"onprem"}
+	has := hasEndpoints(cat, waiting)
+	store := mesh.MeshService{Namespace: "default", Name: "bookstore"}
+	if !has(store) {
+		t.Errorf("a service counted as unserved while provider onprem has not listed yet")
+	}
+	*waiting = nil
+	if has(store) {
+		t.Errorf("bookstore counted as served with no endpoint, every provider listed")
+	}
+	cat.SetEndpoints("onprem", store, []mesh.Endpoint{{IP: netip.MustParseAddr("10.0.0.5"), Port: 14001}})
+	if !has(store) {
+		t.Errorf("bookstore counted as unserved with an endpoint")
 	}
 }
