@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -102,7 +104,9 @@ func (p *Publisher) renderChanged(ctx context.Context) {
 
 // rerender renders the groups again and publishes to their proxies, then
 // lets go of what the groups held before (after, so that what renders the
-// same is found interned).
+// same is found interned). The groups are rendered and validated in
+// parallel (see renderGroups); what they render is published afterwards,
+// one proxy after another, by the pass's goroutine.
 func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 	var old []*cache.Resource
 	var oldSlots []*edsSlot
@@ -114,17 +118,67 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 	if len(groups) > 0 {
 		p.dependents = nil
 	}
-	for _, g := range groups {
-		for _, n := range g.nodes {
-			p.publishNode(ctx, n)
+	for _, rs := range p.renderGroups(ctx, groups) {
+		for _, r := range rs {
+			p.commitNode(r)
 		}
 	}
 	p.interned.Release(old...)
 	p.releaseSlots(oldSlots)
 }
 
+// minParallelGroups is the fewest groups rendered in parallel: below it
+// (a specification change touches a few groups) starting workers costs
+// more than it saves.
+const minParallelGroups = 8
+
+// renderGroups renders every proxy of the groups (sorted by key, and each
+// group's proxies by node ID), on up to p.workers goroutines, each taking
+// the next group not yet taken: a group and its proxies are rendered by
+// one goroutine, in order. What render shares between groups (the Memo,
+// the interned Resources, the validators, EDS slots and secret sets) is
+// safe for concurrent use and gives every caller the same message or
+// Resource, so the output does not depend on the number of workers
+// (TestParallelRenderingIsDeterministic).
+func (p *Publisher) renderGroups(ctx context.Context, groups []*group) [][]nodeRender {
+	slices.SortFunc(groups, func(a, b *group) int { return compareGroupKeys(a.key, b.key) })
+	out := make([][]nodeRender, len(groups))
+	render := func(i int) {
+		g := groups[i]
+		for _, id := range slices.Sorted(maps.Keys(g.nodes)) {
+			out[i] = append(out[i], p.prepareNode(ctx, g.nodes[id]))
+		}
+	}
+	workers := min(p.workers, len(groups))
+	if workers <= 1 || len(groups) < minParallelGroups {
+		for i := range groups {
+			render(i)
+		}
+		return out
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(groups); i = int(next.Add(1)) - 1 {
+				render(i)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func compareGroupKeys(a, b groupKey) int {
+	if c := a.service.Compare(b.service); c != 0 {
+		return c
+	}
+	return int(a.flavor) - int(b.flavor)
+}
+
 // renderGroup renders the resources shared by the group's proxies, using
-// n as the representative.
+// n as the representative. It may run in parallel with other groups'
+// (see renderGroups).
 func (p *Publisher) renderGroup(g *group, n *node) error {
 	m := p.mesh()
 	px := p.renderProxy(n.proxy)
@@ -159,13 +213,11 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	deps := in.Dependencies()
 	slots := make([]*edsSlot, len(deps))
 	for i, d := range deps {
-		slots[i] = p.slot(d)
-		slots[i].refs++
+		slots[i] = p.holdSlot(d)
 	}
 	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(render.EDSName(a.svc), render.EDSName(b.svc)) })
 	g.inputs, g.rds, g.cds, g.slots, g.shared, g.eds = in, rds, cds, slots, shared, nil
 	p.interned.Retain(g.resources()...)
-	p.dependents = nil
 	return nil
 }
 
@@ -184,27 +236,81 @@ func (p *Publisher) renderProxy(px Proxy) render.Proxy {
 
 // publishNode renders and publishes everything one proxy receives.
 func (p *Publisher) publishNode(ctx context.Context, n *node) {
-	err := p.renderNode(ctx, n)
-	p.setErr(n.proxy.NodeID, err)
+	p.commitNode(p.prepareNode(ctx, n))
+}
+
+// nodeRender is what rendering one proxy's configuration gave
+// (prepareNode), to be published (commitNode).
+type nodeRender struct {
+	n *node
+	// grouped is set when its group's resources were rendered (again).
+	grouped bool
+	// refused are the refusal listeners in lds, retained.
+	refused                 map[string]refusal
+	cds, eds, sds, lds, rds *cache.Set
+	err                     error
+}
+
+// commitNode publishes what prepareNode rendered for a proxy, or reports
+// why it could not, on the pass's goroutine.
+func (p *Publisher) commitNode(r nodeRender) {
+	n := r.n
+	if r.grouped {
+		p.dependents = nil
+	}
+	if r.err == nil {
+		p.releaseRefusals(n.refused)
+		n.refused = r.refused
+		if len(r.refused) > 0 {
+			p.refusing[n] = struct{}{}
+		} else {
+			delete(p.refusing, n)
+		}
+		n.lds = r.lds
+		id := n.proxy.NodeID
+		// Publish in the order xDS wants: clusters and endpoints before the
+		// listeners and routes that use them.
+		p.publish(id, resource.ClusterType, r.cds)
+		p.publish(id, resource.EndpointType, r.eds)
+		if r.sds != nil {
+			p.publish(id, resource.SecretType, r.sds)
+		}
+		p.publish(id, resource.ListenerType, r.lds)
+		p.publish(id, resource.RouteType, r.rds)
+	} else {
+		p.releaseRefusals(r.refused)
+	}
+	p.setErr(n.proxy.NodeID, r.err)
 	switch {
-	case err == nil:
+	case r.err == nil:
 	case n.lds == nil && p.refuse != nil:
 		// Nothing was ever published for this proxy: it would wait for
 		// its first answer forever. End its streams naming the cause; it
 		// reconnects, and is served once the cause is fixed.
-		p.log.Error("proxy refused: its configuration cannot be rendered", "node", n.proxy.NodeID, "err", err)
-		p.refuse(n.proxy.NodeID, err)
+		p.log.Error("proxy refused: its configuration cannot be rendered", "node", n.proxy.NodeID, "err", r.err)
+		p.refuse(n.proxy.NodeID, r.err)
 	default:
-		p.log.Error("proxy configuration not published; the proxy keeps its last good configuration", "node", n.proxy.NodeID, "err", err)
+		p.log.Error("proxy configuration not published; the proxy keeps its last good configuration", "node", n.proxy.NodeID, "err", r.err)
 	}
 }
 
-func (p *Publisher) renderNode(ctx context.Context, n *node) error {
+// prepareNode renders and validates everything one proxy receives (its
+// group's resources too, if the group has none), without publishing: it
+// may run in parallel with other groups' (see renderGroups), touching
+// only n, its group and what is safe for concurrent use.
+func (p *Publisher) prepareNode(ctx context.Context, n *node) nodeRender {
+	r := nodeRender{n: n}
+	r.err = p.renderNode(ctx, &r)
+	return r
+}
+
+func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
+	n := r.n
 	g := n.group
 	if g.cds == nil {
+		r.grouped = true
 		if err := p.renderGroup(g, n); err != nil {
 			g.err = err
-			p.dependents = nil
 			return err
 		}
 		g.err = nil
@@ -232,12 +338,12 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 	if err != nil {
 		return err
 	}
+	r.refused = refused // released by commitNode if anything below fails
 	for _, r := range refused {
 		lds = append(lds, r.res)
 	}
 	ldsSet, err := cache.NewSet(lds...)
 	if err != nil {
-		p.releaseRefusals(refused)
 		return err
 	}
 	cds := g.cds
@@ -250,14 +356,12 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 		}
 	}
 	if err != nil {
-		p.releaseRefusals(refused)
 		return err
 	}
 	var sds *cache.Set
 	var pendingSDS []proto.Message
 	if n.proxy.Flavor != render.GRPC { // Envoy and gateway proxies take SDS
 		if sds, err = p.secretSet(ctx, n.proxy.Service); err != nil {
-			p.releaseRefusals(refused)
 			return err
 		}
 		if sds == nil {
@@ -270,27 +374,9 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 		}
 	}
 	if err := p.validate(n.proxy.Flavor, pendingSDS, ldsSet, g.rds, cds, eds, sds); err != nil {
-		p.releaseRefusals(refused)
 		return fmt.Errorf("generated configuration failed validation (a bug: please report it with GET /debug/config/%s): %w", n.proxy.NodeID, err)
 	}
-	p.releaseRefusals(n.refused)
-	n.refused = refused
-	if len(refused) > 0 {
-		p.refusing[n] = struct{}{}
-	} else {
-		delete(p.refusing, n)
-	}
-	n.lds = ldsSet
-	id := n.proxy.NodeID
-	// Publish in the order xDS wants: clusters and endpoints before the
-	// listeners and routes that use them.
-	p.publish(id, resource.ClusterType, cds)
-	p.publish(id, resource.EndpointType, eds)
-	if sds != nil {
-		p.publish(id, resource.SecretType, sds)
-	}
-	p.publish(id, resource.ListenerType, ldsSet)
-	p.publish(id, resource.RouteType, g.rds)
+	r.cds, r.eds, r.sds, r.lds, r.rds = cds, eds, sds, ldsSet, g.rds
 	return nil
 }
 

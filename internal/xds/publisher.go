@@ -4,11 +4,13 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
@@ -66,17 +68,30 @@ type Publisher struct {
 	// proxies reconnect (a storm after a restart, a failover) is not
 	// rendered again. At most one per service and flavour.
 	idle    map[groupKey]*group
-	nodes   map[string]*node
-	eds     map[mesh.MeshService]*edsSlot // the ClusterLoadAssignment of each service a group depends on
-	secrets map[mesh.ServiceAccount]*cache.Set
+	nodes map[string]*node
+	// workers is how many goroutines render groups in parallel
+	// (renderGroups): GOMAXPROCS.
+	workers int
+	// eds holds the ClusterLoadAssignment of each service a group depends
+	// on; edsMu guards it while groups render in parallel.
+	edsMu sync.Mutex
+	eds   map[mesh.MeshService]*edsSlot
+	// secrets holds the secret set of each service account; secretsMu
+	// guards it, and secretsFlight makes parallel renders of one
+	// account's proxies build its set once.
+	secretsMu     sync.Mutex
+	secretsFlight singleflight.Group
+	secrets       map[mesh.ServiceAccount]*cache.Set
 	// wants holds the listener names each gRPC stream of a node asks
 	// for (by node ID and stream), refusing the nodes that hold refusal
 	// listeners, and refusalCluster and refusalCLA the resources their
 	// routes need (made once; see renderNode).
 	wants          map[string]map[uint64][]string
 	refusing       map[*node]struct{}
+	refusalOnce    sync.Once
 	refusalCluster *cache.Resource
 	refusalCLA     *cache.Resource
+	refusalErr     error
 	// dependents indexes the rendered groups by the services whose
 	// endpoints they receive; nil when a group's dependencies changed.
 	dependents map[mesh.MeshService][]dependent
@@ -123,6 +138,7 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs Cert
 		log: log, cache: c, views: views, certs: certs,
 		wake:     make(chan struct{}, 1),
 		view:     views.View(),
+		workers:  runtime.GOMAXPROCS(0),
 		groups:   map[groupKey]*group{},
 		idle:     map[groupKey]*group{},
 		nodes:    map[string]*node{},
