@@ -67,7 +67,7 @@ type Publisher struct {
 	// until the next specification change (newMemo): a group whose
 	// proxies reconnect (a storm after a restart, a failover) is not
 	// rendered again. At most one per service and flavour.
-	idle    map[groupKey]*group
+	idle  map[groupKey]*group
 	nodes map[string]*node
 	// workers is how many goroutines render groups in parallel
 	// (renderGroups): GOMAXPROCS.
