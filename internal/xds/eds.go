@@ -33,7 +33,7 @@ type edsSlot struct {
 }
 
 // holdSlot returns svc's EDS slot, counting one more group depending on
-// it (safe in parallel renders: see renderGroups).
+// it (safe in parallel renders: see publishGroups).
 func (p *Publisher) holdSlot(svc mesh.MeshService) *edsSlot {
 	p.edsMu.Lock()
 	defer p.edsMu.Unlock()

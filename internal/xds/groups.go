@@ -82,21 +82,29 @@ func (p *Publisher) newMemo() {
 
 // renderChanged re-renders, after a specification change, the groups
 // whose render.Inputs changed (and those that failed); the others keep
-// their resources, which would render to the same bytes.
+// their resources, which would render to the same bytes. The groups'
+// inputs are worked out in parallel (see parallel).
 func (p *Publisher) renderChanged(ctx context.Context) {
 	p.newMemo()
 	m := p.mesh()
-	var stale []*group
-	for _, g := range p.groups {
+	groups := slices.SortedFunc(maps.Values(p.groups), compareGroups)
+	isStale := make([]bool, len(groups))
+	p.parallel(len(groups), func(i int) {
+		g := groups[i]
 		if g.err != nil || g.cds == nil {
-			stale = append(stale, g)
-			continue
+			isStale[i] = true
+			return
 		}
 		for _, n := range g.nodes { // any one: they differ only in address
-			if in, err := render.InputsOf(m, p.renderProxy(n.proxy)); err != nil || !in.Equal(g.inputs) {
-				stale = append(stale, g)
-			}
+			in, err := render.InputsOf(m, p.renderProxy(n.proxy))
+			isStale[i] = err != nil || !in.Equal(g.inputs)
 			break
+		}
+	})
+	var stale []*group
+	for i, g := range groups {
+		if isStale[i] {
+			stale = append(stale, g)
 		}
 	}
 	p.rerender(ctx, stale)
@@ -104,9 +112,7 @@ func (p *Publisher) renderChanged(ctx context.Context) {
 
 // rerender renders the groups again and publishes to their proxies, then
 // lets go of what the groups held before (after, so that what renders the
-// same is found interned). The groups are rendered and validated in
-// parallel (see renderGroups); what they render is published afterwards,
-// one proxy after another, by the pass's goroutine.
+// same is found interned).
 func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 	var old []*cache.Resource
 	var oldSlots []*edsSlot
@@ -118,56 +124,82 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 	if len(groups) > 0 {
 		p.dependents = nil
 	}
-	for _, rs := range p.renderGroups(ctx, groups) {
-		for _, r := range rs {
-			p.commitNode(r)
-		}
-	}
+	slices.SortFunc(groups, compareGroups)
+	p.publishGroups(ctx, groups, func(g *group) []*node {
+		return slices.SortedFunc(maps.Values(g.nodes), func(a, b *node) int { return strings.Compare(a.proxy.NodeID, b.proxy.NodeID) })
+	})
 	p.interned.Release(old...)
 	p.releaseSlots(oldSlots)
 }
 
-// minParallelGroups is the fewest groups rendered in parallel: below it
-// (a specification change touches a few groups) starting workers costs
-// more than it saves.
-const minParallelGroups = 8
+// publishNodes renders and publishes the nodes' configurations (see
+// publishGroups).
+func (p *Publisher) publishNodes(ctx context.Context, nodes []*node) {
+	byGroup := map[*group][]*node{}
+	var groups []*group
+	for _, n := range nodes {
+		if byGroup[n.group] == nil {
+			groups = append(groups, n.group)
+		}
+		byGroup[n.group] = append(byGroup[n.group], n)
+	}
+	p.publishGroups(ctx, groups, func(g *group) []*node { return byGroup[g] })
+}
 
-// renderGroups renders every proxy of the groups (sorted by key, and each
-// group's proxies by node ID), on up to p.workers goroutines, each taking
-// the next group not yet taken: a group and its proxies are rendered by
-// one goroutine, in order. What render shares between groups (the Memo,
-// the interned Resources, the validators, EDS slots and secret sets) is
-// safe for concurrent use and gives every caller the same message or
-// Resource, so the output does not depend on the number of workers
-// (TestParallelRenderingIsDeterministic).
-func (p *Publisher) renderGroups(ctx context.Context, groups []*group) [][]nodeRender {
-	slices.SortFunc(groups, func(a, b *group) int { return compareGroupKeys(a.key, b.key) })
+// publishGroups renders the configuration of nodes(g) for each group in
+// parallel (see parallel): a group and its nodes are rendered by one
+// goroutine, in order, the first rendering the group's resources if it
+// has none. What render shares between groups (the Memo, the interned
+// Resources, the validators, EDS slots and secret sets) is safe for
+// concurrent use and gives every caller the same message or Resource, so
+// the output does not depend on the number of workers
+// (TestParallelRenderingIsDeterministic). What was rendered is then
+// published on the pass's goroutine, node by node in the groups' order,
+// each node's clusters and endpoints before its listeners and routes.
+func (p *Publisher) publishGroups(ctx context.Context, groups []*group, nodes func(*group) []*node) {
 	out := make([][]nodeRender, len(groups))
-	render := func(i int) {
-		g := groups[i]
-		for _, id := range slices.Sorted(maps.Keys(g.nodes)) {
-			out[i] = append(out[i], p.prepareNode(ctx, g.nodes[id]))
+	p.parallel(len(groups), func(i int) {
+		for _, n := range nodes(groups[i]) {
+			out[i] = append(out[i], p.prepareNode(ctx, n))
+		}
+	})
+	for _, rs := range out {
+		for _, r := range rs {
+			p.commitNode(r)
 		}
 	}
-	workers := min(p.workers, len(groups))
-	if workers <= 1 || len(groups) < minParallelGroups {
-		for i := range groups {
-			render(i)
+}
+
+// minParallel is the fewest items (groups) worked on in parallel: below
+// it (a specification change touching a few groups, a join) starting
+// goroutines costs more than it saves.
+const minParallel = 8
+
+// parallel calls f(i) for each i < n on up to p.workers goroutines, each
+// taking the next i not yet taken, and returns when all are done; with
+// fewer than minParallel items or one worker it calls them in order
+// itself. f must touch only what is its own or safe for concurrent use.
+func (p *Publisher) parallel(n int, f func(i int)) {
+	workers := min(p.workers, n)
+	if workers <= 1 || n < minParallel {
+		for i := range n {
+			f(i)
 		}
-		return out
+		return
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < len(groups); i = int(next.Add(1)) - 1 {
-				render(i)
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				f(i)
 			}
 		})
 	}
 	wg.Wait()
-	return out
 }
+
+func compareGroups(a, b *group) int { return compareGroupKeys(a.key, b.key) }
 
 func compareGroupKeys(a, b groupKey) int {
 	if c := a.service.Compare(b.service); c != 0 {
@@ -178,7 +210,7 @@ func compareGroupKeys(a, b groupKey) int {
 
 // renderGroup renders the resources shared by the group's proxies, using
 // n as the representative. It may run in parallel with other groups'
-// (see renderGroups).
+// (see publishGroups).
 func (p *Publisher) renderGroup(g *group, n *node) error {
 	m := p.mesh()
 	px := p.renderProxy(n.proxy)
@@ -232,11 +264,6 @@ func (p *Publisher) renderProxy(px Proxy) render.Proxy {
 		}
 	}
 	return rp
-}
-
-// publishNode renders and publishes everything one proxy receives.
-func (p *Publisher) publishNode(ctx context.Context, n *node) {
-	p.commitNode(p.prepareNode(ctx, n))
 }
 
 // nodeRender is what rendering one proxy's configuration gave
@@ -296,7 +323,7 @@ func (p *Publisher) commitNode(r nodeRender) {
 
 // prepareNode renders and validates everything one proxy receives (its
 // group's resources too, if the group has none), without publishing: it
-// may run in parallel with other groups' (see renderGroups), touching
+// may run in parallel with other groups' (see publishGroups), touching
 // only n, its group and what is safe for concurrent use.
 func (p *Publisher) prepareNode(ctx context.Context, n *node) nodeRender {
 	r := nodeRender{n: n}

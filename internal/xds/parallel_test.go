@@ -10,9 +10,9 @@ import (
 
 // TestParallelRenderingIsDeterministic renders W's whole configuration
 // (1,000 services x 10 endpoints, one proxy each) from scratch with one
-// worker and with several, and compares every resource every proxy is
-// given, byte for byte: rendering groups in parallel must not change the
-// output. Run under -race it also checks that what the workers share is
+// worker and with several, as a full re-render and as every proxy joining
+// in one pass, and compares every resource every proxy is given, byte for
+// byte: rendering groups in parallel must not change the output. Run under -race it also checks that what the workers share is
 // safe for concurrent use (with 200 services, unless OSM_FULL_W is set:
 // W takes about 30 s under the race detector).
 func TestParallelRenderingIsDeterministic(t *testing.T) {
@@ -27,11 +27,15 @@ func TestParallelRenderingIsDeterministic(t *testing.T) {
 		bytes         []byte
 	}
 	// render returns, per node and type URL, the set's version and its
-	// resources, rendered from scratch with n workers.
+	// resources (snapshot), rendered from scratch with n workers.
+	var snapshot func() map[string]map[string][]resource
 	render := func(n int) map[string]map[string][]resource {
 		p.workers = n
 		p.forgetContent()
 		p.renderAll(ctx)
+		return snapshot()
+	}
+	snapshot = func() map[string]map[string][]resource {
 		out := map[string]map[string][]resource{}
 		for id := range p.nodes {
 			if err := p.RenderError(id); err != "" {
@@ -48,9 +52,35 @@ func TestParallelRenderingIsDeterministic(t *testing.T) {
 		}
 		return out
 	}
+	// rejoin renders the same from scratch as proxies joining, all in one
+	// pass (a fleet reconnecting after a restart), with n workers.
+	rejoin := func(n int) map[string]map[string][]resource {
+		var proxies []Proxy
+		for _, nd := range p.nodes {
+			proxies = append(proxies, nd.proxy)
+		}
+		for _, px := range proxies {
+			p.disconnect(px)
+		}
+		p.step(ctx)
+		p.dropIdle()
+		p.forgetContent()
+		p.workers = n
+		for _, px := range proxies {
+			p.connect(px)
+		}
+		p.step(ctx)
+		return snapshot()
+	}
 	one := render(1)
-	for _, workers := range []int{2, 4} {
-		got := render(workers)
+	for _, workers := range []int{2, 4, -2, -4} {
+		var got map[string]map[string][]resource
+		if workers > 0 {
+			got = render(workers)
+		} else {
+			workers = -workers
+			got = rejoin(workers)
+		}
 		if len(got) != len(one) {
 			t.Fatalf("%d workers: %d nodes, one worker %d", workers, len(got), len(one))
 		}

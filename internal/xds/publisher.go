@@ -70,7 +70,7 @@ type Publisher struct {
 	idle  map[groupKey]*group
 	nodes map[string]*node
 	// workers is how many goroutines render groups in parallel
-	// (renderGroups): GOMAXPROCS.
+	// (publishGroups): GOMAXPROCS.
 	workers int
 	// eds holds the ClusterLoadAssignment of each service a group depends
 	// on; edsMu guards it while groups render in parallel.
@@ -397,24 +397,29 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 			}
 		}
 	}
+	// The proxies that joined, those to render again, and those whose
+	// refusals changed, each once, rendered in parallel by group (a
+	// burst of joins after a restart renders many groups).
+	var publish []*node
 	for _, n := range joined {
 		if p.nodes[n.proxy.NodeID] == n { // still connected at the end of the batch
-			p.publishNode(ctx, n)
+			publish = append(publish, n)
 			delete(recheck, n.proxy.NodeID)
 			delete(refresh, n.proxy.NodeID)
 		}
 	}
 	for id := range refresh {
 		if n := p.nodes[id]; n != nil {
-			p.publishNode(ctx, n)
+			publish = append(publish, n)
 			delete(recheck, id)
 		}
 	}
 	for id := range recheck {
 		if n := p.nodes[id]; n != nil && n.lds != nil && p.refusalsChanged(n) {
-			p.publishNode(ctx, n)
+			publish = append(publish, n)
 		}
 	}
+	p.publishNodes(ctx, publish)
 }
 
 // applyProxyEvent adds a joining proxy to its group, or removes a leaving

@@ -61,7 +61,7 @@ func (p *Publisher) serviceAccount(svc mesh.MeshService) mesh.ServiceAccount {
 // secretSet returns the SDS secrets of svc's service account, or nil (and
 // no error) while its certificate is being issued: the announcement of the
 // certificate brings them (see pass). Safe in parallel renders (see
-// renderGroups): one account's set is built once.
+// publishGroups): one account's set is built once.
 func (p *Publisher) secretSet(ctx context.Context, svc mesh.MeshService) (*cache.Set, error) {
 	sa := p.serviceAccount(svc)
 	if s := p.heldSecrets(sa); s != nil {
