@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/protobuf/proto"
@@ -82,6 +83,12 @@ type Publisher struct {
 	secretsMu     sync.Mutex
 	secretsFlight singleflight.Group
 	secrets       map[mesh.ServiceAccount]*cache.Set
+	// root is the mesh CA's secret every set shares (see rootSecret),
+	// and the PEM it was rendered from; guarded by secretsMu.
+	root struct {
+		pem    []byte
+		secret *tlsv3.Secret
+	}
 	// wants holds the listener names each gRPC stream of a node asks
 	// for (by node ID and stream), refusing the nodes that hold refusal
 	// listeners, and refusalCluster and refusalCLA the resources their

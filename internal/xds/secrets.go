@@ -1,10 +1,12 @@
 package xds
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/osm-vm/osm-vm/internal/certificate"
@@ -93,9 +95,17 @@ func (p *Publisher) buildSecrets(ctx context.Context, sa mesh.ServiceAccount) (*
 	if err != nil {
 		return nil, fmt.Errorf("service certificate of %s: %w", sa, err)
 	}
-	secrets, err := render.Secrets(cert.GetCertificateChain(), cert.GetPrivateKey(), p.certs.RootPEM())
+	root := p.certs.RootPEM()
+	secrets, err := render.Secrets(cert.GetCertificateChain(), cert.GetPrivateKey(), root)
 	if err != nil {
 		return nil, err
+	}
+	// The mesh CA's secret is the same for every account: every set
+	// shares one message, marshalled and validated once.
+	for i, s := range secrets {
+		if s.GetName() == render.RootCASecret {
+			secrets[i] = p.rootSecret(root, s)
+		}
 	}
 	set, err := cache.InternedSet(p.interned, secrets)
 	if err != nil {
@@ -106,6 +116,17 @@ func (p *Publisher) buildSecrets(ctx context.Context, sa mesh.ServiceAccount) (*
 	p.secrets[sa] = set
 	p.secretsMu.Unlock()
 	return set, nil
+}
+
+// rootSecret returns the root CA secret rendered for root first, or s
+// (rendered for root), which it remembers, when root changed.
+func (p *Publisher) rootSecret(root []byte, s *tlsv3.Secret) *tlsv3.Secret {
+	p.secretsMu.Lock()
+	defer p.secretsMu.Unlock()
+	if p.root.secret == nil || !bytes.Equal(p.root.pem, root) {
+		p.root.pem, p.root.secret = root, s
+	}
+	return p.root.secret
 }
 
 func (p *Publisher) publishSecrets(ctx context.Context, n *node) {

@@ -30,11 +30,12 @@ type Interner struct {
 	held      map[*Resource]int
 }
 
-// marshalling is the Resource of a message, done once made (or failed).
+// marshalling is the Resource of a message: mu is held by the caller
+// making it until r (or err) is set.
 type marshalling struct {
-	done chan struct{}
-	r    *Resource
-	err  error
+	mu  sync.Mutex
+	r   *Resource
+	err error
 }
 
 type internKey struct{ typeURL, name, version string }
@@ -73,10 +74,12 @@ func (in *Interner) Resource(name string, msg proto.Message) (*Resource, error) 
 	in.mu.Lock()
 	if m := in.byMessage[msg]; m != nil {
 		in.mu.Unlock()
-		<-m.done
+		m.mu.Lock() // waits while another caller marshals it
+		defer m.mu.Unlock()
 		return m.r, m.err
 	}
-	m := &marshalling{done: make(chan struct{})}
+	m := &marshalling{}
+	m.mu.Lock()
 	in.byMessage[msg] = m
 	in.mu.Unlock()
 	r, err := in.c.NewResource(name, msg)
@@ -88,7 +91,7 @@ func (in *Interner) Resource(name string, msg proto.Message) (*Resource, error) 
 		m.r = in.intern(r)
 	}
 	in.mu.Unlock()
-	close(m.done)
+	m.mu.Unlock()
 	return m.r, m.err
 }
 
