@@ -64,6 +64,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/protobuf/proto"
@@ -174,7 +175,7 @@ func (c *Cache) NewResource(name string, msg proto.Message) (*Resource, error) {
 	}
 	c.marshals.Add(1)
 	typeURL := "type.googleapis.com/" + string(msg.ProtoReflect().Descriptor().FullName())
-	version := digestString(fnv(fnvOffset, b))
+	version := digestString(xxhash.Sum64(b)) // the content's hash (xxHash: fnv, byte by byte, was 3% of a full render)
 	a := &anypb.Any{TypeUrl: typeURL, Value: b}
 	return &Resource{
 		name:    name,
