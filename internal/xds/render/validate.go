@@ -181,16 +181,22 @@ func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
 	for _, r := range resources {
 		v.index(r)
 	}
+	// What is remembered of each resource, looked up under one lock.
+	v.known = slices.Grow(v.known[:0], len(resources))
+	vr.mu.Lock()
 	for _, r := range resources {
+		w, ok := vr.memo[r]
+		v.known = append(v.known, known{w, ok})
+	}
+	vr.mu.Unlock()
+	for i, r := range resources {
 		if r == nil {
 			continue
 		}
 		if kind, _ := kindAndName(r); kind == "" {
 			continue
 		}
-		vr.mu.Lock()
-		w, remembered := vr.memo[r]
-		vr.mu.Unlock()
+		w, remembered := v.known[i].walked, v.known[i].ok
 		l, isListener := r.(*listenerv3.Listener)
 		v.in = r
 		if isListener {
@@ -240,6 +246,12 @@ func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
 	return errors.Join(errs...)
 }
 
+// known is what a Validator remembers of one resource, if anything.
+type known struct {
+	walked
+	ok bool
+}
+
 // reference is a name of kind that resource from (nil once remembered
 // for a filter chain) refers to.
 type reference struct {
@@ -256,6 +268,7 @@ type validation struct {
 	endpoints                                 map[endpointAddr]bool     // see loadAssignment
 	refs                                      []reference
 	errs                                      []finding
+	known                                     []known                       // what the Validator remembers of each resource of the call
 	chains                                    bool                          // walking a per-proxy listener: use Validator.chains
 	in                                        proto.Message                 // the resource being walked
 	met                                       map[protoreflect.FullName]int // if set, counts the checks walk runs, by type (tests)
@@ -278,6 +291,7 @@ func (v *validation) end() {
 	clear(v.addrs)
 	clear(v.refs)
 	clear(v.errs)
+	clear(v.known)
 	v.refs, v.errs, v.memo, v.in, v.chains = v.refs[:0], v.errs[:0], nil, nil, false
 }
 
