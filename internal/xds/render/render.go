@@ -328,8 +328,9 @@ func plan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 
 func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 	src := self.ServiceAccount
-	var out []outbound
-	for _, svc := range m.Spec().Upstreams(src) {
+	upstreams := m.Spec().Upstreams(src)
+	out := make([]outbound, 0, len(upstreams)) // one port each, mostly
+	for _, svc := range upstreams {
 		if svc == p.Service {
 			continue
 		}
