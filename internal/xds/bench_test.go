@@ -118,8 +118,21 @@ func publisherOver(b testing.TB, services, endpoints int, y string) (*Publisher,
 // endpoints, one proxy each) rendered, marshalled and validated from
 // scratch, nothing remembered from an earlier pass: what a server does
 // for the first proxies after it starts. M4 target: ≤ 50 ms.
-func BenchmarkFullGeneration(b *testing.B) {
+func BenchmarkFullGeneration(b *testing.B) { fullGeneration(b, 0) }
+
+// BenchmarkFullGenerationOneWorker is BenchmarkFullGeneration with the
+// groups rendered on one goroutine (GOMAXPROCS unchanged, so the garbage
+// collector still has every core): its ratio to BenchmarkFullGeneration
+// is the speed-up of rendering groups in parallel.
+func BenchmarkFullGenerationOneWorker(b *testing.B) { fullGeneration(b, 1) }
+
+// fullGeneration runs the full generation with workers goroutines (0:
+// the publisher's default, GOMAXPROCS).
+func fullGeneration(b *testing.B, workers int) {
 	p, _, c := benchPublisher(b, 1000, 10)
+	if workers > 0 {
+		p.workers = workers
+	}
 	ctx := context.Background()
 	before := c.Stats().Marshals
 	cpu := startCPU()

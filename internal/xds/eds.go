@@ -3,6 +3,7 @@ package xds
 import (
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -26,23 +27,30 @@ type dependent struct {
 // participant rule change.
 type edsSlot struct {
 	svc  mesh.MeshService
+	mu   sync.Mutex // held while res is built (groups render in parallel)
 	res  *cache.Resource
 	refs int // groups whose slots include it; at 0 it is dropped
 }
 
-// slot returns svc's EDS slot.
-func (p *Publisher) slot(svc mesh.MeshService) *edsSlot {
+// holdSlot returns svc's EDS slot, counting one more group depending on
+// it (safe in parallel renders: see publishGroups).
+func (p *Publisher) holdSlot(svc mesh.MeshService) *edsSlot {
+	p.edsMu.Lock()
+	defer p.edsMu.Unlock()
 	sl := p.eds[svc]
 	if sl == nil {
 		sl = &edsSlot{svc: svc}
 		p.eds[svc] = sl
 	}
+	sl.refs++
 	return sl
 }
 
 // edsResource returns the (shared) ClusterLoadAssignment of the slot's
 // service, built once until dropEDS drops it.
 func (p *Publisher) edsResource(sl *edsSlot) (*cache.Resource, error) {
+	sl.mu.Lock()
+	defer sl.mu.Unlock()
 	if sl.res != nil {
 		return sl.res, nil
 	}

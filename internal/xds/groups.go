@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -80,21 +82,29 @@ func (p *Publisher) newMemo() {
 
 // renderChanged re-renders, after a specification change, the groups
 // whose render.Inputs changed (and those that failed); the others keep
-// their resources, which would render to the same bytes.
+// their resources, which would render to the same bytes. The groups'
+// inputs are worked out in parallel (see parallel).
 func (p *Publisher) renderChanged(ctx context.Context) {
 	p.newMemo()
 	m := p.mesh()
-	var stale []*group
-	for _, g := range p.groups {
+	groups := slices.SortedFunc(maps.Values(p.groups), compareGroups)
+	isStale := make([]bool, len(groups))
+	p.parallel(len(groups), func(i int) {
+		g := groups[i]
 		if g.err != nil || g.cds == nil {
-			stale = append(stale, g)
-			continue
+			isStale[i] = true
+			return
 		}
 		for _, n := range g.nodes { // any one: they differ only in address
-			if in, err := render.InputsOf(m, p.renderProxy(n.proxy)); err != nil || !in.Equal(g.inputs) {
-				stale = append(stale, g)
-			}
+			in, err := render.InputsOf(m, p.renderProxy(n.proxy))
+			isStale[i] = err != nil || !in.Equal(g.inputs)
 			break
+		}
+	})
+	var stale []*group
+	for i, g := range groups {
+		if isStale[i] {
+			stale = append(stale, g)
 		}
 	}
 	p.rerender(ctx, stale)
@@ -114,17 +124,93 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 	if len(groups) > 0 {
 		p.dependents = nil
 	}
-	for _, g := range groups {
-		for _, n := range g.nodes {
-			p.publishNode(ctx, n)
-		}
-	}
+	slices.SortFunc(groups, compareGroups)
+	p.publishGroups(ctx, groups, func(g *group) []*node {
+		return slices.SortedFunc(maps.Values(g.nodes), func(a, b *node) int { return strings.Compare(a.proxy.NodeID, b.proxy.NodeID) })
+	})
 	p.interned.Release(old...)
 	p.releaseSlots(oldSlots)
 }
 
+// publishNodes renders and publishes the nodes' configurations (see
+// publishGroups).
+func (p *Publisher) publishNodes(ctx context.Context, nodes []*node) {
+	byGroup := map[*group][]*node{}
+	var groups []*group
+	for _, n := range nodes {
+		if byGroup[n.group] == nil {
+			groups = append(groups, n.group)
+		}
+		byGroup[n.group] = append(byGroup[n.group], n)
+	}
+	p.publishGroups(ctx, groups, func(g *group) []*node { return byGroup[g] })
+}
+
+// publishGroups renders the configuration of nodes(g) for each group in
+// parallel (see parallel): a group and its nodes are rendered by one
+// goroutine, in order, the first rendering the group's resources if it
+// has none. What render shares between groups (the Memo, the interned
+// Resources, the validators, EDS slots and secret sets) is safe for
+// concurrent use and gives every caller the same message or Resource, so
+// the output does not depend on the number of workers
+// (TestParallelRenderingIsDeterministic). What was rendered is then
+// published on the pass's goroutine, node by node in the groups' order,
+// each node's clusters and endpoints before its listeners and routes.
+func (p *Publisher) publishGroups(ctx context.Context, groups []*group, nodes func(*group) []*node) {
+	out := make([][]nodeRender, len(groups))
+	p.parallel(len(groups), func(i int) {
+		for _, n := range nodes(groups[i]) {
+			out[i] = append(out[i], p.prepareNode(ctx, n))
+		}
+	})
+	for _, rs := range out {
+		for _, r := range rs {
+			p.commitNode(r)
+		}
+	}
+}
+
+// minParallel is the fewest items (groups) worked on in parallel: below
+// it (a specification change touching a few groups, a join) starting
+// goroutines costs more than it saves.
+const minParallel = 8
+
+// parallel calls f(i) for each i < n on up to p.workers goroutines, each
+// taking the next i not yet taken, and returns when all are done; with
+// fewer than minParallel items or one worker it calls them in order
+// itself. f must touch only what is its own or safe for concurrent use.
+func (p *Publisher) parallel(n int, f func(i int)) {
+	workers := min(p.workers, n)
+	if workers <= 1 || n < minParallel {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func compareGroups(a, b *group) int { return compareGroupKeys(a.key, b.key) }
+
+func compareGroupKeys(a, b groupKey) int {
+	if c := a.service.Compare(b.service); c != 0 {
+		return c
+	}
+	return int(a.flavor) - int(b.flavor)
+}
+
 // renderGroup renders the resources shared by the group's proxies, using
-// n as the representative.
+// n as the representative. It may run in parallel with other groups'
+// (see publishGroups).
 func (p *Publisher) renderGroup(g *group, n *node) error {
 	m := p.mesh()
 	px := p.renderProxy(n.proxy)
@@ -159,13 +245,11 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	deps := in.Dependencies()
 	slots := make([]*edsSlot, len(deps))
 	for i, d := range deps {
-		slots[i] = p.slot(d)
-		slots[i].refs++
+		slots[i] = p.holdSlot(d)
 	}
 	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(render.EDSName(a.svc), render.EDSName(b.svc)) })
 	g.inputs, g.rds, g.cds, g.slots, g.shared, g.eds = in, rds, cds, slots, shared, nil
 	p.interned.Retain(g.resources()...)
-	p.dependents = nil
 	return nil
 }
 
@@ -182,29 +266,78 @@ func (p *Publisher) renderProxy(px Proxy) render.Proxy {
 	return rp
 }
 
-// publishNode renders and publishes everything one proxy receives.
-func (p *Publisher) publishNode(ctx context.Context, n *node) {
-	err := p.renderNode(ctx, n)
-	p.setErr(n.proxy.NodeID, err)
+// nodeRender is what rendering one proxy's configuration gave
+// (prepareNode), to be published (commitNode).
+type nodeRender struct {
+	n *node
+	// grouped is set when its group's resources were rendered (again).
+	grouped bool
+	// refused are the refusal listeners in lds, retained.
+	refused                 map[string]refusal
+	cds, eds, sds, lds, rds *cache.Set
+	err                     error
+}
+
+// commitNode publishes what prepareNode rendered for a proxy, or reports
+// why it could not, on the pass's goroutine.
+func (p *Publisher) commitNode(r nodeRender) {
+	n := r.n
+	if r.grouped {
+		p.dependents = nil
+	}
+	if r.err == nil {
+		p.releaseRefusals(n.refused)
+		n.refused = r.refused
+		if len(r.refused) > 0 {
+			p.refusing[n] = struct{}{}
+		} else {
+			delete(p.refusing, n)
+		}
+		n.lds = r.lds
+		id := n.proxy.NodeID
+		// Publish in the order xDS wants: clusters and endpoints before the
+		// listeners and routes that use them.
+		p.publish(id, resource.ClusterType, r.cds)
+		p.publish(id, resource.EndpointType, r.eds)
+		if r.sds != nil {
+			p.publish(id, resource.SecretType, r.sds)
+		}
+		p.publish(id, resource.ListenerType, r.lds)
+		p.publish(id, resource.RouteType, r.rds)
+	} else {
+		p.releaseRefusals(r.refused)
+	}
+	p.setErr(n.proxy.NodeID, r.err)
 	switch {
-	case err == nil:
+	case r.err == nil:
 	case n.lds == nil && p.refuse != nil:
 		// Nothing was ever published for this proxy: it would wait for
 		// its first answer forever. End its streams naming the cause; it
 		// reconnects, and is served once the cause is fixed.
-		p.log.Error("proxy refused: its configuration cannot be rendered", "node", n.proxy.NodeID, "err", err)
-		p.refuse(n.proxy.NodeID, err)
+		p.log.Error("proxy refused: its configuration cannot be rendered", "node", n.proxy.NodeID, "err", r.err)
+		p.refuse(n.proxy.NodeID, r.err)
 	default:
-		p.log.Error("proxy configuration not published; the proxy keeps its last good configuration", "node", n.proxy.NodeID, "err", err)
+		p.log.Error("proxy configuration not published; the proxy keeps its last good configuration", "node", n.proxy.NodeID, "err", r.err)
 	}
 }
 
-func (p *Publisher) renderNode(ctx context.Context, n *node) error {
+// prepareNode renders and validates everything one proxy receives (its
+// group's resources too, if the group has none), without publishing: it
+// may run in parallel with other groups' (see publishGroups), touching
+// only n, its group and what is safe for concurrent use.
+func (p *Publisher) prepareNode(ctx context.Context, n *node) nodeRender {
+	r := nodeRender{n: n}
+	r.err = p.renderNode(ctx, &r)
+	return r
+}
+
+func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
+	n := r.n
 	g := n.group
 	if g.cds == nil {
+		r.grouped = true
 		if err := p.renderGroup(g, n); err != nil {
 			g.err = err
-			p.dependents = nil
 			return err
 		}
 		g.err = nil
@@ -232,12 +365,12 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 	if err != nil {
 		return err
 	}
+	r.refused = refused // released by commitNode if anything below fails
 	for _, r := range refused {
 		lds = append(lds, r.res)
 	}
 	ldsSet, err := cache.NewSet(lds...)
 	if err != nil {
-		p.releaseRefusals(refused)
 		return err
 	}
 	cds := g.cds
@@ -250,14 +383,12 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 		}
 	}
 	if err != nil {
-		p.releaseRefusals(refused)
 		return err
 	}
 	var sds *cache.Set
 	var pendingSDS []proto.Message
 	if n.proxy.Flavor != render.GRPC { // Envoy and gateway proxies take SDS
 		if sds, err = p.secretSet(ctx, n.proxy.Service); err != nil {
-			p.releaseRefusals(refused)
 			return err
 		}
 		if sds == nil {
@@ -270,27 +401,9 @@ func (p *Publisher) renderNode(ctx context.Context, n *node) error {
 		}
 	}
 	if err := p.validate(n.proxy.Flavor, pendingSDS, ldsSet, g.rds, cds, eds, sds); err != nil {
-		p.releaseRefusals(refused)
 		return fmt.Errorf("generated configuration failed validation (a bug: please report it with GET /debug/config/%s): %w", n.proxy.NodeID, err)
 	}
-	p.releaseRefusals(n.refused)
-	n.refused = refused
-	if len(refused) > 0 {
-		p.refusing[n] = struct{}{}
-	} else {
-		delete(p.refusing, n)
-	}
-	n.lds = ldsSet
-	id := n.proxy.NodeID
-	// Publish in the order xDS wants: clusters and endpoints before the
-	// listeners and routes that use them.
-	p.publish(id, resource.ClusterType, cds)
-	p.publish(id, resource.EndpointType, eds)
-	if sds != nil {
-		p.publish(id, resource.SecretType, sds)
-	}
-	p.publish(id, resource.ListenerType, ldsSet)
-	p.publish(id, resource.RouteType, g.rds)
+	r.cds, r.eds, r.sds, r.lds, r.rds = cds, eds, sds, ldsSet, g.rds
 	return nil
 }
 

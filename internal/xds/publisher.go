@@ -4,11 +4,14 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
 
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/singleflight"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
@@ -65,18 +68,37 @@ type Publisher struct {
 	// until the next specification change (newMemo): a group whose
 	// proxies reconnect (a storm after a restart, a failover) is not
 	// rendered again. At most one per service and flavour.
-	idle    map[groupKey]*group
-	nodes   map[string]*node
-	eds     map[mesh.MeshService]*edsSlot // the ClusterLoadAssignment of each service a group depends on
-	secrets map[mesh.ServiceAccount]*cache.Set
+	idle  map[groupKey]*group
+	nodes map[string]*node
+	// workers is how many goroutines render groups in parallel
+	// (publishGroups): GOMAXPROCS.
+	workers int
+	// eds holds the ClusterLoadAssignment of each service a group depends
+	// on; edsMu guards it while groups render in parallel.
+	edsMu sync.Mutex
+	eds   map[mesh.MeshService]*edsSlot
+	// secrets holds the secret set of each service account; secretsMu
+	// guards it, and secretsFlight makes parallel renders of one
+	// account's proxies build its set once.
+	secretsMu     sync.Mutex
+	secretsFlight singleflight.Group
+	secrets       map[mesh.ServiceAccount]*cache.Set
+	// root is the mesh CA's secret every set shares (see rootSecret),
+	// and the PEM it was rendered from; guarded by secretsMu.
+	root struct {
+		pem    []byte
+		secret *tlsv3.Secret
+	}
 	// wants holds the listener names each gRPC stream of a node asks
 	// for (by node ID and stream), refusing the nodes that hold refusal
 	// listeners, and refusalCluster and refusalCLA the resources their
 	// routes need (made once; see renderNode).
 	wants          map[string]map[uint64][]string
 	refusing       map[*node]struct{}
+	refusalOnce    sync.Once
 	refusalCluster *cache.Resource
 	refusalCLA     *cache.Resource
+	refusalErr     error
 	// dependents indexes the rendered groups by the services whose
 	// endpoints they receive; nil when a group's dependencies changed.
 	dependents map[mesh.MeshService][]dependent
@@ -123,6 +145,7 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs Cert
 		log: log, cache: c, views: views, certs: certs,
 		wake:     make(chan struct{}, 1),
 		view:     views.View(),
+		workers:  runtime.GOMAXPROCS(0),
 		groups:   map[groupKey]*group{},
 		idle:     map[groupKey]*group{},
 		nodes:    map[string]*node{},
@@ -381,24 +404,29 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 			}
 		}
 	}
+	// The proxies that joined, those to render again, and those whose
+	// refusals changed, each once, rendered in parallel by group (a
+	// burst of joins after a restart renders many groups).
+	var publish []*node
 	for _, n := range joined {
 		if p.nodes[n.proxy.NodeID] == n { // still connected at the end of the batch
-			p.publishNode(ctx, n)
+			publish = append(publish, n)
 			delete(recheck, n.proxy.NodeID)
 			delete(refresh, n.proxy.NodeID)
 		}
 	}
 	for id := range refresh {
 		if n := p.nodes[id]; n != nil {
-			p.publishNode(ctx, n)
+			publish = append(publish, n)
 			delete(recheck, id)
 		}
 	}
 	for id := range recheck {
 		if n := p.nodes[id]; n != nil && n.lds != nil && p.refusalsChanged(n) {
-			p.publishNode(ctx, n)
+			publish = append(publish, n)
 		}
 	}
+	p.publishNodes(ctx, publish)
 }
 
 // applyProxyEvent adds a joining proxy to its group, or removes a leaving

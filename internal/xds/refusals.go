@@ -69,17 +69,22 @@ func (p *Publisher) refusals(n *node, real func(string) bool) (map[string]refusa
 	if len(names) == 0 {
 		return nil, nil
 	}
-	if p.refusalCluster == nil {
+	p.refusalOnce.Do(func() {
 		c, err := p.cache.NewResource(render.RefusalClusterName, render.RefusalCluster())
 		if err != nil {
-			return nil, err
+			p.refusalErr = err
+			return
 		}
 		cla := render.RefusalLoadAssignment()
 		e, err := p.cache.NewResource(cla.GetClusterName(), cla)
 		if err != nil {
-			return nil, err
+			p.refusalErr = err
+			return
 		}
 		p.refusalCluster, p.refusalCLA = c, e
+	})
+	if p.refusalErr != nil {
+		return nil, p.refusalErr
 	}
 	m := p.mesh()
 	out := make(map[string]refusal, len(names))

@@ -1,10 +1,12 @@
 package xds
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/osm-vm/osm-vm/internal/certificate"
@@ -41,8 +43,11 @@ func noteRotation(rotated map[mesh.ServiceAccount]bool, a certificate.Announceme
 // dropSecrets forgets the secret set of sa, to be built again when next
 // needed.
 func (p *Publisher) dropSecrets(sa mesh.ServiceAccount) {
-	if set := p.secrets[sa]; set != nil {
-		delete(p.secrets, sa)
+	p.secretsMu.Lock()
+	set := p.secrets[sa]
+	delete(p.secrets, sa)
+	p.secretsMu.Unlock()
+	if set != nil {
 		p.interned.Release(set.Resources()...)
 	}
 }
@@ -57,12 +62,32 @@ func (p *Publisher) serviceAccount(svc mesh.MeshService) mesh.ServiceAccount {
 
 // secretSet returns the SDS secrets of svc's service account, or nil (and
 // no error) while its certificate is being issued: the announcement of the
-// certificate brings them (see pass).
+// certificate brings them (see pass). Safe in parallel renders (see
+// publishGroups): one account's set is built once.
 func (p *Publisher) secretSet(ctx context.Context, svc mesh.MeshService) (*cache.Set, error) {
 	sa := p.serviceAccount(svc)
-	if s := p.secrets[sa]; s != nil {
+	if s := p.heldSecrets(sa); s != nil {
 		return s, nil
 	}
+	set, err, _ := p.secretsFlight.Do(sa.String(), func() (any, error) {
+		if s := p.heldSecrets(sa); s != nil {
+			return s, nil
+		}
+		return p.buildSecrets(ctx, sa)
+	})
+	s, _ := set.(*cache.Set)
+	return s, err
+}
+
+func (p *Publisher) heldSecrets(sa mesh.ServiceAccount) *cache.Set {
+	p.secretsMu.Lock()
+	defer p.secretsMu.Unlock()
+	return p.secrets[sa]
+}
+
+// buildSecrets renders and holds sa's secret set (nil while its
+// certificate is pending).
+func (p *Publisher) buildSecrets(ctx context.Context, sa mesh.ServiceAccount) (*cache.Set, error) {
 	cert, err := p.certs.RequestServiceCertificate(ctx, sa)
 	if errors.Is(err, certificate.ErrPending) {
 		return nil, nil
@@ -70,17 +95,38 @@ func (p *Publisher) secretSet(ctx context.Context, svc mesh.MeshService) (*cache
 	if err != nil {
 		return nil, fmt.Errorf("service certificate of %s: %w", sa, err)
 	}
-	secrets, err := render.Secrets(cert.GetCertificateChain(), cert.GetPrivateKey(), p.certs.RootPEM())
+	root := p.certs.RootPEM()
+	secrets, err := render.Secrets(cert.GetCertificateChain(), cert.GetPrivateKey(), root)
 	if err != nil {
 		return nil, err
+	}
+	// The mesh CA's secret is the same for every account: every set
+	// shares one message, marshalled and validated once.
+	for i, s := range secrets {
+		if s.GetName() == render.RootCASecret {
+			secrets[i] = p.rootSecret(root, s)
+		}
 	}
 	set, err := cache.InternedSet(p.interned, secrets)
 	if err != nil {
 		return nil, err
 	}
-	p.secrets[sa] = set
 	p.interned.Retain(set.Resources()...)
+	p.secretsMu.Lock()
+	p.secrets[sa] = set
+	p.secretsMu.Unlock()
 	return set, nil
+}
+
+// rootSecret returns the root CA secret rendered for root first, or s
+// (rendered for root), which it remembers, when root changed.
+func (p *Publisher) rootSecret(root []byte, s *tlsv3.Secret) *tlsv3.Secret {
+	p.secretsMu.Lock()
+	defer p.secretsMu.Unlock()
+	if p.root.secret == nil || !bytes.Equal(p.root.pem, root) {
+		p.root.pem, p.root.secret = root, s
+	}
+	return p.root.secret
 }
 
 func (p *Publisher) publishSecrets(ctx context.Context, n *node) {

@@ -1,6 +1,10 @@
 package cache
 
-import "google.golang.org/protobuf/proto"
+import (
+	"sync"
+
+	"google.golang.org/protobuf/proto"
+)
 
 // Interner holds one Resource per content (type URL, name and version), so
 // that producers that build equal resources for many proxies share one
@@ -13,13 +17,25 @@ import "google.golang.org/protobuf/proto"
 // ([Interner.Resource]), until ForgetMessages: a producer that hands out
 // the same message to many proxies (render's Memo) marshals it once.
 //
-// Not safe for concurrent use: it belongs to one producer.
+// Safe for concurrent use, so that a producer can render in parallel:
+// two callers asking for the Resource of one message at once get one
+// Resource from one marshal. The forget function is called with the
+// Interner locked and must not call it.
 type Interner struct {
 	c         *Cache
 	forget    func(proto.Message)
+	mu        sync.Mutex
 	byContent map[internKey]*Resource
-	byMessage map[proto.Message]*Resource
+	byMessage map[proto.Message]*marshalling
 	held      map[*Resource]int
+}
+
+// marshalling is the Resource of a message: mu is held by the caller
+// making it until r (or err) is set.
+type marshalling struct {
+	mu  sync.Mutex
+	r   *Resource
+	err error
 }
 
 type internKey struct{ typeURL, name, version string }
@@ -30,7 +46,7 @@ func NewInterner(c *Cache, forget func(proto.Message)) *Interner {
 	return &Interner{
 		c: c, forget: forget,
 		byContent: map[internKey]*Resource{},
-		byMessage: map[proto.Message]*Resource{},
+		byMessage: map[proto.Message]*marshalling{},
 		held:      map[*Resource]int{},
 	}
 }
@@ -38,6 +54,12 @@ func NewInterner(c *Cache, forget func(proto.Message)) *Interner {
 // Intern returns the Resource already held for r's content, or r, which
 // is interned from now on.
 func (in *Interner) Intern(r *Resource) *Resource {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.intern(r)
+}
+
+func (in *Interner) intern(r *Resource) *Resource {
 	k := internKey{r.typeURL, r.name, r.version}
 	if old := in.byContent[k]; old != nil {
 		return old
@@ -49,16 +71,28 @@ func (in *Interner) Intern(r *Resource) *Resource {
 // Resource returns the interned Resource of msg named name, marshalling
 // only a message it has not seen since ForgetMessages.
 func (in *Interner) Resource(name string, msg proto.Message) (*Resource, error) {
-	if r := in.byMessage[msg]; r != nil {
-		return r, nil
+	in.mu.Lock()
+	if m := in.byMessage[msg]; m != nil {
+		in.mu.Unlock()
+		m.mu.Lock() // waits while another caller marshals it
+		defer m.mu.Unlock()
+		return m.r, m.err
 	}
+	m := &marshalling{}
+	m.mu.Lock()
+	in.byMessage[msg] = m
+	in.mu.Unlock()
 	r, err := in.c.NewResource(name, msg)
+	in.mu.Lock()
 	if err != nil {
-		return nil, err
+		delete(in.byMessage, msg) // asked again, marshalled again
+		m.err = err
+	} else {
+		m.r = in.intern(r)
 	}
-	r = in.Intern(r)
-	in.byMessage[msg] = r
-	return r, nil
+	in.mu.Unlock()
+	m.mu.Unlock()
+	return m.r, m.err
 }
 
 // Named is a message with a name: every xDS resource.
@@ -93,10 +127,16 @@ func InternedSet[T Named](in *Interner, msgs []T) (*Set, error) {
 // ForgetMessages forgets which message each Resource was made from (when
 // the messages handed out before will not be seen again); the Resources
 // stay interned.
-func (in *Interner) ForgetMessages() { clear(in.byMessage) }
+func (in *Interner) ForgetMessages() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	clear(in.byMessage)
+}
 
 // Retain counts one more holder of each Resource.
 func (in *Interner) Retain(rs ...*Resource) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	for _, r := range rs {
 		in.held[r]++
 	}
@@ -105,10 +145,12 @@ func (in *Interner) Retain(rs ...*Resource) {
 // Release counts one holder less of each Resource, forgetting those no
 // longer held.
 func (in *Interner) Release(rs ...*Resource) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	for _, r := range rs {
 		if in.held[r]--; in.held[r] <= 0 {
 			delete(in.held, r)
-			in.Forget(r)
+			in.forgetLocked(r)
 		}
 	}
 }
@@ -117,6 +159,12 @@ func (in *Interner) Release(rs ...*Resource) {
 // outside the counts, as a producer's only copy) and tells the forget
 // function.
 func (in *Interner) Forget(r *Resource) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.forgetLocked(r)
+}
+
+func (in *Interner) forgetLocked(r *Resource) {
 	k := internKey{r.typeURL, r.name, r.version}
 	if in.byContent[k] == r {
 		delete(in.byContent, k)
@@ -129,12 +177,22 @@ func (in *Interner) Forget(r *Resource) {
 // Reset forgets every interned Resource without telling the forget
 // function (benchmarks start cold with it).
 func (in *Interner) Reset() {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	clear(in.byContent)
 	clear(in.byMessage)
 }
 
 // Len returns the number of interned Resources.
-func (in *Interner) Len() int { return len(in.byContent) }
+func (in *Interner) Len() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.byContent)
+}
 
 // Held returns the number of Resources with at least one holder.
-func (in *Interner) Held() int { return len(in.held) }
+func (in *Interner) Held() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.held)
+}

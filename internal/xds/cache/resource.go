@@ -35,6 +35,9 @@ func (r *Resource) TypeURL() string { return r.typeURL }
 // Message returns the resource message. It must not be modified.
 func (r *Resource) Message() proto.Message { return r.msg }
 
+// Bytes returns the marshalled message, as sent. It must not be modified.
+func (r *Resource) Bytes() []byte { return r.any.GetValue() }
+
 // Set is an immutable set of resources of one type URL, keyed by name.
 // It holds its resources sorted by name (no map: sets are many and small,
 // one per group of proxies and type, and rebuilt at every change).

@@ -121,8 +121,9 @@ func ClusterLoadAssignment(m Mesh, svc mesh.MeshService) (*endpointv3.ClusterLoa
 	if m.View == nil {
 		return nil, fmt.Errorf("render: no mesh view: set Mesh.View")
 	}
-	var addrs []netip.AddrPort
-	for _, e := range m.Endpoints(svc) {
+	eps := m.Endpoints(svc)
+	addrs := make([]netip.AddrPort, 0, len(eps))
+	for _, e := range eps {
 		if e.IP.IsValid() && e.Port != 0 {
 			addrs = append(addrs, e.AddrPort())
 		}
@@ -132,12 +133,41 @@ func ClusterLoadAssignment(m Mesh, svc mesh.MeshService) (*endpointv3.ClusterLoa
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: EDSName(svc)}
 	if len(addrs) > 0 {
 		loc := &endpointv3.LocalityLbEndpoints{Locality: &corev3.Locality{}, LoadBalancingWeight: wrapperspb.UInt32(1)}
-		for _, ap := range addrs {
-			loc.LbEndpoints = append(loc.LbEndpoints, lbEndpoint(ap))
+		// The messages of all endpoints in one allocation (a load
+		// assignment is rebuilt at every change of its endpoints).
+		slab := make([]lbEndpointMessages, len(addrs))
+		loc.LbEndpoints = make([]*endpointv3.LbEndpoint, len(addrs))
+		for i, ap := range addrs {
+			loc.LbEndpoints[i] = slab[i].of(ap)
 		}
 		cla.Endpoints = []*endpointv3.LocalityLbEndpoints{loc}
 	}
 	return cla, nil
+}
+
+// lbEndpointMessages are the messages of one endpoint of a load
+// assignment (as lbEndpoint builds them), allocated together.
+type lbEndpointMessages struct {
+	lb   endpointv3.LbEndpoint
+	host endpointv3.LbEndpoint_Endpoint
+	ep   endpointv3.Endpoint
+	addr corev3.Address
+	sock corev3.Address_SocketAddress
+	sa   corev3.SocketAddress
+	port corev3.SocketAddress_PortValue
+}
+
+// of fills the messages with ap and returns the LbEndpoint, equal to
+// lbEndpoint(ap).
+func (x *lbEndpointMessages) of(ap netip.AddrPort) *endpointv3.LbEndpoint {
+	x.port.PortValue = uint32(ap.Port())
+	x.sa.Address, x.sa.PortSpecifier = ap.Addr().String(), &x.port
+	x.sock.SocketAddress = &x.sa
+	x.addr.Address = &x.sock
+	x.ep.Address = &x.addr
+	x.host.Endpoint = &x.ep
+	x.lb.HostIdentifier = &x.host
+	return &x.lb
 }
 
 // LoadAssignments returns the EDS resources of every EDS cluster the proxy

@@ -1,6 +1,8 @@
 package render
 
 import (
+	"sync"
+
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -23,8 +25,14 @@ import (
 //
 // A Memo serves one specification snapshot and trust domain: given a Mesh
 // with another it forgets everything first. Messages it returns are shared
-// and must not be modified. Not safe for concurrent use.
+// and must not be modified. It is safe for concurrent use by renderings
+// of one Mesh (the xDS publisher renders groups in parallel): two that
+// build the same message at once both build it, and the first to finish
+// is remembered and returned to both, so every caller of an upstream still
+// gets one pointer. Rendering with Meshes of different snapshots at once
+// is not supported (each would make it forget the other's messages).
 type Memo struct {
+	mu          sync.Mutex // guards every field below
 	spec        *spec.Snapshot
 	trustDomain string
 	// view is the View last served, and emptiness what its plans asked of
@@ -91,9 +99,13 @@ func NewMemo() *Memo {
 }
 
 // Len returns the number of messages the Memo holds (for tests and metrics).
-func (mm *Memo) Len() int { return len(mm.msgs) }
+func (mm *Memo) Len() int {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	return len(mm.msgs)
+}
 
-// use makes mm serve m, forgetting what it holds for another snapshot or
+// use makes mm serve m (mm.mu held), forgetting what it holds for another snapshot or
 // trust domain, or for a View in which a split root or backend its plans
 // consulted gained its first endpoints or lost its last.
 func (mm *Memo) use(m Mesh) {
@@ -113,7 +125,11 @@ func (mm *Memo) use(m Mesh) {
 // and clusters rendered from them, change with v although the
 // specification did not, and a caller that keeps rendered resources (the
 // xDS publisher) must compare [InputsOf] again.
-func (mm *Memo) Stale(v *catalog.View) bool { return mm.emptinessChanged(v) }
+func (mm *Memo) Stale(v *catalog.View) bool {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	return mm.emptinessChanged(v)
+}
 
 func (mm *Memo) emptinessChanged(v *catalog.View) bool {
 	for svc, empty := range mm.emptiness {
@@ -126,26 +142,82 @@ func (mm *Memo) emptinessChanged(v *catalog.View) bool {
 
 // memoised returns the message m.Memo holds for k, or builds it with build
 // and remembers it (unless b has failed), with the typed message of each
-// Any b packs for it. Without a Memo it only builds.
+// Any b packs for it. Without a Memo it only builds. The Memo is not
+// locked while build runs (it may call memoised itself); if another
+// rendering remembered k meanwhile, that message is returned instead.
 func memoised[T proto.Message](m Mesh, b *builder, k memoKey, build func() T) T {
 	if m.Memo == nil {
 		return build()
 	}
-	m.Memo.use(m)
-	if msg, ok := m.Memo.msgs[k]; ok {
+	mm := m.Memo
+	mm.mu.Lock()
+	mm.use(m)
+	msg, ok := mm.msgs[k]
+	mm.mu.Unlock()
+	if ok {
 		return msg.(T)
 	}
 	start := len(b.packed)
 	b.keep++
-	msg := build()
+	built := build()
 	b.keep--
+	out := built
 	if b.err == nil {
-		m.Memo.msgs[k] = msg
-		for _, p := range b.packed[start:] {
-			m.Memo.packed[p.any] = p
+		mm.mu.Lock()
+		if msg, ok := mm.msgs[k]; ok {
+			out = msg.(T) // built meanwhile by another rendering: equal content
+		} else {
+			mm.msgs[k] = built
+			for _, p := range b.packed[start:] {
+				mm.packed[p.any] = p
+			}
 		}
+		mm.mu.Unlock()
 	}
 	clear(b.packed[start:])
 	b.packed = b.packed[:start]
-	return msg
+	return out
+}
+
+// lookupPlan returns the plan remembered for k.
+func (mm *Memo) lookupPlan(m Mesh, k planKey) ([]outbound, bool) {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	mm.use(m)
+	out, ok := mm.plans[k]
+	return out, ok
+}
+
+// storePlan remembers out as k's plan, or returns the plan another
+// rendering remembered meanwhile.
+func (mm *Memo) storePlan(k planKey, out []outbound) []outbound {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	if have, ok := mm.plans[k]; ok {
+		return have
+	}
+	mm.plans[k] = out
+	return out
+}
+
+// noteEmptiness records that a plan asked whether svc has endpoints.
+func (mm *Memo) noteEmptiness(svc mesh.MeshService, empty bool) {
+	mm.mu.Lock()
+	mm.emptiness[svc] = empty
+	mm.mu.Unlock()
+}
+
+// takePacked returns (and forgets) what a was packed from, if a still
+// holds what it was packed with (see [Validator.ValidateWith]).
+func (mm *Memo) takePacked(a *anypb.Any) (proto.Message, bool) {
+	mm.mu.Lock()
+	p, ok := mm.packed[a]
+	if ok {
+		delete(mm.packed, a)
+	}
+	mm.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	return p.of(a)
 }

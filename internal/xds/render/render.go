@@ -319,20 +319,18 @@ func plan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 	if m.Memo == nil {
 		return buildPlan(m, p, self)
 	}
-	m.Memo.use(m)
 	k := planKey{p.Service, p.Flavor}
-	if out, ok := m.Memo.plans[k]; ok {
+	if out, ok := m.Memo.lookupPlan(m, k); ok {
 		return out
 	}
-	out := buildPlan(m, p, self)
-	m.Memo.plans[k] = out
-	return out
+	return m.Memo.storePlan(k, buildPlan(m, p, self))
 }
 
 func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 	src := self.ServiceAccount
-	var out []outbound
-	for _, svc := range m.Spec().Upstreams(src) {
+	upstreams := m.Spec().Upstreams(src)
+	out := make([]outbound, 0, len(upstreams)) // one port each, mostly
+	for _, svc := range upstreams {
 		if svc == p.Service {
 			continue
 		}
@@ -416,7 +414,7 @@ func servedBackends(m Mesh, split []backend) []backend {
 func (m Mesh) noEndpoints(svc mesh.MeshService) bool {
 	empty := len(m.Endpoints(svc)) == 0
 	if m.Memo != nil {
-		m.Memo.emptiness[svc] = empty
+		m.Memo.noteEmptiness(svc, empty)
 	}
 	return empty
 }

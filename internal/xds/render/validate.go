@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"sync"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -65,10 +66,18 @@ func Validate(f Flavor, resources ...proto.Message) error {
 // what checking each shared resource on its own found (not per-proxy
 // listeners, see PerProxy), so a resource message shared by many proxies'
 // sets (the same pointer) is walked once.
-// Resources must not be modified once validated. Not safe for concurrent use.
+// Resources must not be modified once validated. Safe for concurrent use
+// (the xDS publisher validates groups in parallel): two calls that walk
+// one new message at once both walk it and remember the same findings.
 type Validator struct {
 	flavor Flavor
-	memo   map[proto.Message]walked
+	// mu guards memo and chains; fieldsMu fields; regexMu regexes. rest
+	// is worked out once (restOnce) and only read after.
+	restOnce sync.Once
+	mu       sync.Mutex
+	fieldsMu sync.RWMutex
+	regexMu  sync.Mutex
+	memo     map[proto.Message]walked
 	// chains remembers the filter chains of per-proxy listeners, which
 	// render shares between the proxies of a service: each is walked once,
 	// not once per proxy. See ForgetChains.
@@ -76,14 +85,13 @@ type Validator struct {
 	fields map[protoreflect.FullName][]protoreflect.FieldDescriptor // see fieldsOf
 	// rest holds, for each type with a typed walk, the fields of
 	// interest it leaves to reflection (see restOf).
-	rest     [numTyped][]protoreflect.FieldDescriptor
-	restDone [numTyped]bool
+	rest [numTyped][]protoreflect.FieldDescriptor
 	// regexes remembers whether each regex compiles (at most maxRegexes,
 	// then it starts again).
 	regexes map[string]error
-	// scratch is the state of a Validate call, kept to reuse its maps and
-	// slices.
-	scratch validation
+	// scratch holds the states of Validate calls, kept to reuse their
+	// maps and slices.
+	scratch sync.Pool
 }
 
 const maxRegexes = 4096
@@ -117,25 +125,41 @@ func NewValidator(f Flavor) *Validator {
 
 // Len returns the number of resources whose findings the Validator
 // remembers (for tests and metrics).
-func (vr *Validator) Len() int { return len(vr.memo) }
+func (vr *Validator) Len() int {
+	vr.mu.Lock()
+	defer vr.mu.Unlock()
+	return len(vr.memo)
+}
 
 // Forget drops what the Validator remembers (call it when the resources it
 // has seen are no longer in use, to free them).
 func (vr *Validator) Forget() {
+	vr.mu.Lock()
 	clear(vr.memo)
 	clear(vr.chains)
+	vr.mu.Unlock()
+	vr.regexMu.Lock()
 	clear(vr.regexes)
+	vr.regexMu.Unlock()
 }
 
 // ForgetChains drops what the Validator remembers of per-proxy listeners'
 // filter chains (call it when rendering starts sharing new ones, e.g. with
 // a new render.Memo).
-func (vr *Validator) ForgetChains() { clear(vr.chains) }
+func (vr *Validator) ForgetChains() {
+	vr.mu.Lock()
+	defer vr.mu.Unlock()
+	clear(vr.chains)
+}
 
 // ForgetMessage drops what the Validator remembers of one resource (call it
 // when that resource is replaced, e.g. a load assignment whose endpoints
 // changed).
-func (vr *Validator) ForgetMessage(m proto.Message) { delete(vr.memo, m) }
+func (vr *Validator) ForgetMessage(m proto.Message) {
+	vr.mu.Lock()
+	defer vr.mu.Unlock()
+	delete(vr.memo, m)
+}
 
 // Validate checks one proxy's complete set; see [Validate].
 func (vr *Validator) Validate(resources ...proto.Message) error {
@@ -147,20 +171,32 @@ func (vr *Validator) Validate(resources ...proto.Message) error {
 // instead of unpacking it. Any other Any (packed elsewhere, or replaced
 // since) is unpacked. mm may be nil.
 func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
-	v := &vr.scratch
+	v, _ := vr.scratch.Get().(*validation)
+	if v == nil {
+		v = &validation{}
+	}
 	v.start(vr, mm)
+	defer vr.scratch.Put(v)
 	defer v.end()
 	for _, r := range resources {
 		v.index(r)
 	}
+	// What is remembered of each resource, looked up under one lock.
+	v.known = slices.Grow(v.known[:0], len(resources))
+	vr.mu.Lock()
 	for _, r := range resources {
+		w, ok := vr.memo[r]
+		v.known = append(v.known, known{w, ok})
+	}
+	vr.mu.Unlock()
+	for i, r := range resources {
 		if r == nil {
 			continue
 		}
 		if kind, _ := kindAndName(r); kind == "" {
 			continue
 		}
-		w, remembered := vr.memo[r]
+		w, remembered := v.known[i].walked, v.known[i].ok
 		l, isListener := r.(*listenerv3.Listener)
 		v.in = r
 		if isListener {
@@ -181,7 +217,10 @@ func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
 		v.walkMsg(r)
 		v.chains = false
 		if !perProxy {
-			vr.memo[r] = walked{refs: slices.Clone(v.refs[refs:]), errs: slices.Clone(v.errs[errs:])}
+			w := walked{refs: slices.Clone(v.refs[refs:]), errs: slices.Clone(v.errs[errs:])}
+			vr.mu.Lock()
+			vr.memo[r] = w
+			vr.mu.Unlock()
 		}
 	}
 	for _, ref := range v.refs {
@@ -207,6 +246,12 @@ func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
 	return errors.Join(errs...)
 }
 
+// known is what a Validator remembers of one resource, if anything.
+type known struct {
+	walked
+	ok bool
+}
+
 // reference is a name of kind that resource from (nil once remembered
 // for a filter chain) refers to.
 type reference struct {
@@ -223,6 +268,7 @@ type validation struct {
 	endpoints                                 map[endpointAddr]bool     // see loadAssignment
 	refs                                      []reference
 	errs                                      []finding
+	known                                     []known                       // what the Validator remembers of each resource of the call
 	chains                                    bool                          // walking a per-proxy listener: use Validator.chains
 	in                                        proto.Message                 // the resource being walked
 	met                                       map[protoreflect.FullName]int // if set, counts the checks walk runs, by type (tests)
@@ -245,6 +291,7 @@ func (v *validation) end() {
 	clear(v.addrs)
 	clear(v.refs)
 	clear(v.errs)
+	clear(v.known)
 	v.refs, v.errs, v.memo, v.in, v.chains = v.refs[:0], v.errs[:0], nil, nil, false
 }
 
@@ -345,11 +392,8 @@ func (v *validation) walk(m protoreflect.Message) {
 // or else a new one unmarshalled from it.
 func (v *validation) unpack(a *anypb.Any) (proto.Message, error) {
 	if v.memo != nil {
-		if p, ok := v.memo.packed[a]; ok {
-			delete(v.memo.packed, a)
-			if m, ok := p.of(a); ok {
-				return m, nil
-			}
+		if m, ok := v.memo.takePacked(a); ok {
+			return m, nil
 		}
 	}
 	return a.UnmarshalNew()
@@ -359,7 +403,9 @@ func (v *validation) unpack(a *anypb.Any) (proto.Message, error) {
 // what it finds is remembered without the listener's label and given the
 // label of each listener that holds the chain.
 func (v *validation) walkChain(fc *listenerv3.FilterChain) {
+	v.vr.mu.Lock()
 	w, ok := v.vr.chains[fc]
+	v.vr.mu.Unlock()
 	if !ok {
 		refs, errs := len(v.refs), len(v.errs)
 		v.wFilterChain(fc)
@@ -371,7 +417,9 @@ func (v *validation) walkChain(fc *listenerv3.FilterChain) {
 			w.errs[i].in = nil
 		}
 		v.refs, v.errs = v.refs[:refs], v.errs[:errs]
+		v.vr.mu.Lock()
 		v.vr.chains[fc] = w
+		v.vr.mu.Unlock()
 	}
 	for _, r := range w.refs {
 		r.from = v.in
@@ -420,6 +468,14 @@ func (v *validation) walkFieldsOf(m protoreflect.Message, fds []protoreflect.Fie
 // type is of interest if it has a check, is an Any, or has a field of a
 // type of interest (to a fixed point, as types recurse).
 func (vr *Validator) fieldsOf(md protoreflect.MessageDescriptor) []protoreflect.FieldDescriptor {
+	vr.fieldsMu.RLock()
+	fs, ok := vr.fields[md.FullName()]
+	vr.fieldsMu.RUnlock()
+	if ok {
+		return fs
+	}
+	vr.fieldsMu.Lock()
+	defer vr.fieldsMu.Unlock()
 	if fs, ok := vr.fields[md.FullName()]; ok {
 		return fs
 	}
@@ -617,13 +673,18 @@ func (v *validation) sdsSecretConfig(m *tlsv3.SdsSecretConfig) {
 
 func (v *validation) regex(m *matcherv3.RegexMatcher) {
 	v.meet(m)
-	err, ok := v.vr.regexes[m.GetRegex()]
+	vr := v.vr
+	vr.regexMu.Lock()
+	err, ok := vr.regexes[m.GetRegex()]
+	vr.regexMu.Unlock()
 	if !ok {
 		_, err = regexp.Compile(m.GetRegex())
-		if len(v.vr.regexes) >= maxRegexes {
-			clear(v.vr.regexes)
+		vr.regexMu.Lock()
+		if len(vr.regexes) >= maxRegexes {
+			clear(vr.regexes)
 		}
-		v.vr.regexes[m.GetRegex()] = err
+		vr.regexes[m.GetRegex()] = err
+		vr.regexMu.Unlock()
 	}
 	if err != nil {
 		v.fail("regex %q is not RE2: %v", m.GetRegex(), err)

@@ -140,11 +140,8 @@ func fieldNames(ns ...protoreflect.Name) []protoreflect.Name { return ns }
 
 // restOf returns the fields of interest of typed type id that its typed
 // walk leaves to reflection: fieldsOf less the fields and oneofs it
-// handles. Worked out once per type.
+// handles (worked out once per Validator, into rest).
 func (vr *Validator) restOf(id typedID) []protoreflect.FieldDescriptor {
-	if vr.restDone[id] {
-		return vr.rest[id]
-	}
 	md := typedWalks[id].msg.ProtoReflect().Descriptor()
 	var rest []protoreflect.FieldDescriptor
 	for _, fd := range vr.fieldsOf(md) {
@@ -158,8 +155,18 @@ func (vr *Validator) restOf(id typedID) []protoreflect.FieldDescriptor {
 			rest = append(rest, fd)
 		}
 	}
-	vr.rest[id], vr.restDone[id] = rest, true
 	return rest
+}
+
+// restFields returns restOf(id), worked out for every type at the first
+// call.
+func (vr *Validator) restFields(id typedID) []protoreflect.FieldDescriptor {
+	vr.restOnce.Do(func() {
+		for id := range typedID(numTyped) {
+			vr.rest[id] = vr.restOf(id)
+		}
+	})
+	return vr.rest[id]
 }
 
 // rest walks the fields of m (of typed type id) that its typed walk leaves
@@ -168,7 +175,7 @@ func (vr *Validator) restOf(id typedID) []protoreflect.FieldDescriptor {
 // than the walk's test was written for (another version of the Envoy API),
 // it walks them whatever set says.
 func (v *validation) rest(m proto.Message, id typedID, set bool) {
-	if fds := v.vr.restOf(id); set || len(fds) != typedWalks[id].guarded {
+	if fds := v.vr.restFields(id); set || len(fds) != typedWalks[id].guarded {
 		v.walkFieldsOf(m.ProtoReflect(), fds)
 	}
 }
