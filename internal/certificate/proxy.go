@@ -516,10 +516,12 @@ func (m *Manager) loadProxy(ctx context.Context, cn string) (proxyEntry, uint64,
 func (m *Manager) observeProxy(ctx context.Context, cn string) {
 	raw, ver, err := m.st.Get(ctx, proxyKey(cn))
 	if err != nil || ver == 0 {
-		return // the watch in Run catches up
+		m.followStore() // Run's listing catches up
+		return
 	}
 	e, err := decodeProxy(raw)
 	if err != nil {
+		m.followStore()
 		return
 	}
 	m.mu.Lock()
