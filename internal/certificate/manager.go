@@ -286,10 +286,11 @@ type Manager struct {
 	pruneKick chan struct{}
 
 	// claimMu guards the claims not yet written (claims.go): the time of
-	// each proxy's connection by CN, and how many claim writers (Runs)
+	// each proxy's connection and its record as read then, by CN, and how
+	// many claim writers (Runs)
 	// are running; with none, ClaimProxy writes itself.
 	claimMu      sync.Mutex
-	claims       map[string]time.Time
+	claims       map[string]pendingClaim
 	claimWriters int
 	// claimKick wakes the claim writer.
 	claimKick chan struct{}
@@ -343,7 +344,7 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 		kick:        make(chan struct{}, 1),
 		pruneKick:   make(chan struct{}, 1),
 
-		claims:    map[string]time.Time{},
+		claims:    map[string]pendingClaim{},
 		claimKick: make(chan struct{}, 1),
 		follow:    make(chan struct{}, 1),
 	}
