@@ -469,12 +469,7 @@ func TestClaimVerifiedProxy(t *testing.T) {
 // written claim, besides the verification's own (there were three).
 func TestVerifiedClaimReadsTheRecordOnce(t *testing.T) {
 	st := &readCounter{Memory: store.NewMemory(), prefix: proxyPrefix}
-	m := newTestManager(t, st, Options{})
-	runManager(t, m)
-	ch, cancel := m.Subscribe()
-	defer cancel()
-	peer, cn := issueProxy(t, m)
-	nextAnnouncement(t, ch, ProxyIssued, 5*time.Second)
+	m, ch, peer, cn := runningWithProxy(t, st)
 	rec, err := m.VerifyProxy(t.Context(), peer)
 	if err != nil {
 		t.Fatal(err)

@@ -111,12 +111,7 @@ func (r *readBackFailer) Get(ctx context.Context, key string) ([]byte, uint64, e
 // as it would after another writer's commit, and announces what it missed.
 func TestFailedReadBackIsFollowedByAListing(t *testing.T) {
 	st := &readBackFailer{Memory: store.NewMemory()}
-	m := newTestManager(t, st, Options{})
-	runManager(t, m)
-	ch, cancel := m.Subscribe()
-	defer cancel()
-	_, cn := issueProxy(t, m)
-	nextAnnouncement(t, ch, ProxyIssued, 5*time.Second)
+	m, ch, _, cn := runningWithProxy(t, st)
 	rec, err := m.Proxy(t.Context(), cn)
 	if err != nil {
 		t.Fatal(err)
