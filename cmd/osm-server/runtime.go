@@ -122,18 +122,8 @@ func parseBytes(v string) (int64, error) {
 // one collection also returns the burst's extra heap to the system at
 // once (debug.FreeOSMemory: the runtime's own scavenger would give it back
 // over minutes, and only down to a tenth above the new target).
-//
-// burstGCPercent is twice Go's default. osm-server's heap is small for
-// what it holds per connection (no per-connection read buffer: about 38
-// KiB of heap per proxy at 10,000 proxies where go-control-plane's server
-// holds 65, mostly pointer-free buffers that a collection does not scan
-// but that raise the heap's target), so at the same target its collector
-// took a larger share of the same fill (16-18% of the CPU against
-// 11-15%). At 200 the share was 8% at 10,000 proxies, and the peak RSS of
-// the run rose by 3% (977 -> 1,007 MiB in osm-bench on a loaded machine),
-// still below go-control-plane's server at 100 (1,216-1,281 MiB).
 const (
-	burstGCPercent = 200
+	burstGCPercent = 100 // Go's default
 	// burstTick is how often the count of opened streams is read.
 	// burstStreams opened in one tick (100 a second) start a burst;
 	// burstQuietTicks ticks in a row with fewer than quietStreams each

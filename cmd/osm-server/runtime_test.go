@@ -270,11 +270,10 @@ func TestNewGCGovernor(t *testing.T) {
 		want bool
 	}{
 		{"the default target", runtimeSettings{GCPercent: 50, Source: "gcPercent"}, true},
-		{"Go's default target", runtimeSettings{GCPercent: 100, Source: "gcPercent"}, true},
 		{"GOGC decides", runtimeSettings{GCPercent: 50, Source: "GOGC"}, false},
 		{"collector off", runtimeSettings{GCPercent: -1, Source: "gcPercent"}, false},
 		{"already at the burst's target", runtimeSettings{GCPercent: burstGCPercent, Source: "gcPercent"}, false},
-		{"above it", runtimeSettings{GCPercent: 300, Source: "gcPercent, memoryLimit"}, false},
+		{"above it", runtimeSettings{GCPercent: 200, Source: "gcPercent, memoryLimit"}, false},
 	} {
 		if got := newGCGovernor(discardLogger(), tc.s, opened) != nil; got != tc.want {
 			t.Errorf("%s: governor %t, want %t", tc.name, got, tc.want)
