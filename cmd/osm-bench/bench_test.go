@@ -122,14 +122,18 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("metric %s missing from the results", d.ID)
 		}
 	}
-	// --profile-dir: every server's memory, and O's profiles.
+	// --profile-dir: every server's memory and MemStats, its CPU and
+	// allocations in the fill and the storm, and O's other profiles.
 	for _, s := range servers {
-		files := []string{"status.txt", "smaps_rollup.txt"}
+		files := []string{"status.txt", "smaps_rollup.txt", "heap.txt"}
+		for _, w := range []string{"fill", "M6"} {
+			files = append(files, w+".cpu.pb.gz", w+".allocs-start.pb.gz", w+".allocs.pb.gz")
+		}
 		if s == "O" {
 			if !available["O"] {
 				continue
 			}
-			files = append(files, "heap.pb.gz", "heap.txt", "goroutine.txt", "proxies.json", "idle.cpu.pb.gz", "idle.start")
+			files = append(files, "heap.pb.gz", "goroutine.txt", "proxies.json", "idle.cpu.pb.gz", "idle.start")
 		}
 		for _, f := range files {
 			if fi, err := os.Stat(filepath.Join(dir, "profiles", s+"-"+f)); err != nil || fi.Size() == 0 {

@@ -117,9 +117,9 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	f := &fleet{ep: srv.ep}
 
 	// M1: hold N streams; idle CPU with nothing changing.
+	fillProfiled := m.profileFill(ctx, srv, t.Name())
 	start := time.Now()
 	fillCPU0, fillErr := cpuSeconds(pid)
-	fillProfiled := m.profileFill(ctx, srv, t.Name())
 	pcs, err := f.connectAll(ctx, srv.ids[:w.Proxies], p.Parallel, p.FillTimeout)
 	defer func() { closeAll(pcs) }()
 	if err != nil {
@@ -281,8 +281,15 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	log := m.log.With("server", name)
 
 	var before int64
-	// The trace (when asked for) covers the storm's first seconds.
+	// The trace (when asked for) covers the storm's first seconds, and so
+	// do --profile-dir's CPU and allocation profiles of every server
+	// (DIR/<server>-M6.cpu.pb.gz, .allocs.pb.gz) unless O's trace already
+	// profiles it.
 	traced := m.startTrace(ctx, srv, res, name+"-M6", stormTraceSeconds)
+	profiled := func() error { return nil }
+	if p.TraceDir == "" || srv.debugAddr == "" {
+		profiled = m.profileWindow(ctx, srv, name+"-M6", stormTraceSeconds)
+	}
 	closeAll(*pcs)
 	*pcs = nil
 	t0 := time.Now()
@@ -305,6 +312,9 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	log.Info("reconnect storm measured", "configured", len(got), "took", time.Since(t0).Round(time.Millisecond))
 	if err := traced(); err != nil {
 		res.note("M6: trace: %v", err)
+	}
+	if err := profiled(); err != nil {
+		res.note("M6: profile: %v", err)
 	}
 	if log.Enabled(ctx, slog.LevelDebug) {
 		// How the storm went: proxies configured in each second, and the

@@ -13,7 +13,8 @@ import (
 
 // dumpMemory writes, while the fleet is connected (right after M7's RSS is
 // read), where the server's memory is: /proc/<pid>/status and
-// smaps_rollup for every server, and for O its heap profile
+// smaps_rollup for every server, the runtime.MemStats of every server that
+// serves pprof (heap?debug=1), and for O its heap profile
 // (/debug/pprof/heap, for go tool pprof), the same with debug=1 (the
 // runtime.MemStats block: HeapInuse, HeapIdle, HeapReleased, StackInuse,
 // Sys, ...), the goroutine counts (goroutine?debug=1) and /debug/proxies.
@@ -31,6 +32,11 @@ func dumpMemory(ctx context.Context, dir, name string, srv *server) error {
 		errs = append(errs, err)
 	}
 	if srv.debugAddr == "" {
+		if srv.pprofAddr != "" {
+			// L's and F's runtime.MemStats too, to set O's heap and
+			// stacks against theirs.
+			errs = append(errs, fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/heap?debug=1", srv.pprofAddr), srv.debugToken, filepath.Join(dir, name+"-heap.txt")))
+		}
 		return errors.Join(errs...)
 	}
 	// /debug/proxies (per proxy and type the versions sent and ACKed, and
@@ -68,23 +74,43 @@ func (m *measurer) profileIdle(ctx context.Context, srv *server, name string) (w
 // fillProfileSeconds is how much of the fleet fill --profile-dir profiles.
 const fillProfileSeconds = 15
 
-// profileFill, with --profile-dir, profiles each server's CPU over the
-// first fillProfileSeconds of the fleet fill (DIR/<server>-fill.cpu.pb.gz,
-// and O's allocations, DIR/O-fill.allocs.pb.gz),
-// so that O's shares can be set against L-mux's in the same run. The
-// function it returns waits for the profile.
+// profileFill, with --profile-dir, profiles each server's CPU and
+// allocations over the first fillProfileSeconds of the fleet fill
+// (DIR/<server>-fill.cpu.pb.gz and DIR/<server>-fill.allocs.pb.gz), so
+// that O's shares can be set against L-mux's in the same run. The function
+// it returns waits for the profiles.
 func (m *measurer) profileFill(ctx context.Context, srv *server, name string) (wait func() error) {
-	cpu := m.profileCPU(ctx, srv, name+"-fill", fillProfileSeconds)
-	if m.plan.ProfileDir == "" || srv.debugAddr == "" {
-		return cpu
+	return m.profileWindow(ctx, srv, name+"-fill", fillProfileSeconds)
+}
+
+// profileWindow, with --profile-dir, profiles a server that serves pprof
+// (O on its debug listener, L and F on their control listener): its CPU
+// over the next seconds into DIR/<file>.cpu.pb.gz, and its allocations
+// from now until the returned function is called (the end of the fill or
+// the storm) as two heap profiles, DIR/<file>.allocs-start.pb.gz and
+// DIR/<file>.allocs.pb.gz, each taken right after a collection the
+// harness asks for: the runtime publishes allocations only when a
+// collection ends, so a delta profile over a window holds what the
+// collections before it happened to publish (an enrollment's, or not the
+// last seconds of a fill). Read them with go tool pprof
+// -sample_index=alloc_space -diff_base FILE.allocs-start.pb.gz
+// FILE.allocs.pb.gz. The collection at the start is made before the
+// window's CPU is read; the one at the end after.
+func (m *measurer) profileWindow(ctx context.Context, srv *server, file string, seconds int) (wait func() error) {
+	if m.plan.ProfileDir == "" || srv.pprofAddr == "" {
+		return func() error { return nil }
 	}
-	// O's allocations over the same window (DIR/O-fill.allocs.pb.gz): what
-	// its collector works for.
-	allocs := make(chan error, 1)
-	go func() {
-		allocs <- fetchPprof(ctx, srv.debugAddr, srv.debugToken, "allocs", filepath.Join(m.plan.ProfileDir, name+"-fill.allocs.pb.gz"), fillProfileSeconds)
-	}()
-	return func() error { return errors.Join(cpu(), <-allocs) }
+	heap := func(suffix string) error {
+		return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", srv.pprofAddr), srv.debugToken, filepath.Join(m.plan.ProfileDir, file+suffix))
+	}
+	if err := os.MkdirAll(m.plan.ProfileDir, 0o755); err != nil {
+		return func() error { return err }
+	}
+	if err := heap(".allocs-start.pb.gz"); err != nil {
+		return func() error { return fmt.Errorf("allocations at the start: %w", err) }
+	}
+	cpu := m.profileCPU(ctx, srv, file, seconds)
+	return func() error { return errors.Join(cpu(), heap(".allocs.pb.gz")) }
 }
 
 // profileCPU, with --profile-dir, starts a CPU profile of the next seconds

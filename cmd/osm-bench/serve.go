@@ -147,11 +147,13 @@ func serveBench(ctx context.Context, log *slog.Logger, kind string, o serverOpti
 
 // controlHandler serves POST /change?service=U&seq=N; it answers once the
 // change has been handed to the cache or the floor's streams. It also
-// serves GET /debug/pprof/profile, for --profile-dir's fill profile of
-// every server (the listener is on loopback, as O's debug listener is).
+// serves GET /debug/pprof/profile and heap, for
+// --profile-dir's profiles of every server's fill and storm (the listener
+// is on loopback, as O's debug listener is).
 func controlHandler(ch changer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	mux.Handle("GET /debug/pprof/heap", pprof.Handler("heap")) // ?gc=1 collects first
 	mux.HandleFunc("POST /change", func(w http.ResponseWriter, r *http.Request) {
 		u, err1 := strconv.Atoi(r.URL.Query().Get("service"))
 		seq, err2 := strconv.Atoi(r.URL.Query().Get("seq"))

@@ -85,3 +85,60 @@ func BenchmarkIssueServiceCertificate(b *testing.B) {
 		}
 	}
 }
+
+// A fleet's first connections to a fresh server, as the manager sees them:
+// each proxy's record is verified when its stream opens and claimed at its
+// first request, and the claims are written as Run's writer writes them
+// (MaxTxnOps to a transaction) and read back. On a memory store, so the
+// figure is the manager's work (reads, decodes, encodes), not the fsync.
+func BenchmarkFirstClaims(b *testing.B) {
+	ctx := b.Context()
+	st := store.NewMemory()
+	m, err := New(ctx, nil, st, Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = store.MaxTxnOps
+	var peers [][]*x509.Certificate
+	var unclaimed []store.Op // each record as enrolled
+	for range n {
+		certPEM, cn, err := m.IssueProxy(ctx, csrFor(b, ecKey(b, elliptic.P256()), nil), bookstoreSvc, bookstoreSA)
+		if err != nil {
+			b.Fatal(err)
+		}
+		peer, err := parseCertPEM(certPEM)
+		if err != nil {
+			b.Fatal(err)
+		}
+		peers = append(peers, []*x509.Certificate{peer, m.ca.cert})
+		raw, _, err := st.Get(ctx, proxyKey(cn))
+		if err != nil {
+			b.Fatal(err)
+		}
+		unclaimed = append(unclaimed, store.Set(proxyKey(cn), store.AnyVersion, raw))
+	}
+	m.claimMu.Lock()
+	m.claimWriters++ // claims wait for flushAllClaims, as for Run's writer
+	m.claimMu.Unlock()
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		if _, err := st.Txn(ctx, unclaimed...); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for _, chain := range peers {
+			rec, err := m.VerifyProxyChain(ctx, chain)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := m.ClaimVerifiedProxy(ctx, rec); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := m.flushAllClaims(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/proxy")
+}

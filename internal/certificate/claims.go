@@ -55,6 +55,21 @@ func claim(e *proxyEntry, at time.Time) error {
 	return nil
 }
 
+// pendingClaim is a claim not written yet: when the proxy connected, and
+// its record as read then, before the claim (Version 0: not known).
+type pendingClaim struct {
+	at  time.Time
+	rec ProxyRecord
+}
+
+// claimWrite is a claim a batch wrote: the record and its encoding, to
+// read it back without decoding it (val nil: read back already).
+type claimWrite struct {
+	cn  string
+	e   proxyEntry
+	val []byte
+}
+
 // claimAt is claim at a fixed time, as updateProxy's change.
 func claimAt(at time.Time) func(*proxyEntry, time.Time) error {
 	return func(e *proxyEntry, _ time.Time) error { return claim(e, at) }
@@ -76,8 +91,10 @@ func (m *Manager) ClaimProxy(ctx context.Context, cn string) error {
 // ClaimVerifiedProxy is ClaimProxy for the record VerifyProxyChain returned
 // when the proxy's stream opened, without reading it from the store again
 // (a connection's second read and decode of its record). A revocation
-// since then is not missed: it closes the proxy's streams, and the claim's
-// write reads the record again and never overwrites a revocation.
+// since then is not missed: it closes the proxy's streams, and the claim
+// is written on condition that the record is still at rec.Version (read
+// again and claimed anew when it is not), so it never overwrites a
+// revocation.
 func (m *Manager) ClaimVerifiedProxy(ctx context.Context, rec ProxyRecord) error {
 	return m.claimLoaded(ctx, proxyEntry{ProxyRecord: rec})
 }
@@ -86,6 +103,7 @@ func (m *Manager) ClaimVerifiedProxy(ctx context.Context, rec ProxyRecord) error
 func (m *Manager) claimLoaded(ctx context.Context, e proxyEntry) error {
 	cn := e.CN
 	now := m.now()
+	read := e.ProxyRecord
 	m.claimMu.Lock()
 	m.applyPendingClaimLocked(&e)
 	switch err := claim(&e, now); {
@@ -100,7 +118,7 @@ func (m *Manager) claimLoaded(ctx context.Context, e proxyEntry) error {
 		m.claimMu.Unlock()
 		return m.updateProxy(ctx, cn, "claim", claim)
 	}
-	m.claims[cn] = now
+	m.claims[cn] = pendingClaim{at: now, rec: read}
 	m.claimMu.Unlock()
 	m.kickClaims()
 	return nil
@@ -117,11 +135,11 @@ func (m *Manager) kickClaims() {
 // applyPendingClaimLocked changes e as this replica's pending claim of it
 // will when written. m.claimMu is held.
 func (m *Manager) applyPendingClaimLocked(e *proxyEntry) {
-	at, ok := m.claims[e.CN]
+	pc, ok := m.claims[e.CN]
 	if !ok {
 		return
 	}
-	_ = claim(e, at) // a claim that no longer applies changes nothing
+	_ = claim(e, pc.at) // a claim that no longer applies changes nothing
 }
 
 // withPendingClaim returns r as it will be once this replica's pending
@@ -201,12 +219,12 @@ func (m *Manager) flushAllClaims(ctx context.Context) error {
 // and returns how many are left pending.
 func (m *Manager) flushClaims(ctx context.Context) (left int, err error) {
 	m.claimMu.Lock()
-	batch := make(map[string]time.Time, min(len(m.claims), claimBatch))
-	for cn, at := range m.claims {
+	batch := make(map[string]pendingClaim, min(len(m.claims), claimBatch))
+	for cn, pc := range m.claims {
 		if len(batch) == claimBatch {
 			break
 		}
-		batch[cn] = at
+		batch[cn] = pc
 	}
 	m.claimMu.Unlock()
 	if len(batch) == 0 {
@@ -219,38 +237,46 @@ func (m *Manager) flushClaims(ctx context.Context) (left int, err error) {
 	// Written or no longer needed: forget the claims, unless a newer one
 	// for the proxy came meanwhile.
 	m.claimMu.Lock()
-	for cn, at := range batch {
-		if cur, ok := m.claims[cn]; ok && cur.Equal(at) {
+	for cn, pc := range batch {
+		if cur, ok := m.claims[cn]; ok && cur.at.Equal(pc.at) {
 			delete(m.claims, cn)
 		}
 	}
 	left = len(m.claims)
 	m.claimMu.Unlock()
-	for _, cn := range written {
-		m.observeProxy(ctx, cn)
+	for _, w := range written {
+		if w.val != nil {
+			m.observeWritten(ctx, w.cn, &w.e, w.val)
+		}
 	}
 	return left, nil
 }
 
 // writeClaimBatch writes batch's claims as one transaction and returns
-// the CNs whose records it changed. Claims of revoked or unknown proxies,
-// claims already recorded and claims whose record no longer decodes (the
-// proxy is refused at its next connection) are dropped. When records keep
-// changing under the batch, each claim is written on its own. An error
-// (the store failing) means the whole batch stays pending.
-func (m *Manager) writeClaimBatch(ctx context.Context, batch map[string]time.Time) (written []string, err error) {
-	for range claimAttempts {
+// the records it changed. The first attempt claims each record as it was
+// read when its proxy connected, on condition that it is still at that
+// version; later attempts read the records again. Claims of revoked or
+// unknown proxies, claims already recorded and claims whose record no
+// longer decodes (the proxy is refused at its next connection) are
+// dropped. When records keep changing under the batch, each claim is
+// written on its own. An error (the store failing) means the whole batch
+// stays pending.
+func (m *Manager) writeClaimBatch(ctx context.Context, batch map[string]pendingClaim) (written []claimWrite, err error) {
+	for attempt := range claimAttempts {
 		var ops []store.Op
 		written = written[:0]
-		for cn, at := range batch {
-			e, ver, err := m.loadProxy(ctx, cn)
-			if m.claimDropped(cn, err) {
-				continue
+		for cn, pc := range batch {
+			e, ver := proxyEntry{ProxyRecord: pc.rec}, pc.rec.Version
+			if attempt > 0 || ver == 0 {
+				e, ver, err = m.loadProxy(ctx, cn)
+				if m.claimDropped(cn, err) {
+					continue
+				}
+				if err != nil {
+					return nil, err
+				}
 			}
-			if err != nil {
-				return nil, err
-			}
-			if claim(&e, at) != nil {
+			if claim(&e, pc.at) != nil {
 				continue // revoked meanwhile, or already recorded
 			}
 			val, err := json.Marshal(e)
@@ -258,7 +284,7 @@ func (m *Manager) writeClaimBatch(ctx context.Context, batch map[string]time.Tim
 				return nil, fmt.Errorf("encode proxy record %s: %w", cn, err)
 			}
 			ops = append(ops, store.Set(proxyKey(cn), ver, val))
-			written = append(written, cn)
+			written = append(written, claimWrite{cn: cn, e: e, val: val})
 		}
 		if len(ops) == 0 {
 			return nil, nil
@@ -277,11 +303,11 @@ func (m *Manager) writeClaimBatch(ctx context.Context, batch map[string]time.Tim
 	// Some record keeps changing (renewals, another replica): one by one,
 	// so the others are not held back by it.
 	written = written[:0]
-	for cn, at := range batch {
-		err := m.updateProxy(ctx, cn, "claim", claimAt(at))
+	for cn, pc := range batch {
+		err := m.updateProxy(ctx, cn, "claim", claimAt(pc.at))
 		switch {
 		case err == nil:
-			written = append(written, cn)
+			written = append(written, claimWrite{cn: cn}) // updateProxy read it back
 		case errors.Is(err, ErrRevoked), m.claimDropped(cn, err):
 		default:
 			return nil, err

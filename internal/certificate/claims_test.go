@@ -462,3 +462,30 @@ func TestClaimVerifiedProxy(t *testing.T) {
 		t.Errorf("ClaimVerifiedProxy of a revoked record: err = %v, want ErrRevoked", err)
 	}
 }
+
+// A claim of the record VerifyProxyChain returned is written on condition
+// of the version it was read at, without reading the record again, and
+// read back once: one read of the record from the connection to the
+// written claim, besides the verification's own (there were three).
+func TestVerifiedClaimReadsTheRecordOnce(t *testing.T) {
+	st := &readCounter{Memory: store.NewMemory(), prefix: proxyPrefix}
+	m, ch, peer, cn := runningWithProxy(t, st)
+	rec, err := m.VerifyProxy(t.Context(), peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Version == 0 {
+		t.Fatal("VerifyProxy returned no record version")
+	}
+	st.reads()
+	if err := m.ClaimVerifiedProxy(t.Context(), rec); err != nil {
+		t.Fatal(err)
+	}
+	nextAnnouncement(t, ch, ProxyClaimed, 5*time.Second)
+	if got := stored(t, st.Memory, cn); got.State != StateClaimed {
+		t.Fatalf("stored state %s, want claimed", got.State)
+	}
+	if n := st.reads(); n != 1 {
+		t.Errorf("claiming a verified record read it %d times, want 1: the read-back", n)
+	}
+}

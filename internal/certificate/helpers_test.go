@@ -181,3 +181,17 @@ func (r *readCounter) Get(ctx context.Context, key string) ([]byte, uint64, erro
 	}
 	return val, ver, err
 }
+
+// runningWithProxy runs a manager over st, subscribed to its
+// announcements (ch, ended with the test), with one proxy enrolled and its
+// ProxyIssued read from ch.
+func runningWithProxy(t *testing.T, st Store) (m *Manager, ch <-chan Announcement, peer *x509.Certificate, cn string) {
+	t.Helper()
+	m = newTestManager(t, st, Options{})
+	runManager(t, m)
+	ch, cancel := m.Subscribe()
+	t.Cleanup(cancel)
+	peer, cn = issueProxy(t, m)
+	nextAnnouncement(t, ch, ProxyIssued, 5*time.Second)
+	return m, ch, peer, cn
+}

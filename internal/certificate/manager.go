@@ -122,6 +122,28 @@ type Store interface {
 	Watch(ctx context.Context, prefix string) <-chan struct{}
 }
 
+// ownWrites is the manager's view of its store: its commits and its
+// watches carry the manager's store.Writer, so that a store whose commits
+// all pass through this process (bbolt, the memory store) does not wake
+// Run to list every record after commits the manager read back as it made
+// them (observeProxy, observeService, forgetProxies, syncServices after a
+// release). Other writers' commits still wake it, and Consul wakes it for
+// every commit. A read-back that fails asks Run to list (followStore).
+// At 10,000 proxies that listing, after every batch of claims while a
+// fleet connected, was 3-4% of a fresh server's CPU.
+type ownWrites struct {
+	Store
+	w *store.Writer
+}
+
+func (o ownWrites) Txn(ctx context.Context, ops ...store.Op) (bool, error) {
+	return o.Store.Txn(store.WithWriter(ctx, o.w), ops...)
+}
+
+func (o ownWrites) Watch(ctx context.Context, prefix string) <-chan struct{} {
+	return o.Store.Watch(store.WithWriter(ctx, o.w), prefix)
+}
+
 // Options configure a Manager. Zero values take the defaults.
 type Options struct {
 	// TrustDomain names the mesh in SPIFFE IDs; default "osm.local". It
@@ -264,13 +286,17 @@ type Manager struct {
 	pruneKick chan struct{}
 
 	// claimMu guards the claims not yet written (claims.go): the time of
-	// each proxy's connection by CN, and how many claim writers (Runs)
+	// each proxy's connection and its record as read then, by CN, and how
+	// many claim writers (Runs)
 	// are running; with none, ClaimProxy writes itself.
 	claimMu      sync.Mutex
-	claims       map[string]time.Time
+	claims       map[string]pendingClaim
 	claimWriters int
 	// claimKick wakes the claim writer.
 	claimKick chan struct{}
+	// follow asks Run to list the records as after another writer's
+	// commit: reading back one of this manager's own commits failed.
+	follow chan struct{}
 }
 
 var trustDomainRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`)
@@ -308,7 +334,7 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 	}
 	m := &Manager{
 		log:         log,
-		st:          st,
+		st:          ownWrites{Store: st, w: new(store.Writer)},
 		opts:        opts,
 		services:    map[CommonName]*serviceState{},
 		proxies:     map[string]proxyKnown{},
@@ -318,8 +344,9 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 		kick:        make(chan struct{}, 1),
 		pruneKick:   make(chan struct{}, 1),
 
-		claims:    map[string]time.Time{},
+		claims:    map[string]pendingClaim{},
 		claimKick: make(chan struct{}, 1),
+		follow:    make(chan struct{}, 1),
 	}
 	m.serviceLife.Store(int64(opts.ServiceLifetime))
 	m.proxyLife.Store(int64(opts.ProxyLifetime))
@@ -475,6 +502,16 @@ func (m *Manager) wake() {
 	}
 }
 
+// followStore asks Run to list the service and proxy records soon, as
+// after another writer's commit: reading back one of this manager's own
+// commits failed (see ownWrites).
+func (m *Manager) followStore() {
+	select {
+	case m.follow <- struct{}{}:
+	default:
+	}
+}
+
 // syncDelay is how long Run lets commits of service certificates or proxy
 // records accumulate before it reads them.
 const syncDelay = 200 * time.Millisecond
@@ -565,6 +602,13 @@ func (m *Manager) run(ctx context.Context) error {
 			}
 		case <-proxyCh:
 			// Likewise: a fleet connecting is one pass over the records.
+			if proxySync == nil {
+				proxySync = time.After(syncDelay)
+			}
+		case <-m.follow:
+			if svcSync == nil {
+				svcSync = time.After(syncDelay)
+			}
 			if proxySync == nil {
 				proxySync = time.After(syncDelay)
 			}

@@ -1,6 +1,7 @@
 package certificate
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/ecdsa"
@@ -53,6 +54,11 @@ type ProxyRecord struct {
 	// certificate of the proxy is refused. Nil when there is none or it
 	// expired.
 	Overlap *OverlapCertificate `json:"overlap,omitempty"`
+	// Version is the store version the record was read at (not stored):
+	// ClaimVerifiedProxy writes the claim of a record VerifyProxyChain
+	// returned on condition that it is still at this version, without
+	// reading it again.
+	Version uint64 `json:"-"`
 }
 
 // OverlapCertificate names a proxy's earlier certificate that is still
@@ -423,6 +429,7 @@ func (m *Manager) ListProxies(ctx context.Context) ([]ProxyRecord, error) {
 			m.log.Warn("skipping undecodable proxy record", "key", kv.Key, "err", err)
 			continue
 		}
+		e.Version = kv.Version
 		out = append(out, withoutExpiredOverlap(e.ProxyRecord, now))
 	}
 	m.claimMu.Lock()
@@ -508,18 +515,30 @@ func (m *Manager) loadProxy(ctx context.Context, cn string) (proxyEntry, uint64,
 	if err != nil {
 		return proxyEntry{}, 0, fmt.Errorf("proxy record %s %w: %w", cn, errUndecodable, err)
 	}
+	e.Version = ver
 	return e, ver, nil
 }
 
 // observeProxy reads the proxy's record after a local write and announces
 // what changed, unless a sync announced it already.
 func (m *Manager) observeProxy(ctx context.Context, cn string) {
+	m.observeWritten(ctx, cn, nil, nil)
+}
+
+// observeWritten is observeProxy after a write of val, the encoding of
+// *written: a record read back as val is not decoded again (nil written:
+// always decoded).
+func (m *Manager) observeWritten(ctx context.Context, cn string, written *proxyEntry, val []byte) {
 	raw, ver, err := m.st.Get(ctx, proxyKey(cn))
 	if err != nil || ver == 0 {
-		return // the watch in Run catches up
+		m.followStore() // Run's listing catches up
+		return
 	}
-	e, err := decodeProxy(raw)
-	if err != nil {
+	var e proxyEntry
+	if written != nil && bytes.Equal(raw, val) {
+		e = *written
+	} else if e, err = decodeProxy(raw); err != nil {
+		m.followStore()
 		return
 	}
 	m.mu.Lock()

@@ -183,7 +183,7 @@ func TestPrunedProxyForgottenByReplicas(t *testing.T) {
 	runManager(t, m3)
 	for _, m := range []*Manager{m1, m2} {
 		m.claimMu.Lock()
-		m.claims[old] = clk.Now()
+		m.claims[old] = pendingClaim{at: clk.Now()}
 		m.claimMu.Unlock()
 	}
 	want := []string{fresh}

@@ -468,6 +468,7 @@ func (m *Manager) observeService(ctx context.Context, key string) *serviceState 
 	defer m.syncMu.Unlock()
 	raw, ver, err := m.st.Get(ctx, key)
 	if err != nil || ver == 0 {
+		m.followStore() // Run's listing catches up
 		return nil
 	}
 	// serviceChange reads only this record's entry: copying every
@@ -479,6 +480,7 @@ func (m *Manager) observeService(ctx context.Context, key string) *serviceState 
 		return m.services[cn]
 	})
 	if s == nil {
+		m.followStore()
 		return nil
 	}
 	m.mu.Lock()

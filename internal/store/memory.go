@@ -97,7 +97,7 @@ func (m *Memory) Txn(ctx context.Context, ops ...Op) (bool, error) {
 			delete(m.kv, op.Key)
 		}
 	}
-	m.watchers.Notify(ops)
+	m.watchers.Notify(ctx, ops)
 	return true, nil
 }
 

@@ -137,7 +137,9 @@ type Store interface {
 	Txn(ctx context.Context, ops ...Op) (ok bool, err error)
 	// Watch returns a channel that receives a value after every commit
 	// that touches a key with the prefix, until ctx is done. Signals
-	// coalesce: a slow reader sees one signal for many commits.
+	// coalesce: a slow reader sees one signal for many commits. When ctx
+	// carries a Writer, a store may leave out the commits made with that
+	// same Writer (see Writer).
 	Watch(ctx context.Context, prefix string) <-chan struct{}
 }
 
@@ -170,6 +172,29 @@ func ValidateOps(ops []Op) error {
 // Matches reports whether a key at version cur satisfies op's condition.
 func (op Op) Matches(cur uint64) bool { return op.Version == AnyVersion || cur == op.Version }
 
+// Writer names one writer of a store within a process. A writer that
+// reads back each of its own commits as it makes them (the certificate
+// manager) has no use for being woken by them: a commit whose ctx carries
+// a Writer (WithWriter) does not signal a Watch whose ctx carries the same
+// one, on the stores whose commits all pass through this process (Memory,
+// boltstore). It still signals every other Watch, and Consul, whose
+// commits come from other processes too, signals every Watch for every
+// commit: a Writer only saves wake-ups, it never hides another writer's
+// commit.
+type Writer struct{ _ byte }
+
+type writerKey struct{}
+
+// WithWriter returns ctx carrying w (see Writer).
+func WithWriter(ctx context.Context, w *Writer) context.Context {
+	return context.WithValue(ctx, writerKey{}, w)
+}
+
+func writerOf(ctx context.Context) *Writer {
+	w, _ := ctx.Value(writerKey{}).(*Writer)
+	return w
+}
+
 // Watchers fans out commit notifications by key prefix: a backend whose
 // commits all pass through one process (Memory, boltstore) returns Add's
 // channel from Watch and calls Notify after each commit. The zero value
@@ -181,13 +206,15 @@ type Watchers struct {
 
 type watcher struct {
 	prefix string
+	writer *Writer // the watch's own commits, not signalled (nil: none)
 	ch     chan struct{}
 }
 
 // Add returns a channel that receives (coalesced) whenever a commit
-// touches a key under prefix, until ctx ends.
+// touches a key under prefix, until ctx ends; when ctx carries a Writer,
+// commits made with the same Writer are not signalled.
 func (w *Watchers) Add(ctx context.Context, prefix string) <-chan struct{} {
-	wt := &watcher{prefix: prefix, ch: make(chan struct{}, 1)}
+	wt := &watcher{prefix: prefix, writer: writerOf(ctx), ch: make(chan struct{}, 1)}
 	w.mu.Lock()
 	w.list = append(w.list, wt)
 	w.mu.Unlock()
@@ -200,11 +227,15 @@ func (w *Watchers) Add(ctx context.Context, prefix string) <-chan struct{} {
 }
 
 // Notify signals every watcher with a key of ops (checks aside) under its
-// prefix.
-func (w *Watchers) Notify(ops []Op) {
+// prefix, but those whose Writer made the commit (ctx is the commit's).
+func (w *Watchers) Notify(ctx context.Context, ops []Op) {
+	from := writerOf(ctx)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, wt := range w.list {
+		if from != nil && wt.writer == from {
+			continue
+		}
 		for _, op := range ops {
 			if op.Kind != OpCheck && strings.HasPrefix(op.Key, wt.prefix) {
 				select {

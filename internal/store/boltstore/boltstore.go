@@ -181,7 +181,7 @@ func (b *Bolt) txn(ctx context.Context, ops []store.Op, newVersion *uint64) (boo
 		return false, fmt.Errorf("store: write %s: %w", b.db.Path(), err)
 	}
 	if ok {
-		b.watchers.Notify(ops)
+		b.watchers.Notify(ctx, ops)
 	}
 	return ok, nil
 }

@@ -47,6 +47,7 @@ func Run(t *testing.T, h Harness) {
 		{"IdenticalWriteIsACommit", testIdenticalWriteIsACommit},
 		{"WatchCoalescesAndFilters", testWatchCoalescesAndFilters},
 		{"WatchSeesDeletes", testWatchSeesDeletes},
+		{"WatchLeavesOutItsWriter", testWatchLeavesOutItsWriter},
 		{"WatchSeesEveryChangeEventually", testWatchSeesEveryChangeEventually},
 		{"ConcurrentCASOneWinner", testConcurrentCASOneWinner},
 		{"LimitsAccepted", testLimitsAccepted},
@@ -286,6 +287,39 @@ func testWatchCoalescesAndFilters(t *testing.T, h Harness, s store.Store) {
 	case <-ch:
 		t.Fatal("five writes gave more than one queued signal")
 	default:
+	}
+}
+
+// A watch whose ctx carries a Writer is signalled for every other
+// writer's commit, and a store whose commits all pass through this process
+// leaves out that Writer's own.
+func testWatchLeavesOutItsWriter(t *testing.T, h Harness, s store.Store) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	own, other := new(store.Writer), new(store.Writer)
+	ch := s.Watch(store.WithWriter(ctx, own), "o/")
+	if ok, err := s.Txn(store.WithWriter(ctx, own), store.Set("o/own", store.AnyVersion, []byte("x"))); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	if !h.AsyncWatch {
+		select {
+		case <-ch:
+			t.Fatal("a watch was signalled for a commit of its own Writer")
+		default:
+		}
+	}
+	for _, c := range []struct {
+		name string
+		ctx  context.Context
+	}{{"another Writer", store.WithWriter(ctx, other)}, {"no Writer", ctx}} {
+		if ok, err := s.Txn(c.ctx, store.Set("o/"+c.name, store.AnyVersion, []byte("x"))); err != nil || !ok {
+			t.Fatal(ok, err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(eventually):
+			t.Fatalf("a watch with a Writer was not signalled for a commit with %s", c.name)
+		}
 	}
 }
 
