@@ -1,7 +1,6 @@
 package certificate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testlog"
 )
 
 // heldStore is a Memory store whose transactions can be held or failed,
@@ -285,29 +285,11 @@ func TestPendingClaimDoesNotUndoRevocation(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer for a logger written from the writer.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A failed claim write is logged with the proxy named, kept visible and
 // retried.
 func TestFailedClaimWriteRetried(t *testing.T) {
 	st := newHeldStore()
-	var logs syncBuffer
+	var logs testlog.Buffer
 	m, err := New(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)), st, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +357,7 @@ func TestRunWritesClaimsBeforeReturning(t *testing.T) {
 // the proxy is refused when it connects again.
 func TestUnreadableRecordDropsOnlyItsClaim(t *testing.T) {
 	st := newHeldStore()
-	var logs syncBuffer
+	var logs testlog.Buffer
 	m, err := New(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)), st, Options{})
 	if err != nil {
 		t.Fatal(err)

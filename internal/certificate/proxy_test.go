@@ -21,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testlog"
 )
 
 var (
@@ -434,7 +435,7 @@ func TestReplicaAnnouncesRevocation(t *testing.T) {
 func TestUndecodableProxyRecordReportedOnce(t *testing.T) {
 	ctx := t.Context()
 	st := &readCounter{Memory: store.NewMemory(), prefix: proxyPrefix}
-	var logs syncBuffer
+	var logs testlog.Buffer
 	m, err := New(ctx, slog.New(slog.NewTextHandler(&logs, nil)), st, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testlog"
 )
 
 // touchingStore rewrites the proxy record touch, unchanged, just before
@@ -259,7 +260,7 @@ func TestRunPrunesProxies(t *testing.T) {
 	const lifetime, retention = time.Hour, 2 * time.Hour
 	clk := newClock()
 	st := newHeldStore()
-	var logs syncBuffer
+	var logs testlog.Buffer
 	m, err := New(t.Context(), slog.New(slog.NewTextHandler(&logs, nil)), st, Options{Now: clk.Now, ProxyLifetime: lifetime, ProxyRecordRetention: retention})
 	if err != nil {
 		t.Fatal(err)
