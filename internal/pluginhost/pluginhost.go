@@ -62,15 +62,15 @@ type Options struct {
 	// MinBackoff is the first restart delay (500ms); it doubles per failed
 	// start up to MaxBackoff (30s) and resets after a minute of good running.
 	MinBackoff, MaxBackoff time.Duration
-	// HealthInterval (250ms) and HealthTimeout (750ms) pace the health
-	// checks; HealthMisses (3) checks in a row without an answer mean the
-	// plugin hangs, so a hung plugin is noticed within HealthMisses times
-	// their sum. One miss is not enough: a server busy pushing to thousands
-	// of proxies can itself take longer than HealthTimeout to read the
-	// answer, and killing a healthy plugin then delays every edit by its
-	// restart.
-	HealthInterval, HealthTimeout time.Duration
-	HealthMisses                  int
+	// HealthInterval (250ms) paces the health checks, one at a time and
+	// off the loop that applies events. An answer later than HealthTimeout
+	// (750ms) is logged; a plugin that has answered none for HangTimeout
+	// (15s) hangs and is killed. The bound is a time without an answer, not
+	// a count of late ones: a server busy with a reconnect storm of
+	// thousands of TLS handshakes on two cores reads a healthy plugin's
+	// answer seconds late, and killing the plugin then costs a restart, a
+	// relist and stale endpoints for nothing.
+	HealthInterval, HealthTimeout, HangTimeout time.Duration
 	// CallTimeout bounds Describe, Configure and List calls (30s).
 	CallTimeout time.Duration
 	// Resync is how often the host re-lists a running provider as a safety
@@ -88,9 +88,7 @@ func (o *Options) defaults() {
 	set(&o.MaxBackoff, 30*time.Second)
 	set(&o.HealthInterval, 250*time.Millisecond)
 	set(&o.HealthTimeout, 750*time.Millisecond)
-	if o.HealthMisses == 0 {
-		o.HealthMisses = 3
-	}
+	set(&o.HangTimeout, 15*time.Second)
 	set(&o.CallTimeout, 30*time.Second)
 	set(&o.Resync, 5*time.Minute)
 }
@@ -345,9 +343,13 @@ func (h *Host) runOnce(ctx context.Context, in *instance) error {
 	}
 	in.log.Info("provider plugin running", "plugin", info.Name, "version", info.Version, "pid", cmd.Process.Pid)
 
-	healthTick := time.NewTicker(h.opts.HealthInterval)
-	defer healthTick.Stop()
-	misses := 0 // health checks in a row without an answer
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	hung := make(chan error, 1)
+	go func() { hung <- h.checkHealth(healthCtx, in, health, client.Exited) }()
+	defer func() {
+		stopHealth()
+		<-hung
+	}()
 	resyncTick := time.NewTicker(h.opts.Resync)
 	defer resyncTick.Stop()
 	for {
@@ -366,27 +368,62 @@ func (h *Host) runOnce(ctx context.Context, in *instance) error {
 			} else if err != nil {
 				return err
 			}
-		case <-healthTick.C:
-			if client.Exited() {
-				return errors.New("plugin process exited")
+		case err := <-hung:
+			hung <- nil // for the deferred wait
+			if err == nil {
+				return nil
 			}
-			hctx, cancel := context.WithTimeout(ctx, h.opts.HealthTimeout)
-			_, err := health.Check(hctx, &grpc_health_v1.HealthCheckRequest{Service: plugin.GRPCServiceName})
-			cancel()
-			switch {
-			case err == nil || ctx.Err() != nil:
-				if misses > 0 {
-					in.log.Info("provider plugin answers its health check again", "missed", misses)
-				}
-				misses = 0
-			case misses+1 < h.opts.HealthMisses:
-				misses++
-				in.log.Warn("provider plugin missed a health check (it, or this server, is overloaded)", "missed", misses, "kill_after", h.opts.HealthMisses, "error", err)
-			default:
-				// A hung process cannot shut down gracefully: kill it now
-				// so the restart does not wait for go-plugin's grace period.
-				_ = cmd.Process.Kill()
-				return fmt.Errorf("plugin did not answer %d health checks in a row within %v each (hung); killing it: %w", h.opts.HealthMisses, h.opts.HealthTimeout, err)
+			// A hung process cannot shut down gracefully: kill it now so
+			// the restart does not wait for go-plugin's grace period.
+			_ = cmd.Process.Kill()
+			return err
+		}
+	}
+}
+
+// checkHealth asks the plugin's health service every HealthInterval, one
+// check at a time, until ctx is done (nil) or the plugin has exited or has
+// answered no check for HangTimeout (the error says which).
+func (h *Host) checkHealth(ctx context.Context, in *instance, health grpc_health_v1.HealthClient, exited func() bool) error {
+	tick := time.NewTicker(h.opts.HealthInterval)
+	defer tick.Stop()
+	lastAnswer := time.Now()
+	var lateSince time.Time // the start of the first check of a run of late or unanswered ones
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if exited() {
+			return errors.New("plugin process exited")
+		}
+		start := time.Now()
+		cctx, cancel := context.WithDeadline(ctx, lastAnswer.Add(h.opts.HangTimeout))
+		_, err := health.Check(cctx, &grpc_health_v1.HealthCheckRequest{Service: plugin.GRPCServiceName})
+		cancel()
+		took := time.Since(start)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case err == nil && took <= h.opts.HealthTimeout:
+			if !lateSince.IsZero() {
+				in.log.Info("provider plugin answers its health checks in time again", "late_for", start.Sub(lateSince).Round(time.Millisecond))
+				lateSince = time.Time{}
+			}
+			lastAnswer = time.Now()
+		case err == nil:
+			if lateSince.IsZero() {
+				in.log.Warn("provider plugin answered its health check late (it, or this server, is overloaded)", "took", took.Round(time.Millisecond), "kill_after", h.opts.HangTimeout)
+				lateSince = start
+			}
+			lastAnswer = time.Now()
+		case time.Since(lastAnswer) >= h.opts.HangTimeout:
+			return fmt.Errorf("plugin answered no health check for %v (hung); killing it: %w", h.opts.HangTimeout, err)
+		default:
+			if lateSince.IsZero() {
+				in.log.Warn("provider plugin did not answer a health check", "error", err, "kill_after", h.opts.HangTimeout)
+				lateSince = start
 			}
 		}
 	}
