@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -435,6 +436,20 @@ func TestSetErrors(t *testing.T) {
 
 // Update gives the set NewSet gives for the same resources, and refuses
 // anything but new versions of the same names in the same order.
+// A set's version string is made once: every proxy of a group is answered
+// the group's set and remembers the version sent, so they share it.
+func TestSetVersionIsMadeOnce(t *testing.T) {
+	c := New(testLogger(t))
+	set := mustSet(t, mustResource(t, c, "a", cla("a", 1, 1)))
+	v1, v2 := set.Version(), set.Version()
+	if v1 != v2 || unsafe.StringData(v1) != unsafe.StringData(v2) {
+		t.Errorf("two calls of Version made two strings (%q at %p, %q at %p)", v1, unsafe.StringData(v1), v2, unsafe.StringData(v2))
+	}
+	if n := testing.AllocsPerRun(10, func() { _ = set.Version() }); n != 0 {
+		t.Errorf("Version allocates %v times per call once made, want 0", n)
+	}
+}
+
 func TestSetUpdate(t *testing.T) {
 	c := New(testLogger(t))
 	a1, b1, c1 := mustResource(t, c, "a", cla("a", 1, 1)), mustResource(t, c, "b", cla("b", 2, 1)), mustResource(t, c, "c", cla("c", 3, 1))

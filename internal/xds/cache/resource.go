@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
@@ -49,6 +50,10 @@ type Set struct {
 	// first one (most sets, such as EDS's, are never sent whole); guarded
 	// by the Cache's mutex.
 	anys []*anypb.Any
+	// version is Version's string, made at the first call: a group's set
+	// is answered to every proxy of the group, whose node remembers the
+	// version sent, so they share one string.
+	version atomic.Pointer[string]
 }
 
 // NewSet returns a Set of resources, which must share one type URL and have
@@ -178,7 +183,14 @@ func (s *Set) Without(names ...string) *Set {
 }
 
 // Version returns the set's version, a digest of its names and versions.
-func (s *Set) Version() string { return digestString(s.digest) }
+func (s *Set) Version() string {
+	if v := s.version.Load(); v != nil {
+		return *v
+	}
+	v := digestString(s.digest)
+	s.version.Store(&v)
+	return v
+}
 
 // TypeURL returns the type URL of the set's resources ("" when empty).
 func (s *Set) TypeURL() string { return s.typeURL }
