@@ -23,13 +23,11 @@ import (
 // ListProxies, VerifyProxy); Run writes what is pending before it returns.
 // Without Run (or after it), ClaimProxy writes before it returns.
 
-// Bounds of the claim writer.
+// Bounds of the claim writer. The most claims one transaction writes is
+// what the store takes in one (store.TxnLimits: 64 on Consul, 1,024 on
+// bbolt, where every commit is an fsync); a batch whose records add up to
+// more than its bytes is written claim by claim.
 const (
-	// claimBatch is the most claims one transaction writes: what every
-	// store takes in one transaction (Consul's limit). A batch whose
-	// records add up to more than store.MaxTxnBytes is written claim by
-	// claim.
-	claimBatch = store.MaxTxnOps
 	// claimAttempts is how often a batch is re-read and retried when a
 	// record changed under it, before its claims are written one by one.
 	claimAttempts = 3
@@ -215,13 +213,14 @@ func (m *Manager) flushAllClaims(ctx context.Context) error {
 	}
 }
 
-// flushClaims writes up to claimBatch pending claims in one transaction
+// flushClaims writes as many pending claims as the store takes in one transaction
 // and returns how many are left pending.
 func (m *Manager) flushClaims(ctx context.Context) (left int, err error) {
 	m.claimMu.Lock()
-	batch := make(map[string]pendingClaim, min(len(m.claims), claimBatch))
+	maxOps, _ := store.TxnLimits(m.st)
+	batch := make(map[string]pendingClaim, min(len(m.claims), maxOps))
 	for cn, pc := range m.claims {
-		if len(batch) == claimBatch {
+		if len(batch) == maxOps {
 			break
 		}
 		batch[cn] = pc
@@ -289,7 +288,7 @@ func (m *Manager) writeClaimBatch(ctx context.Context, batch map[string]pendingC
 		if len(ops) == 0 {
 			return nil, nil
 		}
-		if store.CheckLimits(ops) != nil {
+		if maxOps, maxBytes := store.TxnLimits(m.st); store.CheckLimitsOf(ops, maxOps, maxBytes) != nil {
 			break // records too large to go together: one by one
 		}
 		ok, err := m.st.Txn(ctx, ops...)

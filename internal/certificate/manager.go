@@ -140,6 +140,9 @@ func (o ownWrites) Txn(ctx context.Context, ops ...store.Op) (bool, error) {
 	return o.Store.Txn(store.WithWriter(ctx, o.w), ops...)
 }
 
+// TxnLimits forwards the limits of the store (see [store.TxnLimits]).
+func (o ownWrites) TxnLimits() (ops, bytes int) { return store.TxnLimits(o.Store) }
+
 func (o ownWrites) Watch(ctx context.Context, prefix string) <-chan struct{} {
 	return o.Store.Watch(store.WithWriter(ctx, o.w), prefix)
 }

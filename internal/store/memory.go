@@ -12,14 +12,26 @@ import (
 // Memory is an in-memory Store with the same semantics as the bbolt store, for tests
 // and for packages that need a store without a file.
 type Memory struct {
-	mu       sync.Mutex
-	kv       map[string]KV
-	seq      uint64
-	watchers Watchers
+	mu               sync.Mutex
+	kv               map[string]KV
+	seq              uint64
+	watchers         Watchers
+	maxOps, maxBytes int // transaction limits (see TxnLimits)
 }
 
-// NewMemory returns an empty Memory store.
-func NewMemory() *Memory { return &Memory{kv: map[string]KV{}} }
+// NewMemory returns an empty Memory store with the portable transaction
+// limits, MaxTxnOps and MaxTxnBytes.
+func NewMemory() *Memory { return NewMemoryWithLimits(MaxTxnOps, MaxTxnBytes) }
+
+// NewMemoryWithLimits returns an empty Memory store whose transactions may
+// hold up to ops ops and bytes bytes, as a backend with larger limits than
+// Consul's (bbolt) does: for tests of code that batches by TxnLimits.
+func NewMemoryWithLimits(ops, bytes int) *Memory {
+	return &Memory{kv: map[string]KV{}, maxOps: ops, maxBytes: bytes}
+}
+
+// TxnLimits implements Limited.
+func (m *Memory) TxnLimits() (ops, bytes int) { return m.maxOps, m.maxBytes }
 
 // Get implements Store.
 func (m *Memory) Get(ctx context.Context, key string) ([]byte, uint64, error) {
@@ -75,7 +87,7 @@ func (m *Memory) Txn(ctx context.Context, ops ...Op) (bool, error) {
 	if err := ValidateOps(ops); err != nil {
 		return false, err
 	}
-	if err := CheckLimits(ops); err != nil {
+	if err := CheckLimitsOf(ops, m.maxOps, m.maxBytes); err != nil {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {

@@ -48,6 +48,9 @@ type measured struct {
 	conflicts, errors *prometheus.CounterVec
 }
 
+// TxnLimits forwards the limits of the store measured (see [TxnLimits]).
+func (m *measured) TxnLimits() (ops, bytes int) { return TxnLimits(m.Store) }
+
 func (m *measured) observe(op string, start time.Time, ok bool, err error) {
 	m.duration.WithLabelValues(op).Observe(time.Since(start).Seconds())
 	switch {

@@ -69,12 +69,36 @@ const (
 // limits (see [MaxTxnOps]); nothing of it was applied.
 var ErrTooLarge = errors.New("transaction over the store's limits")
 
+// Limited is a Store whose transactions may be larger than MaxTxnOps and
+// MaxTxnBytes (bbolt's). Wrappers of a Store forward it.
+type Limited interface {
+	// TxnLimits returns the most ops and bytes of keys and values one
+	// transaction of the store may hold.
+	TxnLimits() (ops, bytes int)
+}
+
+// TxnLimits returns the limits of s's transactions: its own when it is
+// Limited, else MaxTxnOps and MaxTxnBytes. Code that batches many writes
+// (a fleet's claims) uses it to commit fewer, larger transactions where
+// the backend takes them; code that must behave alike on every backend
+// keeps to MaxTxnOps.
+func TxnLimits(s any) (ops, bytes int) {
+	if l, ok := s.(Limited); ok {
+		return l.TxnLimits()
+	}
+	return MaxTxnOps, MaxTxnBytes
+}
+
 // CheckLimits returns an error wrapping ErrTooLarge when ops hold more than
 // MaxTxnOps ops or MaxTxnBytes bytes of keys and values, naming the first
 // key and the largest value.
-func CheckLimits(ops []Op) error {
-	if len(ops) > MaxTxnOps {
-		return fmt.Errorf("store: a transaction of %d ops (first %s) is over the limit of %d: %w; split it (store.MaxTxnOps)", len(ops), ops[0].Key, MaxTxnOps, ErrTooLarge)
+func CheckLimits(ops []Op) error { return CheckLimitsOf(ops, MaxTxnOps, MaxTxnBytes) }
+
+// CheckLimitsOf is CheckLimits against the limits maxOps and maxBytes (see
+// TxnLimits).
+func CheckLimitsOf(ops []Op, maxOps, maxBytes int) error {
+	if len(ops) > maxOps {
+		return fmt.Errorf("store: a transaction of %d ops (first %s) is over the limit of %d: %w; split it (store.TxnLimits)", len(ops), ops[0].Key, maxOps, ErrTooLarge)
 	}
 	n, largest := 0, 0
 	for i, op := range ops {
@@ -83,8 +107,8 @@ func CheckLimits(ops []Op) error {
 			largest = i
 		}
 	}
-	if n > MaxTxnBytes {
-		return fmt.Errorf("store: a transaction of %d ops holds %d bytes of keys and values, over the limit of %d: %w; split it or store smaller values (the largest is %s, %d bytes)", len(ops), n, MaxTxnBytes, ErrTooLarge, ops[largest].Key, len(ops[largest].Value))
+	if n > maxBytes {
+		return fmt.Errorf("store: a transaction of %d ops holds %d bytes of keys and values, over the limit of %d: %w; split it or store smaller values (the largest is %s, %d bytes)", len(ops), n, maxBytes, ErrTooLarge, ops[largest].Key, len(ops[largest].Value))
 	}
 	return nil
 }

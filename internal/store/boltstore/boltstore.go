@@ -132,6 +132,17 @@ func (b *Bolt) CompareAndSwap(ctx context.Context, key string, version uint64, v
 	return newVersion, ok, err
 }
 
+// Limits of a bbolt transaction: a commit is one fsync whatever it holds,
+// so a fleet's claims go in a few commits rather than one per 64 (Consul's
+// limit, store.MaxTxnOps).
+const (
+	MaxTxnOps   = 1024
+	MaxTxnBytes = 8 << 20
+)
+
+// TxnLimits implements store.Limited.
+func (b *Bolt) TxnLimits() (ops, bytes int) { return MaxTxnOps, MaxTxnBytes }
+
 // Txn implements store.Store.
 func (b *Bolt) Txn(ctx context.Context, ops ...store.Op) (bool, error) {
 	return b.txn(ctx, ops, nil)
@@ -141,7 +152,7 @@ func (b *Bolt) txn(ctx context.Context, ops []store.Op, newVersion *uint64) (boo
 	if err := store.ValidateOps(ops); err != nil {
 		return false, err
 	}
-	if err := store.CheckLimits(ops); err != nil {
+	if err := store.CheckLimitsOf(ops, MaxTxnOps, MaxTxnBytes); err != nil {
 		return false, err
 	}
 	if err := ctx.Err(); err != nil {

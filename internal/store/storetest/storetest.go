@@ -430,21 +430,36 @@ func testLimitsAccepted(t *testing.T, _ Harness, s store.Store) {
 	if got, _, err := s.Get(ctx, "l/big"); err != nil || !slices.Equal(got, big) {
 		t.Fatalf("Get(l/big): %d bytes, %v; want the %d bytes written", len(got), err, len(big))
 	}
+	// A backend that says it takes larger transactions (store.Limited)
+	// takes one at its own limit.
+	if maxOps, _ := store.TxnLimits(s); maxOps > store.MaxTxnOps {
+		ops = ops[:0]
+		for i := range maxOps {
+			ops = append(ops, store.Set(fmt.Sprintf("m/%05d", i), 0, []byte("v")))
+		}
+		if ok, err := s.Txn(ctx, ops...); err != nil || !ok {
+			t.Fatalf("a txn of the store's own limit of %d ops: %v, %v; want it committed", maxOps, ok, err)
+		}
+		if n := len(keys(t, s, "m/")); n != maxOps {
+			t.Fatalf("%d keys after the txn, want %d", n, maxOps)
+		}
+	}
 }
 
 // testLimitsRefused: one op or one byte over the limits is refused with
 // ErrTooLarge on every backend, and nothing of it is applied.
 func testLimitsRefused(t *testing.T, _ Harness, s store.Store) {
 	ctx := t.Context()
+	maxOps, maxBytes := store.TxnLimits(s) // store.MaxTxnOps and MaxTxnBytes unless the store says more
 	var ops []store.Op
-	for i := range store.MaxTxnOps + 1 {
-		ops = append(ops, store.Set(fmt.Sprintf("r/%03d", i), 0, []byte("v")))
+	for i := range maxOps + 1 {
+		ops = append(ops, store.Set(fmt.Sprintf("r/%05d", i), 0, []byte("v")))
 	}
 	if ok, err := s.Txn(ctx, ops...); ok || !errors.Is(err, store.ErrTooLarge) {
-		t.Errorf("a txn of MaxTxnOps+1 ops: %v, %v; want ErrTooLarge", ok, err)
+		t.Errorf("a txn of its limit (%d) + 1 ops: %v, %v; want ErrTooLarge", maxOps, ok, err)
 	}
 	// Over Consul's 512 KiB value (and request) limit too.
-	big := make([]byte, 512<<10)
+	big := make([]byte, max(512<<10, maxBytes+1))
 	if _, ok, err := s.CompareAndSwap(ctx, "r/big", 0, big); ok || !errors.Is(err, store.ErrTooLarge) {
 		t.Errorf("a value of 512 KiB: %v, %v; want ErrTooLarge", ok, err)
 	}
