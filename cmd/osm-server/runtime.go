@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/osm-vm/osm-vm/internal/xds"
 )
 
 // defaultGCPercent is osm-server's garbage-collector target (Go's GOGC)
@@ -117,68 +119,77 @@ func parseBytes(v string) (int64, error) {
 // then ran about twice as often as at Go's default, each collection
 // scanning every connection's goroutine stacks, and was a quarter of the
 // server's CPU in the fill (docs/performance.md, issue 26). So while
-// streams open in a burst the collector runs at burstGCPercent, and when
-// the burst is over the steady target returns, and once no stream opens
-// one collection also returns the burst's extra heap to the system at
-// once (debug.FreeOSMemory: the runtime's own scavenger would give it back
-// over minutes, and only down to a tenth above the new target).
+// connections arrive in a burst the collector runs at burstGCPercent, and
+// when the burst is over the steady target returns, and once nothing
+// arrives one collection also returns the burst's extra heap to the
+// system at once (debug.FreeOSMemory: the runtime's own scavenger would
+// give it back over minutes, and only down to a tenth above the new
+// target).
+//
+// What arrives is counted as connections accepted plus streams opened
+// (xds.Server.Load), and a burst lasts while handshakes are in flight: in
+// a reconnect storm 10,000 connections are accepted at once and their
+// handshakes, sharing two cores, end seconds later and in waves. Following
+// the streams opened alone, the target was raised 5 s into the storm and
+// dropped twice in its gaps (osm-bench M6, 10,000 proxies).
 const (
 	burstGCPercent = 100 // Go's default
-	// burstTick is how often the count of opened streams is read.
-	// burstStreams opened in one tick (100 a second) start a burst;
-	// burstQuietTicks ticks in a row with fewer than quietStreams each
-	// (20 a second, for half a second) end it, soon enough that its
-	// collection is over before the server is idle (osm-bench's M1 window
-	// starts 2.5 s after the last proxy is configured; with 2 s it fell
-	// into it). A storm that slows down (on a loaded machine) may end and
-	// start again; that only sets the target (see releaseEvery).
+	// burstTick is how often the server's load is read. burstStreams
+	// arrivals in one tick (100 a second) start a burst; burstQuietTicks
+	// ticks in a row with fewer than quietStreams arrivals each (20 a
+	// second, for half a second) and fewer handshakes in flight end it,
+	// soon enough that its collection is over before the server is idle
+	// (osm-bench's M1 window starts 2.5 s after the last proxy is
+	// configured; with 2 s it fell into it). A storm that slows down (on a
+	// loaded machine) may end and start again; that only sets the target
+	// (see releaseEvery).
 	burstTick       = 250 * time.Millisecond
 	burstStreams    = 25
 	quietStreams    = 5
 	burstQuietTicks = 2
 	// The burst's heap is given back (debug.FreeOSMemory, a whole
-	// collection) once no stream opened for releaseQuietTicks ticks after
-	// it, and at most every releaseEvery: a storm slowed down by a loaded
-	// machine ends its bursts while streams still open, and memory given
-	// back then is wanted again at once.
+	// collection) once nothing arrived and no handshake was in flight for
+	// releaseQuietTicks ticks after it, and at most every releaseEvery: a
+	// storm slowed down by a loaded machine ends its bursts while streams
+	// still open, and memory given back then is wanted again at once.
 	releaseQuietTicks = 2
 	releaseEvery      = time.Minute
-	// Only a burst of at least releaseMinStreams grows the heap enough to
-	// be worth a whole collection: a few hundred proxies joining (a
-	// scale-out) would pay the collection's latency for little memory
-	// (osm-bench's M5 p99 rose from 5.5 to 14.6 ms when its 200 joins
-	// ended in one).
+	// Only a burst of at least releaseMinStreams opened streams grows the
+	// heap enough to be worth a whole collection: a few hundred proxies
+	// joining (a scale-out) would pay the collection's latency for little
+	// memory (osm-bench's M5 p99 rose from 5.5 to 14.6 ms when its 200
+	// joins ended in one).
 	releaseMinStreams = 1000
 )
 
-// gcGovernor raises the collector's target while streams open in a burst
-// and restores the steady one after (see burstGCPercent).
+// gcGovernor raises the collector's target while connections arrive in a
+// burst and restores the steady one after (see burstGCPercent).
 type gcGovernor struct {
 	log     *slog.Logger
-	steady  int           // the configured target
-	opened  func() uint64 // streams opened so far (xds.Server.StreamsOpened)
-	setGC   func(int) int // debug.SetGCPercent
-	collect func()        // debug.FreeOSMemory
+	steady  int             // the configured target
+	load    func() xds.Load // the xDS server's (xds.Server.Load)
+	setGC   func(int) int   // debug.SetGCPercent
+	collect func()          // debug.FreeOSMemory
 	now     func() time.Time
 }
 
 // newGCGovernor returns the governor for the settings in force, or nil
 // when they leave it nothing to do: GOGC in the environment decides, the
 // collector is off, or the steady target is already at least the burst's.
-func newGCGovernor(log *slog.Logger, s runtimeSettings, opened func() uint64) *gcGovernor {
+func newGCGovernor(log *slog.Logger, s runtimeSettings, load func() xds.Load) *gcGovernor {
 	if strings.Contains(s.Source, "GOGC") || s.GCPercent < 0 || s.GCPercent >= burstGCPercent {
 		return nil
 	}
-	return &gcGovernor{log: log, steady: s.GCPercent, opened: opened, setGC: debug.SetGCPercent, collect: debug.FreeOSMemory, now: time.Now}
+	return &gcGovernor{log: log, steady: s.GCPercent, load: load, setGC: debug.SetGCPercent, collect: debug.FreeOSMemory, now: time.Now}
 }
 
-// run follows the rate of opened streams at each tick until ctx is done.
+// run follows the server's load at each tick until ctx is done.
 func (g *gcGovernor) run(ctx context.Context, ticks <-chan time.Time) error {
-	last := g.opened()
+	last := g.load()
 	inBurst, quiet := false, 0
 	var burstTotal uint64 // streams opened in the current burst
 	// pending: a burst ended and its heap is not given back yet; idle
-	// counts the ticks since without a stream opened.
+	// counts the ticks since with nothing arriving or handshaking.
 	pending, idle := false, 0
 	var released time.Time
 	for {
@@ -190,19 +201,20 @@ func (g *gcGovernor) run(ctx context.Context, ticks <-chan time.Time) error {
 			return nil
 		case <-ticks:
 		}
-		n := g.opened()
-		opened := n - last
-		last = n
+		l := g.load()
+		opened := l.Opened - last.Opened
+		arrived := l.Accepted - last.Accepted + opened
+		last = l
 		switch {
-		case !inBurst && opened >= burstStreams:
+		case !inBurst && arrived >= burstStreams:
 			inBurst, quiet, pending, burstTotal = true, 0, false, opened
 			g.setGC(burstGCPercent)
-			g.log.Info("xDS streams opening in a burst: collector target raised until it is over", "gc_percent", burstGCPercent)
+			g.log.Info("xDS connections arriving in a burst: collector target raised until it is over", "gc_percent", burstGCPercent, "handshaking", l.Handshaking)
 		case !inBurst:
 			if !pending {
 				break
 			}
-			if idle = idle + 1; opened > 0 {
+			if idle = idle + 1; arrived > 0 || l.Handshaking > 0 {
 				idle = 0
 			}
 			if idle >= releaseQuietTicks {
@@ -210,10 +222,10 @@ func (g *gcGovernor) run(ctx context.Context, ticks <-chan time.Time) error {
 				if released.IsZero() || g.now().Sub(released) >= releaseEvery {
 					g.collect()
 					released = g.now()
-					g.log.Info("no xDS streams opening: the burst's heap given back to the system")
+					g.log.Info("no xDS connections arriving: the burst's heap given back to the system")
 				}
 			}
-		case opened >= quietStreams:
+		case arrived >= quietStreams || l.Handshaking >= quietStreams:
 			quiet, burstTotal = 0, burstTotal+opened
 		default:
 			burstTotal += opened
@@ -222,7 +234,7 @@ func (g *gcGovernor) run(ctx context.Context, ticks <-chan time.Time) error {
 			}
 			inBurst, pending, idle = false, burstTotal >= releaseMinStreams, 0
 			g.setGC(g.steady)
-			g.log.Info("burst of xDS streams over: collector target restored", "gc_percent", g.steady)
+			g.log.Info("burst of xDS connections over: collector target restored", "gc_percent", g.steady)
 		}
 	}
 }

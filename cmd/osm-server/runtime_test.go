@@ -8,9 +8,10 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/xds"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -103,9 +104,9 @@ type recorder struct {
 	now       time.Time
 }
 
-func (r *recorder) governor(steady int, opened func() uint64) *gcGovernor {
+func (r *recorder) governor(steady int, load func() xds.Load) *gcGovernor {
 	return &gcGovernor{
-		log: discardLogger(), steady: steady, opened: opened,
+		log: discardLogger(), steady: steady, load: load,
 		setGC: func(p int) int {
 			r.mu.Lock()
 			defer r.mu.Unlock()
@@ -135,25 +136,44 @@ func (r *recorder) advance(d time.Duration) {
 // the streams of one step, and returns once the last step's tick was
 // handled and run returned. Each step's streams are opened only after the
 // previous tick's count was read.
-func runGovernor(t *testing.T, newGov func(opened func() uint64) *gcGovernor, steps []uint64, between func(i int)) {
+func runGovernor(t *testing.T, newGov func(load func() xds.Load) *gcGovernor, steps []uint64, between func(i int)) {
 	t.Helper()
-	var count atomic.Uint64
+	loads := make([]xds.Load, len(steps))
+	for i, n := range steps {
+		loads[i] = xds.Load{Opened: n}
+	}
+	runGovernorLoads(t, newGov, loads, between)
+}
+
+// runGovernorLoads is runGovernor with each step's connections accepted
+// and streams opened (added to the counts) and handshakes in flight (as
+// they are after it).
+func runGovernorLoads(t *testing.T, newGov func(load func() xds.Load) *gcGovernor, steps []xds.Load, between func(i int)) {
+	t.Helper()
+	var mu sync.Mutex
+	var count xds.Load
 	read := make(chan struct{})
-	g := newGov(func() uint64 {
-		n := count.Load()
+	g := newGov(func() xds.Load {
+		mu.Lock()
+		l := count
+		mu.Unlock()
 		read <- struct{}{}
-		return n
+		return l
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	ticks := make(chan time.Time)
 	done := make(chan error, 1)
 	go func() { done <- g.run(ctx, ticks) }()
 	<-read // the count it starts from
-	for i, n := range steps {
+	for i, step := range steps {
 		if between != nil {
 			between(i)
 		}
-		count.Add(n)
+		mu.Lock()
+		count.Accepted += step.Accepted
+		count.Opened += step.Opened
+		count.Handshaking = step.Handshaking
+		mu.Unlock()
 		ticks <- time.Now()
 		<-read
 	}
@@ -181,7 +201,7 @@ func TestGCGovernorFollowsBursts(t *testing.T) {
 	steps = append(steps, 0)                                  // the burst is over
 	steps = append(steps, quietTicks(releaseQuietTicks)...)   // no stream opens: its heap is given back
 	steps = append(steps, burstStreams-1, quietStreams, 0, 0) // steady
-	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, nil)
+	runGovernor(t, func(load func() xds.Load) *gcGovernor { return r.governor(50, load) }, steps, nil)
 	if want := []int{burstGCPercent, 50}; !slices.Equal(r.set, want) {
 		t.Errorf("targets set %v, want %v", r.set, want)
 	}
@@ -199,7 +219,7 @@ func TestGCGovernorReleasesAtMostEveryMinute(t *testing.T) {
 	for range 3 {
 		steps = append(steps, burst...)
 	}
-	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, func(i int) {
+	runGovernor(t, func(load func() xds.Load) *gcGovernor { return r.governor(50, load) }, steps, func(i int) {
 		if i == 2*len(burst) { // the third burst ends a minute after the first
 			r.advance(releaseEvery)
 		}
@@ -223,7 +243,7 @@ func TestGCGovernorReleasesOnlyWhenNoStreamOpens(t *testing.T) {
 	}
 	steps = append(steps, quietTicks(releaseQuietTicks)...)
 	collectedBefore := -1
-	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, func(i int) {
+	runGovernor(t, func(load func() xds.Load) *gcGovernor { return r.governor(50, load) }, steps, func(i int) {
 		if i == len(steps)-releaseQuietTicks {
 			r.mu.Lock()
 			collectedBefore = r.collected
@@ -245,7 +265,7 @@ func TestGCGovernorSmallBurstKeepsItsHeap(t *testing.T) {
 	r := &recorder{now: time.Unix(1e9, 0)}
 	steps := []uint64{burstStreams, burstStreams, releaseMinStreams - 2*burstStreams - 1}
 	steps = append(steps, quietTicks(burstQuietTicks+releaseQuietTicks+2)...)
-	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(50, opened) }, steps, nil)
+	runGovernor(t, func(load func() xds.Load) *gcGovernor { return r.governor(50, load) }, steps, nil)
 	if want := []int{burstGCPercent, 50}; !slices.Equal(r.set, want) {
 		t.Errorf("targets set %v, want %v", r.set, want)
 	}
@@ -254,16 +274,54 @@ func TestGCGovernorSmallBurstKeepsItsHeap(t *testing.T) {
 	}
 }
 
+// A reconnect storm: every connection is accepted at once, and their
+// handshakes end seconds later, in waves with gaps (two cores share them).
+// The target is raised at the accepts, kept through the gaps while
+// handshakes are in flight, and restored once none is.
+func TestGCGovernorFollowsAStormsHandshakes(t *testing.T) {
+	r := &recorder{now: time.Unix(1e9, 0)}
+	const n = 10000
+	steps := []xds.Load{{Accepted: n, Handshaking: n}} // the storm arrives
+	for range burstQuietTicks + 4 {
+		steps = append(steps, xds.Load{Handshaking: n}) // no stream open yet
+	}
+	steps = append(steps, xds.Load{Opened: n / 2, Handshaking: n / 2}) // a wave
+	for range burstQuietTicks + 4 {
+		steps = append(steps, xds.Load{Handshaking: n / 2}) // a gap
+	}
+	steps = append(steps, xds.Load{Opened: n / 2}) // the last wave
+	var setDuring []int
+	for range burstQuietTicks + releaseQuietTicks {
+		steps = append(steps, xds.Load{})
+	}
+	runGovernorLoads(t, func(load func() xds.Load) *gcGovernor { return r.governor(50, load) }, steps, func(i int) {
+		if i == len(steps)-burstQuietTicks-releaseQuietTicks {
+			r.mu.Lock()
+			setDuring = slices.Clone(r.set)
+			r.mu.Unlock()
+		}
+	})
+	if want := []int{burstGCPercent}; !slices.Equal(setDuring, want) {
+		t.Errorf("targets set during the storm %v, want %v (raised at the accepts, kept while handshakes are in flight)", setDuring, want)
+	}
+	if want := []int{burstGCPercent, 50}; !slices.Equal(r.set, want) {
+		t.Errorf("targets set %v, want %v", r.set, want)
+	}
+	if r.collected != 1 {
+		t.Errorf("memory released %d times, want 1 (after the storm)", r.collected)
+	}
+}
+
 func TestGCGovernorRestoresOnStop(t *testing.T) {
 	r := &recorder{}
-	runGovernor(t, func(opened func() uint64) *gcGovernor { return r.governor(40, opened) }, []uint64{burstStreams}, nil)
+	runGovernor(t, func(load func() xds.Load) *gcGovernor { return r.governor(40, load) }, []uint64{burstStreams}, nil)
 	if want := []int{burstGCPercent, 40}; !slices.Equal(r.set, want) {
 		t.Errorf("targets set %v, want %v (the steady target restored when run returns)", r.set, want)
 	}
 }
 
 func TestNewGCGovernor(t *testing.T) {
-	opened := func() uint64 { return 0 }
+	load := func() xds.Load { return xds.Load{} }
 	for _, tc := range []struct {
 		name string
 		s    runtimeSettings
@@ -275,7 +333,7 @@ func TestNewGCGovernor(t *testing.T) {
 		{"already at the burst's target", runtimeSettings{GCPercent: burstGCPercent, Source: "gcPercent"}, false},
 		{"above it", runtimeSettings{GCPercent: 200, Source: "gcPercent, memoryLimit"}, false},
 	} {
-		if got := newGCGovernor(discardLogger(), tc.s, opened) != nil; got != tc.want {
+		if got := newGCGovernor(discardLogger(), tc.s, load) != nil; got != tc.want {
 			t.Errorf("%s: governor %t, want %t", tc.name, got, tc.want)
 		}
 	}

@@ -291,7 +291,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		g.Go(afterProviders(func() error { model.Update(); return dnsPub.Run(ctx) }))
 	}
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
-	if gov := newGCGovernor(log.With("component", "gc"), rts, xdsServer.StreamsOpened); gov != nil {
+	if gov := newGCGovernor(log.With("component", "gc"), rts, xdsServer.Load); gov != nil {
 		g.Go(func() error {
 			t := time.NewTicker(burstTick)
 			defer t.Stop()

@@ -25,6 +25,16 @@ type handshakeListener struct {
 	// userTimeout is set as TCP_USER_TIMEOUT on each connection: gRPC sets
 	// it itself only on a *net.TCPConn, which a handshakeConn is not.
 	userTimeout time.Duration
+	// counts, when set, counts the connections accepted and those in
+	// their handshake (see Server.Load).
+	counts *handshakeCounts
+}
+
+// handshakeCounts counts a listener's connections: accepted since it
+// started, and accepted whose handshake has neither ended nor failed.
+type handshakeCounts struct {
+	accepted    atomic.Uint64
+	handshaking atomic.Int64
 }
 
 // wholeHandshake is the bound on a whole handshake for a given silence
@@ -39,8 +49,12 @@ func (l handshakeListener) Accept() (net.Conn, error) {
 	if tc, ok := c.(*net.TCPConn); ok && l.userTimeout > 0 {
 		setTCPUserTimeout(tc, l.userTimeout)
 	}
-	hc := &handshakeConn{Conn: c, idle: l.idle}
+	hc := &handshakeConn{Conn: c, idle: l.idle, counts: l.counts}
 	hc.handshaking.Store(true)
+	if l.counts != nil {
+		l.counts.accepted.Add(1)
+		l.counts.handshaking.Add(1)
+	}
 	return hc, nil
 }
 
@@ -51,6 +65,7 @@ type handshakeConn struct {
 	net.Conn
 	idle        time.Duration
 	handshaking atomic.Bool
+	counts      *handshakeCounts // may be nil
 	// end is the whole-handshake deadline (gRPC's SetDeadline at accept);
 	// only the handshaking goroutine reads and writes it.
 	end time.Time
@@ -73,9 +88,24 @@ func (c *handshakeConn) Read(b []byte) (int, error) {
 // connection is accepted, the zero time once the handshake is done.
 func (c *handshakeConn) SetDeadline(t time.Time) error {
 	if t.IsZero() {
-		c.handshaking.Store(false)
+		c.handshakeOver()
 	} else if c.handshaking.Load() {
 		c.end = t
 	}
 	return c.Conn.SetDeadline(t)
+}
+
+// Close closes the connection, no longer counted as handshaking (gRPC
+// clears the deadline whatever the handshake's outcome; a connection
+// closed before, as the server stops, is not counted either).
+func (c *handshakeConn) Close() error {
+	c.handshakeOver()
+	return c.Conn.Close()
+}
+
+// handshakeOver marks the handshake ended, once.
+func (c *handshakeConn) handshakeOver() {
+	if c.handshaking.CompareAndSwap(true, false) && c.counts != nil {
+		c.counts.handshaking.Add(-1)
+	}
 }

@@ -133,6 +133,8 @@ type Server struct {
 	// handshakeTimeout bounds a new connection's TLS handshake and HTTP/2
 	// preface (DefaultHandshakeTimeout unless set).
 	handshakeTimeout time.Duration
+	// conns counts the connections Serve accepts (see Load).
+	conns handshakeCounts
 
 	mu        sync.Mutex
 	watcher   Watcher
@@ -359,12 +361,29 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 }
 
 // StreamsOpened returns how many streams have been authenticated and
-// opened since the server started (osm-server's collector follows its
-// rate: see gcGovernor in cmd/osm-server).
+// opened since the server started.
 func (s *Server) StreamsOpened() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.lastID
+}
+
+// Load is how busy the server is with new connections (see Server.Load).
+type Load struct {
+	// Accepted counts the connections accepted since the server started,
+	// Opened the streams authenticated and opened.
+	Accepted, Opened uint64
+	// Handshaking is how many accepted connections are in their TLS
+	// handshake or HTTP/2 preface now.
+	Handshaking int
+}
+
+// Load returns how busy the server is with new connections: osm-server's
+// collector follows it (see gcGovernor in cmd/osm-server). A reconnect
+// storm shows first as connections accepted and handshaking: 10,000
+// handshakes at once on 2 cores finish seconds later, and in waves.
+func (s *Server) Load() Load {
+	return Load{Accepted: s.conns.accepted.Load(), Opened: s.StreamsOpened(), Handshaking: int(s.conns.handshaking.Load())}
 }
 
 // checkNode validates a request's node against the stream's certificate,
@@ -743,7 +762,7 @@ func (s *Server) Serve(ctx context.Context, addr string, tlsCfg *tls.Config, rea
 	// TLS handshake or before its HTTP/2 preface is closed, as is one
 	// whose handshake has not ended after wholeHandshake of it (see
 	// handshakeListener).
-	ln = handshakeListener{Listener: ln, idle: s.handshakeTimeout, userTimeout: keepaliveTimeout}
+	ln = handshakeListener{Listener: ln, idle: s.handshakeTimeout, userTimeout: keepaliveTimeout, counts: &s.conns}
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
 		grpc.ConnectionTimeout(wholeHandshake(s.handshakeTimeout)),

@@ -720,3 +720,38 @@ func TestUnrenderableProxyIsTold(t *testing.T) {
 	_, err := s.Recv()
 	wantCode(t, err, codes.FailedPrecondition, `no Service "ghost" in namespace "default"`)
 }
+
+// Load counts the connections accepted, those in their handshake (until it
+// ends, or the connection closes in it) and the streams opened: what
+// osm-server's collector follows in a reconnect storm.
+func TestLoadCountsConnectionsAndHandshakes(t *testing.T) {
+	e := startEnv(t)
+	if got := e.srv.Load(); got != (Load{}) {
+		t.Fatalf("Load before any connection = %+v, want zeros", got)
+	}
+	// A peer that connects and sends nothing is in its handshake...
+	raw, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a silent connection counted as accepted and handshaking", func() bool {
+		return e.srv.Load() == Load{Accepted: 1, Handshaking: 1}
+	})
+	// ...until it goes away.
+	raw.Close()
+	waitFor(t, "the closed connection no longer handshaking", func() bool {
+		return e.srv.Load() == Load{Accepted: 1}
+	})
+	// A proxy's connection handshakes, and its stream opens.
+	cert := e.enroll(t, "bookbuyer")
+	s := e.dial(t, cert, nil)
+	if err := s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cnOf(t, cert), "10.0.0.10"), TypeUrl: resource.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := e.srv.Load(), (Load{Accepted: 2, Opened: 1}); got != want {
+		t.Errorf("Load with one proxy connected = %+v, want %+v", got, want)
+	}
+}
