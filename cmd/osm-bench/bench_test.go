@@ -155,6 +155,7 @@ func TestParseRunFlagsMetrics(t *testing.T) {
 		{args: []string{"--metrics", "M4"}, wantErr: "M4 is measured by Go benchmarks"},
 		{args: []string{"--metrics", "M10"}, wantErr: `unknown metric "M10"`},
 		{args: []string{"--log-level", "loud"}, wantErr: `--log-level "loud"`},
+		{args: []string{"--rounds", "0"}, wantErr: "--rounds 0: want 1 or more"},
 	} {
 		c, err := parseRunFlags(tc.args, io.Discard)
 		if tc.wantErr != "" {

@@ -29,10 +29,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -85,9 +87,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // runConfig is the parsed `osm-bench run` command line.
 type runConfig struct {
-	quick        bool
-	plan         plan
-	servers      []string
+	quick   bool
+	plan    plan
+	servers []string
+	// rounds is how often each server is measured, the servers taking
+	// turns; the report gives each figure's median (see mergeRounds).
+	rounds       int
 	out          string
 	osmServer    string
 	staticPlugin string
@@ -118,6 +123,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.IntVar(&reps, "reps", 0, "changes measured for M2 and M3 (default 20, quick 5)")
 	fs.IntVar(&joins, "joins", 0, "joins measured for M5, one after another (default 200, quick 10); p99 is nearest-rank")
 	fs.StringVar(&servers, "servers", "O,L,L-mux,F,HA", "servers to measure, in order (HA: three osm-server replicas on a three-server Consul, see --consul)")
+	fs.IntVar(&c.rounds, "rounds", 1, "measure every server this many times, taking turns (O, L-mux, O, L-mux, ...), and report each figure's median, with every round's in the JSON's samples: one run's ratios move by ±15% on a 2-core machine (docs/performance.md)")
 	fs.StringVar(&c.consul, "consul", "", "consul binary for HA (HA is skipped without it; make bench builds it with hack/build-consul.sh)")
 	fs.IntVar(&c.haProxies, "ha-proxies", 0, "HA: proxies spread over the three replicas (default 900, quick 90)")
 	fs.IntVar(&c.haApplies, "ha-applies", 0, "HA: applies measured (default 20, quick 5)")
@@ -149,11 +155,15 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	def(&joins, 200, 10)
 	def(&c.haProxies, 900, 90)
 	def(&c.haApplies, 20, 5)
+	if c.rounds < 1 {
+		return c, fmt.Errorf("run: --rounds %d: want 1 or more", c.rounds)
+	}
 	if c.timeout == 0 {
 		c.timeout = 15 * time.Minute
 		if c.quick {
 			c.timeout = 2 * time.Minute
 		}
+		c.timeout *= time.Duration(c.rounds)
 	}
 	if services < 2 || endpoints < 1 || proxies < 1 || reps < 1 || joins < 1 {
 		return c, errors.New("run: need --services >= 2, --endpoints, --proxies, --reps and --joins >= 1")
@@ -249,60 +259,26 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 		"F":     "floor: marshal once, same bytes to every stream",
 		"HA":    "3 osm-server replicas on a 3-server Consul, the proxies spread over them",
 	}
-	for _, name := range c.servers {
-		var t target
-		switch name {
-		case "O":
-			t = &oTarget{osmServer: c.osmServer, staticPlugin: c.staticPlugin, dir: filepath.Join(dir, "o"), logw: logf, log: log, logLevel: c.serverLogLevel}
-		case "L":
-			t = &benchTarget{name: name, kind: "serve-l", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
-		case "L-mux":
-			t = &benchTarget{name: name, kind: "serve-l", mode: "mux", self: self, dir: dir, ids: ids, logw: logf}
-		case "F":
-			t = &benchTarget{name: name, kind: "serve-f", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
-		}
-		sr := serverReport{Name: name, Role: roles[name], Values: map[string]float64{}}
-		m := &measurer{log: log, plan: p}
-		var res *result
-		if name == "HA" {
-			settle := 30 * time.Second
-			rest := 10 * time.Second
-			if c.quick {
-				rest = 5 * time.Second
+	rounds := map[string][]roundResult{}
+measuring:
+	for round := 1; round <= c.rounds; round++ {
+		for _, name := range c.servers {
+			if c.rounds > 1 {
+				log.Info("measuring", "server", name, "round", round, "of", c.rounds)
 			}
-			res, err = measureHA(ctx, log, haPlan{consul: c.consul, osmServer: c.osmServer, staticPlugin: c.staticPlugin,
-				dir: filepath.Join(dir, "ha"), logw: logf, logLevel: c.serverLogLevel,
-				proxies: c.haProxies, services: 10, reps: c.haApplies, rest: rest, settle: settle})
-		} else {
-			res, err = m.run(ctx, t)
-		}
-		if err == nil && name != "HA" && p.want("M9") {
-			if werr := m.measureWide(ctx, t, res); werr != nil {
-				res.note("M9: %v", werr)
+			rounds[name] = append(rounds[name], measureServer(ctx, log, c, p, name, dir, self, ids, logf, round == 1))
+			if ctx.Err() != nil {
+				log.Warn("run deadline reached: reporting what was measured", "timeout", c.timeout)
+				break measuring
 			}
-		}
-		switch {
-		case err != nil:
-			sr.Reason = err.Error()
-			log.Warn("server not measured", "server", name, "reason", err)
-		default:
-			sr.Available, sr.Values, sr.Notes = true, res.Values, res.Notes
-			if name == "O" && p.Metrics == nil {
-				if ms, note := measureM4(); note != "" {
-					sr.Notes = append(sr.Notes, note)
-				} else {
-					for k, v := range ms {
-						sr.Values[k] = v
-					}
-				}
-			}
-		}
-		rep.Servers = append(rep.Servers, sr)
-		if ctx.Err() != nil {
-			log.Warn("run deadline reached: reporting what was measured", "timeout", c.timeout)
-			break
 		}
 	}
+	for _, name := range c.servers {
+		if rs := rounds[name]; len(rs) > 0 {
+			rep.Servers = append(rep.Servers, mergeRounds(name, roles[name], rs))
+		}
+	}
+	rep.Rounds = c.rounds
 	rep.build()
 	rep.writeTable(stdout)
 	if c.out != "" {
@@ -312,4 +288,116 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 		fmt.Fprintf(stdout, "\nresults: %s\n", c.out)
 	}
 	return nil
+}
+
+// roundResult is one round's measurement of one server.
+type roundResult struct {
+	values map[string]float64
+	notes  []string
+	err    error
+}
+
+// measureServer measures one server once; withM4 adds O's in-process M4
+// figures (the first round only: they are the Go benchmarks').
+func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, name, dir, self string, ids *identityCache, logf io.Writer, withM4 bool) roundResult {
+	var t target
+	switch name {
+	case "O":
+		t = &oTarget{osmServer: c.osmServer, staticPlugin: c.staticPlugin, dir: filepath.Join(dir, "o"), logw: logf, log: log, logLevel: c.serverLogLevel}
+	case "L":
+		t = &benchTarget{name: name, kind: "serve-l", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
+	case "L-mux":
+		t = &benchTarget{name: name, kind: "serve-l", mode: "mux", self: self, dir: dir, ids: ids, logw: logf}
+	case "F":
+		t = &benchTarget{name: name, kind: "serve-f", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
+	}
+	m := &measurer{log: log, plan: p}
+	var (
+		res *result
+		err error
+	)
+	if name == "HA" {
+		settle := 30 * time.Second
+		rest := 10 * time.Second
+		if c.quick {
+			rest = 5 * time.Second
+		}
+		res, err = measureHA(ctx, log, haPlan{consul: c.consul, osmServer: c.osmServer, staticPlugin: c.staticPlugin,
+			dir: filepath.Join(dir, "ha"), logw: logf, logLevel: c.serverLogLevel,
+			proxies: c.haProxies, services: 10, reps: c.haApplies, rest: rest, settle: settle})
+	} else {
+		res, err = m.run(ctx, t)
+	}
+	if err != nil {
+		log.Warn("server not measured", "server", name, "reason", err)
+		return roundResult{err: err}
+	}
+	if name != "HA" && p.want("M9") {
+		if werr := m.measureWide(ctx, t, res); werr != nil {
+			res.note("M9: %v", werr)
+		}
+	}
+	if name == "O" && p.Metrics == nil && withM4 {
+		if ms, note := measureM4(); note != "" {
+			res.Notes = append(res.Notes, note)
+		} else {
+			for k, v := range ms {
+				res.Values[k] = v
+			}
+		}
+	}
+	return roundResult{values: res.Values, notes: res.Notes}
+}
+
+// mergeRounds makes one server's report from its rounds: each figure is
+// the median of the rounds that measured it (the lower middle of an even
+// count, so a figure is always one a round measured), every round's
+// figures are kept as samples when there was more than one, and notes
+// say which round they come from. A server is available when one round
+// measured it.
+func mergeRounds(name, role string, rounds []roundResult) serverReport {
+	sr := serverReport{Name: name, Role: role, Values: map[string]float64{}}
+	by := map[string][]float64{}
+	var reasons []string
+	for i, r := range rounds {
+		if r.err != nil {
+			reasons = append(reasons, r.err.Error())
+			if len(rounds) > 1 {
+				sr.Notes = append(sr.Notes, fmt.Sprintf("round %d: not measured: %v", i+1, r.err))
+			}
+			continue
+		}
+		sr.Available = true
+		for k, v := range r.values {
+			by[k] = append(by[k], v)
+		}
+		for _, n := range r.notes {
+			if len(rounds) > 1 {
+				n = fmt.Sprintf("round %d: %s", i+1, n)
+			}
+			sr.Notes = append(sr.Notes, n)
+		}
+	}
+	if !sr.Available {
+		sr.Reason = strings.Join(slices.Compact(reasons), "; ")
+		sr.Notes = nil
+		return sr
+	}
+	if len(rounds) > 1 {
+		sr.Samples = by
+	}
+	for k, vs := range by {
+		sorted := slices.Clone(vs)
+		slices.SortFunc(sorted, func(a, b float64) int {
+			switch {
+			case math.IsNaN(a) || a < b:
+				return -1
+			case math.IsNaN(b) || a > b:
+				return 1
+			}
+			return 0
+		})
+		sr.Values[k] = sorted[(len(sorted)-1)/2]
+	}
+	return sr
 }

@@ -93,21 +93,27 @@ type serverReport struct {
 	Available bool               `json:"available"`
 	Reason    string             `json:"reason,omitempty"`
 	Values    map[string]float64 `json:"-"`
-	Notes     []string           `json:"notes,omitempty"`
+	// Samples holds every round's figures, by metric, when the run had
+	// more than one (--rounds); Values holds their medians.
+	Samples map[string][]float64 `json:"samples,omitempty"`
+	Notes   []string             `json:"notes,omitempty"`
 }
 
 // report is bench/results/latest.json.
 type report struct {
-	Date      time.Time      `json:"date"`
-	Machine   machine        `json:"machine"`
-	Quick     bool           `json:"quick"`
-	N         int            `json:"n"`
-	Services  int            `json:"services"`
-	Endpoints int            `json:"endpoints"`
-	Reps      int            `json:"reps"`
-	Joins     int            `json:"joins"`
-	Servers   []serverReport `json:"servers"`
-	Metrics   []metricOut    `json:"metrics"`
+	Date      time.Time `json:"date"`
+	Machine   machine   `json:"machine"`
+	Quick     bool      `json:"quick"`
+	N         int       `json:"n"`
+	Services  int       `json:"services"`
+	Endpoints int       `json:"endpoints"`
+	Reps      int       `json:"reps"`
+	Joins     int       `json:"joins"`
+	// Rounds is how often each server was measured (--rounds); with more
+	// than one, every figure is a median.
+	Rounds  int            `json:"rounds"`
+	Servers []serverReport `json:"servers"`
+	Metrics []metricOut    `json:"metrics"`
 }
 
 type machine struct {
@@ -227,6 +233,9 @@ func fmtVal(v *float64) string {
 func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "\nosm-bench  %s  N=%d proxies, W=%d services x %d endpoints, %d cores (%s)\n",
 		r.Date.Format(time.RFC3339), r.N, r.Services, r.Endpoints, r.Machine.Cores, r.Machine.CPU)
+	if r.Rounds > 1 {
+		fmt.Fprintf(w, "  every figure is the median of %d rounds (the JSON has each round's)\n", r.Rounds)
+	}
 	for _, s := range r.Servers {
 		if !s.Available {
 			fmt.Fprintf(w, "  %s (%s): not measured: %s\n", s.Name, s.Role, s.Reason)

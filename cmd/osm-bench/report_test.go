@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -66,5 +68,42 @@ func TestReportRatios(t *testing.T) {
 	}
 	if len(row) < 3 || strings.Join(row[len(row)-3:], " ") != "2 0.500 1.50" {
 		t.Errorf("table M5.p99 row = %q, want it to end in 2 0.500 1.50", row)
+	}
+}
+
+// TestMergeRounds: with --rounds, each figure is the median of the rounds
+// that measured it, every round's figures are kept as samples, notes name
+// their round, and a server one round could not measure is still reported.
+func TestMergeRounds(t *testing.T) {
+	rounds := []roundResult{
+		{values: map[string]float64{"M6.server_cpu_s": 12, "M5.p99": 7}, notes: []string{"slow"}},
+		{err: errors.New("server exited")},
+		{values: map[string]float64{"M6.server_cpu_s": 9, "M5.p99": 5}},
+		{values: map[string]float64{"M6.server_cpu_s": 10}},
+	}
+	sr := mergeRounds("O", "osm-server", rounds)
+	if !sr.Available {
+		t.Fatalf("not available: %s", sr.Reason)
+	}
+	// 9, 10, 12: 10; 5, 7: the lower middle, 5.
+	if got := sr.Values["M6.server_cpu_s"]; got != 10 {
+		t.Errorf("M6.server_cpu_s = %v, want the median 10", got)
+	}
+	if got := sr.Values["M5.p99"]; got != 5 {
+		t.Errorf("M5.p99 = %v, want 5 (the lower middle of two)", got)
+	}
+	if got := sr.Samples["M6.server_cpu_s"]; !slices.Equal(got, []float64{12, 9, 10}) {
+		t.Errorf("samples = %v, want every round's in order", got)
+	}
+	if want := []string{"round 1: slow", "round 2: not measured: server exited"}; !slices.Equal(sr.Notes, want) {
+		t.Errorf("notes = %q, want %q", sr.Notes, want)
+	}
+	one := mergeRounds("L-mux", "", rounds[:1])
+	if one.Samples != nil || !slices.Equal(one.Notes, []string{"slow"}) || one.Values["M5.p99"] != 7 {
+		t.Errorf("one round: samples %v, notes %q, M5.p99 %v; want no samples, the note as it is, 7", one.Samples, one.Notes, one.Values["M5.p99"])
+	}
+	none := mergeRounds("F", "", rounds[1:2])
+	if none.Available || none.Reason != "server exited" {
+		t.Errorf("no round measured it: available %t, reason %q", none.Available, none.Reason)
 	}
 }
