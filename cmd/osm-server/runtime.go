@@ -133,17 +133,14 @@ func parseBytes(v string) (int64, error) {
 // the streams opened alone, the target was raised 5 s into the storm and
 // dropped twice in its gaps (osm-bench M6, 10,000 proxies).
 //
-// The burst's target is 200: at Go's default, 100, the collector was still
-// 10% of the storm's server CPU against L-mux's 3% (L-mux's heap holds
-// gRPC's 32 KiB read buffer per connection, which raises its target
-// without costing a scan). Against 100, 200 took 5% off the fill's server
-// CPU and 8% off the storm's, for a peak RSS of about 1.34 GiB at 10,000
-// proxies instead of 0.96 (L-mux's is 1.3), and 4 KiB per proxy more
-// after the burst's heap is given back (docs/performance.md, issue 26,
-// fifth round). A memoryLimit bounds the peak: the collector keeps under
-// it whatever the target.
+// The burst's target is Go's default, 100. 200 took another 5% off the
+// fill's server CPU and 8% off the storm's, but kept 4 KiB per proxy more
+// after the burst's heap was given back (not looked into: most likely
+// the larger peak's fragmentation): M7 77.3 KiB against F's 72.4 in a
+// full osm-bench run, over the target of F x 1.05 (docs/performance.md,
+// issue 26, fifth round).
 const (
-	burstGCPercent = 200
+	burstGCPercent = 100 // Go's default
 	// burstTick is how often the server's load is read. burstStreams
 	// arrivals in one tick (100 a second) start a burst; burstQuietTicks
 	// ticks in a row with fewer than quietStreams arrivals each (20 a
