@@ -29,7 +29,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -350,8 +349,9 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 }
 
 // mergeRounds makes one server's report from its rounds: each figure is
-// the median of the rounds that measured it (the lower middle of an even
-// count, so a figure is always one a round measured), every round's
+// the median of the rounds that measured it (the nearest-rank 50th
+// percentile: the lower middle of an even count, so a figure is always one
+// a round measured), every round's
 // figures are kept as samples when there was more than one, and notes
 // say which round they come from. A server is available when one round
 // measured it.
@@ -387,17 +387,7 @@ func mergeRounds(name, role string, rounds []roundResult) serverReport {
 		sr.Samples = by
 	}
 	for k, vs := range by {
-		sorted := slices.Clone(vs)
-		slices.SortFunc(sorted, func(a, b float64) int {
-			switch {
-			case math.IsNaN(a) || a < b:
-				return -1
-			case math.IsNaN(b) || a > b:
-				return 1
-			}
-			return 0
-		})
-		sr.Values[k] = sorted[(len(sorted)-1)/2]
+		sr.Values[k] = percentile(vs, 50)
 	}
 	return sr
 }

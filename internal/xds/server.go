@@ -419,7 +419,9 @@ func (s *Server) checkNode(ctx context.Context, st *stream, node *corev3.Node, t
 		nodeID += "~grpc"
 	}
 	err = s.ids.ClaimVerifiedProxy(ctx, st.rec)
-	st.rec = certificate.ProxyRecord{} // not needed after the claim; kept, the decoded records were 8% of the heap's objects at 3,000 proxies
+	// The record is not needed after the claim: held by every stream, the
+	// decoded records were 8% of the heap's objects at 3,000 proxies.
+	st.rec = certificate.ProxyRecord{}
 	if err != nil {
 		return status.Errorf(codes.PermissionDenied, "proxy %s: %v", st.cn, err)
 	}

@@ -461,7 +461,7 @@ func testLimitsRefused(t *testing.T, _ Harness, s store.Store) {
 	// Over Consul's 512 KiB value (and request) limit too.
 	big := make([]byte, max(512<<10, maxBytes+1))
 	if _, ok, err := s.CompareAndSwap(ctx, "r/big", 0, big); ok || !errors.Is(err, store.ErrTooLarge) {
-		t.Errorf("a value of 512 KiB: %v, %v; want ErrTooLarge", ok, err)
+		t.Errorf("a value of %d bytes: %v, %v; want ErrTooLarge", len(big), ok, err)
 	}
 	if n := len(keys(t, s, "r/")); n != 0 {
 		t.Errorf("%d keys after refused transactions, want 0", n)

@@ -434,8 +434,6 @@ func TestSetErrors(t *testing.T) {
 	}
 }
 
-// Update gives the set NewSet gives for the same resources, and refuses
-// anything but new versions of the same names in the same order.
 // A set's version string is made once: every proxy of a group is answered
 // the group's set and remembers the version sent, so they share it.
 func TestSetVersionIsMadeOnce(t *testing.T) {
@@ -450,6 +448,8 @@ func TestSetVersionIsMadeOnce(t *testing.T) {
 	}
 }
 
+// Update gives the set NewSet gives for the same resources, and refuses
+// anything but new versions of the same names in the same order.
 func TestSetUpdate(t *testing.T) {
 	c := New(testLogger(t))
 	a1, b1, c1 := mustResource(t, c, "a", cla("a", 1, 1)), mustResource(t, c, "b", cla("b", 2, 1)), mustResource(t, c, "c", cla("c", 3, 1))
