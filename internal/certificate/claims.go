@@ -28,6 +28,16 @@ import (
 // bbolt, where every commit is an fsync); a batch whose records add up to
 // more than its bytes is written claim by claim.
 const (
+	// DefaultClaimGather is how long the claim writer, woken by a claim,
+	// waits for more before it writes (Options.ClaimGather): proxies
+	// joining one after another (machines booting, a rollout) then share
+	// a commit instead of costing one fsync'd transaction each (about
+	// 0.25 ms of server CPU per join on a 2-core VM, a tenth of what a join
+	// costs). A batch of what the store takes in one transaction is
+	// written at once. Until written, a claim is visible to this replica;
+	// other replicas see it up to this much later, and a crash meanwhile
+	// loses it (the proxy's next connection claims again).
+	DefaultClaimGather = 100 * time.Millisecond
 	// claimAttempts is how often a batch is re-read and retried when a
 	// record changed under it, before its claims are written one by one.
 	claimAttempts = 3
@@ -170,6 +180,9 @@ func (m *Manager) writeClaims(ctx context.Context) {
 			m.finishClaims(ctx)
 			return
 		case <-woken:
+			if m.gatherClaims(ctx); ctx.Err() != nil {
+				continue // finishClaims writes them
+			}
 		case <-retry:
 		}
 		retry = nil
@@ -185,6 +198,31 @@ func (m *Manager) writeClaims(ctx context.Context) {
 			continue
 		}
 		backoff = 0
+	}
+}
+
+// gatherClaims waits Options.ClaimGather for more claims, or until a
+// transaction's worth is pending, or ctx is done.
+func (m *Manager) gatherClaims(ctx context.Context) {
+	if m.opts.ClaimGather <= 0 {
+		return
+	}
+	maxOps, _ := store.TxnLimits(m.st)
+	full := func() bool {
+		m.claimMu.Lock()
+		defer m.claimMu.Unlock()
+		return len(m.claims) >= maxOps
+	}
+	t := time.NewTimer(m.opts.ClaimGather)
+	defer t.Stop()
+	for !full() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case <-m.claimKick:
+		}
 	}
 }
 

@@ -477,3 +477,55 @@ func TestVerifiedClaimReadsTheRecordOnce(t *testing.T) {
 		t.Errorf("claiming a verified record read it %d times, want 1: the read-back", n)
 	}
 }
+
+// The claim writer gathers claims for Options.ClaimGather before writing
+// (proxies joining one after another share a commit), writes a
+// transaction's worth at once without waiting that long, and writes what
+// is still gathered when Run returns.
+func TestClaimsGathered(t *testing.T) {
+	st := heldOver(store.NewMemory()) // store.MaxTxnOps to a transaction
+	m := newTestManager(t, st, Options{ClaimGather: time.Hour})
+	var cns []string
+	for range store.MaxTxnOps + 10 {
+		_, cn := issueProxy(t, m)
+		cns = append(cns, cn)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	waitClaimWriter(t, m)
+	claimed := func(cns []string) bool {
+		for _, cn := range cns {
+			if stored(t, st.Memory, cn).State != StateClaimed {
+				return false
+			}
+		}
+		return true
+	}
+	before := st.txnCount()
+	full, rest := cns[:store.MaxTxnOps], cns[store.MaxTxnOps:]
+	for _, cn := range full {
+		if err := claimReturns(t, m, cn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "a transaction's worth of claims written, not an hour later", func() bool { return claimed(full) })
+	if got := st.txnCount() - before; got != 1 {
+		t.Errorf("%d claims one after another took %d transactions, want 1", len(full), got)
+	}
+	for _, cn := range rest {
+		if err := claimReturns(t, m, cn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if !claimed(rest) {
+		t.Errorf("claims gathered when Run returned were not written")
+	}
+	if got := st.txnCount() - before; got != 2 {
+		t.Errorf("%d claims took %d transactions, want 2 (a full one, then the rest as Run returned)", len(cns), got)
+	}
+}

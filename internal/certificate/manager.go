@@ -163,6 +163,11 @@ type Options struct {
 	// overlap expired, revoked or not; Run then deletes it (at start and
 	// about hourly). Default 7 days; negative is refused.
 	ProxyRecordRetention time.Duration
+	// ClaimGather is how long Run's claim writer gathers proxies' claims
+	// before writing them in one transaction; default
+	// DefaultClaimGather, negative: none (each wake writes what is
+	// pending at once).
+	ClaimGather time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 	// Duty runs what must run on one replica at a time (proxy-record
@@ -328,6 +333,9 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 	}
 	if opts.ProxyRecordRetention < 0 {
 		return nil, fmt.Errorf("proxy record retention %s is negative: give a duration such as %s", opts.ProxyRecordRetention, DefaultProxyRecordRetention)
+	}
+	if opts.ClaimGather == 0 {
+		opts.ClaimGather = DefaultClaimGather
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
