@@ -233,6 +233,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	if p.want("M5") {
 		joinsTraced = m.startTrace(ctx, srv, res, t.Name()+"-M5", traceSeconds)
 	}
+	joinsCPU0, joinsCPUErr := cpuSeconds(pid)
 	for j := range p.Joins {
 		if !p.want("M5") {
 			break
@@ -260,6 +261,13 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		log.Info("joins measured", "n", len(joins))
 		res.set("M5.p50", percentile(joins, 50))
 		res.set("M5.p99", percentile(joins, 99))
+		// A join's cost to the server (the handshake, the stream and
+		// the leave after): its latency on a loaded 2-core machine
+		// follows it. A collection that lands among the joins adds to
+		// every server's figure alike.
+		if joinsCPU1, err := cpuSeconds(pid); err == nil && joinsCPUErr == nil && len(joins) > 0 {
+			res.set("M5.server_cpu_ms", (joinsCPU1-joinsCPU0)*1000/float64(len(joins)))
+		}
 	}
 	if p.want("M6") {
 		m.storm(ctx, t.Name(), f, srv, &pcs, res)

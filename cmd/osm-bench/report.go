@@ -41,6 +41,7 @@ var metricDefs = []metricDef{
 	{"M4.incremental", "M4 config generation, one endpoint change", "ms", "<= 1", 1, false},
 	{"M5.p50", "M5 new proxy joins the fleet -> full config ACKed, p50 (incl. mTLS)", "ms", "", nan, false},
 	{"M5.p99", "M5 same, p99", "ms", "<= 200", 200, false},
+	{"M5.server_cpu_ms", "M5 server CPU per join (and the leave after it)", "ms", "", nan, false},
 	{"M6.all_configured_s", "M6 reconnect storm -> every proxy configured", "s", "<= 30", 30, false},
 	{"M6.max_responses_per_proxy", "M6 most responses one proxy got in the storm (3 = no retries)", "responses", "", nan, false},
 	{"M6.reconnects", "M6 connections the fleet had to retry (failed before configured)", "connections", "", nan, false},
