@@ -2,7 +2,6 @@ package certificate
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -316,7 +315,7 @@ func (m *Manager) writeClaimBatch(ctx context.Context, batch map[string]pendingC
 			if claim(&e, pc.at) != nil {
 				continue // revoked meanwhile, or already recorded
 			}
-			val, err := json.Marshal(e)
+			val, err := encodeProxy(e)
 			if err != nil {
 				return nil, fmt.Errorf("encode proxy record %s: %w", cn, err)
 			}

@@ -79,6 +79,9 @@ type proxyEntry struct {
 // decodeProxy decodes a stored record, turning an old record's list of
 // earlier certificates into at most one overlap certificate.
 func decodeProxy(raw []byte) (proxyEntry, error) {
+	if e, ok := decodeProxyFast(raw); ok {
+		return e, nil
+	}
 	var e proxyEntry
 	if err := json.Unmarshal(raw, &e); err != nil {
 		return proxyEntry{}, err
@@ -249,7 +252,7 @@ func (m *Manager) IssueProxy(ctx context.Context, csrDER []byte, svc mesh.MeshSe
 		CN: cn, Service: svc, ServiceAccount: sa, State: StateUnclaimed,
 		Serial: serialString(cert.SerialNumber), Issued: now, Expires: cert.NotAfter,
 	}}
-	val, err := json.Marshal(e)
+	val, err := encodeProxy(e)
 	if err != nil {
 		return nil, "", fmt.Errorf("encode proxy record %s: %w", cn, err)
 	}
@@ -323,7 +326,7 @@ func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER
 		e.Overlap = &OverlapCertificate{Serial: serialString(peer.SerialNumber), Expires: peer.NotAfter}
 		e.Serial, e.Issued, e.Expires = serialString(cert.SerialNumber), now, cert.NotAfter
 		e.LastSeen = now // the record is written anyway: a free sign of life
-		val, err := json.Marshal(e)
+		val, err := encodeProxy(e)
 		if err != nil {
 			return nil, fmt.Errorf("encode proxy record %s: %w", cn, err)
 		}
@@ -484,7 +487,7 @@ func (m *Manager) updateProxy(ctx context.Context, cn, what string, change func(
 		case err != nil:
 			return fmt.Errorf("%s proxy: %w", what, err)
 		}
-		val, err := json.Marshal(e)
+		val, err := encodeProxy(e)
 		if err != nil {
 			return fmt.Errorf("encode proxy record %s: %w", cn, err)
 		}
