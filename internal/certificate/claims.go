@@ -126,8 +126,15 @@ func (m *Manager) claimLoaded(ctx context.Context, e proxyEntry) error {
 		return m.updateProxy(ctx, cn, "claim", claim)
 	}
 	m.claims[cn] = pendingClaim{at: now, rec: read}
+	// The writer is woken by the first claim it will gather and by a
+	// transaction's worth, not by each claim (a wake-up per join).
+	// Claims that come while it writes are written after, as it finds
+	// them pending.
+	wake := len(m.claims) == 1 || len(m.claims) >= m.claimBatch
 	m.claimMu.Unlock()
-	m.kickClaims()
+	if wake {
+		m.kickClaims()
+	}
 	return nil
 }
 
@@ -206,11 +213,10 @@ func (m *Manager) gatherClaims(ctx context.Context) {
 	if m.opts.ClaimGather <= 0 {
 		return
 	}
-	maxOps, _ := store.TxnLimits(m.st)
 	full := func() bool {
 		m.claimMu.Lock()
 		defer m.claimMu.Unlock()
-		return len(m.claims) >= maxOps
+		return len(m.claims) >= m.claimBatch
 	}
 	t := time.NewTimer(m.opts.ClaimGather)
 	defer t.Stop()

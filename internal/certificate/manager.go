@@ -302,6 +302,9 @@ type Manager struct {
 	claimWriters int
 	// claimKick wakes the claim writer.
 	claimKick chan struct{}
+	// claimBatch is the most claims one transaction writes (what the
+	// store takes in one).
+	claimBatch int
 	// follow asks Run to list the records as after another writer's
 	// commit: reading back one of this manager's own commits failed.
 	follow chan struct{}
@@ -359,6 +362,7 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 		claimKick: make(chan struct{}, 1),
 		follow:    make(chan struct{}, 1),
 	}
+	m.claimBatch, _ = store.TxnLimits(m.st)
 	m.serviceLife.Store(int64(opts.ServiceLifetime))
 	m.proxyLife.Store(int64(opts.ProxyLifetime))
 	ca, err := m.loadOrCreateCA(ctx)
