@@ -260,10 +260,9 @@ func (m *Manager) flushAllClaims(ctx context.Context) error {
 // and returns how many are left pending.
 func (m *Manager) flushClaims(ctx context.Context) (left int, err error) {
 	m.claimMu.Lock()
-	maxOps, _ := store.TxnLimits(m.st)
-	batch := make(map[string]pendingClaim, min(len(m.claims), maxOps))
+	batch := make(map[string]pendingClaim, min(len(m.claims), m.claimBatch))
 	for cn, pc := range m.claims {
-		if len(batch) == maxOps {
+		if len(batch) == m.claimBatch {
 			break
 		}
 		batch[cn] = pc
