@@ -8,7 +8,6 @@ import (
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
-	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
@@ -109,9 +108,8 @@ func socketAddress(ip netip.Addr, port int) *corev3.Address {
 	}}}
 }
 
-func (b *builder) routerFilter() *hcmv3.HttpFilter {
-	return &hcmv3.HttpFilter{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: b.any(&routerv3.Router{})}}
-}
+// routerFilter is the HTTP router filter (shared: see routerHTTPFilter).
+func (b *builder) routerFilter() *hcmv3.HttpFilter { return routerHTTPFilter }
 
 func (b *builder) httpRBACFilter(rules *rbacv3.RBAC) *hcmv3.HttpFilter {
 	return &hcmv3.HttpFilter{Name: httpRBACFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: b.any(&rbachttpv3.RBAC{Rules: rules})}}
@@ -150,7 +148,7 @@ func (b *builder) inboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port s
 					ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: LocalClusterName(self.Service, port.Port)},
 				}))
 		}
-		return &listenerv3.FilterChain{Filters: filters, TransportSocket: b.transportSocket(downstreamTLS(Envoy))}
+		return &listenerv3.FilterChain{Filters: filters, TransportSocket: downstreamSocket[Envoy]}
 	})
 	return &listenerv3.Listener{
 		Name:             name,
@@ -230,6 +228,6 @@ func (b *builder) grpcServerChain(m Mesh, self spec.ServiceInfo, port spec.Servi
 	}
 	return &listenerv3.FilterChain{
 		Filters:         []*listenerv3.Filter{b.networkFilter(hcmFilter, hcm)},
-		TransportSocket: b.transportSocket(downstreamTLS(GRPC)),
+		TransportSocket: downstreamSocket[GRPC],
 	}
 }

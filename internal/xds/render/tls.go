@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
@@ -49,16 +51,47 @@ func (b *builder) any(m proto.Message) *anypb.Any {
 	return a
 }
 
-func ads() *corev3.ConfigSource {
-	return &corev3.ConfigSource{
+// Messages that are the same wherever they appear are built once and
+// shared by every resource that holds them (a full generation for W built
+// about 7,000 ConfigSources): like every message render returns, they
+// must never be modified.
+var (
+	adsSource = &corev3.ConfigSource{
 		ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
 		ResourceApiVersion:    corev3.ApiVersion_V3,
 	}
+	// The SDS secrets every proxy's TLS contexts refer to.
+	sdsServiceCert = &tlsv3.SdsSecretConfig{Name: ServiceCertSecret, SdsConfig: adsSource}
+	sdsRootCA      = &tlsv3.SdsSecretConfig{Name: RootCASecret, SdsConfig: adsSource}
+)
+
+// constants holds the typed message of each Any packed once, at start, and
+// shared by every resource that holds it (see packConstant). Read-only
+// after package initialisation.
+var constants = map[*anypb.Any]proto.Message{}
+
+// packConstant packs m, a literal, into an Any that resources share: the
+// Validator takes m back from constants instead of unpacking the Any.
+func packConstant(m proto.Message) *anypb.Any {
+	a := &anypb.Any{}
+	if err := anypb.MarshalFrom(a, m, proto.MarshalOptions{Deterministic: true}); err != nil {
+		panic(fmt.Sprintf("render: packing the constant %T: %v", m, err)) // a literal of generated types
+	}
+	constants[a] = m
+	return a
 }
 
-func sds(name string) *tlsv3.SdsSecretConfig {
-	return &tlsv3.SdsSecretConfig{Name: name, SdsConfig: ads()}
-}
+// The HTTP router filter and the inbound listeners' TLS, one for all.
+var (
+	routerHTTPFilter = &hcmv3.HttpFilter{Name: routerFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: packConstant(&routerv3.Router{})}}
+	downstreamSocket = [...]*corev3.TransportSocket{
+		Envoy: {Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: packConstant(downstreamTLS(Envoy))}},
+		GRPC:  {Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: packConstant(downstreamTLS(GRPC))}},
+	}
+)
+
+// ads is the config source of everything that comes over ADS (shared).
+func ads() *corev3.ConfigSource { return adsSource }
 
 func certProvider() *tlsv3.CertificateProviderPluginInstance {
 	return &tlsv3.CertificateProviderPluginInstance{InstanceName: CertProviderInstance}
@@ -79,8 +112,8 @@ func downstreamTLS(f Flavor) *tlsv3.DownstreamTlsContext {
 		return ctx
 	}
 	ctx.CommonTlsContext = &tlsv3.CommonTlsContext{
-		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sds(ServiceCertSecret)},
-		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sds(RootCASecret)},
+		TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsServiceCert},
+		ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: sdsRootCA},
 		AlpnProtocols:                  alpn,
 	}
 	return ctx
@@ -118,10 +151,10 @@ func upstreamTLS(f Flavor, spiffeIDs []string, http bool) *tlsv3.UpstreamTlsCont
 	}
 	return &tlsv3.UpstreamTlsContext{
 		CommonTlsContext: &tlsv3.CommonTlsContext{
-			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sds(ServiceCertSecret)},
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{sdsServiceCert},
 			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
 				DefaultValidationContext:         &tlsv3.CertificateValidationContext{MatchTypedSubjectAltNames: sans},
-				ValidationContextSdsSecretConfig: sds(RootCASecret),
+				ValidationContextSdsSecretConfig: sdsRootCA,
 			}},
 			AlpnProtocols: protos,
 		},

@@ -387,10 +387,13 @@ func (v *validation) walk(m protoreflect.Message) {
 	}
 }
 
-// unpack returns the message in a: the one it was packed from, if the
-// Memo knows it (then forgetting it: what the walk finds is remembered),
+// unpack returns the message in a: the one it was packed from, if a is
+// one of render's shared constants or the Memo knows it (then forgetting it: what the walk finds is remembered),
 // or else a new one unmarshalled from it.
 func (v *validation) unpack(a *anypb.Any) (proto.Message, error) {
+	if m, ok := constants[a]; ok {
+		return m, nil
+	}
 	if v.memo != nil {
 		if m, ok := v.memo.takePacked(a); ok {
 			return m, nil
