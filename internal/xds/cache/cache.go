@@ -180,16 +180,27 @@ func (c *Cache) NewResource(name string, msg proto.Message) (*Resource, error) {
 	c.marshals.Add(1)
 	typeURL := c.typeURLOf(msg)
 	version := digestString(xxhash.Sum64(b)) // the content's hash (xxHash: fnv, byte by byte, was 3% of a full render)
-	a := &anypb.Any{TypeUrl: typeURL, Value: b}
-	return &Resource{
+	// One allocation for the Resource and the two messages it hands out.
+	blk := &resourceBlock{}
+	blk.any.TypeUrl, blk.any.Value = typeURL, b
+	blk.delta.Name, blk.delta.Version, blk.delta.Resource = name, version, &blk.any
+	blk.r = Resource{
 		name:    name,
 		version: version,
 		typeURL: typeURL,
 		msg:     msg,
-		any:     a,
-		delta:   &discovery.Resource{Name: name, Version: version, Resource: a},
+		any:     &blk.any,
+		delta:   &blk.delta,
 		digest:  entryDigest(name, version),
-	}, nil
+	}
+	return &blk.r, nil
+}
+
+// resourceBlock is a Resource with its Any and delta Resource.
+type resourceBlock struct {
+	r     Resource
+	any   anypb.Any
+	delta discovery.Resource
 }
 
 // typeURLOf returns msg's type URL, one string per type (see typeURLs).
