@@ -48,7 +48,7 @@ func (a ServiceAccount) String() string { return a.Namespace + "/" + a.Name }
 
 // SPIFFEID returns spiffe://<trustDomain>/ns/<namespace>/sa/<name>.
 func (a ServiceAccount) SPIFFEID(trustDomain string) string {
-	return fmt.Sprintf("spiffe://%s/ns/%s/sa/%s", trustDomain, a.Namespace, a.Name)
+	return "spiffe://" + trustDomain + "/ns/" + a.Namespace + "/sa/" + a.Name
 }
 
 // Endpoint is one address serving a mesh service, as discovered by a

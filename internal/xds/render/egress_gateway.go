@@ -12,7 +12,6 @@ import (
 	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
-	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -69,12 +68,7 @@ func (b *builder) egressGatewayListener(m Mesh, p Proxy, gw spec.EgressGatewayIn
 	for _, r := range routes {
 		sni := spec.EgressGatewaySNI(r.Host, r.Number)
 		out := spec.EgressRoute{Host: r.Host, EgressPort: r.EgressPort}
-		var principals []*rbacv3.Principal
-		for _, a := range r.Sources {
-			principals = append(principals, &rbacv3.Principal{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{
-				PrincipalName: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: a.SPIFFEID(m.TrustDomain())}},
-			}}})
-		}
+		principals := rbacPrincipals(m, r.Sources)
 		rules := &rbacv3.RBAC{Action: rbacv3.RBAC_ALLOW, Policies: map[string]*rbacv3.Policy{"egress|" + sni: {
 			Permissions: []*rbacv3.Permission{{Rule: &rbacv3.Permission_Any{Any: true}}},
 			Principals:  principals,

@@ -3,6 +3,8 @@ package render
 import (
 	"sync"
 
+	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -49,6 +51,10 @@ type Memo struct {
 	// each entry it uses; the rest go with the Memo's snapshot. So it
 	// never holds more than one entry per Any inside msgs.
 	packed map[*anypb.Any]packedAny
+	// principals holds the RBAC principal of each service account that
+	// inbound rules have named: a caller of many services is one message
+	// in all their policies.
+	principals map[mesh.ServiceAccount]*rbacv3.Principal
 }
 
 // packedAny is the message an Any was packed from, with the Any's content
@@ -95,7 +101,7 @@ type memoKey struct {
 
 // NewMemo returns an empty Memo.
 func NewMemo() *Memo {
-	return &Memo{plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}, packed: map[*anypb.Any]packedAny{}, emptiness: map[mesh.MeshService]bool{}}
+	return &Memo{plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}, packed: map[*anypb.Any]packedAny{}, emptiness: map[mesh.MeshService]bool{}, principals: map[mesh.ServiceAccount]*rbacv3.Principal{}}
 }
 
 // Len returns the number of messages the Memo holds (for tests and metrics).
@@ -114,6 +120,7 @@ func (mm *Memo) use(m Mesh) {
 		clear(mm.msgs)
 		clear(mm.packed)
 		clear(mm.emptiness)
+		clear(mm.principals)
 		mm.spec, mm.trustDomain = m.Spec(), m.TrustDomain()
 	}
 	mm.view = m.View
@@ -205,6 +212,31 @@ func (mm *Memo) noteEmptiness(svc mesh.MeshService, empty bool) {
 	mm.mu.Lock()
 	mm.emptiness[svc] = empty
 	mm.mu.Unlock()
+}
+
+// rbacPrincipals returns the RBAC principals of accounts, in order: the
+// Memo's messages (shared) when m has a Memo, else new ones.
+func rbacPrincipals(m Mesh, accounts []mesh.ServiceAccount) []*rbacv3.Principal {
+	out := make([]*rbacv3.Principal, len(accounts))
+	mm := m.Memo
+	if mm == nil {
+		for i, a := range accounts {
+			out[i] = principal(m.TrustDomain(), a)
+		}
+		return out
+	}
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	mm.use(m)
+	for i, a := range accounts {
+		p, ok := mm.principals[a]
+		if !ok {
+			p = principal(m.TrustDomain(), a)
+			mm.principals[a] = p
+		}
+		out[i] = p
+	}
+	return out
 }
 
 // takePacked returns (and forgets) what a was packed from, if a still

@@ -55,15 +55,16 @@ func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort, f Flavor) 
 		accounts := slices.Clone(r.Sources)
 		slices.SortFunc(accounts, func(a, b mesh.ServiceAccount) int { return mesh.MeshService(a).Compare(mesh.MeshService(b)) })
 		accounts = slices.Compact(accounts)
-		var principals []*rbacv3.Principal
-		for _, a := range accounts {
-			principals = append(principals, &rbacv3.Principal{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{
-				PrincipalName: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: a.SPIFFEID(m.TrustDomain())}},
-			}}})
-		}
-		rules.Policies[r.Policy.Namespace+"/"+r.Policy.Name] = &rbacv3.Policy{Permissions: perms, Principals: principals}
+		rules.Policies[r.Policy.Namespace+"/"+r.Policy.Name] = &rbacv3.Policy{Permissions: perms, Principals: rbacPrincipals(m, accounts)}
 	}
 	return rules
+}
+
+// principal is the peer presenting account's SPIFFE ID.
+func principal(trustDomain string, account mesh.ServiceAccount) *rbacv3.Principal {
+	return &rbacv3.Principal{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{
+		PrincipalName: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: account.SPIFFEID(trustDomain)}},
+	}}}
 }
 
 // httpPermission allows the requests one HTTPRouteGroup match describes;

@@ -269,6 +269,11 @@ type outbound struct {
 	// gw is set when Gateway API routes decide the port's calls (then
 	// direct and split are unset).
 	gw *gatewayPlan
+	// name is routeName's answer for the plan's flavour (gRPC when
+	// grpcName), worked out once by buildPlan: every proxy of the plan's
+	// service looks its upstreams' listeners and routes up by it.
+	name     string
+	grpcName bool
 }
 
 func isHTTP(p spec.ServicePort) bool { return p.AppProtocol != "tcp" }
@@ -278,8 +283,15 @@ func (o outbound) routeName(f Flavor) string {
 	if o.gw != nil {
 		return o.gw.routeName(o, f)
 	}
+	if o.name != "" && o.grpcName == (f == GRPC) {
+		return o.name
+	}
+	base := "outbound|" + o.info.Service.Namespace + "/" + o.info.Service.Name + "|" + strconv.Itoa(o.port.Port)
+	if !o.subset && (len(o.splitMatches) == 0 || o.direct) && f != GRPC {
+		return base
+	}
 	var b strings.Builder
-	b.WriteString("outbound|" + o.info.Service.String() + "|" + strconv.Itoa(o.port.Port))
+	b.WriteString(base)
 	if o.subset {
 		names := make([]string, len(o.split))
 		for i, s := range o.split {
@@ -390,6 +402,7 @@ func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 				// tcp_proxy cannot match requests: the split takes all.
 				o.direct, o.splitMatches = false, nil
 			}
+			o.name, o.grpcName = o.routeName(p.Flavor), p.Flavor == GRPC
 			out = append(out, o)
 		}
 	}
