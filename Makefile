@@ -104,8 +104,12 @@ test-deps: polyglot-deps
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends openssl; }
 	@command -v promtool >/dev/null || { echo "installing promtool (Debian prometheus) for the metrics checks"; \
 		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends prometheus; }
-	@{ test -x /usr/bin/chromium && command -v npm >/dev/null; } || { echo "installing Chromium, Node.js and npm for the dashboard's browser test"; \
-		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends chromium nodejs npm; }
+	@# Only what is missing: a Node.js from elsewhere (NodeSource's nodejs
+	@# bundles npm) conflicts with Debian's npm package.
+	@pkgs=; test -x /usr/bin/chromium || pkgs=chromium; command -v node >/dev/null || pkgs="$$pkgs nodejs"; \
+		command -v npm >/dev/null || pkgs="$$pkgs npm"; \
+		[ -z "$$pkgs" ] || { echo "installing $$pkgs for the dashboard's browser test"; \
+		$(APT_GET) update -q && $(APT_GET) install -y -q --no-install-recommends $$pkgs; }
 	@# playwright-core from e2e/browser/package-lock.json, npm ci into $(CACHE) once per lockfile.
 	@./hack/install-playwright.sh >/dev/null
 
