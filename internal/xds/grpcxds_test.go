@@ -35,6 +35,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 )
@@ -195,23 +196,13 @@ func TestGRPCClientThroughServer(t *testing.T) {
 	f, _ := share(1000)
 	within("80/20", f, 0.8)
 
-	// eventually runs RPCs until cond holds; it must within a second.
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s did not take effect within a second", what)
-			}
-		}
-	}
 	applyYAML(t, e.spec, "apiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: bookstore-split, namespace: default}\nspec:\n  service: bookstore\n  backends: [{service: bookstore-v1, weight: 20}, {service: bookstore-v2, weight: 80}]\n")
-	eventually("the 20/80 split", func() bool { f, _ := share(100); return f < 0.5 })
+	testwait.For(t, "the 20/80 split taking effect", func() bool { f, _ := share(100); return f < 0.5 })
 	f, _ = share(1000)
 	within("20/80", f, 0.2)
 
 	setEndpoints("bookstore-v2", v2)
-	eventually("removing one of bookstore-v2's endpoints", func() bool { _, hitV2b := share(50); return !hitV2b })
+	testwait.For(t, "removing one of bookstore-v2's endpoints taking effect", func() bool { _, hitV2b := share(50); return !hitV2b })
 	if _, hitV2b := share(200); hitV2b {
 		t.Error("the removed bookstore-v2 endpoint still gets RPCs")
 	}
@@ -233,7 +224,7 @@ func TestParticipantsNeedAConnectedProxy(t *testing.T) {
 	s := e.dial(t, buyer, nil)
 	eds := func() []string { return e.edsAddresses(t, cnOf(t, buyer), "default/bookstore-v1") }
 	s.Send(newRequest(envoyNode(cnOf(t, buyer), "10.0.0.10")))
-	waitFor(t, "bookbuyer configured", func() bool { return e.cache.View(cnOf(t, buyer)) != nil })
+	testwait.For(t, "bookbuyer configured", func() bool { return e.cache.View(cnOf(t, buyer)) != nil })
 	if got := eds(); len(got) != 0 {
 		t.Fatalf("bookstore-v1 endpoints sent before its proxy connected: %v", got)
 	}
@@ -241,9 +232,9 @@ func TestParticipantsNeedAConnectedProxy(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	vs := e.dialCtx(t, ctx, v1)
 	vs.Send(newRequest(envoyNode(cnOf(t, v1), "10.0.0.12")))
-	waitFor(t, "bookstore-v1's endpoint sent once its proxy connected", func() bool { got := eds(); return len(got) == 1 && got[0] == "10.0.0.12:14001" })
+	testwait.For(t, "bookstore-v1's endpoint sent once its proxy connected", func() bool { got := eds(); return len(got) == 1 && got[0] == "10.0.0.12:14001" })
 	cancel()
-	waitFor(t, "bookstore-v1's endpoint withdrawn when its proxy left", func() bool { return len(eds()) == 0 })
+	testwait.For(t, "bookstore-v1's endpoint withdrawn when its proxy left", func() bool { return len(eds()) == 0 })
 }
 
 // TestStartupGrace: right after a server (re)start, endpoints are sent
@@ -255,8 +246,8 @@ func TestStartupGrace(t *testing.T) {
 	s := e.dial(t, buyer, nil)
 	eds := func() []string { return e.edsAddresses(t, cnOf(t, buyer), "default/bookstore-v1") }
 	s.Send(newRequest(envoyNode(cnOf(t, buyer), "10.0.0.10")))
-	waitFor(t, "bookstore-v1's endpoint sent during the grace period", func() bool { got := eds(); return len(got) == 1 && got[0] == "10.0.0.12:14001" })
-	waitFor(t, "bookstore-v1's endpoint withdrawn after the grace period (its proxy never connected)", func() bool { return len(eds()) == 0 })
+	testwait.For(t, "bookstore-v1's endpoint sent during the grace period", func() bool { got := eds(); return len(got) == 1 && got[0] == "10.0.0.12:14001" })
+	testwait.For(t, "bookstore-v1's endpoint withdrawn after the grace period (its proxy never connected)", func() bool { return len(eds()) == 0 })
 }
 
 // dialXDS dials target through gRPC-Go's xDS resolver with rb and the
@@ -334,14 +325,14 @@ func TestDeniedGRPCCallerIsRefusedAtOnce(t *testing.T) {
 		"  rules: [{kind: HTTPRouteGroup, name: bookstore-service-routes, matches: [books]}]\n" +
 		"  sources: [{kind: ServiceAccount, name: bookthief, namespace: default}]\n"
 	applyYAML(t, e.spec, allow)
-	waitFor(t, "bookthief's RPCs to reach bookstore once a TrafficTarget allows them", func() bool {
+	testwait.For(t, "bookthief's RPCs to reach bookstore once a TrafficTarget allows them", func() bool {
 		err, _ := timedCheck(t, conn, time.Second)
 		return err == nil
 	})
 	if _, err := e.spec.Delete(t.Context(), []spec.Key{{Kind: "TrafficTarget", Namespace: "default", Name: "bookthief-allowed"}}, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "bookthief's RPCs to be refused again once the TrafficTarget is deleted", func() bool {
+	testwait.For(t, "bookthief's RPCs to be refused again once the TrafficTarget is deleted", func() bool {
 		err, _ := timedCheck(t, conn, time.Second)
 		return status.Code(err) == codes.PermissionDenied
 	})
@@ -436,7 +427,7 @@ func TestRefusalsAreBounded(t *testing.T) {
 		}
 		return n
 	}
-	waitFor(t, "refusal listeners published", func() bool { return refusals() == maxRefusals })
+	testwait.For(t, "refusal listeners published", func() bool { return refusals() == maxRefusals })
 	r, err := s.Recv()
 	if err != nil {
 		t.Fatal(err)
@@ -453,7 +444,7 @@ func TestRefusalsAreBounded(t *testing.T) {
 		t.Errorf("refused %v of %v; want the first %d names by order", got, names[maxRefusals-1:maxRefusals+1], maxRefusals)
 	}
 	cancel()
-	waitFor(t, "the node forgotten when its stream ended", func() bool { return e.cache.View(nodeID) == nil })
+	testwait.For(t, "the node forgotten when its stream ended", func() bool { return e.cache.View(nodeID) == nil })
 }
 
 func set(names []string, s interface{ Get(string) *cache.Resource }) []bool {
@@ -527,28 +518,19 @@ func TestGRPCClientReachesTheBackendsOfAnEmptySplitRoot(t *testing.T) {
 		t.Errorf("1,000 calls to the empty root: %d on bookstore-v1, %d on bookstore-v2, %d elsewhere; want 80%% ±5 on v1, the rest on v2", got[v1], got[v2], 1000-got[v1]-got[v2])
 	}
 
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second) // a loaded machine's bound; it takes milliseconds
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s did not take effect within 30s", what)
-			}
-		}
-	}
 	// While the route changes, a call may meet a cluster the route still
 	// names but CDS no longer has (clusters are sent first), or, in
 	// gRPC-Go, a cluster the route names before its balancer knows it
 	// ("unknown cluster selected for RPC"): tolerated during the switch,
 	// not after.
 	setEndpoints("bookstore-v2")
-	eventually("bookstore-v2 losing its last endpoint", func() bool { return tryCalls(20)[v1] == 20 })
+	testwait.For(t, "bookstore-v2 losing its last endpoint taking effect", func() bool { return tryCalls(20)[v1] == 20 })
 	if got := calls(200); got[v1] != 200 {
 		t.Errorf("after bookstore-v2 lost its last endpoint: %v, want every call on bookstore-v1 (port %d)", got, v1)
 	}
 
 	setEndpoints("bookstore", root)
-	eventually("the root getting an endpoint of its own", func() bool { return tryCalls(20)[root] == 20 })
+	testwait.For(t, "the root getting an endpoint of its own taking effect", func() bool { return tryCalls(20)[root] == 20 })
 	if got := calls(200); got[root] != 200 {
 		t.Errorf("after the root got an endpoint: %v, want every call (none matches the split) on it (port %d)", got, root)
 	}

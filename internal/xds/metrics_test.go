@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/xds"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // TestChangeToACKWithGRPCClient: gRPC-Go's xDS client, as bookbuyer,
@@ -56,7 +57,7 @@ func TestChangeToACKWithGRPCClient(t *testing.T) {
 	toV1(20)
 	// The client has taken and ACKed its whole configuration: wait until
 	// nothing the cache sent it is unacknowledged.
-	waitFor(t, "bookbuyer ACKed everything sent", func() bool {
+	testwait.For(t, "bookbuyer ACKed everything sent", func() bool {
 		ps := e.srv.Proxies()
 		if len(ps) != 1 {
 			return false
@@ -73,8 +74,8 @@ func TestChangeToACKWithGRPCClient(t *testing.T) {
 
 	start := time.Now()
 	applyYAML(t, e.spec, "apiVersion: split.smi-spec.io/v1alpha4\nkind: TrafficSplit\nmetadata: {name: bookstore-split, namespace: default}\nspec:\n  service: bookstore\n  backends: [{service: bookstore-v1, weight: 0}, {service: bookstore-v2, weight: 100}]\n")
-	waitFor(t, "the client routes by the new split", func() bool { return toV1(20) == 0 })
-	waitFor(t, "the change observed", func() bool { n, _ := changeToACK(t, reg); return n > count0 })
+	testwait.For(t, "the client routes by the new split", func() bool { return toV1(20) == 0 })
+	testwait.For(t, "the change observed", func() bool { n, _ := changeToACK(t, reg); return n > count0 })
 	bound := time.Since(start).Seconds()
 	count, sum := changeToACK(t, reg)
 	if count != count0+1 {

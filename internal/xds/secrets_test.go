@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 )
@@ -84,18 +84,13 @@ func TestSecretsFollowAnnouncement(t *testing.T) {
 	id := "00000001-0000-4000-8000-000000000000.svc-00001.bench"
 	p.connect(Proxy{NodeID: id, Service: svc, Flavor: render.Envoy, Address: netip.MustParseAddr("10.254.0.1")})
 
-	published := func(typeURL string) *cache.Set {
+	published := func(what, typeURL string) *cache.Set {
 		t.Helper()
 		var set *cache.Set
-		for deadline := time.Now().Add(5 * time.Second); set == nil && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-			set = c.View(id)[typeURL]
-		}
+		testwait.For(t, what, func() bool { set = c.View(id)[typeURL]; return set != nil })
 		return set
 	}
-	lds := published(resource.ListenerType)
-	if lds == nil {
-		t.Fatal("no listeners published within 5s while the certificate is pending")
-	}
+	lds := published("listeners published while the certificate is pending", resource.ListenerType)
 	for _, typeURL := range []string{resource.ClusterType, resource.EndpointType, resource.RouteType} {
 		if c.View(id)[typeURL] == nil {
 			t.Errorf("no %s published while the certificate is pending", typeURL)
@@ -112,10 +107,7 @@ func TestSecretsFollowAnnouncement(t *testing.T) {
 	}
 
 	certs.issue(t, sa)
-	sds := published(resource.SecretType)
-	if sds == nil {
-		t.Fatal("no secrets published within 5s of the certificate's announcement")
-	}
+	sds := published("secrets published after the certificate's announcement", resource.SecretType)
 	for _, name := range []string{render.ServiceCertSecret, render.RootCASecret} {
 		if sds.Get(name) == nil {
 			t.Errorf("secret %q missing from %v", name, sds.Resources())

@@ -40,6 +40,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 )
 
@@ -185,7 +186,7 @@ func (e *env) dial(t *testing.T, cert tls.Certificate, roots *x509.CertPool) dis
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Bound(t))
 	t.Cleanup(cancel)
 	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
@@ -366,15 +367,13 @@ func TestStreamEndsWhenItsCertificateExpires(t *testing.T) {
 			break
 		}
 	}
+	// The code and message name the expiry as the cause; how soon after it
+	// the stream ended is not checked, as a loaded machine may be late.
 	wantCode(t, err, codes.PermissionDenied, "proxy certificate expired")
-	if late := time.Since(leaf.NotAfter); late < 0 || late > time.Second {
-		t.Errorf("stream ended %v after the certificate's expiry, want within a second after it", late)
+	if late := time.Since(leaf.NotAfter); late < 0 {
+		t.Errorf("stream ended %v before the certificate's expiry", -late)
 	}
-	for deadline := time.Now().Add(2 * time.Second); len(e.srv.Proxies()) != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after the stream ended: %+v connected, want none", e.srv.Proxies())
-		}
-	}
+	testwait.For(t, "no proxy connected after the stream ended", func() bool { return len(e.srv.Proxies()) == 0 })
 }
 
 func TestBookthiefGetsNoRouteToBookstore(t *testing.T) {
@@ -404,17 +403,6 @@ func pemKey(der []byte) []byte {
 
 func newRequest(n *corev3.Node) *discovery.DiscoveryRequest {
 	return &discovery.DiscoveryRequest{Node: n, TypeUrl: resource.ClusterType}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // edsAddresses returns the addresses in the EDS resource name published for node.
@@ -497,12 +485,10 @@ func TestServiceCertificateRotationReachesProxiesBySDS(t *testing.T) {
 	}
 	// The publisher publishes secrets before listeners: wait for those.
 	var listeners *cache.Set
-	for deadline := time.Now().Add(5 * time.Second); listeners == nil && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+	testwait.For(t, "listeners published for the proxy", func() bool {
 		listeners = e.cache.View(cn)[resource.ListenerType]
-	}
-	if listeners == nil {
-		t.Fatal("no listeners published for the proxy within 5s")
-	}
+		return listeners != nil
+	})
 	listenersBefore := listeners.Version()
 	sa := mesh.ServiceAccount{Namespace: "default", Name: "bookbuyer"}
 	if _, err := e.certs.RotateCertificate(t.Context(), sa); err != nil {
@@ -533,7 +519,7 @@ func TestDebugProxies(t *testing.T) {
 	}
 	// NACK it: the debug view shows the error, and it is not resent.
 	s.Send(&discovery.DiscoveryRequest{TypeUrl: resource.ClusterType, VersionInfo: "", ResponseNonce: resp.GetNonce(), ErrorDetail: &rpcstatus.Status{Message: "bad cluster"}})
-	waitFor(t, "NACK recorded", func() bool {
+	testwait.For(t, "NACK recorded", func() bool {
 		for _, p := range (Debug{Server: e.srv, Cache: e.cache}).Proxies() {
 			for _, ts := range p.Types {
 				if ts.NACK != nil && ts.NACK.Error == "bad cluster" {
@@ -606,18 +592,12 @@ func TestStreamsEndWithRegisterContext(t *testing.T) {
 	cert := e.enroll(t, "bookbuyer")
 	s := other.dial(t, cert, nil)
 	s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cnOf(t, cert), "10.0.0.10"), TypeUrl: resource.ClusterType})
-	for deadline := time.Now().Add(5 * time.Second); len(srv.Proxies()) == 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the stream's proxy was never registered")
-		}
-	}
-	start := time.Now()
+	testwait.For(t, "the stream's proxy registered", func() bool { return len(srv.Proxies()) != 0 })
 	cancel()
-	if _, err := s.Recv(); err == nil {
-		t.Fatal("Recv after Register's ctx ended returned a response; want the stream ended")
-	}
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("stream ended %v after Register's ctx, want within a second", d)
+	// io.EOF is the server ending the stream; the client's own deadline
+	// (dial's) would end it with DeadlineExceeded.
+	if _, err := s.Recv(); err != io.EOF {
+		t.Fatalf("Recv after Register's ctx ended = %v; want io.EOF, the stream ended by the server", err)
 	}
 	again := other.dial(t, cert, nil)
 	again.Send(&discovery.DiscoveryRequest{Node: envoyNode(cnOf(t, cert), "10.0.0.10"), TypeUrl: resource.ClusterType})
@@ -734,12 +714,12 @@ func TestLoadCountsConnectionsAndHandshakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a silent connection counted as accepted and handshaking", func() bool {
+	testwait.For(t, "a silent connection counted as accepted and handshaking", func() bool {
 		return e.srv.Load() == Load{Accepted: 1, Handshaking: 1}
 	})
 	// ...until it goes away.
 	raw.Close()
-	waitFor(t, "the closed connection no longer handshaking", func() bool {
+	testwait.For(t, "the closed connection no longer handshaking", func() bool {
 		return e.srv.Load() == Load{Accepted: 1}
 	})
 	// A proxy's connection handshakes, and its stream opens.

@@ -25,6 +25,8 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 func testLogger(t testing.TB) *slog.Logger {
@@ -120,8 +122,8 @@ func (a *adsClient) recv() *discovery.DiscoveryResponse {
 	select {
 	case r := <-a.resps:
 		return r
-	case <-time.After(5 * time.Second):
-		a.t.Fatal("no response within 5s")
+	case <-time.After(testwait.Bound(a.t)):
+		a.t.Fatal("no response")
 		return nil
 	}
 }
@@ -383,20 +385,13 @@ func TestConnectDisconnectNoLeak(t *testing.T) {
 		a.close()
 		d.close()
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testwait.Until(t, "0 watches and only n1 after the disconnects", func() (bool, string) {
 		s := c.Stats()
 		c.mu.Lock()
 		_, hasN1 := c.nodes["n1"]
 		c.mu.Unlock()
-		if s.Watches == 0 && s.Nodes == 1 && hasN1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after disconnects: %+v, want 0 watches and only n1", s)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return s.Watches == 0 && s.Nodes == 1 && hasN1, fmt.Sprintf("%+v, n1 known: %v", s, hasN1)
+	})
 	c.Forget("n1")
 	if s := c.Stats(); s.Nodes != 0 || s.Watches != 0 {
 		t.Errorf("after Forget: %+v, want empty", s)
@@ -522,7 +517,7 @@ func TestConcurrentPublishConverges(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			deadline := time.After(10 * time.Second)
+			deadline := time.After(testwait.Bound(t))
 			for {
 				select {
 				case r := <-a.resps:

@@ -13,6 +13,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
+
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 type deltaClient struct {
@@ -72,8 +74,8 @@ func (d *deltaClient) recv() *discovery.DeltaDiscoveryResponse {
 	select {
 	case r := <-d.resps:
 		return r
-	case <-time.After(5 * time.Second):
-		d.t.Fatal("no delta response within 5s")
+	case <-time.After(testwait.Bound(d.t)):
+		d.t.Fatal("no delta response")
 		return nil
 	}
 }

@@ -26,6 +26,8 @@ import (
 	"google.golang.org/grpc/xds"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // startBackend serves the gRPC health service on 127.0.0.1 and returns its port.
@@ -147,12 +149,7 @@ func TestGRPCXDSClient(t *testing.T) {
 	changed := time.Now()
 	eds2, _ := eds.With(mustResource(t, c, "cluster-svc", cla("cluster-svc", port2, 1)))
 	mustPublish(t, c, node, resource.EndpointType, eds2)
-	for call() != port2 {
-		if time.Since(changed) > time.Second {
-			t.Fatal("endpoint change did not reach the gRPC client within 1s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, "the endpoint change reaching the gRPC client", func() bool { return call() == port2 })
 	t.Logf("endpoint change took effect after %v", time.Since(changed))
 	if n := streams.Load(); n != 1 {
 		t.Errorf("ADS streams opened = %d, want 1 (no reconnect)", n)

@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
+
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // TestMetrics: responses and NACKs are counted by type, and a change is
@@ -32,7 +34,7 @@ func TestMetrics(t *testing.T) {
 	r1, r2 := a1.recv(), a2.recv()
 	a1.ack(r1, nil)
 	// Wait (for the ACK to be recorded) on what the metric says, not on time.
-	waitFor(t, func() bool { return c.Status("n1")[0].ACKed == r1.GetVersionInfo() })
+	testwait.For(t, "n1's ACK recorded", func() bool { return c.Status("n1")[0].ACKed == r1.GetVersionInfo() })
 	if n := testutil.CollectAndCount(reg, "osm_xds_change_to_ack_seconds"); n != 1 {
 		t.Fatalf("histogram series = %d, want 1", n)
 	}
@@ -41,7 +43,7 @@ func TestMetrics(t *testing.T) {
 	}
 	// A NACK is no answer: the change waits for n2 to ACK a later version.
 	a2.send(resource.ClusterType, nil, r1.GetVersionInfo(), r2.GetNonce(), fmt.Errorf("cluster b: invalid"))
-	waitFor(t, func() bool { return len(c.NACKs()) == 1 })
+	testwait.For(t, "the NACK recorded", func() bool { return len(c.NACKs()) == 1 })
 	if got := histogramCount(t, reg); got != 0 {
 		t.Fatalf("change observed at a NACK (count %d)", got)
 	}
@@ -49,7 +51,7 @@ func TestMetrics(t *testing.T) {
 	c.BeginChange()
 	mustPublish(t, c, "n2", resource.ClusterType, mustSet(t, mustResource(t, c, "c", cluster("c"))))
 	a2.ack(a2.recv(), nil)
-	waitFor(t, func() bool { return histogramCount(t, reg) == 2 })
+	testwait.For(t, "two changes observed", func() bool { return histogramCount(t, reg) == 2 })
 
 	want := `
 # HELP osm_xds_nacks_total xDS responses proxies rejected (NACKs), by type; /debug/proxies shows the last rejection's message.
@@ -93,7 +95,7 @@ func TestChangeToACKCountsJoiningProxies(t *testing.T) {
 	// joining has asked, and waits for its first configuration.
 	joining := newADSClient(t, conn, "joining")
 	joining.send(resource.ClusterType, nil, "", "", nil)
-	waitFor(t, func() bool { return c.Stats().Watches == 3 })
+	testwait.For(t, "3 watches", func() bool { return c.Stats().Watches == 3 })
 
 	c.BeginChange()
 	// "asksLate" connects during the change too, but asks only after its
@@ -106,25 +108,25 @@ func TestChangeToACKCountsJoiningProxies(t *testing.T) {
 	ro, rj, rl := old.recv(), joining.recv(), late.recv()
 	old.ack(ro, nil)
 	joining.ack(rj, nil)
-	waitFor(t, func() bool {
+	testwait.For(t, "old's and joining's ACKs recorded", func() bool {
 		return c.Status("old")[0].ACKed == ro.GetVersionInfo() && c.Status("joining")[0].ACKed == rj.GetVersionInfo()
 	})
 	if got := histogramCount(t, reg); got != 0 {
 		t.Fatalf("change observed before the proxy that asked late ACKed (count %d)", got)
 	}
 	late.ack(rl, nil)
-	waitFor(t, func() bool { return histogramCount(t, reg) == 1 })
+	testwait.For(t, "the change observed", func() bool { return histogramCount(t, reg) == 1 })
 	named.expectNothing(50 * time.Millisecond) // "named" asked for a only: not affected, not waited for
 
 	// Only a joining proxy configured: no change observed.
 	alone := newADSClient(t, conn, "alone")
 	alone.send(resource.ClusterType, nil, "", "", nil)
-	waitFor(t, func() bool { return c.Stats().Watches == 5 })
+	testwait.For(t, "5 watches", func() bool { return c.Stats().Watches == 5 })
 	c.BeginChange()
 	mustPublish(t, c, "alone", resource.ClusterType, mustSet(t, a))
 	ra := alone.recv()
 	alone.ack(ra, nil)
-	waitFor(t, func() bool { return c.Status("alone")[0].ACKed == ra.GetVersionInfo() })
+	testwait.For(t, "alone's ACK recorded", func() bool { return c.Status("alone")[0].ACKed == ra.GetVersionInfo() })
 	if got := histogramCount(t, reg); got != 1 {
 		t.Fatalf("a join alone was observed as a change (count %d, want 1)", got)
 	}
@@ -156,17 +158,6 @@ func histogramCount(t *testing.T, g prometheus.Gatherer) uint64 {
 	return 0
 }
 
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for range 500 {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("condition not met within 5s")
-}
-
 // TestChangeToACKDelta: a Delta stream's ACK answers a change, its NACK
 // does not, and a named subscription the change does not touch is not
 // waited for.
@@ -181,20 +172,20 @@ func TestChangeToACKDelta(t *testing.T) {
 	named.send(resource.ClusterType, []string{"a"}, nil, "", nil)
 	wild.send(resource.ClusterType, nil, nil, wild.recv().GetNonce(), nil)
 	named.send(resource.ClusterType, nil, nil, named.recv().GetNonce(), nil)
-	waitFor(t, func() bool { return c.Stats().Watches == 2 })
+	testwait.For(t, "2 watches", func() bool { return c.Stats().Watches == 2 })
 
 	c.BeginChange()
 	for _, n := range []string{"wild", "named"} {
 		mustPublish(t, c, n, resource.ClusterType, mustSet(t, a, mustResource(t, c, "b", cluster("b"))))
 	}
 	wild.send(resource.ClusterType, nil, nil, wild.recv().GetNonce(), fmt.Errorf("cluster b: invalid"))
-	waitFor(t, func() bool { return len(c.NACKs()) == 1 })
+	testwait.For(t, "the NACK recorded", func() bool { return len(c.NACKs()) == 1 })
 	if got := histogramCount(t, reg); got != 0 {
 		t.Fatalf("change observed at a Delta NACK (count %d)", got)
 	}
 	c.BeginChange()
 	mustPublish(t, c, "wild", resource.ClusterType, mustSet(t, a, mustResource(t, c, "b", cluster("b2"))))
 	wild.send(resource.ClusterType, nil, nil, wild.recv().GetNonce(), nil)
-	waitFor(t, func() bool { return histogramCount(t, reg) == 2 })
+	testwait.For(t, "two changes observed", func() bool { return histogramCount(t, reg) == 2 })
 	named.expectNothing(50 * time.Millisecond)
 }

@@ -37,6 +37,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 )
 
@@ -318,20 +319,14 @@ spec:
   backends: [{service: bookstore-v1, weight: 20}, {service: bookstore-v2, weight: 80}]
 `)
 	publish(t, c, node, meshOf(sp.Snapshot(), eps), proxy)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// Polling the cache's status: no channel reports ACKs.
+	testwait.Until(t, "the new routes ACKed", func() (bool, string) {
 		s := routeStatus(c, node)
-		if s.ACKed != "" && s.ACKed != before.ACKed && s.ACKed == s.Sent {
-			break
-		}
 		if s.NACK != nil {
 			t.Fatalf("gRPC NACKed the new routes: %+v", s.NACK)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the new routes were not ACKed within 5s: %+v", s)
-		}
-		time.Sleep(5 * time.Millisecond) // polling the cache's status: no channel reports ACKs
-	}
+		return s.ACKed != "" && s.ACKed != before.ACKed && s.ACKed == s.Sent, fmt.Sprintf("%+v", s)
+	})
 	check("20/80 split", share(1000), 0.2)
 
 	if n := streams.Load(); n != 1 {
