@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // A subscriber that never reads does not hold the manager up; when it
@@ -30,7 +31,7 @@ func TestAnnouncementsNeverBlock(t *testing.T) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testwait.Bound(t)):
 		t.Fatal("announcing blocked on a subscriber that does not read")
 	}
 

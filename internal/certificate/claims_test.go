@@ -13,6 +13,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/store"
 	"github.com/osm-vm/osm-vm/internal/testlog"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // heldStore is a Memory store whose transactions can be held or failed,
@@ -94,8 +95,8 @@ func stored(t *testing.T, st *store.Memory, cn string) ProxyRecord {
 	return e.ProxyRecord
 }
 
-// claimReturns runs ClaimProxy and fails the test if it has not returned
-// within 10s (it is waiting for something it should not).
+// claimReturns runs ClaimProxy and fails the test if it does not return
+// (it is waiting for something it should not).
 func claimReturns(t *testing.T, m *Manager, cn string) error {
 	t.Helper()
 	done := make(chan error, 1)
@@ -103,20 +104,9 @@ func claimReturns(t *testing.T, m *Manager, cn string) error {
 	select {
 	case err := <-done:
 		return err
-	case <-time.After(10 * time.Second):
+	case <-time.After(testwait.Bound(t)):
 		t.Fatalf("ClaimProxy(%s) did not return while the store's transactions were held: it waits for the write", cn)
 		return nil
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 10s for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -156,7 +146,7 @@ func TestClaimWrittenAfterReturn(t *testing.T) {
 	}
 
 	release()
-	if a := nextAnnouncement(t, ch, ProxyClaimed, 10*time.Second); a.ProxyCN != cn {
+	if a := nextAnnouncement(t, ch, ProxyClaimed); a.ProxyCN != cn {
 		t.Errorf("ProxyClaimed = %+v", a)
 	}
 	if got := stored(t, st.Memory, cn); got.State != StateClaimed || !got.LastSeen.Equal(clk.Now()) {
@@ -216,7 +206,7 @@ func TestClaimsCoalesce(t *testing.T) {
 				}
 			}
 			release()
-			waitFor(t, "every claim written", func() bool {
+			testwait.For(t, "every claim written", func() bool {
 				for _, cn := range cns {
 					if stored(t, st.Memory, cn).State != StateClaimed {
 						return false
@@ -282,7 +272,7 @@ func TestPendingClaimDoesNotUndoRevocation(t *testing.T) {
 		t.Fatal(err)
 	}
 	release()
-	waitFor(t, "the claim to be dropped", func() bool { return len(m.pendingClaims()) == 0 })
+	testwait.For(t, "the claim to be dropped", func() bool { return len(m.pendingClaims()) == 0 })
 	if got := stored(t, st.Memory, cn); got.State != StateRevoked {
 		t.Errorf("stored state %s, want revoked: the pending claim overwrote the revocation", got.State)
 	}
@@ -309,7 +299,7 @@ func TestFailedClaimWriteRetried(t *testing.T) {
 	if err := m.ClaimProxy(t.Context(), cn); err != nil {
 		t.Fatalf("ClaimProxy with the store failing writes: %v (the write is the writer's to retry)", err)
 	}
-	waitFor(t, "the failed write to be logged", func() bool {
+	testwait.For(t, "the failed write to be logged", func() bool {
 		l := logs.String()
 		return strings.Contains(l, "disk full") && strings.Contains(l, cn)
 	})
@@ -317,7 +307,7 @@ func TestFailedClaimWriteRetried(t *testing.T) {
 		t.Errorf("Proxy while the write fails: state %s, want claimed", rec.State)
 	}
 	st.setFail(nil)
-	nextAnnouncement(t, ch, ProxyClaimed, 10*time.Second)
+	nextAnnouncement(t, ch, ProxyClaimed)
 	if got := stored(t, st.Memory, cn); got.State != StateClaimed {
 		t.Errorf("stored state after the retry: %s, want claimed", got.State)
 	}
@@ -387,10 +377,10 @@ func TestUnreadableRecordDropsOnlyItsClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	release()
-	waitFor(t, "the good claims to be written", func() bool {
+	testwait.For(t, "the good claims to be written", func() bool {
 		return stored(t, st.Memory, first).State == StateClaimed && stored(t, st.Memory, good).State == StateClaimed
 	})
-	waitFor(t, "the unreadable record to be logged", func() bool {
+	testwait.For(t, "the unreadable record to be logged", func() bool {
 		return strings.Contains(logs.String(), "proxy record "+bad+" does not decode")
 	})
 	if got := m.pendingClaims(); len(got) != 0 {
@@ -401,7 +391,7 @@ func TestUnreadableRecordDropsOnlyItsClaim(t *testing.T) {
 	if err := claimReturns(t, m, later); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "a later claim to be written", func() bool { return stored(t, st.Memory, later).State == StateClaimed })
+	testwait.For(t, "a later claim to be written", func() bool { return stored(t, st.Memory, later).State == StateClaimed })
 	if err := m.ClaimProxy(t.Context(), bad); err == nil || !strings.Contains(err.Error(), "does not decode") {
 		t.Errorf("ClaimProxy of the unreadable record = %v, want a refusal naming it", err)
 	}
@@ -423,7 +413,7 @@ func TestClaimVerifiedProxy(t *testing.T) {
 	if err := m.ClaimVerifiedProxy(t.Context(), rec); err != nil {
 		t.Fatalf("ClaimVerifiedProxy: %v", err)
 	}
-	waitFor(t, "the claim written", func() bool { return stored(t, st, cn).State == StateClaimed })
+	testwait.For(t, "the claim written", func() bool { return stored(t, st, cn).State == StateClaimed })
 
 	peer, cn = issueProxy(t, m)
 	rec, err = m.VerifyProxy(t.Context(), peer)
@@ -438,7 +428,7 @@ func TestClaimVerifiedProxy(t *testing.T) {
 	if err := m.ClaimVerifiedProxy(t.Context(), rec); err != nil {
 		t.Fatalf("ClaimVerifiedProxy of the record read before the revocation: %v", err)
 	}
-	waitFor(t, "the pending claim dropped", func() bool { return len(m.pendingClaims()) == 0 })
+	testwait.For(t, "the pending claim dropped", func() bool { return len(m.pendingClaims()) == 0 })
 	if got := stored(t, st, cn); got.State != StateRevoked {
 		t.Errorf("stored state after the claim's write: %s, want revoked", got.State)
 	}
@@ -469,7 +459,7 @@ func TestVerifiedClaimReadsTheRecordOnce(t *testing.T) {
 	if err := m.ClaimVerifiedProxy(t.Context(), rec); err != nil {
 		t.Fatal(err)
 	}
-	nextAnnouncement(t, ch, ProxyClaimed, 5*time.Second)
+	nextAnnouncement(t, ch, ProxyClaimed)
 	if got := stored(t, st.Memory, cn); got.State != StateClaimed {
 		t.Fatalf("stored state %s, want claimed", got.State)
 	}
@@ -509,7 +499,7 @@ func TestClaimsGathered(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "a transaction's worth of claims written, not an hour later", func() bool { return claimed(full) })
+	testwait.For(t, "a transaction's worth of claims written, not an hour later", func() bool { return claimed(full) })
 	if got := st.txnCount() - before; got != 1 {
 		t.Errorf("%d claims one after another took %d transactions, want 1", len(full), got)
 	}

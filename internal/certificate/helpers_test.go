@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // clock is a settable clock for Options.Now.
@@ -75,16 +76,11 @@ func runManager(t *testing.T, m *Manager) {
 // waitClaimWriter waits until Run writes m's claims.
 func waitClaimWriter(t *testing.T, m *Manager) {
 	t.Helper()
-	for range 1000 {
+	testwait.For(t, "Run to start writing claims", func() bool {
 		m.claimMu.Lock()
-		n := m.claimWriters
-		m.claimMu.Unlock()
-		if n > 0 {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("Run did not start writing claims within 10s")
+		defer m.claimMu.Unlock()
+		return m.claimWriters > 0
+	})
 }
 
 func ecKey(t testing.TB, c elliptic.Curve) crypto.Signer {
@@ -111,9 +107,9 @@ func csrFor(t testing.TB, key crypto.Signer, tmpl *x509.CertificateRequest) []by
 
 // nextAnnouncement waits for the first announcement of kind, skipping
 // others.
-func nextAnnouncement(t *testing.T, ch <-chan Announcement, kind AnnouncementKind, timeout time.Duration) Announcement {
+func nextAnnouncement(t *testing.T, ch <-chan Announcement, kind AnnouncementKind) Announcement {
 	t.Helper()
-	deadline := time.After(timeout)
+	deadline := time.After(testwait.Bound(t))
 	for {
 		select {
 		case a, ok := <-ch:
@@ -124,7 +120,7 @@ func nextAnnouncement(t *testing.T, ch <-chan Announcement, kind AnnouncementKin
 				return a
 			}
 		case <-deadline:
-			t.Fatalf("no %s announcement within %s", kind, timeout)
+			t.Fatalf("no %s announcement", kind)
 		}
 	}
 }
@@ -192,6 +188,6 @@ func runningWithProxy(t *testing.T, st Store) (m *Manager, ch <-chan Announcemen
 	ch, cancel := m.Subscribe()
 	t.Cleanup(cancel)
 	peer, cn = issueProxy(t, m)
-	nextAnnouncement(t, ch, ProxyIssued, 5*time.Second)
+	nextAnnouncement(t, ch, ProxyIssued)
 	return m, ch, peer, cn
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/osm-vm/osm-vm/internal/store"
 )
@@ -31,7 +30,7 @@ func TestOwnCommitsDoNotWakeTheListing(t *testing.T) {
 	for range 5 {
 		_, cn := issueProxy(t, m)
 		cns = append(cns, cn)
-		nextAnnouncement(t, ch, ProxyIssued, 5*time.Second)
+		nextAnnouncement(t, ch, ProxyIssued)
 	}
 	for _, cn := range cns {
 		if err := m.ClaimProxy(ctx, cn); err != nil {
@@ -39,12 +38,12 @@ func TestOwnCommitsDoNotWakeTheListing(t *testing.T) {
 		}
 	}
 	for range cns {
-		nextAnnouncement(t, ch, ProxyClaimed, 5*time.Second)
+		nextAnnouncement(t, ch, ProxyClaimed)
 	}
 	if _, err := m.RequestServiceCertificate(ctx, bookstoreSA); !errors.Is(err, ErrPending) {
 		t.Fatalf("RequestServiceCertificate: %v, want ErrPending while Run issues it", err)
 	}
-	nextAnnouncement(t, ch, Issued, 5*time.Second)
+	nextAnnouncement(t, ch, Issued)
 	select {
 	case <-proxies:
 		t.Error("the manager's own enrollments and claims signalled its watch of the proxy records")
@@ -61,7 +60,7 @@ func TestOwnCommitsDoNotWakeTheListing(t *testing.T) {
 	if err := other.RevokeProxy(ctx, cns[0]); err != nil {
 		t.Fatal(err)
 	}
-	if a := nextAnnouncement(t, ch, ProxyRevoked, 5*time.Second); a.ProxyCN != cns[0] {
+	if a := nextAnnouncement(t, ch, ProxyRevoked); a.ProxyCN != cns[0] {
 		t.Errorf("ProxyRevoked = %+v, want %s", a, cns[0])
 	}
 }
@@ -120,7 +119,7 @@ func TestFailedReadBackIsFollowedByAListing(t *testing.T) {
 	if err := m.ClaimVerifiedProxy(t.Context(), rec); err != nil {
 		t.Fatal(err)
 	}
-	if a := nextAnnouncement(t, ch, ProxyClaimed, 10*time.Second); a.ProxyCN != cn {
+	if a := nextAnnouncement(t, ch, ProxyClaimed); a.ProxyCN != cn {
 		t.Errorf("ProxyClaimed = %+v, want %s", a, cn)
 	}
 	st.mu.Lock()

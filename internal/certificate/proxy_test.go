@@ -244,7 +244,7 @@ func TestProxyStates(t *testing.T) {
 	defer cancel()
 	ctx := t.Context()
 	_, cn := issueProxy(t, m)
-	if a := nextAnnouncement(t, ch, ProxyIssued, time.Second); a.ProxyCN != cn || a.ServiceAccount != bookstoreSA {
+	if a := nextAnnouncement(t, ch, ProxyIssued); a.ProxyCN != cn || a.ServiceAccount != bookstoreSA {
 		t.Errorf("ProxyIssued announcement = %+v", a)
 	}
 
@@ -256,7 +256,7 @@ func TestProxyStates(t *testing.T) {
 	if rec.State != StateClaimed || !rec.LastSeen.Equal(clk.Now()) {
 		t.Errorf("after claim: state %s, last seen %s; want claimed at %s", rec.State, rec.LastSeen, clk.Now())
 	}
-	nextAnnouncement(t, ch, ProxyClaimed, time.Second)
+	nextAnnouncement(t, ch, ProxyClaimed)
 
 	claimedAt := clk.Now()
 	clk.Advance(time.Hour)
@@ -273,7 +273,7 @@ func TestProxyStates(t *testing.T) {
 	if err := m.RevokeProxy(ctx, cn); err != nil {
 		t.Fatalf("RevokeProxy: %v", err)
 	}
-	if a := nextAnnouncement(t, ch, ProxyRevoked, time.Second); a.ProxyCN != cn {
+	if a := nextAnnouncement(t, ch, ProxyRevoked); a.ProxyCN != cn {
 		t.Errorf("ProxyRevoked announcement = %+v", a)
 	}
 	if rec, _ := m.Proxy(ctx, cn); rec.State != StateRevoked {
@@ -415,17 +415,17 @@ func TestReplicaAnnouncesRevocation(t *testing.T) {
 	ch, cancel := m2.Subscribe()
 	defer cancel()
 	_, cn := issueProxy(t, m1)
-	if a := nextAnnouncement(t, ch, ProxyIssued, 5*time.Second); a.ProxyCN != cn {
+	if a := nextAnnouncement(t, ch, ProxyIssued); a.ProxyCN != cn {
 		t.Errorf("ProxyIssued = %+v", a)
 	}
 	if err := m1.ClaimProxy(t.Context(), cn); err != nil {
 		t.Fatal(err)
 	}
-	nextAnnouncement(t, ch, ProxyClaimed, 5*time.Second)
+	nextAnnouncement(t, ch, ProxyClaimed)
 	if err := m1.RevokeProxy(t.Context(), cn); err != nil {
 		t.Fatal(err)
 	}
-	if a := nextAnnouncement(t, ch, ProxyRevoked, 5*time.Second); a.ProxyCN != cn || a.ServiceAccount != bookstoreSA {
+	if a := nextAnnouncement(t, ch, ProxyRevoked); a.ProxyCN != cn || a.ServiceAccount != bookstoreSA {
 		t.Errorf("ProxyRevoked = %+v", a)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/osm-vm/osm-vm/internal/store"
 	"github.com/osm-vm/osm-vm/internal/testlog"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // touchingStore rewrites the proxy record touch, unchanged, just before
@@ -214,7 +215,7 @@ func TestPrunedProxyForgottenByReplicas(t *testing.T) {
 			t.Errorf("replica %d ListProxies = %v, %v; want only %s", i+1, list, err, fresh)
 		}
 	}
-	waitFor(t, "the running replica to forget the deleted record", func() bool {
+	testwait.For(t, "the running replica to forget the deleted record", func() bool {
 		return cmp.Equal(knownCNs(m3), want)
 	})
 }
@@ -271,7 +272,7 @@ func TestRunPrunesProxies(t *testing.T) {
 
 	st.setFail(errors.New("disk full"))
 	runManager(t, m)
-	waitFor(t, "the failed prune to be logged", func() bool {
+	testwait.For(t, "the failed prune to be logged", func() bool {
 		l := logs.String()
 		return strings.Contains(l, "level=ERROR") && strings.Contains(l, "prune proxy records") && strings.Contains(l, "disk full")
 	})
@@ -279,10 +280,10 @@ func TestRunPrunesProxies(t *testing.T) {
 		t.Fatalf("records while the store fails writes: %v, want both", got)
 	}
 	st.setFail(nil)
-	waitFor(t, "the expired record to be deleted by the retry", func() bool {
+	testwait.For(t, "the expired record to be deleted by the retry", func() bool {
 		return cmp.Equal(storedCNs(t, st), []string{fresh})
 	})
-	waitFor(t, "the deletion to be logged", func() bool {
+	testwait.For(t, "the deletion to be logged", func() bool {
 		return strings.Contains(logs.String(), "msg=\"deleted proxy records whose certificates all expired\" deleted=1")
 	})
 	if _, err := m.Proxy(t.Context(), old); !errors.Is(err, ErrNotFound) {
@@ -292,7 +293,7 @@ func TestRunPrunesProxies(t *testing.T) {
 	// An hour (or more) later, the next pass.
 	clk.Advance(lifetime + retention)
 	m.wake()
-	waitFor(t, "the next pass to delete the record that expired since", func() bool {
+	testwait.For(t, "the next pass to delete the record that expired since", func() bool {
 		return len(storedCNs(t, st)) == 0
 	})
 	if got := knownCNs(m); len(got) != 0 {
@@ -370,5 +371,5 @@ func TestPruneOnlyWhileHoldingDuty(t *testing.T) {
 	hold, lose := context.WithCancel(t.Context())
 	defer lose()
 	duty.take <- hold
-	waitFor(t, "the duty's holder to delete the expired record", func() bool { return len(storedCNs(t, st)) == 0 })
+	testwait.For(t, "the duty's holder to delete the expired record", func() bool { return len(storedCNs(t, st)) == 0 })
 }

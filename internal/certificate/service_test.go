@@ -126,7 +126,7 @@ func TestRotationOnDemand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := nextAnnouncement(t, ch, Issued, time.Second); got.CommonName != old.GetCommonName() || got.ServiceAccount != bookstore {
+	if got := nextAnnouncement(t, ch, Issued); got.CommonName != old.GetCommonName() || got.ServiceAccount != bookstore {
 		t.Errorf("Issued announcement = %+v", got)
 	}
 	clk.Advance(17 * time.Hour) // more than two thirds of 27h..30h left: not due
@@ -144,7 +144,7 @@ func TestRotationOnDemand(t *testing.T) {
 	if !clk.Now().Before(old.GetExpiration()) {
 		t.Errorf("rotated only after the old certificate expired")
 	}
-	nextAnnouncement(t, ch, Rotated, time.Second)
+	nextAnnouncement(t, ch, Rotated)
 	if got := drain(ch); len(got) != 0 {
 		t.Errorf("extra announcements %+v", got)
 	}
@@ -153,12 +153,12 @@ func TestRotationOnDemand(t *testing.T) {
 	if err != nil || forced.GetSerialNumber() == c.GetSerialNumber() {
 		t.Fatalf("RotateCertificate = %v, %v; want a new certificate", forced, err)
 	}
-	nextAnnouncement(t, ch, Rotated, time.Second)
+	nextAnnouncement(t, ch, Rotated)
 
 	if err := m.ReleaseCertificate(t.Context(), bookstore); err != nil {
 		t.Fatal(err)
 	}
-	if a := nextAnnouncement(t, ch, Released, time.Second); a.ServiceAccount != bookstore {
+	if a := nextAnnouncement(t, ch, Released); a.ServiceAccount != bookstore {
 		t.Errorf("Released announcement = %+v", a)
 	}
 	if _, err := m.GetCertificate(t.Context(), bookstore); !errors.Is(err, ErrNotFound) {
@@ -192,13 +192,13 @@ func TestRotationByRunAcrossReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nextAnnouncement(t, ch2, Issued, 5*time.Second)
+	nextAnnouncement(t, ch2, Issued)
 	if c, err := m2.ServiceCertificate(t.Context(), bookstore); err != nil || c.GetSerialNumber() != old.GetSerialNumber() {
 		t.Fatalf("replica 2 ServiceCertificate = %v, %v; want the shared certificate", c, err)
 	}
 
 	for i, ch := range []<-chan Announcement{ch1, ch2} {
-		a := nextAnnouncement(t, ch, Rotated, 2*lifetime)
+		a := nextAnnouncement(t, ch, Rotated)
 		if a.CommonName != old.GetCommonName() || a.ServiceAccount != bookstore {
 			t.Errorf("replica %d: Rotated announcement = %+v", i+1, a)
 		}
@@ -234,12 +234,12 @@ func TestReplicaAnnouncesOthersRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nextAnnouncement(t, ch, Issued, 5*time.Second)
+	nextAnnouncement(t, ch, Issued)
 	rot, err := m1.RotateCertificate(t.Context(), bookstore)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nextAnnouncement(t, ch, Rotated, 5*time.Second)
+	nextAnnouncement(t, ch, Rotated)
 	got, err := m2.ServiceCertificate(t.Context(), bookstore)
 	if err != nil || got.GetSerialNumber() != rot.GetSerialNumber() {
 		t.Errorf("replica 2 serves %v, %v after replica 1 rotated; want %s", got, err, rot.GetSerialNumber())
@@ -247,7 +247,7 @@ func TestReplicaAnnouncesOthersRotation(t *testing.T) {
 	if err := m1.ReleaseCertificate(t.Context(), bookstore); err != nil {
 		t.Fatal(err)
 	}
-	nextAnnouncement(t, ch, Released, 5*time.Second)
+	nextAnnouncement(t, ch, Released)
 }
 
 // Two proxies' service certificates authenticate each other over real mTLS
@@ -353,7 +353,7 @@ func TestRotationRetriesAfterStoreErrors(t *testing.T) {
 	st.n = 3
 	st.mu.Unlock()
 	runManager(t, m)
-	nextAnnouncement(t, ch, Rotated, 20*time.Second)
+	nextAnnouncement(t, ch, Rotated)
 	c, err := m.ServiceCertificate(t.Context(), bookstore)
 	if err != nil || c.GetSerialNumber() == old.GetSerialNumber() {
 		t.Errorf("after the store recovered: %v, %v; want a rotated certificate", c, err)
@@ -516,7 +516,7 @@ func TestRequestServiceCertificate(t *testing.T) {
 	if c, err := m2.RequestServiceCertificate(t.Context(), buyer); !errors.Is(err, ErrPending) {
 		t.Fatalf("RequestServiceCertificate with Run = %v, %v; want ErrPending", c, err)
 	}
-	for a = nextAnnouncement(t, ch, Issued, 5*time.Second); a.ServiceAccount != buyer; a = nextAnnouncement(t, ch, Issued, 5*time.Second) {
+	for a = nextAnnouncement(t, ch, Issued); a.ServiceAccount != buyer; a = nextAnnouncement(t, ch, Issued) {
 	}
 	c, err := m2.RequestServiceCertificate(t.Context(), buyer)
 	if err != nil || c.GetCommonName() != a.CommonName {
