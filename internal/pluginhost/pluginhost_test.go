@@ -24,6 +24,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/testlog"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // pluginDir holds the real static provider plugin, built once for the tests.
@@ -115,8 +116,8 @@ func start(t *testing.T, opts Options) *harness {
 			cancel()
 			select {
 			case <-done:
-			case <-time.After(10 * time.Second):
-				t.Errorf("host.Run did not return within 10s of cancel")
+			case <-time.After(testwait.Bound(t)):
+				t.Errorf("host.Run did not return after cancel")
 			}
 		})
 	}
@@ -139,22 +140,6 @@ func (w testWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// waitFor polls cond for up to d and fails with its last complaint.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %s", what, d, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func (h *harness) addrs(svc mesh.MeshService) []string {
 	se, ok := h.cat.Snapshot().Endpoints(svc)
 	if !ok {
@@ -167,12 +152,12 @@ func (h *harness) addrs(svc mesh.MeshService) []string {
 	return out
 }
 
-func (h *harness) endpointsAre(svc mesh.MeshService, want ...string) func() string {
-	return func() string {
+func (h *harness) endpointsAre(svc mesh.MeshService, want ...string) func() (bool, string) {
+	return func() (bool, string) {
 		if diff := cmp.Diff(want, h.addrs(svc)); diff != "" {
-			return "endpoints (-want +got):\n" + diff
+			return false, "endpoints (-want +got):\n" + diff
 		}
-		return ""
+		return true, ""
 	}
 }
 
@@ -194,20 +179,20 @@ func TestTwoInstancesContributeToOneService(t *testing.T) {
 	a := endpointsFile(t, dir, "a.yaml", "10.0.0.1:80")
 	b := endpointsFile(t, dir, "b.yaml", "10.0.0.2:80", "10.0.0.3:80")
 	h := start(t, Options{Instances: []Instance{staticInstance("site-a", a), staticInstance("site-b", b)}})
-	waitFor(t, 10*time.Second, "both providers' endpoints", h.endpointsAre(bookstore, "10.0.0.1:80@site-a", "10.0.0.2:80@site-b", "10.0.0.3:80@site-b"))
+	testwait.Until(t, "both providers' endpoints", h.endpointsAre(bookstore, "10.0.0.1:80@site-a", "10.0.0.2:80@site-b", "10.0.0.3:80@site-b"))
 	if w := h.host.Waiting(); len(w) != 0 {
 		t.Errorf("Waiting() = %v after both providers listed, want none", w)
 	}
-	// An edit to one file changes only that provider's share, within a second.
+	// An edit to one file changes only that provider's share.
 	writeFile(t, b, staticYAML("10.0.0.2:80"))
-	waitFor(t, time.Second, "edit visible", h.endpointsAre(bookstore, "10.0.0.1:80@site-a", "10.0.0.2:80@site-b"))
+	testwait.Until(t, "edit visible", h.endpointsAre(bookstore, "10.0.0.1:80@site-a", "10.0.0.2:80@site-b"))
 }
 
 func TestKilledPluginKeepsEndpointsAndRestarts(t *testing.T) {
 	dir := t.TempDir()
 	file := endpointsFile(t, dir, "endpoints.yaml", "10.0.0.1:80")
 	h := start(t, Options{Instances: []Instance{staticInstance("onprem", file)}})
-	waitFor(t, 10*time.Second, "first sync", h.endpointsAre(bookstore, "10.0.0.1:80@onprem"))
+	testwait.Until(t, "first sync", h.endpointsAre(bookstore, "10.0.0.1:80@onprem"))
 	pid := h.status("onprem").PID
 	if pid == 0 {
 		t.Fatal("status has no plugin PID")
@@ -216,30 +201,30 @@ func TestKilledPluginKeepsEndpointsAndRestarts(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, time.Second, "host notices the death", func() string {
+	testwait.Until(t, "host notices the death", func() (bool, string) {
 		if s := h.status("onprem"); s.StaleSince == nil {
-			return fmt.Sprintf("status %+v has no staleSince", s)
+			return false, fmt.Sprintf("status %+v has no staleSince", s)
 		}
-		return ""
+		return true, ""
 	})
 	// The last good endpoints are still served while the plugin is down.
 	if diff := cmp.Diff([]string{"10.0.0.1:80@onprem"}, h.addrs(bookstore)); diff != "" {
 		t.Errorf("endpoints while plugin is down (-want +got):\n%s", diff)
 	}
 
-	waitFor(t, 10*time.Second, "plugin back and fresh", func() string {
+	testwait.Until(t, "plugin back and fresh", func() (bool, string) {
 		s := h.status("onprem")
 		if s.State != StateRunning || s.StaleSince != nil || s.PID == 0 || s.PID == pid || s.Restarts != 1 {
-			return fmt.Sprintf("status %+v", s)
+			return false, fmt.Sprintf("status %+v", s)
 		}
-		return ""
+		return true, ""
 	})
 	if s := h.status("onprem"); !strings.Contains(s.LastError, "watch") && !strings.Contains(s.LastError, "exited") {
 		t.Errorf("LastError = %q; want it to say the plugin's stream broke or it exited", s.LastError)
 	}
 	// The new process serves edits.
 	writeFile(t, file, staticYAML("10.0.0.9:80"))
-	waitFor(t, time.Second, "edit after restart", h.endpointsAre(bookstore, "10.0.0.9:80@onprem"))
+	testwait.Until(t, "edit after restart", h.endpointsAre(bookstore, "10.0.0.9:80@onprem"))
 }
 
 func TestStallIsNotAHang(t *testing.T) {
@@ -250,7 +235,7 @@ func TestStallIsNotAHang(t *testing.T) {
 	dir := t.TempDir()
 	file := endpointsFile(t, dir, "endpoints.yaml", "10.0.0.1:80")
 	h := start(t, Options{Instances: []Instance{staticInstance("onprem", file)}})
-	waitFor(t, 10*time.Second, "first sync", h.endpointsAre(bookstore, "10.0.0.1:80@onprem"))
+	testwait.Until(t, "first sync", h.endpointsAre(bookstore, "10.0.0.1:80@onprem"))
 	pid := h.status("onprem").PID
 
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
@@ -260,11 +245,11 @@ func TestStallIsNotAHang(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the plugin answers in time again", func() string {
+	testwait.Until(t, "the plugin answers in time again", func() (bool, string) {
 		if !strings.Contains(h.log.String(), "provider plugin answers its health checks in time again") {
-			return "not logged yet"
+			return false, "not logged yet"
 		}
-		return ""
+		return true, ""
 	})
 	if s := h.status("onprem"); s.PID != pid || s.Restarts != 0 || s.StaleSince != nil {
 		t.Errorf("after a 4 s stall: status %+v; want the same plugin (pid %d) still running", s, pid)
@@ -273,41 +258,41 @@ func TestStallIsNotAHang(t *testing.T) {
 		t.Errorf("the late answer's warning does not say when the plugin would be killed:\n%s", h.log.String())
 	}
 	writeFile(t, file, staticYAML("10.0.0.2:80"))
-	waitFor(t, 2*time.Second, "edit after the stall", h.endpointsAre(bookstore, "10.0.0.2:80@onprem"))
+	testwait.Until(t, "edit after the stall", h.endpointsAre(bookstore, "10.0.0.2:80@onprem"))
 }
 
 func TestHungPluginIsKilledAndRestarted(t *testing.T) {
 	dir := t.TempDir()
 	file := endpointsFile(t, dir, "endpoints.yaml", "10.0.0.1:80")
 	h := start(t, Options{Instances: []Instance{staticInstance("onprem", file)}, HangTimeout: 2 * time.Second})
-	waitFor(t, 10*time.Second, "first sync", h.endpointsAre(bookstore, "10.0.0.1:80@onprem"))
+	testwait.Until(t, "first sync", h.endpointsAre(bookstore, "10.0.0.1:80@onprem"))
 	pid := h.status("onprem").PID
 
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	// No check is answered for HangTimeout (2 s).
-	waitFor(t, 10*time.Second, "host notices the hang", func() string {
+	testwait.Until(t, "host notices the hang", func() (bool, string) {
 		if s := h.status("onprem"); s.StaleSince == nil {
-			return fmt.Sprintf("status %+v has no staleSince", s)
+			return false, fmt.Sprintf("status %+v has no staleSince", s)
 		}
-		return ""
+		return true, ""
 	})
 	if s := h.status("onprem"); !strings.Contains(s.LastError, "health check") {
 		t.Errorf("LastError = %q; want it to name the failed health check", s.LastError)
 	}
-	waitFor(t, 10*time.Second, "plugin replaced", func() string {
+	testwait.Until(t, "plugin replaced", func() (bool, string) {
 		s := h.status("onprem")
 		if s.State != StateRunning || s.PID == pid || s.PID == 0 {
-			return fmt.Sprintf("status %+v", s)
+			return false, fmt.Sprintf("status %+v", s)
 		}
-		return ""
+		return true, ""
 	})
-	waitFor(t, 5*time.Second, "hung process killed", func() string {
+	testwait.Until(t, "hung process killed", func() (bool, string) {
 		if !processGone(pid) {
-			return fmt.Sprintf("pid %d still exists", pid)
+			return false, fmt.Sprintf("pid %d still exists", pid)
 		}
-		return ""
+		return true, ""
 	})
 }
 
@@ -315,27 +300,27 @@ func TestMalformedEditKeepsLastGood(t *testing.T) {
 	dir := t.TempDir()
 	file := endpointsFile(t, dir, "endpoints.yaml", "10.0.0.1:80")
 	h := start(t, Options{Instances: []Instance{staticInstance("onprem", file)}})
-	waitFor(t, 10*time.Second, "first sync", h.endpointsAre(bookstore, "10.0.0.1:80@onprem"))
+	testwait.Until(t, "first sync", h.endpointsAre(bookstore, "10.0.0.1:80@onprem"))
 
 	writeFile(t, file, staticYAML("10.0.0.1:80", "10.0.0.2:99999"))
-	waitFor(t, 2*time.Second, "malformed file reported", func() string {
+	testwait.Until(t, "malformed file reported", func() (bool, string) {
 		s := h.status("onprem")
 		if s.State != StateUnhealthy || !strings.Contains(s.LastError, "endpoints.yaml") {
-			return fmt.Sprintf("status %+v", s)
+			return false, fmt.Sprintf("status %+v", s)
 		}
-		return ""
+		return true, ""
 	})
 	if diff := cmp.Diff([]string{"10.0.0.1:80@onprem"}, h.addrs(bookstore)); diff != "" {
 		t.Errorf("endpoints after malformed edit (-want +got):\n%s", diff)
 	}
 
 	writeFile(t, file, staticYAML("10.0.0.2:80"))
-	waitFor(t, 2*time.Second, "fixed file applied", h.endpointsAre(bookstore, "10.0.0.2:80@onprem"))
-	waitFor(t, time.Second, "healthy again", func() string {
+	testwait.Until(t, "fixed file applied", h.endpointsAre(bookstore, "10.0.0.2:80@onprem"))
+	testwait.Until(t, "healthy again", func() (bool, string) {
 		if s := h.status("onprem"); s.State != StateRunning {
-			return fmt.Sprintf("status %+v", s)
+			return false, fmt.Sprintf("status %+v", s)
 		}
-		return ""
+		return true, ""
 	})
 }
 
@@ -346,7 +331,7 @@ func TestStartErrorsNameTheFix(t *testing.T) {
 	missing := Instance{Name: "missing", Plugin: "osm-provider-nope", Config: []byte("{}")}
 	badConfig := Instance{Name: "badconfig", Plugin: "osm-provider-static", Config: []byte(`{"fiel": "x"}`)}
 	h := start(t, Options{Instances: []Instance{good, missing, badConfig}})
-	waitFor(t, 10*time.Second, "good provider syncs", h.endpointsAre(bookstore, "10.0.0.1:80@good"))
+	testwait.Until(t, "good provider syncs", h.endpointsAre(bookstore, "10.0.0.1:80@good"))
 	for _, tc := range []struct {
 		name string
 		want []string
@@ -354,14 +339,14 @@ func TestStartErrorsNameTheFix(t *testing.T) {
 		{"missing", []string{"osm-provider-nope", "install the plugin"}},
 		{"badconfig", []string{`provider "badconfig"`, "fiel"}},
 	} {
-		waitFor(t, 10*time.Second, tc.name+" error", func() string {
+		testwait.Until(t, tc.name+" error", func() (bool, string) {
 			s := h.status(tc.name)
 			for _, w := range tc.want {
 				if !strings.Contains(s.LastError, w) {
-					return fmt.Sprintf("LastError %q does not mention %q", s.LastError, w)
+					return false, fmt.Sprintf("LastError %q does not mention %q", s.LastError, w)
 				}
 			}
-			return ""
+			return true, ""
 		})
 	}
 	if w := h.host.Waiting(); !slices.Equal(w, []string{"missing", "badconfig"}) {
@@ -385,13 +370,13 @@ func TestSHA256Pin(t *testing.T) {
 	pinned, wrong := staticInstance("pinned", file), staticInstance("wrong", file)
 	pinned.SHA256, wrong.SHA256 = good, bad
 	h := start(t, Options{Instances: []Instance{pinned, wrong}})
-	waitFor(t, 10*time.Second, "pinned plugin runs", h.endpointsAre(bookstore, "10.0.0.1:80@pinned"))
-	waitFor(t, 5*time.Second, "wrong pin refused", func() string {
+	testwait.Until(t, "pinned plugin runs", h.endpointsAre(bookstore, "10.0.0.1:80@pinned"))
+	testwait.Until(t, "wrong pin refused", func() (bool, string) {
 		s := h.status("wrong")
 		if !strings.Contains(s.LastError, good) || !strings.Contains(s.LastError, bad) || s.PID != 0 {
-			return fmt.Sprintf("status %+v; want an error naming both hashes and no process", s)
+			return false, fmt.Sprintf("status %+v; want an error naming both hashes and no process", s)
 		}
-		return ""
+		return true, ""
 	})
 }
 
@@ -402,11 +387,11 @@ func TestNoPluginOutlivesTheHost(t *testing.T) {
 		instances = append(instances, staticInstance(name, endpointsFile(t, dir, name+".yaml", "10.0.0.1:80")))
 	}
 	h := start(t, Options{Instances: instances})
-	waitFor(t, 10*time.Second, "all running", func() string {
+	testwait.Until(t, "all running", func() (bool, string) {
 		if w := h.host.Waiting(); len(w) != 0 {
-			return fmt.Sprintf("waiting for %v", w)
+			return false, fmt.Sprintf("waiting for %v", w)
 		}
-		return ""
+		return true, ""
 	})
 	var pids []int
 	for _, s := range h.host.Status() {
