@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/provider"
 	"github.com/osm-vm/osm-vm/provider/providertest"
 )
@@ -135,6 +136,9 @@ func newTestProvider(t *testing.T) testProvider {
 	t.Helper()
 	log := slog.New(slog.NewTextHandler(testLog{t}, nil))
 	d := newStaticDriver(log)
+	// The tests' waits are bounded only by the test's deadline: an edit
+	// they wait for must come by the watch, not by the safety-net re-read.
+	d.poll = time.Hour
 	p := provider.NewPlugin(log, d)
 	t.Cleanup(func() { p.Close() })
 	return testProvider{p, d}
@@ -238,17 +242,6 @@ func (e *events) snapshot() []provider.Event {
 	return slices.Clone(e.got)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 2s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestBadEditKeepsLastGoodThenRecovers(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -268,7 +261,7 @@ func TestBadEditKeepsLastGoodThenRecovers(t *testing.T) {
 	if err := writeAtomic(path, strings.Replace(good, "port: 80", "port: 0", 1)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "unhealthy event", func() bool {
+	testwait.For(t, "unhealthy event", func() bool {
 		for _, ev := range evs.snapshot() {
 			if ev.Health != nil && !ev.Health.Healthy && strings.Contains(ev.Health.Message, "endpoints.yaml:5") {
 				return true
@@ -285,7 +278,7 @@ func TestBadEditKeepsLastGoodThenRecovers(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "missing-file event", func() bool {
+	testwait.For(t, "missing-file event", func() bool {
 		for _, ev := range evs.snapshot() {
 			if ev.Health != nil && strings.Contains(ev.Health.Message, "no such file") {
 				return true
@@ -297,7 +290,7 @@ func TestBadEditKeepsLastGoodThenRecovers(t *testing.T) {
 	if err := writeAtomic(path, strings.Replace(good, "port: 80", "port: 81", 1)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "healthy again with the new endpoint", func() bool {
+	testwait.For(t, "healthy again with the new endpoint", func() bool {
 		got := evs.snapshot()
 		healthy, updated := false, false
 		for _, ev := range got {
@@ -339,7 +332,7 @@ func TestNoEventWithoutChangeAndLabelChangeIsAnEvent(t *testing.T) {
 	if err := writeAtomic(path, strings.Replace(content, "v1", "v2", 1)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "label change event", func() bool {
+	testwait.For(t, "label change event", func() bool {
 		for _, ev := range evs.snapshot() {
 			if len(ev.Endpoints) == 1 && ev.Endpoints[0].Labels["version"] == "v2" {
 				return true
@@ -380,7 +373,7 @@ func TestSymlinkSwap(t *testing.T) {
 	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "swapped content", func() bool {
+	testwait.For(t, "swapped content", func() bool {
 		eps, err := p.ListEndpoints(ctx, provider.Service{Namespace: "default", Name: "a"})
 		return err == nil && len(eps) == 1 && eps[0].Port == 81
 	})
@@ -422,7 +415,7 @@ func TestRenameIsReadAtOnceInPlaceWriteAfterDebounce(t *testing.T) {
 	if err := writeAtomic(path, content(82)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "renamed file read", func() bool { return port() == 82 })
+	testwait.For(t, "renamed file read", func() bool { return port() == 82 })
 
 	// Moved out of the directory and created anew in place, the file is not complete when
 	// it appears (empty here): it too waits for the debounce.
