@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/osm-vm/osm-vm/internal/dnspublish/bindtest"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // TestDNSPublishingThroughTheServer runs osm-server with a dns: section
@@ -61,8 +62,8 @@ dns:
 		}
 	}
 	apply("  annotations: {osm-vm.io/external-dns-name: shop." + zone + "}\n")
-	bindtest.Eventually(t, "the service's endpoints published", b.DigIs("shop."+zone, "A", "10.0.0.5", "10.0.0.6"))
-	bindtest.Eventually(t, "the ownership record", b.DigIs("shop."+zone, "TXT", `"heritage=osm-vm,osm-vm/owner=e2e"`))
+	testwait.Until(t, "the service's endpoints published", b.DigIs("shop."+zone, "A", "10.0.0.5", "10.0.0.6"))
+	testwait.Until(t, "the ownership record", b.DigIs("shop."+zone, "TXT", `"heritage=osm-vm,osm-vm/owner=e2e"`))
 
 	code, body := debugGet(t, s.debug, "/api/v1/dns", "", "")
 	if code != http.StatusOK || !strings.Contains(body, `"healthy": true`) || !strings.Contains(body, `"shop.`+zone+`"`) {
@@ -70,11 +71,11 @@ dns:
 	}
 
 	writeEndpoints("10.0.0.7")
-	bindtest.Eventually(t, "the records follow the endpoints", b.DigIs("shop."+zone, "A", "10.0.0.7"))
+	testwait.Until(t, "the records follow the endpoints", b.DigIs("shop."+zone, "A", "10.0.0.7"))
 
 	apply("")
-	bindtest.Eventually(t, "the records go with the annotation", b.DigIs("shop."+zone, "A"))
-	bindtest.Eventually(t, "the ownership record goes too", b.DigIs("shop."+zone, "TXT"))
+	testwait.Until(t, "the records go with the annotation", b.DigIs("shop."+zone, "A"))
+	testwait.Until(t, "the ownership record goes too", b.DigIs("shop."+zone, "TXT"))
 }
 
 // writeTSIGKey writes the key clause as tsig-keygen prints it (key osm-vm)

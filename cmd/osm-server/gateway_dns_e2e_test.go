@@ -10,6 +10,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/dnspublish/bindtest"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -63,18 +64,18 @@ spec:
 	osm := xdstest.Server{API: s.api, XDS: xdsAddr, DataDir: s.dataDir}
 	gw := mesh.MeshService{Namespace: "default", Name: "ingress"}
 	first := osm.ConnectAs(t, osm.Enroll(t, gw), "gateway", "127.0.55.1")
-	bindtest.Eventually(t, "the listener's host name published", b.DigIs("shop."+zone, "A", "127.0.55.1"))
-	bindtest.Eventually(t, "the route's host name published", b.DigIs("api."+zone, "A", "127.0.55.1"))
+	testwait.Until(t, "the listener's host name published", b.DigIs("shop."+zone, "A", "127.0.55.1"))
+	testwait.Until(t, "the route's host name published", b.DigIs("api."+zone, "A", "127.0.55.1"))
 
 	osm.ConnectAs(t, osm.Enroll(t, gw), "gateway", "127.0.55.2")
-	bindtest.Eventually(t, "a second gateway machine added", b.DigIs("shop."+zone, "A", "127.0.55.1", "127.0.55.2"))
+	testwait.Until(t, "a second gateway machine added", b.DigIs("shop."+zone, "A", "127.0.55.1", "127.0.55.2"))
 	first.Close()
-	bindtest.Eventually(t, "the first machine's address gone with it", b.DigIs("shop."+zone, "A", "127.0.55.2"))
+	testwait.Until(t, "the first machine's address gone with it", b.DigIs("shop."+zone, "A", "127.0.55.2"))
 
 	if out, err := s.cli(t, "delete", "httproute", "api"); err != nil {
 		t.Fatalf("delete httproute: %v\n%s", err, out)
 	}
-	bindtest.Eventually(t, "the route's name gone with the route", b.DigIs("api."+zone, "A"))
-	bindtest.Eventually(t, "its ownership record too", b.DigIs("api."+zone, "TXT"))
-	bindtest.Eventually(t, "the listener's name stays", b.DigIs("shop."+zone, "A", "127.0.55.2"))
+	testwait.Until(t, "the route's name gone with the route", b.DigIs("api."+zone, "A"))
+	testwait.Until(t, "its ownership record too", b.DigIs("api."+zone, "TXT"))
+	testwait.Until(t, "the listener's name stays", b.DigIs("shop."+zone, "A", "127.0.55.2"))
 }

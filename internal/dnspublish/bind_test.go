@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/dnspublish/bindtest"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // These tests run a real BIND 9 (see bindtest) as the zone's primary, with
@@ -105,10 +106,10 @@ func TestBINDRecordsFollowTheSource(t *testing.T) {
 	src.set("outside.example.org", "10.0.0.5")
 	p := startPublisher(t, b.Addr, secret, "mesh-a", src)
 
-	bindtest.Eventually(t, "shop's A records", b.DigIs("shop."+testZone, "A", "10.0.0.1", "10.0.0.2"))
-	bindtest.Eventually(t, "shop's AAAA record", b.DigIs("shop."+testZone, "AAAA", "2001:db8::1"))
-	bindtest.Eventually(t, "shop's ownership record", b.DigIs("shop."+testZone, "TXT", `"heritage=osm-vm,osm-vm/owner=mesh-a"`))
-	bindtest.Eventually(t, "status lists the conflicts", func() (bool, string) {
+	testwait.Until(t, "shop's A records", b.DigIs("shop."+testZone, "A", "10.0.0.1", "10.0.0.2"))
+	testwait.Until(t, "shop's AAAA record", b.DigIs("shop."+testZone, "AAAA", "2001:db8::1"))
+	testwait.Until(t, "shop's ownership record", b.DigIs("shop."+testZone, "TXT", `"heritage=osm-vm,osm-vm/owner=mesh-a"`))
+	testwait.Until(t, "status lists the conflicts", func() (bool, string) {
 		s := p.Status()
 		return s.Healthy && len(s.Conflicts) == 3 && slices.Equal(s.Owned, []string{"shop." + testZone}), fmt.Sprintf("%+v", s)
 	})
@@ -126,15 +127,15 @@ func TestBINDRecordsFollowTheSource(t *testing.T) {
 
 	// The addresses move.
 	src.set("shop."+testZone, "10.0.0.9")
-	bindtest.Eventually(t, "shop's A record moved", b.DigIs("shop."+testZone, "A", "10.0.0.9"))
-	bindtest.Eventually(t, "shop's AAAA record gone", b.DigIs("shop."+testZone, "AAAA"))
+	testwait.Until(t, "shop's A record moved", b.DigIs("shop."+testZone, "A", "10.0.0.9"))
+	testwait.Until(t, "shop's AAAA record gone", b.DigIs("shop."+testZone, "AAAA"))
 
 	// A second name, then the first one removed.
 	src.set("api."+testZone, "10.0.1.1")
-	bindtest.Eventually(t, "api's A record", b.DigIs("api."+testZone, "A", "10.0.1.1"))
+	testwait.Until(t, "api's A record", b.DigIs("api."+testZone, "A", "10.0.1.1"))
 	src.set("shop." + testZone)
-	bindtest.Eventually(t, "shop's A record removed", b.DigIs("shop."+testZone, "A"))
-	bindtest.Eventually(t, "shop's ownership record removed", b.DigIs("shop."+testZone, "TXT"))
+	testwait.Until(t, "shop's A record removed", b.DigIs("shop."+testZone, "A"))
+	testwait.Until(t, "shop's ownership record removed", b.DigIs("shop."+testZone, "TXT"))
 	if got := b.Dig("api."+testZone, "A"); !slices.Equal(got, []string{"10.0.1.1"}) {
 		t.Errorf("api after shop's removal = %q, want 10.0.1.1", got)
 	}
@@ -144,7 +145,7 @@ func TestBINDRecordsFollowTheSource(t *testing.T) {
 
 	// A record changed behind the publisher's back is put right.
 	b.NSUpdate(secret, fmt.Sprintf("update delete api.%s A\nupdate add api.%s 30 A 10.9.9.9\n", testZone, testZone))
-	bindtest.Eventually(t, "api's A record restored by the resync", b.DigIs("api."+testZone, "A", "10.0.1.1"))
+	testwait.Until(t, "api's A record restored by the resync", b.DigIs("api."+testZone, "A", "10.0.1.1"))
 }
 
 func TestBINDWrongKeyMakesThePublisherUnhealthyUntilFixed(t *testing.T) {
@@ -154,7 +155,7 @@ func TestBINDWrongKeyMakesThePublisherUnhealthyUntilFixed(t *testing.T) {
 	src.set("shop."+testZone, "10.0.0.1")
 	p := startPublisher(t, b.Addr, good, "mesh-a", src)
 
-	bindtest.Eventually(t, "unhealthy with the TSIG cause", func() (bool, string) {
+	testwait.Until(t, "unhealthy with the TSIG cause", func() (bool, string) {
 		s := p.Status()
 		return !s.Healthy && strings.Contains(s.Error, "TSIG"), fmt.Sprintf("%+v", s)
 	})
@@ -163,11 +164,11 @@ func TestBINDWrongKeyMakesThePublisherUnhealthyUntilFixed(t *testing.T) {
 	}
 
 	b.Restart(good) // the operator fixes the server's key
-	bindtest.Eventually(t, "healthy again", func() (bool, string) {
+	testwait.Until(t, "healthy again", func() (bool, string) {
 		s := p.Status()
 		return s.Healthy, fmt.Sprintf("%+v", s)
 	})
-	bindtest.Eventually(t, "shop published after the fix", b.DigIs("shop."+testZone, "A", "10.0.0.1"))
+	testwait.Until(t, "shop published after the fix", b.DigIs("shop."+testZone, "A", "10.0.0.1"))
 }
 
 func TestBINDRefusedUpdateIsUnhealthy(t *testing.T) {
@@ -178,7 +179,7 @@ func TestBINDRefusedUpdateIsUnhealthy(t *testing.T) {
 	src := newFakeSource()
 	src.set("shop."+testZone, "10.0.0.1")
 	p := startPublisher(t, b.Addr, secret, "mesh-a", src)
-	bindtest.Eventually(t, "unhealthy with REFUSED", func() (bool, string) {
+	testwait.Until(t, "unhealthy with REFUSED", func() (bool, string) {
 		s := p.Status()
 		return !s.Healthy && strings.Contains(s.Error, "REFUSED") && strings.Contains(s.Error, "allow-update"), fmt.Sprintf("%+v", s)
 	})
@@ -189,7 +190,7 @@ func TestBINDUnreachableServerIsUnhealthy(t *testing.T) {
 	src := newFakeSource()
 	src.set("shop."+testZone, "10.0.0.1")
 	p := startPublisher(t, addr, bindtest.NewSecret(t), "mesh-a", src)
-	bindtest.Eventually(t, "unhealthy naming the server", func() (bool, string) {
+	testwait.Until(t, "unhealthy naming the server", func() (bool, string) {
 		s := p.Status()
 		return !s.Healthy && strings.Contains(s.Error, addr), fmt.Sprintf("%+v", s)
 	})

@@ -28,6 +28,7 @@ import (
 	"github.com/miekg/dns"
 
 	"github.com/osm-vm/osm-vm/internal/testaddr"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // KeyName is the TSIG key's name.
@@ -136,24 +137,20 @@ zone "%[5]s" {
 	}
 	s.cmd, s.waited = cmd, make(chan struct{})
 	go func() { _ = cmd.Wait(); close(s.waited) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.Until(t, fmt.Sprintf("named to answer for %s on %s", s.zone, s.Addr), func() (bool, string) {
 		m := new(dns.Msg)
 		m.SetQuestion(dns.Fqdn(s.zone), dns.TypeSOA)
 		r, _, err := (&dns.Client{Net: "tcp", Timeout: time.Second}).Exchange(m, s.Addr)
 		if err == nil && r.Rcode == dns.RcodeSuccess && len(r.Answer) > 0 {
-			return
+			return true, ""
 		}
 		select {
 		case <-s.waited:
 			t.Fatalf("named exited: %s", s.Output())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("named did not answer for %s on %s within 30s (last: %v): %s", s.zone, s.Addr, err, s.Output())
-		}
-		time.Sleep(20 * time.Millisecond) // polling readiness
-	}
+		return false, fmt.Sprintf("last: %v: %s", err, s.Output())
+	})
 }
 
 // Stop ends named by its pid (SIGTERM, then SIGKILL) and waits for it.
@@ -228,21 +225,5 @@ func (s *Server) NSUpdate(secret, commands string) {
 	cmd.Stdin = strings.NewReader(fmt.Sprintf("server %s %s\nzone %s\n%ssend\n", host, port, s.zone, commands))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		s.t.Fatalf("nsupdate: %v: %s", err, out)
-	}
-}
-
-// Eventually polls cond until it holds, failing after a generous deadline.
-func Eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, got := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s; last: %s", what, got)
-		}
-		time.Sleep(20 * time.Millisecond) // polling a condition
 	}
 }
