@@ -17,6 +17,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
 	"github.com/osm-vm/osm-vm/internal/testlog"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // fakeRemote records the sets a sharer hands the model.
@@ -42,19 +43,12 @@ func (f *fakeRemote) SetRemotePresence(replica string, set map[mesh.MeshService]
 func (f *fakeRemote) wait(t *testing.T, what string, want map[string]Set) {
 	t.Helper()
 	sorted := cmpopts.SortSlices(func(a, b netip.Addr) bool { return a.Less(b) })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Until(t, what, func() (bool, string) {
 		f.mu.Lock()
-		got := cmp.Diff(want, f.sets, sorted, addrs, cmpopts.EquateEmpty())
-		f.mu.Unlock()
-		if got == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: remote sets (-want +got):\n%s", what, got)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer f.mu.Unlock()
+		diff := cmp.Diff(want, f.sets, sorted, addrs, cmpopts.EquateEmpty())
+		return diff == "", "remote sets (-want +got):\n" + diff
+	})
 }
 
 // countingStore counts the transactions tried.
@@ -80,17 +74,10 @@ func run(t *testing.T, s *Sharer) (stop func()) {
 
 func waitKey(t *testing.T, st store.Store, key string, present bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Until(t, fmt.Sprintf("key %s present = %v", key, present), func() (bool, string) {
 		v, _, err := st.Get(t.Context(), key)
-		if err == nil && (v != nil) == present {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("key %s present = %v after 10s, want %v (err %v)", key, v != nil, present, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil && (v != nil) == present, fmt.Sprintf("present = %v (err %v)", v != nil, err)
+	})
 }
 
 var (
@@ -140,9 +127,7 @@ func TestSharerCoalesces(t *testing.T) {
 	run(t, s)
 	run(t, watcher)
 	waitKey(t, st, Prefix+"a", false)
-	for st.txns.Load() < 2 { // each one's first write at start
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, "each sharer's first write at start", func() bool { return st.txns.Load() >= 2 })
 	before := st.txns.Load()
 
 	want := Set{}
@@ -172,9 +157,7 @@ func TestSharerCoalesces(t *testing.T) {
 	before = st.txns.Load()
 	s.ProxyConnected(bookstore, ip5)
 	s.ProxyDisconnected(bookstore, ip5)
-	for !s.settled() {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, "the store to hold every change", s.settled)
 	if n := st.txns.Load() - before; n > 2 {
 		t.Errorf("a connect undone cost %d writes, want at most 2", n)
 	}
@@ -199,21 +182,14 @@ func TestSharerCleanStop(t *testing.T) {
 	s := New(slog.Default(), st, "a", &fakeRemote{}, 20*time.Millisecond)
 	s.ProxyConnected(bookbuyer, ip6)
 	stop := run(t, s)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Until(t, "this replica's set, not the stale one, written at start", func() (bool, string) {
 		v, _, err := st.Get(t.Context(), Prefix+"a")
 		if err != nil {
 			t.Fatal(err)
 		}
 		got, err := Decode(v)
-		if err == nil && cmp.Equal(got, Set{bookbuyer: {ip6}}, addrs) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("record at start = %v (%v), want this replica's set, not the stale one", got, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil && cmp.Equal(got, Set{bookbuyer: {ip6}}, addrs), fmt.Sprintf("record %v (%v)", got, err)
+	})
 	stop()
 	if v, _, err := st.Get(t.Context(), Prefix+"a"); err != nil || v != nil {
 		t.Errorf("record after a clean stop: %q, %v; want none", v, err)
