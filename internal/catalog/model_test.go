@@ -14,6 +14,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // specWith returns a specification whose MeshConfig sets
@@ -183,7 +184,7 @@ func TestModelStartupGrace(t *testing.T) {
 	done := make(chan error)
 	go func() { done <- m.Run(ctx) }()
 	defer func() { stop(); <-done }()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(testwait.Bound(t))
 	for len(m.View().Endpoints(a)) != 0 {
 		select {
 		case <-notify:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 func TestSnapshotQueries(t *testing.T) {
@@ -157,8 +158,8 @@ func TestRunPicksUpOtherServersChanges(t *testing.T) {
 	}
 	select {
 	case <-notify:
-	case <-time.After(5 * time.Second):
-		t.Fatal("server b saw no change within 5s")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("server b saw no change")
 	}
 	if _, ok := b.Snapshot().Service(mesh.MeshService{Namespace: "default", Name: "web"}); !ok {
 		t.Error("server b's snapshot lacks the service applied on a")
