@@ -33,6 +33,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/testaddr"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -188,8 +189,8 @@ func (r *running) stop(t *testing.T) error {
 			close(r.done)
 		}
 		return err
-	case <-time.After(20 * time.Second):
-		t.Fatal("agent did not stop within 20s")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("agent did not stop")
 	}
 	return nil
 }
@@ -199,8 +200,8 @@ func waitAck(t *testing.T, h *harness) agenttest.Ack {
 	select {
 	case a := <-h.ads.Acks:
 		return a
-	case <-time.After(20 * time.Second):
-		t.Fatal("no ADS ACK from the proxy within 20s")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("no ADS ACK from the proxy")
 	}
 	return agenttest.Ack{}
 }
@@ -310,8 +311,8 @@ func TestXDSAddressChangeRestartsTheProxy(t *testing.T) {
 		if cn, _ := proxyCN(t, h.cfg.DataDir); a.NodeID != cn {
 			t.Errorf("ACK at the new address from %q, want %q", a.NodeID, cn)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("the proxy did not connect to the new xDS address within 20s")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("the proxy did not connect to the new xDS address")
 	}
 	if st := r.agent.Status(); st.XDSAddress != moved.Addr || !st.Proxy.Running || st.Proxy.Restarts != 0 {
 		t.Errorf("status = %+v, want xDS %s, the proxy running, no crash restarts", st, moved.Addr)
@@ -342,17 +343,17 @@ func TestLearnsReplicasAndFailsOver(t *testing.T) {
 	select {
 	case <-h.ads.Acks:
 	case <-ads2.Acks:
-	case <-time.After(20 * time.Second):
-		t.Fatal("no ADS ACK from the proxy at either replica within 20s")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("no ADS ACK from the proxy at either replica")
 	}
 	var st struct {
 		Replicas []meshapi.Replica `json:"replicas"`
 	}
-	waitCond(t, "state.json to list both replicas", func() bool {
+	testwait.For(t, "state.json to list both replicas", func() bool {
 		b, err := os.ReadFile(filepath.Join(h.cfg.DataDir, agent.StateFile))
 		return err == nil && json.Unmarshal(b, &st) == nil && len(st.Replicas) == 2
 	})
-	waitCond(t, "the Envoy bootstrap to name both xDS servers", func() bool {
+	testwait.For(t, "the Envoy bootstrap to name both xDS servers", func() bool {
 		b, _ := os.ReadFile(filepath.Join(h.cfg.DataDir, envoy.BootstrapFile))
 		return strings.Contains(string(b), portOf(h.ads.Addr)) && strings.Contains(string(b), portOf(ads2.Addr))
 	})
@@ -361,7 +362,7 @@ func TestLearnsReplicasAndFailsOver(t *testing.T) {
 	}
 
 	h.api.Close() // the server the agent was told dies
-	waitCond(t, "a config poll answered by the other replica", func() bool {
+	testwait.For(t, "a config poll answered by the other replica", func() bool {
 		st := r.agent.Status()
 		return st.APIServer == second.URL && st.LastConfig.After(time.Now().Add(-time.Second)) && st.LastConfigError == ""
 	})
@@ -369,21 +370,10 @@ func TestLearnsReplicasAndFailsOver(t *testing.T) {
 
 	// A restart knows the replicas from state.json.
 	r = h.start(t)
-	waitCond(t, "a config poll after the restart answered by the other replica", func() bool {
+	testwait.For(t, "a config poll after the restart answered by the other replica", func() bool {
 		st := r.agent.Status()
 		return st.APIServer == second.URL && !st.LastConfig.IsZero()
 	})
-}
-
-func waitCond(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited 20s for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func portOf(hostport string) string {
@@ -512,8 +502,8 @@ func TestRenewsAtTwoThirdsWithoutRestartingTheProxy(t *testing.T) {
 		if got != cn {
 			t.Errorf("renewed %s, want %s", got, cn)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no renewal within 20s of a 3s certificate")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("no renewal of a 3s certificate")
 	}
 	r.logs.Wait(t, "renewed proxy certificate")
 	again, second := proxyCN(t, h.cfg.DataDir)
@@ -610,8 +600,8 @@ func TestRunProxyless(t *testing.T) {
 		if got != cn {
 			t.Errorf("renewed %s, want %s", got, cn)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("no renewal within 20s of a 3s certificate")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("no renewal of a 3s certificate")
 	}
 
 	boot, err := os.ReadFile(filepath.Join(h.cfg.DataDir, agent.GRPCBootstrapFile))
@@ -642,7 +632,7 @@ func TestRunProxyless(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Bound(t))
 	defer cancel()
 	s, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
 	if err != nil {
@@ -734,22 +724,13 @@ func gathered(t *testing.T, reg *prometheus.Registry) string {
 // waitGather waits until every line is in reg's exposition.
 func waitGather(t *testing.T, reg *prometheus.Registry, lines ...string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	testwait.Until(t, "the agent's metrics to have every line", func() (bool, string) {
 		body := gathered(t, reg)
-		missing := ""
 		for _, l := range lines {
 			if !strings.Contains("\n"+body, "\n"+l+"\n") {
-				missing = l
-				break
+				return false, fmt.Sprintf("no line %q:\n%s", l, body)
 			}
 		}
-		if missing == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the agent's metrics have no line %q within 20s:\n%s", missing, body)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return true, ""
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
 	"github.com/osm-vm/osm-vm/internal/atomicfile"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // shopGateway is a Gateway with an HTTP listener and an HTTPS listener
@@ -160,7 +161,7 @@ func TestGatewayMachineReportsCertificates(t *testing.T) {
 	crt, _ := agent.GatewayCertFiles(certDir, "default", "shop-cert")
 	waitReport := func(what string, ok func(meshapi.GatewayReport) bool) {
 		t.Helper()
-		deadline := time.After(20 * time.Second)
+		deadline := time.After(testwait.Bound(t))
 		for {
 			select {
 			case rep := <-h.reports:
@@ -168,7 +169,7 @@ func TestGatewayMachineReportsCertificates(t *testing.T) {
 					return
 				}
 			case <-deadline:
-				t.Fatalf("no gateway report with %s within 20s", what)
+				t.Fatalf("no gateway report with %s", what)
 			}
 		}
 	}
@@ -233,8 +234,8 @@ func TestGatewayReportGoesToEveryReplica(t *testing.T) {
 			if len(rep.Certificates) != 1 || rep.Certificates[0].Listener != "shop" {
 				t.Errorf("%s got report %+v, want the shop listener's problem", name, rep)
 			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("%s got no gateway report within 20s", name)
+		case <-time.After(testwait.Bound(t)):
+			t.Errorf("%s got no gateway report", name)
 		}
 	}
 }

@@ -2,15 +2,16 @@ package enroll
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // TestReplicasFindEachOther: two replicas on one store each list both; a
@@ -43,15 +44,8 @@ func TestReplicasFindEachOther(t *testing.T) {
 
 func waitList(t *testing.T, r *Replicas, want []meshapi.Replica) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Until(t, fmt.Sprintf("replicas of %s to be %v", r.self.API, want), func() (bool, string) {
 		got := r.List()
-		if cmp.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replicas of %s: %v, want %v", r.self.API, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return cmp.Equal(got, want), fmt.Sprintf("got %v", got)
+	})
 }

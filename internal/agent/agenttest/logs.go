@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // LogRecord is one record a logger from NewLogger received.
@@ -32,7 +34,7 @@ func NewLogger() (*slog.Logger, *Logs) {
 // test after 20s.
 func (l *Logs) Wait(t testing.TB, substr string) LogRecord {
 	t.Helper()
-	timeout := time.After(20 * time.Second)
+	timeout := time.After(testwait.Bound(t))
 	for {
 		select {
 		case r := <-l.ch:
@@ -40,7 +42,7 @@ func (l *Logs) Wait(t testing.TB, substr string) LogRecord {
 				return r
 			}
 		case <-timeout:
-			t.Fatalf("no log record containing %q within 20s", substr)
+			t.Fatalf("no log record containing %q", substr)
 		}
 	}
 }

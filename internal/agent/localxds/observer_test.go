@@ -2,11 +2,13 @@ package localxds_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // counts is a localxds.Observer that counts.
@@ -30,19 +32,12 @@ func (c *counts) UpstreamDown(lost bool) {
 // and upstreams lost.
 func (c *counts) wait(t *testing.T, what string, cond func(local, up, lost int) bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.Until(t, what, func() (bool, string) {
 		c.mu.Lock()
 		l, u, x := c.local, c.up, c.lost
 		c.mu.Unlock()
-		if cond(l, u, x) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: local streams %d, upstreams up %d, lost %d", what, l, u, x)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return cond(l, u, x), fmt.Sprintf("local streams %d, upstreams up %d, lost %d", l, u, x)
+	})
 }
 
 func is(local, up, lost int) func(int, int, int) bool {

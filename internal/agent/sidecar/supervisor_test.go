@@ -19,6 +19,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
 	"github.com/osm-vm/osm-vm/internal/agent/sidecar"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -61,7 +62,7 @@ func (h *chanHandler) WithGroup(string) slog.Handler { return h }
 // waitLog waits for a record whose message contains substr.
 func waitLog(t *testing.T, ch <-chan logRecord, substr string) logRecord {
 	t.Helper()
-	timeout := time.After(20 * time.Second)
+	timeout := time.After(testwait.Bound(t))
 	for {
 		select {
 		case r := <-ch:
@@ -69,7 +70,7 @@ func waitLog(t *testing.T, ch <-chan logRecord, substr string) logRecord {
 				return r
 			}
 		case <-timeout:
-			t.Fatalf("no log line containing %q within 20s", substr)
+			t.Fatalf("no log line containing %q", substr)
 		}
 	}
 }
@@ -141,8 +142,8 @@ func waitAck(t *testing.T, e *env) agenttest.Ack {
 	select {
 	case a := <-e.ads.Acks:
 		return a
-	case <-time.After(20 * time.Second):
-		t.Fatal("no ADS ACK from the proxy within 20s")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("no ADS ACK from the proxy")
 	}
 	return agenttest.Ack{}
 }
@@ -174,8 +175,8 @@ func TestSupervisorRunsProxyAndDrainsOnStop(t *testing.T) {
 		if err != nil {
 			t.Errorf("Run = %v, want nil after a stop", err)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not return within 20s of cancel")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("Run did not return after cancel")
 	}
 	if st := s.Status(); st.Running || st.Restarts != 0 {
 		t.Errorf("status after stop = %+v, want not running, no restarts", st)
@@ -247,8 +248,8 @@ func TestSupervisorRestartsCrashLoopWithGrowingBackoff(t *testing.T) {
 			if ev.Restarts != i+1 || ev.Err == nil || !strings.Contains(ev.Err.Error(), "exit status 3") {
 				t.Errorf("exit %d = %+v, want restarts %d and exit status 3", i, ev, i+1)
 			}
-		case <-time.After(20 * time.Second):
-			t.Fatalf("no exit %d within 20s", i)
+		case <-time.After(testwait.Bound(t)):
+			t.Fatalf("no exit %d", i)
 		}
 	}
 	want := []time.Duration{10 * time.Millisecond, 20 * time.Millisecond, 40 * time.Millisecond, 40 * time.Millisecond}
@@ -268,8 +269,8 @@ func TestSupervisorRestartsCrashLoopWithGrowingBackoff(t *testing.T) {
 		if err != nil {
 			t.Errorf("Run = %v, want nil: a crash loop never ends the supervisor", err)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Run did not return within 20s of cancel")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("Run did not return after cancel")
 	}
 }
 
