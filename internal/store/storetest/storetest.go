@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // Harness makes the stores the suite tests.
@@ -27,10 +28,6 @@ type Harness struct {
 	// (Consul's blocking queries), so a signal cannot be expected at once.
 	AsyncWatch bool
 }
-
-// eventually bounds the waits of the suite: a condition not met by then is
-// a failure, not a reason to wait longer. Nothing waits for it to pass.
-const eventually = 30 * time.Second
 
 // Run runs every case of the suite, each on a fresh store.
 func Run(t *testing.T, h Harness) {
@@ -254,7 +251,7 @@ func testIdenticalWriteIsACommit(t *testing.T, _ Harness, s store.Store) {
 	}
 	select {
 	case <-ch:
-	case <-time.After(eventually):
+	case <-time.After(testwait.Bound(t)):
 		t.Fatal("no notification for a rewrite of the same value")
 	}
 }
@@ -277,7 +274,7 @@ func testWatchCoalescesAndFilters(t *testing.T, h Harness, s store.Store) {
 	}
 	select {
 	case <-ch:
-	case <-time.After(eventually):
+	case <-time.After(testwait.Bound(t)):
 		t.Fatal("no notification for writes under the prefix")
 	}
 	if h.AsyncWatch {
@@ -317,7 +314,7 @@ func testWatchLeavesOutItsWriter(t *testing.T, h Harness, s store.Store) {
 		}
 		select {
 		case <-ch:
-		case <-time.After(eventually):
+		case <-time.After(testwait.Bound(t)):
 			t.Fatalf("a watch with a Writer was not signalled for a commit with %s", c.name)
 		}
 	}
@@ -333,7 +330,7 @@ func testWatchSeesDeletes(t *testing.T, _ Harness, s store.Store) {
 	}
 	select {
 	case <-ch:
-	case <-time.After(eventually):
+	case <-time.After(testwait.Bound(t)):
 		t.Fatal("no notification for a delete under the prefix")
 	}
 }
@@ -356,7 +353,7 @@ func testWatchSeesEveryChangeEventually(t *testing.T, _ Harness, s store.Store) 
 		errc <- nil
 	}()
 	signals := 0
-	deadline := time.After(eventually)
+	deadline := time.After(testwait.Bound(t))
 	for {
 		select {
 		case <-ch:
