@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 var (
@@ -92,7 +94,7 @@ func (r *recorder) waitEvents(t *testing.T, want ...string) {
 // waitUntil waits until cond of the recorded events returns "".
 func (r *recorder) waitUntil(t *testing.T, cond func([]string) string) {
 	t.Helper()
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(testwait.Bound(t))
 	for {
 		reason := cond(r.events())
 		if reason == "" {
@@ -114,7 +116,7 @@ func watch(t *testing.T, s *State, r *recorder) {
 	done := make(chan error, 1)
 	before := s.watcherCount()
 	go func() { done <- s.Watch(ctx, r.send) }()
-	waitCond(t, "watcher subscribed", func() bool { return s.watcherCount() > before })
+	testwait.For(t, "watcher subscribed", func() bool { return s.watcherCount() > before })
 	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
@@ -127,17 +129,6 @@ func (s *State) watcherCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.watchers)
-}
-
-func waitCond(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 5s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func TestStateListsOnlyAfterTheFirstCompleteRead(t *testing.T) {
@@ -384,7 +375,7 @@ func TestPluginConfigureReturnsOnAFailureAndOnTimeout(t *testing.T) {
 			t.Errorf("health after the first-read wait = %v; want it to say the read is late", err)
 		}
 		close(read)
-		waitCond(t, "healthy once the first read came", func() bool { return p.State().Health() == nil })
+		testwait.For(t, "healthy once the first read came", func() bool { return p.State().Health() == nil })
 	})
 }
 
