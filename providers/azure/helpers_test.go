@@ -14,20 +14,17 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/provider"
 	"github.com/osm-vm/osm-vm/providers/azure/internal/fakearm"
 )
 
 const testSub = "6f1c2b3a-4d5e-4f60-8a7b-9c0d1e2f3a4b"
-
-// testWait bounds how long tests wait for a poll to show.
-const testWait = 10 * time.Second
 
 type logWriter struct{ t testing.TB }
 
@@ -102,20 +99,10 @@ func render(eps []provider.Endpoint, ids bool) []string {
 	return out
 }
 
-// waitFor polls cond until it returns "" or testWait passes.
+// waitFor waits until cond returns "", failing with its last complaint.
 func waitFor(t testing.TB, what string, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(testWait)
-	for {
-		reason := cond()
-		if reason == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %s", what, testWait, reason)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, what, func() (bool, string) { reason := cond(); return reason == "", reason })
 }
 
 // eventLog records the events of one Watch call.

@@ -15,11 +15,11 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/osm-vm/osm-vm/internal/store/consultest"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/provider"
 )
 
@@ -167,20 +167,10 @@ func (l *eventLog) lastHealth() *provider.Health {
 	return &h
 }
 
-// waitFor polls cond until it returns "" or within passes.
-func waitFor(t testing.TB, what string, within time.Duration, cond func() string) {
+// waitFor waits until cond returns "", failing with its last complaint.
+func waitFor(t testing.TB, what string, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		reason := cond()
-		if reason == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %s", what, within, reason)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, what, func() (bool, string) { reason := cond(); return reason == "", reason })
 }
 
 // stateIs returns a condition: the log's state equals want.

@@ -160,40 +160,40 @@ func TestTTLChecks(t *testing.T) {
 
 	w1 := "192.0.2.1:8080 meta.version=1.4 tags=mesh,v1"
 	w2 := "192.0.2.2:8080 tags=mesh"
-	waitFor(t, "tagged services, db mapped", 10*time.Second, pe.stateIs(map[string][]string{
+	waitFor(t, "tagged services, db mapped", pe.stateIs(map[string][]string{
 		"default/web": {w1, w2}, "data/db": {"192.0.2.9:5432 tags=mesh"}}))
-	waitFor(t, "listed service in its mesh namespace", 10*time.Second, we.stateIs(map[string][]string{"shop/web": {w1, w2}}))
+	waitFor(t, "listed service in its mesh namespace", we.stateIs(map[string][]string{"shop/web": {w1, w2}}))
 
 	setTTL(t, c, "web-1", api.HealthWarning)
-	waitFor(t, "warning: left out by default", 10*time.Second, pe.stateIs(map[string][]string{
+	waitFor(t, "warning: left out by default", pe.stateIs(map[string][]string{
 		"default/web": {w2}, "data/db": {"192.0.2.9:5432 tags=mesh"}}))
-	waitFor(t, "warning: kept with includeWarning, labelled", 10*time.Second, we.stateIs(map[string][]string{
+	waitFor(t, "warning: kept with includeWarning, labelled", we.stateIs(map[string][]string{
 		"shop/web": {"192.0.2.1:8080 consul-health=warning meta.version=1.4 tags=mesh,v1", w2}}))
 
 	setTTL(t, c, "web-1", api.HealthCritical)
-	waitFor(t, "critical: left out with includeWarning too", 10*time.Second, we.stateIs(map[string][]string{"shop/web": {w2}}))
+	waitFor(t, "critical: left out with includeWarning too", we.stateIs(map[string][]string{"shop/web": {w2}}))
 
 	setTTL(t, c, "web-1", api.HealthPassing)
-	waitFor(t, "passing again", 10*time.Second, pe.stateIs(map[string][]string{
+	waitFor(t, "passing again", pe.stateIs(map[string][]string{
 		"default/web": {w1, w2}, "data/db": {"192.0.2.9:5432 tags=mesh"}}))
 
 	if err := c.Agent().ServiceDeregister("web-2"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "deregistered instance gone", 10*time.Second, we.stateIs(map[string][]string{"shop/web": {w1}}))
+	waitFor(t, "deregistered instance gone", we.stateIs(map[string][]string{"shop/web": {w1}}))
 	if err := c.Agent().ServiceDeregister("db-1"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "deregistered service deleted", 10*time.Second, pe.stateIs(map[string][]string{"default/web": {w1}}))
+	waitFor(t, "deregistered service deleted", pe.stateIs(map[string][]string{"default/web": {w1}}))
 
 	// A service gaining the tag joins; all its instances critical leaves
 	// it with no endpoints (it is still in the catalog).
 	other.tags = []string{"mesh"}
 	register(t, c, other, api.HealthPassing)
-	waitFor(t, "newly tagged service joins", 10*time.Second, pe.stateIs(map[string][]string{
+	waitFor(t, "newly tagged service joins", pe.stateIs(map[string][]string{
 		"default/web": {w1}, "default/billing": {"192.0.2.20:80 tags=mesh"}}))
 	setTTL(t, c, "billing-1", api.HealthCritical)
-	waitFor(t, "its only instance critical: no endpoints", 10*time.Second, pe.stateIs(map[string][]string{
+	waitFor(t, "its only instance critical: no endpoints", pe.stateIs(map[string][]string{
 		"default/web": {w1}, "default/billing": {}}))
 	if h := pe.lastHealth(); h != nil && !h.Healthy {
 		t.Errorf("provider unhealthy: %s", h.Message)
@@ -237,10 +237,10 @@ func TestConsulRestart(t *testing.T) {
 	p := startProvider(ctx, t, agent, map[string]any{})
 	ev := watchEvents(ctx, t, p)
 	want := map[string][]string{"default/web": {"192.0.2.1:80"}}
-	waitFor(t, "first read", 10*time.Second, ev.stateIs(want))
+	waitFor(t, "first read", ev.stateIs(want))
 
 	agent.Stop()
-	waitFor(t, "unhealthy with the cause and the fix", 20*time.Second, ev.healthIs(false, "connection refused", "check that the Consul agent is up", "last known endpoints", "failing: catalog, service web"))
+	waitFor(t, "unhealthy with the cause and the fix", ev.healthIs(false, "connection refused", "check that the Consul agent is up", "last known endpoints", "failing: catalog, service web"))
 	if eps, err := p.ListEndpoints(ctx, provider.Service{Namespace: "default", Name: "web"}); err != nil || len(eps) != 1 {
 		t.Errorf("while Consul is down: ListEndpoints = %v, %v; want the last good endpoint", eps, err)
 	}
@@ -249,11 +249,11 @@ func TestConsulRestart(t *testing.T) {
 	c := apiClient(t, agent, "")
 	register(t, c, instanceSpec{service: "web", id: "web-2", addr: "192.0.2.2", port: 80}, api.HealthPassing)
 	register(t, c, instanceSpec{service: "api", id: "api-1", addr: "192.0.2.3", port: 81}, api.HealthPassing)
-	waitFor(t, "healthy again", 60*time.Second, ev.healthIs(true))
-	waitFor(t, "what Consul holds after the restart", 30*time.Second, ev.stateIs(map[string][]string{
+	waitFor(t, "healthy again", ev.healthIs(true))
+	waitFor(t, "what Consul holds after the restart", ev.stateIs(map[string][]string{
 		"default/web": {"192.0.2.2:80"}, "default/api": {"192.0.2.3:81"}}))
 	setTTL(t, c, "web-2", api.HealthCritical)
-	waitFor(t, "and it keeps following", 10*time.Second, ev.stateIs(map[string][]string{"default/web": {}, "default/api": {"192.0.2.3:81"}}))
+	waitFor(t, "and it keeps following", ev.stateIs(map[string][]string{"default/web": {}, "default/api": {"192.0.2.3:81"}}))
 }
 
 // TestDeniedToken runs Consul with ACLs (default deny): a token with the
@@ -283,13 +283,13 @@ func TestDeniedToken(t *testing.T) {
 	p := startProvider(ctx, t, agent, map[string]any{"token": secret, "waitTime": "1s"})
 	ev := watchEvents(ctx, t, p)
 	want := map[string][]string{"default/web": {"192.0.2.1:80"}}
-	waitFor(t, "read with the read-only policy", 10*time.Second, ev.stateIs(want))
+	waitFor(t, "read with the read-only policy", ev.stateIs(want))
 
 	token.Policies = nil
 	if _, _, err := root.ACL().TokenUpdate(token, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "policy taken away: unhealthy", 20*time.Second, ev.healthIs(false, "may not read all of", "read-only policy in docs/plugins/consul.md"))
+	waitFor(t, "policy taken away: unhealthy", ev.healthIs(false, "may not read all of", "read-only policy in docs/plugins/consul.md"))
 	if got := ev.snapshot(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("with the policy taken away: state %v; want the last good %v", got, want)
 	}
@@ -297,12 +297,12 @@ func TestDeniedToken(t *testing.T) {
 	if _, _, err := root.ACL().TokenUpdate(token, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "policy back: healthy", 20*time.Second, ev.healthIs(true))
+	waitFor(t, "policy back: healthy", ev.healthIs(true))
 
 	if _, err := root.ACL().TokenDelete(token.AccessorID, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "token deleted: unhealthy", 20*time.Second, ev.healthIs(false, "refused the ACL token (403", "set token or tokenFile"))
+	waitFor(t, "token deleted: unhealthy", ev.healthIs(false, "refused the ACL token (403", "set token or tokenFile"))
 	register(t, root, instanceSpec{service: "web", id: "web-2", addr: "192.0.2.2", port: 80}, api.HealthPassing)
 	if got := ev.snapshot(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("with the token deleted: state %v; want the last good %v", got, want)
@@ -310,8 +310,8 @@ func TestDeniedToken(t *testing.T) {
 	if _, _, err := root.ACL().TokenCreate(&api.ACLToken{SecretID: secret, Policies: []*api.ACLTokenPolicyLink{{ID: policy.ID}}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "token back: healthy", 30*time.Second, ev.healthIs(true))
-	waitFor(t, "and current", 10*time.Second, ev.stateIs(map[string][]string{"default/web": {"192.0.2.1:80", "192.0.2.2:80"}}))
+	waitFor(t, "token back: healthy", ev.healthIs(true))
+	waitFor(t, "and current", ev.stateIs(map[string][]string{"default/web": {"192.0.2.1:80", "192.0.2.2:80"}}))
 }
 
 // readPolicy is the policy docs/plugins/consul.md gives the provider.

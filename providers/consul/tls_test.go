@@ -53,7 +53,7 @@ func TestHTTPSAndTheConnectionLimit(t *testing.T) {
 	overTLS.Close() // its connections count against the same limit
 
 	plain := startProvider(ctx, t, agent, map[string]any{})
-	waitFor(t, "over http: the connection limit reported with the fix", 30*time.Second, func() string {
+	waitFor(t, "over http: the connection limit reported with the fix", func() string {
 		err := plain.State().Health()
 		if err == nil || !strings.Contains(err.Error(), "(429)") || !strings.Contains(err.Error(), "limits.http_max_conns_per_client") {
 			return fmt.Sprintf("health %v", err)

@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/provider"
 )
 
@@ -113,20 +113,10 @@ func (fc *fakeCluster) start(ctx context.Context, t *testing.T, cfgJSON string) 
 	return p
 }
 
-// waitFor polls cond until it returns "" or 10 seconds pass.
+// waitFor waits until cond returns "", failing with its last complaint.
 func waitFor(t testing.TB, what string, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		reason := cond()
-		if reason == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 10s: %s", what, reason)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(t, what, func() (bool, string) { reason := cond(); return reason == "", reason })
 }
 
 // apply creates or updates (or, for remove, deletes) Services and

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/provider"
 	"github.com/osm-vm/osm-vm/provider/providertest"
 )
@@ -94,7 +95,7 @@ func TestRealInformers(t *testing.T) {
 			"192.0.2.1:8080 k8s-pod=web-1 node=n1 port-name=http zone=z1", "192.0.2.1:9090 k8s-pod=web-1 node=n1 port-name=metrics zone=z1",
 			"192.0.2.3:8081 port-name=http", "192.0.2.3:9090 port-name=metrics",
 		}}
-		waitState(t, events, want, 10*time.Second)
+		waitState(t, events, want)
 
 		// Latency: from the API server acknowledging the write to the watcher
 		// having the event.
@@ -132,10 +133,10 @@ func TestRealInformers(t *testing.T) {
 			slice(ns, "web-1", "web", http8080, endpoint("192.0.2.1")),
 			service(ns, "db", svcPort("", 5432, intstr.FromInt32(5432))),
 			slice(ns, "db-1", "db", ports(slicePortOf("", 5432)), endpoint("192.0.2.2")))
-		waitState(t, events, map[string][]string{ns + "/web": {"192.0.2.1:8080 port-name=http"}}, 10*time.Second)
+		waitState(t, events, map[string][]string{ns + "/web": {"192.0.2.1:8080 port-name=http"}})
 		// Relabelled: the API server's watch reports the Service deleted.
 		writeAll(ctx, t, cp, withLabels(service(ns, "web", svcPort("http", 80, intstr.FromInt32(8080))), "mesh", "off"))
-		waitState(t, events, map[string][]string{}, 10*time.Second)
+		waitState(t, events, map[string][]string{})
 	})
 
 	t.Run("API server crash and restart: stale endpoints kept, then resumes", func(t *testing.T) {
@@ -148,11 +149,11 @@ func TestRealInformers(t *testing.T) {
 		writeAll(ctx, t, cp, service(ns, "web", svcPort("http", 80, intstr.FromInt32(8080))),
 			slice(ns, "web-1", "web", http8080, endpoint("192.0.2.1")))
 		want := map[string][]string{mesh: {"192.0.2.1:8080 port-name=http"}}
-		waitState(t, events, want, 10*time.Second)
+		waitState(t, events, want)
 
 		down := time.Now()
 		cp.crashAPIServer()
-		waitHealth(t, events, false, 60*time.Second)
+		waitHealth(t, events, false)
 		t.Logf("unhealthy reported %v after the API server stopped", time.Since(down).Round(time.Millisecond))
 		h := events.healthEvents()
 		t.Logf("health message: %s", h[len(h)-1].Message)
@@ -165,14 +166,14 @@ func TestRealInformers(t *testing.T) {
 		// off): it must pick this up by re-listing, without a restart.
 		writeAll(ctx, t, cp, slice(ns, "web-1", "web", http8080, endpoint("192.0.2.1"), endpoint("192.0.2.2")))
 		up := time.Now()
-		waitHealth(t, events, true, 90*time.Second)
+		waitHealth(t, events, true)
 		want = map[string][]string{mesh: {"192.0.2.1:8080 port-name=http", "192.0.2.2:8080 port-name=http"}}
-		waitState(t, events, want, 30*time.Second)
+		waitState(t, events, want)
 		t.Logf("healthy and current %v after the API server was back", time.Since(up).Round(time.Millisecond))
 
 		// And it keeps following changes.
 		writeAll(ctx, t, cp, slice(ns, "web-1", "web", http8080, endpoint("192.0.2.2")))
-		waitState(t, events, map[string][]string{mesh: {"192.0.2.2:8080 port-name=http"}}, 10*time.Second)
+		waitState(t, events, map[string][]string{mesh: {"192.0.2.2:8080 port-name=http"}})
 	})
 }
 
@@ -202,33 +203,19 @@ func writeAll(ctx context.Context, t *testing.T, cp *controlPlane, objs ...runti
 	}
 }
 
-func waitState(t *testing.T, events *eventLog, want map[string][]string, within time.Duration) {
+func waitState(t *testing.T, events *eventLog, want map[string][]string) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testwait.Until(t, "state folded from Watch events as wanted", func() (bool, string) {
 		got, _ := events.snapshot()
 		diff := cmp.Diff(want, got)
-		if diff == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("state folded from Watch events not as wanted within %v (-want +got):\n%s", within, diff)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return diff == "", "(-want +got):\n" + diff
+	})
 }
 
-func waitHealth(t *testing.T, events *eventLog, healthy bool, within time.Duration) {
+func waitHealth(t *testing.T, events *eventLog, healthy bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testwait.Until(t, fmt.Sprintf("a health event with healthy=%v", healthy), func() (bool, string) {
 		h := events.healthEvents()
-		if len(h) > 0 && h[len(h)-1].Healthy == healthy {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no health event with healthy=%v within %v; health events: %+v", healthy, within, h)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(h) > 0 && h[len(h)-1].Healthy == healthy, fmt.Sprintf("health events: %+v", h)
+	})
 }
