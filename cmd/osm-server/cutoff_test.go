@@ -23,6 +23,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store/consultest"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // TestReplicaCutOffFromConsul is the test 4. Replica 2 runs in a
@@ -47,17 +48,17 @@ func TestReplicaCutOffFromConsul(t *testing.T) {
 	startReplicas(t, rs)
 
 	rs[0].osm().Apply(t, meshForBuyers)
-	waitFor(t, "the cut-off replica to know Service bookstore", 30*time.Second, func() bool {
+	testwait.For(t, "the cut-off replica to know Service bookstore", func() bool {
 		out, err := cut.cli(t, "get", "services")
 		return err == nil && strings.Contains(out, "bookstore")
 	})
 	cert := cut.osm().Enroll(t, mesh.MeshService{Namespace: "default", Name: "bookbuyer"})
 	proxy := cut.osm().Connect(t, cert, "10.0.0.6", "default/bookstore", "default/bookwarehouse")
-	proxy.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 30*time.Second)
+	proxy.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"})
 
 	nw.link(t, "down")
 	downAt := time.Now()
-	waitFor(t, "/readyz to say not ready", 30*time.Second, func() bool {
+	testwait.For(t, "/readyz to say not ready", func() bool {
 		code, body := cut.readyz()
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "store is unreachable") && strings.Contains(body, nw.consul)
 	})
@@ -105,7 +106,7 @@ func TestReplicaCutOffFromConsul(t *testing.T) {
 	// An outage long enough to matter: the replica's blocking queries,
 	// sent before the link went down, have found their connections dead
 	// (its keepalives went unanswered) and its watches back off.
-	waitFor(t, "the cut-off replica's watches to find their connections dead", 90*time.Second, func() bool {
+	testwait.For(t, "the cut-off replica's watches to find their connections dead", func() bool {
 		return strings.Count(cut.output(), "watch query failed") >= 3
 	})
 	drain()
@@ -115,9 +116,9 @@ func TestReplicaCutOffFromConsul(t *testing.T) {
 
 	nw.link(t, "up")
 	upAt := time.Now()
-	proxy.WaitEDS(t, "default/bookwarehouse", []string{"10.0.0.7:14001"}, 60*time.Second)
+	proxy.WaitEDS(t, "default/bookwarehouse", []string{"10.0.0.7:14001"})
 	caughtUp := time.Since(upAt)
-	cut.waitReady(t, 30*time.Second)
+	cut.waitReady(t)
 	t.Logf("link down for %s; after it came back the proxy had the Service applied elsewhere meanwhile in %s, /readyz ready in %s",
 		upAt.Sub(downAt).Round(time.Millisecond), caughtUp.Round(time.Millisecond), time.Since(upAt).Round(time.Millisecond))
 	if caughtUp > 10*time.Second {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -69,14 +70,14 @@ func TestDebugListenerAgainstAnAttacker(t *testing.T) {
 	// Wait until the proxy's SDS secrets are published.
 	const secretType = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret"
 	var dump string
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	for deadline := time.Now().Add(testwait.Bound(t)); ; {
 		code, body := debugGet(t, s.debug, "/debug/config/"+cn, "", token)
 		if code == http.StatusOK && strings.Contains(body, secretType) && strings.Contains(body, "service-cert") {
 			dump = body
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no SDS secrets published for %s within 20s: %d %s", cn, code, body)
+			t.Fatalf("no SDS secrets published for %s: %d %s", cn, code, body)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

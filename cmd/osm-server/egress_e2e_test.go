@@ -13,6 +13,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -78,14 +79,14 @@ spec:
 		}
 		// Wait for the proxy's configuration (its secrets come last).
 		var dump string
-		for deadline := time.Now().Add(20 * time.Second); ; {
+		for deadline := time.Now().Add(testwait.Bound(t)); ; {
 			code, body := debugGet(t, s.debug, "/debug/config/"+cn, "", token)
 			if code == http.StatusOK && strings.Contains(body, "service-cert") {
 				dump = body
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: no configuration published within 20s: %d %s", c.service, code, body)
+				t.Fatalf("%s: no configuration published: %d %s", c.service, code, body)
 			}
 			time.Sleep(50 * time.Millisecond) // polling a condition
 		}
@@ -100,13 +101,13 @@ spec:
 	if out, err := s.cli(t, "delete", "egress", "github"); err != nil {
 		t.Fatalf("delete egress: %v\n%s", err, out)
 	}
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	for deadline := time.Now().Add(testwait.Bound(t)); ; {
 		_, body := debugGet(t, s.debug, "/debug/config/"+buyerCN, "", token)
 		if !strings.Contains(body, "egress|api.github.com") && strings.Contains(body, "service-cert") {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("bookbuyer keeps its egress listener 20s after the Egress was deleted:\n%.2000s", body)
+			t.Fatalf("bookbuyer keeps its egress listener after the Egress was deleted:\n%.2000s", body)
 		}
 		time.Sleep(50 * time.Millisecond) // polling a condition
 	}
@@ -144,14 +145,14 @@ func agentConfig(t *testing.T, apiAddr, dataDir string, pair tls.Certificate) me
 func (s *identityServer) launch(t *testing.T, xdsAddr, extra string) *runningServer {
 	t.Helper()
 	srv := launchServer(t, s.bin, filepath.Dir(s.dataDir), "dataDir: "+s.dataDir+"\npluginDir: "+s.bin+"\ndebugAddress: "+s.debug+"\napiAddress: "+s.api+"\nxdsAddress: "+xdsAddr+"\n"+extra)
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	for deadline := time.Now().Add(testwait.Bound(t)); ; {
 		if _, err := os.Stat(filepath.Join(s.dataDir, caCertFile)); err == nil {
 			if code, _ := debugGet(t, s.debug, "/healthz", "", ""); code == http.StatusOK {
 				return srv
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("osm-server not up within 20s:\n%s", srv.output())
+			t.Fatalf("osm-server not up:\n%s", srv.output())
 		}
 		time.Sleep(20 * time.Millisecond) // polling readiness
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -89,10 +90,10 @@ func (g gatewayState) routeClusters(name string) (map[string][]string, bool) {
 }
 
 // await reads p's responses into g until cond holds, failing the test
-// after 30 s or when the stream ends.
+// at its deadline or when the stream ends.
 func (g gatewayState) await(t *testing.T, p *xdstest.Proxy, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(testwait.Bound(t))
 	for !cond() {
 		select {
 		case r, ok := <-p.Responses():
@@ -101,7 +102,7 @@ func (g gatewayState) await(t *testing.T, p *xdstest.Proxy, what string, cond fu
 			}
 			g.take(t, r.GetTypeUrl(), r.GetResources())
 		case <-deadline:
-			t.Fatalf("no %s within 30s; received %v", what, g)
+			t.Fatalf("no %s; received %v", what, g)
 		}
 	}
 }
@@ -209,14 +210,14 @@ func TestGatewayThroughTheServer(t *testing.T) {
 	// A machine enrolled as a Gateway that is not applied is refused with
 	// the cause (its stream ends; the server's log names the Gateway).
 	stray := osm.ConnectAs(t, osm.Enroll(t, mesh.MeshService{Namespace: "default", Name: "nogw"}), "gateway", "127.0.0.1")
-	for deadline := time.After(30 * time.Second); ; {
+	for deadline := time.After(testwait.Bound(t)); ; {
 		select {
 		case _, ok := <-stray.Responses():
 			if ok {
 				continue
 			}
 		case <-deadline:
-			t.Fatal("the stream of a gateway proxy without its Gateway is still open after 30s")
+			t.Fatal("the stream of a gateway proxy without its Gateway is still open")
 		}
 		break
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -59,14 +60,14 @@ func TestGatewayProgrammedThroughTheServer(t *testing.T) {
 	statusWhere := func(what string, ok func(string) bool) string {
 		t.Helper()
 		var out string
-		for deadline := time.Now().Add(30 * time.Second); ; {
+		for deadline := time.Now().Add(testwait.Bound(t)); ; {
 			var err error
 			out, err = s.cli(t, "get", "gateways", "-o", "yaml")
 			if err == nil && ok(out) {
 				return out
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: no such status within 30s: %v\n%s", what, err, out)
+				t.Fatalf("%s: no such status: %v\n%s", what, err, out)
 			}
 			time.Sleep(100 * time.Millisecond) // a poll interval, not synchronisation
 		}
@@ -104,7 +105,7 @@ func TestGatewayProgrammedThroughTheServer(t *testing.T) {
 	const web, shop = "gateway|default/ingress|8080", "gateway|default/ingress|8443"
 	waitLDS := func(what string, want ...string) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); ; {
+		for deadline := time.Now().Add(testwait.Bound(t)); ; {
 			mu.Lock()
 			got := slices.Clone(lds)
 			mu.Unlock()

@@ -23,6 +23,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // identityServer is an osm-server process with a fixed data dir and API
@@ -54,7 +55,7 @@ func (s *identityServer) start(t *testing.T) {
 	cmd := s.cmd
 	go func() { s.exited <- cmd.Wait() }()
 	t.Cleanup(func() { s.kill() })
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(testwait.Bound(t))
 	for {
 		if resp, err := http.Get("http://" + s.debug + "/healthz"); err == nil {
 			resp.Body.Close()
@@ -64,7 +65,7 @@ func (s *identityServer) start(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(filepath.Join(filepath.Dir(s.dataDir), "server.log"))
-			t.Fatalf("osm-server not up within 20s:\n%s", b)
+			t.Fatalf("osm-server not up:\n%s", b)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // pruneRecorder is a tokenPruner that fails its first call and records
@@ -51,27 +53,20 @@ func TestPruneTokensLoop(t *testing.T) {
 	rec := &pruneRecorder{next: tokens}
 	done := make(chan error, 1)
 	go func() { done <- pruneTokens(ctx, discardLogger(), rec, time.Hour, 10*time.Millisecond) }()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	testwait.Until(t, "the expired token deleted after the failed first prune", func() (bool, string) {
 		list, err := tokens.List(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(list) == 0 && rec.count() >= 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %d prunes %d tokens are left; want the expired one deleted after the failed first prune", rec.count(), len(list))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return len(list) == 0 && rec.count() >= 2, fmt.Sprintf("after %d prunes %d tokens are left", rec.count(), len(list))
+	})
 	cancel()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Errorf("pruneTokens = %v, want nil when its context ends", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(testwait.Bound(t)):
 		t.Fatal("pruneTokens did not return after its context ended")
 	}
 	rec.mu.Lock()

@@ -32,6 +32,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/store/consultest"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // haMesh: bookbuyer calls bookstore, split between bookstore-v1 and v2.
@@ -160,7 +161,7 @@ pollInterval: 2s
 	var st struct {
 		Replicas []meshapi.Replica `json:"replicas"`
 	}
-	waitFor(t, "the agent to learn the three replicas and write its service certificate", 30*time.Second, func() bool {
+	testwait.For(t, "the agent to learn the three replicas and write its service certificate", func() bool {
 		b, err := os.ReadFile(filepath.Join(data, "state.json"))
 		if err != nil || json.Unmarshal(b, &st) != nil {
 			return false
@@ -227,10 +228,10 @@ pollInterval: 2s
 	})
 	select {
 	case <-first:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no RPC through xds:///bookstore.default.mesh:14001 within 30s")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("no RPC through xds:///bookstore.default.mesh:14001")
 	}
-	waitFor(t, "25 RPCs", 30*time.Second, func() bool { return calls.Load() >= 25 })
+	testwait.For(t, "25 RPCs", func() bool { return calls.Load() >= 25 })
 	if n := failures.Load(); n != 0 {
 		t.Fatalf("%d RPCs failed before the kill: %v", n, lastErr.Load())
 	}
@@ -249,7 +250,7 @@ pollInterval: 2s
 		return nil
 	}
 	var victim *replica
-	waitFor(t, "a replica to list the agent's proxy as connected", 20*time.Second, func() bool { victim = holder(); return victim != nil })
+	testwait.For(t, "a replica to list the agent's proxy as connected", func() bool { victim = holder(); return victim != nil })
 	before := calls.Load()
 	victim.kill()
 	killed := time.Now()
@@ -257,16 +258,21 @@ pollInterval: 2s
 
 	// A surviving replica has the stream and configures the client.
 	var survivor *replica
-	waitFor(t, "a surviving replica to hold the agent's stream", 30*time.Second, func() bool { survivor = holder(); return survivor != nil })
+	testwait.For(t, "a surviving replica to hold the agent's stream", func() bool { survivor = holder(); return survivor != nil })
 	reconnected := time.Since(killed)
 	survivor.osm().Apply(t, haSplit(0, 100))
 	// Ten RPCs in a row to v2 happen by chance once in 10^20 at 1%.
-	waitFor(t, "the client to follow the split applied after the kill", 30*time.Second-time.Since(killed), func() bool {
+	testwait.For(t, "the client to follow the split applied after the kill", func() bool {
 		return v2Streak.Load() >= 10
 	})
+	// The issue's requirement, checked after the wait so that a slow
+	// failover is reported as such, not as a condition that never held.
+	if took := time.Since(killed); took > 30*time.Second {
+		t.Errorf("the split applied after the kill reached the client %v after it, want within 30s", took.Round(time.Millisecond))
+	}
 	// The agent's config polls reach a survivor too (through the replicas
 	// it learned, when the dead one was the one it was told).
-	waitFor(t, "the agent to fetch its config from a surviving replica", 30*time.Second, func() bool {
+	testwait.For(t, "the agent to fetch its config from a surviving replica", func() bool {
 		var st struct {
 			LastConfig time.Time `json:"lastConfig"`
 			APIServer  string    `json:"apiServer"`
@@ -274,7 +280,7 @@ pollInterval: 2s
 		b, err := os.ReadFile(filepath.Join(data, "status.json"))
 		return err == nil && json.Unmarshal(b, &st) == nil && st.LastConfig.After(killed) && st.APIServer != "https://"+victim.api
 	})
-	waitFor(t, "50 more RPCs", 30*time.Second, func() bool { return calls.Load() >= before+50 })
+	testwait.For(t, "50 more RPCs", func() bool { return calls.Load() >= before+50 })
 	t.Logf("%s holds the stream %s after the kill; the split applied there reached the client %s after the kill; %d RPCs since the kill, %d failed",
 		survivor.name, reconnected.Round(time.Millisecond), time.Since(killed).Round(time.Millisecond), calls.Load()-before, failures.Load())
 	if n := failures.Load(); n != 0 {

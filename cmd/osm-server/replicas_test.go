@@ -27,6 +27,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/store/consultest"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -150,28 +151,21 @@ func (r *replica) launch(t *testing.T) {
 func (r *replica) start(t *testing.T) {
 	t.Helper()
 	r.launch(t)
-	r.waitReady(t, 60*time.Second)
+	r.waitReady(t)
 }
 
-func (r *replica) waitReady(t *testing.T, within time.Duration) {
+func (r *replica) waitReady(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	testwait.Until(t, r.name+" ready", func() (bool, string) {
 		select {
 		case err := <-r.exited:
 			r.exited <- err
 			t.Fatalf("%s exited before it was ready: %v\n%s", r.name, err, tail(r.output(), 4<<10))
 		default:
 		}
-		if code, _ := r.readyz(); code == http.StatusOK {
-			return
-		}
-		if time.Now().After(deadline) {
-			code, body := r.readyz()
-			t.Fatalf("%s not ready within %s: %d %s", r.name, within, code, body)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		code, body := r.readyz()
+		return code == http.StatusOK, fmt.Sprintf("%d %s", code, body)
+	})
 }
 
 func (r *replica) readyz() (int, string) {
@@ -230,7 +224,7 @@ func startReplicas(t *testing.T, rs []*replica) {
 		r.launch(t)
 	}
 	for _, r := range rs {
-		r.waitReady(t, 60*time.Second)
+		r.waitReady(t)
 	}
 }
 
@@ -272,7 +266,7 @@ func TestReplicasServeEverything(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, d := range []string{"prune-tokens", "prune-proxy-records"} {
-			waitFor(t, "duty "+d+" to be held", 30*time.Second, func() bool {
+			testwait.For(t, "duty "+d+" to be held", func() bool {
 				pair, _, err := client.KV().Get("osm/duty/"+d, nil)
 				return err == nil && pair != nil && pair.Session != ""
 			})
@@ -290,7 +284,7 @@ func TestReplicasServeEverything(t *testing.T) {
 		buyer := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
 		rs[0].osm().Apply(t, meshForBuyer)
 		// The proxy's own Service must be known where it connects.
-		waitFor(t, "replica 3 to know Service bookbuyer", 20*time.Second, func() bool {
+		testwait.For(t, "replica 3 to know Service bookbuyer", func() bool {
 			out, err := rs[2].cli(t, "get", "services")
 			return err == nil && strings.Contains(out, "bookbuyer")
 		})
@@ -298,11 +292,11 @@ func TestReplicasServeEverything(t *testing.T) {
 		proxy := rs[2].osm().Connect(t, pair, "10.0.0.6", "default/bookstore")
 		// A Service applied on replica 1 reaches the live proxy on 3.
 		rs[0].osm().Apply(t, bookstoreSvc)
-		proxy.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+		proxy.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"})
 		// Every replica follows it (each on its own watch: replica 3
 		// serving it says nothing of when replica 2 has read it).
 		for _, r := range rs {
-			waitFor(t, r.name+" to list Service bookstore", 20*time.Second, func() bool {
+			testwait.For(t, r.name+" to list Service bookstore", func() bool {
 				out, err := r.cli(t, "get", "services")
 				return err == nil && strings.Contains(out, "bookstore")
 			})
@@ -315,12 +309,12 @@ func TestReplicasServeEverything(t *testing.T) {
 		if out, err := rs[0].cli(t, "proxy", "revoke", leaf.Subject.CommonName); err != nil {
 			t.Fatalf("proxy revoke on replica 1: %v\n%s", err, out)
 		}
-		deadline := time.After(20 * time.Second)
+		deadline := time.After(testwait.Bound(t))
 		for open := true; open; {
 			select {
 			case _, open = <-proxy.Responses():
 			case <-deadline:
-				t.Fatal("the proxy revoked on replica 1 is still connected to replica 3 after 20s")
+				t.Fatal("the proxy revoked on replica 1 is still connected to replica 3")
 			}
 		}
 	})
@@ -355,7 +349,7 @@ func TestReplicasServeEverything(t *testing.T) {
 		var proxies []*xdstest.Proxy
 		for _, r := range rs {
 			p := r.osm().Connect(t, r.osm().Enroll(t, buyer), "10.0.0.6", "default/bookstore")
-			p.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+			p.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"})
 			proxies = append(proxies, p)
 		}
 		moved := strings.Replace(endpointsYAML, "{ip: 10.0.0.5, port: 14001}", "{ip: 10.0.0.9, port: 14001}", 1)
@@ -364,7 +358,7 @@ func TestReplicasServeEverything(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i, p := range proxies {
-			p.WaitEDS(t, "default/bookstore", []string{"10.0.0.9:14001"}, 20*time.Second)
+			p.WaitEDS(t, "default/bookstore", []string{"10.0.0.9:14001"})
 			t.Logf("%s's proxy has the moved endpoint %v after the file changed", rs[i].name, time.Since(start).Round(time.Millisecond))
 		}
 	})
@@ -379,18 +373,6 @@ func (r *replica) osmProxies(t *testing.T) map[string]bool {
 		out[rec.CN] = true
 	}
 	return out
-}
-
-// waitFor polls cond until it holds, failing t after within.
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %s for %s", within, what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }
 
 // commits sums osm_store_commits_total over the replicas given.
@@ -453,7 +435,7 @@ func TestReplicaConsulLoad(t *testing.T) {
 	rs[0].osm().Apply(t, meshForBuyers)
 	buyer := mesh.MeshService{Namespace: "default", Name: "bookbuyer"}
 	for _, r := range rs {
-		waitFor(t, r.name+" to know Service bookbuyer", 20*time.Second, func() bool {
+		testwait.For(t, r.name+" to know Service bookbuyer", func() bool {
 			out, err := r.cli(t, "get", "services")
 			return err == nil && strings.Contains(out, "bookbuyer")
 		})
@@ -464,11 +446,11 @@ func TestReplicaConsulLoad(t *testing.T) {
 	start := time.Now()
 	for i := range certs {
 		certs[i] = rs[i%3].osm().Enroll(t, buyer) // a token and an enrollment each
-		rs[i%3].osm().Connect(t, certs[i], "10.0.0.6", "default/bookstore").WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+		rs[i%3].osm().Connect(t, certs[i], "10.0.0.6", "default/bookstore").WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"})
 	}
 	// Claims are written in the background: wait until every record says
 	// claimed.
-	waitFor(t, "every proxy claimed", 20*time.Second, func() bool {
+	testwait.For(t, "every proxy claimed", func() bool {
 		is := &identityServer{api: rs[0].api, dataDir: rs[0].dataDir}
 		claimed := 0
 		for _, rec := range is.proxies(t) {
@@ -503,7 +485,7 @@ func TestReplicaConsulLoad(t *testing.T) {
 	survivors := rs[1:]
 	storm := commits(t, survivors...)
 	for i := 0; i < n; i += 3 {
-		survivors[i%2].osm().Connect(t, certs[i], "10.0.0.6", "default/bookstore").WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+		survivors[i%2].osm().Connect(t, certs[i], "10.0.0.6", "default/bookstore").WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"})
 	}
 	if d := commits(t, survivors...) - storm; d != 0 {
 		t.Errorf("%d commits while %d proxies reconnected to surviving replicas, want 0", d, n/3)
@@ -525,15 +507,15 @@ func TestReplicaWithoutConsul(t *testing.T) {
 	startReplicas(t, rs)
 	r := rs[0]
 	rs[1].osm().Apply(t, meshForBuyers)
-	waitFor(t, "replica 1 to know Service bookstore", 30*time.Second, func() bool {
+	testwait.For(t, "replica 1 to know Service bookstore", func() bool {
 		out, err := r.cli(t, "get", "services")
 		return err == nil && strings.Contains(out, "bookstore")
 	})
 	proxy := r.osm().Connect(t, r.osm().Enroll(t, mesh.MeshService{Namespace: "default", Name: "bookbuyer"}), "10.0.0.6", "default/bookstore", "default/bookwarehouse")
-	proxy.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"}, 20*time.Second)
+	proxy.WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"})
 
 	consul[0].Stop()
-	waitFor(t, "/readyz to say not ready", 20*time.Second, func() bool {
+	testwait.For(t, "/readyz to say not ready", func() bool {
 		code, body := r.readyz()
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "store is unreachable") && strings.Contains(body, consul[0].HTTPAddr)
 	})
@@ -548,14 +530,14 @@ func TestReplicaWithoutConsul(t *testing.T) {
 	// A change through the other replica, while this one's watches fail
 	// and back off. Consul server 1 may have been the leader: the others
 	// elect a new one first (a write meanwhile fails, and clients retry).
-	waitFor(t, "Consul servers 2 and 3 to have a leader", 60*time.Second, func() bool {
+	testwait.For(t, "Consul servers 2 and 3 to have a leader", func() bool {
 		l, err := consultest.Leader(t.Context(), consul[1].HTTPAddr)
 		return err == nil && l != "" && !strings.HasPrefix(l, consul[0].Host+":")
 	})
 	rs[1].osm().Apply(t, warehouseSvc)
 	// Long enough for its specification watch to back off to 16 s (the
 	// ~30 s catch-up seen before came from that backoff).
-	waitFor(t, "replica 1's specification watch to fail six times", 90*time.Second, func() bool {
+	testwait.For(t, "replica 1's specification watch to fail six times", func() bool {
 		return watchFailures(r.output(), "osm/spec/") >= 6
 	})
 	// The proxy's stream stays up.
@@ -569,9 +551,9 @@ func TestReplicaWithoutConsul(t *testing.T) {
 
 	consul[0].Start(t)
 	back := time.Now()
-	proxy.WaitEDS(t, "default/bookwarehouse", []string{"10.0.0.7:14001"}, 90*time.Second)
+	proxy.WaitEDS(t, "default/bookwarehouse", []string{"10.0.0.7:14001"})
 	caughtUp := time.Since(back)
-	r.waitReady(t, 60*time.Second)
+	r.waitReady(t)
 	t.Logf("after its Consul came back, replica 1's proxy had the Service applied on replica 2 meanwhile in %s (Consul's own start included); ready in %s",
 		caughtUp.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 	if caughtUp > 15*time.Second {
@@ -623,7 +605,7 @@ func TestReplicaKills(t *testing.T) {
 		r.kill()
 		down := time.Now()
 		r.launch(t)
-		r.waitReady(t, 60*time.Second)
+		r.waitReady(t)
 		restarts = append(restarts, time.Since(down))
 		t.Logf("kill %d: %s, ready again in %s", k+1, r.name, restarts[len(restarts)-1].Round(time.Millisecond))
 	}
@@ -671,13 +653,13 @@ func TestReplicaConsulLeaderStop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "Consul to tolerate a server failure again", 60*time.Second, func() bool {
+		testwait.For(t, "Consul to tolerate a server failure again", func() bool {
 			h, err := client.Operator().AutopilotServerHealth(nil)
 			return err == nil && h.Healthy && h.FailureTolerance >= 1
 		})
 		// The replica whose agent that was reports ready again.
 		for _, r := range rs {
-			r.waitReady(t, 60*time.Second)
+			r.waitReady(t)
 		}
 		t.Logf("round %d: stopped leader %s; writes resumed", round+1, leader.Name)
 	}
@@ -747,7 +729,7 @@ func (w *workload) progress(t *testing.T) {
 	before := len(w.enrolled)
 	w.mu.Unlock()
 	want := before + 1 + rand.IntN(5)
-	waitFor(t, "more enrollments", 60*time.Second, func() bool {
+	testwait.For(t, "more enrollments", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return len(w.enrolled) >= want
@@ -803,7 +785,7 @@ func (w *workload) check(t *testing.T, rs []*replica) {
 	}
 	// A replica whose Consul agent was away catches up through its watch
 	// (which backs off while Consul is unreachable): wait for it.
-	waitFor(t, "replica 1 to list every applied Service", 60*time.Second, func() bool {
+	testwait.For(t, "replica 1 to list every applied Service", func() bool {
 		out, err = rs[0].cli(t, "get", "services")
 		return err == nil && strings.Count(out, "svc-") >= w.applied
 	})

@@ -19,6 +19,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/testaddr"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // buildBinaries returns the directory holding osm-server, the static
@@ -89,19 +90,15 @@ func startServer(t *testing.T, bin string) *runningServer {
 	s := launchServer(t, bin, dir, fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: 127.0.0.1:0\nxdsAddress: 127.0.0.1:0\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n  - {name: second, plugin: osm-provider-static, config: {file: %s}}\n",
 		filepath.Join(dir, "data"), bin, debug, endpoints, endpoints))
 	s.base = "http://" + debug
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if resp, err := http.Get(s.base + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
-			}
+	testwait.Until(t, "osm-server ready", func() (bool, string) {
+		resp, err := http.Get(s.base + "/readyz")
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("osm-server not ready within 20s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, resp.Status
+	})
+	return s
 }
 
 // launchServer starts osm-server from bin with config (written to dir),
@@ -171,13 +168,13 @@ func (s *runningServer) pluginPIDs(t *testing.T) []int {
 	return pids
 }
 
-func waitGone(t *testing.T, pids []int, within time.Duration) {
+func waitGone(t *testing.T, pids []int) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	deadline := time.Now().Add(testwait.Bound(t))
 	for _, pid := range pids {
 		for !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
 			if time.Now().After(deadline) {
-				t.Errorf("plugin pid %d still running %v after the server stopped", pid, within)
+				t.Errorf("plugin pid %d still running after the server stopped", pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 				break
 			}
@@ -222,16 +219,6 @@ func TestServeEndToEnd(t *testing.T) {
 		srv := launchServer(t, bin, dir, fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: 127.0.0.1:0\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
 			filepath.Join(dir, "data"), bin, freeAddr(t), xds, endpoints))
 		serverLog := srv.output
-		waitFor := func(what string, cond func() bool) {
-			t.Helper()
-			deadline := time.Now().Add(20 * time.Second)
-			for !cond() {
-				if time.Now().After(deadline) {
-					t.Fatalf("not within 20s: %s", what)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
-		}
 		dials := func() bool {
 			c, err := net.DialTimeout("tcp", xds, time.Second)
 			if err == nil {
@@ -239,7 +226,7 @@ func TestServeEndToEnd(t *testing.T) {
 			}
 			return err == nil
 		}
-		waitFor("the server says xDS waits for the providers", func() bool {
+		testwait.For(t, "the server says xDS waits for the providers", func() bool {
 			return strings.Contains(serverLog(), "xDS waits for every provider's first list")
 		})
 		time.Sleep(time.Second)
@@ -249,7 +236,7 @@ func TestServeEndToEnd(t *testing.T) {
 		if err := os.WriteFile(endpoints, []byte("services:\n  - name: bookstore\n    namespace: default\n    endpoints:\n      - {ip: 10.0.0.5, port: 14001}\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		waitFor("xDS serves once the provider has listed", dials)
+		testwait.For(t, "xDS serves once the provider has listed", dials)
 		if !strings.Contains(serverLog(), "every provider has listed its endpoints; serving xDS") {
 			t.Error("the server did not log that it serves xDS after the providers listed")
 		}
@@ -263,7 +250,7 @@ func TestServeEndToEnd(t *testing.T) {
 		}
 		<-s.exited
 		s.exited <- nil
-		waitGone(t, pids, 3*time.Second)
+		waitGone(t, pids)
 	})
 
 	t.Run("SIGTERM stops the server and its plugins cleanly", func(t *testing.T) {
@@ -278,10 +265,10 @@ func TestServeEndToEnd(t *testing.T) {
 			if err != nil {
 				t.Errorf("osm-server exited with %v after SIGTERM; want status 0", err)
 			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("osm-server did not exit within 10s of SIGTERM")
+		case <-time.After(testwait.Bound(t)):
+			t.Fatal("osm-server did not exit after SIGTERM")
 		}
-		waitGone(t, pids, time.Second)
+		waitGone(t, pids)
 	})
 }
 

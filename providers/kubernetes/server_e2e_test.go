@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
@@ -110,17 +111,10 @@ providers:
 	}
 	waitEndpoints := func(want string) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testwait.Until(t, fmt.Sprintf("GET /api/v1/services/default/web/endpoints = %q", want), func() (bool, string) {
 			got, err := endpoints()
-			if err == nil && got == want {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("GET /api/v1/services/default/web/endpoints = %q (%v); want %q", got, err, want)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+			return err == nil && got == want, fmt.Sprintf("%q (%v)", got, err)
+		})
 	}
 
 	writeAll(ctx, t, cp, service(ns, "web", svcPort("http", 80, intstr.FromInt32(8080))),
@@ -132,7 +126,7 @@ providers:
 	waitUp(t, "https://"+apiAddr)
 	osm.Apply(t, meshForWeb)
 	proxy := osm.Connect(t, osm.Enroll(t, mesh.MeshService{Namespace: "default", Name: "vm-client"}), "192.0.2.100", "default/web")
-	proxy.WaitEDS(t, "default/web", []string{"192.0.2.1:8080", "192.0.2.2:8080"}, 10*time.Second)
+	proxy.WaitEDS(t, "default/web", []string{"192.0.2.1:8080", "192.0.2.2:8080"})
 
 	// A scale-in in the cluster reaches the server's API within a second.
 	writeAll(ctx, t, cp, slice(ns, "web-1", "web", ports(slicePortOf("http", 8080)), endpoint("192.0.2.2")))
@@ -141,7 +135,7 @@ providers:
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("scale-in took %v to reach the server's API; want under 1s", took)
 	}
-	proxy.WaitEDS(t, "default/web", []string{"192.0.2.2:8080"}, 5*time.Second)
+	proxy.WaitEDS(t, "default/web", []string{"192.0.2.2:8080"})
 }
 
 // meshForWeb declares the cluster's web service and a VM client allowed to
@@ -176,15 +170,12 @@ func freeLoopback(t *testing.T) string {
 func waitUp(t *testing.T, base string) {
 	t.Helper()
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} // reachability only
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if resp, err := hc.Get(base + "/api/v1/ca"); err == nil {
-			resp.Body.Close()
-			return
+	testwait.Until(t, fmt.Sprintf("osm-server HTTPS API at %s up", base), func() (bool, string) {
+		resp, err := hc.Get(base + "/api/v1/ca")
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("osm-server HTTPS API at %s not up within 20s", base)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return true, ""
+	})
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/spec/specclient"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // Server is a running osm-server.
@@ -140,7 +141,7 @@ func (s Server) ConnectRejecting(t *testing.T, cert tls.Certificate, flavor, add
 
 func (s Server) connect(t *testing.T, cert tls.Certificate, flavor, address string, all bool, eds []string, reject map[string]string) *Proxy {
 	t.Helper()
-	s.WaitXDS(t, 30*time.Second)
+	s.WaitXDS(t)
 	_, _, ca := s.admin(t)
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
@@ -206,33 +207,30 @@ func (s Server) connect(t *testing.T, cert tls.Certificate, flavor, address stri
 	return p
 }
 
-// WaitXDS waits until the server's xDS listener accepts connections and
-// fails the test after timeout. osm-server opens xDS only after every
+// WaitXDS waits until the server's xDS listener accepts connections.
+// osm-server opens xDS only after every
 // provider has sent its first list (and /readyz can say ready a moment
 // before), so a proxy that dials as soon as the API answers may be refused.
-func (s Server) WaitXDS(t *testing.T, timeout time.Duration) {
+func (s Server) WaitXDS(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	testwait.Until(t, fmt.Sprintf("osm-server's xDS listener %s to accept connections", s.XDS), func() (bool, string) {
 		c, err := net.DialTimeout("tcp", s.XDS, time.Second)
-		if err == nil {
-			c.Close()
-			return
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("osm-server's xDS listener %s does not accept connections after %v: %v", s.XDS, timeout, err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return true, ""
+	})
 }
 
 // WaitEDS waits until the EDS resource name holds exactly want (sorted
-// "ip:port" strings) and fails the test after timeout.
-func (p *Proxy) WaitEDS(t *testing.T, name string, want []string, timeout time.Duration) {
+// "ip:port" strings).
+func (p *Proxy) WaitEDS(t *testing.T, name string, want []string) {
 	t.Helper()
 	slices.Sort(want)
 	var last []string
-	deadline := time.After(timeout)
+	bound := testwait.Bound(t)
+	deadline := time.After(bound)
 	for {
 		select {
 		case r, ok := <-p.resp:
@@ -257,7 +255,7 @@ func (p *Proxy) WaitEDS(t *testing.T, name string, want []string, timeout time.D
 				}
 			}
 		case <-deadline:
-			t.Fatalf("proxy %s: EDS %s = %v after %v, want %v", p.cn, name, last, timeout, want)
+			t.Fatalf("proxy %s: EDS %s = %v after %v, want %v", p.cn, name, last, bound.Round(time.Millisecond), want)
 		}
 	}
 }
