@@ -15,6 +15,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
 	"github.com/osm-vm/osm-vm/internal/testaddr"
 	"github.com/osm-vm/osm-vm/internal/testlog"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 func freeAddr(t *testing.T) string {
@@ -22,12 +23,13 @@ func freeAddr(t *testing.T) string {
 	return testaddr.Free(t)
 }
 
-func waitLog(t *testing.T, what string, timeout time.Duration, log *testlog.Buffer, cond func(string) bool) {
+func waitLog(t *testing.T, what string, log *testlog.Buffer, cond func(string) bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	bound := testwait.Bound(t)
+	deadline := time.Now().Add(bound)
 	for !cond(log.String()) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; log:\n%s", what, timeout, log.String())
+			t.Fatalf("%s: not within %v; log:\n%s", what, bound.Round(time.Millisecond), log.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -60,7 +62,7 @@ func TestAgentFullPath(t *testing.T) {
 		if err := server.Start(); err != nil {
 			t.Fatal(err)
 		}
-		waitLog(t, "osm-server up", 20*time.Second, serverLog, func(s string) bool {
+		waitLog(t, "osm-server up", serverLog, func(s string) bool {
 			return strings.Count(s, "xDS listening") >= 1 && strings.Contains(s, "HTTPS API listening")
 		})
 	}
@@ -79,7 +81,7 @@ func TestAgentFullPath(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(dir, "mesh.yaml"), mesh, 0o600)
 	admin("apply", "-f", filepath.Join(dir, "mesh.yaml"))
-	waitLog(t, "the server took the MeshConfig's proxy lifetime", 10*time.Second, serverLog, func(s string) bool {
+	waitLog(t, "the server took the MeshConfig's proxy lifetime", serverLog, func(s string) bool {
 		return strings.Contains(s, "certificate lifetimes set by MeshConfig") && strings.Contains(s, "proxy=9s")
 	})
 
@@ -125,7 +127,7 @@ func TestAgentFullPath(t *testing.T) {
 	})
 
 	acked := func(s string) int { return strings.Count(s, "lds: ACKed version") }
-	waitLog(t, "the Envoy stand-in received and ACKed its listeners from the real server", 30*time.Second, agentLog, func(s string) bool { return acked(s) >= 1 })
+	waitLog(t, "the Envoy stand-in received and ACKed its listeners from the real server", agentLog, func(s string) bool { return acked(s) >= 1 })
 	// The stand-in binds listeners as Envoy does: bookbuyer's inbound on its
 	// advertise address and an outbound one on bookstore's VIP.
 	for _, want := range []string{"bound to 127.0.20.1:14001", "bound to 127.77."} {
@@ -136,13 +138,13 @@ func TestAgentFullPath(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "hosts")); err != nil {
 		t.Fatal(err)
 	}
-	waitLog(t, "hosts block", 10*time.Second, agentLog, func(string) bool {
+	waitLog(t, "hosts block", agentLog, func(string) bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "hosts"))
 		return strings.Contains(string(b), "bookstore.default.mesh")
 	})
 
 	// Metrics: the server's and the agent's, each clean by promtool.
-	waitMetrics(t, "osm-server metrics", "http://"+debug+"/metrics", 10*time.Second,
+	waitMetrics(t, "osm-server metrics", "http://"+debug+"/metrics",
 		`^osm_xds_streams_opened_total [1-9]`,
 		`^osm_xds_responses_total\{type="lds"\} [1-9]`,
 		`^osm_xds_change_to_ack_seconds_count `,
@@ -154,7 +156,7 @@ func TestAgentFullPath(t *testing.T) {
 		`^osm_store_transaction_duration_seconds_count\{op="txn"\} [1-9]`,
 		`^osm_ca_expiry_seconds [1-9]`,
 		`^process_resident_memory_bytes `, `^go_goroutines `)
-	waitMetrics(t, "osm-agent metrics", "http://"+agentMetrics+"/metrics", 10*time.Second,
+	waitMetrics(t, "osm-agent metrics", "http://"+agentMetrics+"/metrics",
 		`^osm_agent_xds_connected 1$`,
 		`^osm_agent_proxy_running\{driver="envoy"\} 1$`,
 		`^osm_agent_proxy_certificate_expiry_seconds [0-9]`,
@@ -165,18 +167,18 @@ func TestAgentFullPath(t *testing.T) {
 	// connects and ACKs again.
 	pid := childOf(t, agent.Process.Pid)
 	syscall.Kill(pid, syscall.SIGKILL)
-	waitLog(t, "Envoy restarted by the agent and configured again", 30*time.Second, agentLog, func(s string) bool { return acked(s) >= 2 })
+	waitLog(t, "Envoy restarted by the agent and configured again", agentLog, func(s string) bool { return acked(s) >= 2 })
 	envoyPID := childOf(t, agent.Process.Pid)
 
 	// Renewal: the 9 s certificate is renewed at 6 s, without restarting Envoy.
-	waitLog(t, "proxy certificate renewed", 20*time.Second, agentLog, func(s string) bool { return strings.Contains(s, "renewed proxy certificate") })
+	waitLog(t, "proxy certificate renewed", agentLog, func(s string) bool { return strings.Contains(s, "renewed proxy certificate") })
 	if now := childOf(t, agent.Process.Pid); now != envoyPID {
 		t.Errorf("Envoy pid %d -> %d across a certificate renewal: renewal must not restart Envoy", envoyPID, now)
 	}
-	agentBody := waitMetrics(t, "osm-agent metrics after a restart and a renewal", "http://"+agentMetrics+"/metrics", 10*time.Second,
+	agentBody := waitMetrics(t, "osm-agent metrics after a restart and a renewal", "http://"+agentMetrics+"/metrics",
 		`^osm_agent_certificate_renewals_total\{result="ok"\} [1-9]`,
 		`^osm_agent_proxy_restarts_total\{driver="envoy"\} [1-9]`)
-	serverBody := waitMetrics(t, "osm-server metrics after a renewal", "http://"+debug+"/metrics", 10*time.Second,
+	serverBody := waitMetrics(t, "osm-server metrics after a renewal", "http://"+debug+"/metrics",
 		`^osm_proxy_certificate_renewals_total\{result="ok"\} [1-9]`,
 		`^osm_proxy_certificate_expiry_seconds_count 1$`,
 		`^osm_xds_connected_proxies\{flavor="envoy",service="default/bookbuyer"\} 1$`)
@@ -190,8 +192,8 @@ func TestAgentFullPath(t *testing.T) {
 		if err != nil {
 			t.Errorf("agent exit after SIGTERM: %v, want 0", err)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("agent did not exit within 30s of SIGTERM")
+	case <-time.After(testwait.Bound(t)):
+		t.Fatal("agent did not exit after SIGTERM")
 	}
 	if !strings.Contains(agentLog.String(), "draining listeners (graceful=true)") {
 		t.Errorf("Envoy was not drained on stop; agent log:\n%s", agentLog)
@@ -243,7 +245,7 @@ func writeServerConfigWith(t *testing.T, dir, bin, endpoints string) (api, xds, 
 // childOf returns the one child process of pid.
 func childOf(t *testing.T, pid int) int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testwait.Bound(t))
 	for {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
 		var kids []int

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	meshtypes "github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/testlog"
@@ -98,7 +97,7 @@ func startDashboardServer(t *testing.T, dir, bin string) string {
 			t.Logf("server log:\n%s", serverLog)
 		}
 	})
-	waitLog(t, "osm-server up", 20*time.Second, serverLog, func(s string) bool {
+	waitLog(t, "osm-server up", serverLog, func(s string) bool {
 		return strings.Contains(s, "xDS listening") && strings.Contains(s, "HTTPS API listening")
 	})
 	// osm-server logs where the dashboard is.

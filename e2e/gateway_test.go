@@ -20,6 +20,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/examples/bookstore/bookapi"
 	"github.com/osm-vm/osm-vm/internal/testlog"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // TestPolyglotGatewayAPI: the bookstore in Gateway API form
@@ -48,7 +49,7 @@ func TestPolyglotGatewayAPI(t *testing.T) {
 		boot := p.agent(s.name, s.addr, "bookstore")
 		// No warehouse runs: restocking fails at once and BuyBook still answers.
 		p.start("bookstore "+s.name, []string{boot}, io.Discard, filepath.Join(p.bin, "bookstore"), "-listen", s.addr+":14001", "-name", s.name, "-warehouse", "passthrough:///127.0.0.1:9")
-		waitLog(t, s.name+" serving", 60*time.Second, p.logs["bookstore "+s.name], func(l string) bool { return strings.Contains(l, bookapi.ServingMarker) })
+		waitLog(t, s.name+" serving", p.logs["bookstore "+s.name], func(l string) bool { return strings.Contains(l, bookapi.ServingMarker) })
 	}
 	boot, err := os.ReadFile(strings.TrimPrefix(p.agent("bookbuyer", "127.0.30.1"), "GRPC_XDS_BOOTSTRAP="))
 	if err != nil {
@@ -88,16 +89,7 @@ func TestPolyglotGatewayAPI(t *testing.T) {
 		}
 		return got
 	}
-	eventually := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not within 60s", what)
-			}
-		}
-	}
-	eventually("20 calls in a row answered", func() bool { n := calls(20); return n["bookstore-v1"]+n["bookstore-v2"] == 20 })
+	testwait.For(t, "20 calls in a row answered", func() bool { n := calls(20); return n["bookstore-v1"]+n["bookstore-v2"] == 20 })
 	within := func(what string, n map[string]int, want float64) {
 		t.Helper()
 		v1 := float64(n["bookstore-v1"]) / 1000
@@ -143,6 +135,6 @@ spec:
 `), 0o644)
 	p.admin("apply", "-f", httpRoute)
 	p.admin("delete", "grpcroutes", "bookstore")
-	eventually("the HTTPRoute's split", func() bool { n := calls(200); return n["bookstore-v1"] > 60 && n["bookstore-v1"] < 140 })
+	testwait.For(t, "the HTTPRoute's split", func() bool { n := calls(200); return n["bookstore-v1"] > 60 && n["bookstore-v1"] < 140 })
 	within("HTTPRoute 50/50", calls(1000), 0.5)
 }

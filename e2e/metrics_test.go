@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // scrape returns the body of GET url ("" when it does not answer 200).
@@ -30,14 +32,15 @@ func scrape(url string) string {
 // exposition's lines) matches, and then requires `promtool check metrics`
 // (Debian's prometheus package; make test-deps installs it) to find
 // nothing to say about the exposition.
-func waitMetrics(t *testing.T, what, url string, timeout time.Duration, patterns ...string) string {
+func waitMetrics(t *testing.T, what, url string, patterns ...string) string {
 	t.Helper()
 	res := make([]*regexp.Regexp, len(patterns))
 	for i, p := range patterns {
 		res[i] = regexp.MustCompile("(?m)" + p)
 	}
 	var body string
-	for deadline := time.Now().Add(timeout); ; {
+	bound := testwait.Bound(t)
+	for deadline := time.Now().Add(bound); ; {
 		body = scrape(url)
 		missing := ""
 		for _, re := range res {
@@ -50,7 +53,7 @@ func waitMetrics(t *testing.T, what, url string, timeout time.Duration, patterns
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s has no line matching %s within %v:\n%s", what, url, missing, timeout, body)
+			t.Fatalf("%s: %s has no line matching %s within %v:\n%s", what, url, missing, bound.Round(time.Millisecond), body)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

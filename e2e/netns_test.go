@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // TestMain doubles as a tiny HTTP GET helper run inside a namespace (the
@@ -168,21 +169,10 @@ func (m *mesh) startServer() {
 	m.t.Helper()
 	srv := m.hosts["server"]
 	m.server = m.run(srv, "server", nil, nil, filepath.Join(m.bin, "osm-server"), "serve", "--config", filepath.Join(m.dir, "server.yaml"))
-	m.wait("osm-server ready", 30*time.Second, func() bool {
+	testwait.For(m.t, "osm-server ready", func() bool {
 		var v map[string]any
 		return m.debug("/api/v1/services", &v) == nil
 	})
-}
-
-func (m *mesh) wait(what string, timeout time.Duration, cond func() bool) {
-	m.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			m.t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // collect reads an app's JSON stats lines into m.stats.
@@ -217,11 +207,11 @@ func (m *mesh) counts(app string) map[string]int64 {
 }
 
 // window returns bookbuyer's counter increases over the next n purchases.
-func (m *mesh) window(n int64, timeout time.Duration) map[string]int64 {
+func (m *mesh) window(n int64) map[string]int64 {
 	m.t.Helper()
 	start := m.counts("bookbuyer")
 	var d map[string]int64
-	m.wait(fmt.Sprintf("%d more bookbuyer calls", n), timeout, func() bool {
+	testwait.For(m.t, fmt.Sprintf("%d more bookbuyer calls", n), func() bool {
 		now := m.counts("bookbuyer")
 		d = map[string]int64{}
 		total := int64(0)
@@ -352,7 +342,7 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 			t.Fatalf("osm-agent install %s: %v\n%s", mc.service, err, out)
 		}
 		m.run(h, mc.service+"-agent", nil, nil, filepath.Join(m.bin, "osm-agent"), "run", "--config", filepath.Join(dir, "agent.yaml"))
-		m.wait(mc.service+" agent wrote its gRPC bootstrap", 30*time.Second, func() bool {
+		testwait.For(m.t, mc.service+" agent wrote its gRPC bootstrap", func() bool {
 			_, e1 := os.Stat(filepath.Join(dir, "grpc-bootstrap.json"))
 			_, e2 := os.Stat(filepath.Join(dir, "service.crt"))
 			_, e3 := os.Stat(filepath.Join(dir, "state.json"))
@@ -382,7 +372,7 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 		}
 		m.run(h, mc.service+"-app", env, stdout, filepath.Join(m.bin, mc.app), appArgs...)
 	}
-	m.wait("five proxies connected", 30*time.Second, func() bool { return len(m.connected()) == 5 })
+	testwait.For(m.t, "five proxies connected", func() bool { return len(m.connected()) == 5 })
 
 	t.Run("enrollment from another host names the xDS address that host can reach", func(t *testing.T) {
 		lines := strings.Split(strings.TrimSpace(m.admin("token", "create", "--print", "enroll", "--service", "bookbuyer", "--join-server", "https://"+srv.ip+":15443")), "\n")
@@ -399,8 +389,8 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 	})
 
 	t.Run("the 80/20 split holds across hosts", func(t *testing.T) {
-		m.window(20, 30*time.Second) // warm-up
-		d := m.window(400, 60*time.Second)
+		m.window(20) // warm-up
+		d := m.window(400)
 		share := float64(d["v1"]) / float64(d["v1"]+d["v2"])
 		if d["v2"] == 0 || share < 0.7 || share > 0.9 {
 			t.Errorf("bookbuyer over 400 calls: %v; v1 share %.2f, want about 0.8", d, share)
@@ -411,7 +401,7 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 	})
 
 	t.Run("bookthief is refused by bookstore itself", func(t *testing.T) {
-		m.wait("bookthief tried", 30*time.Second, func() bool { return m.counts("bookthief")["deniedDirect"] > 0 })
+		testwait.For(m.t, "bookthief tried", func() bool { return m.counts("bookthief")["deniedDirect"] > 0 })
 		c := m.counts("bookthief")
 		if c["stolenMesh"]+c["stolenDirect"] > 0 {
 			t.Errorf("bookthief stole books: %v", c)
@@ -420,21 +410,21 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 
 	t.Run("a provider endpoint change reaches the callers", func(t *testing.T) {
 		m.writeEndpoints(false)
-		m.wait("bookstore-v2 withdrawn", 10*time.Second, func() bool { d := m.window(20, 20*time.Second); return d["v2"] == 0 })
+		testwait.For(m.t, "bookstore-v2 withdrawn", func() bool { d := m.window(20); return d["v2"] == 0 })
 		m.writeEndpoints(true)
-		m.wait("bookstore-v2 back", 10*time.Second, func() bool { d := m.window(30, 20*time.Second); return d["v2"] > 0 })
+		testwait.For(m.t, "bookstore-v2 back", func() bool { d := m.window(30); return d["v2"] > 0 })
 	})
 
 	t.Run("the server restarts under load and no request is lost", func(t *testing.T) {
-		m.window(20, 20*time.Second)
+		m.window(20)
 		before := m.counts("bookbuyer")
 		syscall.Kill(-m.server.cmd.Process.Pid, syscall.SIGKILL)
 		err := <-m.server.done
 		m.server.done <- err
 		time.Sleep(2 * time.Second) // bookbuyer keeps buying with its last configuration
 		m.startServer()
-		m.wait("proxies reconnected", 30*time.Second, func() bool { return len(m.connected()) == 5 })
-		m.window(100, 30*time.Second)
+		testwait.For(m.t, "proxies reconnected", func() bool { return len(m.connected()) == 5 })
+		m.window(100)
 		after := m.counts("bookbuyer")
 		if after["errors"] != before["errors"] {
 			t.Errorf("bookbuyer errors went from %d to %d across the server restart", before["errors"], after["errors"])
@@ -464,7 +454,7 @@ func TestBookstoreAcrossHosts(t *testing.T) {
 			t.Fatalf("bookthief is not connected: %+v", body)
 		}
 		m.admin("proxy", "revoke", cn)
-		m.wait("bookthief disconnected", 5*time.Second, func() bool {
+		testwait.For(m.t, "bookthief disconnected", func() bool {
 			for _, s := range m.connected() {
 				if s == "bookthief" {
 					return false

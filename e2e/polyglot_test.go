@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"github.com/osm-vm/osm-vm/internal/testlog"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 	"io"
 	"net/http"
 	"os"
@@ -76,11 +77,13 @@ func (c *calls) len() int {
 	return len(c.list)
 }
 
-// until waits until cond holds for the calls so far (or fails at timeout).
-func (c *calls) until(t *testing.T, what string, timeout time.Duration, cond func([]call) bool) []call {
+// until waits until cond holds for the calls so far (or fails at the
+// test's deadline).
+func (c *calls) until(t *testing.T, what string, cond func([]call) bool) []call {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	timer := time.AfterFunc(timeout, func() { c.mu.Lock(); c.cond.Broadcast(); c.mu.Unlock() })
+	bound := testwait.Bound(t)
+	deadline := time.Now().Add(bound)
+	timer := time.AfterFunc(bound, func() { c.mu.Lock(); c.cond.Broadcast(); c.mu.Unlock() })
 	defer timer.Stop()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -89,7 +92,7 @@ func (c *calls) until(t *testing.T, what string, timeout time.Duration, cond fun
 			t.Fatalf("%s: the client exited; last calls: %+v", what, c.list[max(0, n-5):])
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v; last calls: %+v", what, timeout, c.list[max(0, len(c.list)-5):])
+			t.Fatalf("%s: not within %v; last calls: %+v", what, bound.Round(time.Millisecond), c.list[max(0, len(c.list)-5):])
 		}
 		c.cond.Wait()
 	}
@@ -129,7 +132,7 @@ func followed(t *testing.T, buyers []buyer, what string, change func(), ok func(
 	t0 := time.Now()
 	change()
 	for i, b := range buyers {
-		l := b.c.until(t, b.name+": 300 calls in a row after "+what, 30*time.Second, runOf(300, ok))
+		l := b.c.until(t, b.name+": 300 calls in a row after "+what, runOf(300, ok))
 		d := switchTime(l, starts[i], t0, ok)
 		t.Logf("%s buyer followed %s in %v", b.name, what, d.Round(time.Millisecond))
 		if d > 2*time.Second {
@@ -197,7 +200,7 @@ func (p *polyglot) serve(extra ...string) {
 		p.serverDir, p.bin, p.debug, p.api, xds, filepath.Join(p.dir, "endpoints.yaml"))
 	os.WriteFile(filepath.Join(p.dir, "server.yaml"), []byte(config), 0o600)
 	p.start("osm-server", nil, nil, filepath.Join(p.bin, "osm-server"), "serve", "--config", filepath.Join(p.dir, "server.yaml"))
-	waitLog(p.t, "osm-server up", 30*time.Second, p.logs["osm-server"], func(s string) bool {
+	waitLog(p.t, "osm-server up", p.logs["osm-server"], func(s string) bool {
 		return strings.Contains(s, "xDS listening") && strings.Contains(s, "HTTPS API listening")
 	})
 }
@@ -262,7 +265,7 @@ func (p *polyglot) agent(service, addr string, account ...string) string {
 
 func waitFile(t *testing.T, path string, log *testlog.Buffer) {
 	t.Helper()
-	waitLog(t, path, 30*time.Second, log, func(string) bool { _, err := os.Stat(path); return err == nil })
+	waitLog(t, path, log, func(string) bool { _, err := os.Stat(path); return err == nil })
 }
 
 // endpoints writes the static provider's file; extraV1 adds a second
@@ -365,7 +368,7 @@ func TestPolyglotProxyless(t *testing.T) {
 	p.start("store.py bookstore-v1", []string{v1Boot}, io.Discard, python, filepath.Join(examples, "python", "store.py"), "--addr", "127.0.30.3:14001", "--name", "bookstore-v1")
 	v2Boot := p.agent("bookstore-v2", "127.0.30.4", "bookstore")
 	p.start("store.js bookstore-v2", append([]string{v2Boot}, nodeEnv...), io.Discard, nodeJS, filepath.Join(examples, "node", "store.js"), "--addr", "127.0.30.4:14001", "--name", "bookstore-v2")
-	waitLog(t, "the Node server serving with its xDS listener", 60*time.Second, p.logs["store.js bookstore-v2"], func(s string) bool { return strings.Contains(s, "bookstore-v2 serving on") })
+	waitLog(t, "the Node server serving with its xDS listener", p.logs["store.js bookstore-v2"], func(s string) bool { return strings.Contains(s, "bookstore-v2 serving on") })
 
 	// The buyers: bookbuyer in Python on one machine and in Node on another.
 	pyCalls, nodeCalls := newCalls(), newCalls()
@@ -380,13 +383,13 @@ func TestPolyglotProxyless(t *testing.T) {
 	buyers := []buyer{{"Python (C-core)", pyCalls}, {"Node (grpc-js)", nodeCalls}}
 	ok := func(k call) bool { return k.OK }
 	for _, b := range buyers {
-		b.c.until(t, b.name+" buyer: 20 calls in a row answered", 90*time.Second, runOf(20, ok))
+		b.c.until(t, b.name+" buyer: 20 calls in a row answered", runOf(20, ok))
 	}
 
 	t.Run("80/20 split over 1,000 calls", func(t *testing.T) {
 		for _, b := range buyers {
 			start := b.c.len()
-			l := b.c.until(t, b.name+": 1,000 calls", 60*time.Second, func(l []call) bool { return len(l) >= start+1000 })[start : start+1000]
+			l := b.c.until(t, b.name+": 1,000 calls", func(l []call) bool { return len(l) >= start+1000 })[start : start+1000]
 			n := map[string]int{}
 			for _, k := range l {
 				if k.OK {
@@ -410,7 +413,7 @@ func TestPolyglotProxyless(t *testing.T) {
 		t.Cleanup(func() { w.Close() })
 		thiefBoot := p.agent("bookthief", "127.0.30.5")
 		p.start("buyer.py as bookthief", []string{thiefBoot}, w, python, filepath.Join(examples, "python", "buyer.py"), "--per-call", "--interval", "0.05")
-		l := thiefCalls.until(t, "bookthief's calls through the mesh", 60*time.Second, func(l []call) bool { return len(l) >= 5 })
+		l := thiefCalls.until(t, "bookthief's calls through the mesh", func(l []call) bool { return len(l) >= 5 })
 		for _, k := range l[:5] {
 			if k.OK || k.Code != "PERMISSION_DENIED" || k.MS >= 1000 {
 				t.Errorf("bookthief (Python) through the mesh: %+v, want PERMISSION_DENIED in under a second", k)
@@ -424,14 +427,14 @@ func TestPolyglotProxyless(t *testing.T) {
 		for _, srv := range []struct{ name, addr string }{{"Python bookstore-v1", "127.0.30.3:14001"}, {"Node bookstore-v2", "127.0.30.4:14001"}} {
 			stats := &testlog.Buffer{}
 			p.start("bookthief -direct "+srv.addr, []string{thiefBoot}, stats, filepath.Join(p.bin, "bookthief"), "-direct", srv.addr, "-cert-dir", certDir, "-interval", "50ms")
-			waitLog(t, srv.name+" refuses bookthief by RBAC", 30*time.Second, stats, func(s string) bool { return strings.Contains(s, `"deniedDirect"`) })
+			waitLog(t, srv.name+" refuses bookthief by RBAC", stats, func(s string) bool { return strings.Contains(s, `"deniedDirect"`) })
 			lines := strings.Split(strings.TrimSpace(stats.String()), "\n")
 			last := lines[len(lines)-1]
 			if strings.Contains(last, `"stolenDirect"`) {
 				t.Errorf("%s served bookthief: %s", srv.name, last)
 			}
 			log := p.logs["bookthief -direct "+srv.addr]
-			waitLog(t, srv.name+": bookthief's direct call refused with PERMISSION_DENIED", 10*time.Second, log, func(s string) bool {
+			waitLog(t, srv.name+": bookthief's direct call refused with PERMISSION_DENIED", log, func(s string) bool {
 				return strings.Contains(s, "direct call refused: rpc error: code = PermissionDenied")
 			})
 			t.Logf("%s refuses bookthief: %s; %s", srv.name, last, strings.TrimSpace(log.String()))
@@ -443,7 +446,7 @@ func TestPolyglotProxyless(t *testing.T) {
 		t0 := time.Now()
 		p.split("split-v2", "bookstore-v2", 100)
 		for i, b := range buyers {
-			l := b.c.until(t, b.name+": 100 calls in a row on bookstore-v2", 30*time.Second, runOf(100, from("bookstore-v2")))
+			l := b.c.until(t, b.name+": 100 calls in a row on bookstore-v2", runOf(100, from("bookstore-v2")))
 			d := switchTime(l, starts[i], t0, from("bookstore-v2"))
 			t.Logf("%s buyer followed the split change in %v", b.name, d.Round(time.Millisecond))
 			if d > time.Second {
@@ -452,7 +455,7 @@ func TestPolyglotProxyless(t *testing.T) {
 		}
 		p.split("split-80-20", "bookstore-v1", 80, "bookstore-v2", 20)
 		for _, b := range buyers {
-			b.c.until(t, b.name+": back on bookstore-v1", 30*time.Second, runOf(1, from("bookstore-v1")))
+			b.c.until(t, b.name+": back on bookstore-v1", runOf(1, from("bookstore-v1")))
 		}
 	})
 
@@ -463,7 +466,7 @@ func TestPolyglotProxyless(t *testing.T) {
 		p.endpoints(true)
 		second := from("bookstore-v1-second")
 		for _, b := range buyers {
-			b.c.until(t, b.name+": a call answered by the second bookstore-v1", 60*time.Second, func(l []call) bool { return len(l) > 0 && second(l[len(l)-1]) })
+			b.c.until(t, b.name+": a call answered by the second bookstore-v1", func(l []call) bool { return len(l) > 0 && second(l[len(l)-1]) })
 		}
 		followed(t, buyers, "the endpoint removal", func() { p.endpoints(false) }, func(k call) bool { return k.OK && k.From != "bookstore-v1-second" })
 	})
@@ -480,7 +483,7 @@ func TestPolyglotProxyless(t *testing.T) {
 		t.Cleanup(func() { p.dumpConfigs(t, p.debug, "bookbuyer") })
 		backend := func(k call) bool { return k.OK && (k.From == "bookstore-v1" || k.From == "bookstore-v2") }
 		for _, b := range buyers {
-			l := b.c.until(t, b.name+": 300 calls in a row answered by bookstore-v1 or v2", 60*time.Second, runOf(300, backend))
+			l := b.c.until(t, b.name+": 300 calls in a row answered by bookstore-v1 or v2", runOf(300, backend))
 			n := map[string]int{}
 			for _, k := range l[len(l)-300:] {
 				n[k.From]++
@@ -503,12 +506,12 @@ func TestPolyglotProxyless(t *testing.T) {
 		// with UNAVAILABLE until the machines are back.
 		p.endpoints(false, "bookstore-v1", "bookstore-v2")
 		for _, b := range buyers {
-			l := b.c.until(t, b.name+": 20 calls in a row UNAVAILABLE while no backend has endpoints", 30*time.Second, runOf(20, func(k call) bool { return k.Code == "UNAVAILABLE" }))
+			l := b.c.until(t, b.name+": 20 calls in a row UNAVAILABLE while no backend has endpoints", runOf(20, func(k call) bool { return k.Code == "UNAVAILABLE" }))
 			t.Logf("%s buyer with no backend: %s %q", b.name, l[len(l)-1].Code, l[len(l)-1].Error)
 		}
 		p.endpoints(false)
 		for _, b := range buyers {
-			b.c.until(t, b.name+": both backends answer again", 30*time.Second, func(l []call) bool {
+			b.c.until(t, b.name+": both backends answer again", func(l []call) bool {
 				n := map[string]int{}
 				for _, k := range l[max(0, len(l)-100):] {
 					n[k.From]++
