@@ -32,6 +32,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/store/boltstore"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 var bookstore = mesh.MeshService{Namespace: "default", Name: "bookstore"}
@@ -202,10 +203,7 @@ func TestRenewalFloodRefusedOthersServed(t *testing.T) {
 			}
 		})
 	}
-	// Wait until the flood is under way.
-	for sent.Load() < 20 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, "the flood under way", func() bool { return sent.Load() >= 20 })
 	start, before := time.Now(), sent.Load()
 	floodEnroll, floodConnect := measure()
 	rate := float64(sent.Load()-before) / time.Since(start).Seconds()

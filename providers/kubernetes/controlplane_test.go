@@ -26,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // controlPlane is a real etcd and kube-apiserver on 127.0.0.1, built by
@@ -207,12 +209,12 @@ func (cp *controlPlane) write(name string, b []byte) {
 	}
 }
 
-// waitHTTP waits up to 90 seconds (the machine is shared) for url to
-// answer 200, then fails with the end of the component's log.
+// waitHTTP waits until the test's deadline (the machine is shared) for
+// url to answer 200, then fails with the end of the component's log.
 func (cp *controlPlane) waitHTTP(what, url, token string) {
 	cp.t.Helper()
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(testwait.Bound(cp.t))
 	var last string
 	for time.Now().Before(deadline) {
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
@@ -235,7 +237,7 @@ func (cp *controlPlane) waitHTTP(what, url, token string) {
 	if len(logs) > 4000 {
 		logs = logs[len(logs)-4000:]
 	}
-	cp.t.Fatalf("%s not ready within 90s at %s (last: %s); log tail:\n%s", what, url, last, bytes.TrimSpace(logs))
+	cp.t.Fatalf("%s not ready at %s (last: %s); log tail:\n%s", what, url, last, bytes.TrimSpace(logs))
 }
 
 // namespace creates a fresh namespace for one test.
