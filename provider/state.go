@@ -322,6 +322,16 @@ func (s *State) subscribe() *watcher {
 	return w
 }
 
+// Watchers returns how many Watch calls are subscribed now. A test that
+// starts a Watch and then changes the backend waits for it first: a
+// change made before the subscription is not sent (Watch sends no initial
+// state).
+func (s *State) Watchers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watchers)
+}
+
 func (s *State) unsubscribe(w *watcher) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

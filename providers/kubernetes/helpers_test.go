@@ -278,6 +278,17 @@ type eventLog struct {
 func watchEvents(ctx context.Context, t *testing.T, p provider.Provider) *eventLog {
 	t.Helper()
 	l := &eventLog{state: map[string][]string{}}
+	// Watch sends no initial state: a change the test makes before the
+	// Watch below has subscribed would never be seen. So it waits for the
+	// subscription (an in-process plugin counts them).
+	var st *provider.State
+	if pl, ok := p.(*provider.Plugin); ok {
+		st = pl.State()
+	}
+	before := 0
+	if st != nil {
+		before = st.Watchers()
+	}
 	var wg sync.WaitGroup
 	wctx, cancel := context.WithCancel(ctx)
 	t.Cleanup(func() { cancel(); wg.Wait() })
@@ -300,6 +311,9 @@ func watchEvents(ctx context.Context, t *testing.T, p provider.Provider) *eventL
 			t.Errorf("Watch: %v", err)
 		}
 	})
+	if st != nil {
+		testwait.For(t, "the Watch subscribed", func() bool { return st.Watchers() > before })
+	}
 	return l
 }
 
