@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/presence"
 	"github.com/osm-vm/osm-vm/internal/store/consultest"
 	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
@@ -448,17 +450,45 @@ func TestReplicaConsulLoad(t *testing.T) {
 		certs[i] = rs[i%3].osm().Enroll(t, buyer) // a token and an enrollment each
 		rs[i%3].osm().Connect(t, certs[i], "10.0.0.6", "default/bookstore").WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"})
 	}
-	// Claims are written in the background: wait until every record says
-	// claimed.
-	testwait.For(t, "every proxy claimed", func() bool {
-		is := &identityServer{api: rs[0].api, dataDir: rs[0].dataDir}
-		claimed := 0
-		for _, rec := range is.proxies(t) {
-			if rec.State == "claimed" {
-				claimed++
+	// Claims are written in the background (gathered for up to 100 ms),
+	// and a replica's readers see its own claims before they are written:
+	// wait until every replica sees every record claimed, which holds only
+	// once each replica's claims are in the store.
+	testwait.For(t, "every proxy claimed, as every replica sees it", func() bool {
+		for _, r := range rs {
+			is := &identityServer{api: r.api, dataDir: r.dataDir}
+			claimed := 0
+			for _, rec := range is.proxies(t) {
+				if rec.State == "claimed" {
+					claimed++
+				}
+			}
+			if claimed != n {
+				return false
 			}
 		}
-		return claimed == n
+		return true
+	})
+	// So is each replica's presence record, at most once a second
+	// (presence.DefaultInterval): wait until all three name bookbuyer's
+	// address, or the last of them lands in the rest window below.
+	client, err := api.NewClient(&api.Config{Address: consul[0].HTTPAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Until(t, "every replica's presence record naming bookbuyer at 10.0.0.6", func() (bool, string) {
+		pairs, _, err := client.KV().List("osm/"+presence.Prefix, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		named := 0
+		for _, p := range pairs {
+			set, err := presence.Decode(p.Value)
+			if err == nil && slices.Contains(set[buyer], netip.MustParseAddr("10.0.0.6")) {
+				named++
+			}
+		}
+		return named == len(rs), fmt.Sprintf("%d of %d records name it", named, len(rs))
 	})
 	enrolled := commits(t, rs...) - before
 	t.Logf("%d enrollments (token create, enroll, first connection) in %s: %d Consul commits, %.1f per enrollment",
