@@ -61,7 +61,7 @@ func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor) *clusterv3
 	c := &clusterv3.Cluster{
 		Name:                 ClusterName(info.Service, f),
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads()},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
 		TransportSocket:      b.transportSocket(upstreamTLS(f, []string{info.ServiceAccount.SPIFFEID(m.TrustDomain())}, hasHTTP(info))),
 	}

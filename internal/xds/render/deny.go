@@ -99,7 +99,7 @@ func RefusalListener(m Mesh, name string) (*listenerv3.Listener, error) {
 			})},
 			HttpFilters: []*hcmv3.HttpFilter{
 				{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: b.any(abort)}},
-				b.routerFilter(),
+				routerHTTPFilter,
 			},
 		}
 		return &listenerv3.ApiListener{ApiListener: b.any(hcm)}
@@ -117,7 +117,7 @@ func RefusalCluster() *clusterv3.Cluster {
 	return &clusterv3.Cluster{
 		Name:                 RefusalClusterName,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads(), ServiceName: refusalEDSName},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource, ServiceName: refusalEDSName},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
 	}
 }

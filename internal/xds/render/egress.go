@@ -93,7 +93,7 @@ func (b *builder) egressListener(r spec.EgressRoute) *listenerv3.Listener {
 	}
 	switch r.Protocol {
 	case spec.EgressHTTP:
-		l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{b.networkFilter(hcmFilter, rdsHCM(name, name, b.routerFilter()))}}}
+		l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{b.networkFilter(hcmFilter, rdsHCM(name, name, routerHTTPFilter))}}}
 	case spec.EgressTLS:
 		l.ListenerFilters = []*listenerv3.ListenerFilter{{
 			Name:       tlsInspectorFilter,

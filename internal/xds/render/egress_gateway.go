@@ -108,7 +108,7 @@ func (b *builder) egressViaGatewayCluster(trustDomain string, r spec.EgressRoute
 	return &clusterv3.Cluster{
 		Name:                 egressClusterName(r),
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
-		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads(), ServiceName: EDSName(r.Gateway.Service)},
+		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource, ServiceName: EDSName(r.Gateway.Service)},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
 		ConnectTimeout:       durationpb.New(connectTimeout),
 		TransportSocket:      b.transportSocket(tls),

@@ -158,7 +158,7 @@ func gatewayListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 // time out; HTTP/2 streams and windows are bounded. The Host header's
 // port is ignored when matching virtual hosts.
 func gatewayHCM(statPrefix, routeName string, b *builder) *hcmv3.HttpConnectionManager {
-	h := rdsHCM(statPrefix, routeName, b.routerFilter())
+	h := rdsHCM(statPrefix, routeName, routerHTTPFilter)
 	h.UseRemoteAddress = wrapperspb.Bool(true)
 	h.StripPortMode = &hcmv3.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true}
 	h.NormalizePath = wrapperspb.Bool(true)

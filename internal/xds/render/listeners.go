@@ -108,9 +108,6 @@ func socketAddress(ip netip.Addr, port int) *corev3.Address {
 	}}}
 }
 
-// routerFilter is the HTTP router filter (shared: see routerHTTPFilter).
-func (b *builder) routerFilter() *hcmv3.HttpFilter { return routerHTTPFilter }
-
 func (b *builder) httpRBACFilter(rules *rbacv3.RBAC) *hcmv3.HttpFilter {
 	return &hcmv3.HttpFilter{Name: httpRBACFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: b.any(&rbachttpv3.RBAC{Rules: rules})}}
 }
@@ -125,7 +122,7 @@ func rdsHCM(statPrefix, routeName string, filters ...*hcmv3.HttpFilter) *hcmv3.H
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
 			RouteConfigName: routeName,
-			ConfigSource:    ads(),
+			ConfigSource:    adsSource,
 		}},
 		HttpFilters: filters,
 	}
@@ -139,7 +136,7 @@ func (b *builder) inboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port s
 		rules := inboundRBAC(m, self.Service, port, Envoy)
 		var filters []*listenerv3.Filter
 		if isHTTP(port) {
-			filters = append(filters, b.networkFilter(hcmFilter, rdsHCM(name, name, b.httpRBACFilter(rules), b.routerFilter())))
+			filters = append(filters, b.networkFilter(hcmFilter, rdsHCM(name, name, b.httpRBACFilter(rules), routerHTTPFilter)))
 		} else {
 			filters = append(filters,
 				b.networkFilter(networkRBACFilter, &rbacnetv3.RBAC{StatPrefix: name, Rules: rules}),
@@ -162,7 +159,7 @@ func (b *builder) outboundListener(o outbound) *listenerv3.Listener {
 	name := o.routeName(Envoy)
 	var filter *listenerv3.Filter
 	if isHTTP(o.port) {
-		filter = b.networkFilter(hcmFilter, rdsHCM(name, name, b.routerFilter()))
+		filter = b.networkFilter(hcmFilter, rdsHCM(name, name, routerHTTPFilter))
 	} else {
 		tp := &tcpproxyv3.TcpProxy{StatPrefix: name}
 		if len(o.split) > 0 {
@@ -188,7 +185,7 @@ func (b *builder) apiListener(o outbound) *listenerv3.Listener {
 	name := APIListenerName(o.info, o.port.Port)
 	return &listenerv3.Listener{
 		Name:        name,
-		ApiListener: &listenerv3.ApiListener{ApiListener: b.any(rdsHCM(name, o.routeName(GRPC), b.routerFilter()))},
+		ApiListener: &listenerv3.ApiListener{ApiListener: b.any(rdsHCM(name, o.routeName(GRPC), routerHTTPFilter))},
 	}
 }
 
@@ -224,7 +221,7 @@ func (b *builder) grpcServerChain(m Mesh, self spec.ServiceInfo, port spec.Servi
 				}},
 			}},
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{b.httpRBACFilter(inboundRBAC(m, self.Service, port, GRPC)), b.routerFilter()},
+		HttpFilters: []*hcmv3.HttpFilter{b.httpRBACFilter(inboundRBAC(m, self.Service, port, GRPC)), routerHTTPFilter},
 	}
 	return &listenerv3.FilterChain{
 		Filters:         []*listenerv3.Filter{b.networkFilter(hcmFilter, hcm)},

@@ -90,9 +90,6 @@ var (
 	}
 )
 
-// ads is the config source of everything that comes over ADS (shared).
-func ads() *corev3.ConfigSource { return adsSource }
-
 func certProvider() *tlsv3.CertificateProviderPluginInstance {
 	return &tlsv3.CertificateProviderPluginInstance{InstanceName: CertProviderInstance}
 }
