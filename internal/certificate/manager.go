@@ -264,6 +264,9 @@ type Manager struct {
 	syncMu sync.Mutex
 	// renewals serialises this replica's renewals of each proxy.
 	renewals keylock.Set
+	// verified remembers the proxy certificates known to chain to the root
+	// (see VerifyClient).
+	verified verifiedCerts
 
 	mu       sync.Mutex
 	services map[CommonName]*serviceState

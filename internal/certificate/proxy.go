@@ -209,7 +209,7 @@ func (m *Manager) signProxy(id mesh.ProxyIdentity, sa mesh.ServiceAccount, pub c
 	if err != nil {
 		return nil, nil, fmt.Errorf("SPIFFE ID of proxy %s: %w", id, err)
 	}
-	return m.ca.sign(&x509.Certificate{
+	cert, certPEM, err := m.ca.sign(&x509.Certificate{
 		Subject:     pkix.Name{CommonName: id.CommonName(), Organization: []string{"osm-vm"}},
 		NotBefore:   now.Add(-time.Minute),
 		NotAfter:    now.Add(time.Duration(m.proxyLife.Load())),
@@ -217,6 +217,11 @@ func (m *Manager) signProxy(id mesh.ProxyIdentity, sa mesh.ServiceAccount, pub c
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		URIs:        []*url.URL{u},
 	}, pub)
+	if err == nil {
+		// The proxy's first connection need not check what was just signed.
+		m.verified.add([]*x509.Certificate{cert, m.ca.cert}, now)
+	}
+	return cert, certPEM, err
 }
 
 // IssueProxy enrolls a new proxy of svc running as sa: it picks a fresh

@@ -195,6 +195,31 @@ func (e *env) dial(t *testing.T, cert tls.Certificate, roots *x509.CertPool) dis
 	return stream
 }
 
+// tryStream opens an ADS stream with client certificate cert, asks for
+// clusters as node cn and returns the error of the first answer (nil if
+// one came).
+func (e *env) tryStream(t *testing.T, cert tls.Certificate, cn string) error {
+	t.Helper()
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Bound(t))
+	defer cancel()
+	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: resource.ClusterType}); err != nil {
+		_, err = s.Recv() // the stream's status
+		return err
+	}
+	_, err = s.Recv()
+	return err
+}
+
 func envoyNode(id, addr string) *corev3.Node {
 	md, _ := structpb.NewStruct(map[string]any{MetadataFlavor: "envoy", MetadataAddress: addr})
 	return &corev3.Node{Id: id, Cluster: "test", Metadata: md}
@@ -298,24 +323,36 @@ func TestCertificateFromAnotherCAIsRefused(t *testing.T) {
 		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	forged := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{forged}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13})
-	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-	if err == nil {
-		s.Send(&discovery.DiscoveryRequest{Node: envoyNode(tmpl.Subject.CommonName, "10.0.0.10"), TypeUrl: resource.ClusterType})
-		_, err = s.Recv()
-	}
+	err := e.tryStream(t, forged, tmpl.Subject.CommonName)
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("stream with a self-signed client certificate: %v; want the TLS handshake refused (Unavailable)", err)
 	}
 	if len(e.srv.Proxies()) != 0 {
 		t.Errorf("a proxy with a foreign certificate was registered: %+v", e.srv.Proxies())
+	}
+}
+
+// The server verifies client certificates itself (Identities.VerifyClient)
+// and remembers those it issued: one that has expired since is still
+// refused at the handshake.
+func TestExpiredCertificateIsRefusedAtTheHandshake(t *testing.T) {
+	e := startEnv(t)
+	svc, _ := e.certs.Lifetimes()
+	if err := e.certs.SetLifetimes(svc, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	cert := e.enroll(t, "bookbuyer")
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "the certificate to expire", func() bool { return time.Now().After(leaf.NotAfter) })
+	err = e.tryStream(t, cert, leaf.Subject.CommonName)
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "bad certificate") {
+		t.Fatalf("stream with an expired client certificate: %v; want the TLS handshake refused (Unavailable, bad certificate)", err)
+	}
+	if len(e.srv.Proxies()) != 0 {
+		t.Errorf("a proxy with an expired certificate was registered: %+v", e.srv.Proxies())
 	}
 }
 

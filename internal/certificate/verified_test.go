@@ -1,0 +1,157 @@
+package certificate
+
+import (
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/binary"
+	"math/big"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// caSigned returns a certificate the manager's CA signs for pub outside
+// IssueProxy, valid for an hour from now, with extended key usage eku.
+func caSigned(t *testing.T, m *Manager, eku x509.ExtKeyUsage) *x509.Certificate {
+	t.Helper()
+	now := m.now()
+	cert, _, err := m.ca.sign(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: "11111111-2222-3333-4444-555555555555.bookstore.default"},
+		NotBefore:   now.Add(-time.Minute),
+		NotAfter:    now.Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{eku},
+	}, ecKey(t, elliptic.P256()).Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+func TestVerifyClient(t *testing.T) {
+	clk := newClock()
+	m := newTestManager(t, store.NewMemory(), Options{Now: clk.Now})
+	wantChain := func(t *testing.T, leaf *x509.Certificate) {
+		t.Helper()
+		chain, err := m.VerifyClient([]*x509.Certificate{leaf})
+		if err != nil {
+			t.Fatalf("VerifyClient: %v", err)
+		}
+		if len(chain) != 2 || chain[0] != leaf || !chain[1].Equal(m.ca.cert) {
+			t.Fatalf("chain = %v, want the leaf and the mesh root", chain)
+		}
+	}
+	remembered := func(leaf *x509.Certificate) bool {
+		_, ok := m.verified.lookup(leaf, clk.Now())
+		return ok
+	}
+
+	issued, _ := issueProxy(t, m)
+	if !remembered(issued) {
+		t.Error("a certificate IssueProxy signed is not remembered")
+	}
+	wantChain(t, issued)
+
+	other := caSigned(t, m, x509.ExtKeyUsageClientAuth)
+	if remembered(other) {
+		t.Fatal("a certificate signed outside IssueProxy is remembered before it was verified")
+	}
+	wantChain(t, other)
+	if !remembered(other) {
+		t.Error("a verified certificate is not remembered")
+	}
+
+	// A remembered certificate is not checked against the root again: with
+	// the CA's pool emptied, it still verifies and a new one does not.
+	pool := m.ca.pool
+	m.ca.pool = x509.NewCertPool()
+	wantChain(t, issued)
+	if _, err := m.VerifyClient([]*x509.Certificate{caSigned(t, m, x509.ExtKeyUsageClientAuth)}); err == nil {
+		t.Error("a certificate not remembered verified against an empty pool")
+	}
+	m.ca.pool = pool
+
+	for name, c := range map[string]struct {
+		certs []*x509.Certificate
+		want  string
+	}{
+		"none":                 {nil, "no client certificate presented"},
+		"nil leaf":             {[]*x509.Certificate{nil}, "no client certificate presented"},
+		"self-signed":          {[]*x509.Certificate{selfSigned(t, clk.Now())}, "not verified by this mesh's CA: x509: certificate signed by unknown authority"},
+		"self-signed and root": {[]*x509.Certificate{selfSigned(t, clk.Now()), m.ca.cert}, "unknown authority"},
+		"server auth only":     {[]*x509.Certificate{caSigned(t, m, x509.ExtKeyUsageServerAuth)}, "incompatible key usage"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := m.VerifyClient(c.certs); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("VerifyClient = %v, want an error containing %q", err, c.want)
+			}
+			if len(c.certs) > 0 && c.certs[0] != nil && remembered(c.certs[0]) {
+				t.Error("a refused certificate is remembered")
+			}
+		})
+	}
+
+	// A remembered certificate is refused outside its validity period.
+	for _, at := range []time.Time{issued.NotBefore.Add(-time.Second), issued.NotAfter.Add(time.Second)} {
+		clk.Set(at)
+		_, err := m.VerifyClient([]*x509.Certificate{issued})
+		if err == nil || !strings.Contains(err.Error(), "expired or is not yet valid") {
+			t.Errorf("at %s: VerifyClient = %v, want the validity period refused", at, err)
+		}
+	}
+}
+
+// selfSigned returns a self-signed client certificate valid for an hour
+// from now.
+func selfSigned(t *testing.T, now time.Time) *x509.Certificate {
+	t.Helper()
+	key := ecKey(t, elliptic.P256())
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "11111111-2222-3333-4444-555555555555.bookstore.default"},
+		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert
+}
+
+// Expired entries are swept once the count has doubled; the chain's
+// earliest expiry is what counts.
+func TestVerifiedCertsSweep(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	root := &x509.Certificate{NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}
+	leaf := func(i int, notAfter time.Time) []*x509.Certificate {
+		raw := binary.BigEndian.AppendUint64(nil, uint64(i))
+		return []*x509.Certificate{{Raw: raw, NotBefore: now.Add(-time.Minute), NotAfter: notAfter}, root}
+	}
+	var v verifiedCerts
+	for i := range 1024 {
+		v.add(leaf(i, now.Add(-time.Second)), now.Add(-2*time.Second)) // expired by now
+	}
+	long := leaf(-1, now.Add(24*time.Hour))
+	v.add(long, now)
+	if got, ok := v.lookup(long[0], now.Add(30*time.Minute)); !ok || len(got) != 2 {
+		t.Errorf("lookup within the root's validity = %v, %t", got, ok)
+	}
+	if _, ok := v.lookup(long[0], now.Add(2*time.Hour)); ok {
+		t.Error("remembered past the root's expiry")
+	}
+	for i := 1024; i < 2046; i++ {
+		v.add(leaf(i, now.Add(time.Hour)), now)
+	}
+	if len(v.certs) != 2047 || v.swept != 0 {
+		t.Fatalf("%d entries, swept at %d: want 2,047 and no sweep yet", len(v.certs), v.swept)
+	}
+	v.add(leaf(2046, now.Add(time.Hour)), now)
+	if len(v.certs) != 1024 || v.swept != 1024 {
+		t.Errorf("after the sweep: %d entries, swept at %d; want the 1,024 unexpired", len(v.certs), v.swept)
+	}
+}
