@@ -136,7 +136,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&c.serverLogLevel, "server-log-level", "warn", "osm-server's --log-level for O; its log is servers.log in --work-dir")
 	fs.DurationVar(&c.plan.QuietMax, "quiet-max", 5*time.Second, "before each M2/M3 change, wait up to this long for the server to finish the previous one (under 5% of a core for 200 ms); 0: do not wait")
 	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace, a CPU and an allocation profile of osm-server over the first seconds of M2's and M3's changes, of M5's joins and of M6's storm, to DIR/O-<metric>.trace (go tool trace), DIR/O-<metric>.cpu.pb.gz and DIR/O-<metric>.allocs.pb.gz (go tool pprof)")
-	fs.StringVar(&c.plan.ProfileDir, "profile-dir", "", "write to DIR/<server>-*: each server's CPU and allocation profiles of the fleet fill's first 15 s and of M6's storm's first 8 s (O's storm only without --trace-dir), O's CPU profile of M1's idle window; after M7's RSS is read, each server's /proc status and smaps_rollup, and O's heap profile, MemStats (heap?debug=1), goroutines and /debug/proxies")
+	fs.StringVar(&c.plan.ProfileDir, "profile-dir", "", "write to DIR/<server>-*: each server's CPU and allocation profiles of the fleet fill's first 15 s and of M6's storm's first 8 s (O's storm only without --trace-dir), O's CPU profile of M1's idle window; after M7's RSS is read, each server's /proc status and smaps_rollup, heap profile and MemStats (heap?debug=1), and O's goroutines and /debug/proxies")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -13,12 +13,11 @@ import (
 
 // dumpMemory writes, while the fleet is connected (right after M7's RSS is
 // read), where the server's memory is: /proc/<pid>/status and
-// smaps_rollup for every server, the runtime.MemStats of every server that
-// serves pprof (heap?debug=1), and for O its heap profile
-// (/debug/pprof/heap, for go tool pprof), the same with debug=1 (the
-// runtime.MemStats block: HeapInuse, HeapIdle, HeapReleased, StackInuse,
-// Sys, ...), the goroutine counts (goroutine?debug=1) and /debug/proxies.
-// Files are DIR/<server>-<what>.
+// smaps_rollup for every server; for every server that serves pprof, its
+// heap profile (/debug/pprof/heap, for go tool pprof) and the same with
+// debug=1 (the runtime.MemStats block: HeapInuse, HeapIdle, HeapReleased,
+// StackInuse, Sys, ...); and for O the goroutine counts
+// (goroutine?debug=1) and /debug/proxies. Files are DIR/<server>-<what>.
 func dumpMemory(ctx context.Context, dir, name string, srv *server) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -33,9 +32,11 @@ func dumpMemory(ctx context.Context, dir, name string, srv *server) error {
 	}
 	if srv.debugAddr == "" {
 		if srv.pprofAddr != "" {
-			// L's and F's runtime.MemStats too, to set O's heap and
-			// stacks against theirs.
-			errs = append(errs, fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/heap?debug=1", srv.pprofAddr), srv.debugToken, filepath.Join(dir, name+"-heap.txt")))
+			// L's and F's runtime.MemStats and heap profiles too, to set
+			// O's heap and stacks against theirs.
+			for _, p := range []struct{ query, file string }{{"", "heap.pb.gz"}, {"?debug=1", "heap.txt"}} {
+				errs = append(errs, fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/heap%s", srv.pprofAddr, p.query), srv.debugToken, filepath.Join(dir, name+"-"+p.file)))
+			}
 		}
 		return errors.Join(errs...)
 	}
