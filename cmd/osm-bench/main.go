@@ -91,9 +91,11 @@ type runConfig struct {
 	servers []string
 	// rounds is how often each server is measured, the servers taking
 	// turns; the report gives each figure's median (see mergeRounds).
-	rounds       int
-	out          string
-	osmServer    string
+	rounds    int
+	out       string
+	osmServer string
+	// pin, when set, puts the servers and the fleet on separate CPUs.
+	pin          *pinning
 	staticPlugin string
 	timeout      time.Duration
 	workDir      string
@@ -127,6 +129,8 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.IntVar(&c.haProxies, "ha-proxies", 0, "HA: proxies spread over the three replicas (default 900, quick 90)")
 	fs.IntVar(&c.haApplies, "ha-applies", 0, "HA: applies measured (default 20, quick 5)")
 	fs.StringVar(&c.out, "out", "bench/results/latest.json", "JSON results file")
+	var pin bool
+	fs.BoolVar(&pin, "pin", false, "put the servers on CPU 0 and the harness with its fleet on the others (Linux, taskset), so that the servers' CPU figures do not depend on how the fleet interleaves with them; times grow, each side having fewer cores")
 	fs.StringVar(&c.osmServer, "osm-server", "bin/osm-server", "osm-server binary for O (O is skipped when missing)")
 	fs.StringVar(&c.staticPlugin, "static-plugin", "", "osm-provider-static binary for O (default: next to --osm-server)")
 	fs.DurationVar(&c.timeout, "timeout", 0, "bound on the whole run (default 15m, quick 2m)")
@@ -186,6 +190,12 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 			}
 		}
 	}
+	if pin {
+		var err error
+		if c.pin, err = newPinning(); err != nil {
+			return c, err
+		}
+	}
 	if c.staticPlugin == "" {
 		c.staticPlugin = filepath.Join(filepath.Dir(c.osmServer), "osm-provider-static")
 	}
@@ -213,6 +223,11 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
+	if c.pin != nil {
+		if err := c.pin.pinSelf(); err != nil {
+			return err
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("find osm-bench's own executable: %w", err)
@@ -250,6 +265,9 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 		Machine: machine{Cores: runtime.NumCPU(), CPU: cpuModel(), Go: runtime.Version()},
 		Quick:   c.quick, N: p.Workload.Proxies, Services: p.Workload.Services,
 		Endpoints: p.Workload.Endpoints, Reps: p.Reps, Joins: p.Joins,
+	}
+	if c.pin != nil {
+		rep.Pinned = c.pin.note()
 	}
 	roles := map[string]string{
 		"O":     "osm-server",
@@ -302,13 +320,13 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 	var t target
 	switch name {
 	case "O":
-		t = &oTarget{osmServer: c.osmServer, staticPlugin: c.staticPlugin, dir: filepath.Join(dir, "o"), logw: logf, log: log, logLevel: c.serverLogLevel}
+		t = &oTarget{pin: c.pin, osmServer: c.osmServer, staticPlugin: c.staticPlugin, dir: filepath.Join(dir, "o"), logw: logf, log: log, logLevel: c.serverLogLevel}
 	case "L":
-		t = &benchTarget{name: name, kind: "serve-l", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
+		t = &benchTarget{pin: c.pin, name: name, kind: "serve-l", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
 	case "L-mux":
-		t = &benchTarget{name: name, kind: "serve-l", mode: "mux", self: self, dir: dir, ids: ids, logw: logf}
+		t = &benchTarget{pin: c.pin, name: name, kind: "serve-l", mode: "mux", self: self, dir: dir, ids: ids, logw: logf}
 	case "F":
-		t = &benchTarget{name: name, kind: "serve-f", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
+		t = &benchTarget{pin: c.pin, name: name, kind: "serve-f", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
 	}
 	m := &measurer{log: log, plan: p}
 	var (

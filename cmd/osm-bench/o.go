@@ -33,6 +33,7 @@ import (
 // per service, uses = its proxies), as osm-agent does.
 type oTarget struct {
 	osmServer    string
+	pin          *pinning
 	staticPlugin string
 	dir          string
 	logw         io.Writer
@@ -178,7 +179,8 @@ providers:
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	proc, _, err := startChild(ctx, t.osmServer, []string{"serve", "--config", cfgFile, "--log-level", cmp.Or(t.logLevel, "warn")}, nil, t.logw, "")
+	path, args := t.pin.wrap(t.osmServer, []string{"serve", "--config", cfgFile, "--log-level", cmp.Or(t.logLevel, "warn")})
+	proc, _, err := startChild(ctx, path, args, nil, t.logw, "")
 	if err != nil {
 		return nil, fmt.Errorf("O: %w", err)
 	}

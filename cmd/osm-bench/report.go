@@ -112,7 +112,10 @@ type report struct {
 	Joins     int       `json:"joins"`
 	// Rounds is how often each server was measured (--rounds); with more
 	// than one, every figure is a median.
-	Rounds  int            `json:"rounds"`
+	Rounds int `json:"rounds"`
+	// Pinned says how the servers and the fleet were put on CPUs
+	// (--pin); empty: sharing them all.
+	Pinned  string         `json:"pinned,omitempty"`
 	Servers []serverReport `json:"servers"`
 	Metrics []metricOut    `json:"metrics"`
 }
@@ -236,6 +239,9 @@ func (r *report) writeTable(w io.Writer) {
 		r.Date.Format(time.RFC3339), r.N, r.Services, r.Endpoints, r.Machine.Cores, r.Machine.CPU)
 	if r.Rounds > 1 {
 		fmt.Fprintf(w, "  every figure is the median of %d rounds (the JSON has each round's)\n", r.Rounds)
+	}
+	if r.Pinned != "" {
+		fmt.Fprintf(w, "  %s\n", r.Pinned)
 	}
 	for _, s := range r.Servers {
 		if !s.Available {

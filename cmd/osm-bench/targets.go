@@ -21,6 +21,7 @@ type benchTarget struct {
 	kind string // serve-l or serve-f
 	mode string // serve-l: snapshot or mux
 	self string // the osm-bench executable
+	pin  *pinning
 	dir  string // holds the server's certificates
 	ids  *identityCache
 	logw io.Writer
@@ -39,7 +40,8 @@ func (t *benchTarget) Start(ctx context.Context, w Workload, extra int) (*server
 		"--wide=" + strconv.FormatBool(w.Wide)}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	proc, f, err := startChild(sctx, t.self, args, []string{childEnv}, t.logw, "ready")
+	path, args := t.pin.wrap(t.self, args)
+	proc, f, err := startChild(sctx, path, args, []string{childEnv}, t.logw, "ready")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", t.name, err)
 	}
