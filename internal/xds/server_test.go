@@ -323,13 +323,7 @@ func TestCertificateFromAnotherCAIsRefused(t *testing.T) {
 		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour), ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
 	der, _ := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	forged := tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-	err := e.tryStream(t, forged, tmpl.Subject.CommonName)
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("stream with a self-signed client certificate: %v; want the TLS handshake refused (Unavailable)", err)
-	}
-	if len(e.srv.Proxies()) != 0 {
-		t.Errorf("a proxy with a foreign certificate was registered: %+v", e.srv.Proxies())
-	}
+	e.wantHandshakeRefused(t, forged, tmpl.Subject.CommonName, "a self-signed client certificate")
 }
 
 // The server verifies client certificates itself (Identities.VerifyClient)
@@ -347,15 +341,20 @@ func TestExpiredCertificateIsRefusedAtTheHandshake(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.For(t, "the certificate to expire", func() bool { return time.Now().After(leaf.NotAfter) })
-	err = e.tryStream(t, cert, leaf.Subject.CommonName)
-	// Unavailable: the handshake was refused (the client may see the
-	// server's alert or only the closed connection). A stream refused by
-	// the record check would end PermissionDenied.
-	if status.Code(err) != codes.Unavailable {
-		t.Fatalf("stream with an expired client certificate: %v; want the TLS handshake refused (Unavailable)", err)
+	e.wantHandshakeRefused(t, cert, leaf.Subject.CommonName, "an expired client certificate")
+}
+
+// wantHandshakeRefused checks that a stream with cert is refused at the
+// TLS handshake: Unavailable (the client may see the server's alert or
+// only the closed connection; a stream refused by the record check would
+// end PermissionDenied), and no proxy registered.
+func (e *env) wantHandshakeRefused(t *testing.T, cert tls.Certificate, cn, what string) {
+	t.Helper()
+	if err := e.tryStream(t, cert, cn); status.Code(err) != codes.Unavailable {
+		t.Fatalf("stream with %s: %v; want the TLS handshake refused (Unavailable)", what, err)
 	}
 	if len(e.srv.Proxies()) != 0 {
-		t.Errorf("a proxy with an expired certificate was registered: %+v", e.srv.Proxies())
+		t.Errorf("a proxy with %s was registered: %+v", what, e.srv.Proxies())
 	}
 }
 
