@@ -34,6 +34,9 @@ type Snapshot struct {
 	// question (rendering a gateway proxy, DNS publishing).
 	gatewaysOnce sync.Once
 	gateways     map[mesh.MeshService]GatewayInfo
+	// inbound holds each destination account's []InboundRule, worked out
+	// at the first question (rendering asks several times per proxy).
+	inbound sync.Map
 	// machines, when set, give Gateway status its Programmed conditions.
 	machines *gatewayMachinesRef
 }
@@ -170,13 +173,24 @@ type InboundRule struct {
 // account of dst, resolved against their route groups. Rules naming route
 // groups that do not exist contribute nothing. In permissive mode the
 // caller allows everything and need not ask.
+//
+// The rules are shared by every caller: they must not be modified.
 func (s *Snapshot) Inbound(dst mesh.MeshService) []InboundRule {
 	info, ok := s.services[dst]
 	if !ok {
 		return nil
 	}
+	if rules, ok := s.inbound.Load(info.ServiceAccount); ok {
+		return rules.([]InboundRule)
+	}
+	rules, _ := s.inbound.LoadOrStore(info.ServiceAccount, s.inboundOf(info.ServiceAccount))
+	return rules.([]InboundRule)
+}
+
+// inboundOf works out the inbound rules of dst's services (see Inbound).
+func (s *Snapshot) inboundOf(dst mesh.ServiceAccount) []InboundRule {
 	var out []InboundRule
-	for _, k := range s.ttByDest[info.ServiceAccount] {
+	for _, k := range s.ttByDest[dst] {
 		tt := s.st.objects[k].(*TrafficTarget)
 		d := tt.Spec.Destination
 		r := InboundRule{Policy: k}

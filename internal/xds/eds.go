@@ -27,6 +27,7 @@ type dependent struct {
 // participant rule change.
 type edsSlot struct {
 	svc  mesh.MeshService
+	name string     // render.EDSName(svc), the order of a group's slots
 	mu   sync.Mutex // held while res is built (groups render in parallel)
 	res  *cache.Resource
 	refs int // groups whose slots include it; at 0 it is dropped
@@ -39,7 +40,7 @@ func (p *Publisher) holdSlot(svc mesh.MeshService) *edsSlot {
 	defer p.edsMu.Unlock()
 	sl := p.eds[svc]
 	if sl == nil {
-		sl = &edsSlot{svc: svc}
+		sl = &edsSlot{svc: svc, name: render.EDSName(svc)}
 		p.eds[svc] = sl
 	}
 	sl.refs++
@@ -58,7 +59,7 @@ func (p *Publisher) edsResource(sl *edsSlot) (*cache.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	res, err := p.cache.NewResource(render.EDSName(sl.svc), cla)
+	res, err := p.cache.NewResource(sl.name, cla)
 	if err != nil {
 		return nil, err
 	}

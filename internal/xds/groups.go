@@ -247,7 +247,7 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	for i, d := range deps {
 		slots[i] = p.holdSlot(d)
 	}
-	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(render.EDSName(a.svc), render.EDSName(b.svc)) })
+	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(a.name, b.name) })
 	g.inputs, g.rds, g.cds, g.slots, g.shared, g.eds = in, rds, cds, slots, shared, nil
 	p.interned.Retain(g.resources()...)
 	return nil

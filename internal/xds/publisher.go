@@ -169,9 +169,9 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs Cert
 	for _, s := range placeholders {
 		p.pendingSecrets = append(p.pendingSecrets, s)
 	}
-	p.interned = cache.NewInterner(c, func(m proto.Message) {
+	p.interned = cache.NewInterner(c, func(ms ...proto.Message) {
 		for _, v := range p.validators {
-			v.ForgetMessage(m)
+			v.ForgetMessages(ms...)
 		}
 	})
 	return p

@@ -11,7 +11,8 @@ import (
 // Resource (and one marshal), and whatever remembers something per message
 // (a validator) sees each content once. A Resource stays interned while
 // something holds it: Retain and Release count the holders, and at 0 it is
-// forgotten, and the forget function given to NewInterner is told.
+// forgotten, and the forget function given to NewInterner is told (once
+// per Release, of every message it forgot).
 //
 // It also remembers the Resource of each message it marshalled
 // ([Interner.Resource]), until ForgetMessages: a producer that hands out
@@ -23,7 +24,7 @@ import (
 // Interner locked and must not call it.
 type Interner struct {
 	c         *Cache
-	forget    func(proto.Message)
+	forget    func(...proto.Message)
 	mu        sync.Mutex
 	byContent map[internKey]*Resource
 	byMessage map[proto.Message]*marshalling
@@ -41,8 +42,8 @@ type marshalling struct {
 type internKey struct{ typeURL, name, version string }
 
 // NewInterner returns an Interner making resources with c; forget (may be
-// nil) is told of each message whose Resource is no longer interned.
-func NewInterner(c *Cache, forget func(proto.Message)) *Interner {
+// nil) is told of the messages whose Resources are no longer interned.
+func NewInterner(c *Cache, forget func(...proto.Message)) *Interner {
 	return &Interner{
 		c: c, forget: forget,
 		byContent: map[internKey]*Resource{},
@@ -147,11 +148,16 @@ func (in *Interner) Retain(rs ...*Resource) {
 func (in *Interner) Release(rs ...*Resource) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
+	var gone []proto.Message
 	for _, r := range rs {
 		if in.held[r]--; in.held[r] <= 0 {
 			delete(in.held, r)
-			in.forgetLocked(r)
+			in.unintern(r)
+			gone = append(gone, r.msg)
 		}
+	}
+	if in.forget != nil && len(gone) > 0 {
+		in.forget(gone...)
 	}
 }
 
@@ -165,12 +171,17 @@ func (in *Interner) Forget(r *Resource) {
 }
 
 func (in *Interner) forgetLocked(r *Resource) {
+	in.unintern(r)
+	if in.forget != nil {
+		in.forget(r.msg)
+	}
+}
+
+// unintern forgets r's content, if r is what is interned for it.
+func (in *Interner) unintern(r *Resource) {
 	k := internKey{r.typeURL, r.name, r.version}
 	if in.byContent[k] == r {
 		delete(in.byContent, k)
-	}
-	if in.forget != nil {
-		in.forget(r.msg)
 	}
 }
 

@@ -40,7 +40,7 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 	var out []*clusterv3.Cluster
 	for _, svc := range upstreamServices(plan(m, p, self)) {
 		info, _ := m.Spec().Service(svc)
-		out = append(out, memoised(m, b, memoKey{memoCluster, ClusterName(svc, p.Flavor)}, func() *clusterv3.Cluster {
+		out = append(out, memoised(m, b, memoKey{kind: memoCluster, svc: svc, flavor: p.Flavor}, func() *clusterv3.Cluster {
 			return b.edsCluster(m, info, p.Flavor)
 		}))
 	}
@@ -58,8 +58,13 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 }
 
 func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor) *clusterv3.Cluster {
+	eds := EDSName(info.Service)
+	name := eds
+	if f == GRPC {
+		name = ClusterName(info.Service, f)
+	}
 	c := &clusterv3.Cluster{
-		Name:                 ClusterName(info.Service, f),
+		Name:                 name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,
@@ -69,8 +74,8 @@ func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor) *clusterv3
 	// gRPC cluster's name differs from the EDS name it shares. Leaving out
 	// what is implied keeps a 10,000-cluster CDS response under gRPC's
 	// 4 MiB message limit.
-	if name := EDSName(info.Service); name != c.Name {
-		c.EdsClusterConfig.ServiceName = name
+	if eds != c.Name {
+		c.EdsClusterConfig.ServiceName = eds
 	}
 	if f == Envoy {
 		c.ConnectTimeout = durationpb.New(connectTimeout)

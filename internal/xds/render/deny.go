@@ -85,7 +85,7 @@ func RefusalCode(m Mesh, name string) uint32 {
 func RefusalListener(m Mesh, name string) (*listenerv3.Listener, error) {
 	code := RefusalCode(m, name)
 	b := &builder{}
-	api := memoised(m, b, memoKey{memoRefusal, strconv.FormatUint(uint64(code), 10)}, func() *listenerv3.ApiListener {
+	api := memoised(m, b, memoKey{kind: memoRefusal, name: strconv.FormatUint(uint64(code), 10)}, func() *listenerv3.ApiListener {
 		abort := &faultv3.HTTPFault{Abort: &faultv3.FaultAbort{
 			ErrorType:  &faultv3.FaultAbort_GrpcStatus{GrpcStatus: code},
 			Percentage: &typev3.FractionalPercent{Numerator: 100, Denominator: typev3.FractionalPercent_HUNDRED},

@@ -269,7 +269,7 @@ func gatewayClusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 	var out []*clusterv3.Cluster
 	for _, svc := range gp.allowed {
 		info, _ := m.Spec().Service(svc)
-		out = append(out, memoised(m, b, memoKey{memoCluster, ClusterName(svc, Envoy)}, func() *clusterv3.Cluster {
+		out = append(out, memoised(m, b, memoKey{kind: memoCluster, svc: svc, flavor: Envoy}, func() *clusterv3.Cluster {
 			return b.edsCluster(m, info, Envoy)
 		}))
 	}

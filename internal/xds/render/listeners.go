@@ -86,10 +86,10 @@ func SharedListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 	var out []*listenerv3.Listener
 	for _, o := range plan(m, p, self) {
 		if p.Flavor == GRPC {
-			out = append(out, memoised(m, b, memoKey{memoAPIListener, o.routeName(GRPC)}, func() *listenerv3.Listener { return b.apiListener(o) }))
+			out = append(out, memoised(m, b, memoKey{kind: memoAPIListener, name: o.routeName(GRPC)}, func() *listenerv3.Listener { return b.apiListener(o) }))
 			continue
 		}
-		out = append(out, memoised(m, b, memoKey{memoOutboundListener, o.routeName(Envoy)}, func() *listenerv3.Listener { return b.outboundListener(o) }))
+		out = append(out, memoised(m, b, memoKey{kind: memoOutboundListener, name: o.routeName(Envoy)}, func() *listenerv3.Listener { return b.outboundListener(o) }))
 	}
 	for _, r := range egressRoutes(m, p, self) {
 		out = append(out, b.egressListener(r))
@@ -132,7 +132,7 @@ func rdsHCM(statPrefix, routeName string, filters ...*hcmv3.HttpFilter) *hcmv3.H
 // for every proxy of the service (shared through the Memo).
 func (b *builder) inboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) *listenerv3.Listener {
 	name := InboundName(self.Service, port.Port)
-	chain := memoised(m, b, memoKey{memoInboundChain, name}, func() *listenerv3.FilterChain {
+	chain := memoised(m, b, memoKey{kind: memoInboundChain, name: name}, func() *listenerv3.FilterChain {
 		rules := inboundRBAC(m, self.Service, port, Envoy)
 		var filters []*listenerv3.Filter
 		if isHTTP(port) {
@@ -195,7 +195,7 @@ func (b *builder) apiListener(o outbound) *listenerv3.Listener {
 func (b *builder) grpcServerListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) *listenerv3.Listener {
 	addr := netip.AddrPortFrom(p.Address, uint16(port.Port))
 	name := InboundName(self.Service, port.Port)
-	chain := memoised(m, b, memoKey{memoGRPCServerChain, name}, func() *listenerv3.FilterChain {
+	chain := memoised(m, b, memoKey{kind: memoGRPCServerChain, name: name}, func() *listenerv3.FilterChain {
 		return b.grpcServerChain(m, self, port, name)
 	})
 	return &listenerv3.Listener{

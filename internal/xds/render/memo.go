@@ -93,10 +93,15 @@ const (
 // memoKey names a shared message by what determines its content within one
 // specification snapshot: the cluster's name, the route name of an
 // outbound (which encodes the upstream, port, split subset and flavour), or
-// for an inbound filter chain the inbound name (service and port).
+// for an inbound filter chain the inbound name (service and port); a
+// cluster by its service and flavour.
 type memoKey struct {
 	kind memoKind
 	name string
+	// svc and flavor name a cluster (memoCluster) without building its
+	// name: a lookup per caller and upstream.
+	svc    mesh.MeshService
+	flavor Flavor
 }
 
 // NewMemo returns an empty Memo.

@@ -309,12 +309,11 @@ func (o outbound) routeName(f Flavor) string {
 	return b.String()
 }
 
-// services returns the services the outbound's routes send to.
-func (o outbound) services() []mesh.MeshService {
+// appendServices appends the services the outbound's routes send to.
+func (o outbound) appendServices(out []mesh.MeshService) []mesh.MeshService {
 	if o.gw != nil {
-		return o.gw.allowed
+		return append(out, o.gw.allowed...)
 	}
-	var out []mesh.MeshService
 	if o.direct {
 		out = append(out, o.info.Service)
 	}
@@ -435,9 +434,23 @@ func (m Mesh) noEndpoints(svc mesh.MeshService) bool {
 // upstreamServices returns the sorted, distinct services the proxy's
 // clusters and EDS resources are for.
 func upstreamServices(outs []outbound) []mesh.MeshService {
-	var svcs []mesh.MeshService
+	n := 0
 	for _, o := range outs {
-		svcs = append(svcs, o.services()...)
+		switch {
+		case o.gw != nil:
+			n += len(o.gw.allowed)
+		case o.direct:
+			n += 1 + len(o.split)
+		default:
+			n += len(o.split)
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	svcs := make([]mesh.MeshService, 0, n)
+	for _, o := range outs {
+		svcs = o.appendServices(svcs)
 	}
 	slices.SortFunc(svcs, mesh.MeshService.Compare)
 	return slices.Compact(svcs)
@@ -463,9 +476,15 @@ func Dependencies(m Mesh, p Proxy) ([]mesh.MeshService, error) {
 	return egressGateways(upstreamServices(plan(m, p, self)), egressRoutes(m, p, self)), nil
 }
 
+// sortedPorts returns info's ports in port order: info.Ports itself when
+// they are (mostly), so the result must not be modified.
 func sortedPorts(info spec.ServiceInfo) []spec.ServicePort {
+	byPort := func(a, b spec.ServicePort) int { return a.Port - b.Port }
+	if slices.IsSortedFunc(info.Ports, byPort) {
+		return info.Ports
+	}
 	ports := slices.Clone(info.Ports)
-	slices.SortFunc(ports, func(a, b spec.ServicePort) int { return a.Port - b.Port })
+	slices.SortFunc(ports, byPort)
 	return ports
 }
 

@@ -47,7 +47,7 @@ func Routes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 		if !isHTTP(o.port) {
 			continue
 		}
-		out = append(out, memoised(m, &builder{}, memoKey{memoRoute, o.routeName(p.Flavor)}, func() *routev3.RouteConfiguration {
+		out = append(out, memoised(m, &builder{}, memoKey{kind: memoRoute, name: o.routeName(p.Flavor)}, func() *routev3.RouteConfiguration {
 			return outboundRoutes(o, p.Flavor)
 		}))
 	}

@@ -152,13 +152,15 @@ func (vr *Validator) ForgetChains() {
 	clear(vr.chains)
 }
 
-// ForgetMessage drops what the Validator remembers of one resource (call it
-// when that resource is replaced, e.g. a load assignment whose endpoints
+// ForgetMessages drops what the Validator remembers of resources (call it
+// when they are replaced, e.g. a load assignment whose endpoints
 // changed).
-func (vr *Validator) ForgetMessage(m proto.Message) {
+func (vr *Validator) ForgetMessages(ms ...proto.Message) {
 	vr.mu.Lock()
 	defer vr.mu.Unlock()
-	delete(vr.memo, m)
+	for _, m := range ms {
+		delete(vr.memo, m)
+	}
 }
 
 // Validate checks one proxy's complete set; see [Validate].
