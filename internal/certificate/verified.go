@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 )
@@ -60,6 +61,9 @@ type verifiedCerts struct {
 	mu    sync.Mutex
 	certs map[[sha256.Size]byte]verifiedCert
 	swept int // len(certs) after the last sweep
+	// issuers is the chain after the leaf last remembered, shared by
+	// every entry with the same issuers (all of them, with one root).
+	issuers []*x509.Certificate
 }
 
 type verifiedCert struct {
@@ -81,9 +85,13 @@ func (v *verifiedCerts) lookup(leaf *x509.Certificate, now time.Time) ([]*x509.C
 	return append(append(chain, leaf), e.issuers...), true
 }
 
-// add remembers chain (the leaf first), verified at now.
+// add remembers chain (the leaf first), verified at now. It keeps the
+// issuers, never the parsed leaf: chain[1:] shares an array with the leaf,
+// and remembering it kept every issued proxy certificate parsed in memory
+// (2.4 KiB each, 10% of osm-server's heap at 10,000 proxies) until it
+// expired.
 func (v *verifiedCerts) add(chain []*x509.Certificate, now time.Time) {
-	e := verifiedCert{notBefore: chain[0].NotBefore, notAfter: chain[0].NotAfter, issuers: chain[1:]}
+	e := verifiedCert{notBefore: chain[0].NotBefore, notAfter: chain[0].NotAfter}
 	for _, c := range chain[1:] {
 		if c.NotBefore.After(e.notBefore) {
 			e.notBefore = c.NotBefore
@@ -98,6 +106,10 @@ func (v *verifiedCerts) add(chain []*x509.Certificate, now time.Time) {
 	if v.certs == nil {
 		v.certs = map[[sha256.Size]byte]verifiedCert{}
 	}
+	if !slices.Equal(v.issuers, chain[1:]) {
+		v.issuers = slices.Clone(chain[1:])
+	}
+	e.issuers = v.issuers
 	v.certs[key] = e
 	if len(v.certs) < 2*max(v.swept, 1024) && len(v.certs) <= maxVerifiedCerts {
 		return

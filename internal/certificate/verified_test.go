@@ -7,9 +7,11 @@ import (
 	"crypto/x509/pkix"
 	"encoding/binary"
 	"math/big"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
+	"weak"
 
 	"github.com/osm-vm/osm-vm/internal/store"
 )
@@ -153,5 +155,43 @@ func TestVerifiedCertsSweep(t *testing.T) {
 	v.add(leaf(2046, now.Add(time.Hour)), now)
 	if len(v.certs) != 1024 || v.swept != 1024 {
 		t.Errorf("after the sweep: %d entries, swept at %d; want the 1,024 unexpired", len(v.certs), v.swept)
+	}
+}
+
+// What is remembered of a certificate is its hash and its issuers, shared
+// between entries: never the parsed leaf, which a connection drops when it
+// ends.
+func TestVerifiedCertsKeepNoLeaf(t *testing.T) {
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	root := &x509.Certificate{NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)}
+	var v verifiedCerts
+	leaves := make([]weak.Pointer[x509.Certificate], 3)
+	for i := range leaves {
+		leaf := &x509.Certificate{Raw: []byte{byte(i)}, NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Minute)}
+		leaves[i] = weak.Make(leaf)
+		v.add([]*x509.Certificate{leaf, root}, now)
+	}
+	runtime.GC()
+	for i, w := range leaves {
+		if w.Value() != nil {
+			t.Errorf("leaf %d is still reachable after add: remembering it keeps the parsed certificate", i)
+		}
+	}
+	var issuers [][]*x509.Certificate
+	for _, e := range v.certs {
+		issuers = append(issuers, e.issuers)
+	}
+	if len(issuers) != 3 || len(issuers[0]) != 1 || issuers[0][0] != root {
+		t.Fatalf("issuers = %v, want [root] for each of 3 entries", issuers)
+	}
+	for _, is := range issuers[1:] {
+		if &is[0] != &issuers[0][0] {
+			t.Error("entries with the same issuers do not share them")
+		}
+	}
+	// Still found by the leaf's bytes, with the chain rebuilt.
+	again := &x509.Certificate{Raw: []byte{1}}
+	if chain, ok := v.lookup(again, now); !ok || len(chain) != 2 || chain[0] != again || chain[1] != root {
+		t.Errorf("lookup = %v, %t; want the leaf and the root", chain, ok)
 	}
 }
