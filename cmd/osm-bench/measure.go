@@ -120,6 +120,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	fillProfiled := m.profileFill(ctx, srv, t.Name())
 	start := time.Now()
 	fillCPU0, fillErr := cpuSeconds(pid)
+	fleetCPU0, fleetErr := cpuSeconds(os.Getpid())
 	pcs, err := f.connectAll(ctx, srv.ids[:w.Proxies], p.Parallel, p.FillTimeout)
 	defer func() { closeAll(pcs) }()
 	if err != nil {
@@ -130,6 +131,9 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	res.set("fleet_fill_reconnects", float64(f.retries.Load()))
 	if fillCPU1, err := cpuSeconds(pid); err == nil && fillErr == nil {
 		res.set("fleet_fill_server_cpu_s", fillCPU1-fillCPU0)
+	}
+	if cpu1, err := cpuSeconds(os.Getpid()); err == nil && fleetErr == nil {
+		res.set("fleet_fill_fleet_cpu_s", cpu1-fleetCPU0)
 	}
 	if err := fillProfiled(); err != nil {
 		res.note("fill profile: %v", err)

@@ -73,6 +73,7 @@ var metricDefs = []metricDef{
 	{"HA.rss_per_proxy_r3", "HA replica 3 RSS per connected proxy", "KiB", "", nan, false},
 	{"fleet_fill_s", "time to connect and configure the fleet", "s", "", nan, false},
 	{"fleet_fill_server_cpu_s", "server CPU-seconds to connect and configure the fleet", "s", "", nan, false},
+	{"fleet_fill_fleet_cpu_s", "the fleet's (this harness's) CPU-seconds to connect and be configured", "s", "", nan, false},
 	{"fleet_fill_reconnects", "connections retried while filling the fleet", "connections", "", nan, false},
 	{"cpu_seconds", "server CPU-seconds over the whole run", "s", "", nan, false},
 	{"peak_rss_mib", "server peak RSS (VmHWM)", "MiB", "", nan, false},
