@@ -133,14 +133,15 @@ func parseBytes(v string) (int64, error) {
 // the streams opened alone, the target was raised 5 s into the storm and
 // dropped twice in its gaps (osm-bench M6, 10,000 proxies).
 //
-// The burst's target is Go's default, 100. 200 took another 5% off the
-// fill's server CPU and 8% off the storm's, but kept 4 KiB per proxy more
-// after the burst's heap was given back (not looked into: most likely
-// the larger peak's fragmentation): M7 77.3 KiB against F's 72.4 in a
-// full osm-bench run, over the target of F x 1.05 (docs/performance.md,
-// issue 26, fifth round).
+// The burst's target is 200, twice Go's default: against 100 it took
+// about 15% off the fill's server CPU (osm-bench, 10,000 proxies: the
+// collector was osm-server's largest cost beyond go-control-plane's), for
+// 3-6 KiB per proxy more after the burst's heap is given back (the larger
+// peak's fragmentation). 400 saved no more. A memoryLimit bounds the
+// burst's heap as any other (docs/performance.md, issue 26, fifth and
+// ninth rounds).
 const (
-	burstGCPercent = 100 // Go's default
+	burstGCPercent = 200
 	// burstTick is how often the server's load is read. burstStreams
 	// arrivals in one tick (100 a second) start a burst; burstQuietTicks
 	// ticks in a row with fewer than quietStreams arrivals each (20 a

@@ -331,7 +331,8 @@ func TestNewGCGovernor(t *testing.T) {
 		{"GOGC decides", runtimeSettings{GCPercent: 50, Source: "GOGC"}, false},
 		{"collector off", runtimeSettings{GCPercent: -1, Source: "gcPercent"}, false},
 		{"already at the burst's target", runtimeSettings{GCPercent: burstGCPercent, Source: "gcPercent"}, false},
-		{"above it", runtimeSettings{GCPercent: 200, Source: "gcPercent, memoryLimit"}, false},
+		{"above it", runtimeSettings{GCPercent: 2 * burstGCPercent, Source: "gcPercent, memoryLimit"}, false},
+		{"Go's default, below it", runtimeSettings{GCPercent: 100, Source: "gcPercent"}, true},
 	} {
 		if got := newGCGovernor(discardLogger(), tc.s, load) != nil; got != tc.want {
 			t.Errorf("%s: governor %t, want %t", tc.name, got, tc.want)
