@@ -136,8 +136,9 @@ func parseBytes(v string) (int64, error) {
 // The burst's target is 200, twice Go's default: against 100 it took
 // about 15% off the fill's server CPU (osm-bench, 10,000 proxies: the
 // collector was osm-server's largest cost beyond go-control-plane's), for
-// 3-6 KiB per proxy more after the burst's heap is given back (the larger
-// peak's fragmentation). 400 saved no more. A memoryLimit bounds the
+// 3-7 KiB per proxy more after the burst's heap is given back (the larger
+// peak's fragmentation; eight pairs of runs, with a fix that saved 2.4 KiB
+// in the same change). 400 saved no more. A memoryLimit bounds the
 // burst's heap as any other (docs/performance.md, issue 26, fifth and
 // ninth rounds).
 const (
