@@ -59,12 +59,8 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 
 func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor) *clusterv3.Cluster {
 	eds := EDSName(info.Service)
-	name := eds
-	if f == GRPC {
-		name = ClusterName(info.Service, f)
-	}
 	c := &clusterv3.Cluster{
-		Name:                 name,
+		Name:                 clusterName(eds, f),
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource},
 		LbPolicy:             clusterv3.Cluster_ROUND_ROBIN,

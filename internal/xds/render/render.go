@@ -174,11 +174,14 @@ type Proxy struct {
 func EDSName(svc mesh.MeshService) string { return svc.String() }
 
 // ClusterName is the name of the cluster for calls to svc.
-func ClusterName(svc mesh.MeshService, f Flavor) string {
+func ClusterName(svc mesh.MeshService, f Flavor) string { return clusterName(EDSName(svc), f) }
+
+// clusterName is the cluster name of the service whose EDS name is eds.
+func clusterName(eds string, f Flavor) string {
 	if f == GRPC {
-		return svc.String() + "|grpc"
+		return eds + "|grpc"
 	}
-	return svc.String()
+	return eds
 }
 
 // LocalClusterName is the Envoy cluster for the local application behind
@@ -434,21 +437,10 @@ func (m Mesh) noEndpoints(svc mesh.MeshService) bool {
 // upstreamServices returns the sorted, distinct services the proxy's
 // clusters and EDS resources are for.
 func upstreamServices(outs []outbound) []mesh.MeshService {
-	n := 0
-	for _, o := range outs {
-		switch {
-		case o.gw != nil:
-			n += len(o.gw.allowed)
-		case o.direct:
-			n += 1 + len(o.split)
-		default:
-			n += len(o.split)
-		}
-	}
-	if n == 0 {
+	if len(outs) == 0 {
 		return nil
 	}
-	svcs := make([]mesh.MeshService, 0, n)
+	svcs := make([]mesh.MeshService, 0, len(outs)) // one each, mostly
 	for _, o := range outs {
 		svcs = o.appendServices(svcs)
 	}
