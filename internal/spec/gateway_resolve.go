@@ -686,6 +686,9 @@ func rank(r GatewayRule) [4]int {
 // gatewayUpstreams adds to allowed the parents of routes whose backends
 // src may call (callers call the parent's VIP and the route picks).
 func (s *Snapshot) gatewayUpstreams(src mesh.ServiceAccount, allowed map[mesh.MeshService]bool) {
+	if len(s.gateway.byParent) == 0 {
+		return
+	}
 	direct := maps.Clone(allowed)
 	for pp, byNS := range s.gateway.byParent {
 		if allowed[pp.svc] {

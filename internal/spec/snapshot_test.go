@@ -169,3 +169,49 @@ func TestRunPicksUpOtherServersChanges(t *testing.T) {
 		t.Errorf("Run = %v, want nil after cancel", err)
 	}
 }
+
+// TestTargetUpstreamsAgree: with only TrafficTargets deciding, Upstreams
+// takes targetUpstreams, which must answer as allowedUpstreams (the
+// general case) for every account: several services per account, a
+// destination named by two targets, an account allowed into itself,
+// a target to an account with no service.
+func TestTargetUpstreamsAgree(t *testing.T) {
+	s := newTestSpec(t, store.NewMemory())
+	y := `apiVersion: specs.smi-spec.io/v1alpha4
+kind: HTTPRouteGroup
+metadata: {name: all}
+spec: {matches: [{name: all, pathRegex: '/.*'}]}
+`
+	svc := func(name, sa string) string {
+		return fmt.Sprintf("---\napiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: %s}\nspec: {serviceAccount: %s, ports: [{port: 8080}]}\n", name, sa)
+	}
+	tt := func(name, dst string, srcs ...string) string {
+		var ss string
+		for i, src := range srcs {
+			if i > 0 {
+				ss += ", "
+			}
+			ss += fmt.Sprintf("{kind: ServiceAccount, name: %s}", src)
+		}
+		return fmt.Sprintf("---\napiVersion: access.smi-spec.io/v1alpha3\nkind: TrafficTarget\nmetadata: {name: %s}\nspec:\n  destination: {kind: ServiceAccount, name: %s}\n  rules: [{kind: HTTPRouteGroup, name: all}]\n  sources: [%s]\n", name, dst, ss)
+	}
+	y += svc("web", "front") + svc("web-canary", "front") + svc("api", "back") + svc("db", "data") + svc("cache", "data")
+	y += tt("to-back", "back", "front", "back") + tt("to-back-again", "back", "front") + tt("to-data", "data", "back", "front") + tt("to-ghost", "ghost", "front") + tt("to-front", "front", "front")
+	if _, err := s.Apply(t.Context(), mustParse(t, y), ApplyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	snap := s.Snapshot()
+	if snap.Permissive() || len(snap.splits) > 0 || len(snap.gateway.byParent) > 0 {
+		t.Fatal("the test mesh must take the TrafficTargets-only path")
+	}
+	for _, name := range []string{"front", "back", "data", "ghost", "nobody"} {
+		sa := mesh.ServiceAccount{Namespace: "default", Name: name}
+		want := snap.allowedUpstreams(sa)
+		if diff := cmp.Diff(want, snap.targetUpstreams(sa)); diff != "" {
+			t.Errorf("targetUpstreams(%s) (-allowedUpstreams +got):\n%s", name, diff)
+		}
+	}
+	if got := snap.Upstreams(mesh.ServiceAccount{Namespace: "default", Name: "front"}); len(got) != 3 {
+		t.Errorf("Upstreams(front) = %v, want api, cache and db", got)
+	}
+}
