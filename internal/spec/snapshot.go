@@ -261,32 +261,6 @@ func (s *Snapshot) AllowedSources(dst mesh.MeshService) []mesh.ServiceAccount {
 // destination that lists src, plus the root of any TrafficSplit with such
 // a backend (clients call the root's VIP and the split picks a backend).
 func (s *Snapshot) Upstreams(src mesh.ServiceAccount) []mesh.MeshService {
-	if !s.Permissive() && len(s.splits) == 0 && len(s.gateway.byParent) == 0 {
-		return s.targetUpstreams(src)
-	}
-	return s.allowedUpstreams(src)
-}
-
-// targetUpstreams is Upstreams when only TrafficTargets decide (not
-// permissive, no TrafficSplit, no Gateway API route): their destinations'
-// services, without the set allowedUpstreams builds (rendering asks once
-// per group).
-func (s *Snapshot) targetUpstreams(src mesh.ServiceAccount) []mesh.MeshService {
-	out := []mesh.MeshService{} // empty, not nil, as allowedUpstreams
-	for _, k := range s.ttBySource[src] {
-		d := s.st.objects[k].(*TrafficTarget).Spec.Destination
-		for _, svc := range s.ServicesOf(mesh.ServiceAccount{Namespace: d.Namespace, Name: d.Name}) {
-			if info, ok := s.services[svc]; ok && info.ServiceAccount != src {
-				out = append(out, svc)
-			}
-		}
-	}
-	slices.SortFunc(out, mesh.MeshService.Compare)
-	return slices.Compact(out)
-}
-
-// allowedUpstreams is Upstreams in every case.
-func (s *Snapshot) allowedUpstreams(src mesh.ServiceAccount) []mesh.MeshService {
 	allowed := map[mesh.MeshService]bool{}
 	if s.Permissive() {
 		for _, info := range s.ordered {

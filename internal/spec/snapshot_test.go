@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -170,12 +171,12 @@ func TestRunPicksUpOtherServersChanges(t *testing.T) {
 	}
 }
 
-// TestTargetUpstreamsAgree: with only TrafficTargets deciding, Upstreams
-// takes targetUpstreams, which must answer as allowedUpstreams (the
-// general case) for every account: several services per account, a
-// destination named by two targets, an account allowed into itself,
-// a target to an account with no service.
-func TestTargetUpstreamsAgree(t *testing.T) {
+// TestUpstreamsOfTargets: with only TrafficTargets deciding, an account's
+// upstreams are its targets' destinations' services, sorted, each once,
+// never its own: several services per account, a destination named by two
+// targets, an account allowed into itself, a target to an account with no
+// service, an account no target names.
+func TestUpstreamsOfTargets(t *testing.T) {
 	s := newTestSpec(t, store.NewMemory())
 	y := `apiVersion: specs.smi-spec.io/v1alpha4
 kind: HTTPRouteGroup
@@ -186,14 +187,11 @@ spec: {matches: [{name: all, pathRegex: '/.*'}]}
 		return fmt.Sprintf("---\napiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: %s}\nspec: {serviceAccount: %s, ports: [{port: 8080}]}\n", name, sa)
 	}
 	tt := func(name, dst string, srcs ...string) string {
-		var ss string
-		for i, src := range srcs {
-			if i > 0 {
-				ss += ", "
-			}
-			ss += fmt.Sprintf("{kind: ServiceAccount, name: %s}", src)
+		var ss []string
+		for _, src := range srcs {
+			ss = append(ss, fmt.Sprintf("{kind: ServiceAccount, name: %s}", src))
 		}
-		return fmt.Sprintf("---\napiVersion: access.smi-spec.io/v1alpha3\nkind: TrafficTarget\nmetadata: {name: %s}\nspec:\n  destination: {kind: ServiceAccount, name: %s}\n  rules: [{kind: HTTPRouteGroup, name: all}]\n  sources: [%s]\n", name, dst, ss)
+		return fmt.Sprintf("---\napiVersion: access.smi-spec.io/v1alpha3\nkind: TrafficTarget\nmetadata: {name: %s}\nspec:\n  destination: {kind: ServiceAccount, name: %s}\n  rules: [{kind: HTTPRouteGroup, name: all}]\n  sources: [%s]\n", name, dst, strings.Join(ss, ", "))
 	}
 	y += svc("web", "front") + svc("web-canary", "front") + svc("api", "back") + svc("db", "data") + svc("cache", "data")
 	y += tt("to-back", "back", "front", "back") + tt("to-back-again", "back", "front") + tt("to-data", "data", "back", "front") + tt("to-ghost", "ghost", "front") + tt("to-front", "front", "front")
@@ -201,17 +199,20 @@ spec: {matches: [{name: all, pathRegex: '/.*'}]}
 		t.Fatal(err)
 	}
 	snap := s.Snapshot()
-	if snap.Permissive() || len(snap.splits) > 0 || len(snap.gateway.byParent) > 0 {
-		t.Fatal("the test mesh must take the TrafficTargets-only path")
-	}
-	for _, name := range []string{"front", "back", "data", "ghost", "nobody"} {
-		sa := mesh.ServiceAccount{Namespace: "default", Name: name}
-		want := snap.allowedUpstreams(sa)
-		if diff := cmp.Diff(want, snap.targetUpstreams(sa)); diff != "" {
-			t.Errorf("targetUpstreams(%s) (-allowedUpstreams +got):\n%s", name, diff)
+	ms := func(names ...string) []mesh.MeshService {
+		out := []mesh.MeshService{}
+		for _, n := range names {
+			out = append(out, mesh.MeshService{Namespace: "default", Name: n})
 		}
+		return out
 	}
-	if got := snap.Upstreams(mesh.ServiceAccount{Namespace: "default", Name: "front"}); len(got) != 3 {
-		t.Errorf("Upstreams(front) = %v, want api, cache and db", got)
+	for name, want := range map[string][]mesh.MeshService{
+		"front": ms("api", "cache", "db"), "back": ms("cache", "db"),
+		"data": ms(), "ghost": ms(), "nobody": ms(),
+	} {
+		got := snap.Upstreams(mesh.ServiceAccount{Namespace: "default", Name: name})
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Upstreams(%s) (-want +got):\n%s", name, diff)
+		}
 	}
 }
