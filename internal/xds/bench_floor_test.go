@@ -1,9 +1,7 @@
 package xds
 
 import (
-	"runtime"
-	"sync"
-	"sync/atomic"
+	"errors"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -18,9 +16,10 @@ import (
 // renderer that builds messages pays: every distinct message a full
 // generation marshals (its 7,997 resources and the messages packed into
 // their Anys), taken ready-built from one generation, marshalled
-// deterministically and validated (ValidateAll) on GOMAXPROCS goroutines,
-// as the publisher renders groups. BenchmarkFullGeneration less this is
-// what building, indexing, caching and collecting cost on top.
+// deterministically and validated (ValidateAll) on the publisher's
+// workers (Publisher.parallel, as it renders groups).
+// BenchmarkFullGeneration less this is what building, indexing, caching
+// and collecting cost on top.
 func BenchmarkFullGenerationFloor(b *testing.B) {
 	p, _, c := benchPublisher(b, 1000, 10)
 	resources, ms := renderedMessages(p, c)
@@ -45,9 +44,11 @@ func BenchmarkFullGenerationFloor(b *testing.B) {
 		}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
+			errs := make([]error, len(ms))
 			cpu := startCPU()
 			for b.Loop() {
-				if err := inParallel(ms, bc.f); err != nil {
+				p.parallel(len(ms), func(i int) { errs[i] = bc.f(ms[i]) })
+				if err := errors.Join(errs...); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -112,34 +113,4 @@ func renderedMessages(p *Publisher, c *cache.Cache) (int, []proto.Message) {
 		}
 	}
 	return len(resources), out
-}
-
-// inParallel calls f on every message, on GOMAXPROCS goroutines taking
-// 64 at a time, and returns the first error.
-func inParallel(ms []proto.Message, f func(proto.Message) error) error {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make([]error, runtime.GOMAXPROCS(0))
-	for w := range errs {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(64)) - 64
-				if i >= len(ms) {
-					return
-				}
-				for _, m := range ms[i:min(i+64, len(ms))] {
-					if err := f(m); err != nil && errs[w] == nil {
-						errs[w] = err
-					}
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
