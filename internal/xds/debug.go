@@ -77,7 +77,11 @@ func (d Debug) Config(proxy string) (json.RawMessage, error) {
 			if j > 0 {
 				b.WriteString(",")
 			}
-			js, err := protojson.Marshal(Redact(r.Message()))
+			m := r.Message()
+			if m == nil {
+				return nil, fmt.Errorf("encode %s %s: its bytes do not decode (a bug: please report it)", t, r.Name())
+			}
+			js, err := protojson.Marshal(Redact(m))
 			if err != nil {
 				return nil, fmt.Errorf("encode %s %s: %w", t, r.Name(), err)
 			}

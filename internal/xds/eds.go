@@ -1,12 +1,11 @@
 package xds
 
 import (
-	"fmt"
 	"slices"
 	"sync"
 
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
@@ -48,31 +47,25 @@ func (p *Publisher) holdSlot(svc mesh.MeshService) *edsSlot {
 }
 
 // edsResource returns the (shared) ClusterLoadAssignment of the slot's
-// service, built once until dropEDS drops it.
+// service, built once until dropEDS drops it. It is encoded directly
+// (render.EncodeClusterLoadAssignment), never built as a message: valid
+// by construction, it is not validated (see render.Validator.ValidateSet).
 func (p *Publisher) edsResource(sl *edsSlot) (*cache.Resource, error) {
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if sl.res != nil {
 		return sl.res, nil
 	}
-	cla, err := render.ClusterLoadAssignment(p.mesh(), sl.svc)
+	b, err := render.EncodeClusterLoadAssignment(nil, p.mesh(), sl.svc)
 	if err != nil {
 		return nil, err
 	}
-	res, err := p.cache.NewResource(sl.name, cla)
+	res, err := p.cache.NewEncodedResource(sl.name, (*endpointv3.ClusterLoadAssignment)(nil), b)
 	if err != nil {
 		return nil, err
 	}
-	if res = p.interned.Intern(res); res.Message() == proto.Message(cla) {
-		// New content. The validator remembers it (until dropEDS), so
-		// validating the sets that hold it does not walk it again.
-		if err := p.validators[render.Envoy].Validate(cla); err != nil {
-			p.interned.Forget(res)
-			return nil, fmt.Errorf("endpoints of %s failed validation: %w", sl.svc, err)
-		}
-	}
-	sl.res = res
-	return res, nil
+	sl.res = p.interned.Intern(res)
+	return sl.res, nil
 }
 
 // dropEDS forgets svc's ClusterLoadAssignment, to be rebuilt when next

@@ -407,18 +407,24 @@ func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
 	return nil
 }
 
-// validate validates the sets, with extra messages.
+// validate validates the sets, with extra messages; encoded resources
+// (load assignments) by name (see render.Validator.ValidateSet).
 func (p *Publisher) validate(f render.Flavor, extra []proto.Message, sets ...*cache.Set) error {
 	msgs := slices.Clone(extra)
+	var encoded []render.Encoded
 	for _, s := range sets {
 		if s == nil {
 			continue
 		}
 		for _, r := range s.Resources() {
-			msgs = append(msgs, r.Message())
+			if r.Encoded() {
+				encoded = append(encoded, render.Encoded{TypeURL: r.TypeURL(), Name: r.Name()})
+			} else {
+				msgs = append(msgs, r.Message())
+			}
 		}
 	}
-	return p.validators[f].ValidateWith(p.memo, msgs...)
+	return p.validators[f].ValidateSet(p.memo, encoded, msgs...)
 }
 
 func (p *Publisher) publish(nodeID, typeURL string, set *cache.Set) {

@@ -101,7 +101,8 @@ type TypeStatus struct {
 
 // Stats are counters for tests, metrics and the debug API.
 type Stats struct {
-	// Marshals counts resources marshalled by NewResource.
+	// Marshals counts the resources made: marshalled by NewResource, or
+	// encoded by their producer (NewEncodedResource).
 	Marshals uint64
 	// Nodes and Watches count the entries currently held.
 	Nodes, Watches int
@@ -177,8 +178,31 @@ func (c *Cache) NewResource(name string, msg proto.Message) (*Resource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: marshalling resource %q: %w", name, err)
 	}
+	r := c.newResource(name, c.typeURLOf(msg), b)
+	r.msg = msg
+	return r, nil
+}
+
+// NewEncodedResource returns, as NewResource does, the Resource of b, a
+// message of typ's type already encoded as protobuf-go's deterministic
+// marshal would encode it (a producer that writes a resource's bytes
+// directly, such as render's load assignments). Its message is decoded
+// from b at the first call of Message (for debugging), not before: it
+// is never built to be sent. typ is only read for its type (a nil
+// pointer of it will do).
+func (c *Cache) NewEncodedResource(name string, typ proto.Message, b []byte) (*Resource, error) {
+	if name == "" {
+		return nil, errors.New("cache: resource name is empty")
+	}
+	r := c.newResource(name, c.typeURLOf(typ), b)
+	r.lazy = &lazyMessage{typ: typ.ProtoReflect().Type()}
+	return r, nil
+}
+
+// newResource makes the Resource of b, msg's encoding (msg may be nil:
+// see NewEncodedResource).
+func (c *Cache) newResource(name, typeURL string, b []byte) *Resource {
 	c.marshals.Add(1)
-	typeURL := c.typeURLOf(msg)
 	version := digestString(xxhash.Sum64(b)) // the content's hash (xxHash: fnv, byte by byte, was 3% of a full render)
 	// One allocation for the Resource and the two messages it hands out.
 	blk := &resourceBlock{}
@@ -188,12 +212,11 @@ func (c *Cache) NewResource(name string, msg proto.Message) (*Resource, error) {
 		name:    name,
 		version: version,
 		typeURL: typeURL,
-		msg:     msg,
 		any:     &blk.any,
 		delta:   &blk.delta,
 		digest:  entryDigest(name, version),
 	}
-	return &blk.r, nil
+	return &blk.r
 }
 
 // resourceBlock is a Resource with its Any and delta Resource.

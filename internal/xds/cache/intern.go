@@ -153,7 +153,9 @@ func (in *Interner) Release(rs ...*Resource) {
 		if in.held[r]--; in.held[r] <= 0 {
 			delete(in.held, r)
 			in.unintern(r)
-			gone = append(gone, r.msg)
+			if r.msg != nil { // an encoded Resource's was never validated
+				gone = append(gone, r.msg)
+			}
 		}
 	}
 	if in.forget != nil && len(gone) > 0 {
@@ -172,7 +174,7 @@ func (in *Interner) Forget(r *Resource) {
 
 func (in *Interner) forgetLocked(r *Resource) {
 	in.unintern(r)
-	if in.forget != nil {
+	if in.forget != nil && r.msg != nil {
 		in.forget(r.msg)
 	}
 }

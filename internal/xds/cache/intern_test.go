@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -55,5 +56,63 @@ func TestInternerConcurrentResource(t *testing.T) {
 	}
 	if in.Len() != len(msgs) {
 		t.Errorf("Len() = %d, want %d", in.Len(), len(msgs))
+	}
+}
+
+// TestEncodedResource: a Resource made from bytes is the Resource of the
+// message they encode (same bytes, version and type URL, interned as
+// one), decodes its message only when asked, once, and is never passed
+// to the forget function (no validator saw a message of it).
+func TestEncodedResource(t *testing.T) {
+	c := New(testLogger(t))
+	var forgot []proto.Message
+	in := NewInterner(c, func(ms ...proto.Message) { forgot = append(forgot, ms...) })
+	msg := cluster("c0")
+	fromMsg, err := c.NewResource("c0", msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := c.Stats().Marshals
+	enc, err := c.NewEncodedResource("c0", (*clusterv3.Cluster)(nil), fromMsg.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Stats().Marshals - before; n != 1 {
+		t.Errorf("encoding counted %d resources made, want 1", n)
+	}
+	if enc.Version() != fromMsg.Version() || enc.TypeURL() != fromMsg.TypeURL() || enc.Name() != "c0" {
+		t.Errorf("encoded: %s %s %s; from the message: %s %s %s", enc.Name(), enc.TypeURL(), enc.Version(), fromMsg.Name(), fromMsg.TypeURL(), fromMsg.Version())
+	}
+	if !enc.Encoded() || fromMsg.Encoded() {
+		t.Errorf("Encoded() = %v for the encoded, %v for the marshalled one", enc.Encoded(), fromMsg.Encoded())
+	}
+	if enc.lazy.msg != nil {
+		t.Error("the message was decoded before anyone asked for it")
+	}
+	m := enc.Message()
+	if !proto.Equal(m, msg) || m == proto.Message(msg) {
+		t.Errorf("Message() = %v, want a decoded copy of %v", m, msg)
+	}
+	if enc.Message() != m {
+		t.Error("Message() decoded again")
+	}
+	if in.Intern(fromMsg) != fromMsg || in.Intern(enc) != fromMsg {
+		t.Error("equal content is not one interned Resource")
+	}
+	in.Retain(enc)
+	in.Release(enc)
+	in.Forget(enc)
+	if len(forgot) != 0 {
+		t.Errorf("forget was told of %d messages of an encoded Resource", len(forgot))
+	}
+	if _, err := c.NewEncodedResource("", (*clusterv3.Cluster)(nil), nil); err == nil {
+		t.Error("an encoded Resource without a name: no error")
+	}
+	bad, err := c.NewEncodedResource("bad", (*clusterv3.Cluster)(nil), []byte{0xff})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bad.Message() != nil {
+		t.Error("bytes that do not decode gave a message")
 	}
 }

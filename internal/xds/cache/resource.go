@@ -4,10 +4,12 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -18,7 +20,8 @@ type Resource struct {
 	name    string
 	version string
 	typeURL string
-	msg     proto.Message
+	msg     proto.Message // nil for an encoded Resource (lazy)
+	lazy    *lazyMessage  // an encoded Resource's message (see Cache.NewEncodedResource)
 	any     *anypb.Any
 	delta   *discovery.Resource
 	digest  uint64
@@ -33,8 +36,34 @@ func (r *Resource) Version() string { return r.version }
 // TypeURL returns the resource's type URL.
 func (r *Resource) TypeURL() string { return r.typeURL }
 
-// Message returns the resource message. It must not be modified.
-func (r *Resource) Message() proto.Message { return r.msg }
+// Message returns the resource message. It must not be modified. An
+// encoded Resource (see [Cache.NewEncodedResource]) decodes it at the
+// first call; nil if its bytes do not decode (a bug of the producer).
+func (r *Resource) Message() proto.Message {
+	if r.lazy == nil {
+		return r.msg
+	}
+	r.lazy.once.Do(func() {
+		m := r.lazy.typ.New().Interface()
+		if err := proto.Unmarshal(r.Bytes(), m); err == nil {
+			r.lazy.msg = m
+		}
+	})
+	return r.lazy.msg
+}
+
+// Encoded reports whether the Resource was made from its bytes (see
+// [Cache.NewEncodedResource]): its message was never built, and was not
+// validated as one; its producer answers for it.
+func (r *Resource) Encoded() bool { return r.lazy != nil }
+
+// lazyMessage is the message of an encoded Resource, decoded when first
+// asked for.
+type lazyMessage struct {
+	once sync.Once
+	typ  protoreflect.MessageType
+	msg  proto.Message
+}
 
 // Bytes returns the marshalled message, as sent. It must not be modified.
 func (r *Resource) Bytes() []byte { return r.any.GetValue() }

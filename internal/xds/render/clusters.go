@@ -10,9 +10,10 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
@@ -117,10 +118,56 @@ func lbEndpoint(ap netip.AddrPort) *endpointv3.LbEndpoint {
 
 // ClusterLoadAssignment returns the EDS resource of svc, named EDSName(svc)
 // and shared by both flavours: one locality (weight 1) with the service's
-// endpoints, each address:port once, sorted.
+// endpoints, each address:port once, sorted. It is the message of
+// [EncodeClusterLoadAssignment]'s bytes (which the xDS publisher sends
+// without building it).
 func ClusterLoadAssignment(m Mesh, svc mesh.MeshService) (*endpointv3.ClusterLoadAssignment, error) {
+	b, err := EncodeClusterLoadAssignment(nil, m, svc)
+	if err != nil {
+		return nil, err
+	}
+	cla := &endpointv3.ClusterLoadAssignment{}
+	if err := proto.Unmarshal(b, cla); err != nil {
+		return nil, fmt.Errorf("render: load assignment of %s: %w", svc, err) // a bug: the encoder wrote what protobuf cannot read
+	}
+	return cla, nil
+}
+
+// Field numbers of the messages EncodeClusterLoadAssignment writes
+// (envoy/config/endpoint/v3 and envoy/config/core/v3).
+const (
+	claClusterName     = 1 // ClusterLoadAssignment.cluster_name
+	claEndpoints       = 2 // ClusterLoadAssignment.endpoints (LocalityLbEndpoints)
+	localityLocality   = 1 // LocalityLbEndpoints.locality (Locality)
+	localityLbEndpoint = 2 // LocalityLbEndpoints.lb_endpoints (LbEndpoint)
+	localityWeight     = 3 // LocalityLbEndpoints.load_balancing_weight (UInt32Value)
+	lbEndpointEndpoint = 1 // LbEndpoint.endpoint (Endpoint), of the oneof host_identifier
+	endpointAddress    = 1 // Endpoint.address (Address)
+	addressSocket      = 1 // Address.socket_address (SocketAddress), of the oneof address
+	socketAddr         = 2 // SocketAddress.address
+	socketPortValue    = 3 // SocketAddress.port_value, of the oneof port_specifier
+	uint32Value        = 1 // UInt32Value.value
+)
+
+// EncodeClusterLoadAssignment appends to b the wire encoding of svc's
+// load assignment (see [ClusterLoadAssignment]) and returns it: byte for
+// byte what protobuf-go's deterministic marshal of the message gives
+// (TestEncodeClusterLoadAssignment), written directly. A load assignment
+// is rebuilt at every change of its service's endpoints, and a full
+// generation builds one per service: as a message it was 71 messages
+// for ten endpoints, marshalled and validated one by one.
+//
+// What protoc-gen-validate would check of the result holds by
+// construction: the cluster name is not empty (checked), every address
+// is a valid IP's text and every port in 1..65535 (others are left out),
+// and the locality's weight is 1. Each address:port appears once.
+func EncodeClusterLoadAssignment(b []byte, m Mesh, svc mesh.MeshService) ([]byte, error) {
 	if m.View == nil {
 		return nil, fmt.Errorf("render: no mesh view: set Mesh.View")
+	}
+	name := EDSName(svc)
+	if name == "" {
+		return nil, fmt.Errorf("render: load assignment of %q: no name", svc)
 	}
 	eps := m.Endpoints(svc)
 	addrs := make([]netip.AddrPort, 0, len(eps))
@@ -131,44 +178,60 @@ func ClusterLoadAssignment(m Mesh, svc mesh.MeshService) (*endpointv3.ClusterLoa
 	}
 	slices.SortFunc(addrs, netip.AddrPort.Compare)
 	addrs = slices.Compact(addrs)
-	cla := &endpointv3.ClusterLoadAssignment{ClusterName: EDSName(svc)}
-	if len(addrs) > 0 {
-		loc := &endpointv3.LocalityLbEndpoints{Locality: &corev3.Locality{}, LoadBalancingWeight: wrapperspb.UInt32(1)}
-		// The messages of all endpoints in one allocation (a load
-		// assignment is rebuilt at every change of its endpoints).
-		slab := make([]lbEndpointMessages, len(addrs))
-		loc.LbEndpoints = make([]*endpointv3.LbEndpoint, len(addrs))
-		for i, ap := range addrs {
-			loc.LbEndpoints[i] = slab[i].of(ap)
-		}
-		cla.Endpoints = []*endpointv3.LocalityLbEndpoints{loc}
+	b = protowire.AppendTag(b, claClusterName, protowire.BytesType)
+	b = protowire.AppendString(b, name)
+	if len(addrs) == 0 {
+		return b, nil
 	}
-	return cla, nil
+	// The locality's size first, then its bytes: each endpoint's
+	// address text is written twice (into text, then into b).
+	var text [64]byte // the longest IPv6 address with a zone fits
+	size := 2 + 4     // locality {} and load_balancing_weight {value: 1}
+	for _, ap := range addrs {
+		size += sizeNested(lbEndpointSize(len(ap.Addr().AppendTo(text[:0])), ap.Port()))
+	}
+	b = protowire.AppendTag(b, claEndpoints, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(size))
+	b = protowire.AppendTag(b, localityLocality, protowire.BytesType)
+	b = protowire.AppendVarint(b, 0)
+	for _, ap := range addrs {
+		a := ap.Addr().AppendTo(text[:0])
+		sock := socketAddressSize(len(a), ap.Port())
+		addr := sizeNested(sock)
+		ep := sizeNested(addr)
+		b = protowire.AppendTag(b, localityLbEndpoint, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sizeNested(ep)))
+		b = protowire.AppendTag(b, lbEndpointEndpoint, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(ep))
+		b = protowire.AppendTag(b, endpointAddress, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(addr))
+		b = protowire.AppendTag(b, addressSocket, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(sock))
+		b = protowire.AppendTag(b, socketAddr, protowire.BytesType)
+		b = protowire.AppendBytes(b, a)
+		b = protowire.AppendTag(b, socketPortValue, protowire.VarintType)
+		b = protowire.AppendVarint(b, uint64(ap.Port()))
+	}
+	b = protowire.AppendTag(b, localityWeight, protowire.BytesType)
+	b = protowire.AppendVarint(b, 2)
+	b = protowire.AppendTag(b, uint32Value, protowire.VarintType)
+	return protowire.AppendVarint(b, 1), nil
 }
 
-// lbEndpointMessages are the messages of one endpoint of a load
-// assignment (as lbEndpoint builds them), allocated together.
-type lbEndpointMessages struct {
-	lb   endpointv3.LbEndpoint
-	host endpointv3.LbEndpoint_Endpoint
-	ep   endpointv3.Endpoint
-	addr corev3.Address
-	sock corev3.Address_SocketAddress
-	sa   corev3.SocketAddress
-	port corev3.SocketAddress_PortValue
+// sizeNested is the size of a length-delimited field of field number
+// below 16 (a one-byte tag) holding n bytes.
+func sizeNested(n int) int { return 1 + protowire.SizeVarint(uint64(n)) + n }
+
+// socketAddressSize is the size of a SocketAddress of an address text of
+// n bytes and port.
+func socketAddressSize(n int, port uint16) int {
+	return sizeNested(n) + 1 + protowire.SizeVarint(uint64(port))
 }
 
-// of fills the messages with ap and returns the LbEndpoint, equal to
-// lbEndpoint(ap).
-func (x *lbEndpointMessages) of(ap netip.AddrPort) *endpointv3.LbEndpoint {
-	x.port.PortValue = uint32(ap.Port())
-	x.sa.Address, x.sa.PortSpecifier = ap.Addr().String(), &x.port
-	x.sock.SocketAddress = &x.sa
-	x.addr.Address = &x.sock
-	x.ep.Address = &x.addr
-	x.host.Endpoint = &x.ep
-	x.lb.HostIdentifier = &x.host
-	return &x.lb
+// lbEndpointSize is the size of the LbEndpoint of an address text of n
+// bytes and port.
+func lbEndpointSize(n int, port uint16) int {
+	return sizeNested(sizeNested(sizeNested(socketAddressSize(n, port))))
 }
 
 // LoadAssignments returns the EDS resources of every EDS cluster the proxy

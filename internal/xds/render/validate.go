@@ -173,6 +173,22 @@ func (vr *Validator) Validate(resources ...proto.Message) error {
 // instead of unpacking it. Any other Any (packed elsewhere, or replaced
 // since) is unpacked. mm may be nil.
 func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
+	return vr.ValidateSet(mm, nil, resources...)
+}
+
+// Encoded is a resource of a set that was written as bytes, not built as
+// a message, by an encoder that answers for its content (see
+// [EncodeClusterLoadAssignment]): its type URL and name.
+type Encoded struct{ TypeURL, Name string }
+
+// loadAssignmentType is the type URL of a ClusterLoadAssignment.
+var loadAssignmentType = "type.googleapis.com/" + string(nameOf(&endpointv3.ClusterLoadAssignment{}))
+
+// ValidateSet checks one proxy's complete set as ValidateWith does, some
+// of its resources given as encoded: those are not walked (their
+// encoder answers for them), and what the rest reference is looked for
+// among them too. Only load assignments are encoded.
+func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto.Message) error {
 	v, _ := vr.scratch.Get().(*validation)
 	if v == nil {
 		v = &validation{}
@@ -180,6 +196,13 @@ func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
 	v.start(vr, mm)
 	defer vr.scratch.Put(v)
 	defer v.end()
+	for _, e := range encoded {
+		if e.TypeURL != loadAssignmentType {
+			v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q: only load assignments are encoded", e.TypeURL, e.Name)})
+			continue
+		}
+		v.add(v.eds, "load assignment", e.Name)
+	}
 	for _, r := range resources {
 		v.index(r)
 	}
@@ -342,15 +365,7 @@ func (v *validation) ref(kind, name string) {
 }
 
 func (v *validation) index(r proto.Message) {
-	add := func(m map[string]bool, kind, name string) {
-		switch {
-		case name == "":
-			v.errs = append(v.errs, finding{nil, kind + " without a name"})
-		case m[name]:
-			v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q appears twice in the set", kind, name)})
-		}
-		m[name] = true
-	}
+	add := v.add
 	switch r := r.(type) {
 	case *listenerv3.Listener:
 		add(v.listeners, "listener", r.GetName())
@@ -368,6 +383,18 @@ func (v *validation) index(r proto.Message) {
 	default:
 		v.errs = append(v.errs, finding{nil, fmt.Sprintf("unexpected resource type %T: want a listener, route configuration, cluster, load assignment or secret", r)})
 	}
+}
+
+// add indexes the resource of kind named name in m (one of v's maps of
+// names), reporting a missing or repeated name.
+func (v *validation) add(m map[string]bool, kind, name string) {
+	switch {
+	case name == "":
+		v.errs = append(v.errs, finding{nil, kind + " without a name"})
+	case m[name]:
+		v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q appears twice in the set", kind, name)})
+	}
+	m[name] = true
 }
 
 func (v *validation) validateAll(m proto.Message) {

@@ -645,3 +645,39 @@ func TestValidatorReuse(t *testing.T) {
 		t.Errorf("Validate(broken) again:\n%v\nwant\n%v", again, first)
 	}
 }
+
+// TestValidateSetEncoded: load assignments given as encoded (by type URL
+// and name) stand in for their messages: the clusters that reference
+// them validate, a missing or repeated one is reported, and only load
+// assignments may be given so.
+func TestValidateSetEncoded(t *testing.T) {
+	m := meshOf(bookstoreSpec(t, false).Snapshot(), bookstoreEndpoints(t))
+	r := renderAll(t, m, Proxy{Service: svc("bookbuyer"), Flavor: Envoy, Address: netip.MustParseAddr("10.0.0.1")})
+	if len(r.Endpoints) == 0 {
+		t.Fatal("bookbuyer receives no load assignments")
+	}
+	var encoded []Encoded
+	for _, e := range r.Endpoints {
+		encoded = append(encoded, Encoded{TypeURL: loadAssignmentType, Name: e.(*endpointv3.ClusterLoadAssignment).GetClusterName()})
+	}
+	rest := slices.Concat(r.Listeners, r.Routes, r.Clusters, r.Secrets)
+	vr := NewValidator(Envoy)
+	if err := vr.ValidateSet(nil, encoded, rest...); err != nil {
+		t.Fatalf("the set with its load assignments encoded: %v", err)
+	}
+	for _, tc := range []struct {
+		name    string
+		encoded []Encoded
+		want    string
+	}{
+		{"one missing", encoded[1:], fmt.Sprintf("references load assignment %q, which is not in the set", encoded[0].Name)},
+		{"one twice", append(slices.Clone(encoded), encoded[0]), fmt.Sprintf("load assignment %q appears twice in the set", encoded[0].Name)},
+		{"a cluster", append(slices.Clone(encoded), Encoded{TypeURL: "type.googleapis.com/envoy.config.cluster.v3.Cluster", Name: "x"}), `type.googleapis.com/envoy.config.cluster.v3.Cluster "x": only load assignments are encoded`},
+		{"no name", append(slices.Clone(encoded), Encoded{TypeURL: loadAssignmentType}), "load assignment without a name"},
+	} {
+		err := vr.ValidateSet(nil, tc.encoded, rest...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error = %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
