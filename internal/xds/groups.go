@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -218,7 +219,7 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
-	clusters, err := render.Clusters(m, px)
+	clusters, encoded, err := render.ClusterResources(m, px)
 	if err != nil {
 		return err
 	}
@@ -230,7 +231,7 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
-	cds, err := cache.InternedSet(p.interned, clusters)
+	cds, err := p.clusterSet(clusters, encoded)
 	if err != nil {
 		return err
 	}
@@ -251,6 +252,29 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	g.inputs, g.rds, g.cds, g.slots, g.shared, g.eds = in, rds, cds, slots, shared, nil
 	p.interned.Retain(g.resources()...)
 	return nil
+}
+
+// clusterSet returns the Set of a group's clusters: those render built
+// as messages, and those it wrote as bytes (see render.ClusterResources).
+func (p *Publisher) clusterSet(msgs []*clusterv3.Cluster, encoded []render.Encoded) (*cache.Set, error) {
+	rs, err := cache.Resources(p.interned, msgs)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range encoded {
+		r, err := p.interned.EncodedResource(e.Name, (*clusterv3.Cluster)(nil), e.Bytes, func() []cache.Reference {
+			refs := make([]cache.Reference, len(e.Refs))
+			for i, r := range e.Refs {
+				refs[i] = cache.Reference(r)
+			}
+			return refs
+		})
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, r)
+	}
+	return cache.NewSet(rs...)
 }
 
 func (p *Publisher) renderProxy(px Proxy) render.Proxy {
@@ -408,20 +432,40 @@ func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
 }
 
 // validate validates the sets, with extra messages; encoded resources
-// (load assignments) by name (see render.Validator.ValidateSet).
+// (load assignments, EDS clusters) by name and references (see
+// render.Validator.ValidateSet).
 func (p *Publisher) validate(f render.Flavor, extra []proto.Message, sets ...*cache.Set) error {
-	msgs := slices.Clone(extra)
-	var encoded []render.Encoded
+	n, nEncoded, nRefs := len(extra), 0, 0
 	for _, s := range sets {
 		if s == nil {
 			continue
 		}
 		for _, r := range s.Resources() {
 			if r.Encoded() {
-				encoded = append(encoded, render.Encoded{TypeURL: r.TypeURL(), Name: r.Name()})
+				nEncoded++
+				nRefs += len(r.References())
 			} else {
-				msgs = append(msgs, r.Message())
+				n++
 			}
+		}
+	}
+	msgs := append(make([]proto.Message, 0, n), extra...)
+	encoded := make([]render.Encoded, 0, nEncoded)
+	refs := make([]render.Ref, 0, nRefs) // every encoded resource's, in one allocation
+	for _, s := range sets {
+		if s == nil {
+			continue
+		}
+		for _, r := range s.Resources() {
+			if !r.Encoded() {
+				msgs = append(msgs, r.Message())
+				continue
+			}
+			at := len(refs)
+			for _, ref := range r.References() {
+				refs = append(refs, render.Ref(ref))
+			}
+			encoded = append(encoded, render.Encoded{TypeURL: r.TypeURL(), Name: r.Name(), Refs: refs[at:len(refs):len(refs)]})
 		}
 	}
 	return p.validators[f].ValidateSet(p.memo, encoded, msgs...)

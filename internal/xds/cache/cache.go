@@ -190,12 +190,13 @@ func (c *Cache) NewResource(name string, msg proto.Message) (*Resource, error) {
 // from b at the first call of Message (for debugging), not before: it
 // is never built to be sent. typ is only read for its type (a nil
 // pointer of it will do).
-func (c *Cache) NewEncodedResource(name string, typ proto.Message, b []byte) (*Resource, error) {
+// refs are the resources it references (see Resource.References).
+func (c *Cache) NewEncodedResource(name string, typ proto.Message, b []byte, refs ...Reference) (*Resource, error) {
 	if name == "" {
 		return nil, errors.New("cache: resource name is empty")
 	}
 	r := c.newResource(name, c.typeURLOf(typ), b)
-	r.lazy = &lazyMessage{typ: typ.ProtoReflect().Type()}
+	r.lazy = &lazyMessage{typ: typ.ProtoReflect().Type(), refs: refs}
 	return r, nil
 }
 

@@ -28,6 +28,7 @@ type Interner struct {
 	mu        sync.Mutex
 	byContent map[internKey]*Resource
 	byMessage map[proto.Message]*marshalling
+	byBytes   map[*byte]*Resource // encoded Resources, by their bytes (see EncodedResource)
 	held      map[*Resource]int
 }
 
@@ -48,6 +49,7 @@ func NewInterner(c *Cache, forget func(...proto.Message)) *Interner {
 		c: c, forget: forget,
 		byContent: map[internKey]*Resource{},
 		byMessage: map[proto.Message]*marshalling{},
+		byBytes:   map[*byte]*Resource{},
 		held:      map[*Resource]int{},
 	}
 }
@@ -96,6 +98,35 @@ func (in *Interner) Resource(name string, msg proto.Message) (*Resource, error) 
 	return m.r, m.err
 }
 
+// EncodedResource returns the interned Resource of b, a message of typ's
+// type encoded by its producer (see [Cache.NewEncodedResource]), which
+// references refs() (asked only when the Resource is made); a producer
+// that hands the same bytes (the same slice) to many callers gets one
+// Resource for them until ForgetMessages.
+func (in *Interner) EncodedResource(name string, typ proto.Message, b []byte, refs func() []Reference) (*Resource, error) {
+	var at *byte
+	if len(b) > 0 {
+		at = &b[0]
+		in.mu.Lock()
+		r := in.byBytes[at]
+		in.mu.Unlock()
+		if r != nil && r.name == name {
+			return r, nil
+		}
+	}
+	r, err := in.c.NewEncodedResource(name, typ, b, refs()...)
+	if err != nil {
+		return nil, err
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	r = in.intern(r)
+	if at != nil {
+		in.byBytes[at] = r
+	}
+	return r, nil
+}
+
 // Named is a message with a name: every xDS resource.
 type Named interface {
 	proto.Message
@@ -125,13 +156,14 @@ func InternedSet[T Named](in *Interner, msgs []T) (*Set, error) {
 	return NewSet(rs...)
 }
 
-// ForgetMessages forgets which message each Resource was made from (when
-// the messages handed out before will not be seen again); the Resources
-// stay interned.
+// ForgetMessages forgets which message (or encoded bytes) each Resource
+// was made from (when those handed out before will not be seen again);
+// the Resources stay interned.
 func (in *Interner) ForgetMessages() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	clear(in.byMessage)
+	clear(in.byBytes)
 }
 
 // Retain counts one more holder of each Resource.
@@ -194,6 +226,7 @@ func (in *Interner) Reset() {
 	defer in.mu.Unlock()
 	clear(in.byContent)
 	clear(in.byMessage)
+	clear(in.byBytes)
 }
 
 // Len returns the number of interned Resources.

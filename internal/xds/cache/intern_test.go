@@ -116,3 +116,45 @@ func TestEncodedResource(t *testing.T) {
 		t.Error("bytes that do not decode gave a message")
 	}
 }
+
+// TestInternerEncodedResource: the same bytes (one slice) handed out
+// again give the same Resource, their references asked for once; equal
+// bytes in another slice are interned as one content.
+func TestInternerEncodedResource(t *testing.T) {
+	c := New(testLogger(t))
+	in := NewInterner(c, nil)
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(cluster("c0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := 0
+	refs := func() []Reference {
+		asked++
+		return []Reference{{TypeURL: "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment", Name: "c0"}}
+	}
+	first, err := in.EncodedResource("c0", (*clusterv3.Cluster)(nil), b, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := in.EncodedResource("c0", (*clusterv3.Cluster)(nil), b, refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != first || asked != 1 {
+		t.Errorf("the same bytes again: same Resource %v, references asked %d times", again == first, asked)
+	}
+	if got := first.References(); len(got) != 1 || got[0].Name != "c0" {
+		t.Errorf("References() = %v", got)
+	}
+	copied, err := in.EncodedResource("c0", (*clusterv3.Cluster)(nil), append([]byte(nil), b...), refs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if copied != first {
+		t.Error("equal bytes in another slice are another interned Resource")
+	}
+	in.ForgetMessages()
+	if _, err := in.EncodedResource("c0", (*clusterv3.Cluster)(nil), b, refs); err != nil || asked != 3 {
+		t.Errorf("after ForgetMessages: err %v, references asked %d times, want 3", err, asked)
+	}
+}

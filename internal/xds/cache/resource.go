@@ -57,12 +57,26 @@ func (r *Resource) Message() proto.Message {
 // validated as one; its producer answers for it.
 func (r *Resource) Encoded() bool { return r.lazy != nil }
 
+// References returns what an encoded Resource references, as its
+// producer said (nil for one made from a message, whose message says).
+func (r *Resource) References() []Reference {
+	if r.lazy == nil {
+		return nil
+	}
+	return r.lazy.refs
+}
+
+// Reference names a resource another references: a cluster its load
+// assignment and secrets, a listener its route configuration.
+type Reference struct{ TypeURL, Name string }
+
 // lazyMessage is the message of an encoded Resource, decoded when first
-// asked for.
+// asked for, and what it references.
 type lazyMessage struct {
 	once sync.Once
 	typ  protoreflect.MessageType
 	msg  proto.Message
+	refs []Reference
 }
 
 // Bytes returns the marshalled message, as sent. It must not be modified.

@@ -27,20 +27,47 @@ const connectTimeout = time.Second
 // the account the upstream runs as), and for Envoy a STATIC cluster per
 // port of its own service for the local application on 127.0.0.1:targetPort.
 func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
+	out, _, err := clusters(m, p, false)
+	return out, err
+}
+
+// ClusterResources returns the clusters of Clusters, the EDS clusters of
+// the proxy's upstreams written as bytes from the stamp of their shape
+// (see stamp) rather than built: the xDS publisher's form. It needs
+// m.Memo, which keeps the stamps and what was written from them; without
+// one every cluster is a message.
+func ClusterResources(m Mesh, p Proxy) ([]*clusterv3.Cluster, []Encoded, error) {
+	return clusters(m, p, m.Memo != nil)
+}
+
+func clusters(m Mesh, p Proxy, encode bool) ([]*clusterv3.Cluster, []Encoded, error) {
 	self, err := m.check(p)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if gw, ok := egressGatewayOf(m, p); ok {
-		return egressGatewayClustersOf(m, gw)
+		out, err := egressGatewayClustersOf(m, gw)
+		return out, nil, err
 	}
 	if p.Flavor == Gateway {
-		return gatewayClusters(m, p)
+		out, err := gatewayClusters(m, p)
+		return out, nil, err
 	}
 	b := &builder{}
 	var out []*clusterv3.Cluster
-	for _, svc := range upstreamServices(plan(m, p, self)) {
+	var enc []Encoded
+	upstreams := upstreamServices(plan(m, p, self))
+	if encode {
+		enc = make([]Encoded, 0, len(upstreams))
+	}
+	for _, svc := range upstreams {
 		info, _ := m.Spec().Service(svc)
+		if encode {
+			if e, ok := b.encodedEDSCluster(m, info, p.Flavor); ok {
+				enc = append(enc, e)
+				continue
+			}
+		}
 		out = append(out, memoised(m, b, memoKey{kind: memoCluster, svc: svc, flavor: p.Flavor}, func() *clusterv3.Cluster {
 			return b.edsCluster(m, info, p.Flavor)
 		}))
@@ -52,10 +79,10 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 	}
 	out = append(out, b.egressClusters(m.TrustDomain(), egressRoutes(m, p, self))...)
 	if b.err != nil {
-		return nil, b.err
+		return nil, nil, b.err
 	}
 	sortByName(out, (*clusterv3.Cluster).GetName)
-	return out, nil
+	return out, enc, nil
 }
 
 func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor) *clusterv3.Cluster {

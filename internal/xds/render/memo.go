@@ -55,6 +55,11 @@ type Memo struct {
 	// inbound rules have named: a caller of many services is one message
 	// in all their policies.
 	principals map[mesh.ServiceAccount]*rbacv3.Principal
+	// shapes holds the stamp of each shape of resource rendered as bytes
+	// (see stamp), and encoded the resources written from them, by what
+	// msgs would hold their messages under.
+	shapes  map[shapeKey]*shape
+	encoded map[memoKey]Encoded
 }
 
 // packedAny is the message an Any was packed from, with the Any's content
@@ -106,7 +111,11 @@ type memoKey struct {
 
 // NewMemo returns an empty Memo.
 func NewMemo() *Memo {
-	return &Memo{plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}, packed: map[*anypb.Any]packedAny{}, emptiness: map[mesh.MeshService]bool{}, principals: map[mesh.ServiceAccount]*rbacv3.Principal{}}
+	return &Memo{
+		plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}, packed: map[*anypb.Any]packedAny{},
+		emptiness: map[mesh.MeshService]bool{}, principals: map[mesh.ServiceAccount]*rbacv3.Principal{},
+		shapes: map[shapeKey]*shape{}, encoded: map[memoKey]Encoded{},
+	}
 }
 
 // Len returns the number of messages the Memo holds (for tests and metrics).
@@ -126,6 +135,8 @@ func (mm *Memo) use(m Mesh) {
 		clear(mm.packed)
 		clear(mm.emptiness)
 		clear(mm.principals)
+		clear(mm.shapes)
+		clear(mm.encoded)
 		mm.spec, mm.trustDomain = m.Spec(), m.TrustDomain()
 	}
 	mm.view = m.View

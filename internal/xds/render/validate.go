@@ -176,18 +176,48 @@ func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
 	return vr.ValidateSet(mm, nil, resources...)
 }
 
-// Encoded is a resource of a set that was written as bytes, not built as
-// a message, by an encoder that answers for its content (see
-// [EncodeClusterLoadAssignment]): its type URL and name.
-type Encoded struct{ TypeURL, Name string }
+// Encoded is a resource written as bytes, not built as a message: by an
+// encoder ([EncodeClusterLoadAssignment]) or from the stamp of its shape
+// (the EDS clusters of [ClusterResources]). Whatever validating its
+// message would check holds by construction, or was checked when it was
+// written; Refs are the resources it references, which a proxy must
+// receive with it.
+type Encoded struct {
+	TypeURL, Name string
+	Bytes         []byte
+	Refs          []Ref
+}
 
-// loadAssignmentType is the type URL of a ClusterLoadAssignment.
-var loadAssignmentType = "type.googleapis.com/" + string(nameOf(&endpointv3.ClusterLoadAssignment{}))
+// Ref names a resource that another references.
+type Ref struct{ TypeURL, Name string }
+
+// Type URLs of the resources render writes, and their kinds as the
+// Validator names them.
+var (
+	loadAssignmentType = typeURLOf(&endpointv3.ClusterLoadAssignment{})
+	clusterType        = typeURLOf(&clusterv3.Cluster{})
+	kindOfType         = map[string]string{
+		typeURLOf(&listenerv3.Listener{}):        "listener",
+		typeURLOf(&routev3.RouteConfiguration{}): "route configuration",
+		clusterType:                              "cluster",
+		loadAssignmentType:                       "load assignment",
+		typeURLOf(&tlsv3.Secret{}):               "secret",
+	}
+	typeOfKind = func() map[string]string {
+		out := map[string]string{}
+		for t, k := range kindOfType {
+			out[k] = t
+		}
+		return out
+	}()
+)
+
+func typeURLOf(m proto.Message) string { return "type.googleapis.com/" + string(nameOf(m)) }
 
 // ValidateSet checks one proxy's complete set as ValidateWith does, some
-// of its resources given as encoded: those are not walked (their
-// encoder answers for them), and what the rest reference is looked for
-// among them too. Only load assignments are encoded.
+// of its resources given as encoded: those are not walked, and what they
+// and the rest reference is looked for among them too. Only clusters and
+// load assignments are encoded.
 func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto.Message) error {
 	v, _ := vr.scratch.Get().(*validation)
 	if v == nil {
@@ -197,11 +227,19 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 	defer vr.scratch.Put(v)
 	defer v.end()
 	for _, e := range encoded {
-		if e.TypeURL != loadAssignmentType {
-			v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q: only load assignments are encoded", e.TypeURL, e.Name)})
+		switch e.TypeURL {
+		case loadAssignmentType:
+			v.add(v.eds, "load assignment", e.Name)
+		case clusterType:
+			v.add(v.clusters, "cluster", e.Name)
+		default:
+			v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q: only clusters and load assignments are encoded", e.TypeURL, e.Name)})
 			continue
 		}
-		v.add(v.eds, "load assignment", e.Name)
+		label := kindOfType[e.TypeURL] + " " + strconv.Quote(e.Name)
+		for _, r := range e.Refs {
+			v.refs = append(v.refs, reference{label: label, kind: kindOfType[r.TypeURL], name: r.Name})
+		}
 	}
 	for _, r := range resources {
 		v.index(r)
@@ -261,7 +299,11 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 			have = v.secrets
 		}
 		if !have[ref.name] {
-			v.errs = append(v.errs, finding{ref.from, fmt.Sprintf("references %s %q, which is not in the set: render and publish it with the referrer", ref.kind, ref.name)})
+			msg := fmt.Sprintf("references %s %q, which is not in the set: render and publish it with the referrer", ref.kind, ref.name)
+			if ref.from == nil && ref.label != "" {
+				msg = ref.label + ": " + msg
+			}
+			v.errs = append(v.errs, finding{ref.from, msg})
 		}
 	}
 	errs := make([]error, len(v.errs))
@@ -271,6 +313,19 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 	return errors.Join(errs...)
 }
 
+// walkOne checks resource r on its own as a Validator of flavour f does
+// in a set (the checks of the set as a whole aside): what it references,
+// and what is wrong with it.
+func walkOne(f Flavor, r proto.Message) ([]reference, []finding) {
+	vr := NewValidator(f)
+	v := &validation{}
+	v.start(vr, nil)
+	v.in = r
+	v.validateAll(r)
+	v.walkMsg(r)
+	return v.refs, v.errs
+}
+
 // known is what a Validator remembers of one resource, if anything.
 type known struct {
 	walked
@@ -278,10 +333,11 @@ type known struct {
 }
 
 // reference is a name of kind that resource from (nil once remembered
-// for a filter chain) refers to.
+// for a filter chain, and for an encoded resource, which label names)
+// refers to.
 type reference struct {
-	from       proto.Message
-	kind, name string
+	from              proto.Message
+	label, kind, name string
 }
 
 type validation struct {

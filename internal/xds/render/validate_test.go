@@ -648,8 +648,9 @@ func TestValidatorReuse(t *testing.T) {
 
 // TestValidateSetEncoded: load assignments given as encoded (by type URL
 // and name) stand in for their messages: the clusters that reference
-// them validate, a missing or repeated one is reported, and only load
-// assignments may be given so.
+// them validate, a missing or repeated one is reported; an encoded
+// cluster's references are checked; only clusters and load assignments
+// may be given so.
 func TestValidateSetEncoded(t *testing.T) {
 	m := meshOf(bookstoreSpec(t, false).Snapshot(), bookstoreEndpoints(t))
 	r := renderAll(t, m, Proxy{Service: svc("bookbuyer"), Flavor: Envoy, Address: netip.MustParseAddr("10.0.0.1")})
@@ -672,7 +673,9 @@ func TestValidateSetEncoded(t *testing.T) {
 	}{
 		{"one missing", encoded[1:], fmt.Sprintf("references load assignment %q, which is not in the set", encoded[0].Name)},
 		{"one twice", append(slices.Clone(encoded), encoded[0]), fmt.Sprintf("load assignment %q appears twice in the set", encoded[0].Name)},
-		{"a cluster", append(slices.Clone(encoded), Encoded{TypeURL: "type.googleapis.com/envoy.config.cluster.v3.Cluster", Name: "x"}), `type.googleapis.com/envoy.config.cluster.v3.Cluster "x": only load assignments are encoded`},
+		{"a secret", append(slices.Clone(encoded), Encoded{TypeURL: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", Name: "x"}), `type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret "x": only clusters and load assignments are encoded`},
+		{"a cluster without its load assignment", append(slices.Clone(encoded), Encoded{TypeURL: clusterType, Name: "x", Refs: []Ref{{loadAssignmentType, "default/x"}}}), `cluster "x": references load assignment "default/x", which is not in the set`},
+		{"a cluster twice", append(slices.Clone(encoded), Encoded{TypeURL: clusterType, Name: r.Clusters[0].(*clusterv3.Cluster).GetName()}), "appears twice in the set"},
 		{"no name", append(slices.Clone(encoded), Encoded{TypeURL: loadAssignmentType}), "load assignment without a name"},
 	} {
 		err := vr.ValidateSet(nil, tc.encoded, rest...)

@@ -1,0 +1,90 @@
+package xds
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/osm-vm/osm-vm/internal/xds/render"
+)
+
+// TestPublishedEqualsRenderedMessages: what the publisher publishes for
+// W, its load assignments and EDS clusters written as bytes (encoded
+// Resources), is byte for byte what rendering each proxy as messages
+// and marshalling them gives, and every load assignment and EDS cluster
+// took the encoded path.
+func TestPublishedEqualsRenderedMessages(t *testing.T) {
+	p, _, c := benchPublisher(t, 100, 3)
+	m := render.Mesh{View: p.view}
+	for id, n := range p.nodes {
+		if err := p.RenderError(id); err != "" {
+			t.Fatalf("node %s: %s", id, err)
+		}
+		px := p.renderProxy(n.proxy)
+		want := map[string][]byte{}
+		add := func(name string, msg proto.Message) {
+			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[name] = b
+		}
+		cs, err := render.Clusters(m, px)
+		if err != nil {
+			t.Fatal(err)
+		}
+		edsClusters := 0
+		for _, x := range cs {
+			add("c "+x.GetName(), x)
+			if x.GetEdsClusterConfig() != nil {
+				edsClusters++
+			}
+		}
+		es, err := render.LoadAssignments(m, px)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range es {
+			add("e "+x.GetClusterName(), x)
+		}
+		encoded := map[string]int{}
+		view := c.View(id)
+		for typeURL, prefix := range map[string]string{resource.ClusterType: "c ", resource.EndpointType: "e "} {
+			set := view[typeURL]
+			if set == nil {
+				t.Fatalf("node %s has no %s", id, typeURL)
+			}
+			if set.Len() != len(want)-countPrefix(want, map[string]string{"c ": "e ", "e ": "c "}[prefix]) {
+				t.Errorf("node %s: %d %s published, %d rendered", id, set.Len(), typeURL, len(want)-countPrefix(want, map[string]string{"c ": "e ", "e ": "c "}[prefix]))
+			}
+			for _, r := range set.Resources() {
+				w, ok := want[prefix+r.Name()]
+				if !ok {
+					t.Errorf("node %s: published %s %q was not rendered", id, typeURL, r.Name())
+					continue
+				}
+				if !bytes.Equal(r.Bytes(), w) {
+					t.Errorf("node %s: published %s %q differs from the rendered message\n%x\n%x", id, typeURL, r.Name(), r.Bytes(), w)
+				}
+				if r.Encoded() {
+					encoded[typeURL]++
+				}
+			}
+		}
+		if encoded[resource.ClusterType] != edsClusters || encoded[resource.EndpointType] != len(es) {
+			t.Errorf("node %s: %d of %d EDS clusters and %d of %d load assignments encoded", id, encoded[resource.ClusterType], edsClusters, encoded[resource.EndpointType], len(es))
+		}
+	}
+}
+
+func countPrefix(m map[string][]byte, prefix string) int {
+	n := 0
+	for k := range m {
+		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
+			n++
+		}
+	}
+	return n
+}

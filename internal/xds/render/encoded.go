@@ -1,0 +1,142 @@
+package render
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+)
+
+// shapeKey names a shape of resource: what, besides the names a stamp
+// fills in, its builder's output depends on.
+type shapeKey struct {
+	kind   memoKind
+	flavor Flavor
+	http   bool // the upstream has an HTTP port (EDS clusters)
+}
+
+// shape is the stamp of one shape, with where the names go in the
+// resource's name and in those it references; err if it cannot be
+// stamped (then every instance is built as a message).
+type shape struct {
+	typeURL string
+	st      *stamp
+	name    []stampSeg
+	refs    []shapeRef
+	err     error
+}
+
+type shapeRef struct {
+	typeURL string
+	name    []stampSeg
+}
+
+// shapeOf returns the shape of key, building it with newShape(f, phs,
+// build) the first time.
+func (mm *Memo) shapeOf(m Mesh, key shapeKey, f Flavor, phs []string, build func() (proto.Message, error)) *shape {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	mm.use(m)
+	if sh := mm.shapes[key]; sh != nil {
+		return sh
+	}
+	sh := newShape(f, phs, build)
+	mm.shapes[key] = sh
+	return sh
+}
+
+// newShape returns the shape of the message build renders with the
+// placeholders phs: marshalled, walked by flavour f's checks, and made a
+// stamp.
+func newShape(f Flavor, phs []string, build func() (proto.Message, error)) *shape {
+	msg, err := build()
+	if err != nil {
+		return &shape{err: err}
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	if err != nil {
+		return &shape{err: err}
+	}
+	st, err := newStamp(b, msg.ProtoReflect().Descriptor(), phs)
+	if err != nil {
+		return &shape{err: err}
+	}
+	refs, errs := walkOne(f, msg)
+	if len(errs) > 0 {
+		return &shape{err: fmt.Errorf("the template of %s: %w", typeURLOf(msg), errs[0].err())}
+	}
+	kind, name := kindAndName(msg)
+	sh := &shape{typeURL: typeOfKind[kind], st: st, name: segments(name, phs)}
+	for _, r := range refs {
+		sh.refs = append(sh.refs, shapeRef{typeURL: typeOfKind[r.kind], name: segments(r.name, phs)})
+	}
+	return sh
+}
+
+// write returns the resource of the shape with vals for its
+// placeholders, or why it cannot.
+func (sh *shape) write(vals []string) (Encoded, error) {
+	if err := sh.st.check(vals); err != nil {
+		return Encoded{}, err
+	}
+	e := Encoded{TypeURL: sh.typeURL, Name: holeValue(sh.name, vals)}
+	e.Bytes = sh.st.fill(make([]byte, 0, sh.st.size(vals)), vals)
+	for _, r := range sh.refs {
+		e.Refs = append(e.Refs, Ref{TypeURL: r.typeURL, Name: holeValue(r.name, vals)})
+	}
+	return e, nil
+}
+
+// edsPlaceholders stand, in the template of an EDS cluster, for the
+// names it is rendered from: its service's namespace and name, and its
+// account's. Names in the specification are DNS labels, so these appear
+// in no other text.
+var edsPlaceholders = []string{"\x00svc-namespace\x00", "\x00svc-name\x00", "\x00sa-namespace\x00", "\x00sa-name\x00"}
+
+// encodedEDSCluster returns edsCluster(m, info, f) written from the stamp
+// of its shape, once per service and flavour while m.Memo serves m; false
+// if it cannot be (its shape cannot be stamped, or its names break a
+// rule): the caller builds it as a message then, whose validation says
+// what is wrong.
+func (b *builder) encodedEDSCluster(m Mesh, info spec.ServiceInfo, f Flavor) (Encoded, bool) {
+	mm := m.Memo
+	at := memoKey{kind: memoCluster, svc: info.Service, flavor: f}
+	mm.mu.Lock()
+	mm.use(m)
+	e, ok := mm.encoded[at]
+	mm.mu.Unlock()
+	if ok {
+		return e, true
+	}
+	key := shapeKey{kind: memoCluster, flavor: f, http: hasHTTP(info)}
+	mm.mu.Lock()
+	sh := mm.shapes[key]
+	mm.mu.Unlock()
+	if sh == nil {
+		sh = mm.shapeOf(m, key, f, edsPlaceholders, func() (proto.Message, error) {
+			tb := &builder{}
+			tmpl := info
+			tmpl.Service = mesh.MeshService{Namespace: edsPlaceholders[0], Name: edsPlaceholders[1]}
+			tmpl.ServiceAccount = mesh.ServiceAccount{Namespace: edsPlaceholders[2], Name: edsPlaceholders[3]}
+			c := tb.edsCluster(m, tmpl, f)
+			return c, tb.err
+		})
+	}
+	if sh.err != nil {
+		return Encoded{}, false
+	}
+	e, err := sh.write([]string{info.Service.Namespace, info.Service.Name, info.ServiceAccount.Namespace, info.ServiceAccount.Name})
+	if err != nil {
+		return Encoded{}, false
+	}
+	mm.mu.Lock()
+	if have, ok := mm.encoded[at]; ok {
+		e = have // written meanwhile by another rendering: equal content
+	} else {
+		mm.encoded[at] = e
+	}
+	mm.mu.Unlock()
+	return e, true
+}

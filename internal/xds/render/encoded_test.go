@@ -1,0 +1,153 @@
+package render
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/store"
+)
+
+// TestClusterResourcesStampEqualsBuilt: for every proxy of the golden
+// meshes in both flavours, ClusterResources gives the clusters Clusters
+// builds, byte for byte (the EDS clusters stamped, written once per
+// upstream and flavour), with the references the Validator finds in the
+// built ones; every EDS cluster is stamped, and the sets validate.
+func TestClusterResourcesStampEqualsBuilt(t *testing.T) {
+	eps := bookstoreEndpoints(t)
+	meshes := map[string]Mesh{
+		"smi":                meshOf(bookstoreSpec(t, false).Snapshot(), eps),
+		"permissive":         meshOf(bookstoreSpec(t, true).Snapshot(), eps),
+		"split-matches-root": splitMatchesEmptyRoot(t),
+		"policy":             policyMesh(t),
+		"tcp-only":           tcpOnlyMesh(t),
+	}
+	shapes := map[shapeKey]bool{}
+	for name, m := range meshes {
+		for _, f := range []Flavor{Envoy, GRPC} {
+			m := m
+			m.Memo = NewMemo()
+			for _, info := range m.Spec().Services() {
+				p := Proxy{Service: info.Service, Flavor: f, Address: netip.MustParseAddr("10.0.0.2")}
+				label := fmt.Sprintf("%s/%s/%s", name, f, info.Service)
+				built, err := Clusters(Mesh{View: m.View}, p)
+				if err != nil {
+					t.Fatalf("%s: %v", label, err)
+				}
+				msgs, enc, err := ClusterResources(m, p)
+				if err != nil {
+					t.Fatalf("%s: %v", label, err)
+				}
+				byName := map[string]*clusterv3.Cluster{}
+				eds := 0
+				for _, c := range built {
+					byName[c.GetName()] = c
+					if c.GetEdsClusterConfig() != nil {
+						eds++
+					}
+				}
+				if len(enc) != eds || len(msgs)+len(enc) != len(built) {
+					t.Errorf("%s: %d clusters as messages and %d stamped; %d built, %d of them EDS", label, len(msgs), len(enc), len(built), eds)
+				}
+				for _, c := range msgs {
+					if want := byName[c.GetName()]; !proto.Equal(c, want) {
+						t.Errorf("%s: cluster %s differs from the built one", label, c.GetName())
+					}
+				}
+				var encoded []Encoded
+				for _, e := range enc {
+					want, ok := byName[e.Name]
+					if !ok {
+						t.Errorf("%s: stamped cluster %q was not built", label, e.Name)
+						continue
+					}
+					wb, err := proto.MarshalOptions{Deterministic: true}.Marshal(want)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if e.TypeURL != clusterType || !bytes.Equal(e.Bytes, wb) {
+						t.Errorf("%s: stamped cluster %q (%s)\n%x\nbuilt\n%x", label, e.Name, e.TypeURL, e.Bytes, wb)
+					}
+					refs, errs := walkOne(f, want)
+					if len(errs) > 0 {
+						t.Errorf("%s: %v", label, errs[0].err())
+					}
+					var wantRefs []Ref
+					for _, r := range refs {
+						wantRefs = append(wantRefs, Ref{typeOfKind[r.kind], r.name})
+					}
+					if !slices.Equal(e.Refs, wantRefs) {
+						t.Errorf("%s: stamped cluster %q references %v; the built one %v", label, e.Name, e.Refs, wantRefs)
+					}
+					encoded = append(encoded, e)
+				}
+				// The set validates with its EDS clusters stamped.
+				r := renderAll(t, Mesh{View: m.View}, p)
+				var rest []proto.Message
+				for _, x := range r.all() {
+					if c, ok := x.(*clusterv3.Cluster); ok && c.GetEdsClusterConfig() != nil {
+						continue
+					}
+					rest = append(rest, x)
+				}
+				if err := NewValidator(f).ValidateSet(nil, encoded, rest...); err != nil {
+					t.Errorf("%s: %v", label, err)
+				}
+				for k, sh := range m.Memo.shapes {
+					if sh.err != nil {
+						t.Errorf("%s: shape %v cannot be stamped: %v", label, k, sh.err)
+					}
+					shapes[k] = true
+				}
+				// Asked again, the Memo answers with the same bytes.
+				_, again, _ := ClusterResources(m, p)
+				for i := range again {
+					if &again[i].Bytes[0] != &enc[i].Bytes[0] {
+						t.Errorf("%s: cluster %q written again", label, enc[i].Name)
+					}
+				}
+			}
+		}
+	}
+	// Envoy with and without HTTP, and gRPC (which calls only HTTP
+	// upstreams).
+	if len(shapes) < 3 {
+		t.Errorf("the meshes stamped %d shapes of EDS cluster (%v): too few to test the flavours and HTTP", len(shapes), shapes)
+	}
+}
+
+// tcpOnlyMesh is a permissive mesh of two services, one with only a TCP
+// port (its EDS clusters have no HTTP options, no ALPN).
+func tcpOnlyMesh(t *testing.T) Mesh {
+	t.Helper()
+	s, err := spec.New(t.Context(), discard(), store.NewMemory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
+kind: MeshConfig
+metadata: {name: mesh}
+spec: {traffic: {permissive: true}}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: db, namespace: data}
+spec: {ports: [{port: 5432, appProtocol: tcp}]}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: app, namespace: web}
+spec: {serviceAccount: frontend, ports: [{port: 8080}]}
+`)
+	return meshOf(s.Snapshot(), map[mesh.MeshService][]mesh.Endpoint{
+		{Namespace: "data", Name: "db"}: {{IP: netip.MustParseAddr("10.0.2.1"), Port: 5432}},
+		{Namespace: "web", Name: "app"}: {{IP: netip.MustParseAddr("10.0.2.2"), Port: 8080}},
+	})
+}

@@ -1,0 +1,318 @@
+package render
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/envoyproxy/protoc-gen-validate/validate"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// A stamp is the wire encoding of a message rendered with placeholders in
+// place of some names (see newStamp), from which the encoding of the
+// message rendered with other names is written (fill) without building
+// it: its bytes are copied, the strings that held placeholders are
+// written with the names, and the length of every message around them
+// is encoded again. Rendering a shape many times (an EDS cluster per
+// upstream) so costs one build, marshal and validation per shape, and a
+// copy per instance.
+//
+// Only strings may vary: a builder whose output has another structure
+// (more list entries, other numbers, a field left out) for other names
+// is not a shape; which inputs make a shape is the caller's key, and
+// tests compare every stamped resource with the built one.
+type stamp struct {
+	parts []stampPart
+}
+
+// stampPart is bytes copied as they are, a string field whose value
+// holds placeholders (hole), or a message field with holes inside
+// (nested). For the last two, lit is the field's tag.
+type stampPart struct {
+	lit    []byte
+	hole   []stampSeg
+	nested *stamp
+	field  protoreflect.FieldDescriptor // of a hole, for its rules and errors
+	rules  *validate.StringRules        // a hole's rules (nil: none)
+}
+
+// stampSeg is text of a hole's template value, or placeholder ph (when
+// ph >= 0).
+type stampSeg struct {
+	text string
+	ph   int
+}
+
+// newStamp returns the stamp of b, the deterministic encoding of a
+// message of type md rendered with placeholders phs (distinct strings
+// that appear nowhere else in it). It fails if a placeholder is in a
+// field that is not a string, or in a string whose validation rules it
+// cannot check for other values (see checkable).
+func newStamp(b []byte, md protoreflect.MessageDescriptor, phs []string) (*stamp, error) {
+	s := &stamp{}
+	var anyValue protoreflect.MessageDescriptor // an Any's type, from its type URL (written first)
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, fmt.Errorf("stamp %s: %w", md.FullName(), protowire.ParseError(n))
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			return nil, fmt.Errorf("stamp %s: %w", md.FullName(), protowire.ParseError(m))
+		}
+		field, tag := b[:n+m], b[:n]
+		b = b[n+m:]
+		if typ != protowire.BytesType {
+			s.literal(field)
+			continue
+		}
+		v, _ := protowire.ConsumeBytes(field[n:])
+		isAny := md.FullName() == anyName
+		if isAny && num == 1 {
+			if mt, err := protoregistry.GlobalTypes.FindMessageByURL(string(v)); err == nil {
+				anyValue = mt.Descriptor()
+			}
+		}
+		if !holdsPlaceholder(string(v), phs) {
+			s.literal(field)
+			continue
+		}
+		fd := md.Fields().ByNumber(num)
+		switch {
+		case isAny && num == 2:
+			if anyValue == nil {
+				return nil, fmt.Errorf("stamp %s: a placeholder in an Any of an unknown type", md.FullName())
+			}
+			inner, err := newStamp(v, anyValue, phs)
+			if err != nil {
+				return nil, err
+			}
+			s.parts = append(s.parts, stampPart{lit: tag, nested: inner})
+		case fd == nil:
+			return nil, fmt.Errorf("stamp %s: a placeholder in unknown field %d", md.FullName(), num)
+		case fd.Kind() == protoreflect.StringKind:
+			rules, err := checkable(fd)
+			if err != nil {
+				return nil, err
+			}
+			s.parts = append(s.parts, stampPart{lit: tag, hole: segments(string(v), phs), field: fd, rules: rules})
+		case fd.Kind() == protoreflect.MessageKind:
+			inner, err := newStamp(v, fd.Message(), phs)
+			if err != nil {
+				return nil, err
+			}
+			s.parts = append(s.parts, stampPart{lit: tag, nested: inner})
+		default:
+			return nil, fmt.Errorf("stamp %s: a placeholder in %s, a %s field: only strings may vary", md.FullName(), fd.FullName(), fd.Kind())
+		}
+	}
+	return s, nil
+}
+
+// literal appends bytes copied as they are, to the last part if it is
+// such bytes too.
+func (s *stamp) literal(b []byte) {
+	if k := len(s.parts) - 1; k >= 0 && s.parts[k].hole == nil && s.parts[k].nested == nil {
+		s.parts[k].lit = append(s.parts[k].lit, b...)
+		return
+	}
+	s.parts = append(s.parts, stampPart{lit: append([]byte(nil), b...)})
+}
+
+func holdsPlaceholder(v string, phs []string) bool {
+	for _, ph := range phs {
+		if strings.Contains(v, ph) {
+			return true
+		}
+	}
+	return false
+}
+
+// segments splits v at the placeholders it holds.
+func segments(v string, phs []string) []stampSeg {
+	var out []stampSeg
+	for v != "" {
+		at, ph := len(v), -1
+		for i, p := range phs {
+			if j := strings.Index(v, p); j >= 0 && j < at {
+				at, ph = j, i
+			}
+		}
+		if at > 0 {
+			out = append(out, stampSeg{text: v[:at], ph: -1})
+		}
+		if ph < 0 {
+			break
+		}
+		out = append(out, stampSeg{ph: ph})
+		v = v[at+len(phs[ph]):]
+	}
+	return out
+}
+
+// checkable returns the validation rules of string field fd if every one
+// of them can be checked on a stamped value (see checkValue): lengths,
+// prefix, suffix and contents. A field with another rule (a pattern, a
+// set of values, a well-known format) cannot be a hole.
+func checkable(fd protoreflect.FieldDescriptor) (*validate.StringRules, error) {
+	fr, _ := proto.GetExtension(fd.Options(), validate.E_Rules).(*validate.FieldRules)
+	if fr == nil {
+		return nil, nil
+	}
+	r := fr.GetString_()
+	if fd.IsList() {
+		r = fr.GetRepeated().GetItems().GetString_()
+	}
+	if r == nil {
+		if fr.GetType() != nil && !fd.IsList() || fd.IsList() && fr.GetRepeated().GetItems() != nil {
+			return nil, fmt.Errorf("stamp: %s has rules that are not string rules", fd.FullName())
+		}
+		return nil, nil
+	}
+	if r.Const != nil || r.Pattern != nil || len(r.In) > 0 || len(r.NotIn) > 0 || r.WellKnown != nil {
+		return nil, fmt.Errorf("stamp: %s has rules a stamp cannot check (%v): render it as a message", fd.FullName(), r)
+	}
+	return r, nil
+}
+
+// checkValue reports whether v, a stamped value of field fd, breaks its
+// rules r (see checkable), as protoc-gen-validate would.
+func checkValue(fd protoreflect.FieldDescriptor, r *validate.StringRules, v string) error {
+	if !utf8.ValidString(v) {
+		return fmt.Errorf("%s: %q is not valid UTF-8", fd.FullName(), v)
+	}
+	if r == nil || r.GetIgnoreEmpty() && v == "" {
+		return nil
+	}
+	runes := uint64(utf8.RuneCountInString(v))
+	var errs []error
+	check := func(ok bool, rule string) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: %q breaks its rule %s", fd.FullName(), v, rule))
+		}
+	}
+	if r.Len != nil {
+		check(runes == r.GetLen(), fmt.Sprintf("len %d", r.GetLen()))
+	}
+	if r.MinLen != nil {
+		check(runes >= r.GetMinLen(), fmt.Sprintf("min_len %d", r.GetMinLen()))
+	}
+	if r.MaxLen != nil {
+		check(runes <= r.GetMaxLen(), fmt.Sprintf("max_len %d", r.GetMaxLen()))
+	}
+	if r.LenBytes != nil {
+		check(uint64(len(v)) == r.GetLenBytes(), fmt.Sprintf("len_bytes %d", r.GetLenBytes()))
+	}
+	if r.MinBytes != nil {
+		check(uint64(len(v)) >= r.GetMinBytes(), fmt.Sprintf("min_bytes %d", r.GetMinBytes()))
+	}
+	if r.MaxBytes != nil {
+		check(uint64(len(v)) <= r.GetMaxBytes(), fmt.Sprintf("max_bytes %d", r.GetMaxBytes()))
+	}
+	if r.Prefix != nil {
+		check(strings.HasPrefix(v, r.GetPrefix()), fmt.Sprintf("prefix %q", r.GetPrefix()))
+	}
+	if r.Suffix != nil {
+		check(strings.HasSuffix(v, r.GetSuffix()), fmt.Sprintf("suffix %q", r.GetSuffix()))
+	}
+	if r.Contains != nil {
+		check(strings.Contains(v, r.GetContains()), fmt.Sprintf("contains %q", r.GetContains()))
+	}
+	if r.NotContains != nil {
+		check(!strings.Contains(v, r.GetNotContains()), fmt.Sprintf("not_contains %q", r.GetNotContains()))
+	}
+	return errors.Join(errs...)
+}
+
+// fill appends to dst the encoding of the stamp with vals in place of its
+// placeholders (vals[i] for placeholder i). Call check on vals first.
+func (s *stamp) fill(dst []byte, vals []string) []byte {
+	for i := range s.parts {
+		p := &s.parts[i]
+		dst = append(dst, p.lit...)
+		switch {
+		case p.hole != nil:
+			dst = protowire.AppendVarint(dst, uint64(holeLen(p.hole, vals)))
+			for _, sg := range p.hole {
+				if sg.ph < 0 {
+					dst = append(dst, sg.text...)
+				} else {
+					dst = append(dst, vals[sg.ph]...)
+				}
+			}
+		case p.nested != nil:
+			dst = protowire.AppendVarint(dst, uint64(p.nested.size(vals)))
+			dst = p.nested.fill(dst, vals)
+		}
+	}
+	return dst
+}
+
+// size is the length of what fill appends for vals.
+func (s *stamp) size(vals []string) int {
+	n := 0
+	for i := range s.parts {
+		p := &s.parts[i]
+		n += len(p.lit)
+		switch {
+		case p.hole != nil:
+			l := holeLen(p.hole, vals)
+			n += protowire.SizeVarint(uint64(l)) + l
+		case p.nested != nil:
+			l := p.nested.size(vals)
+			n += protowire.SizeVarint(uint64(l)) + l
+		}
+	}
+	return n
+}
+
+func holeLen(segs []stampSeg, vals []string) int {
+	n := 0
+	for _, sg := range segs {
+		if sg.ph < 0 {
+			n += len(sg.text)
+		} else {
+			n += len(vals[sg.ph])
+		}
+	}
+	return n
+}
+
+// holeValue is the value a hole takes with vals.
+func holeValue(segs []stampSeg, vals []string) string {
+	var b strings.Builder
+	b.Grow(holeLen(segs, vals))
+	for _, sg := range segs {
+		if sg.ph < 0 {
+			b.WriteString(sg.text)
+		} else {
+			b.WriteString(vals[sg.ph])
+		}
+	}
+	return b.String()
+}
+
+// check reports every hole whose value with vals breaks its field's
+// validation rules.
+func (s *stamp) check(vals []string) error {
+	var errs []error
+	for i := range s.parts {
+		p := &s.parts[i]
+		switch {
+		case p.hole != nil:
+			if err := checkValue(p.field, p.rules, holeValue(p.hole, vals)); err != nil {
+				errs = append(errs, err)
+			}
+		case p.nested != nil:
+			if err := p.nested.check(vals); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
