@@ -2,6 +2,7 @@ package xds
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -11,13 +12,19 @@ import (
 )
 
 // TestPublishedEqualsRenderedMessages: what the publisher publishes for
-// W, its load assignments and EDS clusters written as bytes (encoded
-// Resources), is byte for byte what rendering each proxy as messages
-// and marshalling them gives, and every load assignment and EDS cluster
-// took the encoded path.
+// W, its load assignments, clusters and outbound listeners written as
+// bytes (encoded Resources), is byte for byte what rendering each proxy
+// as messages and marshalling them gives, and every load assignment,
+// cluster and outbound listener took the encoded path.
 func TestPublishedEqualsRenderedMessages(t *testing.T) {
 	p, _, c := benchPublisher(t, 100, 3)
 	m := render.Mesh{View: p.view}
+	allOutbound := 0
+	defer func() {
+		if allOutbound == 0 {
+			t.Error("no outbound listener published: W no longer tests them")
+		}
+	}()
 	for id, n := range p.nodes {
 		if err := p.RenderError(id); err != "" {
 			t.Fatalf("node %s: %s", id, err)
@@ -35,12 +42,8 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		edsClusters := 0
 		for _, x := range cs {
 			add("c "+x.GetName(), x)
-			if x.GetEdsClusterConfig() != nil {
-				edsClusters++
-			}
 		}
 		es, err := render.LoadAssignments(m, px)
 		if err != nil {
@@ -49,15 +52,27 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 		for _, x := range es {
 			add("e "+x.GetClusterName(), x)
 		}
+		ls, err := render.Listeners(m, px)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outbound := 0
+		for _, x := range ls {
+			add("l "+x.GetName(), x)
+			if strings.HasPrefix(x.GetName(), "outbound|") {
+				outbound++
+				allOutbound++
+			}
+		}
 		encoded := map[string]int{}
 		view := c.View(id)
-		for typeURL, prefix := range map[string]string{resource.ClusterType: "c ", resource.EndpointType: "e "} {
+		for typeURL, prefix := range map[string]string{resource.ClusterType: "c ", resource.EndpointType: "e ", resource.ListenerType: "l "} {
 			set := view[typeURL]
 			if set == nil {
 				t.Fatalf("node %s has no %s", id, typeURL)
 			}
-			if set.Len() != len(want)-countPrefix(want, map[string]string{"c ": "e ", "e ": "c "}[prefix]) {
-				t.Errorf("node %s: %d %s published, %d rendered", id, set.Len(), typeURL, len(want)-countPrefix(want, map[string]string{"c ": "e ", "e ": "c "}[prefix]))
+			if n := countPrefix(want, prefix); set.Len() != n {
+				t.Errorf("node %s: %d %s published, %d rendered", id, set.Len(), typeURL, n)
 			}
 			for _, r := range set.Resources() {
 				w, ok := want[prefix+r.Name()]
@@ -73,8 +88,8 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 				}
 			}
 		}
-		if encoded[resource.ClusterType] != edsClusters || encoded[resource.EndpointType] != len(es) {
-			t.Errorf("node %s: %d of %d EDS clusters and %d of %d load assignments encoded", id, encoded[resource.ClusterType], edsClusters, encoded[resource.EndpointType], len(es))
+		if encoded[resource.ClusterType] != len(cs) || encoded[resource.EndpointType] != len(es) || encoded[resource.ListenerType] != outbound {
+			t.Errorf("node %s: %d of %d clusters, %d of %d load assignments and %d of %d outbound listeners encoded", id, encoded[resource.ClusterType], len(cs), encoded[resource.EndpointType], len(es), encoded[resource.ListenerType], outbound)
 		}
 	}
 }

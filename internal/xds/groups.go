@@ -223,7 +223,7 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
-	listeners, err := render.SharedListeners(m, px)
+	listeners, encodedListeners, err := render.SharedListenerResources(m, px)
 	if err != nil {
 		return err
 	}
@@ -237,6 +237,9 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	}
 	shared, err := cache.Resources(p.interned, listeners)
 	if err != nil {
+		return err
+	}
+	if shared, err = p.appendEncoded(shared, (*listenerv3.Listener)(nil), encodedListeners); err != nil {
 		return err
 	}
 	in, err := render.InputsOf(m, px)
@@ -261,8 +264,17 @@ func (p *Publisher) clusterSet(msgs []*clusterv3.Cluster, encoded []render.Encod
 	if err != nil {
 		return nil, err
 	}
+	if rs, err = p.appendEncoded(rs, (*clusterv3.Cluster)(nil), encoded); err != nil {
+		return nil, err
+	}
+	return cache.NewSet(rs...)
+}
+
+// appendEncoded appends to rs the interned Resources of resources render
+// wrote as bytes, messages of typ's type.
+func (p *Publisher) appendEncoded(rs []*cache.Resource, typ proto.Message, encoded []render.Encoded) ([]*cache.Resource, error) {
 	for _, e := range encoded {
-		r, err := p.interned.EncodedResource(e.Name, (*clusterv3.Cluster)(nil), e.Bytes, func() []cache.Reference {
+		r, err := p.interned.EncodedResource(e.Name, typ, e.Bytes, func() []cache.Reference {
 			refs := make([]cache.Reference, len(e.Refs))
 			for i, r := range e.Refs {
 				refs[i] = cache.Reference(r)
@@ -274,7 +286,7 @@ func (p *Publisher) clusterSet(msgs []*clusterv3.Cluster, encoded []render.Encod
 		}
 		rs = append(rs, r)
 	}
-	return cache.NewSet(rs...)
+	return rs, nil
 }
 
 func (p *Publisher) renderProxy(px Proxy) render.Proxy {
@@ -432,44 +444,59 @@ func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
 }
 
 // validate validates the sets, with extra messages; encoded resources
-// (load assignments, EDS clusters) by name and references (see
-// render.Validator.ValidateSet).
+// (load assignments, clusters, outbound listeners) by name, bytes and
+// references (see render.Validator.ValidateSet).
 func (p *Publisher) validate(f render.Flavor, extra []proto.Message, sets ...*cache.Set) error {
-	n, nEncoded, nRefs := len(extra), 0, 0
-	for _, s := range sets {
-		if s == nil {
-			continue
-		}
-		for _, r := range s.Resources() {
-			if r.Encoded() {
-				nEncoded++
-				nRefs += len(r.References())
-			} else {
-				n++
-			}
-		}
+	in, _ := validateInputs.Get().(*validateInput)
+	if in == nil {
+		in = &validateInput{}
 	}
-	msgs := append(make([]proto.Message, 0, n), extra...)
-	encoded := make([]render.Encoded, 0, nEncoded)
-	refs := make([]render.Ref, 0, nRefs) // every encoded resource's, in one allocation
+	defer validateInputs.Put(in)
+	defer in.reset()
+	in.msgs = append(in.msgs, extra...)
 	for _, s := range sets {
 		if s == nil {
 			continue
 		}
 		for _, r := range s.Resources() {
 			if !r.Encoded() {
-				msgs = append(msgs, r.Message())
+				in.msgs = append(in.msgs, r.Message())
 				continue
 			}
-			at := len(refs)
+			in.encoded = append(in.encoded, render.Encoded{TypeURL: r.TypeURL(), Name: r.Name(), Bytes: r.Bytes()})
 			for _, ref := range r.References() {
-				refs = append(refs, render.Ref(ref))
+				in.refs = append(in.refs, render.Ref(ref))
 			}
-			encoded = append(encoded, render.Encoded{TypeURL: r.TypeURL(), Name: r.Name(), Refs: refs[at:len(refs):len(refs)]})
+			in.ends = append(in.ends, len(in.refs))
 		}
 	}
-	return p.validators[f].ValidateSet(p.memo, encoded, msgs...)
+	// Every encoded resource's references, in in.refs now that it has
+	// stopped growing.
+	start := 0
+	for i, end := range in.ends {
+		in.encoded[i].Refs = in.refs[start:end:end]
+		start = end
+	}
+	return p.validators[f].ValidateSet(p.memo, in.encoded, in.msgs...)
 }
+
+// validateInput is what validate passes the validator, kept between
+// calls (validateInputs) to reuse the space.
+type validateInput struct {
+	msgs    []proto.Message
+	encoded []render.Encoded
+	refs    []render.Ref
+	ends    []int // where each encoded resource's references end in refs
+}
+
+func (in *validateInput) reset() {
+	clear(in.msgs)
+	clear(in.encoded)
+	clear(in.refs)
+	in.msgs, in.encoded, in.refs, in.ends = in.msgs[:0], in.encoded[:0], in.refs[:0], in.ends[:0]
+}
+
+var validateInputs sync.Pool
 
 func (p *Publisher) publish(nodeID, typeURL string, set *cache.Set) {
 	if err := p.cache.Publish(nodeID, typeURL, set); err != nil {

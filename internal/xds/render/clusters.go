@@ -32,8 +32,9 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 }
 
 // ClusterResources returns the clusters of Clusters, the EDS clusters of
-// the proxy's upstreams written as bytes from the stamp of their shape
-// (see stamp) rather than built: the xDS publisher's form. It needs
+// the proxy's upstreams and its local clusters written as bytes from the
+// stamp of their shape (see stamp) rather than built: the xDS
+// publisher's form. It needs
 // m.Memo, which keeps the stamps and what was written from them; without
 // one every cluster is a message.
 func ClusterResources(m Mesh, p Proxy) ([]*clusterv3.Cluster, []Encoded, error) {
@@ -58,7 +59,7 @@ func clusters(m Mesh, p Proxy, encode bool) ([]*clusterv3.Cluster, []Encoded, er
 	var enc []Encoded
 	upstreams := upstreamServices(plan(m, p, self))
 	if encode {
-		enc = make([]Encoded, 0, len(upstreams))
+		enc = make([]Encoded, 0, len(upstreams)+len(self.Ports))
 	}
 	for _, svc := range upstreams {
 		info, _ := m.Spec().Service(svc)
@@ -74,6 +75,12 @@ func clusters(m Mesh, p Proxy, encode bool) ([]*clusterv3.Cluster, []Encoded, er
 	}
 	if p.Flavor == Envoy {
 		for _, port := range sortedPorts(self) {
+			if encode {
+				if e, ok := b.encodedLocalCluster(m, self.Service, port); ok {
+					enc = append(enc, e)
+					continue
+				}
+			}
 			out = append(out, b.localCluster(self.Service, port))
 		}
 	}

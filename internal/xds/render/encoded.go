@@ -2,6 +2,7 @@ package render
 
 import (
 	"fmt"
+	"net/netip"
 
 	"google.golang.org/protobuf/proto"
 
@@ -14,7 +15,8 @@ import (
 type shapeKey struct {
 	kind   memoKind
 	flavor Flavor
-	http   bool // the upstream has an HTTP port (EDS clusters)
+	http   bool             // the upstream has an HTTP port (EDS clusters)
+	port   spec.ServicePort // the port (local clusters, outbound listeners)
 }
 
 // shape is the stamp of one shape, with where the names go in the
@@ -134,6 +136,90 @@ func (b *builder) encodedEDSCluster(m Mesh, info spec.ServiceInfo, f Flavor) (En
 	mm.mu.Lock()
 	if have, ok := mm.encoded[at]; ok {
 		e = have // written meanwhile by another rendering: equal content
+	} else {
+		mm.encoded[at] = e
+	}
+	mm.mu.Unlock()
+	return e, true
+}
+
+// localPlaceholders stand, in the template of a local cluster, for its
+// service's namespace and name.
+var localPlaceholders = edsPlaceholders[:2]
+
+// encodedLocalCluster returns localCluster(svc, port) written from the
+// stamp of its shape (one per port: its numbers are not holes); false if
+// it cannot be, as encodedEDSCluster.
+func (b *builder) encodedLocalCluster(m Mesh, svc mesh.MeshService, port spec.ServicePort) (Encoded, bool) {
+	mm := m.Memo
+	key := shapeKey{kind: memoLocalCluster, flavor: Envoy, port: port}
+	mm.mu.Lock()
+	sh := mm.shapes[key]
+	mm.mu.Unlock()
+	if sh == nil {
+		sh = mm.shapeOf(m, key, Envoy, localPlaceholders, func() (proto.Message, error) {
+			tb := &builder{}
+			c := tb.localCluster(mesh.MeshService{Namespace: localPlaceholders[0], Name: localPlaceholders[1]}, port)
+			return c, tb.err
+		})
+	}
+	if sh.err != nil {
+		return Encoded{}, false
+	}
+	e, err := sh.write([]string{svc.Namespace, svc.Name})
+	return e, err == nil
+}
+
+// vipPlaceholder is the VIP of an outbound listener's template; its text
+// is the template's third placeholder. (VIPs are IPv4: see spec's
+// vipRange.)
+var vipPlaceholder = netip.MustParseAddr("203.0.113.254")
+
+// encodedOutboundListener returns outboundListener(o) written from the
+// stamp of its shape (one per port), once per route name while m.Memo
+// serves m, for an upstream called directly at an IPv4 VIP; false for
+// another (a split, Gateway API routes), or if it cannot be, as
+// encodedEDSCluster.
+func (b *builder) encodedOutboundListener(m Mesh, o outbound) (Encoded, bool) {
+	vip := o.info.VIP
+	if o.gw != nil || len(o.split) > 0 || o.subset || len(o.splitMatches) > 0 && !o.direct || !vip.Is4() {
+		return Encoded{}, false
+	}
+	mm := m.Memo
+	name := o.routeName(Envoy)
+	at := memoKey{kind: memoOutboundListener, name: name}
+	mm.mu.Lock()
+	mm.use(m)
+	e, ok := mm.encoded[at]
+	mm.mu.Unlock()
+	if ok {
+		return e, true
+	}
+	key := shapeKey{kind: memoOutboundListener, port: o.port}
+	mm.mu.Lock()
+	sh := mm.shapes[key]
+	mm.mu.Unlock()
+	if sh == nil {
+		phs := []string{edsPlaceholders[0], edsPlaceholders[1], vipPlaceholder.String()}
+		sh = mm.shapeOf(m, key, Envoy, phs, func() (proto.Message, error) {
+			tb := &builder{}
+			tmpl := outbound{info: o.info, port: o.port, direct: o.direct}
+			tmpl.info.Service = mesh.MeshService{Namespace: phs[0], Name: phs[1]}
+			tmpl.info.VIP = vipPlaceholder
+			l := tb.outboundListener(tmpl)
+			return l, tb.err
+		})
+	}
+	if sh.err != nil {
+		return Encoded{}, false
+	}
+	e, err := sh.write([]string{o.info.Service.Namespace, o.info.Service.Name, vip.String()})
+	if err != nil || e.Name != name {
+		return Encoded{}, false
+	}
+	mm.mu.Lock()
+	if have, ok := mm.encoded[at]; ok {
+		e = have
 	} else {
 		mm.encoded[at] = e
 	}

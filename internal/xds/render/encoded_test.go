@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -18,8 +20,9 @@ import (
 // TestClusterResourcesStampEqualsBuilt: for every proxy of the golden
 // meshes in both flavours, ClusterResources gives the clusters Clusters
 // builds, byte for byte (the EDS clusters stamped, written once per
-// upstream and flavour), with the references the Validator finds in the
-// built ones; every EDS cluster is stamped, and the sets validate.
+// upstream and flavour, and the local clusters), with the references the
+// Validator finds in the built ones; every EDS and local cluster is
+// stamped, and the sets validate.
 func TestClusterResourcesStampEqualsBuilt(t *testing.T) {
 	eps := bookstoreEndpoints(t)
 	meshes := map[string]Mesh{
@@ -46,15 +49,15 @@ func TestClusterResourcesStampEqualsBuilt(t *testing.T) {
 					t.Fatalf("%s: %v", label, err)
 				}
 				byName := map[string]*clusterv3.Cluster{}
-				eds := 0
+				stampable := 0 // EDS and local clusters
 				for _, c := range built {
 					byName[c.GetName()] = c
-					if c.GetEdsClusterConfig() != nil {
-						eds++
+					if c.GetEdsClusterConfig() != nil || strings.HasPrefix(c.GetName(), "local|") {
+						stampable++
 					}
 				}
-				if len(enc) != eds || len(msgs)+len(enc) != len(built) {
-					t.Errorf("%s: %d clusters as messages and %d stamped; %d built, %d of them EDS", label, len(msgs), len(enc), len(built), eds)
+				if len(enc) != stampable || len(msgs)+len(enc) != len(built) {
+					t.Errorf("%s: %d clusters as messages and %d stamped; %d built, %d of them EDS or local", label, len(msgs), len(enc), len(built), stampable)
 				}
 				for _, c := range msgs {
 					if want := byName[c.GetName()]; !proto.Equal(c, want) {
@@ -92,7 +95,7 @@ func TestClusterResourcesStampEqualsBuilt(t *testing.T) {
 				r := renderAll(t, Mesh{View: m.View}, p)
 				var rest []proto.Message
 				for _, x := range r.all() {
-					if c, ok := x.(*clusterv3.Cluster); ok && c.GetEdsClusterConfig() != nil {
+					if c, ok := x.(*clusterv3.Cluster); ok && byName[c.GetName()] != nil && slices.ContainsFunc(enc, func(e Encoded) bool { return e.Name == c.GetName() }) {
 						continue
 					}
 					rest = append(rest, x)
@@ -106,19 +109,25 @@ func TestClusterResourcesStampEqualsBuilt(t *testing.T) {
 					}
 					shapes[k] = true
 				}
-				// Asked again, the Memo answers with the same bytes.
+				// Asked again, the Memo answers with the same bytes for an
+				// upstream (a local cluster is its group's alone).
 				_, again, _ := ClusterResources(m, p)
 				for i := range again {
-					if &again[i].Bytes[0] != &enc[i].Bytes[0] {
+					if !strings.HasPrefix(enc[i].Name, "local|") && &again[i].Bytes[0] != &enc[i].Bytes[0] {
 						t.Errorf("%s: cluster %q written again", label, enc[i].Name)
 					}
 				}
 			}
 		}
 	}
-	// Envoy with and without HTTP, and gRPC (which calls only HTTP
-	// upstreams).
-	if len(shapes) < 3 {
+	// EDS clusters for Envoy with and without HTTP and for gRPC (which
+	// calls only HTTP upstreams); local clusters of HTTP, gRPC and TCP
+	// ports, one shape per port.
+	kinds := map[memoKind]int{}
+	for k := range shapes {
+		kinds[k.kind]++
+	}
+	if kinds[memoCluster] < 3 || kinds[memoLocalCluster] < 3 {
 		t.Errorf("the meshes stamped %d shapes of EDS cluster (%v): too few to test the flavours and HTTP", len(shapes), shapes)
 	}
 }
@@ -150,4 +159,85 @@ spec: {serviceAccount: frontend, ports: [{port: 8080}]}
 		{Namespace: "data", Name: "db"}: {{IP: netip.MustParseAddr("10.0.2.1"), Port: 5432}},
 		{Namespace: "web", Name: "app"}: {{IP: netip.MustParseAddr("10.0.2.2"), Port: 8080}},
 	})
+}
+
+// TestSharedListenerResourcesStampEqualsBuilt: for every Envoy proxy of
+// the test meshes, SharedListenerResources gives the listeners
+// SharedListeners builds, byte for byte, the outbound listeners of
+// upstreams called directly stamped (with the references the Validator
+// finds in the built ones), the rest (splits) built; and the sets
+// validate with them.
+func TestSharedListenerResourcesStampEqualsBuilt(t *testing.T) {
+	eps := bookstoreEndpoints(t)
+	meshes := map[string]Mesh{
+		"smi":                meshOf(bookstoreSpec(t, false).Snapshot(), eps),
+		"permissive":         meshOf(bookstoreSpec(t, true).Snapshot(), eps),
+		"split-matches-root": splitMatchesEmptyRoot(t),
+		"policy":             policyMesh(t),
+		"tcp-only":           tcpOnlyMesh(t),
+	}
+	stamped, built := 0, 0
+	for name, m := range meshes {
+		m.Memo = NewMemo()
+		for _, info := range m.Spec().Services() {
+			p := Proxy{Service: info.Service, Flavor: Envoy, Address: netip.MustParseAddr("10.0.0.2")}
+			label := fmt.Sprintf("%s/%s", name, info.Service)
+			want, err := SharedListeners(Mesh{View: m.View}, p)
+			if err != nil {
+				t.Fatalf("%s: %v", label, err)
+			}
+			msgs, enc, err := SharedListenerResources(m, p)
+			if err != nil {
+				t.Fatalf("%s: %v", label, err)
+			}
+			if len(msgs)+len(enc) != len(want) {
+				t.Errorf("%s: %d listeners as messages and %d stamped; %d built", label, len(msgs), len(enc), len(want))
+			}
+			byName := map[string]proto.Message{}
+			for _, l := range want {
+				byName[l.GetName()] = l
+			}
+			for _, l := range msgs {
+				if !proto.Equal(l, byName[l.GetName()]) {
+					t.Errorf("%s: listener %s differs from the built one", label, l.GetName())
+				}
+				built++
+			}
+			var encoded []Encoded
+			for _, e := range enc {
+				w, ok := byName[e.Name]
+				if !ok {
+					t.Errorf("%s: stamped listener %q was not built", label, e.Name)
+					continue
+				}
+				if wb := mustMarshal(t, w); e.TypeURL != listenerType || !bytes.Equal(e.Bytes, wb) {
+					t.Errorf("%s: stamped listener %q\n%x\nbuilt\n%x", label, e.Name, e.Bytes, wb)
+				}
+				refs, _ := walkOne(Envoy, w)
+				var wantRefs []Ref
+				for _, r := range refs {
+					wantRefs = append(wantRefs, Ref{typeOfKind[r.kind], r.name})
+				}
+				if !slices.Equal(e.Refs, wantRefs) {
+					t.Errorf("%s: stamped listener %q references %v; the built one %v", label, e.Name, e.Refs, wantRefs)
+				}
+				encoded = append(encoded, e)
+				stamped++
+			}
+			r := renderAll(t, Mesh{View: m.View}, p)
+			var rest []proto.Message
+			for _, x := range r.all() {
+				if l, ok := x.(*listenerv3.Listener); ok && slices.ContainsFunc(enc, func(e Encoded) bool { return e.Name == l.GetName() }) {
+					continue
+				}
+				rest = append(rest, x)
+			}
+			if err := NewValidator(Envoy).ValidateSet(nil, encoded, rest...); err != nil {
+				t.Errorf("%s: %v", label, err)
+			}
+		}
+	}
+	if stamped == 0 || built == 0 {
+		t.Errorf("%d outbound listeners stamped, %d built: the meshes no longer test both paths", stamped, built)
+	}
 }

@@ -75,19 +75,44 @@ func PerProxyListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 // of the service and flavour, sorted by name: Envoy's outbound listeners
 // and gRPC's API listeners, one per upstream port the service may call.
 func SharedListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
+	out, _, err := sharedListeners(m, p, false)
+	return out, err
+}
+
+// SharedListenerResources returns the listeners of SharedListeners, the
+// outbound listeners of upstreams called directly (no split, no Gateway
+// API routes) written as bytes from the stamp of their shape (see
+// stamp): the xDS publisher's form. It needs m.Memo; without one every
+// listener is a message.
+func SharedListenerResources(m Mesh, p Proxy) ([]*listenerv3.Listener, []Encoded, error) {
+	return sharedListeners(m, p, m.Memo != nil)
+}
+
+func sharedListeners(m Mesh, p Proxy, encode bool) ([]*listenerv3.Listener, []Encoded, error) {
 	self, err := m.check(p)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if p.Flavor == Gateway {
-		return nil, nil // its listeners bind its address
+		return nil, nil, nil // its listeners bind its address
 	}
 	b := &builder{}
 	var out []*listenerv3.Listener
-	for _, o := range plan(m, p, self) {
+	var enc []Encoded
+	outbounds := plan(m, p, self)
+	if encode {
+		enc = make([]Encoded, 0, len(outbounds))
+	}
+	for _, o := range outbounds {
 		if p.Flavor == GRPC {
 			out = append(out, memoised(m, b, memoKey{kind: memoAPIListener, name: o.routeName(GRPC)}, func() *listenerv3.Listener { return b.apiListener(o) }))
 			continue
+		}
+		if encode {
+			if e, ok := b.encodedOutboundListener(m, o); ok {
+				enc = append(enc, e)
+				continue
+			}
 		}
 		out = append(out, memoised(m, b, memoKey{kind: memoOutboundListener, name: o.routeName(Envoy)}, func() *listenerv3.Listener { return b.outboundListener(o) }))
 	}
@@ -95,10 +120,10 @@ func SharedListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 		out = append(out, b.egressListener(r))
 	}
 	if b.err != nil {
-		return nil, b.err
+		return nil, nil, b.err
 	}
 	sortByName(out, (*listenerv3.Listener).GetName)
-	return out, nil
+	return out, enc, nil
 }
 
 func socketAddress(ip netip.Addr, port int) *corev3.Address {

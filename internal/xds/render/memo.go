@@ -93,6 +93,7 @@ const (
 	memoInboundChain    // the filter chain of an Envoy inbound listener (any address)
 	memoGRPCServerChain // the filter chain of a gRPC server listener (any address)
 	memoRefusal         // the API listener body of a refusal listener (by gRPC code)
+	memoLocalCluster    // a shape of local cluster (see encodedLocalCluster)
 )
 
 // memoKey names a shared message by what determines its content within one

@@ -24,6 +24,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -196,8 +197,9 @@ type Ref struct{ TypeURL, Name string }
 var (
 	loadAssignmentType = typeURLOf(&endpointv3.ClusterLoadAssignment{})
 	clusterType        = typeURLOf(&clusterv3.Cluster{})
+	listenerType       = typeURLOf(&listenerv3.Listener{})
 	kindOfType         = map[string]string{
-		typeURLOf(&listenerv3.Listener{}):        "listener",
+		listenerType:                             "listener",
 		typeURLOf(&routev3.RouteConfiguration{}): "route configuration",
 		clusterType:                              "cluster",
 		loadAssignmentType:                       "load assignment",
@@ -216,8 +218,9 @@ func typeURLOf(m proto.Message) string { return "type.googleapis.com/" + string(
 
 // ValidateSet checks one proxy's complete set as ValidateWith does, some
 // of its resources given as encoded: those are not walked, and what they
-// and the rest reference is looked for among them too. Only clusters and
-// load assignments are encoded.
+// and the rest reference is looked for among them too. Only listeners
+// (whose address is read from Bytes), clusters and load assignments are
+// encoded.
 func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto.Message) error {
 	v, _ := vr.scratch.Get().(*validation)
 	if v == nil {
@@ -232,13 +235,17 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 			v.add(v.eds, "load assignment", e.Name)
 		case clusterType:
 			v.add(v.clusters, "cluster", e.Name)
+		case listenerType:
+			v.add(v.listeners, "listener", e.Name)
+			if addr, ok := listenerAddress(e.Bytes); ok {
+				v.claimAddress(addr, e.Name, "listener "+strconv.Quote(e.Name)+": ")
+			}
 		default:
-			v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q: only clusters and load assignments are encoded", e.TypeURL, e.Name)})
+			v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q: only listeners, clusters and load assignments are encoded", e.TypeURL, e.Name)})
 			continue
 		}
-		label := kindOfType[e.TypeURL] + " " + strconv.Quote(e.Name)
 		for _, r := range e.Refs {
-			v.refs = append(v.refs, reference{label: label, kind: kindOfType[r.TypeURL], name: r.Name})
+			v.refs = append(v.refs, reference{fromKind: kindOfType[e.TypeURL], fromName: e.Name, kind: kindOfType[r.TypeURL], name: r.Name})
 		}
 	}
 	for _, r := range resources {
@@ -300,8 +307,8 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 		}
 		if !have[ref.name] {
 			msg := fmt.Sprintf("references %s %q, which is not in the set: render and publish it with the referrer", ref.kind, ref.name)
-			if ref.from == nil && ref.label != "" {
-				msg = ref.label + ": " + msg
+			if ref.from == nil && ref.fromKind != "" {
+				msg = ref.fromKind + " " + strconv.Quote(ref.fromName) + ": " + msg
 			}
 			v.errs = append(v.errs, finding{ref.from, msg})
 		}
@@ -317,7 +324,10 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 // in a set (the checks of the set as a whole aside): what it references,
 // and what is wrong with it.
 func walkOne(f Flavor, r proto.Message) ([]reference, []finding) {
-	vr := NewValidator(f)
+	vr := templateValidators[Envoy]
+	if f == GRPC {
+		vr = templateValidators[GRPC]
+	}
 	v := &validation{}
 	v.start(vr, nil)
 	v.in = r
@@ -326,18 +336,23 @@ func walkOne(f Flavor, r proto.Message) ([]reference, []finding) {
 	return v.refs, v.errs
 }
 
+// templateValidators walk the templates of stamps (walkOne): they
+// remember only what they learn of types (see fieldsOf) and regexes.
+var templateValidators = map[Flavor]*Validator{Envoy: NewValidator(Envoy), GRPC: NewValidator(GRPC)}
+
 // known is what a Validator remembers of one resource, if anything.
 type known struct {
 	walked
 	ok bool
 }
 
-// reference is a name of kind that resource from (nil once remembered
-// for a filter chain, and for an encoded resource, which label names)
-// refers to.
+// reference is a name of kind that resource from refers to (from is nil
+// once remembered for a filter chain, and for an encoded resource, which
+// fromKind and fromName name).
 type reference struct {
-	from              proto.Message
-	label, kind, name string
+	from               proto.Message
+	fromKind, fromName string
+	kind, name         string
 }
 
 type validation struct {
@@ -840,12 +855,81 @@ func (v *validation) uniqueAddress(l *listenerv3.Listener) {
 	if l.GetApiListener() != nil || sa == nil || err != nil {
 		return
 	}
-	addr := netip.AddrPortFrom(ip, uint16(sa.GetPortValue()))
+	v.claimAddress(netip.AddrPortFrom(ip, uint16(sa.GetPortValue())), l.GetName(), "")
+}
+
+// claimAddress records that listener name listens on addr, reporting
+// (prefixed with label, for an encoded listener) another that does too.
+func (v *validation) claimAddress(addr netip.AddrPort, name, label string) {
 	if other, ok := v.addrs[addr]; ok {
-		v.fail("listens on %s like listener %q: give each listener its own address and port", addr, other)
+		v.fail("%slistens on %s like listener %q: give each listener its own address and port", label, addr, other)
 		return
 	}
-	v.addrs[addr] = l.GetName()
+	v.addrs[addr] = name
+}
+
+// listenerAddress returns the socket address of the encoded listener b
+// (false for an API listener, or one without an IP address).
+func listenerAddress(b []byte) (netip.AddrPort, bool) {
+	const (
+		listenerAddressField = 2  // Listener.address
+		listenerAPIField     = 19 // Listener.api_listener
+	)
+	addr, ok := field(b, listenerAddressField)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	if _, api := field(b, listenerAPIField); api {
+		return netip.AddrPort{}, false
+	}
+	sock, ok := field(addr, addressSocket)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	text, _ := field(sock, socketAddr)
+	ip, err := netip.ParseAddr(string(text))
+	if err != nil {
+		return netip.AddrPort{}, false
+	}
+	var port uint64
+	for b := sock; len(b) > 0; {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			break
+		}
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if m < 0 {
+			break
+		}
+		if num == socketPortValue && typ == protowire.VarintType {
+			port, _ = protowire.ConsumeVarint(b[n:])
+		}
+		b = b[n+m:]
+	}
+	return netip.AddrPortFrom(ip, uint16(port)), true
+}
+
+// field returns the content of the last length-delimited field num of
+// the encoded message b.
+func field(b []byte, num protowire.Number) ([]byte, bool) {
+	var out []byte
+	found := false
+	for len(b) > 0 {
+		n, typ, l := protowire.ConsumeTag(b)
+		if l < 0 {
+			return nil, false
+		}
+		m := protowire.ConsumeFieldValue(n, typ, b[l:])
+		if m < 0 {
+			return nil, false
+		}
+		if n == num && typ == protowire.BytesType {
+			out, _ = protowire.ConsumeBytes(b[l:])
+			found = true
+		}
+		b = b[l+m:]
+	}
+	return out, found
 }
 
 func (v *validation) commonTLS(c *tlsv3.CommonTlsContext) {

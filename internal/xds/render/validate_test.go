@@ -673,14 +673,50 @@ func TestValidateSetEncoded(t *testing.T) {
 	}{
 		{"one missing", encoded[1:], fmt.Sprintf("references load assignment %q, which is not in the set", encoded[0].Name)},
 		{"one twice", append(slices.Clone(encoded), encoded[0]), fmt.Sprintf("load assignment %q appears twice in the set", encoded[0].Name)},
-		{"a secret", append(slices.Clone(encoded), Encoded{TypeURL: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", Name: "x"}), `type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret "x": only clusters and load assignments are encoded`},
+		{"a secret", append(slices.Clone(encoded), Encoded{TypeURL: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", Name: "x"}), `type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret "x": only listeners, clusters and load assignments are encoded`},
 		{"a cluster without its load assignment", append(slices.Clone(encoded), Encoded{TypeURL: clusterType, Name: "x", Refs: []Ref{{loadAssignmentType, "default/x"}}}), `cluster "x": references load assignment "default/x", which is not in the set`},
 		{"a cluster twice", append(slices.Clone(encoded), Encoded{TypeURL: clusterType, Name: r.Clusters[0].(*clusterv3.Cluster).GetName()}), "appears twice in the set"},
+		{"a listener on another's address", append(slices.Clone(encoded), Encoded{TypeURL: listenerType, Name: "copy", Bytes: mustMarshal(t, &listenerv3.Listener{Name: "copy", Address: r.Listeners[0].(*listenerv3.Listener).GetAddress()})}), fmt.Sprintf(`listener %q: listens on %s like listener "copy"`, r.Listeners[0].(*listenerv3.Listener).GetName(), listenerAddr(r.Listeners[0].(*listenerv3.Listener)))},
+		{"a listener without its routes", append(slices.Clone(encoded), Encoded{TypeURL: listenerType, Name: "l", Refs: []Ref{{typeOfKind["route configuration"], "r"}}}), `listener "l": references route configuration "r", which is not in the set`},
 		{"no name", append(slices.Clone(encoded), Encoded{TypeURL: loadAssignmentType}), "load assignment without a name"},
 	} {
 		err := vr.ValidateSet(nil, tc.encoded, rest...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error = %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func mustMarshal(t *testing.T, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func listenerAddr(l *listenerv3.Listener) netip.AddrPort {
+	sa := l.GetAddress().GetSocketAddress()
+	return netip.AddrPortFrom(netip.MustParseAddr(sa.GetAddress()), uint16(sa.GetPortValue()))
+}
+
+// TestListenerAddress: the address of an encoded listener is read from
+// its bytes as from its message; an API listener and one without an IP
+// address have none.
+func TestListenerAddress(t *testing.T) {
+	for _, tc := range []struct {
+		l    *listenerv3.Listener
+		want string
+	}{
+		{&listenerv3.Listener{Name: "a", Address: socketAddress(netip.MustParseAddr("10.0.0.1"), 8080)}, "10.0.0.1:8080"},
+		{&listenerv3.Listener{Name: "b", Address: socketAddress(netip.MustParseAddr("2001:db8::1"), 65535)}, "[2001:db8::1]:65535"},
+		{&listenerv3.Listener{Name: "c", Address: socketAddress(netip.MustParseAddr("10.0.0.1"), 80), ApiListener: &listenerv3.ApiListener{}}, ""},
+		{&listenerv3.Listener{Name: "d"}, ""},
+	} {
+		got, ok := listenerAddress(mustMarshal(t, tc.l))
+		if ok != (tc.want != "") || ok && got.String() != tc.want {
+			t.Errorf("%s: %v %v, want %q", tc.l.GetName(), got, ok, tc.want)
 		}
 	}
 }
