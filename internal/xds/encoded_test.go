@@ -12,10 +12,10 @@ import (
 )
 
 // TestPublishedEqualsRenderedMessages: what the publisher publishes for
-// W, its load assignments, clusters and outbound listeners written as
-// bytes (encoded Resources), is byte for byte what rendering each proxy
-// as messages and marshalling them gives, and every load assignment,
-// cluster and outbound listener took the encoded path.
+// W, its load assignments, clusters, route configurations and outbound
+// listeners written as bytes (encoded Resources), is byte for byte what
+// rendering each proxy as messages and marshalling them gives, and every
+// one of those took the encoded path.
 func TestPublishedEqualsRenderedMessages(t *testing.T) {
 	p, _, c := benchPublisher(t, 100, 3)
 	m := render.Mesh{View: p.view}
@@ -52,6 +52,13 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 		for _, x := range es {
 			add("e "+x.GetClusterName(), x)
 		}
+		rs, err := render.Routes(m, px)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range rs {
+			add("r "+x.GetName(), x)
+		}
 		ls, err := render.Listeners(m, px)
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +73,7 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 		}
 		encoded := map[string]int{}
 		view := c.View(id)
-		for typeURL, prefix := range map[string]string{resource.ClusterType: "c ", resource.EndpointType: "e ", resource.ListenerType: "l "} {
+		for typeURL, prefix := range map[string]string{resource.ClusterType: "c ", resource.EndpointType: "e ", resource.ListenerType: "l ", resource.RouteType: "r "} {
 			set := view[typeURL]
 			if set == nil {
 				t.Fatalf("node %s has no %s", id, typeURL)
@@ -88,8 +95,9 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 				}
 			}
 		}
-		if encoded[resource.ClusterType] != len(cs) || encoded[resource.EndpointType] != len(es) || encoded[resource.ListenerType] != outbound {
-			t.Errorf("node %s: %d of %d clusters, %d of %d load assignments and %d of %d outbound listeners encoded", id, encoded[resource.ClusterType], len(cs), encoded[resource.EndpointType], len(es), encoded[resource.ListenerType], outbound)
+		if encoded[resource.ClusterType] != len(cs) || encoded[resource.EndpointType] != len(es) || encoded[resource.ListenerType] != outbound || encoded[resource.RouteType] != len(rs) {
+			t.Errorf("node %s: %d of %d clusters, %d of %d load assignments, %d of %d outbound listeners and %d of %d route configurations encoded", id,
+				encoded[resource.ClusterType], len(cs), encoded[resource.EndpointType], len(es), encoded[resource.ListenerType], outbound, encoded[resource.RouteType], len(rs))
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -215,7 +216,7 @@ func compareGroupKeys(a, b groupKey) int {
 func (p *Publisher) renderGroup(g *group, n *node) error {
 	m := p.mesh()
 	px := p.renderProxy(n.proxy)
-	routes, err := render.Routes(m, px)
+	routes, encodedRoutes, err := render.RouteResources(m, px)
 	if err != nil {
 		return err
 	}
@@ -227,11 +228,11 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
-	rds, err := cache.InternedSet(p.interned, routes)
+	rds, err := groupSet(p, routes, (*routev3.RouteConfiguration)(nil), encodedRoutes)
 	if err != nil {
 		return err
 	}
-	cds, err := p.clusterSet(clusters, encoded)
+	cds, err := groupSet(p, clusters, (*clusterv3.Cluster)(nil), encoded)
 	if err != nil {
 		return err
 	}
@@ -257,14 +258,14 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	return nil
 }
 
-// clusterSet returns the Set of a group's clusters: those render built
-// as messages, and those it wrote as bytes (see render.ClusterResources).
-func (p *Publisher) clusterSet(msgs []*clusterv3.Cluster, encoded []render.Encoded) (*cache.Set, error) {
+// groupSet returns the Set of p's group's resources of one type (typ's): those
+// render built as messages, and those it wrote as bytes.
+func groupSet[T cache.Named](p *Publisher, msgs []T, typ proto.Message, encoded []render.Encoded) (*cache.Set, error) {
 	rs, err := cache.Resources(p.interned, msgs)
 	if err != nil {
 		return nil, err
 	}
-	if rs, err = p.appendEncoded(rs, (*clusterv3.Cluster)(nil), encoded); err != nil {
+	if rs, err = p.appendEncoded(rs, typ, encoded); err != nil {
 		return nil, err
 	}
 	return cache.NewSet(rs...)

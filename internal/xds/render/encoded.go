@@ -226,3 +226,71 @@ func (b *builder) encodedOutboundListener(m Mesh, o outbound) (Encoded, bool) {
 	mm.mu.Unlock()
 	return e, true
 }
+
+// encodedInboundRoute returns inboundRoute(svc, port) written from the
+// stamp of its shape (one per port); false if it cannot be, as
+// encodedEDSCluster.
+func encodedInboundRoute(m Mesh, svc mesh.MeshService, port spec.ServicePort) (Encoded, bool) {
+	mm := m.Memo
+	key := shapeKey{kind: memoInboundRoute, flavor: Envoy, port: port}
+	mm.mu.Lock()
+	sh := mm.shapes[key]
+	mm.mu.Unlock()
+	if sh == nil {
+		sh = mm.shapeOf(m, key, Envoy, localPlaceholders, func() (proto.Message, error) {
+			return inboundRoute(mesh.MeshService{Namespace: localPlaceholders[0], Name: localPlaceholders[1]}, port), nil
+		})
+	}
+	if sh.err != nil {
+		return Encoded{}, false
+	}
+	e, err := sh.write([]string{svc.Namespace, svc.Name})
+	return e, err == nil
+}
+
+// encodedOutboundRoute returns outboundRoutes(o, f) written from the
+// stamp of its shape (one per port and flavour), once per route name
+// while m.Memo serves m, for an upstream called directly; false for
+// another (a split, Gateway API routes), or if it cannot be, as
+// encodedEDSCluster.
+func encodedOutboundRoute(m Mesh, o outbound, f Flavor) (Encoded, bool) {
+	if o.gw != nil || len(o.split) > 0 || o.subset || len(o.splitMatches) > 0 || !o.direct {
+		return Encoded{}, false
+	}
+	mm := m.Memo
+	name := o.routeName(f)
+	at := memoKey{kind: memoRoute, name: name}
+	mm.mu.Lock()
+	mm.use(m)
+	e, ok := mm.encoded[at]
+	mm.mu.Unlock()
+	if ok {
+		return e, true
+	}
+	key := shapeKey{kind: memoRoute, flavor: f, port: o.port}
+	mm.mu.Lock()
+	sh := mm.shapes[key]
+	mm.mu.Unlock()
+	if sh == nil {
+		sh = mm.shapeOf(m, key, f, localPlaceholders, func() (proto.Message, error) {
+			tmpl := outbound{info: o.info, port: o.port, direct: true}
+			tmpl.info.Service = mesh.MeshService{Namespace: localPlaceholders[0], Name: localPlaceholders[1]}
+			return outboundRoutes(tmpl, f), nil
+		})
+	}
+	if sh.err != nil {
+		return Encoded{}, false
+	}
+	e, err := sh.write([]string{o.info.Service.Namespace, o.info.Service.Name})
+	if err != nil || e.Name != name {
+		return Encoded{}, false
+	}
+	mm.mu.Lock()
+	if have, ok := mm.encoded[at]; ok {
+		e = have
+	} else {
+		mm.encoded[at] = e
+	}
+	mm.mu.Unlock()
+	return e, true
+}

@@ -10,6 +10,7 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -239,5 +240,86 @@ func TestSharedListenerResourcesStampEqualsBuilt(t *testing.T) {
 	}
 	if stamped == 0 || built == 0 {
 		t.Errorf("%d outbound listeners stamped, %d built: the meshes no longer test both paths", stamped, built)
+	}
+}
+
+// TestRouteResourcesStampEqualsBuilt: for every proxy of the test meshes
+// in both flavours, RouteResources gives the route configurations Routes
+// builds, byte for byte, the inbound ones and those of upstreams called
+// directly stamped (with the references the Validator finds in the built
+// ones), the rest (splits) built; and the sets validate with them.
+func TestRouteResourcesStampEqualsBuilt(t *testing.T) {
+	eps := bookstoreEndpoints(t)
+	meshes := map[string]Mesh{
+		"smi":                meshOf(bookstoreSpec(t, false).Snapshot(), eps),
+		"permissive":         meshOf(bookstoreSpec(t, true).Snapshot(), eps),
+		"split-matches-root": splitMatchesEmptyRoot(t),
+		"policy":             policyMesh(t),
+		"tcp-only":           tcpOnlyMesh(t),
+	}
+	stamped, built := map[Flavor]int{}, 0
+	for name, m := range meshes {
+		for _, f := range []Flavor{Envoy, GRPC} {
+			m := m
+			m.Memo = NewMemo()
+			for _, info := range m.Spec().Services() {
+				p := Proxy{Service: info.Service, Flavor: f, Address: netip.MustParseAddr("10.0.0.2")}
+				label := fmt.Sprintf("%s/%s/%s", name, f, info.Service)
+				want, err := Routes(Mesh{View: m.View}, p)
+				if err != nil {
+					t.Fatalf("%s: %v", label, err)
+				}
+				msgs, enc, err := RouteResources(m, p)
+				if err != nil {
+					t.Fatalf("%s: %v", label, err)
+				}
+				if len(msgs)+len(enc) != len(want) {
+					t.Errorf("%s: %d route configurations as messages and %d stamped; %d built", label, len(msgs), len(enc), len(want))
+				}
+				byName := map[string]proto.Message{}
+				for _, r := range want {
+					byName[r.GetName()] = r
+				}
+				for _, r := range msgs {
+					if !proto.Equal(r, byName[r.GetName()]) {
+						t.Errorf("%s: route configuration %s differs from the built one", label, r.GetName())
+					}
+					built++
+				}
+				for _, e := range enc {
+					w, ok := byName[e.Name]
+					if !ok {
+						t.Errorf("%s: stamped route configuration %q was not built", label, e.Name)
+						continue
+					}
+					if wb := mustMarshal(t, w); e.TypeURL != routeType || !bytes.Equal(e.Bytes, wb) {
+						t.Errorf("%s: stamped route configuration %q\n%x\nbuilt\n%x", label, e.Name, e.Bytes, wb)
+					}
+					refs, _ := walkOne(f, w)
+					var wantRefs []Ref
+					for _, r := range refs {
+						wantRefs = append(wantRefs, Ref{typeOfKind[r.kind], r.name})
+					}
+					if !slices.Equal(e.Refs, wantRefs) {
+						t.Errorf("%s: stamped route configuration %q references %v; the built one %v", label, e.Name, e.Refs, wantRefs)
+					}
+					stamped[f]++
+				}
+				r := renderAll(t, Mesh{View: m.View}, p)
+				var rest []proto.Message
+				for _, x := range r.all() {
+					if rc, ok := x.(*routev3.RouteConfiguration); ok && slices.ContainsFunc(enc, func(e Encoded) bool { return e.Name == rc.GetName() }) {
+						continue
+					}
+					rest = append(rest, x)
+				}
+				if err := NewValidator(f).ValidateSet(nil, enc, rest...); err != nil {
+					t.Errorf("%s: %v", label, err)
+				}
+			}
+		}
+	}
+	if stamped[Envoy] == 0 || stamped[GRPC] == 0 || built == 0 {
+		t.Errorf("route configurations stamped %v, %d built: the meshes no longer test both paths and both flavours", stamped, built)
 	}
 }

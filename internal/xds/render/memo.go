@@ -94,6 +94,7 @@ const (
 	memoGRPCServerChain // the filter chain of a gRPC server listener (any address)
 	memoRefusal         // the API listener body of a refusal listener (by gRPC code)
 	memoLocalCluster    // a shape of local cluster (see encodedLocalCluster)
+	memoInboundRoute    // a shape of inbound route configuration (see encodedInboundRoute)
 )
 
 // memoKey names a shared message by what determines its content within one

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
 )
 
@@ -20,32 +21,60 @@ import (
 // Outbound route configurations depend only on the upstream (and on which
 // of its split backends the caller may reach), never on the caller.
 func Routes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
+	out, _, err := routes(m, p, false)
+	return out, err
+}
+
+// RouteResources returns the route configurations of Routes, the inbound
+// ones and those of upstreams called directly (no split, no Gateway API
+// routes) written as bytes from the stamp of their shape (see stamp): the
+// xDS publisher's form. It needs m.Memo; without one every route
+// configuration is a message.
+func RouteResources(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, []Encoded, error) {
+	return routes(m, p, m.Memo != nil)
+}
+
+func routes(m Mesh, p Proxy, encode bool) ([]*routev3.RouteConfiguration, []Encoded, error) {
 	self, err := m.check(p)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if _, ok := egressGatewayOf(m, p); ok {
-		return nil, nil // its filter chains forward bytes
+		return nil, nil, nil // its filter chains forward bytes
 	}
 	if p.Flavor == Gateway {
-		return gatewayRoutes(m, p)
+		out, err := gatewayRoutes(m, p)
+		return out, nil, err
 	}
 	var out []*routev3.RouteConfiguration
+	var enc []Encoded
+	outbounds := plan(m, p, self)
+	if encode {
+		enc = make([]Encoded, 0, len(self.Ports)+len(outbounds))
+	}
 	if p.Flavor == Envoy {
 		for _, port := range sortedPorts(self) {
 			if !isHTTP(port) {
 				continue
 			}
-			name := InboundName(self.Service, port.Port)
-			out = append(out, routeConfig(name, &routev3.Route{
-				Match:  prefixMatch(),
-				Action: &routev3.Route_Route{Route: routeAction(port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: LocalClusterName(self.Service, port.Port)}})},
-			}))
+			if encode {
+				if e, ok := encodedInboundRoute(m, self.Service, port); ok {
+					enc = append(enc, e)
+					continue
+				}
+			}
+			out = append(out, inboundRoute(self.Service, port))
 		}
 	}
-	for _, o := range plan(m, p, self) {
+	for _, o := range outbounds {
 		if !isHTTP(o.port) {
 			continue
+		}
+		if encode {
+			if e, ok := encodedOutboundRoute(m, o, p.Flavor); ok {
+				enc = append(enc, e)
+				continue
+			}
 		}
 		out = append(out, memoised(m, &builder{}, memoKey{kind: memoRoute, name: o.routeName(p.Flavor)}, func() *routev3.RouteConfiguration {
 			return outboundRoutes(o, p.Flavor)
@@ -57,7 +86,16 @@ func Routes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 		}
 	}
 	sortByName(out, (*routev3.RouteConfiguration).GetName)
-	return out, nil
+	return out, enc, nil
+}
+
+// inboundRoute is the route configuration of an Envoy inbound HTTP or
+// gRPC port: everything to the local application.
+func inboundRoute(svc mesh.MeshService, port spec.ServicePort) *routev3.RouteConfiguration {
+	return routeConfig(InboundName(svc, port.Port), &routev3.Route{
+		Match:  prefixMatch(),
+		Action: &routev3.Route_Route{Route: routeAction(port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: LocalClusterName(svc, port.Port)}})},
+	})
 }
 
 func routeConfig(name string, routes ...*routev3.Route) *routev3.RouteConfiguration {

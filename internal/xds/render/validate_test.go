@@ -673,7 +673,7 @@ func TestValidateSetEncoded(t *testing.T) {
 	}{
 		{"one missing", encoded[1:], fmt.Sprintf("references load assignment %q, which is not in the set", encoded[0].Name)},
 		{"one twice", append(slices.Clone(encoded), encoded[0]), fmt.Sprintf("load assignment %q appears twice in the set", encoded[0].Name)},
-		{"a secret", append(slices.Clone(encoded), Encoded{TypeURL: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", Name: "x"}), `type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret "x": only listeners, clusters and load assignments are encoded`},
+		{"a secret", append(slices.Clone(encoded), Encoded{TypeURL: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", Name: "x"}), `type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret "x": only listeners, route configurations, clusters and load assignments are encoded`},
 		{"a cluster without its load assignment", append(slices.Clone(encoded), Encoded{TypeURL: clusterType, Name: "x", Refs: []Ref{{loadAssignmentType, "default/x"}}}), `cluster "x": references load assignment "default/x", which is not in the set`},
 		{"a cluster twice", append(slices.Clone(encoded), Encoded{TypeURL: clusterType, Name: r.Clusters[0].(*clusterv3.Cluster).GetName()}), "appears twice in the set"},
 		{"a listener on another's address", append(slices.Clone(encoded), Encoded{TypeURL: listenerType, Name: "copy", Bytes: mustMarshal(t, &listenerv3.Listener{Name: "copy", Address: r.Listeners[0].(*listenerv3.Listener).GetAddress()})}), fmt.Sprintf(`listener %q: listens on %s like listener "copy"`, r.Listeners[0].(*listenerv3.Listener).GetName(), listenerAddr(r.Listeners[0].(*listenerv3.Listener)))},
