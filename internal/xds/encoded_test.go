@@ -12,10 +12,10 @@ import (
 )
 
 // TestPublishedEqualsRenderedMessages: what the publisher publishes for
-// W, its load assignments, clusters, route configurations and outbound
-// listeners written as bytes (encoded Resources), is byte for byte what
-// rendering each proxy as messages and marshalling them gives, and every
-// one of those took the encoded path.
+// W, its load assignments, clusters, route configurations, outbound
+// listeners and service certificate secrets written as bytes (encoded
+// Resources), is byte for byte what rendering each proxy as messages and
+// marshalling them gives, and every one of those took the encoded path.
 func TestPublishedEqualsRenderedMessages(t *testing.T) {
 	p, _, c := benchPublisher(t, 100, 3)
 	m := render.Mesh{View: p.view}
@@ -59,6 +59,17 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 		for _, x := range rs {
 			add("r "+x.GetName(), x)
 		}
+		cert, err := p.certs.RequestServiceCertificate(t.Context(), p.serviceAccount(n.proxy.Service))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ss, err := render.Secrets(cert.GetCertificateChain(), cert.GetPrivateKey(), p.certs.RootPEM())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range ss {
+			add("s "+x.GetName(), x)
+		}
 		ls, err := render.Listeners(m, px)
 		if err != nil {
 			t.Fatal(err)
@@ -73,7 +84,7 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 		}
 		encoded := map[string]int{}
 		view := c.View(id)
-		for typeURL, prefix := range map[string]string{resource.ClusterType: "c ", resource.EndpointType: "e ", resource.ListenerType: "l ", resource.RouteType: "r "} {
+		for typeURL, prefix := range map[string]string{resource.ClusterType: "c ", resource.EndpointType: "e ", resource.ListenerType: "l ", resource.RouteType: "r ", resource.SecretType: "s "} {
 			set := view[typeURL]
 			if set == nil {
 				t.Fatalf("node %s has no %s", id, typeURL)
@@ -95,9 +106,9 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 				}
 			}
 		}
-		if encoded[resource.ClusterType] != len(cs) || encoded[resource.EndpointType] != len(es) || encoded[resource.ListenerType] != outbound || encoded[resource.RouteType] != len(rs) {
-			t.Errorf("node %s: %d of %d clusters, %d of %d load assignments, %d of %d outbound listeners and %d of %d route configurations encoded", id,
-				encoded[resource.ClusterType], len(cs), encoded[resource.EndpointType], len(es), encoded[resource.ListenerType], outbound, encoded[resource.RouteType], len(rs))
+		if encoded[resource.ClusterType] != len(cs) || encoded[resource.EndpointType] != len(es) || encoded[resource.ListenerType] != outbound || encoded[resource.RouteType] != len(rs) || encoded[resource.SecretType] != 1 {
+			t.Errorf("node %s: %d of %d clusters, %d of %d load assignments, %d of %d outbound listeners, %d of %d route configurations and %d secrets encoded (want the service's)", id,
+				encoded[resource.ClusterType], len(cs), encoded[resource.EndpointType], len(es), encoded[resource.ListenerType], outbound, encoded[resource.RouteType], len(rs), encoded[resource.SecretType])
 		}
 	}
 }

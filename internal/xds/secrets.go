@@ -95,19 +95,27 @@ func (p *Publisher) buildSecrets(ctx context.Context, sa mesh.ServiceAccount) (*
 	if err != nil {
 		return nil, fmt.Errorf("service certificate of %s: %w", sa, err)
 	}
-	root := p.certs.RootPEM()
-	secrets, err := render.Secrets(cert.GetCertificateChain(), cert.GetPrivateKey(), root)
+	// The mesh CA's secret is the same for every account: every set
+	// shares one message, marshalled and validated once. The service's
+	// is written as bytes (render.EncodeServiceCertSecret), never built
+	// to be sent.
+	root, err := p.rootSecret(p.certs.RootPEM())
 	if err != nil {
 		return nil, err
 	}
-	// The mesh CA's secret is the same for every account: every set
-	// shares one message, marshalled and validated once.
-	for i, s := range secrets {
-		if s.GetName() == render.RootCASecret {
-			secrets[i] = p.rootSecret(root, s)
-		}
+	rootRes, err := p.interned.Resource(render.RootCASecret, root)
+	if err != nil {
+		return nil, err
 	}
-	set, err := cache.InternedSet(p.interned, secrets)
+	b, err := render.EncodeServiceCertSecret(nil, cert.GetCertificateChain(), cert.GetPrivateKey())
+	if err != nil {
+		return nil, err
+	}
+	certRes, err := p.interned.EncodedResource(render.ServiceCertSecret, (*tlsv3.Secret)(nil), b, func() []cache.Reference { return nil })
+	if err != nil {
+		return nil, err
+	}
+	set, err := cache.NewSet(rootRes, certRes)
 	if err != nil {
 		return nil, err
 	}
@@ -118,15 +126,19 @@ func (p *Publisher) buildSecrets(ctx context.Context, sa mesh.ServiceAccount) (*
 	return set, nil
 }
 
-// rootSecret returns the root CA secret rendered for root first, or s
-// (rendered for root), which it remembers, when root changed.
-func (p *Publisher) rootSecret(root []byte, s *tlsv3.Secret) *tlsv3.Secret {
+// rootSecret returns the root CA secret of root: the one rendered first
+// for it, which it remembers until root changes.
+func (p *Publisher) rootSecret(root []byte) (*tlsv3.Secret, error) {
 	p.secretsMu.Lock()
 	defer p.secretsMu.Unlock()
 	if p.root.secret == nil || !bytes.Equal(p.root.pem, root) {
+		s, err := render.RootSecret(root)
+		if err != nil {
+			return nil, err
+		}
 		p.root.pem, p.root.secret = root, s
 	}
-	return p.root.secret
+	return p.root.secret, nil
 }
 
 func (p *Publisher) publishSecrets(ctx context.Context, n *node) {

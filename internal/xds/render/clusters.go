@@ -224,6 +224,7 @@ func EncodeClusterLoadAssignment(b []byte, m Mesh, svc mesh.MeshService) ([]byte
 	for _, ap := range addrs {
 		size += sizeNested(lbEndpointSize(len(ap.Addr().AppendTo(text[:0])), ap.Port()))
 	}
+	b = slices.Grow(b, sizeNested(size))
 	b = protowire.AppendTag(b, claEndpoints, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(size))
 	b = protowire.AppendTag(b, localityLocality, protowire.BytesType)

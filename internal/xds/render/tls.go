@@ -3,12 +3,14 @@ package render
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -162,6 +164,50 @@ func (b *builder) transportSocket(m proto.Message) *corev3.TransportSocket {
 	return &corev3.TransportSocket{Name: tlsTransportSocket, ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: b.any(m)}}
 }
 
+// Field numbers of the messages EncodeServiceCertSecret writes
+// (envoy/extensions/transport_sockets/tls/v3, envoy/config/core/v3).
+const (
+	secretName            = 1 // Secret.name
+	secretTLSCertificate  = 2 // Secret.tls_certificate, of the oneof type
+	tlsCertificateChain   = 1 // TlsCertificate.certificate_chain (DataSource)
+	tlsCertificatePrivKey = 2 // TlsCertificate.private_key (DataSource)
+	dataSourceInlineBytes = 2 // DataSource.inline_bytes, of the oneof specifier
+)
+
+// EncodeServiceCertSecret appends to b the wire encoding of the
+// ServiceCertSecret of Secrets(certChainPEM, keyPEM, ...) and returns it:
+// byte for byte protobuf-go's deterministic marshal of the message
+// (TestEncodeServiceCertSecret), written directly. What
+// protoc-gen-validate checks of it (inline bytes not empty) is checked
+// here: an empty PEM is an error, as in Secrets.
+func EncodeServiceCertSecret(b []byte, certChainPEM, keyPEM []byte) ([]byte, error) {
+	for _, x := range []struct {
+		what string
+		pem  []byte
+	}{{"service certificate chain", certChainPEM}, {"service private key", keyPEM}} {
+		if len(x.pem) == 0 {
+			return nil, fmt.Errorf("render: secrets: empty %s: pass the PEM issued for the proxy's service", x.what)
+		}
+	}
+	source := func(pem []byte) int { return sizeNested(len(pem)) }
+	tls := sizeNested(source(certChainPEM)) + sizeNested(source(keyPEM))
+	b = slices.Grow(b, sizeNested(len(ServiceCertSecret))+sizeNested(tls))
+	b = protowire.AppendTag(b, secretName, protowire.BytesType)
+	b = protowire.AppendString(b, ServiceCertSecret)
+	b = protowire.AppendTag(b, secretTLSCertificate, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(tls))
+	for _, x := range []struct {
+		num protowire.Number
+		pem []byte
+	}{{tlsCertificateChain, certChainPEM}, {tlsCertificatePrivKey, keyPEM}} {
+		b = protowire.AppendTag(b, x.num, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(source(x.pem)))
+		b = protowire.AppendTag(b, dataSourceInlineBytes, protowire.BytesType)
+		b = protowire.AppendBytes(b, x.pem)
+	}
+	return b, nil
+}
+
 // Secrets returns the SDS secrets of a proxy (Envoy flavour): its service's
 // certificate chain and private key as ServiceCertSecret and the mesh CA as
 // RootCASecret, all PEM. The secrets of one service are identical for all
@@ -180,14 +226,27 @@ func Secrets(certChainPEM, keyPEM, rootPEM []byte) ([]*tlsv3.Secret, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	inline := func(b []byte) *corev3.DataSource {
-		return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
-	}
 	return []*tlsv3.Secret{
-		{Name: RootCASecret, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{TrustedCa: inline(rootPEM)}}},
+		rootSecret(rootPEM),
 		{Name: ServiceCertSecret, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
-			CertificateChain: inline(certChainPEM),
-			PrivateKey:       inline(keyPEM),
+			CertificateChain: inlineBytes(certChainPEM),
+			PrivateKey:       inlineBytes(keyPEM),
 		}}},
 	}, nil
+}
+
+// RootSecret returns the RootCASecret of Secrets(..., rootPEM).
+func RootSecret(rootPEM []byte) (*tlsv3.Secret, error) {
+	if len(rootPEM) == 0 {
+		return nil, fmt.Errorf("render: secrets: empty mesh root certificate")
+	}
+	return rootSecret(rootPEM), nil
+}
+
+func rootSecret(rootPEM []byte) *tlsv3.Secret {
+	return &tlsv3.Secret{Name: RootCASecret, Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{TrustedCa: inlineBytes(rootPEM)}}}
+}
+
+func inlineBytes(b []byte) *corev3.DataSource {
+	return &corev3.DataSource{Specifier: &corev3.DataSource_InlineBytes{InlineBytes: b}}
 }

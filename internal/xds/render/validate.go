@@ -199,12 +199,13 @@ var (
 	clusterType        = typeURLOf(&clusterv3.Cluster{})
 	listenerType       = typeURLOf(&listenerv3.Listener{})
 	routeType          = typeURLOf(&routev3.RouteConfiguration{})
+	secretType         = typeURLOf(&tlsv3.Secret{})
 	kindOfType         = map[string]string{
-		listenerType:               "listener",
-		routeType:                  "route configuration",
-		clusterType:                "cluster",
-		loadAssignmentType:         "load assignment",
-		typeURLOf(&tlsv3.Secret{}): "secret",
+		listenerType:       "listener",
+		routeType:          "route configuration",
+		clusterType:        "cluster",
+		loadAssignmentType: "load assignment",
+		secretType:         "secret",
 	}
 	typeOfKind = func() map[string]string {
 		out := map[string]string{}
@@ -220,8 +221,8 @@ func typeURLOf(m proto.Message) string { return "type.googleapis.com/" + string(
 // ValidateSet checks one proxy's complete set as ValidateWith does, some
 // of its resources given as encoded: those are not walked, and what they
 // and the rest reference is looked for among them too. Only listeners
-// (whose address is read from Bytes), route configurations, clusters and
-// load assignments are encoded.
+// (whose address is read from Bytes), route configurations, clusters,
+// load assignments and secrets are encoded.
 func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto.Message) error {
 	v, _ := vr.scratch.Get().(*validation)
 	if v == nil {
@@ -238,13 +239,18 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 			v.add(v.clusters, "cluster", e.Name)
 		case routeType:
 			v.add(v.routes, "route configuration", e.Name)
+		case secretType:
+			if v.flavor == GRPC {
+				v.errs = append(v.errs, finding{nil, fmt.Sprintf("secret %q: gRPC has no SDS; its TLS comes from certificate provider %q", e.Name, CertProviderInstance)})
+			}
+			v.add(v.secrets, "secret", e.Name)
 		case listenerType:
 			v.add(v.listeners, "listener", e.Name)
 			if addr, ok := listenerAddress(e.Bytes); ok {
 				v.claimAddress(addr, e.Name, "listener "+strconv.Quote(e.Name)+": ")
 			}
 		default:
-			v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q: only listeners, route configurations, clusters and load assignments are encoded", e.TypeURL, e.Name)})
+			v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q: only listeners, route configurations, clusters, load assignments and secrets are encoded", e.TypeURL, e.Name)})
 			continue
 		}
 		for _, r := range e.Refs {

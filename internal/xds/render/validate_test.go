@@ -1,6 +1,7 @@
 package render
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -673,7 +674,8 @@ func TestValidateSetEncoded(t *testing.T) {
 	}{
 		{"one missing", encoded[1:], fmt.Sprintf("references load assignment %q, which is not in the set", encoded[0].Name)},
 		{"one twice", append(slices.Clone(encoded), encoded[0]), fmt.Sprintf("load assignment %q appears twice in the set", encoded[0].Name)},
-		{"a secret", append(slices.Clone(encoded), Encoded{TypeURL: "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret", Name: "x"}), `type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret "x": only listeners, route configurations, clusters and load assignments are encoded`},
+		{"a filter chain", append(slices.Clone(encoded), Encoded{TypeURL: "type.googleapis.com/envoy.config.listener.v3.FilterChain", Name: "x"}), `type.googleapis.com/envoy.config.listener.v3.FilterChain "x": only listeners, route configurations, clusters, load assignments and secrets are encoded`},
+		{"a secret twice", append(slices.Clone(encoded), Encoded{TypeURL: secretType, Name: ServiceCertSecret}), `secret "service-cert" appears twice in the set`},
 		{"a cluster without its load assignment", append(slices.Clone(encoded), Encoded{TypeURL: clusterType, Name: "x", Refs: []Ref{{loadAssignmentType, "default/x"}}}), `cluster "x": references load assignment "default/x", which is not in the set`},
 		{"a cluster twice", append(slices.Clone(encoded), Encoded{TypeURL: clusterType, Name: r.Clusters[0].(*clusterv3.Cluster).GetName()}), "appears twice in the set"},
 		{"a listener on another's address", append(slices.Clone(encoded), Encoded{TypeURL: listenerType, Name: "copy", Bytes: mustMarshal(t, &listenerv3.Listener{Name: "copy", Address: r.Listeners[0].(*listenerv3.Listener).GetAddress()})}), fmt.Sprintf(`listener %q: listens on %s like listener "copy"`, r.Listeners[0].(*listenerv3.Listener).GetName(), listenerAddr(r.Listeners[0].(*listenerv3.Listener)))},
@@ -684,6 +686,57 @@ func TestValidateSetEncoded(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error = %v, want one containing %q", tc.name, err, tc.want)
 		}
+	}
+	// gRPC has no SDS, encoded or not.
+	err := NewValidator(GRPC).ValidateSet(nil, []Encoded{{TypeURL: secretType, Name: ServiceCertSecret}})
+	if err == nil || !strings.Contains(err.Error(), `secret "service-cert": gRPC has no SDS`) {
+		t.Errorf("an encoded secret for gRPC: error = %v", err)
+	}
+}
+
+// TestEncodeServiceCertSecret: the encoder writes exactly the bytes
+// protobuf-go's deterministic marshal gives for the service certificate
+// secret Secrets builds, for PEMs of every varint length of their own and
+// of the messages around them, and what it writes validates; an empty
+// PEM is an error naming it.
+func TestEncodeServiceCertSecret(t *testing.T) {
+	for _, n := range []int{1, 100, 119, 120, 127, 128, 16000, 16380, 16384, 70000} {
+		chain, key := []byte(strings.Repeat("c", n)), []byte(strings.Repeat("k", n/2+1))
+		ss, err := Secrets(chain, key, testRootPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []byte
+		for _, s := range ss {
+			if s.GetName() == ServiceCertSecret {
+				want = mustMarshal(t, s)
+			}
+		}
+		got, err := EncodeServiceCertSecret([]byte("kept"), chain, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, append([]byte("kept"), want...)) {
+			t.Fatalf("PEMs of %d bytes: encoded\n%x\nwant\n%x", n, got, want)
+		}
+		s := &tlsv3.Secret{}
+		if err := proto.Unmarshal(got[4:], s); err != nil {
+			t.Fatal(err)
+		}
+		if err := Validate(Envoy, s); err != nil {
+			t.Errorf("PEMs of %d bytes: %v", n, err)
+		}
+	}
+	for _, tc := range []struct {
+		chain, key []byte
+		want       string
+	}{{nil, testKeyPEM, "empty service certificate chain"}, {testCertPEM, nil, "empty service private key"}} {
+		if _, err := EncodeServiceCertSecret(nil, tc.chain, tc.key); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error = %v, want one containing %q", err, tc.want)
+		}
+	}
+	if _, err := RootSecret(nil); err == nil {
+		t.Error("RootSecret of no PEM: no error")
 	}
 }
 
