@@ -178,7 +178,7 @@ func (c *Cache) NewResource(name string, msg proto.Message) (*Resource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cache: marshalling resource %q: %w", name, err)
 	}
-	r := c.newResource(name, c.typeURLOf(msg), b)
+	r := c.fill(&resourceBlock{}, name, c.typeURLOf(msg), b)
 	r.msg = msg
 	return r, nil
 }
@@ -195,18 +195,17 @@ func (c *Cache) NewEncodedResource(name string, typ proto.Message, b []byte, ref
 	if name == "" {
 		return nil, errors.New("cache: resource name is empty")
 	}
-	r := c.newResource(name, c.typeURLOf(typ), b)
-	r.lazy = &lazyMessage{typ: typ.ProtoReflect().Type(), refs: refs}
+	blk := &encodedBlock{}
+	r := c.fill(&blk.resourceBlock, name, c.typeURLOf(typ), b)
+	blk.lazy.typ, blk.lazy.refs = typ.ProtoReflect().Type(), refs
+	r.lazy = &blk.lazy
 	return r, nil
 }
 
-// newResource makes the Resource of b, msg's encoding (msg may be nil:
-// see NewEncodedResource).
-func (c *Cache) newResource(name, typeURL string, b []byte) *Resource {
+// fill makes blk the Resource of b, a message's encoding, and returns it.
+func (c *Cache) fill(blk *resourceBlock, name, typeURL string, b []byte) *Resource {
 	c.marshals.Add(1)
 	version := digestString(xxhash.Sum64(b)) // the content's hash (xxHash: fnv, byte by byte, was 3% of a full render)
-	// One allocation for the Resource and the two messages it hands out.
-	blk := &resourceBlock{}
 	blk.any.TypeUrl, blk.any.Value = typeURL, b
 	blk.delta.Name, blk.delta.Version, blk.delta.Resource = name, version, &blk.any
 	blk.r = Resource{
@@ -220,11 +219,18 @@ func (c *Cache) newResource(name, typeURL string, b []byte) *Resource {
 	return &blk.r
 }
 
-// resourceBlock is a Resource with its Any and delta Resource.
+// resourceBlock is a Resource with its Any and delta Resource: one
+// allocation for the Resource and the two messages it hands out.
 type resourceBlock struct {
 	r     Resource
 	any   anypb.Any
 	delta discovery.Resource
+}
+
+// encodedBlock is an encoded Resource's block, with its lazy message.
+type encodedBlock struct {
+	resourceBlock
+	lazy lazyMessage
 }
 
 // typeURLOf returns msg's type URL, one string per type (see typeURLs).

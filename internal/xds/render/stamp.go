@@ -298,18 +298,29 @@ func holeValue(segs []stampSeg, vals []string) string {
 }
 
 // check reports every hole whose value with vals breaks its field's
-// validation rules.
+// validation rules. Each value must be valid UTF-8 (then so is every
+// hole, the template's text being so); a hole is made into a string only
+// for a rule on its content.
 func (s *stamp) check(vals []string) error {
+	for i, v := range vals {
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("the value of placeholder %d, %q, is not valid UTF-8", i, v)
+		}
+	}
+	return s.checkRules(vals)
+}
+
+func (s *stamp) checkRules(vals []string) error {
 	var errs []error
 	for i := range s.parts {
 		p := &s.parts[i]
 		switch {
-		case p.hole != nil:
+		case p.hole != nil && p.rules != nil:
 			if err := checkValue(p.field, p.rules, holeValue(p.hole, vals)); err != nil {
 				errs = append(errs, err)
 			}
 		case p.nested != nil:
-			if err := p.nested.check(vals); err != nil {
+			if err := p.nested.checkRules(vals); err != nil {
 				errs = append(errs, err)
 			}
 		}

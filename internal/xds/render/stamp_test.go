@@ -53,6 +53,9 @@ func TestStampEDSClusterNameLengths(t *testing.T) {
 				t.Errorf("stamped name %q, want %q", e.Name, ClusterName(in.Service, f))
 			}
 		}
+		if _, err := sh.write([]string{"\xff", "a", "b", "c"}); err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
+			t.Errorf("a name that is not UTF-8: error = %v", err)
+		}
 	}
 }
 
