@@ -12,10 +12,11 @@ import (
 )
 
 // TestPublishedEqualsRenderedMessages: what the publisher publishes for
-// W, its load assignments, clusters, route configurations, outbound
-// listeners and service certificate secrets written as bytes (encoded
-// Resources), is byte for byte what rendering each proxy as messages and
-// marshalling them gives, and every one of those took the encoded path.
+// W, its load assignments, clusters, route configurations, listeners
+// (inbound and outbound) and service certificate secrets written as
+// bytes (encoded Resources), is byte for byte what rendering each proxy
+// as messages and marshalling them gives, and every one of those took
+// the encoded path.
 func TestPublishedEqualsRenderedMessages(t *testing.T) {
 	p, _, c := benchPublisher(t, 100, 3)
 	m := render.Mesh{View: p.view}
@@ -74,11 +75,9 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		outbound := 0
 		for _, x := range ls {
 			add("l "+x.GetName(), x)
 			if strings.HasPrefix(x.GetName(), "outbound|") {
-				outbound++
 				allOutbound++
 			}
 		}
@@ -106,9 +105,9 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 				}
 			}
 		}
-		if encoded[resource.ClusterType] != len(cs) || encoded[resource.EndpointType] != len(es) || encoded[resource.ListenerType] != outbound || encoded[resource.RouteType] != len(rs) || encoded[resource.SecretType] != 1 {
-			t.Errorf("node %s: %d of %d clusters, %d of %d load assignments, %d of %d outbound listeners, %d of %d route configurations and %d secrets encoded (want the service's)", id,
-				encoded[resource.ClusterType], len(cs), encoded[resource.EndpointType], len(es), encoded[resource.ListenerType], outbound, encoded[resource.RouteType], len(rs), encoded[resource.SecretType])
+		if encoded[resource.ClusterType] != len(cs) || encoded[resource.EndpointType] != len(es) || encoded[resource.ListenerType] != len(ls) || encoded[resource.RouteType] != len(rs) || encoded[resource.SecretType] != 1 {
+			t.Errorf("node %s: %d of %d clusters, %d of %d load assignments, %d of %d listeners, %d of %d route configurations and %d secrets encoded (want the service's)", id,
+				encoded[resource.ClusterType], len(cs), encoded[resource.EndpointType], len(es), encoded[resource.ListenerType], len(ls), encoded[resource.RouteType], len(rs), encoded[resource.SecretType])
 		}
 	}
 }

@@ -381,11 +381,11 @@ func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
 	}
 	// Only the listeners bound to this proxy's address are rendered here;
 	// the group holds the others.
-	own, err := render.PerProxyListeners(p.mesh(), p.renderProxy(n.proxy))
+	own, encodedOwn, err := render.PerProxyListenerResources(p.mesh(), p.renderProxy(n.proxy))
 	if err != nil {
 		return err
 	}
-	lds := make([]*cache.Resource, 0, len(own)+len(g.shared))
+	lds := make([]*cache.Resource, 0, len(own)+len(encodedOwn)+len(g.shared))
 	for _, l := range own {
 		r, err := p.cache.NewResource(l.GetName(), l)
 		if err != nil {
@@ -393,10 +393,22 @@ func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
 		}
 		lds = append(lds, r)
 	}
+	for _, e := range encodedOwn {
+		refs := make([]cache.Reference, len(e.Refs))
+		for i, r := range e.Refs {
+			refs[i] = cache.Reference(r)
+		}
+		r, err := p.cache.NewEncodedResource(e.Name, (*listenerv3.Listener)(nil), e.Bytes, refs...)
+		if err != nil {
+			return err
+		}
+		lds = append(lds, r)
+	}
+	ownCount := len(lds)
 	lds = append(lds, g.shared...)
 	real := func(name string) bool {
 		_, ok := slices.BinarySearchFunc(g.shared, name, func(r *cache.Resource, name string) int { return strings.Compare(r.Name(), name) })
-		return ok || slices.ContainsFunc(own, func(l *listenerv3.Listener) bool { return l.GetName() == name })
+		return ok || slices.ContainsFunc(lds[:ownCount], func(r *cache.Resource) bool { return r.Name() == name })
 	}
 	refused, err := p.refusals(n, real)
 	if err != nil {

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"net/netip"
 
+	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
+	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -38,13 +41,19 @@ type shapeRef struct {
 // shapeOf returns the shape of key, building it with newShape(f, phs,
 // build) the first time.
 func (mm *Memo) shapeOf(m Mesh, key shapeKey, f Flavor, phs []string, build func() (proto.Message, error)) *shape {
+	return mm.splicedShapeOf(m, key, f, phs, nil, build)
+}
+
+// splicedShapeOf is shapeOf for a template that holds splices (see
+// newStamp).
+func (mm *Memo) splicedShapeOf(m Mesh, key shapeKey, f Flavor, phs []string, splices [][]byte, build func() (proto.Message, error)) *shape {
 	mm.mu.Lock()
 	defer mm.mu.Unlock()
 	mm.use(m)
 	if sh := mm.shapes[key]; sh != nil {
 		return sh
 	}
-	sh := newShape(f, phs, build)
+	sh := newShape(f, phs, splices, build)
 	mm.shapes[key] = sh
 	return sh
 }
@@ -52,7 +61,7 @@ func (mm *Memo) shapeOf(m Mesh, key shapeKey, f Flavor, phs []string, build func
 // newShape returns the shape of the message build renders with the
 // placeholders phs: marshalled, walked by flavour f's checks, and made a
 // stamp.
-func newShape(f Flavor, phs []string, build func() (proto.Message, error)) *shape {
+func newShape(f Flavor, phs []string, splices [][]byte, build func() (proto.Message, error)) *shape {
 	msg, err := build()
 	if err != nil {
 		return &shape{err: err}
@@ -61,7 +70,7 @@ func newShape(f Flavor, phs []string, build func() (proto.Message, error)) *shap
 	if err != nil {
 		return &shape{err: err}
 	}
-	st, err := newStamp(b, msg.ProtoReflect().Descriptor(), phs)
+	st, err := newStamp(b, msg.ProtoReflect().Descriptor(), phs, splices)
 	if err != nil {
 		return &shape{err: err}
 	}
@@ -80,11 +89,16 @@ func newShape(f Flavor, phs []string, build func() (proto.Message, error)) *shap
 // write returns the resource of the shape with vals for its
 // placeholders, or why it cannot.
 func (sh *shape) write(vals []string) (Encoded, error) {
+	return sh.writeSpliced(vals, nil)
+}
+
+// writeSpliced is write for a shape with splices, spl in their places.
+func (sh *shape) writeSpliced(vals []string, spl [][]byte) (Encoded, error) {
 	if err := sh.st.check(vals); err != nil {
 		return Encoded{}, err
 	}
 	e := Encoded{TypeURL: sh.typeURL, Name: holeValue(sh.name, vals)}
-	e.Bytes = sh.st.fill(make([]byte, 0, sh.st.size(vals)), vals)
+	e.Bytes = sh.st.fill(make([]byte, 0, sh.st.size(vals, spl)), vals, spl)
 	for _, r := range sh.refs {
 		e.Refs = append(e.Refs, Ref{TypeURL: r.typeURL, Name: holeValue(r.name, vals)})
 	}
@@ -293,4 +307,94 @@ func encodedOutboundRoute(m Mesh, o outbound, f Flavor) (Encoded, bool) {
 	}
 	mm.mu.Unlock()
 	return e, true
+}
+
+// inboundAddrPlaceholder is the proxy address of an inbound listener's
+// template; its text is the template's third placeholder.
+var inboundAddrPlaceholder = netip.MustParseAddr("203.0.113.253")
+
+// rulesSplice is the RBAC rules of an inbound listener's template, which
+// every instance replaces with its own (encoded): valid, and unlike any
+// rules render makes (its policy's name holds a placeholder).
+var (
+	rulesSplice = &rbacv3.RBAC{Policies: map[string]*rbacv3.Policy{"\x00rules\x00": {
+		Permissions: []*rbacv3.Permission{{Rule: &rbacv3.Permission_Any{Any: true}}},
+		Principals:  []*rbacv3.Principal{{Identifier: &rbacv3.Principal_Any{Any: true}}},
+	}}}
+	rulesSpliceBytes, _ = proto.MarshalOptions{Deterministic: true}.Marshal(rulesSplice)
+)
+
+// encodedInboundListener returns inboundListener(m, p, self, port)
+// written from the stamp of its shape (one per port) with its RBAC rules
+// spliced in: built, validated (as its filter's, by walkOne) and encoded
+// once per service and port while m.Memo serves m. False if it cannot be,
+// as encodedEDSCluster: the listener is built then, and its validation
+// says what is wrong.
+func (b *builder) encodedInboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) (Encoded, bool) {
+	if !p.Address.IsValid() {
+		return Encoded{}, false
+	}
+	mm := m.Memo
+	name := InboundName(self.Service, port.Port)
+	at := memoKey{kind: memoInboundChain, name: name}
+	mm.mu.Lock()
+	mm.use(m)
+	rules, known := mm.rules[at]
+	mm.mu.Unlock()
+	if !known {
+		rules = inboundRulesBytes(m, self.Service, port, name)
+		mm.mu.Lock()
+		if have, ok := mm.rules[at]; ok {
+			rules = have
+		} else {
+			mm.rules[at] = rules
+		}
+		mm.mu.Unlock()
+	}
+	if !rules.ok {
+		return Encoded{}, false
+	}
+	key := shapeKey{kind: memoInboundListener, flavor: Envoy, port: port}
+	mm.mu.Lock()
+	sh := mm.shapes[key]
+	mm.mu.Unlock()
+	if sh == nil {
+		phs := []string{edsPlaceholders[0], edsPlaceholders[1], inboundAddrPlaceholder.String()}
+		sh = mm.splicedShapeOf(m, key, Envoy, phs, [][]byte{rulesSpliceBytes}, func() (proto.Message, error) {
+			tb := &builder{}
+			svc := mesh.MeshService{Namespace: phs[0], Name: phs[1]}
+			l := inboundListenerOf(InboundName(svc, port.Port), inboundAddrPlaceholder, port, tb.inboundChain(svc, port, rulesSplice))
+			return l, tb.err
+		})
+	}
+	if sh.err != nil {
+		return Encoded{}, false
+	}
+	e, err := sh.writeSpliced([]string{self.Service.Namespace, self.Service.Name, p.Address.String()}, [][]byte{rules.b})
+	if err != nil || e.Name != name {
+		return Encoded{}, false
+	}
+	return e, true
+}
+
+// encodedRules is an inbound listener's RBAC rules, encoded, if ok (they
+// passed validation).
+type encodedRules struct {
+	b  []byte
+	ok bool
+}
+
+// inboundRulesBytes returns the encoded inbound RBAC rules of svc's port,
+// validated as its listener's filter holds them (not ok if they fail).
+func inboundRulesBytes(m Mesh, svc mesh.MeshService, port spec.ServicePort, name string) encodedRules {
+	rules := inboundRBAC(m, svc, port, Envoy)
+	var filter proto.Message = &rbachttpv3.RBAC{Rules: rules}
+	if !isHTTP(port) {
+		filter = &rbacnetv3.RBAC{StatPrefix: name, Rules: rules}
+	}
+	if _, errs := walkOne(Envoy, filter); len(errs) > 0 {
+		return encodedRules{}
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(rules)
+	return encodedRules{b: b, ok: err == nil}
 }

@@ -323,3 +323,82 @@ func TestRouteResourcesStampEqualsBuilt(t *testing.T) {
 		t.Errorf("route configurations stamped %v, %d built: the meshes no longer test both paths and both flavours", stamped, built)
 	}
 }
+
+// TestPerProxyListenerResourcesStampEqualsBuilt: for every Envoy proxy of
+// the test meshes, on IPv4, IPv6 and zoned IPv6 addresses,
+// PerProxyListenerResources gives the inbound listeners PerProxyListeners
+// builds, byte for byte, stamped with their RBAC rules spliced in (HTTP,
+// gRPC and TCP ports; rules that allow some callers, everyone, or no
+// one), with the references the Validator finds in the built ones; the
+// sets validate with them.
+func TestPerProxyListenerResourcesStampEqualsBuilt(t *testing.T) {
+	eps := bookstoreEndpoints(t)
+	meshes := map[string]Mesh{
+		"smi":                meshOf(bookstoreSpec(t, false).Snapshot(), eps),
+		"permissive":         meshOf(bookstoreSpec(t, true).Snapshot(), eps),
+		"split-matches-root": splitMatchesEmptyRoot(t),
+		"policy":             policyMesh(t),
+		"tcp-only":           tcpOnlyMesh(t),
+	}
+	stamped := 0
+	for name, m := range meshes {
+		m.Memo = NewMemo()
+		for _, addr := range []string{"10.0.0.2", "2001:db8::2", "fe80::2%eth0"} {
+			for _, info := range m.Spec().Services() {
+				p := Proxy{Service: info.Service, Flavor: Envoy, Address: netip.MustParseAddr(addr)}
+				label := fmt.Sprintf("%s/%s/%s", name, addr, info.Service)
+				want, err := PerProxyListeners(Mesh{View: m.View}, p)
+				if err != nil {
+					t.Fatalf("%s: %v", label, err)
+				}
+				msgs, enc, err := PerProxyListenerResources(m, p)
+				if err != nil {
+					t.Fatalf("%s: %v", label, err)
+				}
+				if len(msgs) != 0 || len(enc) != len(want) {
+					t.Errorf("%s: %d inbound listeners as messages and %d stamped; %d built", label, len(msgs), len(enc), len(want))
+				}
+				byName := map[string]proto.Message{}
+				for _, l := range want {
+					byName[l.GetName()] = l
+				}
+				for _, e := range enc {
+					w, ok := byName[e.Name]
+					if !ok {
+						t.Errorf("%s: stamped listener %q was not built", label, e.Name)
+						continue
+					}
+					if wb := mustMarshal(t, w); e.TypeURL != listenerType || !bytes.Equal(e.Bytes, wb) {
+						t.Errorf("%s: stamped listener %q\n%x\nbuilt\n%x", label, e.Name, e.Bytes, wb)
+					}
+					refs, _ := walkOne(Envoy, w)
+					var wantRefs []Ref
+					for _, r := range refs {
+						wantRefs = append(wantRefs, Ref{typeOfKind[r.kind], r.name})
+					}
+					if !slices.Equal(e.Refs, wantRefs) {
+						t.Errorf("%s: stamped listener %q references %v; the built one %v", label, e.Name, e.Refs, wantRefs)
+					}
+					if got, ok := listenerAddress(e.Bytes); !ok || got.Addr() != p.Address {
+						t.Errorf("%s: stamped listener %q listens on %v", label, e.Name, got)
+					}
+					stamped++
+				}
+				r := renderAll(t, Mesh{View: m.View}, p)
+				var rest []proto.Message
+				for _, x := range r.all() {
+					if l, ok := x.(*listenerv3.Listener); ok && slices.ContainsFunc(enc, func(e Encoded) bool { return e.Name == l.GetName() }) {
+						continue
+					}
+					rest = append(rest, x)
+				}
+				if err := NewValidator(Envoy).ValidateSet(nil, enc, rest...); err != nil {
+					t.Errorf("%s: %v", label, err)
+				}
+			}
+		}
+	}
+	if stamped == 0 {
+		t.Error("no inbound listener stamped")
+	}
+}

@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
 )
 
@@ -43,18 +44,35 @@ func Listeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 // address, sorted by name: Envoy's inbound listeners and gRPC's server
 // listeners (the listeners [PerProxy] names).
 func PerProxyListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
+	out, _, err := perProxyListeners(m, p, false)
+	return out, err
+}
+
+// PerProxyListenerResources returns the listeners of PerProxyListeners,
+// Envoy's inbound listeners written as bytes from the stamp of their shape
+// (see stamp), their RBAC rules built, validated and encoded once per
+// service and port: the xDS publisher's form. It needs m.Memo; without
+// one every listener is a message.
+func PerProxyListenerResources(m Mesh, p Proxy) ([]*listenerv3.Listener, []Encoded, error) {
+	return perProxyListeners(m, p, m.Memo != nil)
+}
+
+func perProxyListeners(m Mesh, p Proxy, encode bool) ([]*listenerv3.Listener, []Encoded, error) {
 	self, err := m.check(p)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if gw, ok := egressGatewayOf(m, p); ok {
-		return egressGatewayListeners(m, p, gw)
+		out, err := egressGatewayListeners(m, p, gw)
+		return out, nil, err
 	}
 	if p.Flavor == Gateway {
-		return gatewayListeners(m, p)
+		out, err := gatewayListeners(m, p)
+		return out, nil, err
 	}
 	b := &builder{}
 	var out []*listenerv3.Listener
+	var enc []Encoded
 	for _, port := range sortedPorts(self) {
 		if p.Flavor == GRPC {
 			if isHTTP(port) {
@@ -62,13 +80,19 @@ func PerProxyListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 			}
 			continue
 		}
+		if encode {
+			if e, ok := b.encodedInboundListener(m, p, self, port); ok {
+				enc = append(enc, e)
+				continue
+			}
+		}
 		out = append(out, b.inboundListener(m, p, self, port))
 	}
 	if b.err != nil {
-		return nil, b.err
+		return nil, nil, b.err
 	}
 	sortByName(out, (*listenerv3.Listener).GetName)
-	return out, nil
+	return out, enc, nil
 }
 
 // SharedListeners returns the listeners that are the same for every proxy
@@ -158,23 +182,34 @@ func rdsHCM(statPrefix, routeName string, filters ...*hcmv3.HttpFilter) *hcmv3.H
 func (b *builder) inboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) *listenerv3.Listener {
 	name := InboundName(self.Service, port.Port)
 	chain := memoised(m, b, memoKey{kind: memoInboundChain, name: name}, func() *listenerv3.FilterChain {
-		rules := inboundRBAC(m, self.Service, port, Envoy)
-		var filters []*listenerv3.Filter
-		if isHTTP(port) {
-			filters = append(filters, b.networkFilter(hcmFilter, rdsHCM(name, name, b.httpRBACFilter(rules), routerHTTPFilter)))
-		} else {
-			filters = append(filters,
-				b.networkFilter(networkRBACFilter, &rbacnetv3.RBAC{StatPrefix: name, Rules: rules}),
-				b.networkFilter(tcpProxyFilter, &tcpproxyv3.TcpProxy{
-					StatPrefix:       name,
-					ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: LocalClusterName(self.Service, port.Port)},
-				}))
-		}
-		return &listenerv3.FilterChain{Filters: filters, TransportSocket: downstreamSocket[Envoy]}
+		return b.inboundChain(self.Service, port, inboundRBAC(m, self.Service, port, Envoy))
 	})
+	return inboundListenerOf(name, p.Address, port, chain)
+}
+
+// inboundChain is the filter chain of svc's inbound listener on port,
+// allowing what rules allow.
+func (b *builder) inboundChain(svc mesh.MeshService, port spec.ServicePort, rules *rbacv3.RBAC) *listenerv3.FilterChain {
+	name := InboundName(svc, port.Port)
+	var filters []*listenerv3.Filter
+	if isHTTP(port) {
+		filters = append(filters, b.networkFilter(hcmFilter, rdsHCM(name, name, b.httpRBACFilter(rules), routerHTTPFilter)))
+	} else {
+		filters = append(filters,
+			b.networkFilter(networkRBACFilter, &rbacnetv3.RBAC{StatPrefix: name, Rules: rules}),
+			b.networkFilter(tcpProxyFilter, &tcpproxyv3.TcpProxy{
+				StatPrefix:       name,
+				ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: LocalClusterName(svc, port.Port)},
+			}))
+	}
+	return &listenerv3.FilterChain{Filters: filters, TransportSocket: downstreamSocket[Envoy]}
+}
+
+// inboundListenerOf is the inbound listener name on addr:port with chain.
+func inboundListenerOf(name string, addr netip.Addr, port spec.ServicePort, chain *listenerv3.FilterChain) *listenerv3.Listener {
 	return &listenerv3.Listener{
 		Name:             name,
-		Address:          socketAddress(p.Address, port.Port),
+		Address:          socketAddress(addr, port.Port),
 		TrafficDirection: corev3.TrafficDirection_INBOUND,
 		FilterChains:     []*listenerv3.FilterChain{chain},
 	}

@@ -60,6 +60,9 @@ type Memo struct {
 	// msgs would hold their messages under.
 	shapes  map[shapeKey]*shape
 	encoded map[memoKey]Encoded
+	// rules holds the encoded RBAC rules of each inbound listener (by its
+	// chain's key), validated, or that they failed validation.
+	rules map[memoKey]encodedRules
 }
 
 // packedAny is the message an Any was packed from, with the Any's content
@@ -95,6 +98,7 @@ const (
 	memoRefusal         // the API listener body of a refusal listener (by gRPC code)
 	memoLocalCluster    // a shape of local cluster (see encodedLocalCluster)
 	memoInboundRoute    // a shape of inbound route configuration (see encodedInboundRoute)
+	memoInboundListener // a shape of inbound listener (see encodedInboundListener)
 )
 
 // memoKey names a shared message by what determines its content within one
@@ -116,7 +120,7 @@ func NewMemo() *Memo {
 	return &Memo{
 		plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}, packed: map[*anypb.Any]packedAny{},
 		emptiness: map[mesh.MeshService]bool{}, principals: map[mesh.ServiceAccount]*rbacv3.Principal{},
-		shapes: map[shapeKey]*shape{}, encoded: map[memoKey]Encoded{},
+		shapes: map[shapeKey]*shape{}, encoded: map[memoKey]Encoded{}, rules: map[memoKey]encodedRules{},
 	}
 }
 
@@ -139,6 +143,7 @@ func (mm *Memo) use(m Mesh) {
 		clear(mm.principals)
 		clear(mm.shapes)
 		clear(mm.encoded)
+		clear(mm.rules)
 		mm.spec, mm.trustDomain = m.Spec(), m.TrustDomain()
 	}
 	mm.view = m.View

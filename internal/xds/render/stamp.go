@@ -1,8 +1,10 @@
 package render
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -37,6 +39,7 @@ type stampPart struct {
 	lit    []byte
 	hole   []stampSeg
 	nested *stamp
+	splice int                          // a message field written from the instance's splices[splice-1] (0: none)
 	field  protoreflect.FieldDescriptor // of a hole, for its rules and errors
 	rules  *validate.StringRules        // a hole's rules (nil: none)
 }
@@ -50,10 +53,12 @@ type stampSeg struct {
 
 // newStamp returns the stamp of b, the deterministic encoding of a
 // message of type md rendered with placeholders phs (distinct strings
-// that appear nowhere else in it). It fails if a placeholder is in a
-// field that is not a string, or in a string whose validation rules it
-// cannot check for other values (see checkable).
-func newStamp(b []byte, md protoreflect.MessageDescriptor, phs []string) (*stamp, error) {
+// that appear nowhere else in it) and, for message fields an instance
+// gives whole (already encoded), splices: the encodings of the messages
+// the template held there, each unique in it. It fails if a placeholder
+// is in a field that is not a string, or in a string whose validation
+// rules it cannot check for other values (see checkable).
+func newStamp(b []byte, md protoreflect.MessageDescriptor, phs []string, splices [][]byte) (*stamp, error) {
 	s := &stamp{}
 	var anyValue protoreflect.MessageDescriptor // an Any's type, from its type URL (written first)
 	for len(b) > 0 {
@@ -78,17 +83,21 @@ func newStamp(b []byte, md protoreflect.MessageDescriptor, phs []string) (*stamp
 				anyValue = mt.Descriptor()
 			}
 		}
-		if !holdsPlaceholder(string(v), phs) {
+		fd := md.Fields().ByNumber(num)
+		if k := slices.IndexFunc(splices, func(sp []byte) bool { return bytes.Equal(sp, v) }); k >= 0 && fd != nil && fd.Kind() == protoreflect.MessageKind {
+			s.parts = append(s.parts, stampPart{lit: tag, splice: k + 1})
+			continue
+		}
+		if !holdsPlaceholder(string(v), phs) && !slices.ContainsFunc(splices, func(sp []byte) bool { return bytes.Contains(v, sp) }) {
 			s.literal(field)
 			continue
 		}
-		fd := md.Fields().ByNumber(num)
 		switch {
 		case isAny && num == 2:
 			if anyValue == nil {
 				return nil, fmt.Errorf("stamp %s: a placeholder in an Any of an unknown type", md.FullName())
 			}
-			inner, err := newStamp(v, anyValue, phs)
+			inner, err := newStamp(v, anyValue, phs, splices)
 			if err != nil {
 				return nil, err
 			}
@@ -102,7 +111,7 @@ func newStamp(b []byte, md protoreflect.MessageDescriptor, phs []string) (*stamp
 			}
 			s.parts = append(s.parts, stampPart{lit: tag, hole: segments(string(v), phs), field: fd, rules: rules})
 		case fd.Kind() == protoreflect.MessageKind:
-			inner, err := newStamp(v, fd.Message(), phs)
+			inner, err := newStamp(v, fd.Message(), phs, splices)
 			if err != nil {
 				return nil, err
 			}
@@ -117,7 +126,7 @@ func newStamp(b []byte, md protoreflect.MessageDescriptor, phs []string) (*stamp
 // literal appends bytes copied as they are, to the last part if it is
 // such bytes too.
 func (s *stamp) literal(b []byte) {
-	if k := len(s.parts) - 1; k >= 0 && s.parts[k].hole == nil && s.parts[k].nested == nil {
+	if k := len(s.parts) - 1; k >= 0 && s.parts[k].hole == nil && s.parts[k].nested == nil && s.parts[k].splice == 0 {
 		s.parts[k].lit = append(s.parts[k].lit, b...)
 		return
 	}
@@ -230,12 +239,15 @@ func checkValue(fd protoreflect.FieldDescriptor, r *validate.StringRules, v stri
 }
 
 // fill appends to dst the encoding of the stamp with vals in place of its
-// placeholders (vals[i] for placeholder i). Call check on vals first.
-func (s *stamp) fill(dst []byte, vals []string) []byte {
+// placeholders (vals[i] for placeholder i) and spl in place of its
+// splices. Call check on vals first.
+func (s *stamp) fill(dst []byte, vals []string, spl [][]byte) []byte {
 	for i := range s.parts {
 		p := &s.parts[i]
 		dst = append(dst, p.lit...)
 		switch {
+		case p.splice > 0:
+			dst = protowire.AppendBytes(dst, spl[p.splice-1])
 		case p.hole != nil:
 			dst = protowire.AppendVarint(dst, uint64(holeLen(p.hole, vals)))
 			for _, sg := range p.hole {
@@ -246,25 +258,28 @@ func (s *stamp) fill(dst []byte, vals []string) []byte {
 				}
 			}
 		case p.nested != nil:
-			dst = protowire.AppendVarint(dst, uint64(p.nested.size(vals)))
-			dst = p.nested.fill(dst, vals)
+			dst = protowire.AppendVarint(dst, uint64(p.nested.size(vals, spl)))
+			dst = p.nested.fill(dst, vals, spl)
 		}
 	}
 	return dst
 }
 
-// size is the length of what fill appends for vals.
-func (s *stamp) size(vals []string) int {
+// size is the length of what fill appends for vals and spl.
+func (s *stamp) size(vals []string, spl [][]byte) int {
 	n := 0
 	for i := range s.parts {
 		p := &s.parts[i]
 		n += len(p.lit)
 		switch {
+		case p.splice > 0:
+			l := len(spl[p.splice-1])
+			n += protowire.SizeVarint(uint64(l)) + l
 		case p.hole != nil:
 			l := holeLen(p.hole, vals)
 			n += protowire.SizeVarint(uint64(l)) + l
 		case p.nested != nil:
-			l := p.nested.size(vals)
+			l := p.nested.size(vals, spl)
 			n += protowire.SizeVarint(uint64(l)) + l
 		}
 	}

@@ -22,7 +22,7 @@ func TestStampEDSClusterNameLengths(t *testing.T) {
 	m := meshOf(bookstoreSpec(t, false).Snapshot(), bookstoreEndpoints(t))
 	for _, f := range []Flavor{Envoy, GRPC} {
 		info := spec.ServiceInfo{Ports: []spec.ServicePort{{Port: 8080, AppProtocol: "http"}}}
-		sh := newShape(f, edsPlaceholders, func() (proto.Message, error) {
+		sh := newShape(f, edsPlaceholders, nil, func() (proto.Message, error) {
 			tmpl := info
 			tmpl.Service = mesh.MeshService{Namespace: edsPlaceholders[0], Name: edsPlaceholders[1]}
 			tmpl.ServiceAccount = mesh.ServiceAccount{Namespace: edsPlaceholders[2], Name: edsPlaceholders[3]}
@@ -68,7 +68,7 @@ func TestStampRefuses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = newStamp(b, m.ProtoReflect().Descriptor(), phs)
+		_, err = newStamp(b, m.ProtoReflect().Descriptor(), phs, nil)
 		return err
 	}
 	for _, tc := range []struct {
