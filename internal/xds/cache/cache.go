@@ -216,6 +216,7 @@ func (c *Cache) fill(blk *resourceBlock, name, typeURL string, b []byte) *Resour
 		delta:   &blk.delta,
 		digest:  entryDigest(name, version),
 	}
+	blk.r.key = blk.r.digest ^ xxhash.Sum64String(typeURL)
 	return &blk.r
 }
 

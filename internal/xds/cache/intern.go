@@ -26,7 +26,7 @@ type Interner struct {
 	c         *Cache
 	forget    func(...proto.Message)
 	mu        sync.Mutex
-	byContent map[internKey]*Resource
+	byContent map[uint64]*Resource // by Resource.key; see intern
 	byMessage map[proto.Message]*marshalling
 	byBytes   map[*byte]*Resource // encoded Resources, by their bytes (see EncodedResource)
 	held      map[*Resource]int
@@ -40,14 +40,12 @@ type marshalling struct {
 	err error
 }
 
-type internKey struct{ typeURL, name, version string }
-
 // NewInterner returns an Interner making resources with c; forget (may be
 // nil) is told of the messages whose Resources are no longer interned.
 func NewInterner(c *Cache, forget func(...proto.Message)) *Interner {
 	return &Interner{
 		c: c, forget: forget,
-		byContent: map[internKey]*Resource{},
+		byContent: map[uint64]*Resource{},
 		byMessage: map[proto.Message]*marshalling{},
 		byBytes:   map[*byte]*Resource{},
 		held:      map[*Resource]int{},
@@ -63,11 +61,15 @@ func (in *Interner) Intern(r *Resource) *Resource {
 }
 
 func (in *Interner) intern(r *Resource) *Resource {
-	k := internKey{r.typeURL, r.name, r.version}
-	if old := in.byContent[k]; old != nil {
+	old := in.byContent[r.key]
+	switch {
+	case old == nil:
+		in.byContent[r.key] = r
+	case old.typeURL == r.typeURL && old.name == r.name && old.version == r.version:
 		return old
 	}
-	in.byContent[k] = r
+	// Another content with the same key (a 64-bit hash: never seen) is
+	// not interned; only sharing is lost.
 	return r
 }
 
@@ -213,9 +215,8 @@ func (in *Interner) forgetLocked(r *Resource) {
 
 // unintern forgets r's content, if r is what is interned for it.
 func (in *Interner) unintern(r *Resource) {
-	k := internKey{r.typeURL, r.name, r.version}
-	if in.byContent[k] == r {
-		delete(in.byContent, k)
+	if in.byContent[r.key] == r {
+		delete(in.byContent, r.key)
 	}
 }
 

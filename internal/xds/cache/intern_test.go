@@ -158,3 +158,34 @@ func TestInternerEncodedResource(t *testing.T) {
 		t.Errorf("after ForgetMessages: err %v, references asked %d times, want 3", err, asked)
 	}
 }
+
+// TestInternerKeyCollision: two contents whose keys collide are both
+// served; the second is not interned, and releasing it leaves the first.
+func TestInternerKeyCollision(t *testing.T) {
+	c := New(testLogger(t))
+	in := NewInterner(c, nil)
+	a, err := c.NewResource("a", cluster("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := c.NewResource("b", cluster("b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.key = a.key
+	if in.Intern(a) != a || in.Intern(b) != b {
+		t.Fatal("a colliding content was given another's Resource")
+	}
+	in.Retain(b)
+	in.Release(b)
+	if in.Len() != 1 || in.Intern(a) != a {
+		t.Error("releasing the colliding Resource let go of the first")
+	}
+	twin, err := c.NewResource("a", cluster("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Intern(twin) != a {
+		t.Error("equal content is not one Resource")
+	}
+}

@@ -25,6 +25,7 @@ type Resource struct {
 	any     *anypb.Any
 	delta   *discovery.Resource
 	digest  uint64
+	key     uint64 // a hash of type URL, name and version: the Interner's key
 }
 
 // Name returns the resource name.
