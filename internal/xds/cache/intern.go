@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"fmt"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -28,7 +29,7 @@ type Interner struct {
 	mu        sync.Mutex
 	byContent map[uint64]*Resource // by Resource.key; see intern
 	byMessage map[proto.Message]*marshalling
-	byBytes   map[*byte]*Resource // encoded Resources, by their bytes (see EncodedResource)
+	byBytes   map[*byte]*marshalling // encoded Resources, by their bytes (see EncodedResource)
 	held      map[*Resource]int
 }
 
@@ -47,7 +48,7 @@ func NewInterner(c *Cache, forget func(...proto.Message)) *Interner {
 		c: c, forget: forget,
 		byContent: map[uint64]*Resource{},
 		byMessage: map[proto.Message]*marshalling{},
-		byBytes:   map[*byte]*Resource{},
+		byBytes:   map[*byte]*marshalling{},
 		held:      map[*Resource]int{},
 	}
 }
@@ -106,27 +107,39 @@ func (in *Interner) Resource(name string, msg proto.Message) (*Resource, error) 
 // that hands the same bytes (the same slice) to many callers gets one
 // Resource for them until ForgetMessages.
 func (in *Interner) EncodedResource(name string, typ proto.Message, b []byte, refs func() []Reference) (*Resource, error) {
-	var at *byte
-	if len(b) > 0 {
-		at = &b[0]
-		in.mu.Lock()
-		r := in.byBytes[at]
-		in.mu.Unlock()
-		if r != nil && r.name == name {
-			return r, nil
+	if len(b) == 0 {
+		r, err := in.c.NewEncodedResource(name, typ, b, refs()...)
+		if err != nil {
+			return nil, err
 		}
+		return in.Intern(r), nil
 	}
-	r, err := in.c.NewEncodedResource(name, typ, b, refs()...)
-	if err != nil {
-		return nil, err
-	}
+	at := &b[0]
 	in.mu.Lock()
-	defer in.mu.Unlock()
-	r = in.intern(r)
-	if at != nil {
-		in.byBytes[at] = r
+	if m := in.byBytes[at]; m != nil {
+		in.mu.Unlock()
+		m.mu.Lock() // waits while another caller makes it
+		defer m.mu.Unlock()
+		if m.err == nil && m.r.name != name {
+			return nil, fmt.Errorf("cache: the bytes of resource %q were handed out as %q: an encoder reused its buffer", m.r.name, name)
+		}
+		return m.r, m.err
 	}
-	return r, nil
+	m := &marshalling{}
+	m.mu.Lock()
+	in.byBytes[at] = m
+	in.mu.Unlock()
+	r, err := in.c.NewEncodedResource(name, typ, b, refs()...)
+	in.mu.Lock()
+	if err != nil {
+		delete(in.byBytes, at)
+		m.err = err
+	} else {
+		m.r = in.intern(r)
+	}
+	in.mu.Unlock()
+	m.mu.Unlock()
+	return m.r, m.err
 }
 
 // Named is a message with a name: every xDS resource.

@@ -58,6 +58,28 @@ func (mm *Memo) splicedShapeOf(m Mesh, key shapeKey, f Flavor, phs []string, spl
 	return sh
 }
 
+// lookup returns, under one lock, what mm holds written at at for m, if
+// anything, and the shape of key, if built.
+func (mm *Memo) lookup(m Mesh, at memoKey, key shapeKey) (Encoded, bool, *shape) {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	mm.use(m)
+	e, ok := mm.encoded[at]
+	return e, ok, mm.shapes[key]
+}
+
+// remember stores e, written at at, unless another rendering wrote it
+// meanwhile; it returns what mm holds then (equal content).
+func (mm *Memo) remember(at memoKey, e Encoded) Encoded {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	if have, ok := mm.encoded[at]; ok {
+		return have
+	}
+	mm.encoded[at] = e
+	return e
+}
+
 // newShape returns the shape of the message build renders with the
 // placeholders phs: marshalled, walked by flavour f's checks, and made a
 // stamp.
@@ -119,17 +141,11 @@ var edsPlaceholders = []string{"\x00svc-namespace\x00", "\x00svc-name\x00", "\x0
 func (b *builder) encodedEDSCluster(m Mesh, info spec.ServiceInfo, f Flavor) (Encoded, bool) {
 	mm := m.Memo
 	at := memoKey{kind: memoCluster, svc: info.Service, flavor: f}
-	mm.mu.Lock()
-	mm.use(m)
-	e, ok := mm.encoded[at]
-	mm.mu.Unlock()
+	key := shapeKey{kind: memoCluster, flavor: f, http: hasHTTP(info)}
+	e, ok, sh := mm.lookup(m, at, key)
 	if ok {
 		return e, true
 	}
-	key := shapeKey{kind: memoCluster, flavor: f, http: hasHTTP(info)}
-	mm.mu.Lock()
-	sh := mm.shapes[key]
-	mm.mu.Unlock()
 	if sh == nil {
 		sh = mm.shapeOf(m, key, f, edsPlaceholders, func() (proto.Message, error) {
 			tb := &builder{}
@@ -147,14 +163,7 @@ func (b *builder) encodedEDSCluster(m Mesh, info spec.ServiceInfo, f Flavor) (En
 	if err != nil {
 		return Encoded{}, false
 	}
-	mm.mu.Lock()
-	if have, ok := mm.encoded[at]; ok {
-		e = have // written meanwhile by another rendering: equal content
-	} else {
-		mm.encoded[at] = e
-	}
-	mm.mu.Unlock()
-	return e, true
+	return mm.remember(at, e), true
 }
 
 // localPlaceholders stand, in the template of a local cluster, for its
@@ -202,17 +211,11 @@ func (b *builder) encodedOutboundListener(m Mesh, o outbound) (Encoded, bool) {
 	mm := m.Memo
 	name := o.routeName(Envoy)
 	at := memoKey{kind: memoOutboundListener, name: name}
-	mm.mu.Lock()
-	mm.use(m)
-	e, ok := mm.encoded[at]
-	mm.mu.Unlock()
+	key := shapeKey{kind: memoOutboundListener, port: o.port}
+	e, ok, sh := mm.lookup(m, at, key)
 	if ok {
 		return e, true
 	}
-	key := shapeKey{kind: memoOutboundListener, port: o.port}
-	mm.mu.Lock()
-	sh := mm.shapes[key]
-	mm.mu.Unlock()
 	if sh == nil {
 		phs := []string{edsPlaceholders[0], edsPlaceholders[1], vipPlaceholder.String()}
 		sh = mm.shapeOf(m, key, Envoy, phs, func() (proto.Message, error) {
@@ -231,14 +234,7 @@ func (b *builder) encodedOutboundListener(m Mesh, o outbound) (Encoded, bool) {
 	if err != nil || e.Name != name {
 		return Encoded{}, false
 	}
-	mm.mu.Lock()
-	if have, ok := mm.encoded[at]; ok {
-		e = have
-	} else {
-		mm.encoded[at] = e
-	}
-	mm.mu.Unlock()
-	return e, true
+	return mm.remember(at, e), true
 }
 
 // encodedInboundRoute returns inboundRoute(svc, port) written from the
@@ -274,17 +270,11 @@ func encodedOutboundRoute(m Mesh, o outbound, f Flavor) (Encoded, bool) {
 	mm := m.Memo
 	name := o.routeName(f)
 	at := memoKey{kind: memoRoute, name: name}
-	mm.mu.Lock()
-	mm.use(m)
-	e, ok := mm.encoded[at]
-	mm.mu.Unlock()
+	key := shapeKey{kind: memoRoute, flavor: f, port: o.port}
+	e, ok, sh := mm.lookup(m, at, key)
 	if ok {
 		return e, true
 	}
-	key := shapeKey{kind: memoRoute, flavor: f, port: o.port}
-	mm.mu.Lock()
-	sh := mm.shapes[key]
-	mm.mu.Unlock()
 	if sh == nil {
 		sh = mm.shapeOf(m, key, f, localPlaceholders, func() (proto.Message, error) {
 			tmpl := outbound{info: o.info, port: o.port, direct: true}
@@ -299,14 +289,7 @@ func encodedOutboundRoute(m Mesh, o outbound, f Flavor) (Encoded, bool) {
 	if err != nil || e.Name != name {
 		return Encoded{}, false
 	}
-	mm.mu.Lock()
-	if have, ok := mm.encoded[at]; ok {
-		e = have
-	} else {
-		mm.encoded[at] = e
-	}
-	mm.mu.Unlock()
-	return e, true
+	return mm.remember(at, e), true
 }
 
 // inboundAddrPlaceholder is the proxy address of an inbound listener's
