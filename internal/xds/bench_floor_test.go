@@ -12,14 +12,14 @@ import (
 )
 
 // BenchmarkFullGenerationFloor: what protobuf-go and protoc-gen-validate
-// alone cost for W's configuration, the part of M4's full generation any
-// renderer that builds messages pays: every distinct message a full
-// generation marshals (its 7,997 resources and the messages packed into
-// their Anys), taken ready-built from one generation, marshalled
-// deterministically and validated (ValidateAll) on the publisher's
-// workers (Publisher.parallel, as it renders groups).
-// BenchmarkFullGeneration less this is what building, indexing, caching
-// and collecting cost on top.
+// alone cost for W's configuration, the part of M4's full generation a
+// renderer that builds every resource as messages pays: every distinct
+// message of a full generation's 7,997 resources and the messages packed
+// into their Anys (decoded from one generation's bytes, since most are
+// written as bytes: see render's stamps), marshalled deterministically
+// and validated (ValidateAll) on the publisher's workers
+// (Publisher.parallel, as it renders groups). The publisher, which
+// builds only the templates and what varies in length, can take less.
 func BenchmarkFullGenerationFloor(b *testing.B) {
 	p, _, c := benchPublisher(b, 1000, 10)
 	resources, ms := renderedMessages(p, c)

@@ -28,9 +28,11 @@ type Interner struct {
 	forget    func(...proto.Message)
 	mu        sync.Mutex
 	byContent map[uint64]*Resource // by Resource.key; see intern
-	byMessage map[proto.Message]*marshalling
-	byBytes   map[*byte]*marshalling // encoded Resources, by their bytes (see EncodedResource)
-	held      map[*Resource]int
+	// made holds the Resource of each message, and of each encoded
+	// resource's bytes by their first byte, until ForgetMessages (see
+	// once).
+	made map[any]*marshalling
+	held map[*Resource]int
 }
 
 // marshalling is the Resource of a message: mu is held by the caller
@@ -47,8 +49,7 @@ func NewInterner(c *Cache, forget func(...proto.Message)) *Interner {
 	return &Interner{
 		c: c, forget: forget,
 		byContent: map[uint64]*Resource{},
-		byMessage: map[proto.Message]*marshalling{},
-		byBytes:   map[*byte]*marshalling{},
+		made:      map[any]*marshalling{},
 		held:      map[*Resource]int{},
 	}
 }
@@ -77,28 +78,7 @@ func (in *Interner) intern(r *Resource) *Resource {
 // Resource returns the interned Resource of msg named name, marshalling
 // only a message it has not seen since ForgetMessages.
 func (in *Interner) Resource(name string, msg proto.Message) (*Resource, error) {
-	in.mu.Lock()
-	if m := in.byMessage[msg]; m != nil {
-		in.mu.Unlock()
-		m.mu.Lock() // waits while another caller marshals it
-		defer m.mu.Unlock()
-		return m.r, m.err
-	}
-	m := &marshalling{}
-	m.mu.Lock()
-	in.byMessage[msg] = m
-	in.mu.Unlock()
-	r, err := in.c.NewResource(name, msg)
-	in.mu.Lock()
-	if err != nil {
-		delete(in.byMessage, msg) // asked again, marshalled again
-		m.err = err
-	} else {
-		m.r = in.intern(r)
-	}
-	in.mu.Unlock()
-	m.mu.Unlock()
-	return m.r, m.err
+	return in.once(msg, func() (*Resource, error) { return in.c.NewResource(name, msg) })
 }
 
 // EncodedResource returns the interned Resource of b, a message of typ's
@@ -107,32 +87,40 @@ func (in *Interner) Resource(name string, msg proto.Message) (*Resource, error) 
 // that hands the same bytes (the same slice) to many callers gets one
 // Resource for them until ForgetMessages.
 func (in *Interner) EncodedResource(name string, typ proto.Message, b []byte, refs func() []Reference) (*Resource, error) {
+	build := func() (*Resource, error) { return in.c.NewEncodedResource(name, typ, b, refs()...) }
 	if len(b) == 0 {
-		r, err := in.c.NewEncodedResource(name, typ, b, refs()...)
+		r, err := build()
 		if err != nil {
 			return nil, err
 		}
 		return in.Intern(r), nil
 	}
-	at := &b[0]
+	r, err := in.once(&b[0], build)
+	if err == nil && r.name != name {
+		return nil, fmt.Errorf("cache: the bytes of resource %q were handed out as %q: an encoder reused its buffer", r.name, name)
+	}
+	return r, err
+}
+
+// once returns the interned Resource made from what key (a message, or
+// the first byte of encoded bytes) points to: made by build the first time
+// since ForgetMessages, while other callers asking for it wait.
+func (in *Interner) once(key any, build func() (*Resource, error)) (*Resource, error) {
 	in.mu.Lock()
-	if m := in.byBytes[at]; m != nil {
+	if m := in.made[key]; m != nil {
 		in.mu.Unlock()
 		m.mu.Lock() // waits while another caller makes it
 		defer m.mu.Unlock()
-		if m.err == nil && m.r.name != name {
-			return nil, fmt.Errorf("cache: the bytes of resource %q were handed out as %q: an encoder reused its buffer", m.r.name, name)
-		}
 		return m.r, m.err
 	}
 	m := &marshalling{}
 	m.mu.Lock()
-	in.byBytes[at] = m
+	in.made[key] = m
 	in.mu.Unlock()
-	r, err := in.c.NewEncodedResource(name, typ, b, refs()...)
+	r, err := build()
 	in.mu.Lock()
 	if err != nil {
-		delete(in.byBytes, at)
+		delete(in.made, key) // asked again, made again
 		m.err = err
 	} else {
 		m.r = in.intern(r)
@@ -177,8 +165,7 @@ func InternedSet[T Named](in *Interner, msgs []T) (*Set, error) {
 func (in *Interner) ForgetMessages() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	clear(in.byMessage)
-	clear(in.byBytes)
+	clear(in.made)
 }
 
 // Retain counts one more holder of each Resource.
@@ -239,8 +226,7 @@ func (in *Interner) Reset() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	clear(in.byContent)
-	clear(in.byMessage)
-	clear(in.byBytes)
+	clear(in.made)
 }
 
 // Len returns the number of interned Resources.

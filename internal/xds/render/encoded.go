@@ -200,12 +200,17 @@ var vipPlaceholder = netip.MustParseAddr("203.0.113.254")
 
 // encodedOutboundListener returns outboundListener(o) written from the
 // stamp of its shape (one per port), once per route name while m.Memo
-// serves m, for an upstream called directly at an IPv4 VIP; false for
-// another (a split, Gateway API routes), or if it cannot be, as
+// serves m, for an upstream at an IPv4 VIP whose listener is named after
+// it alone (HTTP, or TCP without a split); false for another (a split's
+// subset or matches, Gateway API routes), or if it cannot be, as
 // encodedEDSCluster.
 func (b *builder) encodedOutboundListener(m Mesh, o outbound) (Encoded, bool) {
 	vip := o.info.VIP
-	if o.gw != nil || len(o.split) > 0 || o.subset || len(o.splitMatches) > 0 && !o.direct || !vip.Is4() {
+	// A TCP split's listener has weighted clusters: another shape. An
+	// HTTP listener is the same whatever it routes to, but the template's
+	// name has no split suffix: one with such a name is built (see the
+	// name check below).
+	if o.gw != nil || !isHTTP(o.port) && len(o.split) > 0 || o.subset || !vip.Is4() {
 		return Encoded{}, false
 	}
 	mm := m.Memo

@@ -11,6 +11,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -18,118 +19,263 @@ import (
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
-// TestClusterResourcesStampEqualsBuilt: for every proxy of the golden
-// meshes in both flavours, ClusterResources gives the clusters Clusters
-// builds, byte for byte (the EDS clusters stamped, written once per
-// upstream and flavour, and the local clusters), with the references the
-// Validator finds in the built ones; every EDS and local cluster is
-// stamped, and the sets validate.
-func TestClusterResourcesStampEqualsBuilt(t *testing.T) {
+// stampCase is one kind of resource render writes from stamps, rendered
+// both ways for a proxy.
+type stampCase struct {
+	typeURL string
+	flavors []Flavor
+	addrs   []string // the proxies' addresses
+	// built renders the resources as messages (m without a Memo);
+	// written renders them as the publisher does (m with one).
+	built   func(m Mesh, p Proxy) ([]proto.Message, error)
+	written func(m Mesh, p Proxy) ([]proto.Message, []Encoded, error)
+	// stamped says which of the built resources must come stamped.
+	stamped func(proto.Message) bool
+	// check, if set, checks more of each proxy's rendering.
+	check func(t *testing.T, label string, m Mesh, p Proxy, enc []Encoded)
+}
+
+// stampMeshes are the meshes stamps are checked over: the golden ones,
+// the policy mesh and a mesh with a TCP-only service.
+func stampMeshes(t *testing.T) map[string]Mesh {
 	eps := bookstoreEndpoints(t)
-	meshes := map[string]Mesh{
+	return map[string]Mesh{
 		"smi":                meshOf(bookstoreSpec(t, false).Snapshot(), eps),
 		"permissive":         meshOf(bookstoreSpec(t, true).Snapshot(), eps),
 		"split-matches-root": splitMatchesEmptyRoot(t),
 		"policy":             policyMesh(t),
 		"tcp-only":           tcpOnlyMesh(t),
 	}
-	shapes := map[shapeKey]bool{}
-	for name, m := range meshes {
-		for _, f := range []Flavor{Envoy, GRPC} {
+}
+
+// checkStamps renders c for every service of the stamp meshes, in each
+// flavour and at each address, and checks that the publisher's form gives
+// the built resources byte for byte: the stamped ones (all those
+// c.stamped names) with the references the Validator finds in the built
+// ones, the rest as the same messages; that every shape could be stamped;
+// and that the set validates with the stamped resources. It returns how
+// many were stamped and built, and the shapes made.
+func checkStamps(t *testing.T, c stampCase) (stamped, built int, shapes map[shapeKey]bool) {
+	t.Helper()
+	shapes = map[shapeKey]bool{}
+	for name, m := range stampMeshes(t) {
+		for _, f := range c.flavors {
 			m := m
 			m.Memo = NewMemo()
-			for _, info := range m.Spec().Services() {
-				p := Proxy{Service: info.Service, Flavor: f, Address: netip.MustParseAddr("10.0.0.2")}
-				label := fmt.Sprintf("%s/%s/%s", name, f, info.Service)
-				built, err := Clusters(Mesh{View: m.View}, p)
-				if err != nil {
-					t.Fatalf("%s: %v", label, err)
-				}
-				msgs, enc, err := ClusterResources(m, p)
-				if err != nil {
-					t.Fatalf("%s: %v", label, err)
-				}
-				byName := map[string]*clusterv3.Cluster{}
-				stampable := 0 // EDS and local clusters
-				for _, c := range built {
-					byName[c.GetName()] = c
-					if c.GetEdsClusterConfig() != nil || strings.HasPrefix(c.GetName(), "local|") {
-						stampable++
-					}
-				}
-				if len(enc) != stampable || len(msgs)+len(enc) != len(built) {
-					t.Errorf("%s: %d clusters as messages and %d stamped; %d built, %d of them EDS or local", label, len(msgs), len(enc), len(built), stampable)
-				}
-				for _, c := range msgs {
-					if want := byName[c.GetName()]; !proto.Equal(c, want) {
-						t.Errorf("%s: cluster %s differs from the built one", label, c.GetName())
-					}
-				}
-				var encoded []Encoded
-				for _, e := range enc {
-					want, ok := byName[e.Name]
-					if !ok {
-						t.Errorf("%s: stamped cluster %q was not built", label, e.Name)
-						continue
-					}
-					wb, err := proto.MarshalOptions{Deterministic: true}.Marshal(want)
+			for _, addr := range c.addrs {
+				for _, info := range m.Spec().Services() {
+					p := Proxy{Service: info.Service, Flavor: f, Address: netip.MustParseAddr(addr)}
+					label := fmt.Sprintf("%s/%s/%s/%s", name, f, addr, info.Service)
+					want, err := c.built(Mesh{View: m.View}, p)
 					if err != nil {
-						t.Fatal(err)
+						t.Fatalf("%s: %v", label, err)
 					}
-					if e.TypeURL != clusterType || !bytes.Equal(e.Bytes, wb) {
-						t.Errorf("%s: stamped cluster %q (%s)\n%x\nbuilt\n%x", label, e.Name, e.TypeURL, e.Bytes, wb)
+					msgs, enc, err := c.written(m, p)
+					if err != nil {
+						t.Fatalf("%s: %v", label, err)
 					}
-					refs, errs := walkOne(f, want)
-					if len(errs) > 0 {
-						t.Errorf("%s: %v", label, errs[0].err())
+					byName := map[string]proto.Message{}
+					must := 0
+					for _, w := range want {
+						_, n := kindAndName(w)
+						byName[n] = w
+						if c.stamped(w) {
+							must++
+						}
 					}
-					var wantRefs []Ref
-					for _, r := range refs {
-						wantRefs = append(wantRefs, Ref{typeOfKind[r.kind], r.name})
+					if len(enc) != must || len(msgs)+len(enc) != len(want) {
+						t.Errorf("%s: %d as messages and %d stamped; %d built, %d of which to stamp", label, len(msgs), len(enc), len(want), must)
 					}
-					if !slices.Equal(e.Refs, wantRefs) {
-						t.Errorf("%s: stamped cluster %q references %v; the built one %v", label, e.Name, e.Refs, wantRefs)
+					for _, x := range msgs {
+						if _, n := kindAndName(x); !proto.Equal(x, byName[n]) {
+							t.Errorf("%s: %s differs from the built one", label, labelOf(x))
+						}
+						built++
 					}
-					encoded = append(encoded, e)
-				}
-				// The set validates with its EDS clusters stamped.
-				r := renderAll(t, Mesh{View: m.View}, p)
-				var rest []proto.Message
-				for _, x := range r.all() {
-					if c, ok := x.(*clusterv3.Cluster); ok && byName[c.GetName()] != nil && slices.ContainsFunc(enc, func(e Encoded) bool { return e.Name == c.GetName() }) {
-						continue
+					for _, e := range enc {
+						w, ok := byName[e.Name]
+						if !ok {
+							t.Errorf("%s: stamped %q was not built", label, e.Name)
+							continue
+						}
+						if wb := mustMarshal(t, w); e.TypeURL != c.typeURL || !bytes.Equal(e.Bytes, wb) {
+							t.Errorf("%s: stamped %s %q\n%x\nbuilt\n%x", label, e.TypeURL, e.Name, e.Bytes, wb)
+						}
+						refs, errs := walkOne(f, w)
+						if len(errs) > 0 {
+							t.Errorf("%s: %v", label, errs[0].err())
+						}
+						var wantRefs []Ref
+						for _, r := range refs {
+							wantRefs = append(wantRefs, Ref{typeOfKind[r.kind], r.name})
+						}
+						if !slices.Equal(e.Refs, wantRefs) {
+							t.Errorf("%s: stamped %q references %v; the built one %v", label, e.Name, e.Refs, wantRefs)
+						}
+						stamped++
 					}
-					rest = append(rest, x)
-				}
-				if err := NewValidator(f).ValidateSet(nil, encoded, rest...); err != nil {
-					t.Errorf("%s: %v", label, err)
-				}
-				for k, sh := range m.Memo.shapes {
-					if sh.err != nil {
-						t.Errorf("%s: shape %v cannot be stamped: %v", label, k, sh.err)
+					// The set validates with them stamped.
+					var rest []proto.Message
+					for _, x := range renderAll(t, Mesh{View: m.View}, p).all() {
+						if kind, n := kindAndName(x); typeOfKind[kind] == c.typeURL && slices.ContainsFunc(enc, func(e Encoded) bool { return e.Name == n }) {
+							continue
+						}
+						rest = append(rest, x)
 					}
-					shapes[k] = true
-				}
-				// Asked again, the Memo answers with the same bytes for an
-				// upstream (a local cluster is its group's alone).
-				_, again, _ := ClusterResources(m, p)
-				for i := range again {
-					if !strings.HasPrefix(enc[i].Name, "local|") && &again[i].Bytes[0] != &enc[i].Bytes[0] {
-						t.Errorf("%s: cluster %q written again", label, enc[i].Name)
+					if err := NewValidator(f).ValidateSet(nil, enc, rest...); err != nil {
+						t.Errorf("%s: %v", label, err)
+					}
+					if c.check != nil {
+						c.check(t, label, m, p, enc)
 					}
 				}
 			}
+			for k, sh := range m.Memo.shapes {
+				if sh.err != nil {
+					t.Errorf("%s/%s: shape %v cannot be stamped: %v", name, f, k, sh.err)
+				}
+				shapes[k] = true
+			}
 		}
 	}
-	// EDS clusters for Envoy with and without HTTP and for gRPC (which
-	// calls only HTTP upstreams); local clusters of HTTP, gRPC and TCP
-	// ports, one shape per port.
+	return stamped, built, shapes
+}
+
+func messages[T proto.Message](render func(Mesh, Proxy) ([]T, error)) func(Mesh, Proxy) ([]proto.Message, error) {
+	return func(m Mesh, p Proxy) ([]proto.Message, error) {
+		out, err := render(m, p)
+		return msgs(out), err
+	}
+}
+
+func writtenMessages[T proto.Message](render func(Mesh, Proxy) ([]T, []Encoded, error)) func(Mesh, Proxy) ([]proto.Message, []Encoded, error) {
+	return func(m Mesh, p Proxy) ([]proto.Message, []Encoded, error) {
+		out, enc, err := render(m, p)
+		return msgs(out), enc, err
+	}
+}
+
+// TestClusterResourcesStampEqualsBuilt: the EDS clusters (written once
+// per upstream and flavour: asked again, the Memo answers with the same
+// bytes) and local clusters of ClusterResources are those Clusters
+// builds, in both flavours, and every shape is stamped: EDS clusters for
+// Envoy with and without HTTP and for gRPC (which calls only HTTP
+// upstreams), local clusters of HTTP, gRPC and TCP ports.
+func TestClusterResourcesStampEqualsBuilt(t *testing.T) {
+	_, _, shapes := checkStamps(t, stampCase{
+		typeURL: clusterType,
+		flavors: []Flavor{Envoy, GRPC},
+		addrs:   []string{"10.0.0.2"},
+		built:   messages(Clusters),
+		written: writtenMessages(ClusterResources),
+		stamped: func(x proto.Message) bool {
+			c := x.(*clusterv3.Cluster)
+			return c.GetEdsClusterConfig() != nil || strings.HasPrefix(c.GetName(), "local|")
+		},
+		check: func(t *testing.T, label string, m Mesh, p Proxy, enc []Encoded) {
+			_, again, _ := ClusterResources(m, p)
+			for i := range again {
+				if !strings.HasPrefix(enc[i].Name, "local|") && &again[i].Bytes[0] != &enc[i].Bytes[0] {
+					t.Errorf("%s: cluster %q written again", label, enc[i].Name)
+				}
+			}
+		},
+	})
 	kinds := map[memoKind]int{}
 	for k := range shapes {
 		kinds[k.kind]++
 	}
 	if kinds[memoCluster] < 3 || kinds[memoLocalCluster] < 3 {
-		t.Errorf("the meshes stamped %d shapes of EDS cluster (%v): too few to test the flavours and HTTP", len(shapes), shapes)
+		t.Errorf("the meshes stamped shapes %v: too few to test the flavours, HTTP and the ports", shapes)
+	}
+}
+
+// TestSharedListenerResourcesStampEqualsBuilt: the outbound listeners of
+// upstreams called directly are stamped as SharedListeners builds them;
+// those of splits are built.
+func TestSharedListenerResourcesStampEqualsBuilt(t *testing.T) {
+	stamped, built, _ := checkStamps(t, stampCase{
+		typeURL: listenerType,
+		flavors: []Flavor{Envoy},
+		addrs:   []string{"10.0.0.2"},
+		built:   messages(SharedListeners),
+		written: writtenMessages(SharedListenerResources),
+		stamped: func(x proto.Message) bool {
+			l := x.(*listenerv3.Listener)
+			return !strings.Contains(l.GetName(), "|to=") && !strings.HasSuffix(l.GetName(), "|split-only") && !isSplit(l)
+		},
+	})
+	if stamped == 0 || built == 0 {
+		t.Errorf("%d outbound listeners stamped, %d built: the meshes no longer test both paths", stamped, built)
+	}
+}
+
+// isSplit reports whether outbound listener l sends TCP to weighted
+// clusters (a split).
+func isSplit(l *listenerv3.Listener) bool {
+	for _, fc := range l.GetFilterChains() {
+		for _, f := range fc.GetFilters() {
+			tp := &tcpproxyv3.TcpProxy{}
+			if f.GetName() == tcpProxyFilter && f.GetTypedConfig().UnmarshalTo(tp) == nil && tp.GetWeightedClusters() != nil {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestRouteResourcesStampEqualsBuilt: the inbound route configurations and
+// those of upstreams called directly are stamped as Routes builds them,
+// in both flavours; those of splits are built.
+func TestRouteResourcesStampEqualsBuilt(t *testing.T) {
+	stampedBy := map[Flavor]int{}
+	_, built, _ := checkStamps(t, stampCase{
+		typeURL: routeType,
+		flavors: []Flavor{Envoy, GRPC},
+		addrs:   []string{"10.0.0.2"},
+		built:   messages(Routes),
+		written: writtenMessages(RouteResources),
+		stamped: func(x proto.Message) bool {
+			rc := x.(*routev3.RouteConfiguration)
+			for _, vh := range rc.GetVirtualHosts() {
+				for _, r := range vh.GetRoutes() {
+					if r.GetRoute().GetWeightedClusters() != nil || r.GetName() != "" {
+						return false // a split's
+					}
+				}
+			}
+			return true
+		},
+		check: func(t *testing.T, label string, m Mesh, p Proxy, enc []Encoded) { stampedBy[p.Flavor] += len(enc) },
+	})
+	if stampedBy[Envoy] == 0 || stampedBy[GRPC] == 0 || built == 0 {
+		t.Errorf("route configurations stamped %v, %d built: the meshes no longer test both paths and both flavours", stampedBy, built)
+	}
+}
+
+// TestPerProxyListenerResourcesStampEqualsBuilt: every Envoy inbound
+// listener, on IPv4, IPv6 and zoned IPv6 addresses, is stamped with its
+// RBAC rules spliced in as PerProxyListeners builds it (HTTP, gRPC and TCP
+// ports; rules that allow some callers, everyone, or no one), and listens
+// on the proxy's address.
+func TestPerProxyListenerResourcesStampEqualsBuilt(t *testing.T) {
+	stamped, _, _ := checkStamps(t, stampCase{
+		typeURL: listenerType,
+		flavors: []Flavor{Envoy},
+		addrs:   []string{"10.0.0.2", "2001:db8::2", "fe80::2%eth0"},
+		built:   messages(PerProxyListeners),
+		written: writtenMessages(PerProxyListenerResources),
+		stamped: func(proto.Message) bool { return true },
+		check: func(t *testing.T, label string, m Mesh, p Proxy, enc []Encoded) {
+			for _, e := range enc {
+				if got, ok := listenerAddress(e.Bytes); !ok || got.Addr() != p.Address {
+					t.Errorf("%s: stamped listener %q listens on %v", label, e.Name, got)
+				}
+			}
+		},
+	})
+	if stamped == 0 {
+		t.Error("no inbound listener stamped")
 	}
 }
 
@@ -160,245 +306,4 @@ spec: {serviceAccount: frontend, ports: [{port: 8080}]}
 		{Namespace: "data", Name: "db"}: {{IP: netip.MustParseAddr("10.0.2.1"), Port: 5432}},
 		{Namespace: "web", Name: "app"}: {{IP: netip.MustParseAddr("10.0.2.2"), Port: 8080}},
 	})
-}
-
-// TestSharedListenerResourcesStampEqualsBuilt: for every Envoy proxy of
-// the test meshes, SharedListenerResources gives the listeners
-// SharedListeners builds, byte for byte, the outbound listeners of
-// upstreams called directly stamped (with the references the Validator
-// finds in the built ones), the rest (splits) built; and the sets
-// validate with them.
-func TestSharedListenerResourcesStampEqualsBuilt(t *testing.T) {
-	eps := bookstoreEndpoints(t)
-	meshes := map[string]Mesh{
-		"smi":                meshOf(bookstoreSpec(t, false).Snapshot(), eps),
-		"permissive":         meshOf(bookstoreSpec(t, true).Snapshot(), eps),
-		"split-matches-root": splitMatchesEmptyRoot(t),
-		"policy":             policyMesh(t),
-		"tcp-only":           tcpOnlyMesh(t),
-	}
-	stamped, built := 0, 0
-	for name, m := range meshes {
-		m.Memo = NewMemo()
-		for _, info := range m.Spec().Services() {
-			p := Proxy{Service: info.Service, Flavor: Envoy, Address: netip.MustParseAddr("10.0.0.2")}
-			label := fmt.Sprintf("%s/%s", name, info.Service)
-			want, err := SharedListeners(Mesh{View: m.View}, p)
-			if err != nil {
-				t.Fatalf("%s: %v", label, err)
-			}
-			msgs, enc, err := SharedListenerResources(m, p)
-			if err != nil {
-				t.Fatalf("%s: %v", label, err)
-			}
-			if len(msgs)+len(enc) != len(want) {
-				t.Errorf("%s: %d listeners as messages and %d stamped; %d built", label, len(msgs), len(enc), len(want))
-			}
-			byName := map[string]proto.Message{}
-			for _, l := range want {
-				byName[l.GetName()] = l
-			}
-			for _, l := range msgs {
-				if !proto.Equal(l, byName[l.GetName()]) {
-					t.Errorf("%s: listener %s differs from the built one", label, l.GetName())
-				}
-				built++
-			}
-			var encoded []Encoded
-			for _, e := range enc {
-				w, ok := byName[e.Name]
-				if !ok {
-					t.Errorf("%s: stamped listener %q was not built", label, e.Name)
-					continue
-				}
-				if wb := mustMarshal(t, w); e.TypeURL != listenerType || !bytes.Equal(e.Bytes, wb) {
-					t.Errorf("%s: stamped listener %q\n%x\nbuilt\n%x", label, e.Name, e.Bytes, wb)
-				}
-				refs, _ := walkOne(Envoy, w)
-				var wantRefs []Ref
-				for _, r := range refs {
-					wantRefs = append(wantRefs, Ref{typeOfKind[r.kind], r.name})
-				}
-				if !slices.Equal(e.Refs, wantRefs) {
-					t.Errorf("%s: stamped listener %q references %v; the built one %v", label, e.Name, e.Refs, wantRefs)
-				}
-				encoded = append(encoded, e)
-				stamped++
-			}
-			r := renderAll(t, Mesh{View: m.View}, p)
-			var rest []proto.Message
-			for _, x := range r.all() {
-				if l, ok := x.(*listenerv3.Listener); ok && slices.ContainsFunc(enc, func(e Encoded) bool { return e.Name == l.GetName() }) {
-					continue
-				}
-				rest = append(rest, x)
-			}
-			if err := NewValidator(Envoy).ValidateSet(nil, encoded, rest...); err != nil {
-				t.Errorf("%s: %v", label, err)
-			}
-		}
-	}
-	if stamped == 0 || built == 0 {
-		t.Errorf("%d outbound listeners stamped, %d built: the meshes no longer test both paths", stamped, built)
-	}
-}
-
-// TestRouteResourcesStampEqualsBuilt: for every proxy of the test meshes
-// in both flavours, RouteResources gives the route configurations Routes
-// builds, byte for byte, the inbound ones and those of upstreams called
-// directly stamped (with the references the Validator finds in the built
-// ones), the rest (splits) built; and the sets validate with them.
-func TestRouteResourcesStampEqualsBuilt(t *testing.T) {
-	eps := bookstoreEndpoints(t)
-	meshes := map[string]Mesh{
-		"smi":                meshOf(bookstoreSpec(t, false).Snapshot(), eps),
-		"permissive":         meshOf(bookstoreSpec(t, true).Snapshot(), eps),
-		"split-matches-root": splitMatchesEmptyRoot(t),
-		"policy":             policyMesh(t),
-		"tcp-only":           tcpOnlyMesh(t),
-	}
-	stamped, built := map[Flavor]int{}, 0
-	for name, m := range meshes {
-		for _, f := range []Flavor{Envoy, GRPC} {
-			m := m
-			m.Memo = NewMemo()
-			for _, info := range m.Spec().Services() {
-				p := Proxy{Service: info.Service, Flavor: f, Address: netip.MustParseAddr("10.0.0.2")}
-				label := fmt.Sprintf("%s/%s/%s", name, f, info.Service)
-				want, err := Routes(Mesh{View: m.View}, p)
-				if err != nil {
-					t.Fatalf("%s: %v", label, err)
-				}
-				msgs, enc, err := RouteResources(m, p)
-				if err != nil {
-					t.Fatalf("%s: %v", label, err)
-				}
-				if len(msgs)+len(enc) != len(want) {
-					t.Errorf("%s: %d route configurations as messages and %d stamped; %d built", label, len(msgs), len(enc), len(want))
-				}
-				byName := map[string]proto.Message{}
-				for _, r := range want {
-					byName[r.GetName()] = r
-				}
-				for _, r := range msgs {
-					if !proto.Equal(r, byName[r.GetName()]) {
-						t.Errorf("%s: route configuration %s differs from the built one", label, r.GetName())
-					}
-					built++
-				}
-				for _, e := range enc {
-					w, ok := byName[e.Name]
-					if !ok {
-						t.Errorf("%s: stamped route configuration %q was not built", label, e.Name)
-						continue
-					}
-					if wb := mustMarshal(t, w); e.TypeURL != routeType || !bytes.Equal(e.Bytes, wb) {
-						t.Errorf("%s: stamped route configuration %q\n%x\nbuilt\n%x", label, e.Name, e.Bytes, wb)
-					}
-					refs, _ := walkOne(f, w)
-					var wantRefs []Ref
-					for _, r := range refs {
-						wantRefs = append(wantRefs, Ref{typeOfKind[r.kind], r.name})
-					}
-					if !slices.Equal(e.Refs, wantRefs) {
-						t.Errorf("%s: stamped route configuration %q references %v; the built one %v", label, e.Name, e.Refs, wantRefs)
-					}
-					stamped[f]++
-				}
-				r := renderAll(t, Mesh{View: m.View}, p)
-				var rest []proto.Message
-				for _, x := range r.all() {
-					if rc, ok := x.(*routev3.RouteConfiguration); ok && slices.ContainsFunc(enc, func(e Encoded) bool { return e.Name == rc.GetName() }) {
-						continue
-					}
-					rest = append(rest, x)
-				}
-				if err := NewValidator(f).ValidateSet(nil, enc, rest...); err != nil {
-					t.Errorf("%s: %v", label, err)
-				}
-			}
-		}
-	}
-	if stamped[Envoy] == 0 || stamped[GRPC] == 0 || built == 0 {
-		t.Errorf("route configurations stamped %v, %d built: the meshes no longer test both paths and both flavours", stamped, built)
-	}
-}
-
-// TestPerProxyListenerResourcesStampEqualsBuilt: for every Envoy proxy of
-// the test meshes, on IPv4, IPv6 and zoned IPv6 addresses,
-// PerProxyListenerResources gives the inbound listeners PerProxyListeners
-// builds, byte for byte, stamped with their RBAC rules spliced in (HTTP,
-// gRPC and TCP ports; rules that allow some callers, everyone, or no
-// one), with the references the Validator finds in the built ones; the
-// sets validate with them.
-func TestPerProxyListenerResourcesStampEqualsBuilt(t *testing.T) {
-	eps := bookstoreEndpoints(t)
-	meshes := map[string]Mesh{
-		"smi":                meshOf(bookstoreSpec(t, false).Snapshot(), eps),
-		"permissive":         meshOf(bookstoreSpec(t, true).Snapshot(), eps),
-		"split-matches-root": splitMatchesEmptyRoot(t),
-		"policy":             policyMesh(t),
-		"tcp-only":           tcpOnlyMesh(t),
-	}
-	stamped := 0
-	for name, m := range meshes {
-		m.Memo = NewMemo()
-		for _, addr := range []string{"10.0.0.2", "2001:db8::2", "fe80::2%eth0"} {
-			for _, info := range m.Spec().Services() {
-				p := Proxy{Service: info.Service, Flavor: Envoy, Address: netip.MustParseAddr(addr)}
-				label := fmt.Sprintf("%s/%s/%s", name, addr, info.Service)
-				want, err := PerProxyListeners(Mesh{View: m.View}, p)
-				if err != nil {
-					t.Fatalf("%s: %v", label, err)
-				}
-				msgs, enc, err := PerProxyListenerResources(m, p)
-				if err != nil {
-					t.Fatalf("%s: %v", label, err)
-				}
-				if len(msgs) != 0 || len(enc) != len(want) {
-					t.Errorf("%s: %d inbound listeners as messages and %d stamped; %d built", label, len(msgs), len(enc), len(want))
-				}
-				byName := map[string]proto.Message{}
-				for _, l := range want {
-					byName[l.GetName()] = l
-				}
-				for _, e := range enc {
-					w, ok := byName[e.Name]
-					if !ok {
-						t.Errorf("%s: stamped listener %q was not built", label, e.Name)
-						continue
-					}
-					if wb := mustMarshal(t, w); e.TypeURL != listenerType || !bytes.Equal(e.Bytes, wb) {
-						t.Errorf("%s: stamped listener %q\n%x\nbuilt\n%x", label, e.Name, e.Bytes, wb)
-					}
-					refs, _ := walkOne(Envoy, w)
-					var wantRefs []Ref
-					for _, r := range refs {
-						wantRefs = append(wantRefs, Ref{typeOfKind[r.kind], r.name})
-					}
-					if !slices.Equal(e.Refs, wantRefs) {
-						t.Errorf("%s: stamped listener %q references %v; the built one %v", label, e.Name, e.Refs, wantRefs)
-					}
-					if got, ok := listenerAddress(e.Bytes); !ok || got.Addr() != p.Address {
-						t.Errorf("%s: stamped listener %q listens on %v", label, e.Name, got)
-					}
-					stamped++
-				}
-				r := renderAll(t, Mesh{View: m.View}, p)
-				var rest []proto.Message
-				for _, x := range r.all() {
-					if l, ok := x.(*listenerv3.Listener); ok && slices.ContainsFunc(enc, func(e Encoded) bool { return e.Name == l.GetName() }) {
-						continue
-					}
-					rest = append(rest, x)
-				}
-				if err := NewValidator(Envoy).ValidateSet(nil, enc, rest...); err != nil {
-					t.Errorf("%s: %v", label, err)
-				}
-			}
-		}
-	}
-	if stamped == 0 {
-		t.Error("no inbound listener stamped")
-	}
 }
