@@ -275,19 +275,22 @@ func groupSet[T cache.Named](p *Publisher, msgs []T, typ proto.Message, encoded 
 // wrote as bytes, messages of typ's type.
 func (p *Publisher) appendEncoded(rs []*cache.Resource, typ proto.Message, encoded []render.Encoded) ([]*cache.Resource, error) {
 	for _, e := range encoded {
-		r, err := p.interned.EncodedResource(e.Name, typ, e.Bytes, func() []cache.Reference {
-			refs := make([]cache.Reference, len(e.Refs))
-			for i, r := range e.Refs {
-				refs[i] = cache.Reference(r)
-			}
-			return refs
-		})
+		r, err := p.interned.EncodedResource(e.Name, typ, e.Bytes, func() []cache.Reference { return references(e) })
 		if err != nil {
 			return nil, err
 		}
 		rs = append(rs, r)
 	}
 	return rs, nil
+}
+
+// references returns what e references, as the cache keeps it.
+func references(e render.Encoded) []cache.Reference {
+	refs := make([]cache.Reference, len(e.Refs))
+	for i, r := range e.Refs {
+		refs[i] = cache.Reference(r)
+	}
+	return refs
 }
 
 func (p *Publisher) renderProxy(px Proxy) render.Proxy {
@@ -394,11 +397,7 @@ func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
 		lds = append(lds, r)
 	}
 	for _, e := range encodedOwn {
-		refs := make([]cache.Reference, len(e.Refs))
-		for i, r := range e.Refs {
-			refs[i] = cache.Reference(r)
-		}
-		r, err := p.cache.NewEncodedResource(e.Name, (*listenerv3.Listener)(nil), e.Bytes, refs...)
+		r, err := p.cache.NewEncodedResource(e.Name, (*listenerv3.Listener)(nil), e.Bytes, references(e)...)
 		if err != nil {
 			return err
 		}
@@ -456,9 +455,8 @@ func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
 	return nil
 }
 
-// validate validates the sets, with extra messages; encoded resources
-// (load assignments, clusters, outbound listeners) by name, bytes and
-// references (see render.Validator.ValidateSet).
+// validate validates the sets, with extra messages; encoded resources by
+// type, name, bytes and references (see render.Validator.ValidateSet).
 func (p *Publisher) validate(f render.Flavor, extra []proto.Message, sets ...*cache.Set) error {
 	in, _ := validateInputs.Get().(*validateInput)
 	if in == nil {

@@ -111,11 +111,11 @@ func (p *Publisher) buildSecrets(ctx context.Context, sa mesh.ServiceAccount) (*
 	if err != nil {
 		return nil, err
 	}
-	certRes, err := p.interned.EncodedResource(render.ServiceCertSecret, (*tlsv3.Secret)(nil), b, func() []cache.Reference { return nil })
+	certRes, err := p.cache.NewEncodedResource(render.ServiceCertSecret, (*tlsv3.Secret)(nil), b)
 	if err != nil {
 		return nil, err
 	}
-	set, err := cache.NewSet(rootRes, certRes)
+	set, err := cache.NewSet(rootRes, p.interned.Intern(certRes))
 	if err != nil {
 		return nil, err
 	}

@@ -189,16 +189,16 @@ func (c *Cache) NewResource(name string, msg proto.Message) (*Resource, error) {
 // directly, such as render's load assignments). Its message is decoded
 // from b at the first call of Message (for debugging), not before: it
 // is never built to be sent. typ is only read for its type (a nil
-// pointer of it will do).
-// refs are the resources it references (see Resource.References).
+// pointer of it will do); refs are the resources it references (see
+// Resource.References).
 func (c *Cache) NewEncodedResource(name string, typ proto.Message, b []byte, refs ...Reference) (*Resource, error) {
 	if name == "" {
 		return nil, errors.New("cache: resource name is empty")
 	}
 	blk := &encodedBlock{}
 	r := c.fill(&blk.resourceBlock, name, c.typeURLOf(typ), b)
-	blk.lazy.typ, blk.lazy.refs = typ.ProtoReflect().Type(), refs
-	r.lazy = &blk.lazy
+	blk.enc.typ, blk.enc.refs = typ.ProtoReflect().Type(), refs
+	r.enc = &blk.enc
 	return r, nil
 }
 
@@ -228,10 +228,10 @@ type resourceBlock struct {
 	delta discovery.Resource
 }
 
-// encodedBlock is an encoded Resource's block, with its lazy message.
+// encodedBlock is an encoded Resource's block, with its encoding.
 type encodedBlock struct {
 	resourceBlock
-	lazy lazyMessage
+	enc encoding
 }
 
 // typeURLOf returns msg's type URL, one string per type (see typeURLs).

@@ -86,7 +86,7 @@ func TestEncodedResource(t *testing.T) {
 	if !enc.Encoded() || fromMsg.Encoded() {
 		t.Errorf("Encoded() = %v for the encoded, %v for the marshalled one", enc.Encoded(), fromMsg.Encoded())
 	}
-	if enc.lazy.msg != nil {
+	if enc.enc.msg != nil {
 		t.Error("the message was decoded before anyone asked for it")
 	}
 	m := enc.Message()

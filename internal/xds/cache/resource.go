@@ -20,8 +20,8 @@ type Resource struct {
 	name    string
 	version string
 	typeURL string
-	msg     proto.Message // nil for an encoded Resource (lazy)
-	lazy    *lazyMessage  // an encoded Resource's message (see Cache.NewEncodedResource)
+	msg     proto.Message // nil for an encoded Resource (see enc)
+	enc     *encoding     // an encoded Resource's message and references (see Cache.NewEncodedResource)
 	any     *anypb.Any
 	delta   *discovery.Resource
 	digest  uint64
@@ -41,39 +41,39 @@ func (r *Resource) TypeURL() string { return r.typeURL }
 // encoded Resource (see [Cache.NewEncodedResource]) decodes it at the
 // first call; nil if its bytes do not decode (a bug of the producer).
 func (r *Resource) Message() proto.Message {
-	if r.lazy == nil {
+	if r.enc == nil {
 		return r.msg
 	}
-	r.lazy.once.Do(func() {
-		m := r.lazy.typ.New().Interface()
+	r.enc.once.Do(func() {
+		m := r.enc.typ.New().Interface()
 		if err := proto.Unmarshal(r.Bytes(), m); err == nil {
-			r.lazy.msg = m
+			r.enc.msg = m
 		}
 	})
-	return r.lazy.msg
+	return r.enc.msg
 }
 
 // Encoded reports whether the Resource was made from its bytes (see
 // [Cache.NewEncodedResource]): its message was never built, and was not
 // validated as one; its producer answers for it.
-func (r *Resource) Encoded() bool { return r.lazy != nil }
+func (r *Resource) Encoded() bool { return r.enc != nil }
 
 // References returns what an encoded Resource references, as its
 // producer said (nil for one made from a message, whose message says).
 func (r *Resource) References() []Reference {
-	if r.lazy == nil {
+	if r.enc == nil {
 		return nil
 	}
-	return r.lazy.refs
+	return r.enc.refs
 }
 
 // Reference names a resource another references: a cluster its load
 // assignment and secrets, a listener its route configuration.
 type Reference struct{ TypeURL, Name string }
 
-// lazyMessage is the message of an encoded Resource, decoded when first
-// asked for, and what it references.
-type lazyMessage struct {
+// encoding is what an encoded Resource has besides its bytes: its
+// message, decoded when first asked for, and what it references.
+type encoding struct {
 	once sync.Once
 	typ  protoreflect.MessageType
 	msg  proto.Message

@@ -64,7 +64,7 @@ func clusters(m Mesh, p Proxy, encode bool) ([]*clusterv3.Cluster, []Encoded, er
 	for _, svc := range upstreams {
 		info, _ := m.Spec().Service(svc)
 		if encode {
-			if e, ok := b.encodedEDSCluster(m, info, p.Flavor); ok {
+			if e, ok := encodedEDSCluster(m, info, p.Flavor); ok {
 				enc = append(enc, e)
 				continue
 			}
@@ -76,7 +76,7 @@ func clusters(m Mesh, p Proxy, encode bool) ([]*clusterv3.Cluster, []Encoded, er
 	if p.Flavor == Envoy {
 		for _, port := range sortedPorts(self) {
 			if encode {
-				if e, ok := b.encodedLocalCluster(m, self.Service, port); ok {
+				if e, ok := encodedLocalCluster(m, self.Service, port); ok {
 					enc = append(enc, e)
 					continue
 				}

@@ -39,14 +39,8 @@ type shapeRef struct {
 }
 
 // shapeOf returns the shape of key, building it with newShape(f, phs,
-// build) the first time.
-func (mm *Memo) shapeOf(m Mesh, key shapeKey, f Flavor, phs []string, build func() (proto.Message, error)) *shape {
-	return mm.splicedShapeOf(m, key, f, phs, nil, build)
-}
-
-// splicedShapeOf is shapeOf for a template that holds splices (see
-// newStamp).
-func (mm *Memo) splicedShapeOf(m Mesh, key shapeKey, f Flavor, phs []string, splices [][]byte, build func() (proto.Message, error)) *shape {
+// splices, build) the first time.
+func (mm *Memo) shapeOf(m Mesh, key shapeKey, f Flavor, phs []string, splices [][]byte, build func() (proto.Message, error)) *shape {
 	mm.mu.Lock()
 	defer mm.mu.Unlock()
 	mm.use(m)
@@ -58,26 +52,45 @@ func (mm *Memo) splicedShapeOf(m Mesh, key shapeKey, f Flavor, phs []string, spl
 	return sh
 }
 
-// lookup returns, under one lock, what mm holds written at at for m, if
-// anything, and the shape of key, if built.
-func (mm *Memo) lookup(m Mesh, at memoKey, key shapeKey) (Encoded, bool, *shape) {
-	mm.mu.Lock()
-	defer mm.mu.Unlock()
-	mm.use(m)
-	e, ok := mm.encoded[at]
-	return e, ok, mm.shapes[key]
+// stamped returns the resource of shape key (built the first time, see
+// shapeOf) written with vals and spl, named name; false if the shape
+// cannot be stamped, a value breaks a rule, or the name written is not
+// name (a builder whose output is not that shape's): the caller builds
+// the resource as a message then, whose validation says what is wrong.
+func (mm *Memo) stamped(m Mesh, key shapeKey, f Flavor, phs []string, splices [][]byte, build func() (proto.Message, error), name string, vals []string, spl [][]byte) (Encoded, bool) {
+	sh := mm.shapeOf(m, key, f, phs, splices, build)
+	if sh.err != nil {
+		return Encoded{}, false
+	}
+	e, err := sh.write(vals, spl)
+	if err != nil || e.Name != name {
+		return Encoded{}, false
+	}
+	return e, true
 }
 
-// remember stores e, written at at, unless another rendering wrote it
-// meanwhile; it returns what mm holds then (equal content).
-func (mm *Memo) remember(at memoKey, e Encoded) Encoded {
+// once returns what write wrote for at while mm serves m, calling it the
+// first time (a resource shared by every caller of an upstream); two
+// renderings writing it at once both write it, and every caller gets the
+// first (equal content).
+func (mm *Memo) once(m Mesh, at memoKey, write func() (Encoded, bool)) (Encoded, bool) {
+	mm.mu.Lock()
+	mm.use(m)
+	e, ok := mm.encoded[at]
+	mm.mu.Unlock()
+	if ok {
+		return e, true
+	}
+	if e, ok = write(); !ok {
+		return Encoded{}, false
+	}
 	mm.mu.Lock()
 	defer mm.mu.Unlock()
 	if have, ok := mm.encoded[at]; ok {
-		return have
+		return have, true
 	}
 	mm.encoded[at] = e
-	return e
+	return e, true
 }
 
 // newShape returns the shape of the message build renders with the
@@ -108,14 +121,9 @@ func newShape(f Flavor, phs []string, splices [][]byte, build func() (proto.Mess
 	return sh
 }
 
-// write returns the resource of the shape with vals for its
-// placeholders, or why it cannot.
-func (sh *shape) write(vals []string) (Encoded, error) {
-	return sh.writeSpliced(vals, nil)
-}
-
-// writeSpliced is write for a shape with splices, spl in their places.
-func (sh *shape) writeSpliced(vals []string, spl [][]byte) (Encoded, error) {
+// write returns the resource of the shape with vals for its placeholders
+// and spl for its splices, or why it cannot.
+func (sh *shape) write(vals []string, spl [][]byte) (Encoded, error) {
 	if err := sh.st.check(vals); err != nil {
 		return Encoded{}, err
 	}
@@ -127,179 +135,116 @@ func (sh *shape) writeSpliced(vals []string, spl [][]byte) (Encoded, error) {
 	return e, nil
 }
 
-// edsPlaceholders stand, in the template of an EDS cluster, for the
-// names it is rendered from: its service's namespace and name, and its
-// account's. Names in the specification are DNS labels, so these appear
-// in no other text.
-var edsPlaceholders = []string{"\x00svc-namespace\x00", "\x00svc-name\x00", "\x00sa-namespace\x00", "\x00sa-name\x00"}
+// namePlaceholders stand, in a template, for the namespace and name of
+// the service it is rendered for; edsPlaceholders add its account's.
+// Names in the specification are DNS labels, so these appear in no other
+// text.
+var (
+	namePlaceholders = []string{"\x00svc-namespace\x00", "\x00svc-name\x00"}
+	edsPlaceholders  = append(namePlaceholders[:2:2], "\x00sa-namespace\x00", "\x00sa-name\x00")
+)
+
+// placeholderService is the service namePlaceholders name.
+var placeholderService = mesh.MeshService{Namespace: namePlaceholders[0], Name: namePlaceholders[1]}
 
 // encodedEDSCluster returns edsCluster(m, info, f) written from the stamp
 // of its shape, once per service and flavour while m.Memo serves m; false
-// if it cannot be (its shape cannot be stamped, or its names break a
-// rule): the caller builds it as a message then, whose validation says
-// what is wrong.
-func (b *builder) encodedEDSCluster(m Mesh, info spec.ServiceInfo, f Flavor) (Encoded, bool) {
-	mm := m.Memo
-	at := memoKey{kind: memoCluster, svc: info.Service, flavor: f}
-	key := shapeKey{kind: memoCluster, flavor: f, http: hasHTTP(info)}
-	e, ok, sh := mm.lookup(m, at, key)
-	if ok {
-		return e, true
-	}
-	if sh == nil {
-		sh = mm.shapeOf(m, key, f, edsPlaceholders, func() (proto.Message, error) {
+// if it cannot be (see Memo.stamped).
+func encodedEDSCluster(m Mesh, info spec.ServiceInfo, f Flavor) (Encoded, bool) {
+	return m.Memo.once(m, memoKey{kind: memoCluster, svc: info.Service, flavor: f}, func() (Encoded, bool) {
+		key := shapeKey{kind: memoCluster, flavor: f, http: hasHTTP(info)}
+		return m.Memo.stamped(m, key, f, edsPlaceholders, nil, func() (proto.Message, error) {
 			tb := &builder{}
 			tmpl := info
-			tmpl.Service = mesh.MeshService{Namespace: edsPlaceholders[0], Name: edsPlaceholders[1]}
+			tmpl.Service = placeholderService
 			tmpl.ServiceAccount = mesh.ServiceAccount{Namespace: edsPlaceholders[2], Name: edsPlaceholders[3]}
-			c := tb.edsCluster(m, tmpl, f)
-			return c, tb.err
-		})
-	}
-	if sh.err != nil {
-		return Encoded{}, false
-	}
-	e, err := sh.write([]string{info.Service.Namespace, info.Service.Name, info.ServiceAccount.Namespace, info.ServiceAccount.Name})
-	if err != nil {
-		return Encoded{}, false
-	}
-	return mm.remember(at, e), true
+			return tb.edsCluster(m, tmpl, f), tb.err
+		}, ClusterName(info.Service, f), []string{info.Service.Namespace, info.Service.Name, info.ServiceAccount.Namespace, info.ServiceAccount.Name}, nil)
+	})
 }
-
-// localPlaceholders stand, in the template of a local cluster, for its
-// service's namespace and name.
-var localPlaceholders = edsPlaceholders[:2]
 
 // encodedLocalCluster returns localCluster(svc, port) written from the
 // stamp of its shape (one per port: its numbers are not holes); false if
-// it cannot be, as encodedEDSCluster.
-func (b *builder) encodedLocalCluster(m Mesh, svc mesh.MeshService, port spec.ServicePort) (Encoded, bool) {
-	mm := m.Memo
+// it cannot be (see Memo.stamped).
+func encodedLocalCluster(m Mesh, svc mesh.MeshService, port spec.ServicePort) (Encoded, bool) {
 	key := shapeKey{kind: memoLocalCluster, flavor: Envoy, port: port}
-	mm.mu.Lock()
-	sh := mm.shapes[key]
-	mm.mu.Unlock()
-	if sh == nil {
-		sh = mm.shapeOf(m, key, Envoy, localPlaceholders, func() (proto.Message, error) {
-			tb := &builder{}
-			c := tb.localCluster(mesh.MeshService{Namespace: localPlaceholders[0], Name: localPlaceholders[1]}, port)
-			return c, tb.err
-		})
-	}
-	if sh.err != nil {
-		return Encoded{}, false
-	}
-	e, err := sh.write([]string{svc.Namespace, svc.Name})
-	return e, err == nil
+	return m.Memo.stamped(m, key, Envoy, namePlaceholders, nil, func() (proto.Message, error) {
+		tb := &builder{}
+		return tb.localCluster(placeholderService, port), tb.err
+	}, LocalClusterName(svc, port.Port), []string{svc.Namespace, svc.Name}, nil)
 }
 
 // vipPlaceholder is the VIP of an outbound listener's template; its text
 // is the template's third placeholder. (VIPs are IPv4: see spec's
 // vipRange.)
-var vipPlaceholder = netip.MustParseAddr("203.0.113.254")
+var (
+	vipPlaceholder               = netip.MustParseAddr("203.0.113.254")
+	outboundListenerPlaceholders = append(namePlaceholders[:2:2], vipPlaceholder.String())
+)
 
 // encodedOutboundListener returns outboundListener(o) written from the
 // stamp of its shape (one per port), once per route name while m.Memo
 // serves m, for an upstream at an IPv4 VIP whose listener is named after
 // it alone (HTTP, or TCP without a split); false for another (a split's
-// subset or matches, Gateway API routes), or if it cannot be, as
-// encodedEDSCluster.
-func (b *builder) encodedOutboundListener(m Mesh, o outbound) (Encoded, bool) {
+// subset or matches, Gateway API routes), or if it cannot be (see
+// Memo.stamped).
+func encodedOutboundListener(m Mesh, o outbound) (Encoded, bool) {
 	vip := o.info.VIP
 	// A TCP split's listener has weighted clusters: another shape. An
 	// HTTP listener is the same whatever it routes to, but the template's
-	// name has no split suffix: one with such a name is built (see the
-	// name check below).
+	// name has no split suffix: one with such a name is built (see
+	// Memo.stamped's name check).
 	if o.gw != nil || !isHTTP(o.port) && len(o.split) > 0 || o.subset || !vip.Is4() {
 		return Encoded{}, false
 	}
-	mm := m.Memo
 	name := o.routeName(Envoy)
-	at := memoKey{kind: memoOutboundListener, name: name}
-	key := shapeKey{kind: memoOutboundListener, port: o.port}
-	e, ok, sh := mm.lookup(m, at, key)
-	if ok {
-		return e, true
-	}
-	if sh == nil {
-		phs := []string{edsPlaceholders[0], edsPlaceholders[1], vipPlaceholder.String()}
-		sh = mm.shapeOf(m, key, Envoy, phs, func() (proto.Message, error) {
+	return m.Memo.once(m, memoKey{kind: memoOutboundListener, name: name}, func() (Encoded, bool) {
+		key := shapeKey{kind: memoOutboundListener, port: o.port}
+		return m.Memo.stamped(m, key, Envoy, outboundListenerPlaceholders, nil, func() (proto.Message, error) {
 			tb := &builder{}
 			tmpl := outbound{info: o.info, port: o.port, direct: o.direct}
-			tmpl.info.Service = mesh.MeshService{Namespace: phs[0], Name: phs[1]}
-			tmpl.info.VIP = vipPlaceholder
-			l := tb.outboundListener(tmpl)
-			return l, tb.err
-		})
-	}
-	if sh.err != nil {
-		return Encoded{}, false
-	}
-	e, err := sh.write([]string{o.info.Service.Namespace, o.info.Service.Name, vip.String()})
-	if err != nil || e.Name != name {
-		return Encoded{}, false
-	}
-	return mm.remember(at, e), true
+			tmpl.info.Service, tmpl.info.VIP = placeholderService, vipPlaceholder
+			return tb.outboundListener(tmpl), tb.err
+		}, name, []string{o.info.Service.Namespace, o.info.Service.Name, vip.String()}, nil)
+	})
 }
 
 // encodedInboundRoute returns inboundRoute(svc, port) written from the
-// stamp of its shape (one per port); false if it cannot be, as
-// encodedEDSCluster.
+// stamp of its shape (one per port); false if it cannot be (see
+// Memo.stamped).
 func encodedInboundRoute(m Mesh, svc mesh.MeshService, port spec.ServicePort) (Encoded, bool) {
-	mm := m.Memo
 	key := shapeKey{kind: memoInboundRoute, flavor: Envoy, port: port}
-	mm.mu.Lock()
-	sh := mm.shapes[key]
-	mm.mu.Unlock()
-	if sh == nil {
-		sh = mm.shapeOf(m, key, Envoy, localPlaceholders, func() (proto.Message, error) {
-			return inboundRoute(mesh.MeshService{Namespace: localPlaceholders[0], Name: localPlaceholders[1]}, port), nil
-		})
-	}
-	if sh.err != nil {
-		return Encoded{}, false
-	}
-	e, err := sh.write([]string{svc.Namespace, svc.Name})
-	return e, err == nil
+	return m.Memo.stamped(m, key, Envoy, namePlaceholders, nil, func() (proto.Message, error) {
+		return inboundRoute(placeholderService, port), nil
+	}, InboundName(svc, port.Port), []string{svc.Namespace, svc.Name}, nil)
 }
 
 // encodedOutboundRoute returns outboundRoutes(o, f) written from the
 // stamp of its shape (one per port and flavour), once per route name
 // while m.Memo serves m, for an upstream called directly; false for
-// another (a split, Gateway API routes), or if it cannot be, as
-// encodedEDSCluster.
+// another (a split, Gateway API routes), or if it cannot be (see
+// Memo.stamped).
 func encodedOutboundRoute(m Mesh, o outbound, f Flavor) (Encoded, bool) {
 	if o.gw != nil || len(o.split) > 0 || o.subset || len(o.splitMatches) > 0 || !o.direct {
 		return Encoded{}, false
 	}
-	mm := m.Memo
 	name := o.routeName(f)
-	at := memoKey{kind: memoRoute, name: name}
-	key := shapeKey{kind: memoRoute, flavor: f, port: o.port}
-	e, ok, sh := mm.lookup(m, at, key)
-	if ok {
-		return e, true
-	}
-	if sh == nil {
-		sh = mm.shapeOf(m, key, f, localPlaceholders, func() (proto.Message, error) {
+	return m.Memo.once(m, memoKey{kind: memoRoute, name: name}, func() (Encoded, bool) {
+		key := shapeKey{kind: memoRoute, flavor: f, port: o.port}
+		return m.Memo.stamped(m, key, f, namePlaceholders, nil, func() (proto.Message, error) {
 			tmpl := outbound{info: o.info, port: o.port, direct: true}
-			tmpl.info.Service = mesh.MeshService{Namespace: localPlaceholders[0], Name: localPlaceholders[1]}
+			tmpl.info.Service = placeholderService
 			return outboundRoutes(tmpl, f), nil
-		})
-	}
-	if sh.err != nil {
-		return Encoded{}, false
-	}
-	e, err := sh.write([]string{o.info.Service.Namespace, o.info.Service.Name})
-	if err != nil || e.Name != name {
-		return Encoded{}, false
-	}
-	return mm.remember(at, e), true
+		}, name, []string{o.info.Service.Namespace, o.info.Service.Name}, nil)
+	})
 }
 
 // inboundAddrPlaceholder is the proxy address of an inbound listener's
 // template; its text is the template's third placeholder.
-var inboundAddrPlaceholder = netip.MustParseAddr("203.0.113.253")
+var (
+	inboundAddrPlaceholder      = netip.MustParseAddr("203.0.113.253")
+	inboundListenerPlaceholders = append(namePlaceholders[:2:2], inboundAddrPlaceholder.String())
+)
 
 // rulesSplice is the RBAC rules of an inbound listener's template, which
 // every instance replaces with its own (encoded): valid, and unlike any
@@ -315,10 +260,10 @@ var (
 // encodedInboundListener returns inboundListener(m, p, self, port)
 // written from the stamp of its shape (one per port) with its RBAC rules
 // spliced in: built, validated (as its filter's, by walkOne) and encoded
-// once per service and port while m.Memo serves m. False if it cannot be,
-// as encodedEDSCluster: the listener is built then, and its validation
-// says what is wrong.
-func (b *builder) encodedInboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) (Encoded, bool) {
+// once per service and port while m.Memo serves m. False if it cannot be
+// (see Memo.stamped): the listener is built then, and its validation says
+// what is wrong.
+func encodedInboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) (Encoded, bool) {
 	if !p.Address.IsValid() {
 		return Encoded{}, false
 	}
@@ -343,26 +288,11 @@ func (b *builder) encodedInboundListener(m Mesh, p Proxy, self spec.ServiceInfo,
 		return Encoded{}, false
 	}
 	key := shapeKey{kind: memoInboundListener, flavor: Envoy, port: port}
-	mm.mu.Lock()
-	sh := mm.shapes[key]
-	mm.mu.Unlock()
-	if sh == nil {
-		phs := []string{edsPlaceholders[0], edsPlaceholders[1], inboundAddrPlaceholder.String()}
-		sh = mm.splicedShapeOf(m, key, Envoy, phs, [][]byte{rulesSpliceBytes}, func() (proto.Message, error) {
-			tb := &builder{}
-			svc := mesh.MeshService{Namespace: phs[0], Name: phs[1]}
-			l := inboundListenerOf(InboundName(svc, port.Port), inboundAddrPlaceholder, port, tb.inboundChain(svc, port, rulesSplice))
-			return l, tb.err
-		})
-	}
-	if sh.err != nil {
-		return Encoded{}, false
-	}
-	e, err := sh.writeSpliced([]string{self.Service.Namespace, self.Service.Name, p.Address.String()}, [][]byte{rules.b})
-	if err != nil || e.Name != name {
-		return Encoded{}, false
-	}
-	return e, true
+	return mm.stamped(m, key, Envoy, inboundListenerPlaceholders, [][]byte{rulesSpliceBytes}, func() (proto.Message, error) {
+		tb := &builder{}
+		l := inboundListenerOf(InboundName(placeholderService, port.Port), inboundAddrPlaceholder, port, tb.inboundChain(placeholderService, port, rulesSplice))
+		return l, tb.err
+	}, name, []string{self.Service.Namespace, self.Service.Name, p.Address.String()}, [][]byte{rules.b})
 }
 
 // encodedRules is an inbound listener's RBAC rules, encoded, if ok (they

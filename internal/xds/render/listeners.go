@@ -81,7 +81,7 @@ func perProxyListeners(m Mesh, p Proxy, encode bool) ([]*listenerv3.Listener, []
 			continue
 		}
 		if encode {
-			if e, ok := b.encodedInboundListener(m, p, self, port); ok {
+			if e, ok := encodedInboundListener(m, p, self, port); ok {
 				enc = append(enc, e)
 				continue
 			}
@@ -133,7 +133,7 @@ func sharedListeners(m Mesh, p Proxy, encode bool) ([]*listenerv3.Listener, []En
 			continue
 		}
 		if encode {
-			if e, ok := b.encodedOutboundListener(m, o); ok {
+			if e, ok := encodedOutboundListener(m, o); ok {
 				enc = append(enc, e)
 				continue
 			}

@@ -24,7 +24,7 @@ func TestStampEDSClusterNameLengths(t *testing.T) {
 		info := spec.ServiceInfo{Ports: []spec.ServicePort{{Port: 8080, AppProtocol: "http"}}}
 		sh := newShape(f, edsPlaceholders, nil, func() (proto.Message, error) {
 			tmpl := info
-			tmpl.Service = mesh.MeshService{Namespace: edsPlaceholders[0], Name: edsPlaceholders[1]}
+			tmpl.Service = placeholderService
 			tmpl.ServiceAccount = mesh.ServiceAccount{Namespace: edsPlaceholders[2], Name: edsPlaceholders[3]}
 			b := &builder{}
 			return b.edsCluster(m, tmpl, f), b.err
@@ -42,7 +42,7 @@ func TestStampEDSClusterNameLengths(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			e, err := sh.write(vals)
+			e, err := sh.write(vals, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +53,7 @@ func TestStampEDSClusterNameLengths(t *testing.T) {
 				t.Errorf("stamped name %q, want %q", e.Name, ClusterName(in.Service, f))
 			}
 		}
-		if _, err := sh.write([]string{"\xff", "a", "b", "c"}); err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
+		if _, err := sh.write([]string{"\xff", "a", "b", "c"}, nil); err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
 			t.Errorf("a name that is not UTF-8: error = %v", err)
 		}
 	}

@@ -181,13 +181,8 @@ const (
 // protoc-gen-validate checks of it (inline bytes not empty) is checked
 // here: an empty PEM is an error, as in Secrets.
 func EncodeServiceCertSecret(b []byte, certChainPEM, keyPEM []byte) ([]byte, error) {
-	for _, x := range []struct {
-		what string
-		pem  []byte
-	}{{"service certificate chain", certChainPEM}, {"service private key", keyPEM}} {
-		if len(x.pem) == 0 {
-			return nil, fmt.Errorf("render: secrets: empty %s: pass the PEM issued for the proxy's service", x.what)
-		}
+	if err := emptyPEMs(secretPEM{"service certificate chain", certChainPEM}, secretPEM{"service private key", keyPEM}); err != nil {
+		return nil, err
 	}
 	source := func(pem []byte) int { return sizeNested(len(pem)) }
 	tls := sizeNested(source(certChainPEM)) + sizeNested(source(keyPEM))
@@ -214,16 +209,7 @@ func EncodeServiceCertSecret(b []byte, certChainPEM, keyPEM []byte) ([]byte, err
 // its proxies; the root is identical for every proxy. gRPC clients read the
 // same material from files (certificate provider "osm") and get no secrets.
 func Secrets(certChainPEM, keyPEM, rootPEM []byte) ([]*tlsv3.Secret, error) {
-	var errs []error
-	for _, x := range []struct {
-		what string
-		pem  []byte
-	}{{"service certificate chain", certChainPEM}, {"service private key", keyPEM}, {"mesh root certificate", rootPEM}} {
-		if len(x.pem) == 0 {
-			errs = append(errs, fmt.Errorf("render: secrets: empty %s: pass the PEM issued for the proxy's service", x.what))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := emptyPEMs(secretPEM{"service certificate chain", certChainPEM}, secretPEM{"service private key", keyPEM}, secretPEM{"mesh root certificate", rootPEM}); err != nil {
 		return nil, err
 	}
 	return []*tlsv3.Secret{
@@ -237,10 +223,27 @@ func Secrets(certChainPEM, keyPEM, rootPEM []byte) ([]*tlsv3.Secret, error) {
 
 // RootSecret returns the RootCASecret of Secrets(..., rootPEM).
 func RootSecret(rootPEM []byte) (*tlsv3.Secret, error) {
-	if len(rootPEM) == 0 {
-		return nil, fmt.Errorf("render: secrets: empty mesh root certificate")
+	if err := emptyPEMs(secretPEM{"mesh root certificate", rootPEM}); err != nil {
+		return nil, err
 	}
 	return rootSecret(rootPEM), nil
+}
+
+// secretPEM is a PEM a secret is made of, and what it is.
+type secretPEM struct {
+	what string
+	b    []byte
+}
+
+// emptyPEMs reports every one of pems that is empty.
+func emptyPEMs(pems ...secretPEM) error {
+	var errs []error
+	for _, p := range pems {
+		if len(p.b) == 0 {
+			errs = append(errs, fmt.Errorf("render: secrets: empty %s: pass the PEM the mesh CA issued", p.what))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func rootSecret(rootPEM []byte) *tlsv3.Secret {

@@ -178,8 +178,8 @@ func (vr *Validator) ValidateWith(mm *Memo, resources ...proto.Message) error {
 }
 
 // Encoded is a resource written as bytes, not built as a message: by an
-// encoder ([EncodeClusterLoadAssignment]) or from the stamp of its shape
-// (the EDS clusters of [ClusterResources]). Whatever validating its
+// encoder ([EncodeClusterLoadAssignment], [EncodeServiceCertSecret]) or
+// from the stamp of its shape (see [ClusterResources] and its siblings). Whatever validating its
 // message would check holds by construction, or was checked when it was
 // written; Refs are the resources it references, which a proxy must
 // receive with it.
@@ -232,29 +232,19 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 	defer vr.scratch.Put(v)
 	defer v.end()
 	for _, e := range encoded {
-		switch e.TypeURL {
-		case loadAssignmentType:
-			v.add(v.eds, "load assignment", e.Name)
-		case clusterType:
-			v.add(v.clusters, "cluster", e.Name)
-		case routeType:
-			v.add(v.routes, "route configuration", e.Name)
-		case secretType:
-			if v.flavor == GRPC {
-				v.errs = append(v.errs, finding{nil, fmt.Sprintf("secret %q: gRPC has no SDS; its TLS comes from certificate provider %q", e.Name, CertProviderInstance)})
-			}
-			v.add(v.secrets, "secret", e.Name)
-		case listenerType:
-			v.add(v.listeners, "listener", e.Name)
-			if addr, ok := listenerAddress(e.Bytes); ok {
-				v.claimAddress(addr, e.Name, "listener "+strconv.Quote(e.Name)+": ")
-			}
-		default:
+		kind := kindOfType[e.TypeURL]
+		if kind == "" {
 			v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q: only listeners, route configurations, clusters, load assignments and secrets are encoded", e.TypeURL, e.Name)})
 			continue
 		}
+		v.indexNamed(kind, e.Name)
+		if e.TypeURL == listenerType {
+			if addr, ok := listenerAddress(e.Bytes); ok {
+				v.claimAddress(addr, e.Name, "listener "+strconv.Quote(e.Name)+": ")
+			}
+		}
 		for _, r := range e.Refs {
-			v.refs = append(v.refs, reference{fromKind: kindOfType[e.TypeURL], fromName: e.Name, kind: kindOfType[r.TypeURL], name: r.Name})
+			v.refs = append(v.refs, reference{fromKind: kind, fromName: e.Name, kind: kindOfType[r.TypeURL], name: r.Name})
 		}
 	}
 	for _, r := range resources {
@@ -303,18 +293,7 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 		}
 	}
 	for _, ref := range v.refs {
-		var have map[string]bool
-		switch ref.kind {
-		case "route configuration":
-			have = v.routes
-		case "cluster":
-			have = v.clusters
-		case "load assignment":
-			have = v.eds
-		case "secret":
-			have = v.secrets
-		}
-		if !have[ref.name] {
+		if !v.names(ref.kind)[ref.name] {
 			msg := fmt.Sprintf("references %s %q, which is not in the set: render and publish it with the referrer", ref.kind, ref.name)
 			if ref.from == nil && ref.fromKind != "" {
 				msg = ref.fromKind + " " + strconv.Quote(ref.fromName) + ": " + msg
@@ -445,24 +424,38 @@ func (v *validation) ref(kind, name string) {
 }
 
 func (v *validation) index(r proto.Message) {
-	add := v.add
-	switch r := r.(type) {
-	case *listenerv3.Listener:
-		add(v.listeners, "listener", r.GetName())
-	case *routev3.RouteConfiguration:
-		add(v.routes, "route configuration", r.GetName())
-	case *clusterv3.Cluster:
-		add(v.clusters, "cluster", r.GetName())
-	case *endpointv3.ClusterLoadAssignment:
-		add(v.eds, "load assignment", r.GetClusterName())
-	case *tlsv3.Secret:
-		if v.flavor == GRPC {
-			v.errs = append(v.errs, finding{nil, fmt.Sprintf("secret %q: gRPC has no SDS; its TLS comes from certificate provider %q", r.GetName(), CertProviderInstance)})
-		}
-		add(v.secrets, "secret", r.GetName())
-	default:
+	kind, name := kindAndName(r)
+	if kind == "" {
 		v.errs = append(v.errs, finding{nil, fmt.Sprintf("unexpected resource type %T: want a listener, route configuration, cluster, load assignment or secret", r)})
+		return
 	}
+	v.indexNamed(kind, name)
+}
+
+// indexNamed indexes the resource of kind (as kindAndName names it) named
+// name.
+func (v *validation) indexNamed(kind, name string) {
+	if kind == "secret" && v.flavor == GRPC {
+		v.errs = append(v.errs, finding{nil, fmt.Sprintf("secret %q: gRPC has no SDS; its TLS comes from certificate provider %q", name, CertProviderInstance)})
+	}
+	v.add(v.names(kind), kind, name)
+}
+
+// names returns the names of the set's resources of kind.
+func (v *validation) names(kind string) map[string]bool {
+	switch kind {
+	case "listener":
+		return v.listeners
+	case "route configuration":
+		return v.routes
+	case "cluster":
+		return v.clusters
+	case "load assignment":
+		return v.eds
+	case "secret":
+		return v.secrets
+	}
+	return nil
 }
 
 // add indexes the resource of kind named name in m (one of v's maps of
