@@ -123,10 +123,11 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	// --profile-dir: every server's memory and MemStats, its CPU and
-	// allocations in the fill and the storm, and O's other profiles.
+	// allocations in the fill, the joins and the storm, and O's other
+	// profiles.
 	for _, s := range servers {
 		files := []string{"status.txt", "smaps_rollup.txt", "heap.txt"}
-		for _, w := range []string{"fill", "M6"} {
+		for _, w := range []string{"fill", "M5", "M6"} {
 			files = append(files, w+".cpu.pb.gz", w+".allocs-start.pb.gz", w+".allocs.pb.gz")
 		}
 		if s == "O" {

@@ -122,7 +122,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.IntVar(&services, "services", 0, "services in W (default 1000, quick 100)")
 	fs.IntVar(&endpoints, "endpoints", 10, "endpoints per service")
 	fs.IntVar(&reps, "reps", 0, "changes measured for M2 and M3 (default 20, quick 5)")
-	fs.IntVar(&joins, "joins", 0, "joins measured for M5, one after another (default 200, quick 10); p99 is nearest-rank")
+	fs.IntVar(&joins, "joins", 0, "joins measured for M5, one after another (default 1000, quick 10); p99 is nearest-rank, the 10th slowest of 1000")
 	fs.StringVar(&servers, "servers", "O,L,L-mux,F,HA", "servers to measure, in order (HA: three osm-server replicas on a three-server Consul, see --consul)")
 	fs.IntVar(&c.rounds, "rounds", 1, "measure every server this many times, taking turns (O, L-mux, O, L-mux, ...), and report each figure's median, with every round's in the JSON's samples: one run's ratios move by ±15% on a 2-core machine (docs/performance.md)")
 	fs.StringVar(&c.consul, "consul", "", "consul binary for HA (HA is skipped without it; make bench builds it with hack/build-consul.sh)")
@@ -140,7 +140,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&c.serverLogLevel, "server-log-level", "warn", "osm-server's --log-level for O; its log is servers.log in --work-dir")
 	fs.DurationVar(&c.plan.QuietMax, "quiet-max", 5*time.Second, "before each M2/M3 change, wait up to this long for the server to finish the previous one (under 5% of a core for 200 ms); 0: do not wait")
 	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace, a CPU and an allocation profile of osm-server over the first seconds of M2's and M3's changes, of M5's joins and of M6's storm, to DIR/O-<metric>.trace (go tool trace), DIR/O-<metric>.cpu.pb.gz and DIR/O-<metric>.allocs.pb.gz (go tool pprof)")
-	fs.StringVar(&c.plan.ProfileDir, "profile-dir", "", "write to DIR/<server>-*: each server's CPU and allocation profiles of the fleet fill's first 15 s and of M6's storm's first 8 s (O's storm only without --trace-dir), O's CPU profile of M1's idle window; after M7's RSS is read, each server's /proc status and smaps_rollup, heap profile and MemStats (heap?debug=1), and O's goroutines and /debug/proxies")
+	fs.StringVar(&c.plan.ProfileDir, "profile-dir", "", "write to DIR/<server>-*: each server's CPU and allocation profiles of the fleet fill's first 15 s, of M5's joins (1-10 s by --joins) and of M6's storm's first 8 s (O's joins and storm only without --trace-dir), O's CPU profile of M1's idle window; after M7's RSS is read, each server's /proc status and smaps_rollup, heap profile and MemStats (heap?debug=1), and O's goroutines and /debug/proxies")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -155,7 +155,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	def(&proxies, 10000, 500)
 	def(&services, 1000, 100)
 	def(&reps, 20, 5)
-	def(&joins, 200, 10)
+	def(&joins, 1000, 10)
 	def(&c.haProxies, 900, 90)
 	def(&c.haApplies, 20, 5)
 	if c.rounds < 1 {

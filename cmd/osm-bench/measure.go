@@ -77,6 +77,13 @@ const traceSeconds = 4
 // stormTraceSeconds is how long M6's trace runs: the storm's first half.
 const stormTraceSeconds = 8
 
+// joinsProfileSeconds is how long --profile-dir's profile of M5's joins
+// runs: about as long as n joins take (2-5 ms each), from 1 s to 10 s
+// (4 s for the default 1,000).
+func joinsProfileSeconds(n int) int {
+	return min(max(n*4/1000, 1), 10)
+}
+
 // measurer runs the metrics against one target.
 type measurer struct {
 	log  *slog.Logger
@@ -234,8 +241,14 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	// M5: a new proxy joins the full fleet.
 	var joins []float64
 	var joinsTraced func() error
+	joinsProfiled := func() error { return nil }
 	if p.want("M5") {
 		joinsTraced = m.startTrace(ctx, srv, res, t.Name()+"-M5", traceSeconds)
+		// --profile-dir profiles every server's joins (DIR/<server>-M5.*),
+		// O's unless its trace already does, to set O's against L-mux's.
+		if p.TraceDir == "" || srv.debugAddr == "" {
+			joinsProfiled = m.profileWindow(ctx, srv, t.Name()+"-M5", joinsProfileSeconds(p.Joins))
+		}
 	}
 	joinsCPU0, joinsCPUErr := cpuSeconds(pid)
 	for j := range p.Joins {
@@ -258,9 +271,13 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		joins = append(joins, ms(pc.readyAt.Sub(t0)))
 		pc.close()
 	}
+	joinsCPU1, joinsCPUErr1 := cpuSeconds(pid)
 	if p.want("M5") {
 		if err := joinsTraced(); err != nil {
 			res.note("M5: trace: %v", err)
+		}
+		if err := joinsProfiled(); err != nil {
+			res.note("M5: profile: %v", err)
 		}
 		log.Info("joins measured", "n", len(joins))
 		res.set("M5.p50", percentile(joins, 50))
@@ -269,7 +286,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		// the leave after): its latency on a loaded 2-core machine
 		// follows it. A collection that lands among the joins adds to
 		// every server's figure alike.
-		if joinsCPU1, err := cpuSeconds(pid); err == nil && joinsCPUErr == nil && len(joins) > 0 {
+		if joinsCPUErr1 == nil && joinsCPUErr == nil && len(joins) > 0 {
 			res.set("M5.server_cpu_ms", (joinsCPU1-joinsCPU0)*1000/float64(len(joins)))
 		}
 	}
