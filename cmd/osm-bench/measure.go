@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -243,6 +244,12 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	var joinsTraced func() error
 	joinsProfiled := func() error { return nil }
 	if p.want("M5") {
+		// The harness collects its own garbage first: the fleet's heap
+		// (10,000 connections, 500-600 MB live) takes 0.4 s to mark, and
+		// a collection of it among the joins slowed a tenth of them 2-10
+		// times, setting the p99 of whichever server was measured. The
+		// joins allocate far less than the heap's next goal.
+		runtime.GC()
 		joinsTraced = m.startTrace(ctx, srv, res, t.Name()+"-M5", traceSeconds)
 		// --profile-dir profiles every server's joins (DIR/<server>-M5.*),
 		// O's unless its trace already does, to set O's against L-mux's.
