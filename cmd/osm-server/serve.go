@@ -240,8 +240,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	}
 	debugAPI.ServeMetrics(reg)
 	xdsTLS := &tls.Config{
-		MinVersion:     tls.VersionTLS13,
-		GetCertificate: httpsTLS.GetCertificate,
+		MinVersion: tls.VersionTLS13,
+		// The same certificate as the API's, without the root: an xDS
+		// client trusts the root already and pins nothing.
+		GetCertificate: certificate.LeafOnly(httpsTLS.GetCertificate),
 		ClientAuth:     tls.RequireAndVerifyClientCert,
 		ClientCAs:      certs.CertPool(),
 	}

@@ -122,3 +122,55 @@ func TestServingCertificateRenewal(t *testing.T) {
 		t.Errorf("serving certificate without hosts: want an error")
 	}
 }
+
+// TestLeafOnly: the xDS listener's certificate is the API's leaf alone,
+// verified by the mesh root a client holds, and follows its renewal.
+func TestLeafOnly(t *testing.T) {
+	clk := newClock()
+	m := newTestManager(t, store.NewMemory(), Options{Now: clk.Now, ProxyLifetime: 9 * time.Hour})
+	full := m.ServingCertificate([]string{"127.0.0.1"})
+	get := LeafOnly(full)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: get})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*tls.Conn).Handshake()
+			c.Close()
+		}
+	}()
+	conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: m.CertPool(), ServerName: "127.0.0.1", Time: clk.Now})
+	if err != nil {
+		t.Fatalf("dial with the mesh root: %v", err)
+	}
+	chain := conn.ConnectionState().PeerCertificates
+	conn.Close()
+	api, err := full(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain) != 1 || !chain[0].Equal(api.Leaf) {
+		t.Fatalf("xDS listener sent %d certificates, want the API's leaf alone", len(chain))
+	}
+	if len(api.Certificate) != 2 {
+		t.Errorf("the API's chain has %d certificates after LeafOnly, want leaf and root still", len(api.Certificate))
+	}
+	first, _ := get(nil)
+	if again, _ := get(nil); again != first {
+		t.Errorf("LeafOnly made a new copy of an unchanged certificate")
+	}
+	clk.Advance(6*time.Hour + time.Second)
+	renewed, err := get(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if renewed == first || renewed.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 || len(renewed.Certificate) != 1 {
+		t.Errorf("after the API's certificate was renewed LeafOnly served serial %v (%d certificates), want the new leaf alone", renewed.Leaf.SerialNumber, len(renewed.Certificate))
+	}
+}

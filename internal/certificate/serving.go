@@ -81,3 +81,32 @@ func (m *Manager) issueServing(hosts []string, now time.Time) (*tls.Certificate,
 		Leaf:        leaf,
 	}, nil
 }
+
+// LeafOnly serves get's certificate without the rest of its chain: for
+// the xDS listener, whose every client (Envoy, an agent, a proxyless gRPC
+// client) trusts the mesh root from its enrollment and pins nothing. The
+// root is not needed to verify the leaf, and each handshake that carries
+// it costs the client a second signature check (Go's verifier tries the
+// chain's copy of the root as an intermediate too) and 0.5 KiB more.
+// Renewals pass through: a new certificate from get gets a new leaf-only
+// copy.
+func LeafOnly(get func(*tls.ClientHelloInfo) (*tls.Certificate, error)) func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	var (
+		mu         sync.Mutex
+		from, leaf *tls.Certificate
+	)
+	return func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		c, err := get(h)
+		if err != nil || len(c.Certificate) <= 1 {
+			return c, err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if c != from {
+			l := *c
+			l.Certificate = c.Certificate[:1:1]
+			from, leaf = c, &l
+		}
+		return leaf, nil
+	}
+}
