@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -61,14 +62,15 @@ func TestAnnouncementsNeverBlock(t *testing.T) {
 	}
 }
 
-func TestServingCertificate(t *testing.T) {
-	m := newTestManager(t, store.NewMemory(), Options{})
-	get := m.ServingCertificate([]string{"127.0.0.1", "osm-server.example"})
+// serveHandshakes listens on loopback with get's certificate and
+// completes each connection's TLS handshake, until the test ends.
+func serveHandshakes(t *testing.T, get func(*tls.ClientHelloInfo) (*tls.Certificate, error)) net.Listener {
+	t.Helper()
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: get})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -79,6 +81,13 @@ func TestServingCertificate(t *testing.T) {
 			c.Close()
 		}
 	}()
+	return ln
+}
+
+func TestServingCertificate(t *testing.T) {
+	m := newTestManager(t, store.NewMemory(), Options{})
+	get := m.ServingCertificate([]string{"127.0.0.1", "osm-server.example"})
+	ln := serveHandshakes(t, get)
 	for _, name := range []string{"127.0.0.1", "osm-server.example"} {
 		conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: m.CertPool(), ServerName: name})
 		if err != nil {
@@ -130,21 +139,7 @@ func TestLeafOnly(t *testing.T) {
 	m := newTestManager(t, store.NewMemory(), Options{Now: clk.Now, ProxyLifetime: 9 * time.Hour})
 	full := m.ServingCertificate([]string{"127.0.0.1"})
 	get := LeafOnly(full)
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{GetCertificate: get})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			_ = c.(*tls.Conn).Handshake()
-			c.Close()
-		}
-	}()
+	ln := serveHandshakes(t, get)
 	conn, err := tls.Dial("tcp", ln.Addr().String(), &tls.Config{RootCAs: m.CertPool(), ServerName: "127.0.0.1", Time: clk.Now})
 	if err != nil {
 		t.Fatalf("dial with the mesh root: %v", err)
