@@ -74,23 +74,14 @@ func (mm *Memo) stamped(m Mesh, key shapeKey, f Flavor, phs []string, splices []
 // renderings writing it at once both write it, and every caller gets the
 // first (equal content).
 func (mm *Memo) once(m Mesh, at memoKey, write func() (Encoded, bool)) (Encoded, bool) {
-	mm.mu.Lock()
-	mm.use(m)
-	e, ok := mm.encoded[at]
-	mm.mu.Unlock()
-	if ok {
+	if e, ok := memoLookup(mm, m, mm.encoded, at); ok {
 		return e, true
 	}
-	if e, ok = write(); !ok {
+	e, ok := write()
+	if !ok {
 		return Encoded{}, false
 	}
-	mm.mu.Lock()
-	defer mm.mu.Unlock()
-	if have, ok := mm.encoded[at]; ok {
-		return have, true
-	}
-	mm.encoded[at] = e
-	return e, true
+	return memoKeep(mm, mm.encoded, at, e), true
 }
 
 // newShape returns the shape of the message build renders with the
@@ -270,19 +261,9 @@ func encodedInboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.Se
 	mm := m.Memo
 	name := InboundName(self.Service, port.Port)
 	at := memoKey{kind: memoInboundChain, name: name}
-	mm.mu.Lock()
-	mm.use(m)
-	rules, known := mm.rules[at]
-	mm.mu.Unlock()
+	rules, known := memoLookup(mm, m, mm.rules, at)
 	if !known {
-		rules = inboundRulesBytes(m, self.Service, port, name)
-		mm.mu.Lock()
-		if have, ok := mm.rules[at]; ok {
-			rules = have
-		} else {
-			mm.rules[at] = rules
-		}
-		mm.mu.Unlock()
+		rules = memoKeep(mm, mm.rules, at, inboundRulesBytes(m, self.Service, port, name))
 	}
 	if !rules.ok {
 		return Encoded{}, false

@@ -209,25 +209,26 @@ func memoised[T proto.Message](m Mesh, b *builder, k memoKey, build func() T) T 
 	return out
 }
 
-// lookupPlan returns the plan remembered for k.
-func (mm *Memo) lookupPlan(m Mesh, k planKey) ([]outbound, bool) {
+// memoLookup returns what in, one of mm's maps, holds for k while mm
+// serves m.
+func memoLookup[K comparable, V any](mm *Memo, m Mesh, in map[K]V, k K) (V, bool) {
 	mm.mu.Lock()
 	defer mm.mu.Unlock()
 	mm.use(m)
-	out, ok := mm.plans[k]
-	return out, ok
+	v, ok := in[k]
+	return v, ok
 }
 
-// storePlan remembers out as k's plan, or returns the plan another
-// rendering remembered meanwhile.
-func (mm *Memo) storePlan(k planKey, out []outbound) []outbound {
+// memoKeep remembers v for k in in, one of mm's maps, or returns what
+// another rendering remembered meanwhile (equal content).
+func memoKeep[K comparable, V any](mm *Memo, in map[K]V, k K, v V) V {
 	mm.mu.Lock()
 	defer mm.mu.Unlock()
-	if have, ok := mm.plans[k]; ok {
+	if have, ok := in[k]; ok {
 		return have
 	}
-	mm.plans[k] = out
-	return out
+	in[k] = v
+	return v
 }
 
 // noteEmptiness records that a plan asked whether svc has endpoints.

@@ -334,10 +334,10 @@ func plan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 		return buildPlan(m, p, self)
 	}
 	k := planKey{p.Service, p.Flavor}
-	if out, ok := m.Memo.lookupPlan(m, k); ok {
+	if out, ok := memoLookup(m.Memo, m, m.Memo.plans, k); ok {
 		return out
 	}
-	return m.Memo.storePlan(k, buildPlan(m, p, self))
+	return memoKeep(m.Memo, m.Memo.plans, k, buildPlan(m, p, self))
 }
 
 func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {

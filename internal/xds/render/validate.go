@@ -877,57 +877,49 @@ func listenerAddress(b []byte) (netip.AddrPort, bool) {
 		listenerAddressField = 2  // Listener.address
 		listenerAPIField     = 19 // Listener.api_listener
 	)
-	addr, ok := field(b, listenerAddressField)
+	addr, ok := field(b, listenerAddressField, protowire.BytesType)
 	if !ok {
 		return netip.AddrPort{}, false
 	}
-	if _, api := field(b, listenerAPIField); api {
+	if _, api := field(b, listenerAPIField, protowire.BytesType); api {
 		return netip.AddrPort{}, false
 	}
-	sock, ok := field(addr, addressSocket)
+	sock, ok := field(addr, addressSocket, protowire.BytesType)
 	if !ok {
 		return netip.AddrPort{}, false
 	}
-	text, _ := field(sock, socketAddr)
+	text, _ := field(sock, socketAddr, protowire.BytesType)
 	ip, err := netip.ParseAddr(string(text))
 	if err != nil {
 		return netip.AddrPort{}, false
 	}
 	var port uint64
-	for b := sock; len(b) > 0; {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			break
-		}
-		m := protowire.ConsumeFieldValue(num, typ, b[n:])
-		if m < 0 {
-			break
-		}
-		if num == socketPortValue && typ == protowire.VarintType {
-			port, _ = protowire.ConsumeVarint(b[n:])
-		}
-		b = b[n+m:]
+	if v, ok := field(sock, socketPortValue, protowire.VarintType); ok {
+		port, _ = protowire.ConsumeVarint(v)
 	}
 	return netip.AddrPortFrom(ip, uint16(port)), true
 }
 
-// field returns the content of the last length-delimited field num of
-// the encoded message b.
-func field(b []byte, num protowire.Number) ([]byte, bool) {
+// field returns the value of the last field num of wire type typ in the
+// encoded message b: a length-delimited field's content, another's
+// encoding (a varint's bytes).
+func field(b []byte, num protowire.Number, typ protowire.Type) ([]byte, bool) {
 	var out []byte
 	found := false
 	for len(b) > 0 {
-		n, typ, l := protowire.ConsumeTag(b)
+		n, t, l := protowire.ConsumeTag(b)
 		if l < 0 {
 			return nil, false
 		}
-		m := protowire.ConsumeFieldValue(n, typ, b[l:])
+		m := protowire.ConsumeFieldValue(n, t, b[l:])
 		if m < 0 {
 			return nil, false
 		}
-		if n == num && typ == protowire.BytesType {
-			out, _ = protowire.ConsumeBytes(b[l:])
-			found = true
+		if n == num && t == typ {
+			out, found = b[l:l+m], true
+			if t == protowire.BytesType {
+				out, _ = protowire.ConsumeBytes(out)
+			}
 		}
 		b = b[l+m:]
 	}
