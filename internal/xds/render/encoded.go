@@ -119,7 +119,7 @@ func (sh *shape) write(vals []string, spl [][]byte) (Encoded, error) {
 		return Encoded{}, err
 	}
 	e := Encoded{TypeURL: sh.typeURL, Name: holeValue(sh.name, vals)}
-	e.Bytes = sh.st.fill(make([]byte, 0, sh.st.size(vals, spl)), vals, spl)
+	e.Bytes = sh.st.write(vals, spl)
 	for _, r := range sh.refs {
 		e.Refs = append(e.Refs, Ref{TypeURL: r.typeURL, Name: holeValue(r.name, vals)})
 	}

@@ -238,10 +238,47 @@ func checkValue(fd protoreflect.FieldDescriptor, r *validate.StringRules, v stri
 	return errors.Join(errs...)
 }
 
-// fill appends to dst the encoding of the stamp with vals in place of its
+// write returns the encoding of the stamp with vals in place of its
 // placeholders (vals[i] for placeholder i) and spl in place of its
 // splices. Call check on vals first.
-func (s *stamp) fill(dst []byte, vals []string, spl [][]byte) []byte {
+func (s *stamp) write(vals []string, spl [][]byte) []byte {
+	var buf [32]int
+	n, sizes := s.measure(vals, spl, buf[:0])
+	out, _ := s.fill(make([]byte, 0, n), vals, spl, sizes)
+	return out
+}
+
+// measure returns the length of the stamp's encoding for vals and spl,
+// and appends to sizes the length of each of its nested messages, in the
+// order fill writes them.
+func (s *stamp) measure(vals []string, spl [][]byte, sizes []int) (int, []int) {
+	n := 0
+	for i := range s.parts {
+		p := &s.parts[i]
+		n += len(p.lit)
+		var l int
+		switch {
+		case p.splice > 0:
+			l = len(spl[p.splice-1])
+		case p.hole != nil:
+			l = holeLen(p.hole, vals)
+		case p.nested != nil:
+			at := len(sizes)
+			sizes = append(sizes, 0)
+			l, sizes = p.nested.measure(vals, spl, sizes)
+			sizes[at] = l
+		default:
+			continue
+		}
+		n += protowire.SizeVarint(uint64(l)) + l
+	}
+	return n, sizes
+}
+
+// fill appends to dst the encoding of the stamp with vals and spl, its
+// nested messages' lengths taken from sizes (see measure), and returns it
+// with the lengths it did not take.
+func (s *stamp) fill(dst []byte, vals []string, spl [][]byte, sizes []int) ([]byte, []int) {
 	for i := range s.parts {
 		p := &s.parts[i]
 		dst = append(dst, p.lit...)
@@ -258,32 +295,11 @@ func (s *stamp) fill(dst []byte, vals []string, spl [][]byte) []byte {
 				}
 			}
 		case p.nested != nil:
-			dst = protowire.AppendVarint(dst, uint64(p.nested.size(vals, spl)))
-			dst = p.nested.fill(dst, vals, spl)
+			dst = protowire.AppendVarint(dst, uint64(sizes[0]))
+			dst, sizes = p.nested.fill(dst, vals, spl, sizes[1:])
 		}
 	}
-	return dst
-}
-
-// size is the length of what fill appends for vals and spl.
-func (s *stamp) size(vals []string, spl [][]byte) int {
-	n := 0
-	for i := range s.parts {
-		p := &s.parts[i]
-		n += len(p.lit)
-		switch {
-		case p.splice > 0:
-			l := len(spl[p.splice-1])
-			n += protowire.SizeVarint(uint64(l)) + l
-		case p.hole != nil:
-			l := holeLen(p.hole, vals)
-			n += protowire.SizeVarint(uint64(l)) + l
-		case p.nested != nil:
-			l := p.nested.size(vals, spl)
-			n += protowire.SizeVarint(uint64(l)) + l
-		}
-	}
-	return n
+	return dst, sizes
 }
 
 func holeLen(segs []stampSeg, vals []string) int {
