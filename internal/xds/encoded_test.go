@@ -5,6 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 
@@ -32,51 +37,16 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 		}
 		px := p.renderProxy(n.proxy)
 		want := map[string][]byte{}
-		add := func(name string, msg proto.Message) {
-			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want[name] = b
-		}
-		cs, err := render.Clusters(m, px)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, x := range cs {
-			add("c "+x.GetName(), x)
-		}
-		es, err := render.LoadAssignments(m, px)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, x := range es {
-			add("e "+x.GetClusterName(), x)
-		}
-		rs, err := render.Routes(m, px)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, x := range rs {
-			add("r "+x.GetName(), x)
-		}
+		cs := wantMarshalled(t, want, "c ", (*clusterv3.Cluster).GetName)(render.Clusters(m, px))
+		es := wantMarshalled(t, want, "e ", (*endpointv3.ClusterLoadAssignment).GetClusterName)(render.LoadAssignments(m, px))
+		rs := wantMarshalled(t, want, "r ", (*routev3.RouteConfiguration).GetName)(render.Routes(m, px))
 		cert, err := p.certs.RequestServiceCertificate(t.Context(), p.serviceAccount(n.proxy.Service))
 		if err != nil {
 			t.Fatal(err)
 		}
-		ss, err := render.Secrets(cert.GetCertificateChain(), cert.GetPrivateKey(), p.certs.RootPEM())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, x := range ss {
-			add("s "+x.GetName(), x)
-		}
-		ls, err := render.Listeners(m, px)
-		if err != nil {
-			t.Fatal(err)
-		}
+		wantMarshalled(t, want, "s ", (*tlsv3.Secret).GetName)(render.Secrets(cert.GetCertificateChain(), cert.GetPrivateKey(), p.certs.RootPEM()))
+		ls := wantMarshalled(t, want, "l ", (*listenerv3.Listener).GetName)(render.Listeners(m, px))
 		for _, x := range ls {
-			add("l "+x.GetName(), x)
 			if strings.HasPrefix(x.GetName(), "outbound|") {
 				allOutbound++
 			}
@@ -112,10 +82,29 @@ func TestPublishedEqualsRenderedMessages(t *testing.T) {
 	}
 }
 
+// wantMarshalled returns a function that adds what render returned,
+// marshalled, to want under prefix and each one's name, and returns it.
+func wantMarshalled[T proto.Message](t *testing.T, want map[string][]byte, prefix string, name func(T) string) func([]T, error) []T {
+	return func(msgs []T, err error) []T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range msgs {
+			b, err := proto.MarshalOptions{Deterministic: true}.Marshal(x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[prefix+name(x)] = b
+		}
+		return msgs
+	}
+}
+
 func countPrefix(m map[string][]byte, prefix string) int {
 	n := 0
 	for k := range m {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
+		if strings.HasPrefix(k, prefix) {
 			n++
 		}
 	}
