@@ -124,7 +124,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.IntVar(&reps, "reps", 0, "changes measured for M2 and M3 (default 20, quick 5)")
 	fs.IntVar(&joins, "joins", 0, "joins measured for M5, one after another (default 1000, quick 10); p99 is nearest-rank, the 10th slowest of 1000")
 	fs.StringVar(&servers, "servers", "O,L,L-mux,F,HA", "servers to measure, in order (HA: three osm-server replicas on a three-server Consul, see --consul)")
-	fs.IntVar(&c.rounds, "rounds", 1, "measure every server this many times, taking turns (O, L-mux, O, L-mux, ...), and report each figure's median, with every round's in the JSON's samples: one run's ratios move by ±15% on a 2-core machine (docs/performance.md)")
+	fs.IntVar(&c.rounds, "rounds", 1, "measure every server this many times, taking turns (O, L-mux, O, L-mux, ...), and report each figure's median (M5's p50 and p99: of every round's joins together), with every round's in the JSON's samples: one run's ratios move by ±15% on a 2-core machine (docs/performance.md)")
 	fs.StringVar(&c.consul, "consul", "", "consul binary for HA (HA is skipped without it; make bench builds it with hack/build-consul.sh)")
 	fs.IntVar(&c.haProxies, "ha-proxies", 0, "HA: proxies spread over the three replicas (default 900, quick 90)")
 	fs.IntVar(&c.haApplies, "ha-applies", 0, "HA: applies measured (default 20, quick 5)")
@@ -309,9 +309,10 @@ measuring:
 
 // roundResult is one round's measurement of one server.
 type roundResult struct {
-	values map[string]float64
-	notes  []string
-	err    error
+	values    map[string]float64
+	latencies map[string][]float64 // the samples of pooledFigures
+	notes     []string
+	err       error
 }
 
 // measureServer measures one server once; withM4 adds O's in-process M4
@@ -363,19 +364,20 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 			}
 		}
 	}
-	return roundResult{values: res.Values, notes: res.Notes}
+	return roundResult{values: res.Values, latencies: res.Latencies, notes: res.Notes}
 }
 
 // mergeRounds makes one server's report from its rounds: each figure is
 // the median of the rounds that measured it (the nearest-rank 50th
 // percentile: the lower middle of an even count, so a figure is always one
-// a round measured), every round's
-// figures are kept as samples when there was more than one, and notes
-// say which round they come from. A server is available when one round
-// measured it.
+// a round measured), except pooledFigures, each the percentile of every
+// round's samples together; every round's figures are kept as samples
+// when there was more than one, and notes say which round they come from.
+// A server is available when one round measured it.
 func mergeRounds(name, role string, rounds []roundResult) serverReport {
 	sr := serverReport{Name: name, Role: role, Values: map[string]float64{}}
 	by := map[string][]float64{}
+	pooled := map[string][]float64{}
 	var reasons []string
 	for i, r := range rounds {
 		if r.err != nil {
@@ -388,6 +390,9 @@ func mergeRounds(name, role string, rounds []roundResult) serverReport {
 		sr.Available = true
 		for k, v := range r.values {
 			by[k] = append(by[k], v)
+		}
+		for k, v := range r.latencies {
+			pooled[k] = append(pooled[k], v...)
 		}
 		for _, n := range r.notes {
 			if len(rounds) > 1 {
@@ -406,6 +411,9 @@ func mergeRounds(name, role string, rounds []roundResult) serverReport {
 	}
 	for k, vs := range by {
 		sr.Values[k] = percentile(vs, 50)
+		if f, ok := pooledFigures[k]; ok && len(pooled[f.samples]) > 0 {
+			sr.Values[k] = percentile(pooled[f.samples], f.pct)
+		}
 	}
 	return sr
 }

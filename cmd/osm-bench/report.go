@@ -96,7 +96,8 @@ type serverReport struct {
 	Reason    string             `json:"reason,omitempty"`
 	Values    map[string]float64 `json:"-"`
 	// Samples holds every round's figures, by metric, when the run had
-	// more than one (--rounds); Values holds their medians.
+	// more than one (--rounds); Values holds their medians (M5's
+	// percentiles: of every round's joins together, see pooledFigures).
 	Samples map[string][]float64 `json:"samples,omitempty"`
 	Notes   []string             `json:"notes,omitempty"`
 }
@@ -112,7 +113,8 @@ type report struct {
 	Reps      int       `json:"reps"`
 	Joins     int       `json:"joins"`
 	// Rounds is how often each server was measured (--rounds); with more
-	// than one, every figure is a median.
+	// than one, every figure is a median but M5's percentiles, which are
+	// those of every round's joins together.
 	Rounds int `json:"rounds"`
 	// Pinned says how the servers and the fleet were put on CPUs
 	// (--pin); empty: sharing them all.
@@ -239,7 +241,7 @@ func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "\nosm-bench  %s  N=%d proxies, W=%d services x %d endpoints, %d cores (%s)\n",
 		r.Date.Format(time.RFC3339), r.N, r.Services, r.Endpoints, r.Machine.Cores, r.Machine.CPU)
 	if r.Rounds > 1 {
-		fmt.Fprintf(w, "  every figure is the median of %d rounds (the JSON has each round's)\n", r.Rounds)
+		fmt.Fprintf(w, "  every figure is the median of %d rounds (the JSON has each round's), M5's p50 and p99 those of every round's joins together\n", r.Rounds)
 	}
 	if r.Pinned != "" {
 		fmt.Fprintf(w, "  %s\n", r.Pinned)

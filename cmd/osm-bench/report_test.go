@@ -102,6 +102,20 @@ func TestMergeRounds(t *testing.T) {
 	if one.Samples != nil || !slices.Equal(one.Notes, []string{"slow"}) || one.Values["M5.p99"] != 7 {
 		t.Errorf("one round: samples %v, notes %q, M5.p99 %v; want no samples, the note as it is, 7", one.Samples, one.Notes, one.Values["M5.p99"])
 	}
+	// M5's percentiles are those of every round's joins together, not
+	// the median of the rounds': 1-3 and 10 (a slow round) give a pooled
+	// p99 of 10, where the rounds' own p99s (3 and 10) have the median 3.
+	joins := []roundResult{
+		{values: map[string]float64{"M5.p50": 2, "M5.p99": 3}, latencies: map[string][]float64{"M5": {1, 2, 3}}},
+		{values: map[string]float64{"M5.p50": 10, "M5.p99": 10}, latencies: map[string][]float64{"M5": {10}}},
+	}
+	pooled := mergeRounds("O", "", joins)
+	if pooled.Values["M5.p99"] != 10 || pooled.Values["M5.p50"] != 2 {
+		t.Errorf("pooled M5 p50 / p99 = %v / %v, want 2 / 10 (of 1, 2, 3, 10)", pooled.Values["M5.p50"], pooled.Values["M5.p99"])
+	}
+	if got := pooled.Samples["M5.p99"]; !slices.Equal(got, []float64{3, 10}) {
+		t.Errorf("M5.p99 samples = %v, want each round's own p99", got)
+	}
 	none := mergeRounds("F", "", rounds[1:2])
 	if none.Available || none.Reason != "server exited" {
 		t.Errorf("no round measured it: available %t, reason %q", none.Available, none.Reason)
