@@ -122,6 +122,7 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 		old = append(old, g.resources()...)
 		oldSlots = append(oldSlots, g.slots...)
 		g.rds, g.cds, g.shared, g.slots, g.eds, g.err = nil, nil, nil, nil, nil, nil
+		p.setJoinCDS(g.key, nil)
 	}
 	if len(groups) > 0 {
 		p.dependents = nil
@@ -255,6 +256,7 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(a.name, b.name) })
 	g.inputs, g.rds, g.cds, g.slots, g.shared, g.eds = in, rds, cds, slots, shared, nil
 	p.interned.Retain(g.resources()...)
+	p.setJoinCDS(g.key, cds)
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/protobuf/proto"
@@ -54,6 +55,14 @@ type Publisher struct {
 	// gateway machine (by CN) reported unusable (SetUnusableCertificates).
 	unusable func(cn string) []string
 	wake     chan struct{}
+	// joinCDS holds the CDS set of each rendered Envoy group, live or
+	// idle: ProxyConnected publishes it to a joining Envoy at once, so
+	// that the proxy has its clusters, and asks for their endpoints,
+	// while a pass renders its own listeners. The pass that takes the
+	// join publishes everything, CDS again (the same set, which costs a
+	// comparison, or one rendered since). Set by renderGroup, cleared by
+	// rerender and releaseGroup.
+	joinCDS map[groupKey]*cache.Set
 
 	// refuse ends a proxy's streams, telling it why (set by
 	// Server.SetWatcher, before Run): for a proxy whose configuration
@@ -152,6 +161,7 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs Cert
 		eds:      map[mesh.MeshService]*edsSlot{},
 		secrets:  map[mesh.ServiceAccount]*cache.Set{},
 		wants:    map[string]map[uint64][]string{},
+		joinCDS:  map[groupKey]*cache.Set{},
 		refusing: map[*node]struct{}{},
 		errs:     map[string]string{},
 		memo:     render.NewMemo(),
@@ -177,8 +187,33 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs Cert
 	return p
 }
 
-// ProxyConnected implements Watcher.
-func (p *Publisher) ProxyConnected(px Proxy) { p.enqueue(proxyEvent{px, true}) }
+// ProxyConnected implements Watcher. A proxy joining a rendered Envoy
+// group gets the group's clusters at once (see joinCDS), before its join
+// is queued, so that the pass taking the join publishes after them.
+func (p *Publisher) ProxyConnected(px Proxy) {
+	p.mu.Lock()
+	if cds := p.joinCDS[groupKey{px.Service, px.Flavor}]; cds != nil {
+		p.publish(px.NodeID, resource.ClusterType, cds)
+	}
+	p.pending = append(p.pending, proxyEvent{px, true})
+	p.mu.Unlock()
+	p.signal()
+}
+
+// setJoinCDS makes cds (nil: none) what an Envoy joining group k gets at
+// once (see joinCDS); other flavours get nothing before their pass.
+func (p *Publisher) setJoinCDS(k groupKey, cds *cache.Set) {
+	if k.flavor != render.Envoy {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cds == nil {
+		delete(p.joinCDS, k)
+	} else {
+		p.joinCDS[k] = cds
+	}
+}
 
 // ProxyDisconnected implements Watcher.
 func (p *Publisher) ProxyDisconnected(px Proxy) { p.enqueue(proxyEvent{px, false}) }
@@ -191,10 +226,7 @@ func (p *Publisher) ListenersRequested(nodeID string, stream uint64, names []str
 	p.mu.Lock()
 	p.requests = append(p.requests, listenerRequest{nodeID, stream, names})
 	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
+	p.signal()
 }
 
 // SetUnusableCertificates makes gateway proxies' listeners leave out the
@@ -216,16 +248,18 @@ func (p *Publisher) Refresh(nodeID string) {
 	}
 	p.refresh[nodeID] = true
 	p.mu.Unlock()
-	select {
-	case p.wake <- struct{}{}:
-	default:
-	}
+	p.signal()
 }
 
 func (p *Publisher) enqueue(e proxyEvent) {
 	p.mu.Lock()
 	p.pending = append(p.pending, e)
 	p.mu.Unlock()
+	p.signal()
+}
+
+// signal wakes Run for a pass.
+func (p *Publisher) signal() {
 	select {
 	case p.wake <- struct{}{}:
 	default:
@@ -481,6 +515,7 @@ func (p *Publisher) dropNode(n *node) {
 
 // releaseGroup lets go of what a group without proxies holds.
 func (p *Publisher) releaseGroup(g *group) {
+	p.setJoinCDS(g.key, nil)
 	p.interned.Release(g.resources()...)
 	p.releaseSlots(g.slots)
 }

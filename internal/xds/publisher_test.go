@@ -493,3 +493,87 @@ func TestRejoinReusesItsGroupUntilTheSpecificationChanges(t *testing.T) {
 		t.Errorf("render error: %s", err)
 	}
 }
+
+// TestJoiningEnvoyGetsItsGroupsClustersAtOnce: an Envoy joining a rendered
+// group has the group's CDS set in the cache when ProxyConnected returns,
+// before any pass (its listeners and the rest follow in the pass that
+// takes the join); after a specification change it is the new set; a
+// group with no rendered resources, and a gRPC proxy, get nothing before
+// their pass.
+func TestJoiningEnvoyGetsItsGroupsClustersAtOnce(t *testing.T) {
+	const services = 30
+	p, _, c := benchPublisher(t, services, 3)
+	ctx := context.Background()
+	svc := benchService(20)
+	member := fmt.Sprintf("%08x-0000-4000-8000-000000000000.%s.bench", 20, svc.Name)
+	joiner := func(i int, f render.Flavor) Proxy {
+		id := fmt.Sprintf("%08x-0000-4000-8000-00000000000%d.%s.bench", 20, i, svc.Name)
+		if f == render.GRPC {
+			id += "~grpc"
+		}
+		return Proxy{NodeID: id, Service: svc, Flavor: f, Address: netip.AddrFrom4([4]byte{10, 254, 1, byte(i)})}
+	}
+	groupCDS := c.View(member)[resource.ClusterType]
+	if groupCDS == nil {
+		t.Fatalf("the group's member %s has no CDS", member)
+	}
+
+	px := joiner(1, render.Envoy)
+	p.connect(px)
+	view := c.View(px.NodeID)
+	if view[resource.ClusterType] != groupCDS {
+		t.Fatalf("CDS when ProxyConnected returned = %v, want the group's set %s", view[resource.ClusterType], groupCDS.Version())
+	}
+	if view[resource.ListenerType] != nil {
+		t.Fatal("listeners published before the pass that takes the join")
+	}
+	p.step(ctx)
+	view = c.View(px.NodeID)
+	if view[resource.ClusterType] != groupCDS || view[resource.ListenerType] == nil || view[resource.EndpointType] == nil {
+		t.Fatalf("after the pass: CDS %v (want the group's), LDS %v, EDS %v", view[resource.ClusterType], view[resource.ListenerType], view[resource.EndpointType])
+	}
+
+	// gRPC proxies take listeners first, and may be refused names their
+	// clusters depend on: nothing before their pass.
+	g := joiner(2, render.GRPC)
+	p.connect(g)
+	if got := c.View(g.NodeID); len(got) != 0 {
+		t.Errorf("gRPC proxy: %d types published before its pass, want none", len(got))
+	}
+	p.step(ctx)
+
+	// A specification change re-renders the group: the next joiner gets
+	// the new clusters at once.
+	p.setSpec(ctx, specWith(t, services, extraTarget(20, 10)))
+	newCDS := c.View(member)[resource.ClusterType]
+	if newCDS == groupCDS || newCDS.Get("bench/svc-00010") == nil {
+		t.Fatalf("after the change the member's CDS %s lacks bench/svc-00010", newCDS.Version())
+	}
+	px3 := joiner(3, render.Envoy)
+	p.connect(px3)
+	if got := c.View(px3.NodeID)[resource.ClusterType]; got != newCDS {
+		t.Errorf("CDS at once after the change = %v, want the group's new set %s", got, newCDS.Version())
+	}
+	p.step(ctx)
+
+	// Every proxy of the group leaves and the specification changes: the
+	// idle group is dropped, and a joiner waits for its pass.
+	for _, x := range []Proxy{px, px3, {NodeID: member, Service: svc, Flavor: render.Envoy, Address: netip.AddrFrom4([4]byte{10, 254, 0, 20})}} {
+		p.disconnect(x)
+	}
+	p.disconnect(g)
+	p.step(ctx)
+	p.setSpec(ctx, specWith(t, services, ""))
+	px4 := joiner(4, render.Envoy)
+	p.connect(px4)
+	if got := c.View(px4.NodeID)[resource.ClusterType]; got != nil {
+		t.Errorf("CDS %s published at once for a group with nothing rendered", got.Version())
+	}
+	p.step(ctx)
+	if got := c.View(px4.NodeID)[resource.ClusterType]; got == nil || got.Get("bench/svc-00010") != nil {
+		t.Errorf("after its pass the joiner's CDS = %v, want the group's, without bench/svc-00010", got)
+	}
+	if err := p.RenderError(px4.NodeID); err != "" {
+		t.Errorf("render error: %s", err)
+	}
+}
