@@ -347,7 +347,9 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 		res, err = m.run(ctx, t)
 	}
 	if err != nil {
-		log.Warn("server not measured", "server", name, "reason", err)
+		// The servers' own words on why (a port taken, a crash) are in
+		// servers.log, which a temporary --work-dir takes with it.
+		log.Warn("server not measured", "server", name, "reason", err, "servers.log", logTail(filepath.Join(dir, "servers.log"), 20))
 		return roundResult{err: err}
 	}
 	if name != "HA" && p.want("M9") {
@@ -365,6 +367,17 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 		}
 	}
 	return roundResult{values: res.Values, latencies: res.Latencies, notes: res.Notes}
+}
+
+// logTail returns the last n lines of the file at path (what reading it
+// failed with, if it did).
+func logTail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
 }
 
 // mergeRounds makes one server's report from its rounds: each figure is

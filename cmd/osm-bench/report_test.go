@@ -121,3 +121,21 @@ func TestMergeRounds(t *testing.T) {
 		t.Errorf("no round measured it: available %t, reason %q", none.Available, none.Reason)
 	}
 }
+
+// TestLogTail: the last lines of a server log, all of a short one, and
+// the error for a missing file.
+func TestLogTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "servers.log")
+	if err := os.WriteFile(path, []byte("a\nb\nc\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := logTail(path, 2); got != "b\nc" {
+		t.Errorf("logTail(2) = %q, want %q", got, "b\nc")
+	}
+	if got := logTail(path, 5); got != "a\nb\nc" {
+		t.Errorf("logTail(5) = %q, want the whole file", got)
+	}
+	if got := logTail(filepath.Join(t.TempDir(), "none"), 2); !strings.Contains(got, "no such file") {
+		t.Errorf("logTail of a missing file = %q, want the error", got)
+	}
+}
