@@ -25,6 +25,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
+	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
 // oTarget runs the real osm-server: the workload's endpoints go into the
@@ -44,15 +45,12 @@ type oTarget struct {
 
 func (t *oTarget) Name() string { return "O" }
 
-// freePort returns a loopback address nobody listens on right now.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freePort returns a loopback address nobody listens on right now, below
+// the kernel's ephemeral range and not returned before (testaddr.Pick):
+// port 0's pick, from the ephemeral range, was taken as the source port
+// of one of the harness's own connections (the fleet's, Consul's) before
+// the server bound it, which ended a round with "address already in use".
+func freePort() (string, error) { return testaddr.Pick() }
 
 // writeEndpoints writes the static provider's file for w, where moved[u]
 // = seq puts endpoint 0 of service u at ChangedAddr(seq). The write is

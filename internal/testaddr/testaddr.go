@@ -1,9 +1,11 @@
 // Package testaddr picks loopback addresses for servers that tests start
-// in other processes. It is test support: only _test.go files and other
-// test-support packages import it.
+// in other processes. It is test support: only _test.go files, other
+// test-support packages and the benchmark harness (cmd/osm-bench, which
+// starts servers in other processes too) import it.
 package testaddr
 
 import (
+	"errors"
 	"math/rand/v2"
 	"net"
 	"strconv"
@@ -29,6 +31,16 @@ var given struct {
 // the time.
 func Free(t testing.TB) string {
 	t.Helper()
+	addr, err := Pick()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// Pick is Free for a program that is not a test: it returns the error
+// Free fails the test with.
+func Pick() (string, error) {
 	given.Lock()
 	defer given.Unlock()
 	if given.ports == nil {
@@ -46,10 +58,9 @@ func Free(t testing.TB) string {
 		addr := ln.Addr().String()
 		ln.Close()
 		given.ports[port] = true
-		return addr
+		return addr, nil
 	}
-	t.Fatal("no free port on 127.0.0.1 between 10000 and 31999 in 200 tries")
-	return ""
+	return "", errors.New("no free port on 127.0.0.1 between 10000 and 31999 in 200 tries")
 }
 
 // FreePort is Free's port.
