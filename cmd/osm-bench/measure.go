@@ -548,7 +548,6 @@ func boolf(b bool) float64 {
 	return 0
 }
 
-// percentile is the nearest-rank percentile of xs (NaN when empty).
 // pooledFigures are the figures that are percentiles of a round's samples
 // (result.Latencies): with --rounds, each is that percentile of every
 // round's samples together, not the median of the rounds' percentiles.
@@ -564,6 +563,7 @@ var pooledFigures = map[string]struct {
 	"M5.p99": {"M5", 99},
 }
 
+// percentile is the nearest-rank percentile of xs (NaN when empty).
 func percentile(xs []float64, p float64) float64 {
 	if len(xs) == 0 {
 		return math.NaN()
