@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
@@ -24,24 +25,25 @@ import (
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/testwait"
+	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
 
 // identityServer is an osm-server process with a fixed data dir and API
 // address, which can be killed and started again.
 type identityServer struct {
-	bin, dataDir, api, debug string
-	cmd                      *exec.Cmd
-	exited                   chan error
+	bin, dataDir, api, debug, xds string
+	cmd                           *exec.Cmd
+	exited                        chan error
 }
 
 func newIdentityServer(t *testing.T, bin string) *identityServer {
-	return &identityServer{bin: bin, dataDir: filepath.Join(t.TempDir(), "data"), api: freeAddr(t), debug: freeAddr(t)}
+	return &identityServer{bin: bin, dataDir: filepath.Join(t.TempDir(), "data"), api: freeAddr(t), debug: freeAddr(t), xds: freeAddr(t)}
 }
 
 func (s *identityServer) start(t *testing.T) {
 	t.Helper()
 	s.cmd = exec.Command(filepath.Join(s.bin, "osm-server"), "serve", "--data-dir", s.dataDir, "--plugin-dir", s.bin,
-		"--api-address", s.api, "--debug-address", s.debug, "--xds-address", "127.0.0.1:0")
+		"--api-address", s.api, "--debug-address", s.debug, "--xds-address", s.xds)
 	logf, err := os.OpenFile(filepath.Join(filepath.Dir(s.dataDir), "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -210,9 +212,24 @@ func TestEnrollmentThroughTheServer(t *testing.T) {
 		t.Fatalf("get services: %v; want VIPs from 127.77.0.0/16:\n%s", err, vipsBefore)
 	}
 
+	// The proxy's TLS session, made before the restart, resumes after it:
+	// the ticket keys are kept in the store.
+	pair, err := tls.LoadX509KeyPair(filepath.Join(agentDir, "proxy.crt"), filepath.Join(agentDir, "proxy.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	osm := xdstest.Server{API: s.api, XDS: s.xds, DataDir: s.dataDir}
+	sessions := tls.NewLRUClientSessionCache(1)
+	if osm.Resumes(t, pair, sessions) {
+		t.Fatal("the proxy's first connection resumed a session it cannot have had")
+	}
+
 	// Restart: the CA, the tokens and the proxies are kept.
 	s.kill()
 	s.start(t)
+	if !osm.Resumes(t, pair, sessions) {
+		t.Error("the proxy's connection after the restart did not resume its TLS session")
+	}
 	caAfter, _ := s.cli(t, "ca", "show")
 	if caBefore == "" || caAfter != caBefore {
 		t.Errorf("CA changed across a restart:\n%s\n---\n%s", caBefore, caAfter)

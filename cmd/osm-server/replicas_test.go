@@ -321,6 +321,24 @@ func TestReplicasServeEverything(t *testing.T) {
 		}
 	})
 
+	// The replicas share the TLS session ticket keys through the store: a
+	// proxy that fails over to another replica resumes its session there.
+	t.Run("a TLS session made with replica 1 resumes on replicas 2 and 3", func(t *testing.T) {
+		pair := rs[0].osm().Enroll(t, mesh.MeshService{Namespace: "default", Name: "bookbuyer"})
+		sessions := tls.NewLRUClientSessionCache(1)
+		if rs[0].osm().Resumes(t, pair, sessions) {
+			t.Fatal("the proxy's first connection resumed a session it cannot have had")
+		}
+		for _, r := range rs[1:] {
+			if !rs[0].osm().Resumes(t, pair, sessions) { // a fresh ticket from replica 1
+				t.Fatal("the proxy's second connection to replica 1 did not resume")
+			}
+			if !r.osm().Resumes(t, pair, sessions) {
+				t.Errorf("a session from replica 1 did not resume on %s", r.name)
+			}
+		}
+	})
+
 	t.Run("token made on replica 2 enrolls through replica 1", func(t *testing.T) {
 		join, err := rs[1].cli(t, "token", "create", "--service", "bookstore", "--print", "enroll")
 		if err != nil {

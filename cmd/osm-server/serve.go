@@ -31,6 +31,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/presence"
+	"github.com/osm-vm/osm-vm/internal/sessionticket"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
 	"github.com/osm-vm/osm-vm/internal/store/boltstore"
@@ -247,8 +248,20 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		ClientAuth:     tls.RequireAndVerifyClientCert,
 		ClientCAs:      certs.CertPool(),
 	}
+	// Session tickets are encrypted with keys kept in the store: a proxy
+	// reconnecting after a restart, or to another replica, resumes its
+	// TLS session instead of a full handshake.
+	tickets, err := sessionticket.New(log.With("component", "session-tickets"), kv, 0)
+	if err != nil {
+		return err
+	}
+	if err := tickets.Load(ctx); err != nil {
+		return err
+	}
+	tickets.Apply(xdsTLS)
 
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return tickets.Run(ctx) })
 	g.Go(func() error { return certs.Run(ctx) })
 	// Follow the specification other replicas sharing the store apply.
 	g.Go(func() error { return sp.Run(ctx) })

@@ -32,6 +32,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -379,6 +380,58 @@ func TestRevokedProxyIsDisconnectedAndRefused(t *testing.T) {
 	again := e.dial(t, cert, nil)
 	again.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: resource.ClusterType})
 	_, err = again.Recv()
+	wantCode(t, err, codes.PermissionDenied, "revoked")
+}
+
+// A proxy that reconnects resumes its TLS session (the handshake sends
+// and verifies no certificate), and is still the proxy of its certificate:
+// the session carries it, the server checks it again (VerifyConnection
+// runs for a resumed handshake too) and the stream's record check refuses
+// a proxy revoked since.
+func TestResumedSessionIsCheckedAsAFullOne(t *testing.T) {
+	e := startEnv(t)
+	cert := e.enroll(t, "bookbuyer")
+	cn := cnOf(t, cert)
+	sessions := tls.NewLRUClientSessionCache(1)
+	open := func() (resumed bool, err error) {
+		creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13, ClientSessionCache: sessions})
+		conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), testwait.Bound(t))
+		defer cancel()
+		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+		if err != nil {
+			return false, err
+		}
+		if err := s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: resource.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Recv()
+		if p, ok := peer.FromContext(s.Context()); ok {
+			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+				resumed = ti.State.DidResume
+			}
+		}
+		return resumed, err
+	}
+	if resumed, err := open(); err != nil || resumed {
+		t.Fatalf("first connection: resumed %t, %v; want a full handshake and an answer", resumed, err)
+	}
+	testwait.For(t, "the first stream to end", func() bool { return len(e.srv.Proxies()) == 0 })
+	if resumed, err := open(); err != nil || !resumed {
+		t.Fatalf("second connection: resumed %t, %v; want the session resumed and an answer", resumed, err)
+	}
+	testwait.For(t, "the second stream to end", func() bool { return len(e.srv.Proxies()) == 0 })
+	if err := e.certs.RevokeProxy(context.Background(), cn); err != nil {
+		t.Fatal(err)
+	}
+	resumed, err := open()
+	if !resumed {
+		t.Fatal("the connection after the revocation did not resume: the test checks nothing")
+	}
 	wantCode(t, err, codes.PermissionDenied, "revoked")
 }
 

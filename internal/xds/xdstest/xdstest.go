@@ -34,6 +34,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -221,6 +222,43 @@ func (s Server) WaitXDS(t *testing.T) {
 		c.Close()
 		return true, ""
 	})
+}
+
+// Resumes opens one connection of the proxy with cert, keeping its TLS
+// sessions in sessions as Envoy keeps one per cluster, opens its ADS
+// stream, waits for the first answer and reports whether the handshake
+// resumed a session. The stream's answer may be a refusal: resumption is a
+// property of the connection.
+func (s Server) Resumes(t *testing.T, cert tls.Certificate, sessions tls.ClientSessionCache) bool {
+	t.Helper()
+	s.WaitXDS(t)
+	_, _, ca := s.admin(t)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS13, ClientSessionCache: sessions})
+	conn, err := grpc.NewClient(s.XDS, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), testwait.Bound(t))
+	defer cancel()
+	stream, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatalf("ADS stream: %v", err)
+	}
+	leaf, _ := x509.ParseCertificate(cert.Certificate[0])
+	_ = stream.Send(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: leaf.Subject.CommonName}, TypeUrl: resource.ClusterType})
+	_, err = stream.Recv()
+	p, ok := peer.FromContext(stream.Context())
+	if !ok {
+		t.Fatalf("no connection to %s: %v", s.XDS, err)
+	}
+	info, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		t.Fatalf("connection to %s has no TLS state (%T)", s.XDS, p.AuthInfo)
+	}
+	return info.State.DidResume
 }
 
 // WaitEDS waits until the EDS resource name holds exactly want (sorted
