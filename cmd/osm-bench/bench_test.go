@@ -117,6 +117,30 @@ func TestQuickRun(t *testing.T) {
 			t.Errorf("metric %s: n = %d, cores = %d; want 20 and >= 1", m.ID, m.N, m.Cores)
 		}
 	}
+	// The fleet resumes its TLS sessions as Envoy does: with every server
+	// in M6 (the same process), and across M10's restart only with O,
+	// which keeps its ticket keys in its store.
+	for _, m := range rep.Metrics {
+		for _, s := range servers {
+			v := m.Values[s]
+			if v == nil || !available[s] {
+				continue
+			}
+			switch want := 0.0; m.ID {
+			case "M6.resumed":
+				if *v != 20 {
+					t.Errorf("%s: %s resumed %v of 20 sessions in M6, want all", m.ID, s, *v)
+				}
+			case "M10.resumed":
+				if s == "O" {
+					want = 20
+				}
+				if *v != want {
+					t.Errorf("%s: %s resumed %v of 20 sessions across the restart, want %v", m.ID, s, *v, want)
+				}
+			}
+		}
+	}
 	for _, d := range metricDefs {
 		if !ids[d.ID] {
 			t.Errorf("metric %s missing from the results", d.ID)
@@ -154,7 +178,8 @@ func TestParseRunFlagsMetrics(t *testing.T) {
 		{args: []string{"--metrics", "M3"}, want: map[string]bool{"M3": true}},
 		{args: []string{"--metrics", "M2, M9"}, want: map[string]bool{"M2": true, "M9": true}},
 		{args: []string{"--metrics", "M4"}, wantErr: "M4 is measured by Go benchmarks"},
-		{args: []string{"--metrics", "M10"}, wantErr: `unknown metric "M10"`},
+		{args: []string{"--metrics", "M10"}, want: map[string]bool{"M10": true}},
+		{args: []string{"--metrics", "M11"}, wantErr: `unknown metric "M11"`},
 		{args: []string{"--log-level", "loud"}, wantErr: `--log-level "loud"`},
 		{args: []string{"--rounds", "0"}, wantErr: "--rounds 0: want 1 or more"},
 	} {

@@ -19,6 +19,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -64,6 +65,26 @@ type fleet struct {
 	ep      endpoint
 	probe   atomic.Pointer[probe]
 	retries atomic.Int64 // connections tried again after failing before configured
+	// sessions holds each proxy's TLS session cache (by CN), as an Envoy
+	// keeps one per cluster: a proxy that reconnects offers the server its
+	// session ticket. One per proxy, never shared: a resumed session
+	// carries the client certificate of the handshake that made it.
+	sessions sync.Map
+	// noResume makes every connection a full handshake.
+	noResume bool
+	resumed  atomic.Int64 // connections whose TLS handshake resumed a session
+}
+
+// sessionCache returns the TLS session cache of the proxy cn.
+func (f *fleet) sessionCache(cn string) tls.ClientSessionCache {
+	if f.noResume {
+		return nil
+	}
+	if c, ok := f.sessions.Load(cn); ok {
+		return c.(tls.ClientSessionCache)
+	}
+	c, _ := f.sessions.LoadOrStore(cn, tls.NewLRUClientSessionCache(1))
+	return c.(tls.ClientSessionCache)
 }
 
 // proxyClient is one simulated proxy: its own TCP+TLS connection and one
@@ -90,10 +111,11 @@ type proxyClient struct {
 func (f *fleet) connect(ctx context.Context, id identity) (*proxyClient, error) {
 	pc := &proxyClient{f: f, id: id, done: make(chan struct{}), configured: make(chan struct{}), started: time.Now()}
 	creds := credentials.NewTLS(&tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{id.Cert},
-		RootCAs:      f.ep.Roots,
-		ServerName:   f.ep.ServerName,
+		MinVersion:         tls.VersionTLS13,
+		Certificates:       []tls.Certificate{id.Cert},
+		RootCAs:            f.ep.Roots,
+		ServerName:         f.ep.ServerName,
+		ClientSessionCache: f.sessionCache(id.CN),
 	})
 	conn, err := grpc.NewClient(f.ep.Addr,
 		grpc.WithTransportCredentials(creds),
@@ -161,7 +183,13 @@ func (pc *proxyClient) run(stream grpc.ClientStream) error {
 		if err := stream.RecvMsg(&b); err != nil {
 			return err
 		}
-		pc.responses.Add(1)
+		if pc.responses.Add(1) == 1 {
+			if p, ok := peer.FromContext(stream.Context()); ok {
+				if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && ti.State.DidResume {
+					pc.f.resumed.Add(1)
+				}
+			}
+		}
 		if n := int64(len(b)); n > pc.maxMsg.Load() {
 			pc.maxMsg.Store(n)
 		}

@@ -140,6 +140,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&c.serverLogLevel, "server-log-level", "warn", "osm-server's --log-level for O; its log is servers.log in --work-dir")
 	fs.DurationVar(&c.plan.QuietMax, "quiet-max", 5*time.Second, "before each M2/M3 change, wait up to this long for the server to finish the previous one (under 5% of a core for 200 ms); 0: do not wait")
 	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace, a CPU and an allocation profile of osm-server over the first seconds of M2's and M3's changes, of M5's joins and of M6's storm, to DIR/O-<metric>.trace (go tool trace), DIR/O-<metric>.cpu.pb.gz and DIR/O-<metric>.allocs.pb.gz (go tool pprof)")
+	fs.BoolVar(&c.plan.NoResume, "no-resume", false, "make every connection of the fleet a full TLS handshake (by default a proxy resumes its TLS session when it reconnects in M6 and M10, as Envoy does)")
 	fs.StringVar(&c.plan.ProfileDir, "profile-dir", "", "write to DIR/<server>-*: each server's CPU and allocation profiles of the fleet fill's first 15 s, of M5's joins (1-10 s by --joins) and of M6's storm's first 8 s (O's joins and storm only without --trace-dir), O's CPU profile of M1's idle window; after M7's RSS is read, each server's /proc status and smaps_rollup, heap profile and MemStats (heap?debug=1), and O's goroutines and /debug/proxies")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -181,12 +182,12 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 		c.plan.Metrics = map[string]bool{}
 		for _, m := range strings.Split(metrics, ",") {
 			switch m = strings.TrimSpace(m); m {
-			case "M1", "M2", "M3", "M5", "M6", "M7", "M8", "M9":
+			case "M1", "M2", "M3", "M5", "M6", "M7", "M8", "M9", "M10":
 				c.plan.Metrics[m] = true
 			case "M4":
 				return c, errors.New("run: --metrics: M4 is measured by Go benchmarks in internal/xds, not by the harness")
 			default:
-				return c, fmt.Errorf("run: --metrics: unknown metric %q (want M1-M9)", m)
+				return c, fmt.Errorf("run: --metrics: unknown metric %q (want M1-M10)", m)
 			}
 		}
 	}

@@ -27,6 +27,12 @@ type server struct {
 	// writes the new endpoints file that change renames into place).
 	prepare func(u, seq int) error
 	close   func()
+	// restart stops the server process and starts it again on the same
+	// state (O: its data directory; L and F: the workload), waits until it
+	// serves xDS and returns the new process and xDS address (O keeps its
+	// ports; L and F listen on new ones: a proxy's TLS session is kept by
+	// server name, not address).
+	restart func(ctx context.Context) (*child, string, error)
 	// debugAddr is O's debug HTTP address (pprof), "" for the others;
 	// debugToken the admin token its /debug/ routes need.
 	debugAddr, debugToken string
@@ -66,6 +72,10 @@ type plan struct {
 	// profileIdle) and where each server's memory is with the fleet
 	// connected (see dumpMemory).
 	ProfileDir string
+	// NoResume makes every connection of the fleet a full TLS handshake;
+	// by default a proxy keeps its TLS session and resumes it when it
+	// reconnects (M6, M10), as Envoy does.
+	NoResume bool
 }
 
 // want reports whether metric id is to be measured.
@@ -119,14 +129,14 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer srv.close()
+	defer func() { srv.close() }() // M10 restarts it
 	pid := srv.proc.pid()
 	time.Sleep(500 * time.Millisecond) // let the server finish its start-up work before the baseline
 	baseRSS, err := memKiB(pid, "VmRSS")
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{ep: srv.ep}
+	f := &fleet{ep: srv.ep, noResume: p.NoResume}
 
 	// M1: hold N streams; idle CPU with nothing changing.
 	fillProfiled := m.profileFill(ctx, srv, t.Name())
@@ -311,7 +321,54 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	if hwm, err := memKiB(pid, "VmHWM"); err == nil {
 		res.set("peak_rss_mib", hwm/1024)
 	}
+	if p.want("M10") {
+		m.restartStorm(ctx, t.Name(), f, srv, &pcs, res)
+	}
 	return res, nil
+}
+
+// restartStorm is M10: the server is stopped and started again on the
+// same state, and the whole fleet reconnects to it, each proxy offering
+// the session ticket it kept (as Envoy does). Measured from when the new
+// process serves xDS until every proxy is configured: the time, the
+// server's CPU and the fleet's, and how many handshakes resumed (O keeps
+// its ticket keys in its store; L and F, as go-control-plane's users
+// do, in memory only). *pcs becomes the reconnected fleet.
+func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet, srv *server, pcs *[]*proxyClient, res *result) {
+	p := m.plan
+	log := m.log.With("server", name)
+	if srv.restart == nil {
+		res.note("M10: %s cannot be restarted by the harness", name)
+		return
+	}
+	closeAll(*pcs)
+	*pcs = nil
+	down := time.Now()
+	proc, addr, err := srv.restart(ctx)
+	if err != nil {
+		res.note("M10: restart: %v", err)
+		return
+	}
+	srv.proc, srv.close, srv.ep.Addr, f.ep.Addr = proc, proc.stop, addr, addr
+	t0 := time.Now()
+	res.set("M10.restart_s", t0.Sub(down).Seconds())
+	cpu0, cpuErr := cpuSeconds(proc.pid())
+	fleetCPU0, fleetErr := cpuSeconds(os.Getpid())
+	resumed0 := f.resumed.Load()
+	got, err := f.connectAll(ctx, srv.ids[:p.Workload.Proxies], p.Workload.Proxies, p.FillTimeout)
+	*pcs = got
+	if err != nil {
+		res.note("M10: not every proxy was configured within %s after the restart: %v", p.FillTimeout, err)
+	}
+	res.set("M10.all_configured_s", time.Since(t0).Seconds())
+	res.set("M10.resumed", float64(f.resumed.Load()-resumed0))
+	if cpu1, err := cpuSeconds(proc.pid()); err == nil && cpuErr == nil {
+		res.set("M10.server_cpu_s", cpu1-cpu0)
+	}
+	if cpu1, err := cpuSeconds(os.Getpid()); err == nil && fleetErr == nil {
+		res.set("M10.fleet_cpu_s", cpu1-fleetCPU0)
+	}
+	log.Info("restart storm measured", "configured", len(got), "resumed", f.resumed.Load()-resumed0, "took", time.Since(t0).Round(time.Millisecond))
 }
 
 // storm is M6: every proxy in *pcs drops its connection and all reconnect
@@ -336,13 +393,14 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	t0 := time.Now()
 	cpu0, cpuErr := cpuSeconds(srv.proc.pid())
 	fleetCPU0, fleetErr := cpuSeconds(os.Getpid())
-	retries0 := f.retries.Load()
+	retries0, resumed0 := f.retries.Load(), f.resumed.Load()
 	got, err := f.connectAll(ctx, srv.ids[:w.Proxies], w.Proxies, p.FillTimeout)
 	*pcs = got
 	if err != nil {
 		res.note("M6: not every proxy was configured within %s after the storm: %v", p.FillTimeout, err)
 	}
 	res.set("M6.reconnects", float64(f.retries.Load()-retries0))
+	res.set("M6.resumed", float64(f.resumed.Load()-resumed0))
 	res.set("M6.all_configured_s", time.Since(t0).Seconds())
 	if cpu1, err := cpuSeconds(srv.proc.pid()); err == nil && cpuErr == nil {
 		res.set("M6.server_cpu_s", cpu1-cpu0)

@@ -235,21 +235,8 @@ providers:
 		xdsAddr = addrs[2]
 	}
 	// xDS opens once the static provider has listed the workload.
-	deadline = time.Now().Add(60 * time.Second)
-	for {
-		c, derr := net.DialTimeout("tcp", xdsAddr, 2*time.Second)
-		if derr == nil {
-			c.Close()
-			break
-		}
-		if !proc.alive() || time.Now().After(deadline) {
-			return nil, fmt.Errorf("O: osm-server does not serve xDS on %s: %w (alive=%t)", xdsAddr, errNotAvailable, proc.alive())
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+	if err := waitDial(ctx, xdsAddr, proc); err != nil {
+		return nil, fmt.Errorf("O: %w", err)
 	}
 	host, _, _ := net.SplitHostPort(xdsAddr)
 	moved := map[int]int{} // service -> seq of the change that moved its endpoint 0
@@ -274,7 +261,40 @@ providers:
 			return os.Rename(endpointsFile+".tmp", endpointsFile)
 		},
 		close: proc.stop,
+		restart: func(ctx context.Context) (*child, string, error) {
+			proc.stop()
+			var err error
+			if proc, _, err = startChild(ctx, path, args, nil, t.logw, ""); err != nil {
+				return nil, "", fmt.Errorf("O: %w", err)
+			}
+			if err := waitDial(ctx, xdsAddr, proc); err != nil {
+				proc.stop()
+				return nil, "", fmt.Errorf("O after a restart: %w", err)
+			}
+			return proc, xdsAddr, nil
+		},
 	}, nil
+}
+
+// waitDial waits until osm-server (proc) accepts connections on its xDS
+// address, which it opens once its providers have listed the workload.
+func waitDial(ctx context.Context, xdsAddr string, proc *child) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", xdsAddr, 2*time.Second)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if !proc.alive() || time.Now().After(deadline) {
+			return fmt.Errorf("osm-server does not serve xDS on %s: %w (alive=%t)", xdsAddr, errNotAvailable, proc.alive())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // enrollAll enrolls w.Proxies+extra proxies, proxy p into service

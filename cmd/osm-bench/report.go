@@ -45,6 +45,7 @@ var metricDefs = []metricDef{
 	{"M6.all_configured_s", "M6 reconnect storm -> every proxy configured", "s", "<= 30", 30, false},
 	{"M6.max_responses_per_proxy", "M6 most responses one proxy got in the storm (3 = no retries)", "responses", "", nan, false},
 	{"M6.reconnects", "M6 connections the fleet had to retry (failed before configured)", "connections", "", nan, false},
+	{"M6.resumed", "M6 connections whose TLS handshake resumed the proxy's session (as Envoy does)", "connections", "", nan, false},
 	{"M6.responses_after_configured", "M6 responses in the second after the storm settled (retry loops)", "responses", "0", 0, false},
 	{"M6.server_alive", "M6 server survived the storm (no OOM)", "bool", "1", 1, true},
 	{"M6.server_cpu_s", "M6 server CPU-seconds until every proxy was configured again", "s", "", nan, false},
@@ -71,6 +72,11 @@ var metricDefs = []metricDef{
 	{"HA.rss_per_proxy_r1", "HA replica 1 RSS per connected proxy", "KiB", "", nan, false},
 	{"HA.rss_per_proxy_r2", "HA replica 2 RSS per connected proxy", "KiB", "", nan, false},
 	{"HA.rss_per_proxy_r3", "HA replica 3 RSS per connected proxy", "KiB", "", nan, false},
+	{"M10.restart_s", "M10 restart: stop -> the new process serves xDS (not part of the storm)", "s", "", nan, false},
+	{"M10.all_configured_s", "M10 restart storm: the new process serves xDS -> every proxy configured", "s", "", nan, false},
+	{"M10.server_cpu_s", "M10 server CPU-seconds until every proxy was configured", "s", "", nan, false},
+	{"M10.fleet_cpu_s", "M10 the fleet's CPU-seconds until every proxy was configured", "s", "", nan, false},
+	{"M10.resumed", "M10 connections that resumed their TLS session across the restart", "connections", "", nan, false},
 	{"fleet_fill_s", "time to connect and configure the fleet", "s", "", nan, false},
 	{"fleet_fill_server_cpu_s", "server CPU-seconds to connect and configure the fleet", "s", "", nan, false},
 	{"fleet_fill_fleet_cpu_s", "the fleet's (this harness's) CPU-seconds to connect and be configured", "s", "", nan, false},
@@ -86,6 +92,7 @@ var ratioTargets = map[string]string{
 	"M5.p99": "O/L <= 0.5, O/L-mux <= 1", "M7.rss_per_proxy": "O/L <= 0.5, O/F <= 1.05",
 	"M6.all_configured_s": "O/L-mux <= 1", "M6.server_cpu_s": "O/L-mux <= 1",
 	"fleet_fill_s": "O/L-mux <= 1", "fleet_fill_server_cpu_s": "O/L-mux <= 1",
+	"M10.all_configured_s": "O/L-mux <= 1", "M10.server_cpu_s": "O/L-mux <= 1",
 }
 
 // serverReport is one server's outcome.

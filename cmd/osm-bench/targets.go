@@ -51,7 +51,7 @@ func (t *benchTarget) Start(ctx context.Context, w Workload, extra int) (*server
 	}
 	control := "http://" + f[2]
 	hc := &http.Client{Timeout: time.Minute}
-	return &server{
+	srv := &server{
 		proc:      proc,
 		ep:        endpoint{Addr: f[1], ServerName: "127.0.0.1", Roots: t.ids.ca.pool()},
 		ids:       ids,
@@ -73,7 +73,23 @@ func (t *benchTarget) Start(ctx context.Context, w Workload, extra int) (*server
 			return nil
 		},
 		close: proc.stop,
-	}, nil
+	}
+	srv.restart = func(ctx context.Context) (*child, string, error) {
+		srv.proc.stop()
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
+		proc, f, err := startChild(sctx, path, args, []string{childEnv}, t.logw, "ready")
+		if err != nil {
+			return nil, "", fmt.Errorf("%s after a restart: %w", t.name, err)
+		}
+		if len(f) != 3 {
+			proc.stop()
+			return nil, "", fmt.Errorf("%s after a restart: ready line %q: want \"ready <xds> <control>\"", t.name, f)
+		}
+		control, srv.pprofAddr = "http://"+f[2], f[2]
+		return proc, f[1], nil
+	}
+	return srv, nil
 }
 
 // identityCache mints the fleet's certificates once and shares them
