@@ -151,7 +151,7 @@ func TestQuickRun(t *testing.T) {
 	// profiles.
 	for _, s := range servers {
 		files := []string{"status.txt", "smaps_rollup.txt", "heap.txt"}
-		for _, w := range []string{"fill", "M5", "M6"} {
+		for _, w := range []string{"fill", "M5", "M6", "M10"} {
 			files = append(files, w+".cpu.pb.gz", w+".allocs-start.pb.gz", w+".allocs.pb.gz")
 		}
 		if s == "O" {

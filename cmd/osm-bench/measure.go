@@ -350,8 +350,10 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet, srv 
 		return
 	}
 	srv.proc, srv.close, srv.ep.Addr, f.ep.Addr = proc, proc.stop, addr, addr
+	res.set("M10.restart_s", time.Since(down).Seconds())
+	// --profile-dir: the storm's first seconds (DIR/<server>-M10.*).
+	profiled := m.profileWindow(ctx, srv, name+"-M10", stormTraceSeconds)
 	t0 := time.Now()
-	res.set("M10.restart_s", t0.Sub(down).Seconds())
 	cpu0, cpuErr := cpuSeconds(proc.pid())
 	fleetCPU0, fleetErr := cpuSeconds(os.Getpid())
 	resumed0 := f.resumed.Load()
@@ -369,6 +371,9 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet, srv 
 		res.set("M10.fleet_cpu_s", cpu1-fleetCPU0)
 	}
 	log.Info("restart storm measured", "configured", len(got), "resumed", f.resumed.Load()-resumed0, "took", time.Since(t0).Round(time.Millisecond))
+	if err := profiled(); err != nil {
+		res.note("M10: profile: %v", err)
+	}
 }
 
 // storm is M6: every proxy in *pcs drops its connection and all reconnect

@@ -107,6 +107,63 @@ func TestVerifyClient(t *testing.T) {
 	}
 }
 
+// A resumed session's certificate is checked for what may have changed
+// since the handshake that verified it (its CA, validity, key usage), not
+// against the CA's signature, and is remembered after.
+func TestVerifyResumedClient(t *testing.T) {
+	clk := newClock()
+	m := newTestManager(t, store.NewMemory(), Options{Now: clk.Now})
+	remembered := func(leaf *x509.Certificate) bool {
+		_, ok := m.verified.lookup(leaf, clk.Now())
+		return ok
+	}
+	leaf := caSigned(t, m, x509.ExtKeyUsageClientAuth)
+	pool := m.ca.pool
+	m.ca.pool = x509.NewCertPool() // no signature can be checked
+	chain, err := m.VerifyResumedClient([]*x509.Certificate{leaf})
+	if err != nil {
+		t.Fatalf("VerifyResumedClient: %v", err)
+	}
+	if len(chain) != 2 || chain[0] != leaf || !chain[1].Equal(m.ca.cert) {
+		t.Fatalf("chain = %v, want the leaf and the mesh root", chain)
+	}
+	if !remembered(leaf) {
+		t.Error("a resumed session's certificate is not remembered (the stream's VerifyClient would check its signature)")
+	}
+	m.ca.pool = pool
+
+	otherMesh := newTestManager(t, store.NewMemory(), Options{Now: clk.Now})
+	for name, c := range map[string]struct {
+		certs []*x509.Certificate
+		want  string
+	}{
+		"none":             {nil, "no client certificate"},
+		"another mesh's":   {[]*x509.Certificate{caSigned(t, otherMesh, x509.ExtKeyUsageClientAuth)}, "not issued by this mesh's CA"},
+		"self-signed":      {[]*x509.Certificate{selfSigned(t, clk.Now())}, "not issued by this mesh's CA"},
+		"server auth only": {[]*x509.Certificate{caSigned(t, m, x509.ExtKeyUsageServerAuth)}, "may not authenticate a client"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := m.VerifyResumedClient(c.certs); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("VerifyResumedClient = %v, want an error containing %q", err, c.want)
+			}
+			if len(c.certs) > 0 && remembered(c.certs[0]) {
+				t.Error("a refused certificate is remembered")
+			}
+		})
+	}
+
+	// Outside its validity period it is refused, remembered or not.
+	fresh := caSigned(t, m, x509.ExtKeyUsageClientAuth)
+	for _, at := range []time.Time{leaf.NotBefore.Add(-time.Second), leaf.NotAfter.Add(time.Second)} {
+		clk.Set(at)
+		for _, c := range []*x509.Certificate{leaf, fresh} {
+			if _, err := m.VerifyResumedClient([]*x509.Certificate{c}); err == nil || !strings.Contains(err.Error(), "is valid from") {
+				t.Errorf("at %s: VerifyResumedClient = %v, want the validity period refused", at, err)
+			}
+		}
+	}
+}
+
 // selfSigned returns a self-signed client certificate valid for an hour
 // from now.
 func selfSigned(t *testing.T, now time.Time) *x509.Certificate {

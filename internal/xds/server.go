@@ -74,6 +74,11 @@ type Identities interface {
 	// against the mesh CA as crypto/tls's RequireAndVerifyClientCert would,
 	// and returns the verified chain, the leaf first.
 	VerifyClient(certs []*x509.Certificate) ([]*x509.Certificate, error)
+	// VerifyResumedClient is VerifyClient for the certificates a resumed
+	// TLS session carries, which a full handshake verified when it made
+	// the session: it checks what may have changed since (validity, the
+	// CA), not the CA's signature.
+	VerifyResumedClient(certs []*x509.Certificate) ([]*x509.Certificate, error)
 	// VerifyProxy fails for an unknown or revoked proxy, or a certificate
 	// that is no longer its current one.
 	// chain is the TLS layer's verified chain, the proxy's certificate first.
@@ -766,7 +771,15 @@ func (s *Server) clientTLS(tlsCfg *tls.Config) *tls.Config {
 	cfg.ClientAuth = tls.RequireAnyClientCert
 	next := cfg.VerifyConnection
 	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
-		if _, err := s.ids.VerifyClient(cs.PeerCertificates); err != nil {
+		verify := s.ids.VerifyClient
+		if cs.DidResume {
+			// The session's certificates were verified in the handshake
+			// that made it (this function, on this server or a replica
+			// sharing its ticket keys); only a server with those keys
+			// could have made the ticket that carries them.
+			verify = s.ids.VerifyResumedClient
+		}
+		if _, err := verify(cs.PeerCertificates); err != nil {
 			return err
 		}
 		if next != nil {
