@@ -20,6 +20,9 @@ import (
 type serverMetrics struct {
 	opened prometheus.Counter
 	closed *prometheus.CounterVec
+	// handshakes counts the TLS handshakes whose client certificate was
+	// accepted: full and resumed.
+	full, resumed prometheus.Counter
 }
 
 // Stream close reasons, the values of osm_xds_streams_closed_total's
@@ -40,7 +43,11 @@ var connectedDesc = prometheus.NewDesc("osm_xds_connected_proxies",
 //   - osm_xds_connected_proxies{flavor,service}: proxies connected now;
 //   - osm_xds_streams_opened_total and osm_xds_streams_closed_total{reason}:
 //     authenticated ADS streams, and why they ended (client, revoked,
-//     expired, refused, stopping).
+//     expired, refused, stopping);
+//   - osm_xds_tls_handshakes_total{resumed}: TLS handshakes whose client
+//     certificate was accepted, resumed ("true": the proxy's session
+//     ticket was accepted) or full ("false"). After a restart or a
+//     failover nearly all should be resumed (see internal/sessionticket).
 //
 // Call it before Serve.
 func (s *Server) Instrument(reg prometheus.Registerer) error {
@@ -57,7 +64,12 @@ func (s *Server) Instrument(reg prometheus.Registerer) error {
 	for _, r := range []string{closeClient, closeRevoked, closeExpired, closeRefused, closeStopping} {
 		m.closed.WithLabelValues(r)
 	}
-	for _, c := range []prometheus.Collector{m.opened, m.closed, connectedCollector{s}} {
+	handshakes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "osm_xds_tls_handshakes_total",
+		Help: "TLS handshakes on the xDS port whose client certificate was accepted, by whether they resumed a session.",
+	}, []string{"resumed"})
+	m.full, m.resumed = handshakes.WithLabelValues("false"), handshakes.WithLabelValues("true")
+	for _, c := range []prometheus.Collector{m.opened, m.closed, handshakes, connectedCollector{s}} {
 		if err := reg.Register(c); err != nil {
 			return err
 		}

@@ -770,6 +770,9 @@ func (s *Server) clientTLS(tlsCfg *tls.Config) *tls.Config {
 	cfg := tlsCfg.Clone()
 	cfg.ClientAuth = tls.RequireAnyClientCert
 	next := cfg.VerifyConnection
+	s.mu.Lock()
+	m := s.metrics // set by Instrument, before Serve
+	s.mu.Unlock()
 	cfg.VerifyConnection = func(cs tls.ConnectionState) error {
 		verify := s.ids.VerifyClient
 		if cs.DidResume {
@@ -783,7 +786,16 @@ func (s *Server) clientTLS(tlsCfg *tls.Config) *tls.Config {
 			return err
 		}
 		if next != nil {
-			return next(cs)
+			if err := next(cs); err != nil {
+				return err
+			}
+		}
+		if m != nil {
+			if cs.DidResume {
+				m.resumed.Inc()
+			} else {
+				m.full.Inc()
+			}
 		}
 		return nil
 	}

@@ -28,6 +28,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -389,7 +390,19 @@ func TestRevokedProxyIsDisconnectedAndRefused(t *testing.T) {
 // runs for a resumed handshake too) and the stream's record check refuses
 // a proxy revoked since.
 func TestResumedSessionIsCheckedAsAFullOne(t *testing.T) {
-	e := startEnv(t)
+	reg := prometheus.NewRegistry()
+	e := startEnvMetrics(t, 0, reg)
+	handshakes := func(full, resumed int) {
+		t.Helper()
+		want := fmt.Sprintf(`# HELP osm_xds_tls_handshakes_total TLS handshakes on the xDS port whose client certificate was accepted, by whether they resumed a session.
+# TYPE osm_xds_tls_handshakes_total counter
+osm_xds_tls_handshakes_total{resumed="false"} %d
+osm_xds_tls_handshakes_total{resumed="true"} %d
+`, full, resumed)
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "osm_xds_tls_handshakes_total"); err != nil {
+			t.Error(err)
+		}
+	}
 	cert := e.enroll(t, "bookbuyer")
 	cn := cnOf(t, cert)
 	sessions := tls.NewLRUClientSessionCache(1)
@@ -420,10 +433,12 @@ func TestResumedSessionIsCheckedAsAFullOne(t *testing.T) {
 	if resumed, err := open(); err != nil || resumed {
 		t.Fatalf("first connection: resumed %t, %v; want a full handshake and an answer", resumed, err)
 	}
+	handshakes(1, 0)
 	testwait.For(t, "the first stream to end", func() bool { return len(e.srv.Proxies()) == 0 })
 	if resumed, err := open(); err != nil || !resumed {
 		t.Fatalf("second connection: resumed %t, %v; want the session resumed and an answer", resumed, err)
 	}
+	handshakes(1, 1)
 	testwait.For(t, "the second stream to end", func() bool { return len(e.srv.Proxies()) == 0 })
 	if err := e.certs.RevokeProxy(context.Background(), cn); err != nil {
 		t.Fatal(err)
@@ -433,6 +448,7 @@ func TestResumedSessionIsCheckedAsAFullOne(t *testing.T) {
 		t.Fatal("the connection after the revocation did not resume: the test checks nothing")
 	}
 	wantCode(t, err, codes.PermissionDenied, "revoked")
+	handshakes(1, 2) // the handshake resumed; the stream refused the proxy
 }
 
 // TLS checks a client certificate's expiry only at the handshake: the
