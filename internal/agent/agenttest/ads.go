@@ -23,6 +23,7 @@ const ListenerType = "type.googleapis.com/envoy.config.listener.v3.Listener"
 type Ack struct {
 	NodeID  string // from the stream's first request
 	PeerCN  string // the client certificate's common name
+	Resumed bool   // the connection's TLS handshake resumed a session
 	TypeURL string
 	Version string
 	// Node is the stream's first node and Server the address of the
@@ -71,13 +72,13 @@ func StartADS(t testing.TB, ca *CA) *ADSServer {
 	return s
 }
 
-func peerCN(ctx context.Context) string {
+func peerCN(ctx context.Context) (cn string, resumed bool) {
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
-			return ti.State.PeerCertificates[0].Subject.CommonName
+			return ti.State.PeerCertificates[0].Subject.CommonName, ti.State.DidResume
 		}
 	}
-	return ""
+	return "", false
 }
 
 func fakeListener() (*anypb.Any, error) {
@@ -133,7 +134,7 @@ type fakeRequest interface {
 // with the one listener (sendListener), and an ACK of it (an answer
 // without error that isVersion1 accepts) is reported on s.Acks.
 func serveFake[R fakeRequest](s *ADSServer, ctx context.Context, recv func() (R, error), sendListener func() error, isVersion1 func(R) bool) error {
-	peerCN := peerCN(ctx)
+	peerCN, resumed := peerCN(ctx)
 	var nodeID string
 	var node *corev3.Node
 	for {
@@ -155,7 +156,7 @@ func serveFake[R fakeRequest](s *ADSServer, ctx context.Context, recv func() (R,
 			}
 		case req.GetErrorDetail() == nil && isVersion1(req):
 			select {
-			case s.Acks <- Ack{NodeID: nodeID, PeerCN: peerCN, TypeURL: req.GetTypeUrl(), Version: "1", Node: node, Server: s.Addr}:
+			case s.Acks <- Ack{NodeID: nodeID, PeerCN: peerCN, Resumed: resumed, TypeURL: req.GetTypeUrl(), Version: "1", Node: node, Server: s.Addr}:
 			case <-ctx.Done():
 				return nil
 			}

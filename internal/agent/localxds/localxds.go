@@ -37,6 +37,7 @@
 package localxds
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -101,6 +102,26 @@ type Proxy struct {
 	mu        sync.Mutex
 	upstreams []string
 	lastGood  string
+	// sessions keeps the TLS sessions of the upstream connections made
+	// with the certificate whose DER is sessionsOf: each local stream
+	// dials its own connection, and one that resumes a session (after the
+	// first, and after a server restart or failover: the servers share
+	// their ticket keys) makes no signature or certificate check on either
+	// side. A new certificate starts a new cache, so that a renewed
+	// certificate is what the server sees, not the one a session carries.
+	sessions   tls.ClientSessionCache
+	sessionsOf []byte
+}
+
+// sessionCache returns the TLS session cache for connections made with
+// the certificate leaf.
+func (p *Proxy) sessionCache(leaf *x509.Certificate) tls.ClientSessionCache {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.sessions == nil || !bytes.Equal(p.sessionsOf, leaf.Raw) {
+		p.sessions, p.sessionsOf = tls.NewLRUClientSessionCache(8), leaf.Raw
+	}
+	return p.sessions
 }
 
 // Listen binds the local endpoint's listeners.
@@ -247,6 +268,7 @@ func (p *Proxy) dial() (*grpc.ClientConn, string, error) {
 	r.InitialState(state)
 	creds := credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12,
+		ClientSessionCache: p.sessionCache(leaf),
 	})
 	cc, err := grpc.NewClient("osm-xds:///osm-server",
 		grpc.WithResolvers(r),

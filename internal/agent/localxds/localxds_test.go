@@ -190,20 +190,40 @@ func TestSotWAndDeltaCarryTheAgentsIdentity(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
+	// Each local stream has its own upstream connection; every one after
+	// the first resumes the TLS session of the certificate in use.
+	resumed := func(t *testing.T, a agenttest.Ack, want bool) {
+		t.Helper()
+		if a.Resumed != want {
+			t.Errorf("upstream connection resumed a TLS session: %t, want %t", a.Resumed, want)
+		}
+	}
 	t.Run("SotW over loopback TCP", func(t *testing.T) {
 		sotw(t, ctx, dialLocal(t, p.TCPAddr()))
-		checkIdentity(t, nextAck(t, ads), "m1.bookbuyer.default")
+		a := nextAck(t, ads)
+		checkIdentity(t, a, "m1.bookbuyer.default")
+		resumed(t, a, false)
 	})
 	t.Run("Delta over the Unix socket", func(t *testing.T) {
 		delta(t, ctx, dialLocal(t, "unix:"+p.SocketPath()))
-		checkIdentity(t, nextAck(t, ads), "m1.bookbuyer.default")
+		a := nextAck(t, ads)
+		checkIdentity(t, a, "m1.bookbuyer.default")
+		resumed(t, a, true)
 	})
 	t.Run("a renewed certificate is used from the next stream on", func(t *testing.T) {
 		c.set(t, ca, "m1.bookbuyer.default.renewed")
 		sotw(t, ctx, dialLocal(t, p.TCPAddr()))
-		if a := nextAck(t, ads); a.PeerCN != "m1.bookbuyer.default.renewed" || a.NodeID != a.PeerCN {
+		a := nextAck(t, ads)
+		if a.PeerCN != "m1.bookbuyer.default.renewed" || a.NodeID != a.PeerCN {
 			t.Errorf("after renewal upstream saw node.id %q over %q, want the renewed certificate's CN for both", a.NodeID, a.PeerCN)
 		}
+		resumed(t, a, false) // a session of the old certificate would carry the old identity
+		sotw(t, ctx, dialLocal(t, p.TCPAddr()))
+		a = nextAck(t, ads)
+		if a.PeerCN != "m1.bookbuyer.default.renewed" {
+			t.Errorf("the renewed certificate's second stream went upstream as %q", a.PeerCN)
+		}
+		resumed(t, a, true)
 	})
 }
 
