@@ -202,7 +202,15 @@ func (e *env) dial(t *testing.T, cert tls.Certificate, roots *x509.CertPool) dis
 // one came).
 func (e *env) tryStream(t *testing.T, cert tls.Certificate, cn string) error {
 	t.Helper()
-	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13})
+	_, err := e.tryStreamResuming(t, cert, cn, nil)
+	return err
+}
+
+// tryStreamResuming is tryStream with the client's TLS sessions kept in
+// sessions (nil: none); it also reports whether the handshake resumed one.
+func (e *env) tryStreamResuming(t *testing.T, cert tls.Certificate, cn string, sessions tls.ClientSessionCache) (resumed bool, err error) {
+	t.Helper()
+	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13, ClientSessionCache: sessions})
 	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
@@ -212,14 +220,21 @@ func (e *env) tryStream(t *testing.T, cert tls.Certificate, cn string) error {
 	defer cancel()
 	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
+	defer func() {
+		if p, ok := peer.FromContext(s.Context()); ok {
+			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+				resumed = ti.State.DidResume
+			}
+		}
+	}()
 	if err := s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: resource.ClusterType}); err != nil {
 		_, err = s.Recv() // the stream's status
-		return err
+		return false, err
 	}
 	_, err = s.Recv()
-	return err
+	return false, err
 }
 
 func envoyNode(id, addr string) *corev3.Node {
@@ -406,30 +421,7 @@ osm_xds_tls_handshakes_total{resumed="true"} %d
 	cert := e.enroll(t, "bookbuyer")
 	cn := cnOf(t, cert)
 	sessions := tls.NewLRUClientSessionCache(1)
-	open := func() (resumed bool, err error) {
-		creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13, ClientSessionCache: sessions})
-		conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), testwait.Bound(t))
-		defer cancel()
-		s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
-		if err != nil {
-			return false, err
-		}
-		if err := s.Send(&discovery.DiscoveryRequest{Node: envoyNode(cn, "10.0.0.10"), TypeUrl: resource.ClusterType}); err != nil {
-			t.Fatal(err)
-		}
-		_, err = s.Recv()
-		if p, ok := peer.FromContext(s.Context()); ok {
-			if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
-				resumed = ti.State.DidResume
-			}
-		}
-		return resumed, err
-	}
+	open := func() (bool, error) { return e.tryStreamResuming(t, cert, cn, sessions) }
 	if resumed, err := open(); err != nil || resumed {
 		t.Fatalf("first connection: resumed %t, %v; want a full handshake and an answer", resumed, err)
 	}
