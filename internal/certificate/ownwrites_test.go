@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -40,10 +41,14 @@ func TestOwnCommitsDoNotWakeTheListing(t *testing.T) {
 	for range cns {
 		nextAnnouncement(t, ch, ProxyClaimed)
 	}
-	if _, err := m.RequestServiceCertificate(ctx, bookstoreSA); !errors.Is(err, ErrPending) {
+	// An account none of the proxies has (theirs was issued when they
+	// enrolled).
+	buyer := mesh.ServiceAccount{Namespace: "default", Name: "bookbuyer"}
+	if _, err := m.RequestServiceCertificate(ctx, buyer); !errors.Is(err, ErrPending) {
 		t.Fatalf("RequestServiceCertificate: %v, want ErrPending while Run issues it", err)
 	}
-	nextAnnouncement(t, ch, Issued)
+	for a := nextAnnouncement(t, ch, Issued); a.ServiceAccount != buyer; a = nextAnnouncement(t, ch, Issued) {
+	}
 	select {
 	case <-proxies:
 		t.Error("the manager's own enrollments and claims signalled its watch of the proxy records")

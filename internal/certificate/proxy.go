@@ -271,7 +271,26 @@ func (m *Manager) IssueProxy(ctx context.Context, csrDER []byte, svc mesh.MeshSe
 	m.log.Info("issued proxy certificate", "cn", cn, "serial", e.Serial, "expires", e.Expires)
 	m.countIssued("proxy")
 	m.observeProxy(ctx, cn)
+	m.prepareServiceCertificate(sa)
 	return certPEM, cn, nil
+}
+
+// prepareServiceCertificate asks Run to issue sa's service certificate
+// now, when this replica holds none, so that it is there when the proxy
+// just enrolled connects: the proxy's first configuration then waits for
+// no signature and no store write, and a fleet's first connections make
+// none. It does nothing without a Run (RequestServiceCertificate would
+// issue in the caller's goroutine).
+func (m *Manager) prepareServiceCertificate(sa mesh.ServiceAccount) {
+	cn := m.ServiceCommonName(sa)
+	m.mu.Lock()
+	if s := m.services[cn]; m.issuers == 0 || s != nil && m.now().Before(s.rec.Expires) {
+		m.mu.Unlock()
+		return
+	}
+	m.requested[sa] = struct{}{}
+	m.mu.Unlock()
+	m.wake()
 }
 
 // RenewProxy issues a new certificate for the proxy that presented peer (a

@@ -524,6 +524,28 @@ func TestRequestServiceCertificate(t *testing.T) {
 	}
 }
 
+// Enrolling a proxy of an account with no service certificate has Run
+// issue one, so that the proxy's first configuration does not wait for
+// it; without Run, enrollment issues none.
+func TestEnrollmentPreparesTheServiceCertificate(t *testing.T) {
+	st := store.NewMemory()
+	m := newTestManager(t, st, Options{})
+	issueProxy(t, m)
+	if kvs, err := st.List(t.Context(), servicePrefix); err != nil || len(kvs) != 0 {
+		t.Fatalf("service records after an enrollment without Run: %d (%v), want none", len(kvs), err)
+	}
+
+	ch, cancel := m.Subscribe()
+	defer cancel()
+	runManager(t, m)
+	issueProxy(t, m)
+	for a := nextAnnouncement(t, ch, Issued); a.ServiceAccount != bookstoreSA; a = nextAnnouncement(t, ch, Issued) {
+	}
+	if c, err := m.RequestServiceCertificate(t.Context(), bookstoreSA); err != nil || c == nil {
+		t.Fatalf("RequestServiceCertificate after the enrollment = %v, %v; want the certificate at once", c, err)
+	}
+}
+
 // The service certificates Run is asked for together are written in one
 // transaction; one that is already fresh is kept.
 func TestIssueRequestedBatches(t *testing.T) {
