@@ -281,17 +281,7 @@ func (m *Manager) IssueProxy(ctx context.Context, csrDER []byte, svc mesh.MeshSe
 // no signature and no store write, and a fleet's first connections make
 // none. It does nothing without a Run (RequestServiceCertificate would
 // issue in the caller's goroutine).
-func (m *Manager) prepareServiceCertificate(sa mesh.ServiceAccount) {
-	cn := m.ServiceCommonName(sa)
-	m.mu.Lock()
-	if s := m.services[cn]; m.issuers == 0 || s != nil && m.now().Before(s.rec.Expires) {
-		m.mu.Unlock()
-		return
-	}
-	m.requested[sa] = struct{}{}
-	m.mu.Unlock()
-	m.wake()
-}
+func (m *Manager) prepareServiceCertificate(sa mesh.ServiceAccount) { m.heldOrQueued(sa) }
 
 // RenewProxy issues a new certificate for the proxy that presented peer (a
 // certificate the TLS layer verified), for the CSR's key, with the same

@@ -92,20 +92,34 @@ func (m *Manager) RequestServiceCertificate(ctx context.Context, sa mesh.Service
 	if err := validateServiceAccount(sa); err != nil {
 		return nil, fmt.Errorf("service certificate: %w", err)
 	}
+	held, queued := m.heldOrQueued(sa)
+	switch {
+	case held != nil:
+		return held, nil
+	case !queued:
+		return m.issueService(ctx, sa, 0, false)
+	}
+	return nil, fmt.Errorf("service certificate %s: %w", m.ServiceCommonName(sa), ErrPending)
+}
+
+// heldOrQueued returns sa's service certificate this replica holds, while
+// it has not expired; without one it asks Run to issue it and reports
+// queued, or, with no Run running, reports neither.
+func (m *Manager) heldOrQueued(sa mesh.ServiceAccount) (held *Certificate, queued bool) {
 	cn := m.ServiceCommonName(sa)
 	m.mu.Lock()
 	if s := m.services[cn]; s != nil && m.now().Before(s.rec.Expires) {
 		m.mu.Unlock()
-		return s.cert, nil
+		return s.cert, false
 	}
 	if m.issuers == 0 {
 		m.mu.Unlock()
-		return m.issueService(ctx, sa, 0, false)
+		return nil, false
 	}
 	m.requested[sa] = struct{}{}
 	m.mu.Unlock()
 	m.wake()
-	return nil, fmt.Errorf("service certificate %s: %w", cn, ErrPending)
+	return nil, true
 }
 
 // issueRequested issues the service certificates RequestServiceCertificate
