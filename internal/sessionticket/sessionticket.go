@@ -69,11 +69,15 @@ type Keeper struct {
 	rotation time.Duration
 	now      func() time.Time
 
-	// keys is a bare tls.Config holding the keys (SetSessionTicketKeys):
-	// its EncryptTicket and DecryptTicket are crypto/tls's own ticket
-	// format and cryptography.
-	keys    atomic.Pointer[tls.Config]
-	current atomic.Pointer[record]
+	keys atomic.Pointer[keySet] // the keys in use
+}
+
+// keySet is a record of keys and a bare tls.Config holding them
+// (SetSessionTicketKeys): its EncryptTicket and DecryptTicket are
+// crypto/tls's own ticket format and cryptography.
+type keySet struct {
+	rec *record
+	tls *tls.Config
 }
 
 // New returns a keeper of the keys at Key in st, each encrypting for
@@ -97,12 +101,12 @@ func New(log *slog.Logger, st kv, rotation time.Duration) (*Keeper, error) {
 // keeper's rotations, which a SetSessionTicketKeys on cfg would not.
 func (k *Keeper) Apply(cfg *tls.Config) {
 	cfg.WrapSession = func(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
-		return k.keys.Load().EncryptTicket(cs, ss)
+		return k.keys.Load().tls.EncryptTicket(cs, ss)
 	}
 	cfg.UnwrapSession = func(identity []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
 		// A ticket no kept key decrypts (another mesh's, one older than
 		// every key) is not an error: the handshake goes on in full.
-		return k.keys.Load().DecryptTicket(identity, cs)
+		return k.keys.Load().tls.DecryptTicket(identity, cs)
 	}
 }
 
@@ -148,7 +152,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 
 // nextRotation is when the newest key is due to be replaced.
 func (k *Keeper) nextRotation() time.Time {
-	return k.current.Load().Keys[0].Created.Add(k.rotation)
+	return k.keys.Load().rec.Keys[0].Created.Add(k.rotation)
 }
 
 // sync reads the stored keys, writes a new set when they are missing,
@@ -250,6 +254,5 @@ func (k *Keeper) use(rec *record) {
 	}
 	cfg := &tls.Config{}
 	cfg.SetSessionTicketKeys(keys)
-	k.keys.Store(cfg)
-	k.current.Store(rec)
+	k.keys.Store(&keySet{rec: rec, tls: cfg})
 }

@@ -218,9 +218,9 @@ func TestReplicasShareAndRotateKeys(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	newest := func(k *Keeper) []byte { return k.current.Load().Keys[0].Key }
+	newest := func(k *Keeper) []byte { return k.keys.Load().rec.Keys[0].Key }
 	for i, k := range keepers[1:] {
-		if !bytes.Equal(newest(k), newest(keepers[0])) || len(k.current.Load().Keys) != 1 {
+		if !bytes.Equal(newest(k), newest(keepers[0])) || len(k.keys.Load().rec.Keys) != 1 {
 			t.Fatalf("replica %d loaded other keys than replica 0", i+1)
 		}
 	}
@@ -245,8 +245,8 @@ func TestReplicasShareAndRotateKeys(t *testing.T) {
 	if err := b.Load(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Equal(newest(b), first) || len(b.current.Load().Keys) != 2 {
-		t.Fatalf("b did not rotate: %d keys, newest the same: %t", len(b.current.Load().Keys), bytes.Equal(newest(b), first))
+	if bytes.Equal(newest(b), first) || len(b.keys.Load().rec.Keys) != 2 {
+		t.Fatalf("b did not rotate: %d keys, newest the same: %t", len(b.keys.Load().rec.Keys), bytes.Equal(newest(b), first))
 	}
 	testwait.For(t, "replica a uses the key b rotated in", func() bool { return bytes.Equal(newest(a), newest(b)) })
 	cancel()
@@ -255,21 +255,12 @@ func TestReplicasShareAndRotateKeys(t *testing.T) {
 	}
 
 	cache = tls.NewLRUClientSessionCache(1)
-	a.keys.Store(keysConfig(t, first)) // a ticket under the old key only
+	a.use(&record{Keys: []storedKey{{Key: first, Created: time.Now()}}}) // a ticket under the old key only
 	connect(t, p, addrA, cache)
-	a.use(b.current.Load())
+	a.use(b.keys.Load().rec)
 	if !connect(t, p, addrA, cache) {
 		t.Fatal("a ticket under the key before the rotation did not resume after it")
 	}
-}
-
-func keysConfig(t *testing.T, key []byte) *tls.Config {
-	t.Helper()
-	var k [keySize]byte
-	copy(k[:], key)
-	cfg := &tls.Config{}
-	cfg.SetSessionTicketKeys([][keySize]byte{k})
-	return cfg
 }
 
 // A rotation keeps each older key while a ticket it encrypted may still
@@ -341,7 +332,7 @@ func TestUnreadableKeysAreReplaced(t *testing.T) {
 				t.Fatal(err)
 			}
 			var rec record
-			if err := decode(stored, &rec); err != nil || !bytes.Equal(rec.Keys[0].Key, k.current.Load().Keys[0].Key) {
+			if err := decode(stored, &rec); err != nil || !bytes.Equal(rec.Keys[0].Key, k.keys.Load().rec.Keys[0].Key) {
 				t.Fatalf("the store holds %s after Load (%v), not the keys in use", stored, err)
 			}
 		})
