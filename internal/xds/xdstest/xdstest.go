@@ -142,15 +142,7 @@ func (s Server) ConnectRejecting(t *testing.T, cert tls.Certificate, flavor, add
 
 func (s Server) connect(t *testing.T, cert tls.Certificate, flavor, address string, all bool, eds []string, reject map[string]string) *Proxy {
 	t.Helper()
-	s.WaitXDS(t)
-	_, _, ca := s.admin(t)
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, ServerName: "localhost", MinVersion: tls.VersionTLS13})
-	conn, err := grpc.NewClient(s.XDS, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
+	conn := s.dial(t, cert, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	closeConn := func() {
 		cancel()
@@ -224,12 +216,10 @@ func (s Server) WaitXDS(t *testing.T) {
 	})
 }
 
-// Resumes opens one connection of the proxy with cert, keeping its TLS
-// sessions in sessions as Envoy keeps one per cluster, opens its ADS
-// stream, waits for the first answer and reports whether the handshake
-// resumed a session. The stream's answer may be a refusal: resumption is a
-// property of the connection.
-func (s Server) Resumes(t *testing.T, cert tls.Certificate, sessions tls.ClientSessionCache) bool {
+// dial waits for the xDS listener and returns a client of it that
+// authenticates with cert and trusts the server's CA, keeping its TLS
+// sessions in sessions (nil: none).
+func (s Server) dial(t *testing.T, cert tls.Certificate, sessions tls.ClientSessionCache) *grpc.ClientConn {
 	t.Helper()
 	s.WaitXDS(t)
 	_, _, ca := s.admin(t)
@@ -240,6 +230,17 @@ func (s Server) Resumes(t *testing.T, cert tls.Certificate, sessions tls.ClientS
 	if err != nil {
 		t.Fatal(err)
 	}
+	return conn
+}
+
+// Resumes opens one connection of the proxy with cert, keeping its TLS
+// sessions in sessions as Envoy keeps one per cluster, opens its ADS
+// stream, waits for the first answer and reports whether the handshake
+// resumed a session. The stream's answer may be a refusal: resumption is a
+// property of the connection.
+func (s Server) Resumes(t *testing.T, cert tls.Certificate, sessions tls.ClientSessionCache) bool {
+	t.Helper()
+	conn := s.dial(t, cert, sessions)
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(t.Context(), testwait.Bound(t))
 	defer cancel()
