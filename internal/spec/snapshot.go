@@ -23,13 +23,13 @@ type Snapshot struct {
 
 	// Indexes built once per snapshot, so the queries rendering makes for
 	// every proxy cost what they touch, not the size of the mesh.
-	byAccount  map[mesh.ServiceAccount][]mesh.MeshService
-	ttByDest   map[mesh.ServiceAccount][]Key   // TrafficTargets by destination, in key order
-	ttBySource map[mesh.ServiceAccount][]Key   // TrafficTargets by source, in key order
-	splits     []Key                           // TrafficSplits, in key order
-	splitRoot  map[mesh.MeshService]Key        // the first TrafficSplit of each root
-	pairs      map[[2]mesh.ServiceAccount]bool // {source, destination} some TrafficTarget allows
-	gateway    gatewayIndex                    // Gateway API routes by parent port
+	byAccount   map[mesh.ServiceAccount][]mesh.MeshService
+	ttByDest    map[mesh.ServiceAccount][]Key                 // TrafficTargets by destination, in key order
+	dstBySource map[mesh.ServiceAccount][]mesh.ServiceAccount // the destinations of each source's TrafficTargets, in their key order
+	splits      []Key                                         // TrafficSplits, in key order
+	splitRoot   map[mesh.MeshService]Key                      // the first TrafficSplit of each root
+	pairs       map[[2]mesh.ServiceAccount]bool               // {source, destination} some TrafficTarget allows
+	gateway     gatewayIndex                                  // Gateway API routes by parent port
 	// gateways are the Gateways with their routes, built at the first
 	// question (rendering a gateway proxy, DNS publishing).
 	gatewaysOnce sync.Once
@@ -56,7 +56,7 @@ func (s ServiceInfo) Hostname() string { return s.Service.Name + "." + s.Service
 func newSnapshot(st *state, version uint64) *Snapshot {
 	s := &Snapshot{version: version, st: st, config: st.meshConfig(), services: map[mesh.MeshService]ServiceInfo{}, keys: sortedObjectKeys(st.objects),
 		byAccount: map[mesh.ServiceAccount][]mesh.MeshService{}, ttByDest: map[mesh.ServiceAccount][]Key{},
-		ttBySource: map[mesh.ServiceAccount][]Key{}, splitRoot: map[mesh.MeshService]Key{}, pairs: map[[2]mesh.ServiceAccount]bool{}}
+		dstBySource: map[mesh.ServiceAccount][]mesh.ServiceAccount{}, splitRoot: map[mesh.MeshService]Key{}, pairs: map[[2]mesh.ServiceAccount]bool{}}
 	for _, k := range s.keys {
 		switch o := st.objects[k].(type) {
 		case *TrafficTarget:
@@ -68,7 +68,7 @@ func newSnapshot(st *state, version uint64) *Snapshot {
 				sa := mesh.ServiceAccount{Namespace: src.Namespace, Name: src.Name}
 				if !seen[sa] {
 					seen[sa] = true
-					s.ttBySource[sa] = append(s.ttBySource[sa], k)
+					s.dstBySource[sa] = append(s.dstBySource[sa], dst)
 				}
 				s.pairs[[2]mesh.ServiceAccount{sa, dst}] = true
 			}
@@ -261,15 +261,14 @@ func (s *Snapshot) AllowedSources(dst mesh.MeshService) []mesh.ServiceAccount {
 // destination that lists src, plus the root of any TrafficSplit with such
 // a backend (clients call the root's VIP and the split picks a backend).
 func (s *Snapshot) Upstreams(src mesh.ServiceAccount) []mesh.MeshService {
-	allowed := map[mesh.MeshService]bool{}
+	allowed := make(map[mesh.MeshService]bool, len(s.dstBySource[src]))
 	if s.Permissive() {
 		for _, info := range s.ordered {
 			allowed[info.Service] = true
 		}
 	} else {
-		for _, k := range s.ttBySource[src] {
-			d := s.st.objects[k].(*TrafficTarget).Spec.Destination
-			for _, svc := range s.ServicesOf(mesh.ServiceAccount{Namespace: d.Namespace, Name: d.Name}) {
+		for _, dst := range s.dstBySource[src] {
+			for _, svc := range s.ServicesOf(dst) {
 				allowed[svc] = true
 			}
 		}

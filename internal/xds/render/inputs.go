@@ -53,7 +53,11 @@ func InputsOf(m Mesh, p Proxy) (Inputs, error) {
 	if !in.permissive {
 		in.inbound = m.Spec().Inbound(p.Service)
 	}
-	for _, svc := range upstreamServices(in.plan) {
+	svcs := upstreamServices(in.plan)
+	if len(svcs) > 0 {
+		in.upstreams = make([]spec.ServiceInfo, 0, len(svcs))
+	}
+	for _, svc := range svcs {
 		info, _ := m.Spec().Service(svc)
 		in.upstreams = append(in.upstreams, info)
 	}
