@@ -200,42 +200,61 @@ func checkValue(fd protoreflect.FieldDescriptor, r *validate.StringRules, v stri
 	}
 	runes := uint64(utf8.RuneCountInString(v))
 	var errs []error
-	check := func(ok bool, rule string) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: %q breaks its rule %s", fd.FullName(), v, rule))
-		}
+	// breaks records that v breaks a rule, described by format and args
+	// (only then: most values break none).
+	breaks := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %q breaks its rule %s", fd.FullName(), v, fmt.Sprintf(format, args...)))
 	}
-	if r.Len != nil {
-		check(runes == r.GetLen(), fmt.Sprintf("len %d", r.GetLen()))
+	if r.Len != nil && runes != r.GetLen() {
+		breaks("len %d", r.GetLen())
 	}
-	if r.MinLen != nil {
-		check(runes >= r.GetMinLen(), fmt.Sprintf("min_len %d", r.GetMinLen()))
+	if r.MinLen != nil && runes < r.GetMinLen() {
+		breaks("min_len %d", r.GetMinLen())
 	}
-	if r.MaxLen != nil {
-		check(runes <= r.GetMaxLen(), fmt.Sprintf("max_len %d", r.GetMaxLen()))
+	if r.MaxLen != nil && runes > r.GetMaxLen() {
+		breaks("max_len %d", r.GetMaxLen())
 	}
-	if r.LenBytes != nil {
-		check(uint64(len(v)) == r.GetLenBytes(), fmt.Sprintf("len_bytes %d", r.GetLenBytes()))
+	if r.LenBytes != nil && uint64(len(v)) != r.GetLenBytes() {
+		breaks("len_bytes %d", r.GetLenBytes())
 	}
-	if r.MinBytes != nil {
-		check(uint64(len(v)) >= r.GetMinBytes(), fmt.Sprintf("min_bytes %d", r.GetMinBytes()))
+	if r.MinBytes != nil && uint64(len(v)) < r.GetMinBytes() {
+		breaks("min_bytes %d", r.GetMinBytes())
 	}
-	if r.MaxBytes != nil {
-		check(uint64(len(v)) <= r.GetMaxBytes(), fmt.Sprintf("max_bytes %d", r.GetMaxBytes()))
+	if r.MaxBytes != nil && uint64(len(v)) > r.GetMaxBytes() {
+		breaks("max_bytes %d", r.GetMaxBytes())
 	}
-	if r.Prefix != nil {
-		check(strings.HasPrefix(v, r.GetPrefix()), fmt.Sprintf("prefix %q", r.GetPrefix()))
+	if r.Prefix != nil && !strings.HasPrefix(v, r.GetPrefix()) {
+		breaks("prefix %q", r.GetPrefix())
 	}
-	if r.Suffix != nil {
-		check(strings.HasSuffix(v, r.GetSuffix()), fmt.Sprintf("suffix %q", r.GetSuffix()))
+	if r.Suffix != nil && !strings.HasSuffix(v, r.GetSuffix()) {
+		breaks("suffix %q", r.GetSuffix())
 	}
-	if r.Contains != nil {
-		check(strings.Contains(v, r.GetContains()), fmt.Sprintf("contains %q", r.GetContains()))
+	if r.Contains != nil && !strings.Contains(v, r.GetContains()) {
+		breaks("contains %q", r.GetContains())
 	}
-	if r.NotContains != nil {
-		check(!strings.Contains(v, r.GetNotContains()), fmt.Sprintf("not_contains %q", r.GetNotContains()))
+	if r.NotContains != nil && strings.Contains(v, r.GetNotContains()) {
+		breaks("not_contains %q", r.GetNotContains())
 	}
 	return errors.Join(errs...)
+}
+
+// lengthsOnly reports whether rules r look only at a value's length (in
+// bytes or runes), not at its content.
+func lengthsOnly(r *validate.StringRules) bool {
+	return r.Prefix == nil && r.Suffix == nil && r.Contains == nil && r.NotContains == nil
+}
+
+// lengthsHold reports whether a value of n bytes and runes runes meets the
+// length rules of r (as checkValue checks them; an empty value meets them
+// all when r ignores empty ones).
+func lengthsHold(r *validate.StringRules, n, runes uint64) bool {
+	return r.GetIgnoreEmpty() && n == 0 ||
+		(r.Len == nil || runes == r.GetLen()) &&
+			(r.MinLen == nil || runes >= r.GetMinLen()) &&
+			(r.MaxLen == nil || runes <= r.GetMaxLen()) &&
+			(r.LenBytes == nil || n == r.GetLenBytes()) &&
+			(r.MinBytes == nil || n >= r.GetMinBytes()) &&
+			(r.MaxBytes == nil || n <= r.GetMaxBytes())
 }
 
 // write returns the encoding of the stamp with vals in place of its
@@ -314,8 +333,28 @@ func holeLen(segs []stampSeg, vals []string) int {
 	return n
 }
 
+// holeRunes is the number of runes of the value a hole takes with vals
+// (all valid UTF-8: see check).
+func holeRunes(segs []stampSeg, vals []string) int {
+	n := 0
+	for _, sg := range segs {
+		if sg.ph < 0 {
+			n += utf8.RuneCountInString(sg.text)
+		} else {
+			n += utf8.RuneCountInString(vals[sg.ph])
+		}
+	}
+	return n
+}
+
 // holeValue is the value a hole takes with vals.
 func holeValue(segs []stampSeg, vals []string) string {
+	if len(segs) == 1 { // a placeholder or text alone: no new string
+		if sg := segs[0]; sg.ph >= 0 {
+			return vals[sg.ph]
+		}
+		return segs[0].text
+	}
 	var b strings.Builder
 	b.Grow(holeLen(segs, vals))
 	for _, sg := range segs {
@@ -347,6 +386,9 @@ func (s *stamp) checkRules(vals []string) error {
 		p := &s.parts[i]
 		switch {
 		case p.hole != nil && p.rules != nil:
+			if lengthsOnly(p.rules) && lengthsHold(p.rules, uint64(holeLen(p.hole, vals)), uint64(holeRunes(p.hole, vals))) {
+				continue // the value is not made to be checked
+			}
 			if err := checkValue(p.field, p.rules, holeValue(p.hole, vals)); err != nil {
 				errs = append(errs, err)
 			}

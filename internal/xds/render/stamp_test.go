@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -120,5 +121,40 @@ func TestStampCheckValue(t *testing.T) {
 		if (err == nil) != tc.ok {
 			t.Errorf("rules %v, value %q: error %v, want ok=%v", tc.rules, tc.v, err, tc.ok)
 		}
+		// checkRules skips making a hole's value when its rules are on
+		// lengths and its lengths meet them: it must agree.
+		if tc.rules != nil && lengthsOnly(tc.rules) && utf8.ValidString(tc.v) {
+			if got := lengthsHold(tc.rules, uint64(len(tc.v)), uint64(utf8.RuneCountInString(tc.v))); got != tc.ok {
+				t.Errorf("rules %v, value %q: lengthsHold %v, want %v", tc.rules, tc.v, got, tc.ok)
+			}
+		}
+	}
+}
+
+// TestStampChecksAHoleOfSeveralSegments: a hole made of text and
+// placeholders is checked at its whole length, in bytes and runes, whether
+// its value is made (content rules, or a broken rule to report) or not.
+func TestStampChecksAHoleOfSeveralSegments(t *testing.T) {
+	fd := (&clusterv3.Cluster{}).ProtoReflect().Descriptor().Fields().ByName("name")
+	u := func(n uint64) *uint64 { return &n }
+	segs := []stampSeg{{text: "é-", ph: -1}, {ph: 0}, {text: ".", ph: -1}, {ph: 1}} // "é-" + a + "." + b
+	for _, tc := range []struct {
+		rules *validate.StringRules
+		vals  []string
+		ok    bool
+	}{
+		{&validate.StringRules{MaxLen: u(6)}, []string{"ab", "c"}, true},    // 6 runes
+		{&validate.StringRules{MaxLen: u(5)}, []string{"ab", "c"}, false},   // 6 runes
+		{&validate.StringRules{MaxBytes: u(6)}, []string{"ab", "c"}, false}, // 7 bytes
+		{&validate.StringRules{MinLen: u(5)}, []string{"", ""}, false},      // 3 runes
+		{&validate.StringRules{Len: u(4)}, []string{"", "é"}, true},         // 4 runes, 6 bytes
+	} {
+		st := &stamp{parts: []stampPart{{field: fd, rules: tc.rules, hole: segs}}}
+		if err := st.checkRules(tc.vals); (err == nil) != tc.ok {
+			t.Errorf("rules %v, value %q: error %v, want ok=%v", tc.rules, holeValue(segs, tc.vals), err, tc.ok)
+		}
+	}
+	if got := holeValue(segs[1:2], []string{"x", "y"}); got != "x" {
+		t.Errorf("a hole of one placeholder = %q, want its value", got)
 	}
 }

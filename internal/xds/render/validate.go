@@ -240,7 +240,7 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 		v.indexNamed(kind, e.Name)
 		if e.TypeURL == listenerType {
 			if addr, ok := listenerAddress(e.Bytes); ok {
-				v.claimAddress(addr, e.Name, "listener "+strconv.Quote(e.Name)+": ")
+				v.claimAddress(addr, e.Name, true)
 			}
 		}
 		for _, r := range e.Refs {
@@ -857,13 +857,18 @@ func (v *validation) uniqueAddress(l *listenerv3.Listener) {
 	if l.GetApiListener() != nil || sa == nil || err != nil {
 		return
 	}
-	v.claimAddress(netip.AddrPortFrom(ip, uint16(sa.GetPortValue())), l.GetName(), "")
+	v.claimAddress(netip.AddrPortFrom(ip, uint16(sa.GetPortValue())), l.GetName(), false)
 }
 
 // claimAddress records that listener name listens on addr, reporting
-// (prefixed with label, for an encoded listener) another that does too.
-func (v *validation) claimAddress(addr netip.AddrPort, name, label string) {
+// another that does too (naming name when it is encoded: a finding about
+// a message names it already).
+func (v *validation) claimAddress(addr netip.AddrPort, name string, encoded bool) {
 	if other, ok := v.addrs[addr]; ok {
+		label := ""
+		if encoded {
+			label = "listener " + strconv.Quote(name) + ": "
+		}
 		v.fail("%slistens on %s like listener %q: give each listener its own address and port", label, addr, other)
 		return
 	}
