@@ -55,6 +55,10 @@ type Memo struct {
 	// inbound rules have named: a caller of many services is one message
 	// in all their policies.
 	principals map[mesh.ServiceAccount]*rbacv3.Principal
+	// permissions holds the RBAC permission of each HTTPRouteGroup match
+	// inbound rules have allowed, by flavour: a route group most
+	// TrafficTargets share is one message in all their policies.
+	permissions map[permissionKey]memoPermission
 	// shapes holds the stamp of each shape of resource rendered as bytes
 	// (see stamp), and encoded the resources written from them, by what
 	// msgs would hold their messages under.
@@ -120,7 +124,8 @@ func NewMemo() *Memo {
 	return &Memo{
 		plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}, packed: map[*anypb.Any]packedAny{},
 		emptiness: map[mesh.MeshService]bool{}, principals: map[mesh.ServiceAccount]*rbacv3.Principal{},
-		shapes: map[shapeKey]*shape{}, encoded: map[memoKey]Encoded{}, rules: map[memoKey]encodedRules{},
+		permissions: map[permissionKey]memoPermission{},
+		shapes:      map[shapeKey]*shape{}, encoded: map[memoKey]Encoded{}, rules: map[memoKey]encodedRules{},
 	}
 }
 
@@ -141,6 +146,7 @@ func (mm *Memo) use(m Mesh) {
 		clear(mm.packed)
 		clear(mm.emptiness)
 		clear(mm.principals)
+		clear(mm.permissions)
 		clear(mm.shapes)
 		clear(mm.encoded)
 		clear(mm.rules)
@@ -276,4 +282,33 @@ func (mm *Memo) takePacked(a *anypb.Any) (proto.Message, bool) {
 		return nil, false
 	}
 	return p.of(a)
+}
+
+// permissionKey names an HTTPRouteGroup match (match names are unique in
+// their group) for a flavour.
+type permissionKey struct {
+	namespace, group, name string
+	flavor                 Flavor
+}
+
+// memoPermission is httpPermission's answer for a match.
+type memoPermission struct {
+	perm *rbacv3.Permission
+	ok   bool
+}
+
+// rbacPermission returns httpPermission(hm, f) for hm, a match of a route
+// group in namespace: the Memo's message (shared) when m has a Memo.
+func rbacPermission(m Mesh, namespace string, hm spec.HTTPRouteMatch, f Flavor) (*rbacv3.Permission, bool) {
+	mm := m.Memo
+	if mm == nil {
+		return httpPermission(hm, f)
+	}
+	k := permissionKey{namespace, hm.Group, hm.Name, f}
+	if p, ok := memoLookup(mm, m, mm.permissions, k); ok {
+		return p.perm, p.ok
+	}
+	perm, ok := httpPermission(hm, f)
+	p := memoKeep(mm, mm.permissions, k, memoPermission{perm, ok})
+	return p.perm, p.ok
 }

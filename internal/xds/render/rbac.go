@@ -44,7 +44,7 @@ func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort, f Flavor) 
 			perms = append(perms, &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}})
 		default:
 			for _, hm := range r.HTTP {
-				if perm, ok := httpPermission(hm, f); ok {
+				if perm, ok := rbacPermission(m, r.Policy.Namespace, hm, f); ok {
 					perms = append(perms, perm)
 				}
 			}
