@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +16,12 @@ import (
 	"github.com/osm-vm/osm-vm/internal/store/consultest"
 )
 
-// TestHASection runs the HA section end to end, with 30 proxies over three
-// replicas on a real three-server Consul, and checks that every HA figure
-// was produced, that a failover and the applies were measured, and that
-// osm-server wrote nothing to Consul at rest and only the survivors'
-// presence records in the failover. No timing
+// TestHASection runs the HA section end to end, twice (--rounds 2), with
+// 30 proxies over three replicas on a real three-server Consul, and checks
+// that every HA figure was produced, that a failover and the applies were
+// measured in each round (a round on the last one's data would apply
+// nothing new), and that osm-server wrote nothing to Consul at rest and
+// only the survivors' presence records in the failover. No timing
 // assertions: the figures belong to `make bench`.
 func TestHASection(t *testing.T) {
 	osmServer := buildOSMServer(t)
@@ -32,7 +34,7 @@ func TestHASection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
 	var stdout, stderr strings.Builder
-	err := run(ctx, []string{"run", "--quick", "--servers", "HA", "--consul", consul, "--ha-proxies", "30", "--ha-applies", "3",
+	err := run(ctx, []string{"run", "--quick", "--servers", "HA", "--rounds", "2", "--consul", consul, "--ha-proxies", "30", "--ha-applies", "3",
 		"--osm-server", osmServer, "--out", out, "--work-dir", filepath.Join(dir, "work"), "--timeout", "3m"}, &stdout, &stderr)
 	t.Logf("stdout:\n%s", stdout.String())
 	if err != nil {
@@ -73,6 +75,9 @@ func TestHASection(t *testing.T) {
 	}
 	if v := got["HA.apply_p50"]; v <= 0 {
 		t.Errorf("HA.apply_p50 = %v: no apply was measured", v)
+	}
+	if rounds := rep.Servers[0].Samples["HA.apply_p50"]; len(rounds) != 2 || slices.Contains(rounds, 0) {
+		t.Errorf("HA.apply_p50 of each round = %v, want two rounds, each with its applies measured", rounds)
 	}
 	if n := len(rep.Servers[0].Notes); n > 0 {
 		t.Errorf("notes: %v", rep.Servers[0].Notes)

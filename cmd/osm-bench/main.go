@@ -336,13 +336,19 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 		err error
 	)
 	if name == "HA" {
+		// Each round's replicas and Consul start from nothing: on the
+		// last round's data its applies would change nothing.
+		haDir, err := os.MkdirTemp(dir, "ha-")
+		if err != nil {
+			return roundResult{err: err}
+		}
 		settle := 30 * time.Second
 		rest := 10 * time.Second
 		if c.quick {
 			rest = 5 * time.Second
 		}
 		res, err = measureHA(ctx, log, haPlan{consul: c.consul, osmServer: c.osmServer, staticPlugin: c.staticPlugin,
-			dir: filepath.Join(dir, "ha"), logw: logf, logLevel: c.serverLogLevel,
+			dir: haDir, logw: logf, logLevel: c.serverLogLevel,
 			proxies: c.haProxies, services: 10, reps: c.haApplies, rest: rest, settle: settle})
 	} else {
 		res, err = m.run(ctx, t)
