@@ -261,13 +261,16 @@ func (s *Snapshot) AllowedSources(dst mesh.MeshService) []mesh.ServiceAccount {
 // destination that lists src, plus the root of any TrafficSplit with such
 // a backend (clients call the root's VIP and the split picks a backend).
 func (s *Snapshot) Upstreams(src mesh.ServiceAccount) []mesh.MeshService {
-	allowed := make(map[mesh.MeshService]bool, len(s.dstBySource[src]))
+	var allowed map[mesh.MeshService]bool
 	if s.Permissive() {
+		allowed = make(map[mesh.MeshService]bool, len(s.ordered))
 		for _, info := range s.ordered {
 			allowed[info.Service] = true
 		}
 	} else {
-		for _, dst := range s.dstBySource[src] {
+		dsts := s.dstBySource[src]
+		allowed = make(map[mesh.MeshService]bool, len(dsts))
+		for _, dst := range dsts {
 			for _, svc := range s.ServicesOf(dst) {
 				allowed[svc] = true
 			}

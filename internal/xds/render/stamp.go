@@ -205,24 +205,7 @@ func checkValue(fd protoreflect.FieldDescriptor, r *validate.StringRules, v stri
 	breaks := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s: %q breaks its rule %s", fd.FullName(), v, fmt.Sprintf(format, args...)))
 	}
-	if r.Len != nil && runes != r.GetLen() {
-		breaks("len %d", r.GetLen())
-	}
-	if r.MinLen != nil && runes < r.GetMinLen() {
-		breaks("min_len %d", r.GetMinLen())
-	}
-	if r.MaxLen != nil && runes > r.GetMaxLen() {
-		breaks("max_len %d", r.GetMaxLen())
-	}
-	if r.LenBytes != nil && uint64(len(v)) != r.GetLenBytes() {
-		breaks("len_bytes %d", r.GetLenBytes())
-	}
-	if r.MinBytes != nil && uint64(len(v)) < r.GetMinBytes() {
-		breaks("min_bytes %d", r.GetMinBytes())
-	}
-	if r.MaxBytes != nil && uint64(len(v)) > r.GetMaxBytes() {
-		breaks("max_bytes %d", r.GetMaxBytes())
-	}
+	brokenLengths(r, uint64(len(v)), runes, func(rule string, bound uint64) { breaks("%s %d", rule, bound) })
 	if r.Prefix != nil && !strings.HasPrefix(v, r.GetPrefix()) {
 		breaks("prefix %q", r.GetPrefix())
 	}
@@ -245,16 +228,38 @@ func lengthsOnly(r *validate.StringRules) bool {
 }
 
 // lengthsHold reports whether a value of n bytes and runes runes meets the
-// length rules of r (as checkValue checks them; an empty value meets them
-// all when r ignores empty ones).
+// length rules of r (an empty value meets them all when r ignores empty
+// ones, as in checkValue).
 func lengthsHold(r *validate.StringRules, n, runes uint64) bool {
-	return r.GetIgnoreEmpty() && n == 0 ||
-		(r.Len == nil || runes == r.GetLen()) &&
-			(r.MinLen == nil || runes >= r.GetMinLen()) &&
-			(r.MaxLen == nil || runes <= r.GetMaxLen()) &&
-			(r.LenBytes == nil || n == r.GetLenBytes()) &&
-			(r.MinBytes == nil || n >= r.GetMinBytes()) &&
-			(r.MaxBytes == nil || n <= r.GetMaxBytes())
+	if r.GetIgnoreEmpty() && n == 0 {
+		return true
+	}
+	held := true
+	brokenLengths(r, n, runes, func(string, uint64) { held = false })
+	return held
+}
+
+// brokenLengths calls broke with the name and bound of each length rule of
+// r that a value of n bytes and runes runes breaks.
+func brokenLengths(r *validate.StringRules, n, runes uint64, broke func(rule string, bound uint64)) {
+	if r.Len != nil && runes != r.GetLen() {
+		broke("len", r.GetLen())
+	}
+	if r.MinLen != nil && runes < r.GetMinLen() {
+		broke("min_len", r.GetMinLen())
+	}
+	if r.MaxLen != nil && runes > r.GetMaxLen() {
+		broke("max_len", r.GetMaxLen())
+	}
+	if r.LenBytes != nil && n != r.GetLenBytes() {
+		broke("len_bytes", r.GetLenBytes())
+	}
+	if r.MinBytes != nil && n < r.GetMinBytes() {
+		broke("min_bytes", r.GetMinBytes())
+	}
+	if r.MaxBytes != nil && n > r.GetMaxBytes() {
+		broke("max_bytes", r.GetMaxBytes())
+	}
 }
 
 // write returns the encoding of the stamp with vals in place of its
