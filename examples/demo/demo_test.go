@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestDemo builds the binaries, runs the demo for 15s with -json and
+// TestDemo builds the binaries, runs the demo (runDemo) with -json and
 // checks what a user is told to look at: bookbuyer bought from both
 // bookstore versions about 80/20, bookthief was refused every time (and
 // bookstore's RBAC, not only a missing route, refused it), all five
@@ -101,15 +101,17 @@ func TestDemoWithEnvoy(t *testing.T) {
 	checkAgentMetrics(t, got, agents...)
 }
 
-// runDemo builds the binaries and runs the demo for 15s with -json and
-// args; it returns the summary and the state directory.
+// runDemo builds the binaries and runs the demo with -json and args until
+// every bookbuyer bought 100 books and bookthief tried 50 times each way
+// (-until-purchases; a busy machine takes longer, bounded by 3 minutes);
+// it returns the summary and the state directory.
 func runDemo(t *testing.T, args ...string) (summary, string) {
 	t.Helper()
 	if runtime.GOOS != "linux" {
 		t.Skip("the demo's loopback addresses 127.0.10.x and Pdeathsig are Linux")
 	}
 	if testing.Short() {
-		t.Skip("builds seven binaries and runs the demo for 15s")
+		t.Skip("builds seven binaries and runs the demo until 100 purchases")
 	}
 	bin := t.TempDir()
 	build(t, bin)
@@ -124,12 +126,12 @@ func runDemo(t *testing.T, args ...string) (summary, string) {
 	}
 	state := filepath.Join(t.TempDir(), "demo")
 	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	err := run(ctx, append([]string{
 		"-root", filepath.Join("..", ".."), "-bin", bin, "-state", state,
 		"-api-address", free(), "-xds-address", free(), "-debug-address", free(),
-		"-duration", "15s", "-json",
+		"-duration", "3m", "-until-purchases", "100", "-json",
 		// The Go apps only, whatever is installed here; TestPolyglotDemo
 		// (-tags polyglot) runs the Python and Node bookbuyers too.
 		"-python", filepath.Join(t.TempDir(), "no-python"), "-node-modules", "",
@@ -142,6 +144,9 @@ func runDemo(t *testing.T, args ...string) (summary, string) {
 		t.Fatalf("summary: %v\n%s", err, stdout.String())
 	}
 	t.Logf("summary: %+v", got)
+	if got.StoppedBy != "purchases" {
+		t.Errorf("the demo stopped by %q, want by purchases: the traffic it shows did not all happen in 3 minutes", got.StoppedBy)
+	}
 	return got, state
 }
 

@@ -64,6 +64,7 @@ type options struct {
 	root, bin, state            string
 	apiAddr, xdsAddr, debugAddr string
 	duration                    time.Duration
+	untilPurchases              int64
 	jsonOut                     bool
 	proxy, envoyPath            string
 	python, nodeModules         string
@@ -187,6 +188,7 @@ func newFlags(o *options) *flag.FlagSet {
 	fs.StringVar(&o.xdsAddr, "xds-address", "127.0.0.1:15128", "osm-server xDS address")
 	fs.StringVar(&o.debugAddr, "debug-address", "127.0.0.1:15090", "osm-server debug address")
 	fs.DurationVar(&o.duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
+	fs.Int64Var(&o.untilPurchases, "until-purchases", 0, "stop once every bookbuyer bought this many books, from both bookstore versions, bookthief was refused half as many times each way and bookwarehouse restocked (0: no such stop; -duration still bounds the run)")
 	fs.BoolVar(&o.jsonOut, "json", false, "print a JSON summary on stdout at the end (the view goes to stderr)")
 	fs.StringVar(&o.proxy, "proxy", "auto", "envoy: also run an Envoy per service (the standard VM setup); none: proxyless apps only; auto: envoy when -envoy-path is found")
 	fs.StringVar(&o.envoyPath, "envoy-path", "envoy", "Envoy binary for -proxy envoy: a path, or a name looked up on PATH")
@@ -241,6 +243,7 @@ func polyglot(o options) ([]machine, string) {
 }
 
 func demo(ctx context.Context, o options, proxy, proxyNote string, ps *procs, sum *summary, view io.Writer) error {
+	parent := ctx
 	if o.duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, o.duration)
@@ -387,12 +390,20 @@ providers:
 		select {
 		case <-ctx.Done():
 			sum.snapshot(ps)
+			sum.StoppedBy = "duration"
+			if parent.Err() != nil {
+				sum.StoppedBy = "interrupt"
+			}
 			return nil
 		case p := <-ps.exited:
 			sum.snapshot(ps)
 			return fmt.Errorf("%s exited (%v); its log %s:\n%s", p.name, p.err, p.log, tail(p.log))
 		case <-tick.C:
 			sum.snapshot(ps)
+			if o.untilPurchases > 0 && sum.enough(o.untilPurchases, extra) {
+				sum.StoppedBy = "purchases"
+				return nil
+			}
 		}
 	}
 }

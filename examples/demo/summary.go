@@ -9,7 +9,10 @@ import (
 type summary struct {
 	Proxy           string  `json:"proxy"`
 	DurationSeconds float64 `json:"durationSeconds"`
-	Bookbuyer       struct {
+	// StoppedBy says what ended the demo: "purchases" (-until-purchases
+	// reached), "duration" (-duration) or "interrupt" (Ctrl-C).
+	StoppedBy string `json:"stoppedBy,omitempty"`
+	Bookbuyer struct {
 		V1        int64  `json:"v1"`
 		V2        int64  `json:"v2"`
 		Errors    int64  `json:"errors"`
@@ -78,6 +81,24 @@ func (s *summary) snapshot(ps *procs) {
 			s.Polyglot[m.name()] = c
 		}
 	}
+}
+
+// enough reports whether the traffic the demo shows has all happened at
+// least n times over: the Go bookbuyer and each of the polyglot ones
+// bought n books, some from v2; bookthief was refused n/2 times through
+// the mesh and n/2 directly; bookwarehouse restocked.
+func (s *summary) enough(n int64, polyglot []machine) bool {
+	bought := func(v1, v2 int64) bool { return v1+v2 >= n && v2 > 0 }
+	if !bought(s.Bookbuyer.V1, s.Bookbuyer.V2) {
+		return false
+	}
+	for _, m := range polyglot {
+		c := s.Polyglot[m.name()]
+		if !bought(c["v1"], c["v2"]) {
+			return false
+		}
+	}
+	return s.Bookthief.RefusedMesh >= n/2 && s.Bookthief.RefusedDirect >= n/2 && s.Restocked > 0
 }
 
 // finish records the final counts (the apps print them as they exit),
