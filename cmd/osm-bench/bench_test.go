@@ -57,12 +57,12 @@ func TestQuickRun(t *testing.T) {
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "latest.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
 	err := run(ctx, []string{"run", "--quick", "--proxies", "20", "--services", "20", "--reps", "2", "--joins", "2",
 		"--servers", strings.Join(servers, ","), "--osm-server", osmServer, "--out", out,
-		"--work-dir", filepath.Join(dir, "work"), "--timeout", "3m", "--profile-dir", filepath.Join(dir, "profiles")}, &stdout, &stderr)
+		"--work-dir", filepath.Join(dir, "work"), "--timeout", "6m", "--profile-dir", filepath.Join(dir, "profiles")}, &stdout, &stderr)
 	t.Logf("stdout:\n%s", stdout.String())
 	if err != nil {
 		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
@@ -147,11 +147,11 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	// --profile-dir: every server's memory and MemStats, its CPU and
-	// allocations in the fill, the joins and the storm, and O's other
-	// profiles.
+	// allocations in the fill, the changes, the joins and the storm, and
+	// O's other profiles.
 	for _, s := range servers {
 		files := []string{"status.txt", "smaps_rollup.txt", "heap.txt"}
-		for _, w := range []string{"fill", "M5", "M6", "M10"} {
+		for _, w := range []string{"fill", "M2", "M3", "M5", "M6", "M10"} {
 			files = append(files, w+".cpu.pb.gz", w+".allocs-start.pb.gz", w+".allocs.pb.gz")
 		}
 		if s == "O" {

@@ -85,6 +85,11 @@ func (p plan) want(id string) bool { return p.Metrics == nil || p.Metrics[id] }
 // changes of a metric, at a size go tool trace opens quickly.
 const traceSeconds = 4
 
+// changeProfileSeconds is how long --profile-dir profiles M2's and M3's
+// changes (at most; a second a change with fewer --reps): the first
+// several, each with the quiet wait after it.
+const changeProfileSeconds = 10
+
 // stormTraceSeconds is how long M6's trace runs: the storm's first half.
 const stormTraceSeconds = 8
 
@@ -204,7 +209,15 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		m.waitQuiet(ctx, pid, res, c.metric)
 		// The trace (when asked for) covers the first changes, not the wait.
 		traced := m.startTrace(ctx, srv, res, t.Name()+"-"+c.metric, traceSeconds)
+		// --profile-dir: every server's first changes (DIR/<server>-M2.*);
+		// O's only without --trace-dir, which profiles them itself.
+		profiled := func() error { return nil }
+		profileSeconds := min(changeProfileSeconds, max(1, p.Reps)) // about a second a change
+		if p.TraceDir == "" || srv.debugAddr == "" {
+			profiled = m.profileWindow(ctx, srv, t.Name()+"-"+c.metric, profileSeconds)
+		}
 		began := time.Now()
+		inProfile := 0 // changes begun within the profile's window
 		srvCPU0, err1 := cpuSeconds(pid)
 		fleetCPU0, err2 := cpuSeconds(os.Getpid())
 		for rep := range p.Reps {
@@ -219,6 +232,9 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			r, err := m.change(ctx, f, srv, c.service, affected)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.metric, err)
+			}
+			if r.start.Sub(began) < time.Duration(profileSeconds)*time.Second {
+				inProfile++
 			}
 			log.Debug("change", "metric", c.metric, "seq", m.seq, "start", r.start.Format(time.RFC3339Nano),
 				"last_ack_ms", r.last, "acked", r.got, "affected", affected, "quiet_wait", quiet)
@@ -237,6 +253,11 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		m.waitQuiet(ctx, pid, res, c.metric) // the last change's work counts in its CPU
 		if err := traced(); err != nil {
 			res.note("%s: runtime trace: %v", c.metric, err)
+		}
+		if err := profiled(); err != nil {
+			res.note("%s: profile: %v", c.metric, err)
+		} else if p.ProfileDir != "" && srv.pprofAddr != "" {
+			res.note("%s: the profile's %d s hold %d changes and the quiet between them", c.metric, profileSeconds, inProfile)
 		}
 		log.Info("change measured", "metric", c.metric, "affected", affected, "changes", len(last), "last_ack_p50_ms", percentile(last, 50))
 		srvCPU1, err3 := cpuSeconds(pid)
