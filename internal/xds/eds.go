@@ -85,8 +85,10 @@ func (p *Publisher) dropAllEDS() {
 }
 
 // publishEDS rebuilds the changed services' endpoints and publishes them
-// to the proxies that depend on them.
+// to the proxies that depend on them, in one cache Batch: the proxies'
+// streams send once every proxy has been published to.
 func (p *Publisher) publishEDS(changed []mesh.MeshService) {
+	defer p.cache.Batch()()
 	if p.dependents == nil {
 		p.dependents = map[mesh.MeshService][]dependent{}
 		for _, g := range p.groups {

@@ -237,8 +237,13 @@ func (s *Server) refuse(nodeID string, err error) {
 // Register registers the ADS service (SotW and Delta) on g. ctx bounds
 // every stream: when it ends, the live streams end and new ones are refused.
 func (s *Server) Register(ctx context.Context, g *grpc.Server) {
+	s.register(ctx, g, false)
+}
+
+// register is Register; wire says g's codec is wireCodec.
+func (s *Server) register(ctx context.Context, g *grpc.Server, wire bool) {
 	context.AfterFunc(ctx, s.stopStreams)
-	discovery.RegisterAggregatedDiscoveryServiceServer(g, &ads{s: s})
+	discovery.RegisterAggregatedDiscoveryServiceServer(g, &ads{s: s, wire: wire})
 }
 
 // stopStreams ends every live stream and refuses new ones.
@@ -611,7 +616,8 @@ func (s *Server) close(st *stream) {
 // the RPC, whose end unblocks the pending Recv.
 type ads struct {
 	discovery.UnimplementedAggregatedDiscoveryServiceServer
-	s *Server
+	s    *Server
+	wire bool // the server's codec is wireCodec
 }
 
 // streamErr is what a stream ends with, from the cause its context was
@@ -723,7 +729,9 @@ func (a *ads) StreamAggregatedResources(inner discovery.AggregatedDiscoveryServi
 	}
 	defer a.s.close(st)
 	recv := func() (*discovery.DiscoveryRequest, error) { return authRecv(ctx, a.s, st, inner.Recv) }
-	if err := newSotwStream(inner, a.s.cache).serve(ctx, recv); err != nil {
+	h := newSotwStream(inner, a.s.cache)
+	h.wire = a.wire
+	if err := h.serve(ctx, recv); err != nil {
 		return err
 	}
 	return streamErr(ctx)
@@ -866,8 +874,11 @@ func (s *Server) Serve(ctx context.Context, addr string, tlsCfg *tls.Config, rea
 		// would only be kept, never used, for as long as the connection
 		// lives.
 		grpc.HeaderTableSize(0),
+		// SotW responses are sent as the cache encoded them, once for
+		// every proxy sent the same (see wireCodec).
+		grpc.ForceServerCodecV2(newWireCodec()),
 	)
-	s.Register(ctx, g)
+	s.register(ctx, g, true)
 	s.log.Info("xDS listening", "address", ln.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(ln) }()

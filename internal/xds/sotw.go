@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strconv"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	gcpstream "github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/osm-vm/osm-vm/internal/xds/cache"
 )
 
 // sotwStream serves one state-of-the-world ADS stream, as
@@ -24,8 +27,8 @@ import (
 // a revocation or Disconnect, ends the handler and with it the RPC while
 // a Recv is pending).
 //
-// The cache answers a watch by calling deliver, with the cache locked;
-// deliver queues the response and wakes the handler. Responses to a
+// The cache answers a watch by calling Deliver, with the cache locked,
+// which queues the response, and Wake, which wakes the handler. Responses to a
 // watch that a later request of the same type replaced are dropped, as
 // go-control-plane drops them with the replaced watch's channel.
 type sotwStream struct {
@@ -35,6 +38,10 @@ type sotwStream struct {
 	nonce int64
 	types map[string]*sotwType
 
+	// wire: the gRPC server's codec is wireCodec, so responses are sent
+	// as the cache encoded them.
+	wire bool
+
 	mu      sync.Mutex
 	pending []gcpcache.Response
 	wake    chan struct{} // capacity 1: responses are pending
@@ -42,7 +49,12 @@ type sotwStream struct {
 
 // sotwCache is what a SotW stream needs of the cache.
 type sotwCache interface {
-	WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, deliver func(gcpcache.Response) bool) (cancel func())
+	WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, held gcpcache.Response, rcv cache.Receiver) (cancel func())
+}
+
+// wireAnswer is a response the cache encoded (see wireCodec).
+type wireAnswer interface {
+	Wire() (*cache.Wire, error)
 }
 
 // sotwType is a stream's state for one type URL.
@@ -52,6 +64,10 @@ type sotwType struct {
 	watch  *gcpcache.Request // the request of the open watch
 	cancel func()
 	nonce  string // of the last response sent
+	// held is the last response sent, while the names asked for are
+	// those it answered: sub holds its returned resources, a map shared
+	// with other streams (cloned before a subscription change edits it).
+	held gcpcache.Response
 }
 
 func newSotwStream(gs discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer, c sotwCache) *sotwStream {
@@ -101,16 +117,21 @@ func (h *sotwStream) serve(ctx context.Context, recv func() (*discovery.Discover
 	}
 }
 
-// deliver takes a watch's response (called by the cache, locked).
-func (h *sotwStream) deliver(r gcpcache.Response) bool {
+// Deliver takes a watch's response (called by the cache, locked).
+func (h *sotwStream) Deliver(r gcpcache.Response) bool {
 	h.mu.Lock()
 	h.pending = append(h.pending, r)
 	h.mu.Unlock()
+	return true
+}
+
+// Wake has the handler send what was delivered (called by the cache,
+// unlocked).
+func (h *sotwStream) Wake() {
 	select {
 	case h.wake <- struct{}{}:
 	default:
 	}
-	return true
 }
 
 // request opens the watch a request asks for, after go-control-plane's
@@ -139,12 +160,14 @@ func (h *sotwStream) request(req *discovery.DiscoveryRequest) error {
 	default:
 		t.cancel()
 		if !slices.Equal(req.GetResourceNames(), t.names) {
+			t.sub.SetReturnedResources(maps.Clone(t.sub.ReturnedResources()))
+			t.held = nil
 			t.sub.SetResourceSubscription(req.GetResourceNames())
 			t.names = slices.Clone(req.GetResourceNames())
 		}
 	}
 	t.watch = req
-	t.cancel = h.cache.WatchSotw(req, t.sub, h.deliver)
+	t.cancel = h.cache.WatchSotw(req, t.sub, t.held, h)
 	return nil
 }
 
@@ -160,15 +183,30 @@ func (h *sotwStream) flush() error {
 		if t == nil || r.GetRequest() != t.watch {
 			continue // its watch was replaced
 		}
-		out, err := r.GetDiscoveryResponse()
+		h.nonce++
+		nonce := strconv.FormatInt(h.nonce, 10)
+		var (
+			body *cache.Wire
+			out  *discovery.DiscoveryResponse
+			err  error
+		)
+		if w, ok := r.(wireAnswer); ok && h.wire {
+			body, err = w.Wire()
+		} else if out, err = r.GetDiscoveryResponse(); err == nil {
+			out.Nonce = nonce
+		}
 		if err != nil {
 			return err
 		}
-		h.nonce++
-		out.Nonce = strconv.FormatInt(h.nonce, 10)
 		t.sub.SetReturnedResources(r.GetReturnedResources())
-		t.nonce = out.Nonce
-		if err := h.gs.Send(out); err != nil {
+		t.held = r
+		t.nonce = nonce
+		if body != nil {
+			err = h.gs.SendMsg(newWireResponse(body, nonce))
+		} else {
+			err = h.gs.Send(out)
+		}
+		if err != nil {
 			return err
 		}
 	}

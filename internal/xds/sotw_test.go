@@ -8,6 +8,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -20,11 +21,36 @@ import (
 type sentStream struct {
 	discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer
 	sent []*discovery.DiscoveryResponse
+	// wires are the encodings sent through SendMsg (a wire stream's),
+	// by response.
+	wires map[*discovery.DiscoveryResponse]*cache.Wire
 }
 
 func (s *sentStream) Send(r *discovery.DiscoveryResponse) error {
 	s.sent = append(s.sent, r)
 	return nil
+}
+
+// SendMsg takes what a wire stream sends, and reads it as a client would:
+// wireCodec's bytes.
+func (s *sentStream) SendMsg(m any) error {
+	w, ok := m.(*wireResponse)
+	if !ok {
+		return fmt.Errorf("SendMsg of %T, want a *wireResponse", m)
+	}
+	data, err := newWireCodec().Marshal(w)
+	if err != nil {
+		return err
+	}
+	var r discovery.DiscoveryResponse
+	if err := proto.Unmarshal(data.Materialize(), &r); err != nil {
+		return err
+	}
+	if s.wires == nil {
+		s.wires = map[*discovery.DiscoveryResponse]*cache.Wire{}
+	}
+	s.wires[&r] = w.body
+	return s.Send(&r)
 }
 
 // sotwFixture drives a sotwStream by hand (no goroutines): request, then
@@ -201,5 +227,129 @@ func TestSotwStreamKeepsTheNode(t *testing.T) {
 	f.ask(ack)
 	if !proto.Equal(ack.GetNode(), node) {
 		t.Errorf("a request without a node was watched as %v, want the stream's node %v", ack.GetNode(), node)
+	}
+}
+
+// A group's proxies are published the same sets and share their
+// answers (the cache works each out once): each stream is still sent
+// exactly what it lacks, a subscription change on one stream leaves what
+// the others hold alone, an ACK of the view held sends nothing, and a
+// NACKed version is not sent again.
+func TestSotwStreamsOfAGroupShareAnswers(t *testing.T) {
+	t.Run("typed", func(t *testing.T) { testGroupShareAnswers(t, false) })
+	t.Run("wire", func(t *testing.T) { testGroupShareAnswers(t, true) })
+}
+
+func testGroupShareAnswers(t *testing.T, wire bool) {
+	c := cache.New(discard())
+	cla := func(name string, port uint32) *cache.Resource {
+		r, err := c.NewResource(name, &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: []*endpointv3.LbEndpoint{{
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+				Address: "10.0.0.1", PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port}}}}}}}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	nodes := []string{"n1", "n2", "n3"}
+	streams := map[string]*sotwFixture{}
+	for _, id := range nodes {
+		gs := &sentStream{}
+		streams[id] = &sotwFixture{t: t, c: c, gs: gs, h: newSotwStream(gs, c)}
+		streams[id].h.wire = wire
+	}
+	publish := func(set *cache.Set) {
+		t.Helper()
+		for _, id := range nodes {
+			if err := c.Publish(id, resource.EndpointType, set); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s1, err := cache.NewSet(cla("a", 1), cla("b", 1), cla("c", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(s1)
+	abc := []string{"a", "b", "c"}
+	last := map[string]*discovery.DiscoveryResponse{}
+	for _, id := range nodes {
+		r := streams[id].ask(&discovery.DiscoveryRequest{Node: &corev3.Node{Id: id}, TypeUrl: resource.EndpointType, ResourceNames: abc})
+		if fmt.Sprint(names(t, r)) != "[a b c]" || r.GetVersionInfo() != last["n1"].GetVersionInfo() && id != "n1" {
+			t.Fatalf("%s's first response: %v, want a, b and c at n1's version", id, r)
+		}
+		last[id] = r
+		if r := streams[id].ask(edsRequest(abc, r)); r != nil {
+			t.Fatalf("%s's ACK answered with %v, want nothing until a change", id, r)
+		}
+	}
+	// n1 narrows to a and b: the others still hold c.
+	r := streams["n1"].ask(edsRequest([]string{"a", "b"}, last["n1"]))
+	if r != nil {
+		last["n1"] = r
+	}
+	if r := streams["n1"].ask(edsRequest([]string{"a", "b"}, last["n1"])); r != nil {
+		t.Fatalf("n1's ACK of its narrowed view answered with %v", r)
+	}
+	// b changes: n2 and n3 are sent b alone, n1 too.
+	s2, err := s1.Update([]*cache.Resource{s1.Resources()[0], cla("b", 2), s1.Resources()[2]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(s2)
+	for _, id := range nodes {
+		r := streams[id].flush()
+		if fmt.Sprint(names(t, r)) != "[b]" {
+			t.Fatalf("%s after b changed: sent %v, want b alone", id, names(t, r))
+		}
+		last[id] = r
+	}
+	if last["n2"].GetVersionInfo() != last["n3"].GetVersionInfo() || last["n1"].GetVersionInfo() == last["n2"].GetVersionInfo() {
+		t.Errorf("versions n1 %q, n2 %q, n3 %q: want n2's and n3's the same, n1's (without c) another", last["n1"].GetVersionInfo(), last["n2"].GetVersionInfo(), last["n3"].GetVersionInfo())
+	}
+	if wire {
+		// n2 and n3 were sent one encoding (the nonces differ).
+		w2, w3 := streams["n2"].gs.wires[last["n2"]], streams["n3"].gs.wires[last["n3"]]
+		if w2 == nil || w2 != w3 || last["n2"].GetNonce() == "" {
+			t.Errorf("n2 was sent encoding %p, n3 %p: want one, shared, with each stream's nonce after it (n2's %q)", w2, w3, last["n2"].GetNonce())
+		}
+	}
+	// n2 ACKs; n3 NACKs: neither is sent b again, even when the view is
+	// republished as a new set of the same content.
+	if r := streams["n2"].ask(edsRequest(abc, last["n2"])); r != nil {
+		t.Fatalf("n2's ACK answered with %v", r)
+	}
+	nack := edsRequest(abc, last["n3"])
+	nack.VersionInfo = last["n1"].GetVersionInfo() // what n3 held before
+	nack.ErrorDetail = &rpcstatus.Status{Message: "rejected"}
+	if r := streams["n3"].ask(nack); r != nil {
+		t.Fatalf("n3's NACK answered with %v, want the rejected version not sent again", r)
+	}
+	again, err := cache.NewSet(cla("a", 1), cla("b", 2), cla("c", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(again)
+	for _, id := range []string{"n2", "n3"} {
+		if r := streams[id].flush(); r != nil {
+			t.Fatalf("%s sent %v after the same view was republished", id, names(t, r))
+		}
+		if r := streams[id].ask(edsRequest(abc, last[id])); r != nil {
+			t.Fatalf("%s's repeated request answered with %v", id, names(t, r))
+		}
+	}
+	// c changes: each is sent c (n1, which no longer asks for it, nothing).
+	s3, err := again.Update([]*cache.Resource{again.Resources()[0], again.Resources()[1], cla("c", 3)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	publish(s3)
+	for _, id := range []string{"n2", "n3"} {
+		if r := streams[id].flush(); fmt.Sprint(names(t, r)) != "[c]" {
+			t.Fatalf("%s after c changed: sent %v, want c alone", id, names(t, r))
+		}
+	}
+	if r := streams["n1"].flush(); r != nil {
+		t.Fatalf("n1 sent %v after c changed, which it does not ask for", names(t, r))
 	}
 }

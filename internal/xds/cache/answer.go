@@ -4,10 +4,14 @@ package cache
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"sync"
+	"weak"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -18,12 +22,106 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 	if set == nil {
 		return false
 	}
-	returned := w.sub.ReturnedResources()
-	var resp *sotwResponse
+	a := c.sotwAnswer(w, set)
+	if a == nil {
+		return false
+	}
+	resp := &sotwResponse{req: w.req, answer: a}
+	if !w.rcv.Deliver(resp) {
+		c.log.Error("xDS stream did not take a response; will retry at the next publish", "node", n.id, "type", w.req.GetTypeUrl())
+		return false
+	}
+	c.wakes = append(c.wakes, w.rcv)
+	n.recordSent(w.req.GetTypeUrl(), a.version)
+	c.countResponse(n, w.req.GetTypeUrl())
+	return true
+}
+
+// sotwAnswer returns what w's stream is to be sent of set, or nil when it
+// holds that already. A group's proxies hold the same answers and are
+// published the same sets, so the answers are shared where the stream
+// says what it holds (w.held): what a stream holding an answer is sent
+// when the view becomes a set is worked out once, for the first stream,
+// and kept on the answer it held (next); a proxy's ACK of an answer to
+// the view it still has costs a pointer comparison. A stream's first
+// answer of a set is kept on the set, for the next stream asking for the
+// same names. Caller holds c.mu.
+func (c *Cache) sotwAnswer(w *sotwWatch, set *Set) *answer {
+	switch h := w.held; {
+	case h != nil && h.set == set:
+		return nil
+	case h != nil:
+		if a, ok := h.next[set]; ok {
+			if a == h {
+				return nil // the set is new; what the stream holds answers it
+			}
+			return a
+		}
+		a := makeSotwAnswer(w.sub, set)
+		if h.next == nil || len(h.next) >= maxNextAnswers {
+			h.next = make(map[*Set]*answer, 1)
+		}
+		if a == nil {
+			h.next[set] = h
+		} else {
+			h.next[set] = a
+		}
+		return a
+	case !w.shared || len(w.sub.ReturnedResources()) > 0:
+		return makeSotwAnswer(w.sub, set)
+	}
 	if w.sub.IsWildcard() {
+		if set.wildcard == nil {
+			set.wildcard = makeSotwAnswer(w.sub, set)
+		}
+		return set.wildcard
+	}
+	subscribed := w.sub.SubscribedResources()
+	for _, a := range set.first {
+		if sameKeys(subscribed, a.returned) {
+			return a
+		}
+	}
+	a := makeSotwAnswer(w.sub, set)
+	if a != nil {
+		if len(set.first) >= maxFirstAnswers {
+			set.first = set.first[1:]
+		}
+		set.first = append(set.first, a)
+	}
+	return a
+}
+
+// A stream's held answer keeps at most maxNextAnswers answers to sets
+// that came after it (a stream holds it until it ACKs the next); a set
+// keeps maxFirstAnswers first answers, one per set of names asked for
+// (a group's proxies ask for the same names).
+const (
+	maxNextAnswers  = 8
+	maxFirstAnswers = 4
+)
+
+// sameKeys reports whether returned has exactly the subscribed names.
+func sameKeys(subscribed map[string]struct{}, returned map[string]string) bool {
+	if len(subscribed) != len(returned) {
+		return false
+	}
+	for name := range subscribed {
+		if _, ok := returned[name]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// makeSotwAnswer makes the answer to a stream subscribed as sub, holding
+// what sub returned, of set; nil if it holds that already.
+func makeSotwAnswer(sub gcpcache.Subscription, set *Set) *answer {
+	returned := sub.ReturnedResources()
+	if sub.IsWildcard() {
 		v, ok := returned[wildcardKey]
 		if ok && v == set.Version() && len(returned) == 1 {
-			return false
+			return nil
 		}
 		// The stream's record of what it holds is one entry naming the set's
 		// version rather than a map of every resource: a wildcard response
@@ -35,66 +133,58 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 				set.anys[i] = r.any
 			}
 		}
-		resp = &sotwResponse{req: w.req, version: set.Version(), anys: set.anys, returned: map[string]string{wildcardKey: set.Version()}}
-	} else {
-		subscribed := w.sub.SubscribedResources()
-		var sel []*Resource
-		for name := range subscribed {
-			if r := set.Get(name); r != nil {
-				sel = append(sel, r)
-			}
+		return &answer{set: set, version: set.Version(), anys: set.anys, returned: map[string]string{wildcardKey: set.Version()}}
+	}
+	subscribed := sub.SubscribedResources()
+	var sel []*Resource
+	for name := range subscribed {
+		if r := set.Get(name); r != nil {
+			sel = append(sel, r)
 		}
-		if answered(subscribed, sel, returned) {
-			return false
+	}
+	if answered(subscribed, sel, returned) {
+		return nil
+	}
+	slices.SortFunc(sel, compareNames)
+	// EDS and RDS are not "all resources required" types: once a
+	// stream holds them, a response need carry only those that changed
+	// (the xDS protocol allows it and Envoy and gRPC rely on it), so a
+	// one-endpoint change costs one ClusterLoadAssignment per proxy.
+	// Not when a resource the stream holds went away: then the full
+	// subset shows the change.
+	partial := partialTypes[set.typeURL] && holds(returned) > 0
+	for name, v := range returned {
+		if v != absent && set.Get(name) == nil {
+			partial = false
 		}
-		slices.SortFunc(sel, compareNames)
-		// EDS and RDS are not "all resources required" types: once a
-		// stream holds them, a response need carry only those that changed
-		// (the xDS protocol allows it and Envoy and gRPC rely on it), so a
-		// one-endpoint change costs one ClusterLoadAssignment per proxy.
-		// Not when a resource the stream holds went away: then the full
-		// subset shows the change.
-		partial := partialTypes[w.req.GetTypeUrl()] && holds(returned) > 0
-		for name, v := range returned {
-			if v != absent && set.Get(name) == nil {
-				partial = false
-			}
+	}
+	var d uint64
+	anys := make([]*anypb.Any, 0, len(sel))
+	for _, r := range sel {
+		d += r.digest
+		if v, ok := returned[r.name]; partial && ok && v == r.version {
+			continue
 		}
-		var d uint64
-		anys := make([]*anypb.Any, 0, len(sel))
+		anys = append(anys, r.any)
+	}
+	if partial && len(anys) == 0 {
+		// Only names the view does not hold were added: send the subset.
 		for _, r := range sel {
-			d += r.digest
-			if v, ok := returned[r.name]; partial && ok && v == r.version {
-				continue
-			}
 			anys = append(anys, r.any)
 		}
-		if partial && len(anys) == 0 {
-			// Only names the view does not hold were added: send the subset.
-			for _, r := range sel {
-				anys = append(anys, r.any)
-			}
-		}
-		// Names asked for that the view does not hold are recorded as
-		// answered (absent), so the answer is sent once, at once, and
-		// again only when they appear: a SotW response that omits an LDS
-		// or CDS name tells the client it does not exist, and no client
-		// waits in silence for a name the server does not have.
-		ret := versionMap(sel)
-		for name := range subscribed {
-			if _, ok := ret[name]; !ok {
-				ret[name] = absent
-			}
-		}
-		resp = &sotwResponse{req: w.req, version: digestString(d), anys: anys, returned: ret}
 	}
-	if !w.deliver(resp) {
-		c.log.Error("xDS stream did not take a response; will retry at the next publish", "node", n.id, "type", w.req.GetTypeUrl())
-		return false
+	// Names asked for that the view does not hold are recorded as
+	// answered (absent), so the answer is sent once, at once, and
+	// again only when they appear: a SotW response that omits an LDS
+	// or CDS name tells the client it does not exist, and no client
+	// waits in silence for a name the server does not have.
+	ret := versionMap(sel)
+	for name := range subscribed {
+		if _, ok := ret[name]; !ok {
+			ret[name] = absent
+		}
 	}
-	n.recordSent(w.req.GetTypeUrl(), resp.version)
-	c.countResponse(n, w.req.GetTypeUrl())
-	return true
+	return &answer{set: set, version: digestString(d), anys: anys, returned: ret}
 }
 
 // answerDelta sends w the resources whose versions differ from what the
@@ -235,11 +325,32 @@ func returnedDigest(m map[string]string) uint64 {
 	return d
 }
 
-type sotwResponse struct {
-	req      *gcpcache.Request
+// answer is what a SotW response carries, shared by the responses to
+// every stream that held the same and was sent the same; immutable but
+// for next, which is guarded by the Cache's mutex.
+type answer struct {
+	set      *Set // the view answered
 	version  string
 	anys     []*anypb.Any
-	returned map[string]string
+	returned map[string]string // what a stream holds once sent it: never modified
+	// next are the answers to a stream holding this one when its view
+	// became the key (this answer itself: nothing to send).
+	next map[*Set]*answer
+
+	// wire is the answer's DiscoveryResponse encoded (Wire), kept while
+	// some stream sends it: the streams of a group share one encoding,
+	// and an answer held by one proxy alone does not keep a copy.
+	wireMu sync.Mutex
+	wire   weak.Pointer[Wire]
+}
+
+// Wire is a DiscoveryResponse encoded without its nonce (see
+// [sotwResponse.Wire]); Bytes must not be modified.
+type Wire struct{ Bytes []byte }
+
+type sotwResponse struct {
+	req *gcpcache.Request
+	*answer
 }
 
 func (r *sotwResponse) GetDiscoveryResponse() (*discovery.DiscoveryResponse, error) {
@@ -249,6 +360,28 @@ func (r *sotwResponse) GetDiscoveryResponse() (*discovery.DiscoveryResponse, err
 func (r *sotwResponse) GetRequest() *discovery.DiscoveryRequest { return r.req }
 func (r *sotwResponse) GetVersion() (string, error)             { return r.version, nil }
 func (r *sotwResponse) GetResponseVersion() string              { return r.version }
+
+// Wire returns r's DiscoveryResponse encoded without a nonce, which the
+// sender appends: one encoding for the responses of one answer, kept
+// while a sender holds it.
+func (r *sotwResponse) Wire() (*Wire, error) {
+	a := r.answer
+	a.wireMu.Lock()
+	defer a.wireMu.Unlock()
+	if w := a.wire.Value(); w != nil {
+		return w, nil
+	}
+	b, err := proto.Marshal(&discovery.DiscoveryResponse{VersionInfo: a.version, Resources: a.anys, TypeUrl: r.req.GetTypeUrl()})
+	if err != nil {
+		return nil, fmt.Errorf("cache: encoding a response of %s: %w", r.req.GetTypeUrl(), err)
+	}
+	w := &Wire{Bytes: b}
+	a.wire = weak.Make(w)
+	return w, nil
+}
+
+// GetReturnedResources returns what the stream holds once sent r. The map
+// may be shared with other streams' responses (see [Cache.WatchSotw]).
 func (r *sotwResponse) GetReturnedResources() map[string]string { return r.returned }
 func (r *sotwResponse) GetContext() context.Context             { return context.Background() }
 

@@ -16,6 +16,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/google/go-cmp/cmp"
@@ -614,5 +615,64 @@ func TestSotWMissingNamesAnsweredAtOnce(t *testing.T) {
 	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "x", cluster("x")), mustResource(t, c, "gone", cluster("gone"))))
 	if diff := cmp.Diff([]string{"gone", "x"}, respNames(t, a.recv())); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// recordingReceiver counts what a watch delivered and the wake-ups.
+type recordingReceiver struct {
+	delivered []gcpcache.Response
+	wakes     int
+}
+
+func (r *recordingReceiver) Deliver(resp gcpcache.Response) bool {
+	r.delivered = append(r.delivered, resp)
+	return true
+}
+func (r *recordingReceiver) Wake() { r.wakes++ }
+
+// A Batch holds back the wake-ups of the streams Publish answers until it
+// ends (nested, until the last ends); without one, a stream is woken as
+// soon as Publish, or the request answered at once, returns.
+func TestBatchWakesStreamsAtItsEnd(t *testing.T) {
+	c := New(testLogger(t))
+	watch := func(node string, rcv *recordingReceiver) {
+		req := &gcpcache.Request{Node: &corev3.Node{Id: node}, TypeUrl: resource.EndpointType, ResourceNames: []string{"a"}}
+		c.WatchSotw(req, &fakeSub{names: map[string]struct{}{"a": {}}, returned: map[string]string{}}, nil, rcv)
+	}
+	n1, n2 := &recordingReceiver{}, &recordingReceiver{}
+	watch("n1", n1)
+	watch("n2", n2)
+	end := c.Batch()
+	inner := c.Batch()
+	set := mustSet(t, mustResource(t, c, "a", cla("a", 1, 1)))
+	mustPublish(t, c, "n1", resource.EndpointType, set)
+	mustPublish(t, c, "n2", resource.EndpointType, set)
+	if len(n1.delivered) != 1 || len(n2.delivered) != 1 {
+		t.Fatalf("delivered %d and %d responses in the batch, want 1 each", len(n1.delivered), len(n2.delivered))
+	}
+	inner()
+	if n1.wakes != 0 || n2.wakes != 0 {
+		t.Fatalf("woken %d and %d times before the outer batch ended, want 0", n1.wakes, n2.wakes)
+	}
+	end()
+	end() // a second call does nothing
+	if n1.wakes != 1 || n2.wakes != 1 {
+		t.Fatalf("woken %d and %d times when the batch ended, want once each", n1.wakes, n2.wakes)
+	}
+	// Without a batch: woken when the call that answered returns.
+	n3 := &recordingReceiver{}
+	watch("n3", n3) // nothing published for n3: the watch waits
+	if n3.wakes != 0 {
+		t.Fatalf("n3 woken %d times with nothing to send", n3.wakes)
+	}
+	mustPublish(t, c, "n3", resource.EndpointType, set)
+	if len(n3.delivered) != 1 || n3.wakes != 1 {
+		t.Fatalf("n3: %d responses, %d wake-ups after Publish, want 1 and 1", len(n3.delivered), n3.wakes)
+	}
+	n4 := &recordingReceiver{}
+	mustPublish(t, c, "n4", resource.EndpointType, set)
+	watch("n4", n4) // answered at once
+	if len(n4.delivered) != 1 || n4.wakes != 1 {
+		t.Fatalf("n4: %d responses, %d wake-ups after its request, want 1 and 1", len(n4.delivered), n4.wakes)
 	}
 }

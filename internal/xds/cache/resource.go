@@ -98,6 +98,11 @@ type Set struct {
 	// is answered to every proxy of the group, whose node remembers the
 	// version sent, so they share one string.
 	version atomic.Pointer[string]
+	// wildcard and first are the answers to streams that held nothing of
+	// the type, for a wildcard subscription and by the names subscribed
+	// to (see Cache.sotwAnswer); guarded by the Cache's mutex.
+	wildcard *answer
+	first    []*answer
 }
 
 // NewSet returns a Set of resources, which must share one type URL and have
