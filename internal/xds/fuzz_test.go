@@ -158,7 +158,7 @@ func FuzzRequest(f *testing.F) {
 			t.Fatal(err)
 		}
 		for _, t2 := range h.types {
-			t2.cancel()
+			t2.open.Cancel()
 		}
 	})
 }

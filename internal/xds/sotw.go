@@ -49,7 +49,7 @@ type sotwStream struct {
 
 // sotwCache is what a SotW stream needs of the cache.
 type sotwCache interface {
-	WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, held gcpcache.Response, rcv cache.Receiver) (cancel func())
+	WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, held gcpcache.Response, rcv cache.Receiver, replace *cache.Watch) *cache.Watch
 }
 
 // wireAnswer is a response the cache encoded (see wireCodec).
@@ -62,7 +62,7 @@ type sotwType struct {
 	sub    gcpstream.Subscription
 	names  []string          // the resource names sub was last set from
 	watch  *gcpcache.Request // the request of the open watch
-	cancel func()
+	open   *cache.Watch // the open watch (closed by its Cancel)
 	nonce  string // of the last response sent
 	// held is the last response sent, while the names asked for are
 	// those it answered: sub holds its returned resources, a map shared
@@ -80,7 +80,7 @@ func newSotwStream(gs discovery.AggregatedDiscoveryService_StreamAggregatedResou
 func (h *sotwStream) serve(ctx context.Context, recv func() (*discovery.DiscoveryRequest, error)) error {
 	defer func() {
 		for _, t := range h.types {
-			t.cancel()
+			t.open.Cancel()
 		}
 	}()
 	reqs := make(chan *discovery.DiscoveryRequest)
@@ -157,17 +157,18 @@ func (h *sotwStream) request(req *discovery.DiscoveryRequest) error {
 		h.types[typeURL] = t
 	case t.nonce != "" && req.GetResponseNonce() != t.nonce:
 		return nil // stale: an answer to an earlier response
-	default:
-		t.cancel()
-		if !slices.Equal(req.GetResourceNames(), t.names) {
-			t.sub.SetReturnedResources(maps.Clone(t.sub.ReturnedResources()))
-			t.held = nil
-			t.sub.SetResourceSubscription(req.GetResourceNames())
-			t.names = slices.Clone(req.GetResourceNames())
-		}
+	case !slices.Equal(req.GetResourceNames(), t.names):
+		// The open watch reads sub: it is closed before sub changes.
+		t.open.Cancel()
+		t.open = nil
+		t.sub.SetReturnedResources(maps.Clone(t.sub.ReturnedResources()))
+		t.held = nil
+		t.sub.SetResourceSubscription(req.GetResourceNames())
+		t.names = slices.Clone(req.GetResourceNames())
 	}
 	t.watch = req
-	t.cancel = h.cache.WatchSotw(req, t.sub, t.held, h)
+	// An ACK closes the open watch and opens the next in one call.
+	t.open = h.cache.WatchSotw(req, t.sub, t.held, h, t.open)
 	return nil
 }
 

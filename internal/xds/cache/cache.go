@@ -456,8 +456,11 @@ func (chanReceiver) Wake() {}
 
 // WatchSotw is CreateWatch for a stream handler that takes its response
 // as a Receiver (see internal/xds): its Deliver is called once, and Wake
-// after. cancel closes the watch; it may be called after the watch was
-// answered.
+// after. The Watch's Cancel closes the watch; it may be called after the
+// watch was answered. replace, if not nil, is a watch of the stream's
+// that the new one replaces: it is closed in the same hold of the cache's
+// lock (a proxy's ACK closes one watch and opens the next), so its
+// subscription must not have been changed since it was opened.
 //
 // held is the response the stream last sent of the type, if the names
 // it asks for are still those that response answered (nil otherwise):
@@ -466,18 +469,55 @@ func (chanReceiver) Wake() {}
 // the same. The returned-resources maps of the responses WatchSotw
 // delivers are shared between streams: the caller must not modify them
 // (clone one before a subscription change edits it).
-func (c *Cache) WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, held gcpcache.Response, rcv Receiver) (cancel func()) {
+func (c *Cache) WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, held gcpcache.Response, rcv Receiver, replace *Watch) *Watch {
 	w := &sotwWatch{req: req, sub: sub, rcv: rcv, shared: true}
 	if r, ok := held.(*sotwResponse); ok && r.GetRequest().GetTypeUrl() == req.GetTypeUrl() {
 		w.held = r.answer
 	}
-	return c.watchSotw(w)
+	c.mu.Lock()
+	defer c.unlockAndWake()
+	if replace != nil {
+		replace.cancelLocked()
+	}
+	return c.watchSotwLocked(w)
+}
+
+// Watch is an open SotW watch (WatchSotw).
+type Watch struct {
+	c *Cache
+	n *node
+	w *sotwWatch // nil once answered
+}
+
+// Cancel closes the watch.
+func (w *Watch) Cancel() {
+	if w == nil || w.w == nil {
+		return
+	}
+	w.c.mu.Lock()
+	w.cancelLocked()
+	w.c.mu.Unlock()
+}
+
+// cancelLocked is Cancel. Caller holds the cache's lock.
+func (w *Watch) cancelLocked() {
+	if w.w == nil {
+		return
+	}
+	delete(w.n.sotw, w.w)
+	w.c.gc(w.n)
+	w.w = nil
 }
 
 func (c *Cache) watchSotw(w *sotwWatch) (cancel func()) {
-	req, sub := w.req, w.sub
 	c.mu.Lock()
 	defer c.unlockAndWake()
+	return c.watchSotwLocked(w).Cancel
+}
+
+// watchSotwLocked opens w, or answers it at once. Caller holds c.mu.
+func (c *Cache) watchSotwLocked(w *sotwWatch) *Watch {
+	req, sub := w.req, w.sub
 	n := c.node(req.GetNode().GetId())
 	c.asked(n, req.GetTypeUrl())
 	if req.GetErrorDetail() != nil {
@@ -494,18 +534,13 @@ func (c *Cache) watchSotw(w *sotwWatch) (cancel func()) {
 	}
 	if c.answerSotw(n, w) {
 		c.gc(n)
-		return func() {}
+		return &Watch{c: c, n: n}
 	}
 	if c.metrics != nil && n.view[req.GetTypeUrl()] != nil {
 		c.unaffected(n, typeIndex(req.GetTypeUrl()))
 	}
 	n.sotw[w] = struct{}{}
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		delete(n.sotw, w)
-		c.gc(n)
-	}
+	return &Watch{c: c, n: n, w: w}
 }
 
 // CreateDeltaWatch implements cache.ConfigWatcher for Delta streams.

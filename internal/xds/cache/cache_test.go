@@ -637,7 +637,7 @@ func TestBatchWakesStreamsAtItsEnd(t *testing.T) {
 	c := New(testLogger(t))
 	watch := func(node string, rcv *recordingReceiver) {
 		req := &gcpcache.Request{Node: &corev3.Node{Id: node}, TypeUrl: resource.EndpointType, ResourceNames: []string{"a"}}
-		c.WatchSotw(req, &fakeSub{names: map[string]struct{}{"a": {}}, returned: map[string]string{}}, nil, rcv)
+		c.WatchSotw(req, &fakeSub{names: map[string]struct{}{"a": {}}, returned: map[string]string{}}, nil, rcv, nil)
 	}
 	n1, n2 := &recordingReceiver{}, &recordingReceiver{}
 	watch("n1", n1)
