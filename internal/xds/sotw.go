@@ -59,11 +59,11 @@ type wireAnswer interface {
 
 // sotwType is a stream's state for one type URL.
 type sotwType struct {
-	sub    gcpstream.Subscription
-	names  []string          // the resource names sub was last set from
-	watch  *gcpcache.Request // the request of the open watch
-	open   *cache.Watch // the open watch (closed by its Cancel)
-	nonce  string // of the last response sent
+	sub   gcpstream.Subscription
+	names []string          // the resource names sub was last set from
+	watch *gcpcache.Request // the request of the open watch
+	open  *cache.Watch      // the open watch (closed by its Cancel)
+	nonce string            // of the last response sent
 	// held is the last response sent, while the names asked for are
 	// those it answered: sub holds its returned resources, a map shared
 	// with other streams (cloned before a subscription change edits it).
