@@ -482,11 +482,14 @@ func (c *Cache) WatchSotw(req *gcpcache.Request, sub gcpcache.Subscription, held
 	return c.watchSotwLocked(w)
 }
 
-// Watch is an open SotW watch (WatchSotw).
+// Watch is a SotW watch WatchSotw opened (or answered at once).
 type Watch struct {
 	c *Cache
 	n *node
-	w *sotwWatch // nil once answered
+	// w is nil when the watch was answered at once or has been
+	// cancelled; a watch a publish answered is no longer in n.sotw, and
+	// cancelling it only drops the node's entry if nothing else holds it.
+	w *sotwWatch
 }
 
 // Cancel closes the watch.
