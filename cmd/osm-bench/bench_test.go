@@ -147,18 +147,18 @@ func TestQuickRun(t *testing.T) {
 		}
 	}
 	// --profile-dir: every server's memory and MemStats, its CPU and
-	// allocations in the fill, the changes, the joins and the storm, and
-	// O's other profiles.
+	// allocations in the fill, the changes, the joins and the storm, the
+	// fleet's CPU beside each, and O's other profiles.
 	for _, s := range servers {
 		files := []string{"status.txt", "smaps_rollup.txt", "heap.txt"}
 		for _, w := range []string{"fill", "M2", "M3", "M5", "M6", "M10"} {
-			files = append(files, w+".cpu.pb.gz", w+".allocs-start.pb.gz", w+".allocs.pb.gz")
+			files = append(files, w+".cpu.pb.gz", w+".fleet.cpu.pb.gz", w+".allocs-start.pb.gz", w+".allocs.pb.gz")
 		}
 		if s == "O" {
 			if !available["O"] {
 				continue
 			}
-			files = append(files, "heap.pb.gz", "goroutine.txt", "proxies.json", "idle.cpu.pb.gz", "idle.start")
+			files = append(files, "heap.pb.gz", "goroutine.txt", "proxies.json", "idle.cpu.pb.gz", "idle.fleet.cpu.pb.gz", "idle.start")
 		}
 		for _, f := range files {
 			if fi, err := os.Stat(filepath.Join(dir, "profiles", s+"-"+f)); err != nil || fi.Size() == 0 {

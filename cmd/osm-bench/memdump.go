@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"time"
 )
 
@@ -129,7 +130,39 @@ func (m *measurer) profileCPU(ctx context.Context, srv *server, file string, sec
 	go func() {
 		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.pprofAddr, seconds), srv.debugToken, filepath.Join(dir, file+".cpu.pb.gz"))
 	}()
-	return func() error { return <-done }
+	fleet := profileSelf(ctx, filepath.Join(dir, file+".fleet.cpu.pb.gz"), time.Duration(seconds)*time.Second)
+	return func() error { return errors.Join(<-done, fleet()) }
+}
+
+// profileSelf writes a CPU profile of this process, the fleet, over the
+// next d to path: what the server's answers cost its clients, beside the
+// server's own profile of the same window. The function it returns waits
+// for it.
+func profileSelf(ctx context.Context, path string, d time.Duration) (wait func() error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return func() error { return err }
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		os.Remove(path)
+		return func() error { return fmt.Errorf("the fleet's CPU profile: %w", err) }
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		pprof.StopCPUProfile()
+	}()
+	return func() error {
+		<-done
+		return f.Close()
+	}
 }
 
 // fetchTo writes the body of GET url, sent with the admin token, to path.
