@@ -82,6 +82,9 @@ type Publisher struct {
 	// workers is how many goroutines render groups in parallel
 	// (publishGroups): GOMAXPROCS.
 	workers int
+	// edsWakeEvery is how many proxies publishEDS answers before waking
+	// their streams (edsWakeEvery; tests set fewer).
+	edsWakeEvery int
 	// eds holds the ClusterLoadAssignment of each service a group depends
 	// on; edsMu guards it while groups render in parallel.
 	edsMu sync.Mutex
@@ -152,19 +155,20 @@ type listenerRequest struct {
 func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs CertSource) *Publisher {
 	p := &Publisher{
 		log: log, cache: c, views: views, certs: certs,
-		wake:     make(chan struct{}, 1),
-		view:     views.View(),
-		workers:  runtime.GOMAXPROCS(0),
-		groups:   map[groupKey]*group{},
-		idle:     map[groupKey]*group{},
-		nodes:    map[string]*node{},
-		eds:      map[mesh.MeshService]*edsSlot{},
-		secrets:  map[mesh.ServiceAccount]*cache.Set{},
-		wants:    map[string]map[uint64][]string{},
-		joinCDS:  map[groupKey]*cache.Set{},
-		refusing: map[*node]struct{}{},
-		errs:     map[string]string{},
-		memo:     render.NewMemo(),
+		wake:         make(chan struct{}, 1),
+		view:         views.View(),
+		workers:      runtime.GOMAXPROCS(0),
+		edsWakeEvery: edsWakeEvery,
+		groups:       map[groupKey]*group{},
+		idle:         map[groupKey]*group{},
+		nodes:        map[string]*node{},
+		eds:          map[mesh.MeshService]*edsSlot{},
+		secrets:      map[mesh.ServiceAccount]*cache.Set{},
+		wants:        map[string]map[uint64][]string{},
+		joinCDS:      map[groupKey]*cache.Set{},
+		refusing:     map[*node]struct{}{},
+		errs:         map[string]string{},
+		memo:         render.NewMemo(),
 		validators: map[render.Flavor]*render.Validator{
 			render.Envoy: render.NewValidator(render.Envoy),
 			render.GRPC:  render.NewValidator(render.GRPC),
