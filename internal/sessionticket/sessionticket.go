@@ -17,9 +17,14 @@
 // default) by whichever replica sees it due first, with a check-and-set,
 // and kept to decrypt for as long as a ticket it encrypted may be used
 // (crypto/tls's seven days), so a rotation ends no session.
+//
+// A proxy reconnecting to the process that made its ticket resumes from
+// the session the process kept for it, without decrypting or parsing
+// anything (see wrap).
 package sessionticket
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -70,6 +75,9 @@ type Keeper struct {
 	now      func() time.Time
 
 	keys atomic.Pointer[keySet] // the keys in use
+
+	sessions sessions      // the states of this process's unused tickets (see wrap)
+	hits     atomic.Uint64 // resumptions whose state sessions held
 }
 
 // keySet is a record of keys and a bare tls.Config holding them
@@ -100,14 +108,8 @@ func New(log *slog.Logger, st kv, rotation time.Duration) (*Keeper, error) {
 // keys. Copies of cfg (tls.Config.Clone, gRPC's credentials) follow the
 // keeper's rotations, which a SetSessionTicketKeys on cfg would not.
 func (k *Keeper) Apply(cfg *tls.Config) {
-	cfg.WrapSession = func(cs tls.ConnectionState, ss *tls.SessionState) ([]byte, error) {
-		return k.keys.Load().tls.EncryptTicket(cs, ss)
-	}
-	cfg.UnwrapSession = func(identity []byte, cs tls.ConnectionState) (*tls.SessionState, error) {
-		// A ticket no kept key decrypts (another mesh's, one older than
-		// every key) is not an error: the handshake goes on in full.
-		return k.keys.Load().tls.DecryptTicket(identity, cs)
-	}
+	cfg.WrapSession = k.wrap
+	cfg.UnwrapSession = k.unwrap
 }
 
 // Load reads the keys from the store, and creates or rotates them there
@@ -254,5 +256,19 @@ func (k *Keeper) use(rec *record) {
 	}
 	cfg := &tls.Config{}
 	cfg.SetSessionTicketKeys(keys)
-	k.keys.Store(&keySet{rec: rec, tls: cfg})
+	if old := k.keys.Swap(&keySet{rec: rec, tls: cfg}); old != nil && !holds(rec, old.rec.Keys[0].Key) {
+		// The key this process's tickets were made with is gone (the
+		// stored keys were replaced, not rotated): so are their sessions.
+		k.sessions.clear()
+	}
+}
+
+// holds reports whether rec keeps key.
+func holds(rec *record, key []byte) bool {
+	for _, sk := range rec.Keys {
+		if bytes.Equal(sk.Key, key) {
+			return true
+		}
+	}
+	return false
 }
