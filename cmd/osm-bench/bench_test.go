@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,6 +106,9 @@ func TestQuickRun(t *testing.T) {
 		if strings.HasPrefix(m.ID, "M4.") {
 			continue // in-process, reported as not measured until internal/xds exposes the hook
 		}
+		if strings.HasSuffix(m.ID, "_per_fleet_cpu") {
+			continue // present only past minFleetCPU, checked below
+		}
 		for _, s := range servers {
 			if strings.HasPrefix(m.ID, "HA.") {
 				continue // the HA section's, checked by TestHASection
@@ -115,6 +119,27 @@ func TestQuickRun(t *testing.T) {
 		}
 		if m.N != 20 || m.Cores < 1 {
 			t.Errorf("metric %s: n = %d, cores = %d; want 20 and >= 1", m.ID, m.N, m.Cores)
+		}
+	}
+	// Each server's CPU per fleet CPU is there when the fleet's CPU is
+	// enough to divide by, and is the quotient of the two.
+	values := map[string]map[string]*float64{}
+	for _, m := range rep.Metrics {
+		values[m.ID] = m.Values
+	}
+	for ratio, pair := range map[string][2]string{
+		"fleet_fill_server_per_fleet_cpu": {"fleet_fill_server_cpu_s", "fleet_fill_fleet_cpu_s"},
+		"M6.server_per_fleet_cpu":         {"M6.server_cpu_s", "M6.fleet_cpu_s"},
+	} {
+		for _, s := range servers {
+			server, fleet, got := values[pair[0]][s], values[pair[1]][s], values[ratio][s]
+			switch {
+			case !available[s] || server == nil || fleet == nil:
+			case *fleet < minFleetCPU && got != nil:
+				t.Errorf("%s for %s = %v from %v s of the fleet's CPU, under %v s", ratio, s, *got, *fleet, minFleetCPU)
+			case *fleet >= minFleetCPU && (got == nil || math.Abs(*got - *server / *fleet) > 1e-9):
+				t.Errorf("%s for %s = %v, want %v / %v", ratio, s, got, *server, *fleet)
+			}
 		}
 	}
 	// The fleet resumes its TLS sessions as Envoy does: with every server
