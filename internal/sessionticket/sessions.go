@@ -102,7 +102,6 @@ func (k *Keeper) unwrap(identity []byte, cs tls.ConnectionState) (*tls.SessionSt
 	dec := k.keys.Load().tls.DecryptTicket
 	if rest, ok := bytes.CutPrefix(identity, ticketMagic); ok && len(rest) > ticketIDSize {
 		if ss := k.sessions.take([ticketIDSize]byte(rest[:ticketIDSize])); ss != nil {
-			k.hits.Add(1)
 			return ss, nil
 		}
 		if ss, err := dec(rest[ticketIDSize:], cs); ss != nil || err != nil {

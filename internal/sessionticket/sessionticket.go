@@ -76,8 +76,7 @@ type Keeper struct {
 
 	keys atomic.Pointer[keySet] // the keys in use
 
-	sessions sessions      // the states of this process's unused tickets (see wrap)
-	hits     atomic.Uint64 // resumptions whose state sessions held
+	sessions sessions // the states of this process's unused tickets (see wrap)
 }
 
 // keySet is a record of keys and a bare tls.Config holding them
