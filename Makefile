@@ -18,7 +18,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.6.2
 
 # test-unit, test-waiting, test-kubernetes, test-consul, test-dns, test-packages
 # and test-polyglot are the parts of `make test`, each runnable alone.
-.PHONY: all build packages test test-unit test-waiting test-kubernetes test-consul test-dns test-packages test-polyglot test-deps polyglot-deps test-servers demo proto bench fuzz fmt-check vet clean
+.PHONY: all build packages test test-unit test-waiting test-kubernetes test-consul test-dns test-packages test-polyglot test-deps polyglot-deps test-servers test-root demo proto bench fuzz fmt-check vet clean
 
 # apt-get as root, or through sudo.
 APT_GET := $(if $(filter 0,$(shell id -u)),apt-get,sudo apt-get)
@@ -38,7 +38,13 @@ packages:
 
 # The one test command: formatting, vet, the race-enabled unit and
 # integration tests, then the slower suites.
-test: fmt-check vet test-deps test-servers
+test: fmt-check
+	@# What the suites need, at once: vet, the Debian and Node packages,
+	@# the third-party servers and the Debian root. On a fresh machine the
+	@# downloads (apt, npm, debootstrap, the module proxy) then overlap the
+	@# compiles (vet, Consul, kube-apiserver) instead of following them.
+	@echo "== vet, and what the suites need (built or installed once; quiet until each ends)"
+	@$(MAKE) --no-print-directory -j4 --output-sync=target vet test-deps test-servers test-root
 	@# Two lanes at once: the race-enabled unit tests (which keep the cores
 	@# busy) beside the suites that mostly wait on Consul, BIND and a Debian
 	@# root. The unit lane's output is printed when it ends; the other lane's
@@ -81,6 +87,11 @@ test-polyglot:
 	@echo "== proxyless gRPC in Python (C-core) and Node (grpc-js) against a real osm-server and agents"
 	mods=$$(CACHE=$(CACHE) ./hack/node-modules.sh | tail -n 1) && \
 		OSM_NODE_MODULES=$$mods $(GO) test -race -count=1 -timeout 10m -tags polyglot -run TestPolyglot ./e2e/ ./examples/demo/
+
+# The Debian root the package tests install into (debootstrap, once into
+# $(CACHE)); debootstrap comes with test-deps.
+test-root: test-deps
+	@./hack/debian-root.sh bookworm >/dev/null
 
 # The third-party servers the integration suites run against (etcd and
 # kube-apiserver, Consul), built from the Go module proxy once into $(CACHE),
