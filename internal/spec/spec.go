@@ -442,28 +442,50 @@ func deleteKeys(st *state, keys []Key) (BatchResult, error) {
 type kindIndex struct {
 	once  sync.Once
 	names map[[2]string][]string
+	// accounts is each namespace's service accounts that Services run
+	// as, sorted, each once: a TrafficTarget's check reads it.
+	accounts map[string][]string
 }
 
 // reindex is called after objects changed.
 func (st *state) reindex() { st.names = &kindIndex{} }
 
-// namesOfKind returns the sorted names of the objects of kind in namespace.
-func namesOfKind(st *state, kind, namespace string) []string {
+// index returns st's index, built at its first use.
+func (st *state) index() *kindIndex {
 	if st.names == nil { // a state built by hand (tests)
 		st = &state{objects: st.objects, names: &kindIndex{}}
 	}
 	idx := st.names
 	idx.once.Do(func() {
 		idx.names = map[[2]string][]string{}
-		for k := range st.objects {
+		idx.accounts = map[string][]string{}
+		for k, obj := range st.objects {
 			key := [2]string{k.Kind, k.Namespace}
 			idx.names[key] = append(idx.names[key], k.Name)
+			if s, ok := serviceOf(obj); ok {
+				idx.accounts[s.Metadata.Namespace] = append(idx.accounts[s.Metadata.Namespace], s.Spec.ServiceAccount)
+			}
 		}
 		for _, names := range idx.names {
 			slices.Sort(names)
 		}
+		for ns, a := range idx.accounts {
+			slices.Sort(a)
+			idx.accounts[ns] = slices.Compact(a)
+		}
 	})
-	return slices.Clone(idx.names[[2]string{kind, namespace}])
+	return idx
+}
+
+// namesOfKind returns the sorted names of the objects of kind in namespace.
+func namesOfKind(st *state, kind, namespace string) []string {
+	return slices.Clone(st.index().names[[2]string{kind, namespace}])
+}
+
+// serviceAccounts returns the service accounts the Services of namespace
+// run as, sorted, each once; the caller must not change the slice.
+func serviceAccounts(st *state, namespace string) []string {
+	return st.index().accounts[namespace]
 }
 
 // checkReferences validates obj against the state it is applied into:
@@ -505,18 +527,10 @@ func checkReferences(v *validator, st *state, obj Object) {
 			}
 		}
 	case *TrafficTarget:
-		accounts := map[string][]string{} // namespace -> service accounts of Services
-		for _, obj := range st.objects {
-			if s, ok := serviceOf(obj); ok {
-				accounts[s.Metadata.Namespace] = append(accounts[s.Metadata.Namespace], s.Spec.ServiceAccount)
-			}
-		}
-		for _, a := range accounts {
-			slices.Sort(a)
-		}
 		subject := func(field string, s IdentityBindingSubject) {
-			if !slices.Contains(accounts[s.Namespace], s.Name) {
-				v.warnf(field, "no Service runs as service account %q in namespace %q yet%s", s.Name, s.Namespace, didYouMean(s.Name, slices.Compact(accounts[s.Namespace])))
+			accounts := serviceAccounts(st, s.Namespace)
+			if _, found := slices.BinarySearch(accounts, s.Name); !found {
+				v.warnf(field, "no Service runs as service account %q in namespace %q yet%s", s.Name, s.Namespace, didYouMean(s.Name, accounts))
 			}
 		}
 		subject("spec.destination", o.Spec.Destination)
