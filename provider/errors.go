@@ -30,6 +30,8 @@ var codeOf = []struct {
 	{ErrInvalidConfig, codes.InvalidArgument},
 	{ErrNotConfigured, codes.FailedPrecondition},
 	{ErrUnavailable, codes.Unavailable},
+	// A call the other side does not implement (built before it existed).
+	{errors.ErrUnsupported, codes.Unimplemented},
 	{context.Canceled, codes.Canceled},
 	{context.DeadlineExceeded, codes.DeadlineExceeded},
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	providerv1 "github.com/osm-vm/osm-vm/proto/provider/v1"
 )
@@ -71,6 +72,45 @@ func (s *grpcServer) ListEndpoints(ctx context.Context, req *providerv1.ListEndp
 	return &providerv1.ListEndpointsResponse{Endpoints: endpointsToProto(eps)}, nil
 }
 
+// listAllChunk bounds the encoded services a ListAll message carries,
+// well under gRPC's default 4 MiB receive limit.
+const listAllChunk = 1 << 20
+
+// ListAll sends what ListServices and ListEndpoints of each service return,
+// chunked; a service deleted between the two is left out (the watch says
+// so).
+func (s *grpcServer) ListAll(_ *providerv1.ListAllRequest, stream grpc.ServerStreamingServer[providerv1.ListAllResponse]) error {
+	ctx := stream.Context()
+	svcs, err := s.impl.ListServices(ctx)
+	if err != nil {
+		return toStatus(err)
+	}
+	msg, size := &providerv1.ListAllResponse{}, 0
+	for _, svc := range svcs {
+		eps, err := s.impl.ListEndpoints(ctx, svc)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return toStatus(err)
+		}
+		se := &providerv1.ServiceEndpoints{Service: serviceToProto(svc), Endpoints: endpointsToProto(eps)}
+		n := proto.Size(se)
+		if size > 0 && size+n > listAllChunk {
+			if err := stream.Send(msg); err != nil {
+				return err
+			}
+			msg, size = &providerv1.ListAllResponse{}, 0
+		}
+		msg.Services = append(msg.Services, se)
+		size += n
+	}
+	if len(msg.Services) == 0 {
+		return nil // no services: the stream ends empty
+	}
+	return stream.Send(msg)
+}
+
 func (s *grpcServer) Watch(_ *providerv1.WatchRequest, stream grpc.ServerStreamingServer[providerv1.WatchEvent]) error {
 	err := s.impl.Watch(stream.Context(), func(ev Event) error {
 		return stream.Send(eventToProto(ev))
@@ -122,6 +162,35 @@ func (c *GRPCClient) ListEndpoints(ctx context.Context, svc Service) ([]Endpoint
 		return nil, fromStatus(err)
 	}
 	return endpointsFromProto(resp.GetEndpoints())
+}
+
+// ListAll calls each for every service the plugin knows with its current
+// endpoints, in one call. A plugin built before ListAll existed returns
+// an error wrapping errors.ErrUnsupported before each is first called:
+// list with ListServices and ListEndpoints instead.
+func (c *GRPCClient) ListAll(ctx context.Context, each func(Service, []Endpoint) error) error {
+	stream, err := c.client.ListAll(ctx, &providerv1.ListAllRequest{})
+	if err != nil {
+		return fromStatus(err)
+	}
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fromStatus(err)
+		}
+		for _, se := range msg.GetServices() {
+			eps, err := endpointsFromProto(se.GetEndpoints())
+			if err != nil {
+				return err
+			}
+			if err := each(serviceFromProto(se.GetService()), eps); err != nil {
+				return err
+			}
+		}
+	}
 }
 
 // Watch streams events until ctx is done (returning nil) or the stream

@@ -13,7 +13,7 @@ import (
 )
 
 func TestErrorsSurviveTheGRPCBoundary(t *testing.T) {
-	for _, sentinel := range []error{ErrNotFound, ErrInvalidConfig, ErrNotConfigured, ErrUnavailable, context.Canceled, context.DeadlineExceeded} {
+	for _, sentinel := range []error{ErrNotFound, ErrInvalidConfig, ErrNotConfigured, ErrUnavailable, errors.ErrUnsupported, context.Canceled, context.DeadlineExceeded} {
 		t.Run(sentinel.Error(), func(t *testing.T) {
 			orig := fmt.Errorf("service default/x: %w", sentinel)
 			got := fromStatus(toStatus(orig))

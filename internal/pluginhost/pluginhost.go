@@ -434,24 +434,9 @@ func (h *Host) checkHealth(ctx context.Context, in *instance, health grpc_health
 func (h *Host) resync(ctx context.Context, in *instance, p provider.Provider) error {
 	callCtx, cancel := context.WithTimeout(ctx, h.opts.CallTimeout)
 	defer cancel()
-	svcs, err := p.ListServices(callCtx)
+	all, err := listAll(callCtx, in, p)
 	if err != nil {
-		return fmt.Errorf("list services: %w", err)
-	}
-	all := make(map[mesh.MeshService][]mesh.Endpoint, len(svcs))
-	for _, s := range svcs {
-		svc, ok := in.meshService(s)
-		if !ok {
-			continue
-		}
-		eps, err := p.ListEndpoints(callCtx, s)
-		if errors.Is(err, provider.ErrNotFound) {
-			continue // deleted since ListServices; the watch says so too
-		}
-		if err != nil {
-			return fmt.Errorf("list endpoints of %s: %w", s, err)
-		}
-		all[svc] = in.meshEndpoints(svc, eps)
+		return err
 	}
 	h.sink.ReplaceProvider(in.Name, all)
 	in.update(func(s *Status) {
@@ -467,6 +452,54 @@ func (h *Host) resync(ctx context.Context, in *instance, p provider.Provider) er
 		}
 	})
 	return nil
+}
+
+// allLister is a plugin client that lists every service with its
+// endpoints in one call (provider.GRPCClient; a plugin built before
+// ListAll existed answers errors.ErrUnsupported).
+type allLister interface {
+	ListAll(ctx context.Context, each func(provider.Service, []provider.Endpoint) error) error
+}
+
+// listAll returns every service the plugin knows with its endpoints: in
+// one call where the plugin has it, else service by service (a round trip
+// each: a second for a few thousand services).
+func listAll(ctx context.Context, in *instance, p provider.Provider) (map[mesh.MeshService][]mesh.Endpoint, error) {
+	if l, ok := p.(allLister); ok {
+		all := map[mesh.MeshService][]mesh.Endpoint{}
+		err := l.ListAll(ctx, func(s provider.Service, eps []provider.Endpoint) error {
+			if svc, ok := in.meshService(s); ok {
+				all[svc] = in.meshEndpoints(svc, eps)
+			}
+			return nil
+		})
+		if !errors.Is(err, errors.ErrUnsupported) {
+			if err != nil {
+				return nil, fmt.Errorf("list services and endpoints: %w", err)
+			}
+			return all, nil
+		}
+	}
+	svcs, err := p.ListServices(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list services: %w", err)
+	}
+	all := make(map[mesh.MeshService][]mesh.Endpoint, len(svcs))
+	for _, s := range svcs {
+		svc, ok := in.meshService(s)
+		if !ok {
+			continue
+		}
+		eps, err := p.ListEndpoints(ctx, s)
+		if errors.Is(err, provider.ErrNotFound) {
+			continue // deleted since ListServices; the watch says so too
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list endpoints of %s: %w", s, err)
+		}
+		all[svc] = in.meshEndpoints(svc, eps)
+	}
+	return all, nil
 }
 
 // received is a watch event and when the host received it.

@@ -65,6 +65,7 @@ func Run(t *testing.T, h Harness) {
 	}{
 		{"Describe", testDescribe},
 		{"ListAfterSet", testListAfterSet},
+		{"ListAllMatchesTheLists", testListAll},
 		{"ReplaceEndpoints", testReplaceEndpoints},
 		{"UnknownServiceIsNotFound", testUnknownService},
 		{"WatchSeesUpdate", testWatchUpdate},
@@ -194,6 +195,55 @@ func testListAfterSet(ctx context.Context, t *testing.T, p provider.Provider, b 
 		if err := s.Validate(); err != nil {
 			t.Errorf("ListServices returned an invalid service %q: %v", s, err)
 		}
+	}
+}
+
+// allLister is the host's view of a plugin: ListAll is the plugin
+// boundary's (provider.GRPCClient), so only a Provider started with
+// StartPlugin has it.
+type allLister interface {
+	ListAll(ctx context.Context, each func(provider.Service, []provider.Endpoint) error) error
+}
+
+func testListAll(ctx context.Context, t *testing.T, p provider.Provider, b Backend) {
+	l, ok := p.(allLister)
+	if !ok {
+		t.Skip("an in-process provider: ListAll is the plugin boundary's, checked over a plugin subprocess (StartPlugin)")
+	}
+	set(ctx, t, b, svcA, ep("192.0.2.10", 8080), ep("192.0.2.11", 8080))
+	set(ctx, t, b, svcB, ep("192.0.2.20", 9090))
+	eventually(ctx, t, "svc-a visible", endpointsAre(ctx, t, p, svcA, want(ep("192.0.2.10", 8080), ep("192.0.2.11", 8080))))
+	eventually(ctx, t, "svc-b visible", endpointsAre(ctx, t, p, svcB, want(ep("192.0.2.20", 9090))))
+	// What ListServices and ListEndpoints say (the backend holds still).
+	lists := map[provider.Service][]string{}
+	svcs, err := p.ListServices(ctx)
+	if err != nil {
+		t.Fatalf("ListServices: %v", err)
+	}
+	for _, s := range svcs {
+		eps, err := p.ListEndpoints(ctx, s)
+		if err != nil {
+			t.Fatalf("ListEndpoints(%s): %v", s, err)
+		}
+		lists[s] = addrs(t, eps)
+	}
+	all := map[provider.Service][]string{}
+	if err := l.ListAll(ctx, func(s provider.Service, eps []provider.Endpoint) error {
+		if _, twice := all[s]; twice {
+			t.Errorf("ListAll sent %s twice", s)
+		}
+		all[s] = addrs(t, eps)
+		return nil
+	}); err != nil {
+		t.Fatalf("ListAll: %v", err)
+	}
+	for _, s := range []provider.Service{svcA, svcB} {
+		if _, ok := all[s]; !ok {
+			t.Errorf("ListAll left out %s", s)
+		}
+	}
+	if fmt.Sprint(all) != fmt.Sprint(lists) {
+		t.Errorf("ListAll says %v; ListServices and ListEndpoints say %v", all, lists)
 	}
 }
 

@@ -508,6 +508,86 @@ func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
 	return nil
 }
 
+type ListAllRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllRequest) Reset() {
+	*x = ListAllRequest{}
+	mi := &file_provider_v1_provider_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllRequest) ProtoMessage() {}
+
+func (x *ListAllRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_v1_provider_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllRequest.ProtoReflect.Descriptor instead.
+func (*ListAllRequest) Descriptor() ([]byte, []int) {
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{10}
+}
+
+type ListAllResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Services      []*ServiceEndpoints    `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAllResponse) Reset() {
+	*x = ListAllResponse{}
+	mi := &file_provider_v1_provider_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAllResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAllResponse) ProtoMessage() {}
+
+func (x *ListAllResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_provider_v1_provider_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAllResponse.ProtoReflect.Descriptor instead.
+func (*ListAllResponse) Descriptor() ([]byte, []int) {
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListAllResponse) GetServices() []*ServiceEndpoints {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
 type WatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -516,7 +596,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_provider_v1_provider_proto_msgTypes[10]
+	mi := &file_provider_v1_provider_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +608,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[10]
+	mi := &file_provider_v1_provider_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +621,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{10}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{12}
 }
 
 type WatchEvent struct {
@@ -558,7 +638,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_provider_v1_provider_proto_msgTypes[11]
+	mi := &file_provider_v1_provider_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -570,7 +650,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[11]
+	mi := &file_provider_v1_provider_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -583,7 +663,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{11}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchEvent) GetEvent() isWatchEvent_Event {
@@ -657,7 +737,7 @@ type ServiceEndpoints struct {
 
 func (x *ServiceEndpoints) Reset() {
 	*x = ServiceEndpoints{}
-	mi := &file_provider_v1_provider_proto_msgTypes[12]
+	mi := &file_provider_v1_provider_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -669,7 +749,7 @@ func (x *ServiceEndpoints) String() string {
 func (*ServiceEndpoints) ProtoMessage() {}
 
 func (x *ServiceEndpoints) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[12]
+	mi := &file_provider_v1_provider_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -682,7 +762,7 @@ func (x *ServiceEndpoints) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceEndpoints.ProtoReflect.Descriptor instead.
 func (*ServiceEndpoints) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{12}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ServiceEndpoints) GetService() *Service {
@@ -710,7 +790,7 @@ type Health struct {
 
 func (x *Health) Reset() {
 	*x = Health{}
-	mi := &file_provider_v1_provider_proto_msgTypes[13]
+	mi := &file_provider_v1_provider_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +802,7 @@ func (x *Health) String() string {
 func (*Health) ProtoMessage() {}
 
 func (x *Health) ProtoReflect() protoreflect.Message {
-	mi := &file_provider_v1_provider_proto_msgTypes[13]
+	mi := &file_provider_v1_provider_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +815,7 @@ func (x *Health) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Health.ProtoReflect.Descriptor instead.
 func (*Health) Descriptor() ([]byte, []int) {
-	return file_provider_v1_provider_proto_rawDescGZIP(), []int{13}
+	return file_provider_v1_provider_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Health) GetHealthy() bool {
@@ -783,7 +863,10 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\x14ListEndpointsRequest\x124\n" +
 	"\aservice\x18\x01 \x01(\v2\x1a.osmvm.provider.v1.ServiceR\aservice\"R\n" +
 	"\x15ListEndpointsResponse\x129\n" +
-	"\tendpoints\x18\x01 \x03(\v2\x1b.osmvm.provider.v1.EndpointR\tendpoints\"\x0e\n" +
+	"\tendpoints\x18\x01 \x03(\v2\x1b.osmvm.provider.v1.EndpointR\tendpoints\"\x10\n" +
+	"\x0eListAllRequest\"R\n" +
+	"\x0fListAllResponse\x12?\n" +
+	"\bservices\x18\x01 \x03(\v2#.osmvm.provider.v1.ServiceEndpointsR\bservices\"\x0e\n" +
 	"\fWatchRequest\"\xc3\x01\n" +
 	"\n" +
 	"WatchEvent\x12?\n" +
@@ -796,12 +879,13 @@ const file_provider_v1_provider_proto_rawDesc = "" +
 	"\tendpoints\x18\x02 \x03(\v2\x1b.osmvm.provider.v1.EndpointR\tendpoints\"<\n" +
 	"\x06Health\x12\x18\n" +
 	"\ahealthy\x18\x01 \x01(\bR\ahealthy\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage2\xc7\x03\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage2\x9b\x04\n" +
 	"\bProvider\x12S\n" +
 	"\bDescribe\x12\".osmvm.provider.v1.DescribeRequest\x1a#.osmvm.provider.v1.DescribeResponse\x12V\n" +
 	"\tConfigure\x12#.osmvm.provider.v1.ConfigureRequest\x1a$.osmvm.provider.v1.ConfigureResponse\x12_\n" +
 	"\fListServices\x12&.osmvm.provider.v1.ListServicesRequest\x1a'.osmvm.provider.v1.ListServicesResponse\x12b\n" +
-	"\rListEndpoints\x12'.osmvm.provider.v1.ListEndpointsRequest\x1a(.osmvm.provider.v1.ListEndpointsResponse\x12I\n" +
+	"\rListEndpoints\x12'.osmvm.provider.v1.ListEndpointsRequest\x1a(.osmvm.provider.v1.ListEndpointsResponse\x12R\n" +
+	"\aListAll\x12!.osmvm.provider.v1.ListAllRequest\x1a\".osmvm.provider.v1.ListAllResponse0\x01\x12I\n" +
 	"\x05Watch\x12\x1f.osmvm.provider.v1.WatchRequest\x1a\x1d.osmvm.provider.v1.WatchEvent0\x01B7Z5github.com/osm-vm/osm-vm/proto/provider/v1;providerv1b\x06proto3"
 
 var (
@@ -816,7 +900,7 @@ func file_provider_v1_provider_proto_rawDescGZIP() []byte {
 	return file_provider_v1_provider_proto_rawDescData
 }
 
-var file_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_provider_v1_provider_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_provider_v1_provider_proto_goTypes = []any{
 	(*Service)(nil),               // 0: osmvm.provider.v1.Service
 	(*Endpoint)(nil),              // 1: osmvm.provider.v1.Endpoint
@@ -828,37 +912,42 @@ var file_provider_v1_provider_proto_goTypes = []any{
 	(*ListServicesResponse)(nil),  // 7: osmvm.provider.v1.ListServicesResponse
 	(*ListEndpointsRequest)(nil),  // 8: osmvm.provider.v1.ListEndpointsRequest
 	(*ListEndpointsResponse)(nil), // 9: osmvm.provider.v1.ListEndpointsResponse
-	(*WatchRequest)(nil),          // 10: osmvm.provider.v1.WatchRequest
-	(*WatchEvent)(nil),            // 11: osmvm.provider.v1.WatchEvent
-	(*ServiceEndpoints)(nil),      // 12: osmvm.provider.v1.ServiceEndpoints
-	(*Health)(nil),                // 13: osmvm.provider.v1.Health
-	nil,                           // 14: osmvm.provider.v1.Endpoint.LabelsEntry
+	(*ListAllRequest)(nil),        // 10: osmvm.provider.v1.ListAllRequest
+	(*ListAllResponse)(nil),       // 11: osmvm.provider.v1.ListAllResponse
+	(*WatchRequest)(nil),          // 12: osmvm.provider.v1.WatchRequest
+	(*WatchEvent)(nil),            // 13: osmvm.provider.v1.WatchEvent
+	(*ServiceEndpoints)(nil),      // 14: osmvm.provider.v1.ServiceEndpoints
+	(*Health)(nil),                // 15: osmvm.provider.v1.Health
+	nil,                           // 16: osmvm.provider.v1.Endpoint.LabelsEntry
 }
 var file_provider_v1_provider_proto_depIdxs = []int32{
-	14, // 0: osmvm.provider.v1.Endpoint.labels:type_name -> osmvm.provider.v1.Endpoint.LabelsEntry
+	16, // 0: osmvm.provider.v1.Endpoint.labels:type_name -> osmvm.provider.v1.Endpoint.LabelsEntry
 	0,  // 1: osmvm.provider.v1.ListServicesResponse.services:type_name -> osmvm.provider.v1.Service
 	0,  // 2: osmvm.provider.v1.ListEndpointsRequest.service:type_name -> osmvm.provider.v1.Service
 	1,  // 3: osmvm.provider.v1.ListEndpointsResponse.endpoints:type_name -> osmvm.provider.v1.Endpoint
-	12, // 4: osmvm.provider.v1.WatchEvent.updated:type_name -> osmvm.provider.v1.ServiceEndpoints
-	0,  // 5: osmvm.provider.v1.WatchEvent.deleted:type_name -> osmvm.provider.v1.Service
-	13, // 6: osmvm.provider.v1.WatchEvent.health:type_name -> osmvm.provider.v1.Health
-	0,  // 7: osmvm.provider.v1.ServiceEndpoints.service:type_name -> osmvm.provider.v1.Service
-	1,  // 8: osmvm.provider.v1.ServiceEndpoints.endpoints:type_name -> osmvm.provider.v1.Endpoint
-	2,  // 9: osmvm.provider.v1.Provider.Describe:input_type -> osmvm.provider.v1.DescribeRequest
-	4,  // 10: osmvm.provider.v1.Provider.Configure:input_type -> osmvm.provider.v1.ConfigureRequest
-	6,  // 11: osmvm.provider.v1.Provider.ListServices:input_type -> osmvm.provider.v1.ListServicesRequest
-	8,  // 12: osmvm.provider.v1.Provider.ListEndpoints:input_type -> osmvm.provider.v1.ListEndpointsRequest
-	10, // 13: osmvm.provider.v1.Provider.Watch:input_type -> osmvm.provider.v1.WatchRequest
-	3,  // 14: osmvm.provider.v1.Provider.Describe:output_type -> osmvm.provider.v1.DescribeResponse
-	5,  // 15: osmvm.provider.v1.Provider.Configure:output_type -> osmvm.provider.v1.ConfigureResponse
-	7,  // 16: osmvm.provider.v1.Provider.ListServices:output_type -> osmvm.provider.v1.ListServicesResponse
-	9,  // 17: osmvm.provider.v1.Provider.ListEndpoints:output_type -> osmvm.provider.v1.ListEndpointsResponse
-	11, // 18: osmvm.provider.v1.Provider.Watch:output_type -> osmvm.provider.v1.WatchEvent
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	14, // 4: osmvm.provider.v1.ListAllResponse.services:type_name -> osmvm.provider.v1.ServiceEndpoints
+	14, // 5: osmvm.provider.v1.WatchEvent.updated:type_name -> osmvm.provider.v1.ServiceEndpoints
+	0,  // 6: osmvm.provider.v1.WatchEvent.deleted:type_name -> osmvm.provider.v1.Service
+	15, // 7: osmvm.provider.v1.WatchEvent.health:type_name -> osmvm.provider.v1.Health
+	0,  // 8: osmvm.provider.v1.ServiceEndpoints.service:type_name -> osmvm.provider.v1.Service
+	1,  // 9: osmvm.provider.v1.ServiceEndpoints.endpoints:type_name -> osmvm.provider.v1.Endpoint
+	2,  // 10: osmvm.provider.v1.Provider.Describe:input_type -> osmvm.provider.v1.DescribeRequest
+	4,  // 11: osmvm.provider.v1.Provider.Configure:input_type -> osmvm.provider.v1.ConfigureRequest
+	6,  // 12: osmvm.provider.v1.Provider.ListServices:input_type -> osmvm.provider.v1.ListServicesRequest
+	8,  // 13: osmvm.provider.v1.Provider.ListEndpoints:input_type -> osmvm.provider.v1.ListEndpointsRequest
+	10, // 14: osmvm.provider.v1.Provider.ListAll:input_type -> osmvm.provider.v1.ListAllRequest
+	12, // 15: osmvm.provider.v1.Provider.Watch:input_type -> osmvm.provider.v1.WatchRequest
+	3,  // 16: osmvm.provider.v1.Provider.Describe:output_type -> osmvm.provider.v1.DescribeResponse
+	5,  // 17: osmvm.provider.v1.Provider.Configure:output_type -> osmvm.provider.v1.ConfigureResponse
+	7,  // 18: osmvm.provider.v1.Provider.ListServices:output_type -> osmvm.provider.v1.ListServicesResponse
+	9,  // 19: osmvm.provider.v1.Provider.ListEndpoints:output_type -> osmvm.provider.v1.ListEndpointsResponse
+	11, // 20: osmvm.provider.v1.Provider.ListAll:output_type -> osmvm.provider.v1.ListAllResponse
+	13, // 21: osmvm.provider.v1.Provider.Watch:output_type -> osmvm.provider.v1.WatchEvent
+	16, // [16:22] is the sub-list for method output_type
+	10, // [10:16] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_provider_v1_provider_proto_init() }
@@ -866,7 +955,7 @@ func file_provider_v1_provider_proto_init() {
 	if File_provider_v1_provider_proto != nil {
 		return
 	}
-	file_provider_v1_provider_proto_msgTypes[11].OneofWrappers = []any{
+	file_provider_v1_provider_proto_msgTypes[13].OneofWrappers = []any{
 		(*WatchEvent_Updated)(nil),
 		(*WatchEvent_Deleted)(nil),
 		(*WatchEvent_Health)(nil),
@@ -877,7 +966,7 @@ func file_provider_v1_provider_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_provider_v1_provider_proto_rawDesc), len(file_provider_v1_provider_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -34,6 +34,7 @@ const (
 	Provider_Configure_FullMethodName     = "/osmvm.provider.v1.Provider/Configure"
 	Provider_ListServices_FullMethodName  = "/osmvm.provider.v1.Provider/ListServices"
 	Provider_ListEndpoints_FullMethodName = "/osmvm.provider.v1.Provider/ListEndpoints"
+	Provider_ListAll_FullMethodName       = "/osmvm.provider.v1.Provider/ListAll"
 	Provider_Watch_FullMethodName         = "/osmvm.provider.v1.Provider/Watch"
 )
 
@@ -53,6 +54,13 @@ type ProviderClient interface {
 	// ListEndpoints returns the current endpoints of one service. A service the
 	// provider does not know is NOT_FOUND; a known service may have none.
 	ListEndpoints(ctx context.Context, in *ListEndpointsRequest, opts ...grpc.CallOption) (*ListEndpointsResponse, error)
+	// ListAll streams every service the provider knows with its current
+	// endpoints: ListServices and ListEndpoints of each, in one call instead
+	// of a round trip per service. Each message carries some of the services
+	// (a large provider's list would not fit one message); a service is in
+	// exactly one. A plugin built before it answers UNIMPLEMENTED and the
+	// host lists service by service.
+	ListAll(ctx context.Context, in *ListAllRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListAllResponse], error)
 	// Watch streams changes until the caller cancels. Each event carries the
 	// complete current state of one service (level-triggered), a deletion, or
 	// a change of the provider's health.
@@ -107,9 +115,28 @@ func (c *providerClient) ListEndpoints(ctx context.Context, in *ListEndpointsReq
 	return out, nil
 }
 
+func (c *providerClient) ListAll(ctx context.Context, in *ListAllRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ListAllResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Provider_ServiceDesc.Streams[0], Provider_ListAll_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ListAllRequest, ListAllResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Provider_ListAllClient = grpc.ServerStreamingClient[ListAllResponse]
+
 func (c *providerClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Provider_ServiceDesc.Streams[0], Provider_Watch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Provider_ServiceDesc.Streams[1], Provider_Watch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +169,13 @@ type ProviderServer interface {
 	// ListEndpoints returns the current endpoints of one service. A service the
 	// provider does not know is NOT_FOUND; a known service may have none.
 	ListEndpoints(context.Context, *ListEndpointsRequest) (*ListEndpointsResponse, error)
+	// ListAll streams every service the provider knows with its current
+	// endpoints: ListServices and ListEndpoints of each, in one call instead
+	// of a round trip per service. Each message carries some of the services
+	// (a large provider's list would not fit one message); a service is in
+	// exactly one. A plugin built before it answers UNIMPLEMENTED and the
+	// host lists service by service.
+	ListAll(*ListAllRequest, grpc.ServerStreamingServer[ListAllResponse]) error
 	// Watch streams changes until the caller cancels. Each event carries the
 	// complete current state of one service (level-triggered), a deletion, or
 	// a change of the provider's health.
@@ -167,6 +201,9 @@ func (UnimplementedProviderServer) ListServices(context.Context, *ListServicesRe
 }
 func (UnimplementedProviderServer) ListEndpoints(context.Context, *ListEndpointsRequest) (*ListEndpointsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEndpoints not implemented")
+}
+func (UnimplementedProviderServer) ListAll(*ListAllRequest, grpc.ServerStreamingServer[ListAllResponse]) error {
+	return status.Error(codes.Unimplemented, "method ListAll not implemented")
 }
 func (UnimplementedProviderServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -264,6 +301,17 @@ func _Provider_ListEndpoints_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Provider_ListAll_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ListAllRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ProviderServer).ListAll(m, &grpc.GenericServerStream[ListAllRequest, ListAllResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Provider_ListAllServer = grpc.ServerStreamingServer[ListAllResponse]
+
 func _Provider_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -300,6 +348,11 @@ var Provider_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ListAll",
+			Handler:       _Provider_ListAll_Handler,
+			ServerStreams: true,
+		},
 		{
 			StreamName:    "Watch",
 			Handler:       _Provider_Watch_Handler,

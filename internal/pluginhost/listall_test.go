@@ -1,0 +1,94 @@
+package pluginhost
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/provider"
+	providerv1 "github.com/osm-vm/osm-vm/proto/provider/v1"
+)
+
+// oldPlugin serves provider.v1 as a plugin built before ListAll did:
+// ListServices and ListEndpoints only, counting the calls.
+type oldPlugin struct {
+	providerv1.UnimplementedProviderServer
+	services map[string][]string // name in namespace "old" -> endpoint addresses
+	calls    int
+}
+
+func (p *oldPlugin) ListServices(context.Context, *providerv1.ListServicesRequest) (*providerv1.ListServicesResponse, error) {
+	p.calls++
+	resp := &providerv1.ListServicesResponse{}
+	for name := range p.services {
+		resp.Services = append(resp.Services, &providerv1.Service{Namespace: "old", Name: name})
+	}
+	return resp, nil
+}
+
+func (p *oldPlugin) ListEndpoints(_ context.Context, req *providerv1.ListEndpointsRequest) (*providerv1.ListEndpointsResponse, error) {
+	p.calls++
+	addrs, ok := p.services[req.GetService().GetName()]
+	if !ok {
+		return nil, status.Error(codes.NotFound, "no such service")
+	}
+	resp := &providerv1.ListEndpointsResponse{}
+	for _, a := range addrs {
+		ap := netip.MustParseAddrPort(a)
+		resp.Endpoints = append(resp.Endpoints, &providerv1.Endpoint{Ip: ap.Addr().String(), Port: uint32(ap.Port())})
+	}
+	return resp, nil
+}
+
+// TestListingAPluginBuiltBeforeListAll: the host lists a plugin that
+// answers ListAll with UNIMPLEMENTED service by service, over real gRPC.
+func TestListingAPluginBuiltBeforeListAll(t *testing.T) {
+	old := &oldPlugin{services: map[string][]string{"a": {"192.0.2.1:80", "192.0.2.2:80"}, "b": {"192.0.2.3:8080"}}}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	providerv1.RegisterProviderServer(s, old)
+	go s.Serve(lis)
+	defer s.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	in := &instance{Instance: Instance{Name: "old"}, log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
+	got, err := listAll(t.Context(), in, provider.NewGRPCClient(conn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[mesh.MeshService][]string{
+		{Namespace: "old", Name: "a"}: {"192.0.2.1:80", "192.0.2.2:80"},
+		{Namespace: "old", Name: "b"}: {"192.0.2.3:8080"},
+	}
+	gotAddrs := map[mesh.MeshService][]string{}
+	for svc, eps := range got {
+		for _, e := range eps {
+			if e.Provider != "old" {
+				t.Errorf("endpoint %s of %s has provider %q, want the instance's name", e.AddrPort(), svc, e.Provider)
+			}
+			gotAddrs[svc] = append(gotAddrs[svc], e.AddrPort().String())
+		}
+	}
+	if diff := cmp.Diff(want, gotAddrs); diff != "" {
+		t.Errorf("listed (-want +got):\n%s", diff)
+	}
+	if old.calls != 3 {
+		t.Errorf("the old plugin answered %d calls; want ListServices and a ListEndpoints per service, 3", old.calls)
+	}
+}
