@@ -441,15 +441,22 @@ func followLifetimes(ctx context.Context, log *slog.Logger, sp *spec.Spec, certs
 // lists before it serves without them.
 const providerWait = 30 * time.Second
 
+// providersWaiting is what hasEndpoints needs of the plugin host.
+type providersWaiting interface {
+	Waiting() []string // providers that have not sent their first list
+}
+
 // providers is what waitForProviders needs of the plugin host.
 type providers interface {
-	Waiting() []string // providers that have not sent their first list
+	providersWaiting
+	// Listed is closed once every provider has sent its first list.
+	Listed() <-chan struct{}
 }
 
 // hasEndpoints answers apply's "is this service served?" from the
 // catalog. Until every provider has sent its first list nothing is known
 // to be unserved (a start would otherwise warn of every service).
-func hasEndpoints(cat *catalog.Catalog, p providers) spec.HasEndpoints {
+func hasEndpoints(cat *catalog.Catalog, p providersWaiting) spec.HasEndpoints {
 	return func(svc mesh.MeshService) bool {
 		if len(p.Waiting()) > 0 {
 			return true
@@ -469,21 +476,12 @@ func waitForProviders(ctx context.Context, log *slog.Logger, p providers, max ti
 	log.Info("xDS waits for every provider's first list of endpoints", "max", max)
 	deadline := time.NewTimer(max)
 	defer deadline.Stop()
-	tick := time.NewTicker(50 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-deadline.C:
-			log.Warn("serving xDS before every provider has listed its endpoints: their services have no endpoints until they do (see /api/v1/providers)", "waiting", p.Waiting(), "after", max)
-			return
-		case <-tick.C:
-			if len(p.Waiting()) == 0 {
-				log.Info("every provider has listed its endpoints; serving xDS", "after", time.Since(start).Round(time.Millisecond))
-				return
-			}
-		}
+	select {
+	case <-ctx.Done():
+	case <-deadline.C:
+		log.Warn("serving xDS before every provider has listed its endpoints: their services have no endpoints until they do (see /api/v1/providers)", "waiting", p.Waiting(), "after", max)
+	case <-p.Listed():
+		log.Info("every provider has listed its endpoints; serving xDS", "after", time.Since(start).Round(time.Millisecond))
 	}
 }
 

@@ -99,12 +99,15 @@ type Host struct {
 	sink      Sink
 	log       *slog.Logger
 	instances []*instance
+	// listed is closed once every instance has sent its first list.
+	listed     chan struct{}
+	listedOnce sync.Once
 }
 
 // New returns a host for opts.Instances. Nothing starts before Run.
 func New(log *slog.Logger, opts Options, sink Sink) *Host {
 	opts.defaults()
-	h := &Host{opts: opts, sink: sink, log: log}
+	h := &Host{opts: opts, sink: sink, log: log, listed: make(chan struct{})}
 	for _, in := range opts.Instances {
 		h.instances = append(h.instances, &instance{
 			Instance: in,
@@ -113,7 +116,19 @@ func New(log *slog.Logger, opts Options, sink Sink) *Host {
 			status:   Status{Name: in.Name, Plugin: in.Plugin, State: StateStarting},
 		})
 	}
+	h.noteListed()
 	return h
+}
+
+// Listed returns a channel closed once every instance has sent its first
+// list (at once with none): Waiting is then empty for good.
+func (h *Host) Listed() <-chan struct{} { return h.listed }
+
+// noteListed closes listed when no instance is waiting any more.
+func (h *Host) noteListed() {
+	if len(h.Waiting()) == 0 {
+		h.listedOnce.Do(func() { close(h.listed) })
+	}
 }
 
 // Run supervises every instance until ctx is done, then stops the plugins
@@ -439,6 +454,7 @@ func (h *Host) resync(ctx context.Context, in *instance, p provider.Provider) er
 		return err
 	}
 	h.sink.ReplaceProvider(in.Name, all)
+	defer h.noteListed()
 	in.update(func(s *Status) {
 		in.known = make(map[mesh.MeshService]struct{}, len(all))
 		for svc := range all {

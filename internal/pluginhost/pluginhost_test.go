@@ -180,6 +180,11 @@ func TestTwoInstancesContributeToOneService(t *testing.T) {
 	b := endpointsFile(t, dir, "b.yaml", "10.0.0.2:80", "10.0.0.3:80")
 	h := start(t, Options{Instances: []Instance{staticInstance("site-a", a), staticInstance("site-b", b)}})
 	testwait.Until(t, "both providers' endpoints", h.endpointsAre(bookstore, "10.0.0.1:80@site-a", "10.0.0.2:80@site-b", "10.0.0.3:80@site-b"))
+	select {
+	case <-h.host.Listed():
+	case <-time.After(testwait.Bound(t)):
+		t.Fatalf("Listed() not closed after both providers listed (waiting: %v)", h.host.Waiting())
+	}
 	if w := h.host.Waiting(); len(w) != 0 {
 		t.Errorf("Waiting() = %v after both providers listed, want none", w)
 	}
@@ -351,6 +356,20 @@ func TestStartErrorsNameTheFix(t *testing.T) {
 	}
 	if w := h.host.Waiting(); !slices.Equal(w, []string{"missing", "badconfig"}) {
 		t.Errorf("Waiting() = %v, want the two providers that never listed: [missing badconfig]", w)
+	}
+	select {
+	case <-h.host.Listed():
+		t.Errorf("Listed() closed while providers %v never listed", h.host.Waiting())
+	default:
+	}
+}
+
+// TestNoProvidersAreListedAtOnce: a host without instances waits for none.
+func TestNoProvidersAreListedAtOnce(t *testing.T) {
+	select {
+	case <-New(slog.New(slog.DiscardHandler), Options{}, catalog.New()).Listed():
+	default:
+		t.Error("Listed() not closed for a host without providers")
 	}
 }
 
