@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
-	"github.com/osm-vm/osm-vm/provider"
 	providerv1 "github.com/osm-vm/osm-vm/proto/provider/v1"
+	"github.com/osm-vm/osm-vm/provider"
 )
 
 // oldPlugin serves provider.v1 as a plugin built before ListAll did:
