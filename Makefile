@@ -70,7 +70,7 @@ test-consul:
 	@echo "== Consul KV store, the Consul catalog provider, osm-server replicas (one in its own network namespace: needs root) and the bench's HA section against a real Consul (built once into $(CACHE))"
 	bin=$$(./hack/build-consul.sh | tail -n 1) && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/ ./providers/consul/ && \
-		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration -run 'Replica' ./cmd/osm-server/ && \
+		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 20m -tags consulintegration -run 'Replica' ./cmd/osm-server/ && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 5m -tags consulintegration -run 'TestHASection' ./cmd/osm-bench/
 
 test-dns:
