@@ -23,8 +23,14 @@ type grpcPlugin struct {
 }
 
 func (p *grpcPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
-	providerv1.RegisterProviderServer(s, &grpcServer{impl: p.impl})
+	RegisterServer(s, p.impl)
 	return nil
+}
+
+// RegisterServer registers p as the provider.v1 service on s, as Serve
+// does over go-plugin: for a test, or a program that serves gRPC itself.
+func RegisterServer(s grpc.ServiceRegistrar, p Provider) {
+	providerv1.RegisterProviderServer(s, &grpcServer{impl: p})
 }
 
 func (p *grpcPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {

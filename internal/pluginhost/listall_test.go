@@ -3,19 +3,18 @@ package pluginhost
 import (
 	"context"
 	"log/slog"
-	"net"
 	"net/netip"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	providerv1 "github.com/osm-vm/osm-vm/proto/provider/v1"
 	"github.com/osm-vm/osm-vm/provider"
+	"github.com/osm-vm/osm-vm/provider/providertest"
 )
 
 // oldPlugin serves provider.v1 as a plugin built before ListAll did:
@@ -53,19 +52,7 @@ func (p *oldPlugin) ListEndpoints(_ context.Context, req *providerv1.ListEndpoin
 // answers ListAll with UNIMPLEMENTED service by service, over real gRPC.
 func TestListingAPluginBuiltBeforeListAll(t *testing.T) {
 	old := &oldPlugin{services: map[string][]string{"a": {"192.0.2.1:80", "192.0.2.2:80"}, "b": {"192.0.2.3:8080"}}}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	providerv1.RegisterProviderServer(s, old)
-	go s.Serve(lis)
-	defer s.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := providertest.ServeGRPC(t, func(s grpc.ServiceRegistrar) { providerv1.RegisterProviderServer(s, old) })
 
 	in := &instance{Instance: Instance{Name: "old"}, log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
 	got, err := listAll(t.Context(), in, provider.NewGRPCClient(conn))

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -21,6 +22,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/osm-vm/osm-vm/provider"
 )
@@ -199,16 +202,38 @@ func testListAfterSet(ctx context.Context, t *testing.T, p provider.Provider, b 
 }
 
 // allLister is the host's view of a plugin: ListAll is the plugin
-// boundary's (provider.GRPCClient), so only a Provider started with
+// boundary's (provider.GRPCClient), as a Provider started with
 // StartPlugin has it.
 type allLister interface {
 	ListAll(ctx context.Context, each func(provider.Service, []provider.Endpoint) error) error
 }
 
+// ServeGRPC serves what register registers on a loopback port until the
+// test ends and returns a connection to it.
+func ServeGRPC(t testing.TB, register func(grpc.ServiceRegistrar)) *grpc.ClientConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := grpc.NewServer()
+	register(s)
+	go s.Serve(lis)
+	t.Cleanup(s.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 func testListAll(ctx context.Context, t *testing.T, p provider.Provider, b Backend) {
 	l, ok := p.(allLister)
 	if !ok {
-		t.Skip("an in-process provider: ListAll is the plugin boundary's, checked over a plugin subprocess (StartPlugin)")
+		// In-process: the SDK's gRPC server answers ListAll from p's
+		// lists, over a real loopback connection.
+		l = provider.NewGRPCClient(ServeGRPC(t, func(s grpc.ServiceRegistrar) { provider.RegisterServer(s, p) }))
 	}
 	set(ctx, t, b, svcA, ep("192.0.2.10", 8080), ep("192.0.2.11", 8080))
 	set(ctx, t, b, svcB, ep("192.0.2.20", 9090))
