@@ -281,7 +281,10 @@ type Manager struct {
 	// not decode, so syncProxies reports it once and skips it until it
 	// changes.
 	undecodable map[string]uint64
-	subs        map[chan Announcement]struct{}
+	// proxiesListed is set once syncProxies has listed the records: the
+	// first listing, at the start, reads them all.
+	proxiesListed bool
+	subs          map[chan Announcement]struct{}
 	// requested holds the service accounts whose certificates
 	// RequestServiceCertificate asked Run to issue, and issuers counts the
 	// Runs serving them (with none, RequestServiceCertificate issues

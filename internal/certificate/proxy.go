@@ -605,7 +605,17 @@ func (m *Manager) observeProxyLocked(e *proxyEntry, ver uint64, announce bool) {
 func (m *Manager) syncProxies(ctx context.Context, announce bool) error {
 	// A large fleet has many records and few change: list versions only,
 	// and read the records this replica has not seen at their version.
-	kvs, err := m.st.ListVersions(ctx, proxyPrefix)
+	// The first listing (the start) reads them all: list them with their
+	// values at once (on Consul a listing of versions moves the values
+	// too).
+	m.mu.Lock()
+	withValues := !m.proxiesListed
+	m.mu.Unlock()
+	list := m.st.ListVersions
+	if withValues {
+		list = m.st.List
+	}
+	kvs, err := list(ctx, proxyPrefix)
 	if err != nil {
 		return fmt.Errorf("list proxy records: %w", err)
 	}
@@ -642,37 +652,50 @@ func (m *Manager) syncProxies(ctx context.Context, announce bool) error {
 		}
 	}
 	m.mu.Unlock()
-	var gone []string
-	for _, kv := range changed {
-		val, ver, err := m.st.Get(ctx, kv.Key)
-		if err != nil {
-			return fmt.Errorf("read proxy record %s: %w", kv.Key, err)
+	// The changed records first, then those missing from the listing.
+	var keys []string
+	var read []store.KV
+	if withValues {
+		read = changed
+	} else {
+		for _, kv := range changed {
+			keys = append(keys, kv.Key)
 		}
-		if ver == 0 {
+	}
+	for _, cn := range missing {
+		keys = append(keys, proxyKey(cn))
+	}
+	if len(keys) > 0 {
+		r, err := readKeys(ctx, m.st, proxyPrefix, keys, len(kvs))
+		if err != nil {
+			return fmt.Errorf("read proxy records: %w", err)
+		}
+		read = append(read, r...)
+	}
+	var gone []string
+	for i, kv := range read {
+		if kv.Version == 0 {
 			gone = append(gone, strings.TrimPrefix(kv.Key, proxyPrefix)) // deleted since the listing
 			continue
 		}
-		e, err := decodeProxy(val)
+		if i >= len(changed) {
+			continue // known here and not listed, but there: created and observed after the listing
+		}
+		e, err := decodeProxy(kv.Value)
 		if err != nil {
 			m.log.Warn("skipping a proxy record that does not decode: the proxy is refused until it enrolls again; the record is read again when rewritten", "key", kv.Key, "err", err)
 			m.mu.Lock()
-			m.undecodable[kv.Key] = ver
+			m.undecodable[kv.Key] = kv.Version
 			m.mu.Unlock()
 			continue
 		}
 		m.mu.Lock()
-		m.observeProxyLocked(&e, ver, announce)
+		m.observeProxyLocked(&e, kv.Version, announce)
 		m.mu.Unlock()
 	}
-	for _, cn := range missing {
-		_, ver, err := m.st.Get(ctx, proxyKey(cn))
-		if err != nil {
-			return fmt.Errorf("read proxy record %s: %w", proxyKey(cn), err)
-		}
-		if ver == 0 {
-			gone = append(gone, cn)
-		}
-	}
 	m.forgetProxies(gone)
+	m.mu.Lock()
+	m.proxiesListed = true
+	m.mu.Unlock()
 	return nil
 }

@@ -436,19 +436,22 @@ func (m *Manager) syncServices(ctx context.Context, announce bool) error {
 
 	next := make(map[CommonName]*serviceState, len(kvs))
 	var events []Announcement
+	var changed []string
 	for _, kv := range kvs {
 		if old := byKey[kv.Key]; old != nil && old.version >= kv.Version {
 			next[old.rec.CommonName] = old
 			continue
 		}
-		val, ver, err := m.st.Get(ctx, kv.Key)
-		if err != nil {
-			return fmt.Errorf("read service certificate %s: %w", kv.Key, err)
-		}
-		if ver == 0 {
+		changed = append(changed, kv.Key)
+	}
+	read, err := readKeys(ctx, m.st, servicePrefix, changed, len(kvs))
+	if err != nil {
+		return fmt.Errorf("read service certificates: %w", err)
+	}
+	for _, kv := range read {
+		if kv.Version == 0 {
 			continue // deleted since the listing
 		}
-		kv.Value, kv.Version = val, ver
 		s, ev := m.serviceChange(kv, func(cn CommonName) *serviceState { return known[cn] })
 		if s == nil {
 			continue
