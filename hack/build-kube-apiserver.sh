@@ -17,7 +17,10 @@
 # built in a throwaway module; kube-apiserver needs `godebug default=go1.24`
 # and a replace of every staging module (k8s.io/api, k8s.io/apiserver, ...)
 # listed in k8s.io/kubernetes's own go.mod by its published v0.X.Y version.
-# A cold build takes ~7 minutes and ~1.8 GiB of memory on 2 cores.
+# A cold build takes ~7 minutes and ~1.8 GiB of memory on 2 cores. The
+# binaries carry no debug information (-dwarf=false, -s -w): they are only
+# run, and the compiler does 12% less work without it (etcd: 145 against
+# 127 CPU-seconds).
 set -euo pipefail
 
 KUBE_VERSION=${KUBE_VERSION:-v1.34.4}
@@ -49,7 +52,7 @@ module etcdbuild
 go 1.24
 MOD
 	go get "go.etcd.io/etcd/server/v3@${ETCD_VERSION}" >&2
-	go build -trimpath -o "$BIN_DIR/etcd.tmp" go.etcd.io/etcd/server/v3
+	go build -trimpath -gcflags=all=-dwarf=false -ldflags "-s -w" -o "$BIN_DIR/etcd.tmp" go.etcd.io/etcd/server/v3
 	mv "$BIN_DIR/etcd.tmp" "$BIN_DIR/etcd"
 	log "etcd built in $((SECONDS - start))s"
 }
@@ -92,7 +95,7 @@ MOD
 	done
 	go get "k8s.io/kubernetes/cmd/kube-apiserver@${KUBE_VERSION}" >&2
 	local v=k8s.io/component-base/version
-	go build -trimpath -o "$BIN_DIR/kube-apiserver.tmp" \
+	go build -trimpath -gcflags=all=-dwarf=false -o "$BIN_DIR/kube-apiserver.tmp" \
 		-ldflags "-s -w -X ${v}.gitVersion=${KUBE_VERSION} -X ${v}.gitMajor=1 -X ${v}.gitMinor=${minor} -X ${v}.gitTreeState=clean -X ${v}.buildDate=1970-01-01T00:00:00Z" \
 		k8s.io/kubernetes/cmd/kube-apiserver
 	mv "$BIN_DIR/kube-apiserver.tmp" "$BIN_DIR/kube-apiserver"
