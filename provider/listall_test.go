@@ -1,11 +1,10 @@
-package provider
+package provider_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -13,45 +12,34 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	providerv1 "github.com/osm-vm/osm-vm/proto/provider/v1"
+	"github.com/osm-vm/osm-vm/provider"
+	"github.com/osm-vm/osm-vm/provider/providertest"
 )
 
-// serveGRPC serves srv on a loopback port for the test and returns a
-// connection to it.
-func serveGRPC(t *testing.T, srv providerv1.ProviderServer) *grpc.ClientConn {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	providerv1.RegisterProviderServer(s, srv)
-	go s.Serve(lis)
-	t.Cleanup(s.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
+// serveGRPC serves p's SDK gRPC server on a loopback port for the test
+// and returns a connection to it.
+func serveGRPC(t *testing.T, p provider.Provider) *grpc.ClientConn {
+	return providertest.ServeGRPC(t, func(s grpc.ServiceRegistrar) { provider.RegisterServer(s, p) })
 }
 
 // stateProvider is a Provider over a State, as a plugin's is.
-type stateProvider struct{ *State }
+type stateProvider struct{ *provider.State }
 
-func (stateProvider) Describe(context.Context) (Info, error)          { return Info{Name: "test"}, nil }
+func (stateProvider) Describe(context.Context) (provider.Info, error) {
+	return provider.Info{Name: "test"}, nil
+}
 func (stateProvider) Configure(context.Context, string, []byte) error { return nil }
 
 // manyServices is more than one ListAll message holds: 300 services of 40
 // endpoints, each with a 100-byte label.
-func manyServices() map[Service][]Endpoint {
-	all := map[Service][]Endpoint{}
+func manyServices() map[provider.Service][]provider.Endpoint {
+	all := map[provider.Service][]provider.Endpoint{}
 	for i := range 300 {
-		svc := Service{Namespace: "bench", Name: fmt.Sprintf("svc-%03d", i)}
+		svc := provider.Service{Namespace: "bench", Name: fmt.Sprintf("svc-%03d", i)}
 		for j := range 40 {
-			all[svc] = append(all[svc], Endpoint{
+			all[svc] = append(all[svc], provider.Endpoint{
 				IP:     netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), byte(j)}),
 				Port:   8080,
 				Labels: map[string]string{"note": strings.Repeat("x", 100)},
@@ -63,13 +51,13 @@ func manyServices() map[Service][]Endpoint {
 
 // TestListAllSendsEveryServiceInChunks: ListAll over real gRPC returns
 // what ListServices and ListEndpoints return, in several messages of at
-// most listAllChunk bytes (but for a single larger service), each service
+// most provider.ListAllChunk bytes (but for a single larger service), each service
 // once.
 func TestListAllSendsEveryServiceInChunks(t *testing.T) {
-	st := NewState(testLog(t))
+	st := provider.NewState(provider.TestLog(t))
 	want := manyServices()
 	st.ReplaceAll(want)
-	conn := serveGRPC(t, &grpcServer{impl: stateProvider{st}})
+	conn := serveGRPC(t, stateProvider{st})
 
 	stream, err := providerv1.NewProviderClient(conn).ListAll(t.Context(), &providerv1.ListAllRequest{})
 	if err != nil {
@@ -94,16 +82,16 @@ func TestListAllSendsEveryServiceInChunks(t *testing.T) {
 			seen[k] = true
 			size += len(se.String())
 		}
-		if n := len(msg.GetServices()); n > 1 && size > 2*listAllChunk {
-			t.Errorf("message %d holds %d services in about %d bytes, over the chunk of %d", msgs, n, size, listAllChunk)
+		if n := len(msg.GetServices()); n > 1 && size > 2*provider.ListAllChunk {
+			t.Errorf("message %d holds %d services in about %d bytes, over the chunk of %d", msgs, n, size, provider.ListAllChunk)
 		}
 	}
 	if msgs < 2 || len(seen) != len(want) {
 		t.Fatalf("ListAll sent %d services in %d messages; want all %d in more than one", len(seen), msgs, len(want))
 	}
 
-	got := map[Service][]Endpoint{}
-	if err := NewGRPCClient(conn).ListAll(t.Context(), func(s Service, eps []Endpoint) error {
+	got := map[provider.Service][]provider.Endpoint{}
+	if err := provider.NewGRPCClient(conn).ListAll(t.Context(), func(s provider.Service, eps []provider.Endpoint) error {
 		got[s] = eps
 		return nil
 	}); err != nil {
@@ -116,11 +104,11 @@ func TestListAllSendsEveryServiceInChunks(t *testing.T) {
 
 // TestListAllOfAnEmptyProvider: no services, no error.
 func TestListAllOfAnEmptyProvider(t *testing.T) {
-	st := NewState(testLog(t))
+	st := provider.NewState(provider.TestLog(t))
 	st.ReplaceAll(nil)
-	conn := serveGRPC(t, &grpcServer{impl: stateProvider{st}})
+	conn := serveGRPC(t, stateProvider{st})
 	n := 0
-	if err := NewGRPCClient(conn).ListAll(t.Context(), func(Service, []Endpoint) error { n++; return nil }); err != nil || n != 0 {
+	if err := provider.NewGRPCClient(conn).ListAll(t.Context(), func(provider.Service, []provider.Endpoint) error { n++; return nil }); err != nil || n != 0 {
 		t.Fatalf("ListAll of no services: %d services, err %v; want none and nil", n, err)
 	}
 }
@@ -128,8 +116,10 @@ func TestListAllOfAnEmptyProvider(t *testing.T) {
 // TestListAllOfAPluginBuiltBeforeIt: a plugin without ListAll answers
 // UNIMPLEMENTED, which the client reports as errors.ErrUnsupported.
 func TestListAllOfAPluginBuiltBeforeIt(t *testing.T) {
-	conn := serveGRPC(t, &providerv1.UnimplementedProviderServer{})
-	err := NewGRPCClient(conn).ListAll(t.Context(), func(Service, []Endpoint) error {
+	conn := providertest.ServeGRPC(t, func(s grpc.ServiceRegistrar) {
+		providerv1.RegisterProviderServer(s, &providerv1.UnimplementedProviderServer{})
+	})
+	err := provider.NewGRPCClient(conn).ListAll(t.Context(), func(provider.Service, []provider.Endpoint) error {
 		t.Error("each called for a plugin without ListAll")
 		return nil
 	})
@@ -141,9 +131,9 @@ func TestListAllOfAPluginBuiltBeforeIt(t *testing.T) {
 // TestListAllBeforeTheFirstRead: a provider that cannot list yet fails
 // ListAll as it fails ListServices, with ErrUnavailable.
 func TestListAllBeforeTheFirstRead(t *testing.T) {
-	conn := serveGRPC(t, &grpcServer{impl: stateProvider{NewState(testLog(t))}})
-	err := NewGRPCClient(conn).ListAll(t.Context(), func(Service, []Endpoint) error { return nil })
-	if !errors.Is(err, ErrUnavailable) {
+	conn := serveGRPC(t, stateProvider{provider.NewState(provider.TestLog(t))})
+	err := provider.NewGRPCClient(conn).ListAll(t.Context(), func(provider.Service, []provider.Endpoint) error { return nil })
+	if !errors.Is(err, provider.ErrUnavailable) {
 		t.Fatalf("ListAll before the first read: %v; want an error wrapping ErrUnavailable", err)
 	}
 }
