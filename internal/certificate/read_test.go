@@ -5,8 +5,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // callCounter counts the reads (Get) and value listings (List) of the
@@ -130,5 +132,63 @@ func TestManyServiceCertificatesAreReadInOneListing(t *testing.T) {
 	}
 	if gets, lists := st.calls(); gets != 0 || lists != 1 {
 		t.Errorf("a new manager on %d service certificates read them with %d reads and %d listings, want 0 and 1", n, gets, lists)
+	}
+}
+
+// slowListing is a store whose listings of the keys under prefix take
+// cost on clock, as a large listing on Consul takes real time.
+type slowListing struct {
+	*store.Memory
+	prefix string
+	clock  *clock
+	cost   time.Duration
+}
+
+func (s *slowListing) List(ctx context.Context, prefix string) ([]store.KV, error) {
+	if strings.HasPrefix(prefix, s.prefix) {
+		s.clock.Advance(s.cost)
+	}
+	return s.Memory.List(ctx, prefix)
+}
+
+func (s *slowListing) ListVersions(ctx context.Context, prefix string) ([]store.KV, error) {
+	if strings.HasPrefix(prefix, s.prefix) {
+		s.clock.Advance(s.cost)
+	}
+	return s.Memory.ListVersions(ctx, prefix)
+}
+
+// A sync paces the next by what it cost: when every listing takes a
+// second, Run waits at least syncPace seconds after another replica's
+// commit before it lists again (a fast listing keeps syncDelay), and then
+// reads the commit.
+func TestASlowListingPacesTheNextSync(t *testing.T) {
+	clk := newClock()
+	mem := store.NewMemory()
+	m1 := newTestManager(t, mem, Options{Now: clk.Now})
+	issueProxy(t, m1)
+
+	m2 := newTestManager(t, &slowListing{Memory: mem, clock: clk, cost: time.Second}, Options{Now: clk.Now})
+	delays := make(chan time.Duration, 64)
+	m2.after = func(d time.Duration) <-chan time.Time {
+		delays <- d
+		c := make(chan time.Time, 1)
+		c <- clk.Now().Add(d)
+		return c
+	}
+	runManager(t, m2)
+	issueProxy(t, m1)
+	want := syncPace * time.Second
+	select {
+	case d := <-delays:
+		if d < want {
+			t.Fatalf("after listings that took 1s, the next sync waits %v, want at least %v", d, want)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no sync was asked for within a minute of another replica's commit")
+	}
+	testwait.For(t, "the other replica's proxy record read", func() bool { return m2.knownProxies() == 2 })
+	if got := syncDelayAfter(time.Millisecond); got != syncDelay {
+		t.Errorf("after a 1ms listing the next sync waits %v, want syncDelay (%v)", got, syncDelay)
 	}
 }
