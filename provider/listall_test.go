@@ -51,8 +51,8 @@ func manyServices() map[provider.Service][]provider.Endpoint {
 
 // TestListAllSendsEveryServiceInChunks: ListAll over real gRPC returns
 // what ListServices and ListEndpoints return, in several messages of at
-// most provider.ListAllChunk bytes (but for a single larger service), each service
-// once.
+// most provider.ListAllChunk bytes (but for a single larger service),
+// each service once.
 func TestListAllSendsEveryServiceInChunks(t *testing.T) {
 	st := provider.NewState(provider.TestLog(t))
 	want := manyServices()

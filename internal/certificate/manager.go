@@ -316,6 +316,10 @@ type Manager struct {
 	follow chan struct{}
 	// after is time.After (tests record the delays Run asks for).
 	after func(time.Duration) <-chan time.Time
+	// stopwatch times the syncs that pace the next (syncPace): time.Now,
+	// whose monotonic reading a step of the wall clock does not move, and
+	// not Options.Now, which tests move by hours.
+	stopwatch func() time.Time
 }
 
 var trustDomainRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$`)
@@ -370,6 +374,7 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 		claimKick: make(chan struct{}, 1),
 		follow:    make(chan struct{}, 1),
 		after:     time.After,
+		stopwatch: time.Now,
 	}
 	m.claimBatch, _ = store.TxnLimits(m.st)
 	m.serviceLife.Store(int64(opts.ServiceLifetime))
@@ -541,8 +546,9 @@ func (m *Manager) followStore() {
 const syncDelay = 200 * time.Millisecond
 
 // syncPace scales a sync's cost into the least delay before the next: after
-// a sync of the proxy records that took d, Run reads them again no sooner
-// than syncPace*d after the next commit, so that following other writers
+// a sync of the proxy records (or of the service certificates) that took
+// d, Run reads them again no sooner than syncPace*d after the next commit,
+// so that following other writers
 // takes at most about a fifth of its time however large the fleet. On
 // Consul, where a listing moves every record's value (ListVersions), a
 // listing of 10,000 proxy records took 0.15-0.30 s on a quiet 2-core VM
@@ -605,18 +611,14 @@ func (m *Manager) run(ctx context.Context) error {
 	}
 	// What each kind of sync last took paces the next (syncPace).
 	var svcCost, proxyCost time.Duration
-	syncServices := func() error {
-		start := m.now()
-		err := m.syncServices(ctx, true)
-		svcCost = m.now().Sub(start)
+	timed := func(cost *time.Duration, sync func(context.Context, bool) error) error {
+		start := m.stopwatch()
+		err := sync(ctx, true)
+		*cost = m.stopwatch().Sub(start)
 		return err
 	}
-	syncProxies := func() error {
-		start := m.now()
-		err := m.syncProxies(ctx, true)
-		proxyCost = m.now().Sub(start)
-		return err
-	}
+	syncServices := func() error { return timed(&svcCost, m.syncServices) }
+	syncProxies := func() error { return timed(&proxyCost, m.syncProxies) }
 	// Catch up with commits made between New and the watches.
 	if err := syncServices(); err != nil {
 		fail("load service certificates", err)

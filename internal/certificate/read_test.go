@@ -159,21 +159,22 @@ func (s *slowListing) ListVersions(ctx context.Context, prefix string) ([]store.
 }
 
 // A sync paces the next by what it cost: when every listing takes a
-// second, Run waits at least syncPace seconds after another replica's
-// commit before it lists again (a fast listing keeps syncDelay), and then
-// reads the commit.
+// second (on the clock the syncs are timed with), Run waits at least
+// syncPace seconds after another replica's commit before it lists again
+// (a fast listing keeps syncDelay), and then reads the commit.
 func TestASlowListingPacesTheNextSync(t *testing.T) {
-	clk := newClock()
 	mem := store.NewMemory()
-	m1 := newTestManager(t, mem, Options{Now: clk.Now})
+	m1 := newTestManager(t, mem, Options{})
 	issueProxy(t, m1)
 
-	m2 := newTestManager(t, &slowListing{Memory: mem, clock: clk, cost: time.Second}, Options{Now: clk.Now})
+	stopwatch := newClock()
+	m2 := newTestManager(t, &slowListing{Memory: mem, clock: stopwatch, cost: time.Second}, Options{})
+	m2.stopwatch = stopwatch.Now
 	delays := make(chan time.Duration, 64)
 	m2.after = func(d time.Duration) <-chan time.Time {
 		delays <- d
 		c := make(chan time.Time, 1)
-		c <- clk.Now().Add(d)
+		c <- time.Now()
 		return c
 	}
 	runManager(t, m2)
