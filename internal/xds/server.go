@@ -728,7 +728,19 @@ func (a *ads) StreamAggregatedResources(inner discovery.AggregatedDiscoveryServi
 		return err
 	}
 	defer a.s.close(st)
-	recv := func() (*discovery.DiscoveryRequest, error) { return authRecv(ctx, a.s, st, inner.Recv) }
+	next := inner.Recv
+	if a.wire {
+		// wireCodec decodes into sotwRequests, sharing an ACK's strings
+		// with the request before it.
+		var reqs sotwRequests
+		next = func() (*discovery.DiscoveryRequest, error) {
+			if err := inner.RecvMsg(&reqs); err != nil {
+				return nil, err
+			}
+			return reqs.req, nil
+		}
+	}
+	recv := func() (*discovery.DiscoveryRequest, error) { return authRecv(ctx, a.s, st, next) }
 	h := newSotwStream(inner, a.s.cache)
 	h.wire = a.wire
 	if err := h.serve(ctx, recv); err != nil {
