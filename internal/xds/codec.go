@@ -4,6 +4,7 @@ import (
 	"unicode/utf8"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -74,8 +75,22 @@ func newWireResponse(body *cache.Wire, nonce string) *wireResponse {
 // would. Every request is a new message: a stream tells its watches apart
 // by their requests.
 type sotwRequests struct {
-	last map[string]*discovery.DiscoveryRequest // the last request of each type URL
-	req  *discovery.DiscoveryRequest            // what the last unmarshal decoded
+	last [len(sotwTypes)]*discovery.DiscoveryRequest // the last request of each of sotwTypes
+	req  *discovery.DiscoveryRequest                 // what the last unmarshal decoded
+}
+
+// sotwTypes are the type URLs whose ACKs sotwRequests decodes itself:
+// those osm-server serves.
+var sotwTypes = [...]string{resource.EndpointType, resource.ClusterType, resource.ListenerType, resource.RouteType, resource.SecretType}
+
+// sotwTypeIndex is typeURL's index in sotwTypes, or -1.
+func sotwTypeIndex[T string | []byte](typeURL T) int {
+	for i, t := range sotwTypes {
+		if string(typeURL) == t {
+			return i
+		}
+	}
+	return -1
 }
 
 // DiscoveryRequest's fields (envoy/service/discovery/v3/discovery.proto).
@@ -95,10 +110,9 @@ func (r *sotwRequests) unmarshal(b []byte) error {
 			return err
 		}
 	}
-	if r.last == nil {
-		r.last = map[string]*discovery.DiscoveryRequest{}
+	if i := sotwTypeIndex(req.GetTypeUrl()); i >= 0 {
+		r.last[i] = req
 	}
-	r.last[req.GetTypeUrl()] = req
 	r.req = req
 	return nil
 }
@@ -117,11 +131,12 @@ func (r *sotwRequests) decodeACK(b []byte) *discovery.DiscoveryRequest {
 		}
 		rest = rest[n:]
 	}
-	last := r.last[string(typeURL)]
-	if last == nil {
+	i := sotwTypeIndex(typeURL)
+	if i < 0 || r.last[i] == nil {
 		return nil
 	}
-	req := &discovery.DiscoveryRequest{TypeUrl: last.TypeUrl}
+	last := r.last[i]
+	req := &discovery.DiscoveryRequest{TypeUrl: sotwTypes[i]}
 	names := 0
 	for len(b) > 0 {
 		num, v, n := requestField(b)

@@ -72,6 +72,12 @@ func TestSotwRequestsDecodeAsProtoUnmarshal(t *testing.T) {
 		checkDecodesAsProto(t, &r, marshalRequest(t, eds("4", "4", names...)))
 	}
 
+	// A type URL it does not decode itself, then its ACK.
+	other := &discovery.DiscoveryRequest{TypeUrl: "type.googleapis.com/other", ResourceNames: []string{"x"}}
+	checkDecodesAsProto(t, &r, marshalRequest(t, other))
+	other.VersionInfo, other.ResponseNonce = "1", "1"
+	checkDecodesAsProto(t, &r, marshalRequest(t, other))
+
 	// A NACK, a node on a later request, fields in another order, repeated
 	// scalars (the last one counts), a field it does not know, a known
 	// field with another wire type, invalid UTF-8, a truncated request.
