@@ -4,7 +4,6 @@ import (
 	"unicode/utf8"
 
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/encoding/proto"
 	"google.golang.org/grpc/mem"
@@ -66,8 +65,7 @@ func newWireResponse(body *cache.Wire, nonce string) *wireResponse {
 // request of its type named (every ACK but one after a subscription
 // change) and carries nothing but its version, names, type URL and nonce
 // shares the last one's type URL and names instead of allocating them
-// again, and its version and nonce when those are the same bytes too:
-// 10,000 proxies ACK an endpoint change that reaches them all, and decoding
+// again: 10,000 proxies ACK an endpoint change that reaches them all, and decoding
 // their ACKs was a third of what the server allocated per change (M2,
 // docs/performance.md). Any other request (the first of its type, a node,
 // an error detail, other names, a field it does not know, an unexpected
@@ -75,17 +73,13 @@ func newWireResponse(body *cache.Wire, nonce string) *wireResponse {
 // would. Every request is a new message: a stream tells its watches apart
 // by their requests.
 type sotwRequests struct {
-	last [len(sotwTypes)]*discovery.DiscoveryRequest // the last request of each of sotwTypes
-	req  *discovery.DiscoveryRequest                 // what the last unmarshal decoded
+	last [len(cache.TypeURLs)]*discovery.DiscoveryRequest // the last request of each type osm-server serves
+	req  *discovery.DiscoveryRequest                      // what the last unmarshal decoded
 }
 
-// sotwTypes are the type URLs whose ACKs sotwRequests decodes itself:
-// those osm-server serves.
-var sotwTypes = [...]string{resource.EndpointType, resource.ClusterType, resource.ListenerType, resource.RouteType, resource.SecretType}
-
-// sotwTypeIndex is typeURL's index in sotwTypes, or -1.
+// sotwTypeIndex is typeURL's index in cache.TypeURLs, or -1.
 func sotwTypeIndex[T string | []byte](typeURL T) int {
-	for i, t := range sotwTypes {
+	for i, t := range cache.TypeURLs {
 		if string(typeURL) == t {
 			return i
 		}
@@ -136,17 +130,17 @@ func (r *sotwRequests) decodeACK(b []byte) *discovery.DiscoveryRequest {
 		return nil
 	}
 	last := r.last[i]
-	req := &discovery.DiscoveryRequest{TypeUrl: sotwTypes[i]}
+	req := &discovery.DiscoveryRequest{TypeUrl: cache.TypeURLs[i]}
 	names := 0
 	for len(b) > 0 {
 		num, v, n := requestField(b)
 		b = b[n:]
 		switch num {
 		case requestVersionInfo:
-			var ok bool
-			if req.VersionInfo, ok = shared(v, last.VersionInfo); !ok {
-				return nil
+			if !utf8.Valid(v) {
+				return nil // proto.Unmarshal refuses it
 			}
+			req.VersionInfo = string(v)
 		case requestResourceNames:
 			if names >= len(last.ResourceNames) || string(v) != last.ResourceNames[names] {
 				return nil
@@ -154,10 +148,10 @@ func (r *sotwRequests) decodeACK(b []byte) *discovery.DiscoveryRequest {
 			names++
 		case requestTypeURL:
 		case requestResponseNonce:
-			var ok bool
-			if req.ResponseNonce, ok = shared(v, last.ResponseNonce); !ok {
+			if !utf8.Valid(v) {
 				return nil
 			}
+			req.ResponseNonce = string(v)
 		default:
 			return nil
 		}
@@ -187,16 +181,4 @@ func requestField(b []byte) (num protowire.Number, v []byte, n int) {
 		return 0, nil, -1
 	}
 	return num, v, tn + vn
-}
-
-// shared returns s when v holds its bytes, else v as a new string; false
-// when v is not valid UTF-8 (which proto.Unmarshal refuses).
-func shared(v []byte, s string) (string, bool) {
-	if string(v) == s {
-		return s, true
-	}
-	if !utf8.Valid(v) {
-		return "", false
-	}
-	return string(v), true
 }

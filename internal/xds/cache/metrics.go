@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -16,18 +17,21 @@ var typeNames = [...]string{"cds", "eds", "lds", "rds", "sds", "other"}
 
 const numTypes = len(typeNames)
 
+// TypeURLs are the type URLs osm-server serves, in typeNames' order.
+var TypeURLs = [numTypes - 1]string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType, resource.SecretType}
+
 // typeIndex maps a type URL to its slot in typeNames.
 func typeIndex(typeURL string) int {
 	switch typeURL {
-	case "type.googleapis.com/envoy.config.cluster.v3.Cluster":
+	case resource.ClusterType:
 		return 0
-	case "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment":
+	case resource.EndpointType:
 		return 1
-	case "type.googleapis.com/envoy.config.listener.v3.Listener":
+	case resource.ListenerType:
 		return 2
-	case "type.googleapis.com/envoy.config.route.v3.RouteConfiguration":
+	case resource.RouteType:
 		return 3
-	case "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.Secret":
+	case resource.SecretType:
 		return 4
 	}
 	return numTypes - 1

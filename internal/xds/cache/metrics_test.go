@@ -189,3 +189,15 @@ func TestChangeToACKDelta(t *testing.T) {
 	testwait.For(t, "two changes observed", func() bool { return histogramCount(t, reg) == 2 })
 	named.expectNothing(50 * time.Millisecond)
 }
+
+// TypeURLs and typeIndex name the same types in the same order.
+func TestTypeURLsInTypeIndexOrder(t *testing.T) {
+	for i, u := range TypeURLs {
+		if got := typeIndex(u); got != i {
+			t.Errorf("typeIndex(%s) = %d, want %d (its place in TypeURLs)", u, got, i)
+		}
+	}
+	if got := typeIndex("type.googleapis.com/other"); got != len(TypeURLs) {
+		t.Errorf("typeIndex of another type = %d, want %d (other)", got, len(TypeURLs))
+	}
+}
