@@ -367,7 +367,7 @@ func (s *Store) txnOps(ops []store.Op) (api.TxnOps, error) {
 const waitTime = 5 * time.Minute
 
 // Watch implements store.Store with a blocking query on the keys under
-// the prefix. The first query runs before Watch returns, so a commit made
+// the prefix, folded into one (see listing). The first query runs before Watch returns, so a commit made
 // after it returns is always signalled. Watches end with ctx or Close.
 func (s *Store) Watch(ctx context.Context, prefix string) <-chan struct{} {
 	ch := make(chan struct{}, 1)

@@ -33,6 +33,7 @@ type fakeConsul struct {
 	mu      sync.Mutex
 	hits    map[string]int
 	waits   []string // the index= of each ?keys query
+	lists   []string // the path and separator= of each ?keys query
 	indexes []uint64 // X-Consul-Index of successive ?keys queries; the last repeats
 	keys    string   // the JSON body of ?keys
 	status  int      // when set, every request fails with it
@@ -63,11 +64,9 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.URL.Path == "/v1/txn":
 		w.WriteHeader(http.StatusConflict)
 		io.WriteString(w, f.txnBody)
-	case r.URL.Query().Has("separator"): // Open's check
-		w.Header().Set("X-Consul-Index", "1")
-		io.WriteString(w, "[]")
 	case r.URL.Query().Has("keys"):
 		f.waits = append(f.waits, r.URL.Query().Get("index"))
+		f.lists = append(f.lists, r.URL.Path+" "+r.URL.Query().Get("separator"))
 		idx := f.indexes[min(len(f.waits)-1, len(f.indexes)-1)]
 		w.Header().Set("X-Consul-Index", strconv.FormatUint(idx, 10))
 		io.WriteString(w, f.keys)
@@ -310,12 +309,42 @@ func TestWatchNeverLoopsHot(t *testing.T) {
 }
 
 func TestWatchEmptyPrefixIgnoresOtherWrites(t *testing.T) {
-	// An empty prefix's index is the whole table's: new indexes without a
-	// key under the prefix are other keys' writes.
-	f := &fakeConsul{keys: `[]`, indexes: []uint64{10, 11, 12, 13}}
-	_, _, signals := runWatch(t, f, 4)
-	if signals != 0 {
-		t.Errorf("%d signals for writes outside an empty prefix; want 0", signals)
+	// An empty prefix's index is the whole table's, or its stem's
+	// (listing): new indexes without a key under the prefix are other
+	// keys' writes.
+	for _, keys := range []string{`[]`, `["osm-staging/"]`} {
+		f := &fakeConsul{keys: keys, indexes: []uint64{10, 11, 12, 13}}
+		_, _, signals := runWatch(t, f, 4)
+		if signals != 0 {
+			t.Errorf("keys %s: %d signals for writes outside an empty prefix; want 0", keys, signals)
+		}
+	}
+}
+
+// A watch of "osm/" lists "osm" with the separator "/": every key under
+// the prefix folds into one, where a plain listing would move them all
+// after each commit.
+func TestWatchListsTheStem(t *testing.T) {
+	f := &fakeConsul{keys: `["osm/"]`, indexes: []uint64{10, 11}}
+	_, _, signals := runWatch(t, f, 1)
+	if signals == 0 {
+		t.Error("no signal for a new index with the prefix's folded key")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, l := range f.lists {
+		if l != "/v1/kv/osm /" {
+			t.Errorf("listing %d was %q; want %q", i, l, "/v1/kv/osm /")
+		}
+	}
+	for _, c := range []struct{ prefix, stem, sep string }{
+		{"osm/certificate/proxy/", "osm/certificate/proxy", "/"},
+		{"osm/certificate/session-tickets", "osm/certificate/session-tickets", ""},
+		{"/", "/", ""},
+	} {
+		if stem, sep := listing(c.prefix); stem != c.stem || sep != c.sep {
+			t.Errorf("listing(%q) = %q, %q; want %q, %q", c.prefix, stem, sep, c.stem, c.sep)
+		}
 	}
 }
 

@@ -7,6 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -139,6 +143,74 @@ func TestWatchSurvivesConsulRestart(t *testing.T) {
 	case <-time.After(eventually):
 		t.Fatal("no signal for a write after the reset")
 	}
+}
+
+// A watch's blocking query answers with one key, however many are under
+// the prefix: a listing of them all would move every key again after
+// each commit (about 0.7 MB for 10,000 proxy records).
+func TestWatchAnswersAreOneKey(t *testing.T) {
+	agent := consultest.StartDev(t)
+	var listings, listed atomic.Int64
+	target, err := neturl.Parse("http://" + agent.HTTPAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("keys") {
+			listings.Add(1)
+			w = &countingWriter{ResponseWriter: w, n: &listed}
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	s := open(t, consulstore.Config{Address: srv.Listener.Addr().String()})
+	ctx := t.Context()
+	const keys = 2000
+	for i := 0; i < keys; i += store.MaxTxnOps {
+		var ops []store.Op
+		for j := i; j < min(i+store.MaxTxnOps, keys); j++ {
+			ops = append(ops, store.Set(fmt.Sprintf("big/proxy-%05d", j), store.AnyVersion, []byte("x")))
+		}
+		if ok, err := s.Txn(ctx, ops...); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	ch := s.Watch(ctx, "big/")
+	const commits = 5
+	for i := range commits {
+		if _, err := s.Txn(ctx, store.Set(fmt.Sprintf("big/proxy-%05d", i), store.AnyVersion, []byte("y"))); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ch:
+		case <-time.After(eventually):
+			t.Fatalf("no signal for commit %d under a prefix of %d keys", i, keys)
+		}
+	}
+	n, b := listings.Load(), listed.Load()
+	if n < commits {
+		t.Fatalf("%d listings for %d signals", n, commits)
+	}
+	client, _ := api.NewClient(&api.Config{Address: agent.HTTPAddr})
+	all, _, err := client.KV().Keys("osm/big/", "", nil)
+	if err != nil || len(all) != keys {
+		t.Fatalf("Consul lists %d keys, %v; want %d", len(all), err, keys)
+	}
+	if per := b / n; per > 64 {
+		t.Errorf("a watch's answer was %d bytes on average over %d listings; want one key's (a listing of the %d keys is %d bytes)", per, n, keys, len(strings.Join(all, `","`))+4)
+	}
+	t.Logf("%d listings, %d bytes in all", n, b)
+}
+
+type countingWriter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (w *countingWriter) Write(b []byte) (int, error) {
+	w.n.Add(int64(len(b)))
+	return w.ResponseWriter.Write(b)
 }
 
 // Consul's own limits, past the store's checks: what the checks guard.

@@ -3,6 +3,8 @@ package consulstore
 import (
 	"context"
 	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -81,12 +83,32 @@ type result struct {
 func (w *watch) query(ctx context.Context) result {
 	start := time.Now()
 	q := (&api.QueryOptions{WaitIndex: w.index, WaitTime: waitTime}).WithContext(ctx)
-	keys, meta, err := w.s.kv.Keys(w.prefix, "", q)
+	stem, sep := listing(w.prefix)
+	keys, meta, err := w.s.kv.Keys(stem, sep, q)
 	r := result{elapsed: time.Since(start), err: err}
 	if err == nil {
-		r.index, r.empty = meta.LastIndex, len(keys) == 0
+		r.index, r.empty = meta.LastIndex, !slices.ContainsFunc(keys, func(k string) bool { return strings.HasPrefix(k, w.prefix) })
 	}
 	return r
+}
+
+// listing is the key listing a watch of prefix blocks on. A listing of
+// the prefix itself would move every key under it after each commit:
+// about 0.7 MB for 10,000 proxy records, each time. Consul's index for a
+// listing covers every key under the listed prefix whatever the
+// separator, and a separator folds the keys into what precedes it. So a
+// prefix ending in "/" is listed as the prefix without that "/", with "/"
+// as the separator: every key under it folds into the prefix itself, one
+// key of answer. Keys beginning with the stem but not the prefix
+// ("osm/spec2" beside "osm/spec/") come back as keys of their own and can
+// move the index: a signal with nothing new under the prefix, which
+// Watch allows, and none while the prefix is empty (see step). A prefix
+// without a trailing "/" is listed as it is.
+func listing(prefix string) (stem, separator string) {
+	if s, ok := strings.CutSuffix(prefix, "/"); ok && s != "" {
+		return s, "/"
+	}
+	return prefix, ""
 }
 
 // first takes the baseline index before Watch returns. When Consul cannot
