@@ -124,7 +124,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.IntVar(&reps, "reps", 0, "changes measured for M2 and M3 (default 20, quick 5)")
 	fs.IntVar(&joins, "joins", 0, "joins measured for M5, one after another (default 1000, quick 10); p99 is nearest-rank, the 10th slowest of 1000")
 	fs.StringVar(&servers, "servers", "O,L,L-mux,F,HA", "servers to measure, in order (HA: three osm-server replicas on a three-server Consul, see --consul)")
-	fs.IntVar(&c.rounds, "rounds", 1, "measure every server this many times, taking turns (O, L-mux, O, L-mux, ...), and report each figure's median (M5's p50 and p99: of every round's joins together), with every round's in the JSON's samples: one run's ratios move by ±15% on a 2-core machine (docs/performance.md)")
+	fs.IntVar(&c.rounds, "rounds", 1, "measure every server this many times, taking turns in an order reversed every other round (O, L-mux, L-mux, O, O, ...), and report each figure's median (M5's p50 and p99: of every round's joins together), with every round's in the JSON's samples: one run's ratios move by ±15% on a 2-core machine (docs/performance.md)")
 	fs.StringVar(&c.consul, "consul", "", "consul binary for HA (HA is skipped without it; make bench builds it with hack/build-consul.sh)")
 	fs.IntVar(&c.haProxies, "ha-proxies", 0, "HA: proxies spread over the three replicas (default 900, quick 90)")
 	fs.IntVar(&c.haApplies, "ha-applies", 0, "HA: applies measured (default 20, quick 5)")
@@ -280,7 +280,7 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 	rounds := map[string][]roundResult{}
 measuring:
 	for round := 1; round <= c.rounds; round++ {
-		for _, name := range c.servers {
+		for _, name := range roundOrder(c.servers, round) {
 			if c.rounds > 1 {
 				log.Info("measuring", "server", name, "round", round, "of", c.rounds)
 			}
@@ -385,6 +385,20 @@ func logTail(path string, n int) string {
 	}
 	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}
+
+// roundOrder is the order the servers are measured in a round: as given
+// in odd rounds, reversed in even ones (O, L-mux, L-mux, O, O, L-mux,
+// ...). A machine whose speed drifts over a run (a 2-core VM's does by
+// 10-30% within minutes) then favours neither the server measured first
+// nor the one measured last.
+func roundOrder(servers []string, round int) []string {
+	if round%2 == 1 {
+		return servers
+	}
+	r := slices.Clone(servers)
+	slices.Reverse(r)
+	return r
 }
 
 // mergeRounds makes one server's report from its rounds: each figure is

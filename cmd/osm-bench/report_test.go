@@ -165,3 +165,17 @@ func TestServerCPUPerFleetCPU(t *testing.T) {
 		}
 	}
 }
+
+func TestRoundOrderAlternates(t *testing.T) {
+	servers := []string{"O", "L-mux", "F"}
+	var got []string
+	for round := 1; round <= 3; round++ {
+		got = append(got, strings.Join(roundOrder(servers, round), ","))
+	}
+	if want := []string{"O,L-mux,F", "F,L-mux,O", "O,L-mux,F"}; !slices.Equal(got, want) {
+		t.Errorf("orders %q; want %q", got, want)
+	}
+	if strings.Join(servers, ",") != "O,L-mux,F" {
+		t.Errorf("roundOrder changed its argument: %q", servers)
+	}
+}
