@@ -77,16 +77,6 @@ type sotwRequests struct {
 	req  *discovery.DiscoveryRequest                      // what the last unmarshal decoded
 }
 
-// sotwTypeIndex is typeURL's index in cache.TypeURLs, or -1.
-func sotwTypeIndex[T string | []byte](typeURL T) int {
-	for i, t := range cache.TypeURLs {
-		if string(typeURL) == t {
-			return i
-		}
-	}
-	return -1
-}
-
 // DiscoveryRequest's fields (envoy/service/discovery/v3/discovery.proto).
 const (
 	requestVersionInfo   = 1
@@ -104,7 +94,7 @@ func (r *sotwRequests) unmarshal(b []byte) error {
 			return err
 		}
 	}
-	if i := sotwTypeIndex(req.GetTypeUrl()); i >= 0 {
+	if i := cache.TypeIndex(req.GetTypeUrl()); i >= 0 {
 		r.last[i] = req
 	}
 	r.req = req
@@ -125,7 +115,7 @@ func (r *sotwRequests) decodeACK(b []byte) *discovery.DiscoveryRequest {
 		}
 		rest = rest[n:]
 	}
-	i := sotwTypeIndex(typeURL)
+	i := cache.TypeIndex(typeURL)
 	if i < 0 || r.last[i] == nil {
 		return nil
 	}

@@ -20,19 +20,21 @@ const numTypes = len(typeNames)
 // TypeURLs are the type URLs osm-server serves, in typeNames' order.
 var TypeURLs = [numTypes - 1]string{resource.ClusterType, resource.EndpointType, resource.ListenerType, resource.RouteType, resource.SecretType}
 
+// TypeIndex is typeURL's index in TypeURLs, or -1. It takes the bytes of
+// a message being decoded as well, without copying them.
+func TypeIndex[T string | []byte](typeURL T) int {
+	for i, t := range TypeURLs {
+		if string(typeURL) == t {
+			return i
+		}
+	}
+	return -1
+}
+
 // typeIndex maps a type URL to its slot in typeNames.
 func typeIndex(typeURL string) int {
-	switch typeURL {
-	case resource.ClusterType:
-		return 0
-	case resource.EndpointType:
-		return 1
-	case resource.ListenerType:
-		return 2
-	case resource.RouteType:
-		return 3
-	case resource.SecretType:
-		return 4
+	if i := TypeIndex(typeURL); i >= 0 {
+		return i
 	}
 	return numTypes - 1
 }

@@ -193,9 +193,15 @@ func TestChangeToACKDelta(t *testing.T) {
 // TypeURLs and typeIndex name the same types in the same order.
 func TestTypeURLsInTypeIndexOrder(t *testing.T) {
 	for i, u := range TypeURLs {
+		if got := TypeIndex([]byte(u)); got != i {
+			t.Errorf("TypeIndex(%s) = %d, want %d", u, got, i)
+		}
 		if got := typeIndex(u); got != i {
 			t.Errorf("typeIndex(%s) = %d, want %d (its place in TypeURLs)", u, got, i)
 		}
+	}
+	if got := TypeIndex("type.googleapis.com/other"); got != -1 {
+		t.Errorf("TypeIndex of another type = %d, want -1", got)
 	}
 	if got := typeIndex("type.googleapis.com/other"); got != len(TypeURLs) {
 		t.Errorf("typeIndex of another type = %d, want %d (other)", got, len(TypeURLs))
