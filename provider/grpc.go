@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"sync/atomic"
 
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
@@ -128,6 +129,10 @@ func (s *grpcServer) Watch(_ *providerv1.WatchRequest, stream grpc.ServerStreami
 // the plugin over gRPC. Errors wrap this package's sentinels.
 type GRPCClient struct {
 	client providerv1.ProviderClient
+	// noListAll: the plugin answered ListAll UNIMPLEMENTED (built before
+	// it), which it will for as long as it runs; later calls say so
+	// without a round trip.
+	noListAll atomic.Bool
 }
 
 var _ Provider = (*GRPCClient)(nil)
@@ -173,11 +178,16 @@ func (c *GRPCClient) ListEndpoints(ctx context.Context, svc Service) ([]Endpoint
 // ListAll calls each for every service the plugin knows with its current
 // endpoints, in one call. A plugin built before ListAll existed returns
 // an error wrapping errors.ErrUnsupported before each is first called:
-// list with ListServices and ListEndpoints instead.
+// list with ListServices and ListEndpoints instead. The client remembers
+// that answer: later calls return it at once, without asking the plugin
+// again at every resync.
 func (c *GRPCClient) ListAll(ctx context.Context, each func(Service, []Endpoint) error) error {
+	if c.noListAll.Load() {
+		return fmt.Errorf("the plugin has no ListAll (built before it): %w", errors.ErrUnsupported)
+	}
 	stream, err := c.client.ListAll(ctx, &providerv1.ListAllRequest{})
 	if err != nil {
-		return fromStatus(err)
+		return c.listAllFailed(err)
 	}
 	for {
 		msg, err := stream.Recv()
@@ -185,7 +195,7 @@ func (c *GRPCClient) ListAll(ctx context.Context, each func(Service, []Endpoint)
 			return nil
 		}
 		if err != nil {
-			return fromStatus(err)
+			return c.listAllFailed(err)
 		}
 		for _, se := range msg.GetServices() {
 			eps, err := endpointsFromProto(se.GetEndpoints())
@@ -197,6 +207,16 @@ func (c *GRPCClient) ListAll(ctx context.Context, each func(Service, []Endpoint)
 			}
 		}
 	}
+}
+
+// listAllFailed returns ListAll's error err as this package's, noting a
+// plugin without ListAll.
+func (c *GRPCClient) listAllFailed(err error) error {
+	err = fromStatus(err)
+	if errors.Is(err, errors.ErrUnsupported) {
+		c.noListAll.Store(true)
+	}
+	return err
 }
 
 // Watch streams events until ctx is done (returning nil) or the stream

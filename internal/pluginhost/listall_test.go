@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -23,6 +24,14 @@ type oldPlugin struct {
 	providerv1.UnimplementedProviderServer
 	services map[string][]string // name in namespace "old" -> endpoint addresses
 	calls    int
+	listAlls atomic.Int32 // ListAll calls, answered UNIMPLEMENTED
+}
+
+// ListAll answers as the generated code of a plugin built before ListAll
+// did (UnimplementedProviderServer's), counting the calls.
+func (p *oldPlugin) ListAll(*providerv1.ListAllRequest, grpc.ServerStreamingServer[providerv1.ListAllResponse]) error {
+	p.listAlls.Add(1)
+	return status.Error(codes.Unimplemented, "method ListAll not implemented")
 }
 
 func (p *oldPlugin) ListServices(context.Context, *providerv1.ListServicesRequest) (*providerv1.ListServicesResponse, error) {
@@ -49,13 +58,15 @@ func (p *oldPlugin) ListEndpoints(_ context.Context, req *providerv1.ListEndpoin
 }
 
 // TestListingAPluginBuiltBeforeListAll: the host lists a plugin that
-// answers ListAll with UNIMPLEMENTED service by service, over real gRPC.
+// answers ListAll with UNIMPLEMENTED service by service, over real gRPC,
+// and asks for ListAll once per plugin process, not at every resync.
 func TestListingAPluginBuiltBeforeListAll(t *testing.T) {
 	old := &oldPlugin{services: map[string][]string{"a": {"192.0.2.1:80", "192.0.2.2:80"}, "b": {"192.0.2.3:8080"}}}
 	conn := providertest.ServeGRPC(t, func(s grpc.ServiceRegistrar) { providerv1.RegisterProviderServer(s, old) })
 
 	in := &instance{Instance: Instance{Name: "old"}, log: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
-	got, err := listAll(t.Context(), in, provider.NewGRPCClient(conn))
+	client := provider.NewGRPCClient(conn)
+	got, err := listAll(t.Context(), in, client)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,5 +88,21 @@ func TestListingAPluginBuiltBeforeListAll(t *testing.T) {
 	}
 	if old.calls != 3 {
 		t.Errorf("the old plugin answered %d calls; want ListServices and a ListEndpoints per service, 3", old.calls)
+	}
+
+	// A resync of the same plugin process lists service by service at
+	// once.
+	again, err := listAll(t.Context(), in, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(again) != len(got) {
+		t.Errorf("the resync listed %d services; want %d", len(again), len(got))
+	}
+	if n := old.listAlls.Load(); n != 1 {
+		t.Errorf("the old plugin was asked for ListAll %d times over two listings; want once", n)
+	}
+	if old.calls != 6 {
+		t.Errorf("the old plugin answered %d calls over two listings; want 6", old.calls)
 	}
 }
