@@ -42,9 +42,13 @@ func (g *GatewaySource) ProxyDisconnected(svc mesh.MeshService, addr netip.Addr)
 	g.presence(svc, addr, -1)
 }
 
+// presence counts a proxy of svc at addr coming (delta 1) or going (-1).
+// Every service's machines are counted, since a Gateway may be added for
+// one already connected; the publisher is signalled only when a Gateway's
+// machine comes or goes, not at each proxy's connection (a Gateway added
+// later is signalled by its view).
 func (g *GatewaySource) presence(svc mesh.MeshService, addr netip.Addr, delta int) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	addrs := g.connected[svc]
 	if addrs == nil {
 		addrs = map[netip.Addr]int{}
@@ -59,15 +63,30 @@ func (g *GatewaySource) presence(svc mesh.MeshService, addr netip.Addr, delta in
 			delete(g.connected, svc)
 		}
 	}
-	if before == after {
+	g.mu.Unlock()
+	// Read after the count: a view that makes svc a Gateway and comes
+	// meanwhile is signalled by the view, and its Names see this machine.
+	if before == after || !g.isGateway(svc) {
 		return
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	for ch := range g.subs {
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
 	}
+}
+
+// isGateway says whether svc is a Gateway in the current view.
+func (g *GatewaySource) isGateway(svc mesh.MeshService) bool {
+	v := g.views.View()
+	if v == nil || v.Spec() == nil {
+		return false
+	}
+	_, ok := v.Spec().Gateway(svc)
+	return ok
 }
 
 // Names returns each Gateway's host names with its connected machines'
