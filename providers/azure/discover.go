@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/arm"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/compute/armcompute/v8"
 	"github.com/Azure/azure-sdk-for-go/sdk/resourcemanager/network/armnetwork/v9"
@@ -132,27 +133,24 @@ func (d *discoverer) add(svc provider.Service, ip netip.Addr, port uint16, resou
 // listScaleSets pages through the scale sets of every configured resource
 // group, or of the subscription.
 func (d *discoverer) listScaleSets(ctx context.Context) ([]*armcompute.VirtualMachineScaleSet, error) {
-	var out []*armcompute.VirtualMachineScaleSet
 	if len(d.cfg.ResourceGroups) == 0 {
-		pager := d.c.scaleSets.NewListAllPager(nil)
-		for pager.More() {
-			page, err := pager.NextPage(ctx)
-			if err != nil {
-				return nil, opError(err, "list the virtual machine scale sets of subscription %s", d.cfg.SubscriptionID)
-			}
-			out = append(out, page.Value...)
-		}
-		return out, nil
+		return allPages(ctx, d.c.scaleSets.NewListAllPager(nil),
+			func(p armcompute.VirtualMachineScaleSetsClientListAllResponse) []*armcompute.VirtualMachineScaleSet {
+				return p.Value
+			},
+			"list the virtual machine scale sets of subscription %s", d.cfg.SubscriptionID)
 	}
+	var out []*armcompute.VirtualMachineScaleSet
 	for _, rg := range d.cfg.ResourceGroups {
-		pager := d.c.scaleSets.NewListPager(rg, nil)
-		for pager.More() {
-			page, err := pager.NextPage(ctx)
-			if err != nil {
-				return nil, opError(err, "list the virtual machine scale sets of resource group %s", rg)
-			}
-			out = append(out, page.Value...)
+		sets, err := allPages(ctx, d.c.scaleSets.NewListPager(rg, nil),
+			func(p armcompute.VirtualMachineScaleSetsClientListResponse) []*armcompute.VirtualMachineScaleSet {
+				return p.Value
+			},
+			"list the virtual machine scale sets of resource group %s", rg)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, sets...)
 	}
 	return out, nil
 }
@@ -160,27 +158,34 @@ func (d *discoverer) listScaleSets(ctx context.Context) ([]*armcompute.VirtualMa
 // listVMs pages through the VMs of every configured resource group, or of
 // the subscription. These lists carry no instance view.
 func (d *discoverer) listVMs(ctx context.Context) ([]*armcompute.VirtualMachine, error) {
-	var out []*armcompute.VirtualMachine
 	if len(d.cfg.ResourceGroups) == 0 {
-		pager := d.c.vms.NewListAllPager(nil)
-		for pager.More() {
-			page, err := pager.NextPage(ctx)
-			if err != nil {
-				return nil, opError(err, "list the virtual machines of subscription %s", d.cfg.SubscriptionID)
-			}
-			out = append(out, page.Value...)
-		}
-		return out, nil
+		return allPages(ctx, d.c.vms.NewListAllPager(nil),
+			func(p armcompute.VirtualMachinesClientListAllResponse) []*armcompute.VirtualMachine { return p.Value },
+			"list the virtual machines of subscription %s", d.cfg.SubscriptionID)
 	}
+	var out []*armcompute.VirtualMachine
 	for _, rg := range d.cfg.ResourceGroups {
-		pager := d.c.vms.NewListPager(rg, nil)
-		for pager.More() {
-			page, err := pager.NextPage(ctx)
-			if err != nil {
-				return nil, opError(err, "list the virtual machines of resource group %s", rg)
-			}
-			out = append(out, page.Value...)
+		vms, err := allPages(ctx, d.c.vms.NewListPager(rg, nil),
+			func(p armcompute.VirtualMachinesClientListResponse) []*armcompute.VirtualMachine { return p.Value },
+			"list the virtual machines of resource group %s", rg)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, vms...)
+	}
+	return out, nil
+}
+
+// allPages returns the values (value's) of every page of pager; an error
+// names the listing as format and args do.
+func allPages[P, V any](ctx context.Context, pager *runtime.Pager[P], value func(P) []V, format string, args ...any) ([]V, error) {
+	var out []V
+	for pager.More() {
+		page, err := pager.NextPage(ctx)
+		if err != nil {
+			return nil, opError(err, format, args...)
+		}
+		out = append(out, value(page)...)
 	}
 	return out, nil
 }
