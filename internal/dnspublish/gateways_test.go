@@ -61,42 +61,47 @@ func TestGatewaySourceSignalsGatewayMachinesOnly(t *testing.T) {
 	edge := mesh.MeshService{Namespace: "default", Name: "edge"}
 	a1, a2 := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
 
-	g.ProxyConnected(edge, a2)
-	if signalled(ch) {
-		t.Error("a proxy of default/edge, not a Gateway, signalled the publisher")
+	// step is a proxy of svc at addr coming or going, and whether the
+	// publisher is to be signalled.
+	type step struct {
+		what   string
+		svc    mesh.MeshService
+		addr   netip.Addr
+		come   bool
+		signal bool
 	}
-	g.ProxyConnected(ingress, a1)
-	if !signalled(ch) {
-		t.Error("a machine of Gateway default/ingress connected without a signal")
+	run := func(steps ...step) {
+		t.Helper()
+		for _, s := range steps {
+			if s.come {
+				g.ProxyConnected(s.svc, s.addr)
+			} else {
+				g.ProxyDisconnected(s.svc, s.addr)
+			}
+			if got := signalled(ch); got != s.signal {
+				t.Errorf("%s: signalled %t; want %t", s.what, got, s.signal)
+			}
+		}
 	}
-	g.ProxyConnected(ingress, a1) // a second proxy of the same machine
-	if signalled(ch) {
-		t.Error("a second proxy of a connected gateway machine signalled; its address was published already")
+	names := func(when string, want map[string][]netip.Addr) {
+		t.Helper()
+		if got := g.Names(); !maps.EqualFunc(got, want, slices.Equal[[]netip.Addr]) {
+			t.Errorf("names %s: %v; want %v", when, got, want)
+		}
 	}
-	if got, want := g.Names(), map[string][]netip.Addr{"shop.example.com": {a1}}; !maps.EqualFunc(got, want, slices.Equal[[]netip.Addr]) {
-		t.Errorf("names %v; want %v", got, want)
-	}
+
+	run(step{"a proxy of default/edge, not a Gateway, connects", edge, a2, true, false},
+		step{"a machine of Gateway default/ingress connects", ingress, a1, true, true},
+		step{"a second proxy of that machine connects (its address is published already)", ingress, a1, true, false})
+	names("with default/ingress's machine", map[string][]netip.Addr{"shop.example.com": {a1}})
 
 	// default/edge becomes a Gateway: its machine, connected before, is
 	// published (the view signals it).
 	apply(t, sp, gatewayDoc("edge", "edge.example.com"))
 	model.Update()
-	if got, want := g.Names(), map[string][]netip.Addr{"shop.example.com": {a1}, "edge.example.com": {a2}}; !maps.EqualFunc(got, want, slices.Equal[[]netip.Addr]) {
-		t.Errorf("names after default/edge became a Gateway %v; want %v", got, want)
-	}
-	g.ProxyDisconnected(edge, a2)
-	if !signalled(ch) {
-		t.Error("the machine of Gateway default/edge left without a signal")
-	}
-	g.ProxyDisconnected(ingress, a1)
-	if signalled(ch) {
-		t.Error("one of two proxies of a gateway machine left and signalled; the machine is still there")
-	}
-	g.ProxyDisconnected(ingress, a1)
-	if !signalled(ch) {
-		t.Error("the last proxy of Gateway default/ingress's machine left without a signal")
-	}
-	if got := g.Names(); len(got) != 0 {
-		t.Errorf("names with no gateway machine connected: %v; want none", got)
-	}
+	names("after default/edge became a Gateway", map[string][]netip.Addr{"shop.example.com": {a1}, "edge.example.com": {a2}})
+	run(step{"the machine of Gateway default/edge leaves", edge, a2, false, true},
+		step{"one of two proxies of default/ingress's machine leaves (the machine is still there)", ingress, a1, false, false},
+		step{"the last proxy of default/ingress's machine leaves", ingress, a1, false, true})
+	names("with no gateway machine connected", map[string][]netip.Addr{})
 }
