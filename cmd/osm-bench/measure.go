@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math"
@@ -76,6 +78,9 @@ type plan struct {
 	// by default a proxy keeps its TLS session and resumes it when it
 	// reconnects (M6, M10), as Envoy does.
 	NoResume bool
+	// JoinsOut, when set, is a file each server's M5 joins are appended
+	// to, one line each (see writeJoins).
+	JoinsOut string
 }
 
 // want reports whether metric id is to be measured.
@@ -296,6 +301,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 
 	// M5: a new proxy joins the full fleet.
 	var joins []float64
+	var joinStarts []time.Time
 	var joinsTraced func() error
 	joinsProfiled := func() error { return nil }
 	if p.want("M5") {
@@ -331,6 +337,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			return nil, fmt.Errorf("M5: %w", err)
 		}
 		joins = append(joins, ms(pc.readyAt.Sub(t0)))
+		joinStarts = append(joinStarts, t0)
 		pc.close()
 	}
 	joinsCPU1, joinsCPUErr1 := cpuSeconds(pid)
@@ -342,6 +349,11 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			res.note("M5: profile: %v", err)
 		}
 		log.Info("joins measured", "n", len(joins))
+		if p.JoinsOut != "" {
+			if err := appendJoins(p.JoinsOut, t.Name(), joinStarts, joins); err != nil {
+				return nil, fmt.Errorf("M5: --joins-out: %w", err)
+			}
+		}
 		res.Latencies = map[string][]float64{"M5": joins}
 		res.set("M5.p50", percentile(joins, 50))
 		res.set("M5.p99", percentile(joins, 99))
@@ -645,6 +657,26 @@ func countLive(pcs []*proxyClient) int {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// appendJoins appends server's joins (see writeJoins) to the file path.
+func appendJoins(path, server string, starts []time.Time, latencies []float64) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	writeJoins(w, server, starts, latencies)
+	return errors.Join(w.Flush(), f.Close())
+}
+
+// writeJoins writes one line per join: the server's name, when the join
+// started (Unix microseconds, to line up with a server's log) and its
+// latency (microseconds), separated by spaces.
+func writeJoins(w io.Writer, server string, starts []time.Time, latencies []float64) {
+	for i, t0 := range starts {
+		fmt.Fprintf(w, "%s %d %.0f\n", server, t0.UnixMicro(), math.Round(latencies[i]*1000))
+	}
+}
 
 func boolf(b bool) float64 {
 	if b {
