@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/testaddr"
 	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
@@ -42,13 +42,10 @@ func TestThroughOSMServer(t *testing.T) {
 	defer cancel()
 	ns := cp.namespace(ctx, t)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	debug := ln.Addr().String()
-	ln.Close()
-	apiAddr, xdsAddr := freeLoopback(t), freeLoopback(t)
+	// Three distinct ports below the ephemeral range: picked on port 0
+	// and closed, the debug port came back as the API's (both bound by
+	// osm-server, which refused to start).
+	debug, apiAddr, xdsAddr := testaddr.Free(t), testaddr.Free(t), testaddr.Free(t)
 	dir := t.TempDir()
 	config := fmt.Sprintf(`dataDir: %s
 pluginDir: %s
@@ -155,16 +152,6 @@ kind: Service
 metadata: {name: vm-client, namespace: default}
 spec: {ports: [{port: 9000, appProtocol: http}]}
 `
-
-func freeLoopback(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 // waitUp waits until the HTTPS API answers (any status).
 func waitUp(t *testing.T, base string) {
