@@ -63,10 +63,13 @@ func (g *GatewaySource) presence(svc mesh.MeshService, addr netip.Addr, delta in
 			delete(g.connected, svc)
 		}
 	}
+	// Without a subscriber (no DNS publishing) the view is not read: a
+	// Gateway lookup builds the snapshot's Gateways on a proxy's join.
+	listened := len(g.subs) > 0
 	g.mu.Unlock()
 	// Read after the count: a view that makes svc a Gateway and comes
 	// meanwhile is signalled by the view, and its Names see this machine.
-	if before == after || !g.isGateway(svc) {
+	if before == after || !listened || !g.isGateway(svc) {
 		return
 	}
 	g.mu.Lock()
