@@ -10,8 +10,12 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
+	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -306,4 +310,121 @@ spec: {serviceAccount: frontend, ports: [{port: 8080}]}
 		{Namespace: "data", Name: "db"}: {{IP: netip.MustParseAddr("10.0.2.1"), Port: 5432}},
 		{Namespace: "web", Name: "app"}: {{IP: netip.MustParseAddr("10.0.2.2"), Port: 8080}},
 	})
+}
+
+// rulesYAML is a mesh whose inbound rules test what appendInboundRules
+// writes: a service two TrafficTargets allow (two policies, whose names
+// sort otherwise than they were applied), a caller named twice in one
+// target and in both, HTTP and TCP ports, and a target on one port only.
+const rulesYAML = `apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: shop}
+spec: {serviceAccount: shop, ports: [{port: 80, appProtocol: http}, {port: 81, appProtocol: http}, {port: 5432, appProtocol: tcp}]}
+---
+apiVersion: specs.smi-spec.io/v1alpha4
+kind: HTTPRouteGroup
+metadata: {name: reads}
+spec: {matches: [{name: get, pathRegex: "/items/.*", methods: [GET]}, {name: head, methods: [HEAD]}]}
+---
+apiVersion: specs.smi-spec.io/v1alpha4
+kind: TCPRoute
+metadata: {name: pg}
+spec: {matches: {name: pg, ports: [5432]}}
+---
+apiVersion: access.smi-spec.io/v1alpha3
+kind: TrafficTarget
+metadata: {name: z-readers}
+spec:
+  destination: {kind: ServiceAccount, name: shop}
+  sources: [{kind: ServiceAccount, name: web}, {kind: ServiceAccount, name: admin}, {kind: ServiceAccount, name: web}]
+  rules: [{kind: HTTPRouteGroup, name: reads}, {kind: TCPRoute, name: pg}]
+---
+apiVersion: access.smi-spec.io/v1alpha3
+kind: TrafficTarget
+metadata: {name: a-admin-81}
+spec:
+  destination: {kind: ServiceAccount, name: shop, port: 81}
+  sources: [{kind: ServiceAccount, name: admin}, {kind: ServiceAccount, name: ops, namespace: infra}]
+  rules: [{kind: HTTPRouteGroup, name: reads}]
+`
+
+// TestInboundRulesWritten: the inbound RBAC rules written from their
+// parts' encodings (inboundRulesBytes with a Memo) are byte for byte
+// protobuf-go's deterministic marshal of inboundRBAC's message, for every
+// port of every service of the stamp meshes and rulesYAML's, and fail
+// validation exactly where the message's filter does. (The specification
+// refuses what would fail; TestEncodedPartsRefuseInvalid covers that
+// path.)
+func TestInboundRulesWritten(t *testing.T) {
+	meshes := stampMeshes(t)
+	s, err := spec.New(t.Context(), discard(), store.NewMemory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyYAML(t, s, rulesYAML)
+	meshes["rules"] = meshOf(s.Snapshot(), nil)
+	written, failed := 0, 0
+	for name, m := range meshes {
+		m.Memo = NewMemo()
+		for pass := range 2 { // the second pass from the Memo's parts
+			for _, info := range m.Spec().Services() {
+				for _, port := range info.Ports {
+					label := fmt.Sprintf("%s/%s:%d (pass %d)", name, info.Service, port.Port, pass)
+					rules := inboundRBAC(Mesh{View: m.View}, info.Service, port, Envoy)
+					var filter proto.Message = &rbachttpv3.RBAC{Rules: rules}
+					if !isHTTP(port) {
+						filter = &rbacnetv3.RBAC{StatPrefix: "x", Rules: rules}
+					}
+					_, errs := walkOne(Envoy, filter)
+					got := inboundRulesBytes(m, info.Service, port, InboundName(info.Service, port.Port))
+					if got.ok != (len(errs) == 0) {
+						t.Fatalf("%s: written rules ok = %v; the message's validation found %v", label, got.ok, errs)
+					}
+					if !got.ok {
+						failed++
+						continue
+					}
+					want, err := proto.MarshalOptions{Deterministic: true}.Marshal(rules)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if !bytes.Equal(got.b, want) {
+						t.Fatalf("%s: written rules differ from the message's:\n got %x\nwant %x", label, got.b, want)
+					}
+					if len(rules.Policies) > 1 {
+						written++
+					}
+				}
+			}
+		}
+	}
+	if written == 0 || failed != 0 {
+		t.Fatalf("%d rules of several policies written, %d failed validation: want some and none", written, failed)
+	}
+}
+
+// TestEncodedPartsRefuseInvalid: a permission that fails Envoy's
+// validation (a regex that is not RE2) makes the rules holding it fail,
+// when first met and when remembered; valid parts are their encodings.
+func TestEncodedPartsRefuseInvalid(t *testing.T) {
+	bad := &rbacv3.Permission{Rule: &rbacv3.Permission_UrlPath{UrlPath: &matcherv3.PathMatcher{
+		Rule: &matcherv3.PathMatcher_Path{Path: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "(unclosed"}}}},
+	}}}
+	good := principal("cluster.local", mesh.ServiceAccount{Namespace: "default", Name: "web"})
+	mm := NewMemo()
+	for pass := range 2 {
+		if _, ok := mm.encodedParts([]proto.Message{good, bad}); ok {
+			t.Fatalf("pass %d: rules with an invalid permission encoded", pass)
+		}
+		enc, ok := mm.encodedParts([]proto.Message{anyPermission, good})
+		if !ok {
+			t.Fatalf("pass %d: valid parts refused", pass)
+		}
+		for i, m := range []proto.Message{anyPermission, good} {
+			want, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+			if !bytes.Equal(enc[i], want) {
+				t.Fatalf("pass %d: part %d is %x, want %x", pass, i, enc[i], want)
+			}
+		}
+	}
 }

@@ -59,6 +59,10 @@ type Memo struct {
 	// inbound rules have allowed, by flavour: a route group most
 	// TrafficTargets share is one message in all their policies.
 	permissions map[permissionKey]memoPermission
+	// parts holds the encoding of each principal and permission (of the
+	// two maps above) that inbound rules written as bytes hold, or that it
+	// failed validation (see encodedParts).
+	parts map[proto.Message]encodedRules
 	// shapes holds the stamp of each shape of resource rendered as bytes
 	// (see stamp), and encoded the resources written from them, by what
 	// msgs would hold their messages under.
@@ -124,8 +128,8 @@ func NewMemo() *Memo {
 	return &Memo{
 		plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}, packed: map[*anypb.Any]packedAny{},
 		emptiness: map[mesh.MeshService]bool{}, principals: map[mesh.ServiceAccount]*rbacv3.Principal{},
-		permissions: map[permissionKey]memoPermission{},
-		shapes:      map[shapeKey]*shape{}, encoded: map[memoKey]Encoded{}, rules: map[memoKey]encodedRules{},
+		permissions: map[permissionKey]memoPermission{}, parts: map[proto.Message]encodedRules{},
+		shapes: map[shapeKey]*shape{}, encoded: map[memoKey]Encoded{}, rules: map[memoKey]encodedRules{},
 	}
 }
 
@@ -147,6 +151,7 @@ func (mm *Memo) use(m Mesh) {
 		clear(mm.emptiness)
 		clear(mm.principals)
 		clear(mm.permissions)
+		clear(mm.parts)
 		clear(mm.shapes)
 		clear(mm.encoded)
 		clear(mm.rules)
@@ -267,6 +272,58 @@ func rbacPrincipals(m Mesh, accounts []mesh.ServiceAccount) []*rbacv3.Principal 
 		out[i] = p
 	}
 	return out
+}
+
+// encodedParts returns the deterministic encoding of each of msgs (RBAC
+// permissions and principals, messages the Memo shares), each marshalled
+// and validated as Envoy's (walkOne) once while the Memo serves its
+// snapshot; false if one fails validation.
+func (mm *Memo) encodedParts(msgs []proto.Message) ([][]byte, bool) {
+	out := make([][]byte, len(msgs))
+	var missing []int
+	mm.mu.Lock()
+	for i, msg := range msgs {
+		e, known := mm.parts[msg]
+		switch {
+		case !known:
+			missing = append(missing, i)
+		case !e.ok:
+			mm.mu.Unlock()
+			return nil, false
+		default:
+			out[i] = e.b
+		}
+	}
+	mm.mu.Unlock()
+	if len(missing) == 0 {
+		return out, true
+	}
+	made := make([]encodedRules, len(missing))
+	for j, i := range missing {
+		made[j] = encodedPart(msgs[i])
+	}
+	ok := true
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	for j, i := range missing {
+		e, known := mm.parts[msgs[i]]
+		if !known {
+			e = made[j]
+			mm.parts[msgs[i]] = e
+		}
+		out[i] = e.b
+		ok = ok && e.ok
+	}
+	return out, ok
+}
+
+// encodedPart is msg validated as Envoy's and marshalled.
+func encodedPart(msg proto.Message) encodedRules {
+	if _, errs := walkOne(Envoy, msg); len(errs) > 0 {
+		return encodedRules{}
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(msg)
+	return encodedRules{b: b, ok: err == nil}
 }
 
 // takePacked returns (and forgets) what a was packed from, if a still

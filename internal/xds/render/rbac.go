@@ -21,13 +21,35 @@ func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort, f Flavor) 
 	rules := &rbacv3.RBAC{Action: rbacv3.RBAC_ALLOW, Policies: map[string]*rbacv3.Policy{}}
 	if m.Spec().Permissive() {
 		rules.Policies["permissive"] = &rbacv3.Policy{
-			Permissions: []*rbacv3.Permission{{Rule: &rbacv3.Permission_Any{Any: true}}},
+			Permissions: []*rbacv3.Permission{anyPermission},
 			Principals: []*rbacv3.Principal{{Identifier: &rbacv3.Principal_Authenticated_{Authenticated: &rbacv3.Principal_Authenticated{
 				PrincipalName: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: "spiffe://" + m.TrustDomain() + "/"}},
 			}}}},
 		}
 		return rules
 	}
+	for _, p := range inboundPolicies(m, svc, port, f) {
+		rules.Policies[p.name] = &rbacv3.Policy{Permissions: p.perms, Principals: p.principals}
+	}
+	return rules
+}
+
+// anyPermission allows every request or connection (shared: not to be
+// modified).
+var anyPermission = &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}}
+
+// inboundPolicy is one policy of inboundRBAC's rules outside permissive
+// mode: its permissions and principals are never empty.
+type inboundPolicy struct {
+	name       string
+	perms      []*rbacv3.Permission
+	principals []*rbacv3.Principal
+}
+
+// inboundPolicies returns the policies of inboundRBAC's rules outside
+// permissive mode, sorted by name (unique: one per TrafficTarget).
+func inboundPolicies(m Mesh, svc mesh.MeshService, port spec.ServicePort, f Flavor) []inboundPolicy {
+	var out []inboundPolicy
 	for _, r := range m.Spec().Inbound(svc) {
 		if r.Port != 0 && r.Port != port.Port || len(r.Sources) == 0 {
 			continue
@@ -37,11 +59,11 @@ func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort, f Flavor) 
 		switch {
 		case !isHTTP(port):
 			if tcpAllowed {
-				perms = append(perms, &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}})
+				perms = append(perms, anyPermission)
 			}
 		case tcpAllowed:
 			// A TCPRoute allowing this port allows every request on it.
-			perms = append(perms, &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}})
+			perms = append(perms, anyPermission)
 		default:
 			for _, hm := range r.HTTP {
 				if perm, ok := rbacPermission(m, r.Policy.Namespace, hm, f); ok {
@@ -55,9 +77,19 @@ func inboundRBAC(m Mesh, svc mesh.MeshService, port spec.ServicePort, f Flavor) 
 		accounts := slices.Clone(r.Sources)
 		slices.SortFunc(accounts, func(a, b mesh.ServiceAccount) int { return mesh.MeshService(a).Compare(mesh.MeshService(b)) })
 		accounts = slices.Compact(accounts)
-		rules.Policies[r.Policy.Namespace+"/"+r.Policy.Name] = &rbacv3.Policy{Permissions: perms, Principals: rbacPrincipals(m, accounts)}
+		out = append(out, inboundPolicy{name: r.Policy.Namespace + "/" + r.Policy.Name, perms: perms, principals: rbacPrincipals(m, accounts)})
 	}
-	return rules
+	// A map keeps the last policy of a name; sorted stably, the last of
+	// each run is that one.
+	slices.SortStableFunc(out, func(a, b inboundPolicy) int { return strings.Compare(a.name, b.name) })
+	kept := out[:0]
+	for i, p := range out {
+		if i+1 < len(out) && out[i+1].name == p.name {
+			continue
+		}
+		kept = append(kept, p)
+	}
+	return kept
 }
 
 // principal is the peer presenting account's SPIFFE ID.
