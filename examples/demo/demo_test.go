@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
+	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
 func TestMain(m *testing.M) {
@@ -116,21 +116,13 @@ func runDemo(t *testing.T, args ...string) (summary, string) {
 	bin := t.TempDir()
 	build(t, bin)
 
-	free := func() string {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		return l.Addr().String()
-	}
 	state := filepath.Join(t.TempDir(), "demo")
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	err := run(ctx, append([]string{
 		"-root", filepath.Join("..", ".."), "-bin", bin, "-state", state,
-		"-api-address", free(), "-xds-address", free(), "-debug-address", free(),
+		"-api-address", testaddr.Free(t), "-xds-address", testaddr.Free(t), "-debug-address", testaddr.Free(t),
 		"-duration", "3m", "-until-purchases", "100", "-json",
 		// The Go apps only, whatever is installed here; TestPolyglotDemo
 		// (-tags polyglot) runs the Python and Node bookbuyers too.

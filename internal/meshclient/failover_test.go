@@ -14,6 +14,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
+	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
 // replica is a real HTTPS server answering the agent config with status
@@ -47,13 +48,9 @@ var caPEM []byte
 // deadServer returns the URL of a port nothing listens on (connection refused).
 func deadServer(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return "https://" + addr
+	// Below the ephemeral range (testaddr): a port another test's server
+	// bound on port 0 meanwhile would answer.
+	return "https://" + testaddr.Free(t)
 }
 
 // hangUpServer accepts connections and closes them at once.

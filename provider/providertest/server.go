@@ -3,7 +3,6 @@ package providertest
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
 // Server is a real osm-server started for a test, running provider
@@ -30,12 +31,10 @@ type Server struct {
 // shown.
 func StartServer(t testing.TB, serverBin, pluginDir, providers string) *Server {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	debug := ln.Addr().String()
-	ln.Close()
+	// The debug address is picked here (the test reads it), below the
+	// ephemeral range: a port picked by listening on port 0 and closing
+	// could come back as the server's API port, bound on port 0.
+	debug := testaddr.Free(t)
 	dir := t.TempDir()
 	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: 127.0.0.1:0\nxdsAddress: 127.0.0.1:0\nproviders:\n%s",
 		filepath.Join(dir, "data"), pluginDir, debug, providers)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/store"
+	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
 // These tests use a fake Consul HTTP API: errors, limits and the watch's
@@ -101,13 +101,8 @@ func startFake(t *testing.T, f *fakeConsul) (*Store, *fakeConsul) {
 }
 
 func TestOpenUnreachableNamesAddressAndFix(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens there now
-	_, err = Open(t.Context(), Config{Address: addr}, testLogger(t))
+	addr := testaddr.Free(t) // nothing listens there, and no server bound on port 0 will
+	_, err := Open(t.Context(), Config{Address: addr}, testLogger(t))
 	if err == nil {
 		t.Fatal("Open of an address nothing listens on succeeded")
 	}
