@@ -79,8 +79,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		return serveBench(ctx, log.With("proc", cmd), cmd, o, stdout)
+	case "tails":
+		return tails(args, stdout, stderr)
 	default:
-		return fmt.Errorf("unknown command %q: want run, serve-l or serve-f", cmd)
+		return fmt.Errorf("unknown command %q: want run, tails, serve-l or serve-f", cmd)
 	}
 }
 
