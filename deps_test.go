@@ -123,8 +123,9 @@ var rules = []rule{
 // testSupport may be imported by any package's tests, whatever the
 // package's rule: it holds nothing of the mesh and links into no binary.
 // internal/testwait bounds every test's waits by the test run's deadline,
-// the public SDK's and the plugins' included.
-var testSupport = []string{module + "/internal/testwait"}
+// the public SDK's and the plugins' included; internal/testaddr picks the
+// loopback ports of servers tests start in other processes.
+var testSupport = []string{module + "/internal/testwait", module + "/internal/testaddr"}
 
 // exempt packages from "..." rules.
 var exempt = map[string][]string{

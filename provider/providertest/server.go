@@ -2,17 +2,19 @@ package providertest
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
 // Server is a real osm-server started for a test, running provider
@@ -31,10 +33,10 @@ type Server struct {
 // shown.
 func StartServer(t testing.TB, serverBin, pluginDir, providers string) *Server {
 	t.Helper()
-	// The debug address is picked here (the test reads it), below the
-	// ephemeral range: a port picked by listening on port 0 and closing
-	// could come back as the server's API port, bound on port 0.
-	debug := testaddr.Free(t)
+	debug, err := freeLoopbackAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: 127.0.0.1:0\nxdsAddress: 127.0.0.1:0\nproviders:\n%s",
 		filepath.Join(dir, "data"), pluginDir, debug, providers)
@@ -64,6 +66,25 @@ func StartServer(t testing.TB, serverBin, pluginDir, providers string) *Server {
 		}
 	})
 	return &Server{DebugAddr: debug}
+}
+
+// freeLoopbackAddr returns a 127.0.0.1 address free now, its port below
+// the kernel's ephemeral range (32768-60999 by default): the server binds
+// its API and xDS listeners on port 0, and a port picked there (by
+// listening on port 0 and closing) could come back as one of them. (The
+// plugin SDK imports nothing of the server's, so not internal/testaddr,
+// which picks ports so for osm-vm's own tests.)
+func freeLoopbackAddr() (string, error) {
+	for range 200 {
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(10000+rand.IntN(22000))))
+		if err != nil {
+			continue
+		}
+		addr := ln.Addr().String()
+		ln.Close()
+		return addr, nil
+	}
+	return "", errors.New("providertest: no free port on 127.0.0.1 between 10000 and 31999 in 200 tries")
 }
 
 // GetJSON decodes the body of GET path on the debug API into v; a status
