@@ -185,6 +185,10 @@ bench:
 	@# turns, give the medians the issue's ratios are judged by (docs/performance.md).
 	$(if $(or $(QUICK),$(BENCH_FLAGS)),@echo "QUICK=1 or BENCH_FLAGS: the storms' rounds skipped",test ! -x bin/osm-server || \
 		bin/osm-bench run --servers O,L-mux --metrics M5,M6 --rounds $(or $(STORM_ROUNDS),5) --osm-server bin/osm-server --out bench/results/storms.json)
+	@# M2's p99 is the slowest of a run's 20 changes: M2_ROUNDS (default 3) rounds
+	@# of O, L-mux and F give the medians its ratios are judged by.
+	$(if $(or $(QUICK),$(BENCH_FLAGS)),@echo "QUICK=1 or BENCH_FLAGS: M2's rounds skipped",test ! -x bin/osm-server || \
+		bin/osm-bench run --servers O,L-mux,F --metrics M2 --rounds $(or $(M2_ROUNDS),3) --osm-server bin/osm-server --out bench/results/m2.json)
 	@# Micro-benchmarks, benchstat-comparable: benchstat old.txt bench/results/micro.txt
 	$(if $(QUICK),@echo "QUICK=1: micro-benchmarks skipped",$(GO) test -run '^$$' -bench . -benchmem -count $(or $(BENCH_COUNT),5) \
 		./internal/xds/ ./internal/xds/cache/ ./internal/xds/render/ > bench/results/micro.txt; s=$$?; cat bench/results/micro.txt; exit $$s)
