@@ -74,7 +74,7 @@ func startControlPlane(t *testing.T) *controlPlane {
 	rand.Read(tok)
 	cp.token = hex.EncodeToString(tok)
 
-	etcdClient, etcdPeer := freePort(t), freePort(t)
+	etcdClient, etcdPeer := testaddr.FreePort(t), testaddr.FreePort(t)
 	cp.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
 	etcd := cp.command("etcd",
@@ -100,7 +100,7 @@ func startControlPlane(t *testing.T) *controlPlane {
 	cp.write("sa.pub", pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}))
 	cp.write("tokens.csv", []byte(cp.token+`,admin,admin,"system:masters"`+"\n"))
 
-	cp.apiPort = freePort(t)
+	cp.apiPort = testaddr.FreePort(t)
 	cp.startAPIServer()
 	t.Cleanup(cp.stopAPIServer)
 
@@ -248,9 +248,4 @@ func (cp *controlPlane) namespace(ctx context.Context, t *testing.T) string {
 		t.Fatalf("create namespace: %v", err)
 	}
 	return ns.Name
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	return testaddr.FreePort(t)
 }

@@ -104,7 +104,7 @@ func setup(t *testing.T, crash string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := envoy.New(sidecar.Options{BinaryPath: exe, DataDir: dir, AdminPort: freePort(t), DrainTime: 100 * time.Millisecond})
+	d, err := envoy.New(sidecar.Options{BinaryPath: exe, DataDir: dir, AdminPort: uint16(testaddr.FreePort(t)), DrainTime: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,11 +125,6 @@ func setup(t *testing.T, crash string) *env {
 	}
 	logs := make(chan logRecord, 10000)
 	return &env{ads: ads, cn: id.CommonName(), driver: d, logs: logs, log: slog.New(&chanHandler{ch: logs})}
-}
-
-func freePort(t *testing.T) uint16 {
-	t.Helper()
-	return uint16(testaddr.FreePort(t))
 }
 
 func waitAck(t *testing.T, e *env) agenttest.Ack {

@@ -79,17 +79,10 @@ func inboundPolicies(m Mesh, svc mesh.MeshService, port spec.ServicePort, f Flav
 		accounts = slices.Compact(accounts)
 		out = append(out, inboundPolicy{name: r.Policy.Namespace + "/" + r.Policy.Name, perms: perms, principals: rbacPrincipals(m, accounts)})
 	}
-	// A map keeps the last policy of a name; sorted stably, the last of
-	// each run is that one.
-	slices.SortStableFunc(out, func(a, b inboundPolicy) int { return strings.Compare(a.name, b.name) })
-	kept := out[:0]
-	for i, p := range out {
-		if i+1 < len(out) && out[i+1].name == p.name {
-			continue
-		}
-		kept = append(kept, p)
-	}
-	return kept
+	// Inbound has one rule per TrafficTarget, named by its namespace and
+	// name: the names are unique.
+	slices.SortFunc(out, func(a, b inboundPolicy) int { return strings.Compare(a.name, b.name) })
+	return out
 }
 
 // principal is the peer presenting account's SPIFFE ID.
