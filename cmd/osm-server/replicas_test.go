@@ -468,7 +468,8 @@ func TestReplicaConsulLoad(t *testing.T) {
 		certs[i] = rs[i%3].osm().Enroll(t, buyer) // a token and an enrollment each
 		rs[i%3].osm().Connect(t, certs[i], "10.0.0.6", "default/bookstore").WaitEDS(t, "default/bookstore", []string{"10.0.0.5:14001"})
 	}
-	// Claims are written in the background (gathered for up to 100 ms),
+	// Claims are written in the background (gathered until none came for
+	// 100 ms, at most 5 s),
 	// and a replica's readers see its own claims before they are written:
 	// wait until every replica sees every record claimed, which holds only
 	// once each replica's claims are in the store.

@@ -27,16 +27,24 @@ import (
 // bbolt, where every commit is an fsync); a batch whose records add up to
 // more than its bytes is written claim by claim.
 const (
-	// DefaultClaimGather is how long the claim writer, woken by a claim,
-	// waits for more before it writes (Options.ClaimGather): proxies
+	// DefaultClaimGather is how long the claim writer waits for claims
+	// to stop coming before it writes them (Options.ClaimGather): proxies
 	// joining one after another (machines booting, a rollout) then share
-	// a commit instead of costing one fsync'd transaction each (about
-	// 0.25 ms of server CPU per join on a 2-core VM, a tenth of what a join
-	// costs). A batch of what the store takes in one transaction is
-	// written at once. Until written, a claim is visible to this replica;
-	// other replicas see it up to this much later, and a crash meanwhile
-	// loses it (the proxy's next connection claims again).
+	// a commit instead of costing one fsync'd transaction each, and the
+	// commit comes after the joins instead of among them. A commit's CPU
+	// grows with its claims (on bbolt each claim rewrites a page of
+	// records: about 25 µs of a 2-core VM's CPU), and the joins beside it
+	// pay for it: with commits every 100 ms during a run of joins, 2-4%
+	// of them overlapped one and M5's p99 was set by them
+	// (docs/performance.md, issue 26's twenty-sixth round).
 	DefaultClaimGather = 100 * time.Millisecond
+	// DefaultClaimMaxWait bounds how long a claim waits while claims keep
+	// coming (Options.ClaimMaxWait). A batch of what the store takes in
+	// one transaction is written at once. Until written, a claim is
+	// visible to this replica; other replicas see it up to this much
+	// later. A crash meanwhile loses it, and the proxy, whose stream the
+	// crash closed, claims again when it reconnects.
+	DefaultClaimMaxWait = 5 * time.Second
 	// claimAttempts is how often a batch is re-read and retried when a
 	// record changed under it, before its claims are written one by one.
 	claimAttempts = 3
@@ -126,6 +134,7 @@ func (m *Manager) claimLoaded(ctx context.Context, e proxyEntry) error {
 		return m.updateProxy(ctx, cn, "claim", claim)
 	}
 	m.claims[cn] = pendingClaim{at: now, rec: read}
+	m.lastClaim = time.Now() // the gather's clock, not Options.Now
 	// The writer is woken by the first claim it will gather and by a
 	// transaction's worth, not by each claim (a wake-up per join).
 	// Claims that come while it writes are written after, as it finds
@@ -207,28 +216,44 @@ func (m *Manager) writeClaims(ctx context.Context) {
 	}
 }
 
-// gatherClaims waits Options.ClaimGather for more claims, or until a
-// transaction's worth is pending, or ctx is done.
+// gatherClaims waits until no claim has come for Options.ClaimGather,
+// Options.ClaimMaxWait has passed, a transaction's worth is pending, or
+// ctx is done. A claim does not wake it (a wake-up per join): when its
+// timer fires it looks at when the last claim came and waits on.
 func (m *Manager) gatherClaims(ctx context.Context) {
 	if m.opts.ClaimGather <= 0 {
 		return
 	}
-	full := func() bool {
-		m.claimMu.Lock()
-		defer m.claimMu.Unlock()
-		return len(m.claims) >= m.claimBatch
-	}
+	start := time.Now()
 	t := time.NewTimer(m.opts.ClaimGather)
 	defer t.Stop()
-	for !full() {
+	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			return
-		case <-m.claimKick:
+		case <-m.claimKick: // a transaction's worth, or a claim after a write
 		}
+		m.claimMu.Lock()
+		full, last := len(m.claims) >= m.claimBatch, m.lastClaim
+		m.claimMu.Unlock()
+		wait := claimWait(start, last, time.Now(), m.opts.ClaimGather, m.opts.ClaimMaxWait)
+		if full || wait <= 0 {
+			return
+		}
+		t.Reset(wait)
 	}
+}
+
+// claimWait is how much longer a claim writer woken at start waits at now,
+// the last claim having come at last: until claims have stopped for quiet,
+// and at most until maxWait after start.
+func claimWait(start, last, now time.Time, quiet, maxWait time.Duration) time.Duration {
+	until := last.Add(quiet)
+	if limit := start.Add(maxWait); limit.Before(until) {
+		until = limit
+	}
+	return until.Sub(now)
 }
 
 // finishClaims hands claiming back to ClaimProxy and writes what is

@@ -474,7 +474,7 @@ func TestVerifiedClaimReadsTheRecordOnce(t *testing.T) {
 // is still gathered when Run returns.
 func TestClaimsGathered(t *testing.T) {
 	st := heldOver(store.NewMemory()) // store.MaxTxnOps to a transaction
-	m := newTestManager(t, st, Options{ClaimGather: time.Hour})
+	m := newTestManager(t, st, Options{ClaimGather: time.Hour, ClaimMaxWait: time.Hour})
 	var cns []string
 	for range store.MaxTxnOps + 10 {
 		_, cn := issueProxy(t, m)
@@ -517,5 +517,50 @@ func TestClaimsGathered(t *testing.T) {
 	}
 	if got := st.txnCount() - before; got != 2 {
 		t.Errorf("%d claims took %d transactions, want 2 (a full one, then the rest as Run returned)", len(cns), got)
+	}
+}
+
+// While claims keep coming, the writer waits on for them (a commit among
+// joins slows the joins beside it), but not past Options.ClaimMaxWait.
+func TestClaimsWrittenByMaxWait(t *testing.T) {
+	st := newHeldStore()
+	m := newTestManager(t, st, Options{ClaimGather: time.Hour, ClaimMaxWait: time.Millisecond})
+	_, cn := issueProxy(t, m)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	waitClaimWriter(t, m)
+	if err := claimReturns(t, m, cn); err != nil {
+		t.Fatal(err)
+	}
+	testwait.For(t, "the claim written by ClaimMaxWait, although claims could still come for an hour", func() bool {
+		return stored(t, st.Memory, cn).State == StateClaimed
+	})
+}
+
+func TestClaimWait(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	const quiet, maxWait = 100 * time.Millisecond, 5 * time.Second
+	for _, tc := range []struct {
+		name             string
+		start, last, now int
+		want             time.Duration
+	}{
+		{"one claim: quiet from it", 0, 0, 0, 100 * time.Millisecond},
+		{"the quiet passed", 0, 0, 100, 0},
+		{"a claim since: quiet from the last", 0, 80, 100, 80 * time.Millisecond},
+		{"claims keep coming: the max wait", 0, 4950, 4960, 40 * time.Millisecond},
+		{"past the max wait", 0, 5100, 5100, -100 * time.Millisecond},
+	} {
+		if got := claimWait(at(tc.start), at(tc.last), at(tc.now), quiet, maxWait); got != tc.want {
+			t.Errorf("%s: claimWait = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -163,11 +163,15 @@ type Options struct {
 	// overlap expired, revoked or not; Run then deletes it (at start and
 	// about hourly). Default 7 days; negative is refused.
 	ProxyRecordRetention time.Duration
-	// ClaimGather is how long Run's claim writer gathers proxies' claims
-	// before writing them in one transaction; default
-	// DefaultClaimGather, negative: none (each wake writes what is
-	// pending at once).
+	// ClaimGather is how long Run's claim writer waits for proxies'
+	// claims to stop coming before writing them in one transaction;
+	// default DefaultClaimGather, negative: none (each wake writes what
+	// is pending at once).
 	ClaimGather time.Duration
+	// ClaimMaxWait bounds the wait while claims keep coming: the writer
+	// writes what is pending this long after the first claim it
+	// gathers; default DefaultClaimMaxWait, negative: no wait.
+	ClaimMaxWait time.Duration
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 	// Duty runs what must run on one replica at a time (proxy-record
@@ -301,11 +305,12 @@ type Manager struct {
 
 	// claimMu guards the claims not yet written (claims.go): the time of
 	// each proxy's connection and its record as read then, by CN, and how
-	// many claim writers (Runs)
-	// are running; with none, ClaimProxy writes itself.
+	// many claim writers (Runs) are running (with none, ClaimProxy
+	// writes itself), and when the last claim came (the gather's clock).
 	claimMu      sync.Mutex
 	claims       map[string]pendingClaim
 	claimWriters int
+	lastClaim    time.Time
 	// claimKick wakes the claim writer.
 	claimKick chan struct{}
 	// claimBatch is the most claims one transaction writes (what the
@@ -351,6 +356,9 @@ func New(ctx context.Context, log *slog.Logger, st Store, opts Options) (*Manage
 	}
 	if opts.ClaimGather == 0 {
 		opts.ClaimGather = DefaultClaimGather
+	}
+	if opts.ClaimMaxWait == 0 {
+		opts.ClaimMaxWait = DefaultClaimMaxWait
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
