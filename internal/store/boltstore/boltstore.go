@@ -76,6 +76,14 @@ func decode(raw []byte) ([]byte, uint64) {
 	return bytes.Clone(raw[8:]), binary.BigEndian.Uint64(raw[:8])
 }
 
+// versionOf is decode's version, without copying the value.
+func versionOf(raw []byte) uint64 {
+	if len(raw) < 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(raw[:8])
+}
+
 func encode(version uint64, value []byte) []byte {
 	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(value)), version), value...)
 }
@@ -111,10 +119,7 @@ func (b *Bolt) list(ctx context.Context, prefix string, values bool) ([]store.KV
 		c := tx.Bucket(bucket).Cursor()
 		p := []byte(prefix)
 		for k, v := c.Seek(p); k != nil && bytes.HasPrefix(k, p); k, v = c.Next() {
-			kv := store.KV{Key: string(k)}
-			if len(v) >= 8 {
-				kv.Version = binary.BigEndian.Uint64(v[:8])
-			}
+			kv := store.KV{Key: string(k), Version: versionOf(v)}
 			if values {
 				kv.Value, _ = decode(v)
 			}
@@ -162,8 +167,7 @@ func (b *Bolt) txn(ctx context.Context, ops []store.Op, newVersion *uint64) (boo
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		bk := tx.Bucket(bucket)
 		for _, op := range ops {
-			_, cur := decode(bk.Get([]byte(op.Key)))
-			if !op.Matches(cur) {
+			if !op.Matches(versionOf(bk.Get([]byte(op.Key)))) {
 				return nil
 			}
 		}
