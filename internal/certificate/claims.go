@@ -225,15 +225,8 @@ func (m *Manager) gatherClaims(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	t := time.NewTimer(m.opts.ClaimGather)
-	defer t.Stop()
+	var t *time.Timer
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-m.claimKick: // a transaction's worth, or a claim after a write
-		}
 		m.claimMu.Lock()
 		full, last := len(m.claims) >= m.claimBatch, m.lastClaim
 		m.claimMu.Unlock()
@@ -241,7 +234,18 @@ func (m *Manager) gatherClaims(ctx context.Context) {
 		if full || wait <= 0 {
 			return
 		}
-		t.Reset(wait)
+		if t == nil {
+			t = time.NewTimer(wait)
+			defer t.Stop()
+		} else {
+			t.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-m.claimKick: // a transaction's worth
+		}
 	}
 }
 
