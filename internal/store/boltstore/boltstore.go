@@ -73,10 +73,10 @@ func decode(raw []byte) ([]byte, uint64) {
 	if len(raw) < 8 {
 		return nil, 0
 	}
-	return bytes.Clone(raw[8:]), binary.BigEndian.Uint64(raw[:8])
+	return bytes.Clone(raw[8:]), versionOf(raw)
 }
 
-// versionOf is decode's version, without copying the value.
+// versionOf is a stored value's version, without copying the value.
 func versionOf(raw []byte) uint64 {
 	if len(raw) < 8 {
 		return 0
