@@ -157,9 +157,7 @@ func FuzzRequest(f *testing.F) {
 		if err := h.flush(); err != nil {
 			t.Fatal(err)
 		}
-		for _, t2 := range h.types {
-			t2.open.Cancel()
-		}
+		h.closeWatches()
 	})
 }
 

@@ -18,10 +18,11 @@ import (
 // answerSotw sends w its response if the view differs from what the stream
 // holds. It reports whether w has been answered. Caller holds c.mu.
 func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
-	set := n.view[w.req.GetTypeUrl()]
-	if set == nil {
+	st := n.state(w.typ, w.req.GetTypeUrl(), false)
+	if st == nil || st.view == nil {
 		return false
 	}
+	set := st.view
 	a := c.sotwAnswer(w, set)
 	if a == nil {
 		return false
@@ -32,8 +33,8 @@ func (c *Cache) answerSotw(n *node, w *sotwWatch) bool {
 		return false
 	}
 	c.wakes = append(c.wakes, w.rcv)
-	n.recordSent(w.req.GetTypeUrl(), a.version)
-	c.countResponse(n, w.req.GetTypeUrl())
+	st.recordSent(a.version)
+	c.countResponse(n, w.typ)
 	return true
 }
 
@@ -190,10 +191,11 @@ func makeSotwAnswer(sub gcpcache.Subscription, set *Set) *answer {
 // answerDelta sends w the resources whose versions differ from what the
 // stream holds, and the names removed. Caller holds c.mu.
 func (c *Cache) answerDelta(n *node, w *deltaWatch) bool {
-	set := n.view[w.req.GetTypeUrl()]
-	if set == nil {
+	st := n.state(w.typ, w.req.GetTypeUrl(), false)
+	if st == nil || st.view == nil {
 		return false
 	}
+	set := st.view
 	returned := w.sub.ReturnedResources()
 	wildcard := w.sub.IsWildcard()
 	subscribed := w.sub.SubscribedResources()
@@ -271,8 +273,8 @@ func (c *Cache) answerDelta(n *node, w *deltaWatch) bool {
 	}
 	select {
 	case w.ch <- resp:
-		n.recordSent(w.req.GetTypeUrl(), resp.out.SystemVersionInfo)
-		c.countResponse(n, w.req.GetTypeUrl())
+		st.recordSent(resp.out.SystemVersionInfo)
+		c.countResponse(n, w.typ)
 		return true
 	default:
 		c.log.Error("xDS delta response channel full; will retry at the next publish", "node", n.id, "type", w.req.GetTypeUrl())

@@ -16,6 +16,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	runtimev3 "github.com/envoyproxy/go-control-plane/envoy/service/runtime/v3"
 	gcpcache "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3"
@@ -25,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/osm-vm/osm-vm/internal/testwait"
@@ -674,5 +676,48 @@ func TestBatchWakesStreamsAtItsEnd(t *testing.T) {
 	watch("n4", n4) // answered at once
 	if len(n4.delivered) != 1 || n4.wakes != 1 {
 		t.Fatalf("n4: %d responses, %d wake-ups after its request, want 1 and 1", len(n4.delivered), n4.wakes)
+	}
+}
+
+// A type URL osm-server does not serve is kept, sent and reported as the
+// ones it does (the cache holds those in an array, others in a map).
+func TestOtherTypeURL(t *testing.T) {
+	c := New(testLogger(t))
+	conn := startServer(t, c)
+	rt := mustSet(t, mustResource(t, c, "layer", &runtimev3.Runtime{Name: "layer"}))
+	mustPublish(t, c, "n1", resource.RuntimeType, rt)
+	mustPublish(t, c, "n1", resource.ClusterType, mustSet(t, mustResource(t, c, "a", cluster("a"))))
+	a := newADSClient(t, conn, "n1")
+	a.send(resource.RuntimeType, []string{"layer"}, "", "", nil)
+	r := a.recv()
+	if r.GetTypeUrl() != resource.RuntimeType || len(r.GetResources()) != 1 {
+		t.Fatalf("got %d resources of %s, want the runtime layer", len(r.GetResources()), r.GetTypeUrl())
+	}
+	a.ack(r, []string{"layer"})
+	testwait.For(t, "the runtime layer's ACK recorded", func() bool {
+		st := c.Status("n1")
+		return len(st) == 2 && st[1].ACKed == r.GetVersionInfo()
+	})
+	st := c.Status("n1")
+	got := []TypeStatus{{TypeURL: st[0].TypeURL, Published: st[0].Published, Sent: st[0].Sent}, {TypeURL: st[1].TypeURL, Published: st[1].Published, Sent: st[1].Sent, ACKed: st[1].ACKed}}
+	want := []TypeStatus{
+		{TypeURL: resource.ClusterType, Published: c.View("n1")[resource.ClusterType].Version()},
+		{TypeURL: resource.RuntimeType, Published: rt.Version(), Sent: r.GetVersionInfo(), ACKed: r.GetVersionInfo()},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Status (-want +got):\n%s", diff)
+	}
+	if v := c.View("n1"); len(v) != 2 || v[resource.RuntimeType] != rt {
+		t.Errorf("View holds %d types, want the clusters and the runtime layer", len(v))
+	}
+	// A new layer is sent to the open watch.
+	rt2 := mustSet(t, mustResource(t, c, "layer", &runtimev3.Runtime{Name: "layer", Layer: &structpb.Struct{}}))
+	mustPublish(t, c, "n1", resource.RuntimeType, rt2)
+	if r2 := a.recv(); r2.GetTypeUrl() != resource.RuntimeType || r2.GetVersionInfo() == r.GetVersionInfo() {
+		t.Errorf("got %s version %q after a new layer, want a new runtime version", r2.GetTypeUrl(), r2.GetVersionInfo())
+	}
+	c.Forget("n1")
+	if v := c.View("n1"); len(v) != 0 {
+		t.Errorf("after Forget, View holds %d types, want none", len(v))
 	}
 }

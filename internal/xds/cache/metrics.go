@@ -232,11 +232,14 @@ func (c *Cache) settle(e *change, answered bool) {
 	}
 }
 
-// countResponse and countNACK count one response sent or rejected. Caller
-// holds c.mu.
-func (c *Cache) countResponse(n *node, typeURL string) {
+// countResponse and countNACK count one response sent or rejected; ti
+// is the response's TypeIndex. Caller holds c.mu.
+func (c *Cache) countResponse(n *node, ti int) {
 	if c.metrics != nil {
-		i := typeIndex(typeURL)
+		i := ti
+		if i < 0 {
+			i = numTypes - 1
+		}
 		c.metrics.responses[i].Inc()
 		n.served |= 1 << i
 		n.carried[i] = len(n.awaiting[i])
