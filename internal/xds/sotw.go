@@ -24,9 +24,12 @@ import (
 // over a channel per watch, no channel and watch allocated per request,
 // and the subscription rebuilt only when the names asked for change. A
 // stream costs two goroutines besides gRPC's: the handler, which sends,
-// and a reader, which receives (so that cancelling the stream's context,
-// a revocation or Disconnect, ends the handler and with it the RPC while
-// a Recv is pending).
+// and a reader, which receives and handles each request itself (so that
+// cancelling the stream's context, a revocation or Disconnect, ends the
+// handler and with it the RPC while a Recv is pending). The reader handed
+// each request to the handler until the twenty-seventh round of issue 26:
+// a wake-up of another goroutine per ACK, 10,000 of them per endpoint
+// change (docs/performance.md).
 //
 // The cache answers a watch by calling Deliver, with the cache locked,
 // which queues the response, and Wake, which wakes the handler. Responses to a
@@ -35,8 +38,15 @@ import (
 type sotwStream struct {
 	gs    discovery.AggregatedDiscoveryService_StreamAggregatedResourcesServer
 	cache sotwCache
-	node  *corev3.Node
-	nonce int64
+
+	// state guards what follows: the reader's requests and the handler's
+	// sends both read and write it.
+	state sync.Mutex
+	// closed: the handler has returned and closed the watches; a request
+	// still being handled opens none.
+	closed bool
+	node   *corev3.Node
+	nonce  int64
 	// types is the stream's state of each type URL the cache knows
 	// (cache.TypeURLs' order), other of any other type URL: looking a
 	// response's type up by its 67-byte URL in a map was a sixth of a
@@ -90,8 +100,12 @@ func (h *sotwStream) typeState(typeURL string) *sotwType {
 	return h.other[typeURL]
 }
 
-// closeWatches closes the stream's open watches.
+// closeWatches closes the stream's open watches, and any a request
+// still being handled would open.
 func (h *sotwStream) closeWatches() {
+	h.state.Lock()
+	defer h.state.Unlock()
+	h.closed = true
 	for _, t := range h.types {
 		if t != nil {
 			t.open.Cancel()
@@ -119,12 +133,14 @@ func (h *sotwStream) setTypeState(typeURL string, t *sotwType) {
 // failed send.
 func (h *sotwStream) serve(ctx context.Context, recv func() (*discovery.DiscoveryRequest, error)) error {
 	defer h.closeWatches()
-	reqs := make(chan *discovery.DiscoveryRequest)
+	// done carries the reader's end: nil when recv failed, or the error
+	// of a request refused.
+	done := make(chan error, 1)
 	go func() {
-		defer close(reqs)
 		for {
 			req, err := recv()
 			if err != nil {
+				done <- nil
 				return
 			}
 			// A request answering a response (an ACK, mostly) is
@@ -138,9 +154,8 @@ func (h *sotwStream) serve(ctx context.Context, recv func() (*discovery.Discover
 			if req.GetResponseNonce() != "" {
 				runtime.Gosched()
 			}
-			select {
-			case reqs <- req:
-			case <-ctx.Done():
+			if err := h.request(req); err != nil {
+				done <- err
 				return
 			}
 		}
@@ -149,13 +164,8 @@ func (h *sotwStream) serve(ctx context.Context, recv func() (*discovery.Discover
 		select {
 		case <-ctx.Done():
 			return nil
-		case req, ok := <-reqs:
-			if !ok {
-				return nil
-			}
-			if err := h.request(req); err != nil {
-				return err
-			}
+		case err := <-done:
+			return err
 		case <-h.wake:
 			if err := h.flush(); err != nil {
 				return err
@@ -187,6 +197,11 @@ func (h *sotwStream) Wake() {
 func (h *sotwStream) request(req *discovery.DiscoveryRequest) error {
 	if req == nil {
 		return status.Errorf(codes.Unavailable, "empty request")
+	}
+	h.state.Lock()
+	defer h.state.Unlock()
+	if h.closed {
+		return nil
 	}
 	if req.GetNode() != nil {
 		h.node = req.GetNode()
@@ -227,12 +242,10 @@ func (h *sotwStream) flush() error {
 	h.pending = nil
 	h.mu.Unlock()
 	for _, r := range pending {
-		t := h.typeState(r.GetRequest().GetTypeUrl())
-		if t == nil || r.GetRequest() != t.watch {
+		nonce, ok := h.sending(r)
+		if !ok {
 			continue // its watch was replaced
 		}
-		h.nonce++
-		nonce := strconv.FormatInt(h.nonce, 10)
 		var (
 			body *cache.Wire
 			out  *discovery.DiscoveryResponse
@@ -246,9 +259,6 @@ func (h *sotwStream) flush() error {
 		if err != nil {
 			return err
 		}
-		t.sub.SetReturnedResources(r.GetReturnedResources())
-		t.held = r
-		t.nonce = nonce
 		if body != nil {
 			err = h.gs.SendMsg(newWireResponse(body, nonce))
 		} else {
@@ -259,4 +269,21 @@ func (h *sotwStream) flush() error {
 		}
 	}
 	return nil
+}
+
+// sending records that r, a response to its type's open watch, is sent
+// next, and returns its nonce; not ok when a later request of its type
+// replaced the watch it answers.
+func (h *sotwStream) sending(r gcpcache.Response) (nonce string, ok bool) {
+	h.state.Lock()
+	defer h.state.Unlock()
+	t := h.typeState(r.GetRequest().GetTypeUrl())
+	if t == nil || r.GetRequest() != t.watch {
+		return "", false
+	}
+	h.nonce++
+	t.nonce = strconv.FormatInt(h.nonce, 10)
+	t.sub.SetReturnedResources(r.GetReturnedResources())
+	t.held = r
+	return t.nonce, true
 }
