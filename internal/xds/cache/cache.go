@@ -211,13 +211,16 @@ type node struct {
 }
 
 // typeState is a node's state of one type URL: the set published for it
-// (nil until one is) and what was last sent and ACKed of it.
+// (nil until one is) and what was last sent and ACKed of it (sentAt is
+// zero until a response is sent).
 type typeState struct {
 	view            *Set
-	sentAny         bool // a response of the type was sent
 	sent, acked     string
 	sentAt, ackedAt time.Time
 }
+
+// wasSent reports whether a response of the type was sent.
+func (st *typeState) wasSent() bool { return !st.sentAt.IsZero() }
 
 // state returns n's state of the type URL typeURL, whose TypeIndex is i;
 // for a type URL not in TypeURLs, nil when n holds none and create is
@@ -249,7 +252,7 @@ func (n *node) view(i int, typeURL string) *Set {
 // states calls f with each type URL n holds a state of.
 func (n *node) states(f func(typeURL string, st *typeState)) {
 	for i := range n.types {
-		if st := &n.types[i]; st.view != nil || st.sentAny {
+		if st := &n.types[i]; st.view != nil || st.wasSent() {
 			f(TypeURLs[i], st)
 		}
 	}
@@ -396,7 +399,7 @@ func (c *Cache) publish(nodeID, typeURL string, set *Set) {
 	}
 	st.view = set
 	if c.current != nil {
-		c.await(n, typeIndex(typeURL))
+		c.await(n, metricSlot(ti))
 	}
 	// watching and answered count this type's watches, and those answered.
 	watching, answered := 0, 0
@@ -423,7 +426,7 @@ func (c *Cache) publish(nodeID, typeURL string, set *Set) {
 		}
 	}
 	if watching > 0 && answered == 0 && c.metrics != nil {
-		c.unaffected(n, typeIndex(typeURL))
+		c.unaffected(n, metricSlot(ti))
 	}
 }
 
@@ -596,10 +599,10 @@ func (c *Cache) watchSotwLocked(w *sotwWatch) *Watch {
 		}
 		c.recordNACK(n, req.GetTypeUrl(), version, req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
 	} else if req.GetResponseNonce() != "" {
-		if st := n.state(w.typ, req.GetTypeUrl(), false); st != nil && st.sentAny {
+		if st := n.state(w.typ, req.GetTypeUrl(), false); st != nil && st.wasSent() {
 			st.acked, st.ackedAt = req.GetVersionInfo(), time.Now()
 			if c.metrics != nil && st.sent == req.GetVersionInfo() {
-				c.acked(n, typeIndex(req.GetTypeUrl()))
+				c.acked(n, metricSlot(w.typ))
 			}
 		}
 	}
@@ -608,7 +611,7 @@ func (c *Cache) watchSotwLocked(w *sotwWatch) *Watch {
 		return &Watch{c: c, n: n}
 	}
 	if c.metrics != nil && n.view(w.typ, req.GetTypeUrl()) != nil {
-		c.unaffected(n, typeIndex(req.GetTypeUrl()))
+		c.unaffected(n, metricSlot(w.typ))
 	}
 	n.sotw[w] = struct{}{}
 	return &Watch{c: c, n: n, w: w}
@@ -624,14 +627,14 @@ func (c *Cache) CreateDeltaWatch(req *gcpcache.DeltaRequest, sub gcpcache.Subscr
 	st := n.state(w.typ, req.GetTypeUrl(), false)
 	if req.GetErrorDetail() != nil {
 		var version string
-		if st != nil && st.sentAny {
+		if st != nil && st.wasSent() {
 			version = st.sent // Delta requests carry no version; take the last sent.
 		}
 		c.recordNACK(n, req.GetTypeUrl(), version, req.GetResponseNonce(), req.GetErrorDetail().GetMessage())
-	} else if req.GetResponseNonce() != "" && st != nil && st.sentAny {
+	} else if req.GetResponseNonce() != "" && st != nil && st.wasSent() {
 		st.acked, st.ackedAt = st.sent, time.Now()
 		if c.metrics != nil {
-			c.acked(n, typeIndex(req.GetTypeUrl()))
+			c.acked(n, metricSlot(w.typ))
 		}
 	}
 	if c.answerDelta(n, w) {
@@ -639,7 +642,7 @@ func (c *Cache) CreateDeltaWatch(req *gcpcache.DeltaRequest, sub gcpcache.Subscr
 		return func() {}, nil
 	}
 	if c.metrics != nil && n.view(w.typ, req.GetTypeUrl()) != nil {
-		c.unaffected(n, typeIndex(req.GetTypeUrl()))
+		c.unaffected(n, metricSlot(w.typ))
 	}
 	n.delta[w] = struct{}{}
 	return func() {
@@ -656,7 +659,7 @@ func (c *Cache) Fetch(context.Context, *gcpcache.Request) (gcpcache.Response, er
 }
 
 func (st *typeState) recordSent(version string) {
-	st.sentAny, st.sent, st.sentAt = true, version, time.Now()
+	st.sent, st.sentAt = version, time.Now()
 }
 
 // View returns the sets published for node, by type URL (nil for a node it
@@ -692,7 +695,7 @@ func (c *Cache) Status(nodeID string) []TypeStatus {
 		if st.view != nil {
 			ts.Published = st.view.Version()
 		}
-		if st.sentAny {
+		if st.wasSent() {
 			ts.Sent, ts.SentAt, ts.ACKed, ts.ACKedAt = st.sent, st.sentAt, st.acked, st.ackedAt
 		}
 		types[t] = ts

@@ -32,11 +32,15 @@ func TypeIndex[T string | []byte](typeURL T) int {
 }
 
 // typeIndex maps a type URL to its slot in typeNames.
-func typeIndex(typeURL string) int {
-	if i := TypeIndex(typeURL); i >= 0 {
-		return i
+func typeIndex(typeURL string) int { return metricSlot(TypeIndex(typeURL)) }
+
+// metricSlot maps a TypeIndex (-1 for a type URL not in TypeURLs) to its
+// slot in typeNames.
+func metricSlot(ti int) int {
+	if ti < 0 {
+		return numTypes - 1
 	}
-	return numTypes - 1
+	return ti
 }
 
 // metrics are the cache's Prometheus instruments (see Instrument).
@@ -236,10 +240,7 @@ func (c *Cache) settle(e *change, answered bool) {
 // is the response's TypeIndex. Caller holds c.mu.
 func (c *Cache) countResponse(n *node, ti int) {
 	if c.metrics != nil {
-		i := ti
-		if i < 0 {
-			i = numTypes - 1
-		}
+		i := metricSlot(ti)
 		c.metrics.responses[i].Inc()
 		n.served |= 1 << i
 		n.carried[i] = len(n.awaiting[i])
