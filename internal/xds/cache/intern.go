@@ -3,8 +3,11 @@ package cache
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
+
+	"github.com/osm-vm/osm-vm/internal/xds/shard"
 )
 
 // Interner holds one Resource per content (type URL, name and version), so
@@ -21,26 +24,41 @@ import (
 //
 // Safe for concurrent use, so that a producer can render in parallel:
 // two callers asking for the Resource of one message at once get one
-// Resource from one marshal. The forget function is called with the
-// Interner locked and must not call it.
+// Resource from one marshal. Parallel renderers find what was made and
+// count holders without taking the Interner's lock (see once and
+// Retain): it is taken once per Resource made, and by Release. The
+// forget function is called with the Interner locked and must not call
+// it.
+//
+// A Resource is counted by one Interner: the counts live in the Resource.
 type Interner struct {
 	c         *Cache
 	forget    func(...proto.Message)
 	mu        sync.Mutex
 	byContent map[uint64]*Resource // by Resource.key; see intern
-	// made holds the Resource of each message, and of each encoded
+	// made holds the *marshalling of each message, and of each encoded
 	// resource's bytes by their first byte, until ForgetMessages (see
 	// once).
-	made map[any]*marshalling
-	held map[*Resource]int
+	made *shard.Map[any, *marshalling]
+	held atomic.Int64 // Resources with at least one holder (see Retain)
 }
 
 // marshalling is the Resource of a message: mu is held by the caller
-// making it until r (or err) is set.
+// making it until r (or err) is set, and done is set just before.
 type marshalling struct {
-	mu  sync.Mutex
-	r   *Resource
-	err error
+	done atomic.Bool
+	mu   sync.Mutex
+	r    *Resource
+	err  error
+}
+
+// result returns what m was made into, waiting while it is being made.
+func (m *marshalling) result() (*Resource, error) {
+	if !m.done.Load() {
+		m.mu.Lock() // waits while another caller makes it
+		defer m.mu.Unlock()
+	}
+	return m.r, m.err
 }
 
 // NewInterner returns an Interner making resources with c; forget (may be
@@ -49,8 +67,7 @@ func NewInterner(c *Cache, forget func(...proto.Message)) *Interner {
 	return &Interner{
 		c: c, forget: forget,
 		byContent: map[uint64]*Resource{},
-		made:      map[any]*marshalling{},
-		held:      map[*Resource]int{},
+		made:      shard.New[any, *marshalling](),
 	}
 }
 
@@ -106,26 +123,22 @@ func (in *Interner) EncodedResource(name string, typ proto.Message, b []byte, re
 // the first byte of encoded bytes) points to: made by build the first time
 // since ForgetMessages, while other callers asking for it wait.
 func (in *Interner) once(key any, build func() (*Resource, error)) (*Resource, error) {
-	in.mu.Lock()
-	if m := in.made[key]; m != nil {
-		in.mu.Unlock()
-		m.mu.Lock() // waits while another caller makes it
-		defer m.mu.Unlock()
-		return m.r, m.err
+	if m, ok := in.made.Get(key); ok {
+		return m.result()
 	}
 	m := &marshalling{}
 	m.mu.Lock()
-	in.made[key] = m
-	in.mu.Unlock()
+	if have := in.made.Keep(key, m); have != m {
+		return have.result()
+	}
 	r, err := build()
-	in.mu.Lock()
 	if err != nil {
-		delete(in.made, key) // asked again, made again
+		in.made.Take(key) // asked again, made again
 		m.err = err
 	} else {
-		m.r = in.intern(r)
+		m.r = in.Intern(r)
 	}
-	in.mu.Unlock()
+	m.done.Store(true)
 	m.mu.Unlock()
 	return m.r, m.err
 }
@@ -163,29 +176,32 @@ func InternedSet[T Named](in *Interner, msgs []T) (*Set, error) {
 // was made from (when those handed out before will not be seen again);
 // the Resources stay interned.
 func (in *Interner) ForgetMessages() {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	clear(in.made)
+	in.made.Clear()
 }
 
-// Retain counts one more holder of each Resource.
+// Retain counts one more holder of each Resource. It may run in parallel
+// with other Retains, not with a Release of the same Resources.
 func (in *Interner) Retain(rs ...*Resource) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
 	for _, r := range rs {
-		in.held[r]++
+		if r.holders.Add(1) == 1 {
+			in.held.Add(1)
+		}
 	}
 }
 
 // Release counts one holder less of each Resource, forgetting those no
-// longer held.
+// longer held (and those never retained).
 func (in *Interner) Release(rs ...*Resource) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	var gone []proto.Message
 	for _, r := range rs {
-		if in.held[r]--; in.held[r] <= 0 {
-			delete(in.held, r)
+		if n := r.holders.Add(-1); n <= 0 {
+			if n == 0 {
+				in.held.Add(-1)
+			} else {
+				r.holders.Store(0)
+			}
 			in.unintern(r)
 			if r.msg != nil { // an encoded Resource's was never validated
 				gone = append(gone, r.msg)
@@ -226,7 +242,7 @@ func (in *Interner) Reset() {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	clear(in.byContent)
-	clear(in.made)
+	in.made.Clear()
 }
 
 // Len returns the number of interned Resources.
@@ -238,7 +254,5 @@ func (in *Interner) Len() int {
 
 // Held returns the number of Resources with at least one holder.
 func (in *Interner) Held() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return len(in.held)
+	return int(in.held.Load())
 }

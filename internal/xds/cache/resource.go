@@ -25,7 +25,8 @@ type Resource struct {
 	any     *anypb.Any
 	delta   *discovery.Resource
 	digest  uint64
-	key     uint64 // a hash of type URL, name and version: the Interner's key
+	key     uint64       // a hash of type URL, name and version: the Interner's key
+	holders atomic.Int32 // the Interner's count of its holders (see Interner.Retain)
 }
 
 // Name returns the resource name.
