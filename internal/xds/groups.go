@@ -75,7 +75,7 @@ func (p *Publisher) renderAll(ctx context.Context) {
 // messages, so what was remembered of the old ones goes.
 func (p *Publisher) newMemo() {
 	p.dropIdle()
-	p.memo = render.NewMemo()
+	p.memo.Forget()
 	p.interned.ForgetMessages()
 	for _, v := range p.validators {
 		v.ForgetChains()

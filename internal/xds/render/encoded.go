@@ -42,15 +42,11 @@ type shapeRef struct {
 // shapeOf returns the shape of key, building it with newShape(f, phs,
 // splices, build) the first time.
 func (mm *Memo) shapeOf(m Mesh, key shapeKey, f Flavor, phs []string, splices [][]byte, build func() (proto.Message, error)) *shape {
-	mm.mu.Lock()
-	defer mm.mu.Unlock()
 	mm.use(m)
-	if sh := mm.shapes[key]; sh != nil {
+	if sh, ok := mm.shapes.Get(key); ok {
 		return sh
 	}
-	sh := newShape(f, phs, splices, build)
-	mm.shapes[key] = sh
-	return sh
+	return mm.shapes.Keep(key, newShape(f, phs, splices, build))
 }
 
 // stamped returns the resource of shape key (built the first time, see
@@ -82,7 +78,7 @@ func (mm *Memo) once(m Mesh, at memoKey, write func() (Encoded, bool)) (Encoded,
 	if !ok {
 		return Encoded{}, false
 	}
-	return memoKeep(mm, mm.encoded, at, e), true
+	return mm.encoded.Keep(at, e), true
 }
 
 // newShape returns the shape of the message build renders with the
@@ -264,7 +260,7 @@ func encodedInboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.Se
 	at := memoKey{kind: memoInboundChain, name: name}
 	rules, known := memoLookup(mm, m, mm.rules, at)
 	if !known {
-		rules = memoKeep(mm, mm.rules, at, inboundRulesBytes(m, self.Service, port, name))
+		rules = mm.rules.Keep(at, inboundRulesBytes(m, self.Service, port, name))
 	}
 	if !rules.ok {
 		return Encoded{}, false

@@ -134,7 +134,7 @@ func checkStamps(t *testing.T, c stampCase) (stamped, built int, shapes map[shap
 					}
 				}
 			}
-			for k, sh := range m.Memo.shapes {
+			for k, sh := range m.Memo.shapes.All() {
 				if sh.err != nil {
 					t.Errorf("%s/%s: shape %v cannot be stamped: %v", name, f, k, sh.err)
 				}

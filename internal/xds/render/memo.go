@@ -2,6 +2,7 @@ package render
 
 import (
 	"sync"
+	"sync/atomic"
 
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/xds/shard"
 )
 
 // Memo lets the rendering of many proxies from one specification share what
@@ -34,43 +36,54 @@ import (
 // gets one pointer. Rendering with Meshes of different snapshots at once
 // is not supported (each would make it forget the other's messages).
 type Memo struct {
-	mu          sync.Mutex // guards every field below
-	spec        *spec.Snapshot
-	trustDomain string
-	// view is the View last served, and emptiness what its plans asked of
-	// it: whether each split root and backend had no endpoints. A View
-	// that answers otherwise for one of them makes the Memo forget its
-	// plans and messages, as a new specification does.
-	view      *catalog.View
+	// bound is what the Memo serves (see use): read by every lookup
+	// without a lock, replaced under mu.
+	bound atomic.Pointer[memoBinding]
+	mu    sync.Mutex // guards emptiness, and replacing bound
+	// emptiness is what the plans asked of the View bound: whether each
+	// split root and backend had no endpoints. A View that answers
+	// otherwise for one of them makes the Memo forget its plans and
+	// messages, as a new specification does.
 	emptiness map[mesh.MeshService]bool
-	plans     map[planKey][]outbound
-	msgs      map[memoKey]proto.Message
+	// The maps below are sharded, each shard under its own lock (see
+	// shard.Map), so that parallel renderings seldom wait for one another
+	// or write the same cache lines.
+	plans *shard.Map[planKey, []outbound]
+	msgs  *shard.Map[memoKey, proto.Message]
 	// packed holds the typed message of each Any packed while building a
 	// message of msgs, so that a Validator given the Memo (see
 	// [Validator.ValidateWith]) need not unpack it. The Validator drops
 	// each entry it uses; the rest go with the Memo's snapshot. So it
 	// never holds more than one entry per Any inside msgs.
-	packed map[*anypb.Any]packedAny
+	packed *shard.Map[*anypb.Any, packedAny]
 	// principals holds the RBAC principal of each service account that
 	// inbound rules have named: a caller of many services is one message
 	// in all their policies.
-	principals map[mesh.ServiceAccount]*rbacv3.Principal
+	principals *shard.Map[mesh.ServiceAccount, *rbacv3.Principal]
 	// permissions holds the RBAC permission of each HTTPRouteGroup match
 	// inbound rules have allowed, by flavour: a route group most
 	// TrafficTargets share is one message in all their policies.
-	permissions map[permissionKey]memoPermission
+	permissions *shard.Map[permissionKey, memoPermission]
 	// parts holds the encoding of each principal and permission (of the
-	// two maps above) that inbound rules written as bytes hold, or that it
-	// failed validation (see encodedParts).
-	parts map[proto.Message]encodedRules
+	// two maps above) that inbound rules written as bytes hold, or that
+	// it failed validation (see encodedParts).
+	parts *shard.Map[proto.Message, encodedRules]
 	// shapes holds the stamp of each shape of resource rendered as bytes
 	// (see stamp), and encoded the resources written from them, by what
 	// msgs would hold their messages under.
-	shapes  map[shapeKey]*shape
-	encoded map[memoKey]Encoded
+	shapes  *shard.Map[shapeKey, *shape]
+	encoded *shard.Map[memoKey, Encoded]
 	// rules holds the encoded RBAC rules of each inbound listener (by its
 	// chain's key), validated, or that they failed validation.
-	rules map[memoKey]encodedRules
+	rules *shard.Map[memoKey, encodedRules]
+}
+
+// memoBinding is the specification snapshot, trust domain and View a
+// Memo serves.
+type memoBinding struct {
+	spec        *spec.Snapshot
+	trustDomain string
+	view        *catalog.View
 }
 
 // packedAny is the message an Any was packed from, with the Any's content
@@ -126,38 +139,60 @@ type memoKey struct {
 // NewMemo returns an empty Memo.
 func NewMemo() *Memo {
 	return &Memo{
-		plans: map[planKey][]outbound{}, msgs: map[memoKey]proto.Message{}, packed: map[*anypb.Any]packedAny{},
-		emptiness: map[mesh.MeshService]bool{}, principals: map[mesh.ServiceAccount]*rbacv3.Principal{},
-		permissions: map[permissionKey]memoPermission{}, parts: map[proto.Message]encodedRules{},
-		shapes: map[shapeKey]*shape{}, encoded: map[memoKey]Encoded{}, rules: map[memoKey]encodedRules{},
+		emptiness: map[mesh.MeshService]bool{},
+		plans:     shard.New[planKey, []outbound](), msgs: shard.New[memoKey, proto.Message](),
+		packed: shard.New[*anypb.Any, packedAny](), principals: shard.New[mesh.ServiceAccount, *rbacv3.Principal](),
+		permissions: shard.New[permissionKey, memoPermission](), parts: shard.New[proto.Message, encodedRules](),
+		shapes: shard.New[shapeKey, *shape](), encoded: shard.New[memoKey, Encoded](), rules: shard.New[memoKey, encodedRules](),
 	}
 }
 
 // Len returns the number of messages the Memo holds (for tests and metrics).
 func (mm *Memo) Len() int {
-	mm.mu.Lock()
-	defer mm.mu.Unlock()
-	return len(mm.msgs)
+	return mm.msgs.Len()
 }
 
-// use makes mm serve m (mm.mu held), forgetting what it holds for another snapshot or
+// use makes mm serve m, forgetting what it holds for another snapshot or
 // trust domain, or for a View in which a split root or backend its plans
-// consulted gained its first endpoints or lost its last.
+// consulted gained its first endpoints or lost its last. Serving m
+// already, as every lookup of a rendering but its first does, takes no
+// lock.
 func (mm *Memo) use(m Mesh) {
-	if mm.spec != m.Spec() || mm.trustDomain != m.TrustDomain() || mm.view != m.View && mm.emptinessChanged(m.View) {
-		clear(mm.plans)
-		clear(mm.msgs)
-		clear(mm.packed)
-		clear(mm.emptiness)
-		clear(mm.principals)
-		clear(mm.permissions)
-		clear(mm.parts)
-		clear(mm.shapes)
-		clear(mm.encoded)
-		clear(mm.rules)
-		mm.spec, mm.trustDomain = m.Spec(), m.TrustDomain()
+	if b := mm.bound.Load(); b != nil && b.view == m.View && b.spec == m.Spec() && b.trustDomain == m.TrustDomain() {
+		return
 	}
-	mm.view = m.View
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	b := mm.bound.Load()
+	if b == nil || b.spec != m.Spec() || b.trustDomain != m.TrustDomain() || b.view != m.View && mm.emptinessChanged(m.View) {
+		mm.forget()
+	}
+	mm.bound.Store(&memoBinding{spec: m.Spec(), trustDomain: m.TrustDomain(), view: m.View})
+}
+
+// Forget forgets everything the Memo holds, as a new Memo would hold
+// nothing, but keeps the space its maps grew to: a publisher that
+// renders everything again (a full generation) fills them to the same
+// size.
+func (mm *Memo) Forget() {
+	mm.mu.Lock()
+	defer mm.mu.Unlock()
+	mm.forget()
+	mm.bound.Store(nil)
+}
+
+// forget clears every map (mm.mu held).
+func (mm *Memo) forget() {
+	mm.plans.Clear()
+	mm.msgs.Clear()
+	mm.packed.Clear()
+	clear(mm.emptiness)
+	mm.principals.Clear()
+	mm.permissions.Clear()
+	mm.parts.Clear()
+	mm.shapes.Clear()
+	mm.encoded.Clear()
+	mm.rules.Clear()
 }
 
 // Stale reports whether v answers otherwise than the View the Memo's plans
@@ -191,11 +226,8 @@ func memoised[T proto.Message](m Mesh, b *builder, k memoKey, build func() T) T 
 		return build()
 	}
 	mm := m.Memo
-	mm.mu.Lock()
 	mm.use(m)
-	msg, ok := mm.msgs[k]
-	mm.mu.Unlock()
-	if ok {
+	if msg, ok := mm.msgs.Get(k); ok {
 		return msg.(T)
 	}
 	start := len(b.packed)
@@ -204,16 +236,17 @@ func memoised[T proto.Message](m Mesh, b *builder, k memoKey, build func() T) T 
 	b.keep--
 	out := built
 	if b.err == nil {
-		mm.mu.Lock()
-		if msg, ok := mm.msgs[k]; ok {
+		// The packed messages go in first: once built is in msgs, another
+		// rendering may hand it to a Validator.
+		for _, p := range b.packed[start:] {
+			mm.packed.Keep(p.any, p)
+		}
+		if msg := mm.msgs.Keep(k, built); msg != proto.Message(built) {
 			out = msg.(T) // built meanwhile by another rendering: equal content
-		} else {
-			mm.msgs[k] = built
 			for _, p := range b.packed[start:] {
-				mm.packed[p.any] = p
+				mm.packed.Take(p.any)
 			}
 		}
-		mm.mu.Unlock()
 	}
 	clear(b.packed[start:])
 	b.packed = b.packed[:start]
@@ -222,24 +255,9 @@ func memoised[T proto.Message](m Mesh, b *builder, k memoKey, build func() T) T 
 
 // memoLookup returns what in, one of mm's maps, holds for k while mm
 // serves m.
-func memoLookup[K comparable, V any](mm *Memo, m Mesh, in map[K]V, k K) (V, bool) {
-	mm.mu.Lock()
-	defer mm.mu.Unlock()
+func memoLookup[K comparable, V any](mm *Memo, m Mesh, in *shard.Map[K, V], k K) (V, bool) {
 	mm.use(m)
-	v, ok := in[k]
-	return v, ok
-}
-
-// memoKeep remembers v for k in in, one of mm's maps, or returns what
-// another rendering remembered meanwhile (equal content).
-func memoKeep[K comparable, V any](mm *Memo, in map[K]V, k K, v V) V {
-	mm.mu.Lock()
-	defer mm.mu.Unlock()
-	if have, ok := in[k]; ok {
-		return have
-	}
-	in[k] = v
-	return v
+	return in.Get(k)
 }
 
 // noteEmptiness records that a plan asked whether svc has endpoints.
@@ -260,14 +278,11 @@ func rbacPrincipals(m Mesh, accounts []mesh.ServiceAccount) []*rbacv3.Principal 
 		}
 		return out
 	}
-	mm.mu.Lock()
-	defer mm.mu.Unlock()
 	mm.use(m)
 	for i, a := range accounts {
-		p, ok := mm.principals[a]
+		p, ok := mm.principals.Get(a)
 		if !ok {
-			p = principal(m.TrustDomain(), a)
-			mm.principals[a] = p
+			p = mm.principals.Keep(a, principal(m.TrustDomain(), a))
 		}
 		out[i] = p
 	}
@@ -280,41 +295,17 @@ func rbacPrincipals(m Mesh, accounts []mesh.ServiceAccount) []*rbacv3.Principal 
 // snapshot; false if one fails validation.
 func (mm *Memo) encodedParts(msgs []proto.Message) ([][]byte, bool) {
 	out := make([][]byte, len(msgs))
-	var missing []int
-	mm.mu.Lock()
 	for i, msg := range msgs {
-		e, known := mm.parts[msg]
-		switch {
-		case !known:
-			missing = append(missing, i)
-		case !e.ok:
-			mm.mu.Unlock()
-			return nil, false
-		default:
-			out[i] = e.b
-		}
-	}
-	mm.mu.Unlock()
-	if len(missing) == 0 {
-		return out, true
-	}
-	made := make([]encodedRules, len(missing))
-	for j, i := range missing {
-		made[j] = encodedPart(msgs[i])
-	}
-	ok := true
-	mm.mu.Lock()
-	defer mm.mu.Unlock()
-	for j, i := range missing {
-		e, known := mm.parts[msgs[i]]
+		e, known := mm.parts.Get(msg)
 		if !known {
-			e = made[j]
-			mm.parts[msgs[i]] = e
+			e = mm.parts.Keep(msg, encodedPart(msg))
+		}
+		if !e.ok {
+			return nil, false
 		}
 		out[i] = e.b
-		ok = ok && e.ok
 	}
-	return out, ok
+	return out, true
 }
 
 // encodedPart is msg validated as Envoy's and marshalled.
@@ -329,12 +320,7 @@ func encodedPart(msg proto.Message) encodedRules {
 // takePacked returns (and forgets) what a was packed from, if a still
 // holds what it was packed with (see [Validator.ValidateWith]).
 func (mm *Memo) takePacked(a *anypb.Any) (proto.Message, bool) {
-	mm.mu.Lock()
-	p, ok := mm.packed[a]
-	if ok {
-		delete(mm.packed, a)
-	}
-	mm.mu.Unlock()
+	p, ok := mm.packed.Take(a)
 	if !ok {
 		return nil, false
 	}
@@ -366,6 +352,6 @@ func rbacPermission(m Mesh, namespace string, hm spec.HTTPRouteMatch, f Flavor) 
 		return p.perm, p.ok
 	}
 	perm, ok := httpPermission(hm, f)
-	p := memoKeep(mm, mm.permissions, k, memoPermission{perm, ok})
+	p := mm.permissions.Keep(k, memoPermission{perm, ok})
 	return p.perm, p.ok
 }

@@ -337,7 +337,7 @@ func plan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 	if out, ok := memoLookup(m.Memo, m, m.Memo.plans, k); ok {
 		return out
 	}
-	return memoKeep(m.Memo, m.Memo.plans, k, buildPlan(m, p, self))
+	return m.Memo.plans.Keep(k, buildPlan(m, p, self))
 }
 
 func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {

@@ -342,7 +342,7 @@ func TestWalkReachesEveryCheckedMessage(t *testing.T) {
 				m.Memo = NewMemo()
 			}
 			r := renderAll(t, m, Proxy{Service: svc(tc.service), Flavor: tc.flavor, Address: netip.MustParseAddr("10.0.0.1")})
-			if withMemo && len(m.Memo.packed) == 0 {
+			if withMemo && m.Memo.packed.Len() == 0 {
 				t.Fatalf("%s: the Memo holds no packed message", tc.name)
 			}
 			pruned, full := map[protoreflect.FullName]int{}, map[protoreflect.FullName]int{}
@@ -357,8 +357,8 @@ func TestWalkReachesEveryCheckedMessage(t *testing.T) {
 			if diff := cmp.Diff(full, pruned); diff != "" {
 				t.Errorf("%s (Memo %v): checked messages met (-full +pruned):\n%s", tc.name, withMemo, diff)
 			}
-			if withMemo && len(m.Memo.packed) != 0 {
-				t.Errorf("%s: %d packed messages left unused in the Memo", tc.name, len(m.Memo.packed))
+			if withMemo && m.Memo.packed.Len() != 0 {
+				t.Errorf("%s: %d packed messages left unused in the Memo", tc.name, m.Memo.packed.Len())
 			}
 		}
 	}
