@@ -45,6 +45,15 @@ func (c *Certificate) GetCertificateChain() []byte { return bytes.Clone(c.chainP
 // certificate (the CA key never leaves the manager).
 func (c *Certificate) GetPrivateKey() []byte { return bytes.Clone(c.keyPEM) }
 
+// AppendPEM appends the certificate chain and the private key PEM (what
+// GetCertificateChain and GetPrivateKey return) to f's encoding of them,
+// without copying either first: for a caller that encodes them for
+// every service account at once (the xDS publisher's secrets). f must
+// not modify or keep chain and key.
+func (c *Certificate) AppendPEM(dst []byte, f func(dst, chain, key []byte) ([]byte, error)) ([]byte, error) {
+	return f(dst, c.chainPEM, c.keyPEM)
+}
+
 // GetIssuingCA returns the PEM of the mesh root that issued the certificate.
 func (c *Certificate) GetIssuingCA() []byte { return bytes.Clone(c.caPEM) }
 

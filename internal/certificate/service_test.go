@@ -46,6 +46,12 @@ func TestServiceCertificate(t *testing.T) {
 	if !cmp.Equal(c.GetIssuingCA(), m.RootPEM()) {
 		t.Errorf("GetIssuingCA is not the mesh root")
 	}
+	b, err := c.AppendPEM([]byte("prefix:"), func(dst, chain, key []byte) ([]byte, error) {
+		return append(append(append(dst, chain...), '|'), key...), nil
+	})
+	if want := "prefix:" + string(c.GetCertificateChain()) + "|" + string(c.GetPrivateKey()); err != nil || string(b) != want {
+		t.Errorf("AppendPEM gave %q, %v; want the chain and key GetCertificateChain and GetPrivateKey return", b, err)
+	}
 	if got := c.GetSerialNumber(); got != leaf.SerialNumber.Text(16) {
 		t.Errorf("GetSerialNumber = %q, want %q", got, leaf.SerialNumber.Text(16))
 	}

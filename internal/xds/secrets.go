@@ -107,7 +107,7 @@ func (p *Publisher) buildSecrets(ctx context.Context, sa mesh.ServiceAccount) (*
 	if err != nil {
 		return nil, err
 	}
-	b, err := render.EncodeServiceCertSecret(nil, cert.GetCertificateChain(), cert.GetPrivateKey())
+	b, err := cert.AppendPEM(nil, render.EncodeServiceCertSecret)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package render
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
@@ -343,13 +344,24 @@ const (
 // a defined action, and every policy has at least one permission and
 // one principal.
 func appendInboundRules(b []byte, policies []inboundPolicy, enc [][]byte) []byte {
-	for _, p := range policies {
+	// The policies' sizes first, to grow b once.
+	sizes := make([]int, len(policies))
+	total := 0
+	rest := enc
+	for i, p := range policies {
+		parts := rest[:len(p.perms)+len(p.principals)]
+		rest = rest[len(parts):]
+		for _, e := range parts {
+			sizes[i] += protowire.SizeTag(policyPermissions) + protowire.SizeBytes(len(e)) // the two tags are one byte
+		}
+		entry := protowire.SizeTag(mapEntryKey) + protowire.SizeBytes(len(p.name)) + protowire.SizeTag(mapEntryValue) + protowire.SizeBytes(sizes[i])
+		total += protowire.SizeTag(rbacPolicies) + protowire.SizeBytes(entry)
+	}
+	b = slices.Grow(b, total)
+	for i, p := range policies {
 		parts := enc[:len(p.perms)+len(p.principals)]
 		enc = enc[len(parts):]
-		size := 0
-		for _, e := range parts {
-			size += protowire.SizeTag(policyPermissions) + protowire.SizeBytes(len(e)) // the two tags are one byte
-		}
+		size := sizes[i]
 		entry := protowire.SizeTag(mapEntryKey) + protowire.SizeBytes(len(p.name)) + protowire.SizeTag(mapEntryValue) + protowire.SizeBytes(size)
 		b = protowire.AppendTag(b, rbacPolicies, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(entry))
