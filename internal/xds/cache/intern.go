@@ -24,18 +24,18 @@ import (
 //
 // Safe for concurrent use, so that a producer can render in parallel:
 // two callers asking for the Resource of one message at once get one
-// Resource from one marshal. Parallel renderers find what was made and
-// count holders without taking the Interner's lock (see once and
-// Retain): it is taken once per Resource made, and by Release. The
-// forget function is called with the Interner locked and must not call
-// it.
+// Resource from one marshal. Parallel renderers intern, find what was
+// made and count holders in sharded maps and atomic counts, not under
+// one lock (see once and Retain): the Interner's lock (mu) serializes
+// Release and Forget only. The forget function is called with it held
+// and must not call the Interner.
 //
 // A Resource is counted by one Interner: the counts live in the Resource.
 type Interner struct {
 	c         *Cache
 	forget    func(...proto.Message)
-	mu        sync.Mutex
-	byContent map[uint64]*Resource // by Resource.key; see intern
+	mu        sync.Mutex                    // held by Release and Forget
+	byContent *shard.Map[uint64, *Resource] // by Resource.key; see Intern
 	// made holds the *marshalling of each message, and of each encoded
 	// resource's bytes by their first byte, until ForgetMessages (see
 	// once).
@@ -66,7 +66,7 @@ func (m *marshalling) result() (*Resource, error) {
 func NewInterner(c *Cache, forget func(...proto.Message)) *Interner {
 	return &Interner{
 		c: c, forget: forget,
-		byContent: map[uint64]*Resource{},
+		byContent: shard.New[uint64, *Resource](),
 		made:      shard.New[any, *marshalling](),
 	}
 }
@@ -74,17 +74,8 @@ func NewInterner(c *Cache, forget func(...proto.Message)) *Interner {
 // Intern returns the Resource already held for r's content, or r, which
 // is interned from now on.
 func (in *Interner) Intern(r *Resource) *Resource {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.intern(r)
-}
-
-func (in *Interner) intern(r *Resource) *Resource {
-	old := in.byContent[r.key]
-	switch {
-	case old == nil:
-		in.byContent[r.key] = r
-	case old.typeURL == r.typeURL && old.name == r.name && old.version == r.version:
+	old := in.byContent.Keep(r.key, r)
+	if old != r && old.typeURL == r.typeURL && old.name == r.name && old.version == r.version {
 		return old
 	}
 	// Another content with the same key (a 64-bit hash: never seen) is
@@ -231,25 +222,19 @@ func (in *Interner) forgetLocked(r *Resource) {
 
 // unintern forgets r's content, if r is what is interned for it.
 func (in *Interner) unintern(r *Resource) {
-	if in.byContent[r.key] == r {
-		delete(in.byContent, r.key)
-	}
+	in.byContent.DeleteIf(r.key, func(have *Resource) bool { return have == r })
 }
 
 // Reset forgets every interned Resource without telling the forget
 // function (benchmarks start cold with it).
 func (in *Interner) Reset() {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	clear(in.byContent)
+	in.byContent.Clear()
 	in.made.Clear()
 }
 
 // Len returns the number of interned Resources.
 func (in *Interner) Len() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return len(in.byContent)
+	return in.byContent.Len()
 }
 
 // Held returns the number of Resources with at least one holder.

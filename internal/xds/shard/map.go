@@ -77,6 +77,19 @@ func (m *Map[K, V]) Take(k K) (V, bool) {
 	return v, ok
 }
 
+// DeleteIf deletes k if f reports true of its value, and reports whether
+// it did. f runs with k's shard locked and must not use m.
+func (m *Map[K, V]) DeleteIf(k K, f func(V) bool) bool {
+	p := m.part(k)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v, ok := p.m[k]; ok && f(v) {
+		delete(p.m, k)
+		return true
+	}
+	return false
+}
+
 // Clear deletes every key, keeping the space the shards grew to.
 func (m *Map[K, V]) Clear() {
 	for i := range m.shards {

@@ -30,6 +30,16 @@ func TestMap(t *testing.T) {
 	if _, ok := m.Get("a"); ok {
 		t.Fatal("a is held after Take")
 	}
+	if m.DeleteIf("7", func(v int) bool { return v != 7 }) {
+		t.Fatal("DeleteIf deleted 7 although f said no")
+	}
+	if !m.DeleteIf("7", func(v int) bool { return v == 7 }) {
+		t.Fatal("DeleteIf did not delete 7")
+	}
+	if _, ok := m.Get("7"); ok {
+		t.Fatal("7 is held after DeleteIf")
+	}
+	m.Keep("7", 7)
 	want := map[string]int{}
 	for i := range 100 {
 		want[fmt.Sprint(i)] = i
