@@ -204,14 +204,14 @@ func (c *Cache) answerDelta(n *node, w *deltaWatch) bool {
 	if wildcard {
 		for _, r := range set.sorted {
 			if v, ok := returned[r.name]; !ok || v != r.version {
-				changed = append(changed, r.delta)
+				changed = append(changed, r.deltaResource())
 			}
 		}
 	} else {
 		for name := range subscribed {
 			if r := set.Get(name); r != nil {
 				if v, ok := returned[name]; !ok || v != r.version {
-					changed = append(changed, r.delta)
+					changed = append(changed, r.deltaResource())
 				}
 			}
 		}

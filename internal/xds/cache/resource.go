@@ -23,7 +23,7 @@ type Resource struct {
 	msg     proto.Message // nil for an encoded Resource (see enc)
 	enc     *encoding     // an encoded Resource's message and references (see Cache.NewEncodedResource)
 	any     *anypb.Any
-	delta   *discovery.Resource
+	delta   atomic.Pointer[discovery.Resource] // made for the first Delta response (see deltaResource)
 	digest  uint64
 	key     uint64       // a hash of type URL, name and version: the Interner's key
 	holders atomic.Int32 // the Interner's count of its holders (see Interner.Retain)
@@ -83,6 +83,19 @@ type encoding struct {
 
 // Bytes returns the marshalled message, as sent. It must not be modified.
 func (r *Resource) Bytes() []byte { return r.any.GetValue() }
+
+// deltaResource returns r as a Delta response carries it, made at the
+// first call (two callers at once get the same one).
+func (r *Resource) deltaResource() *discovery.Resource {
+	if d := r.delta.Load(); d != nil {
+		return d
+	}
+	d := &discovery.Resource{Name: r.name, Version: r.version, Resource: r.any}
+	if r.delta.CompareAndSwap(nil, d) {
+		return d
+	}
+	return r.delta.Load()
+}
 
 // Set is an immutable set of resources of one type URL, keyed by name.
 // It holds its resources sorted by name (no map: sets are many and small,
