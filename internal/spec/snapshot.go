@@ -2,6 +2,7 @@ package spec
 
 import (
 	"encoding/json"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"
@@ -261,12 +262,35 @@ func (s *Snapshot) AllowedSources(dst mesh.MeshService) []mesh.ServiceAccount {
 // destination that lists src, plus the root of any TrafficSplit with such
 // a backend (clients call the root's VIP and the split picks a backend).
 func (s *Snapshot) Upstreams(src mesh.ServiceAccount) []mesh.MeshService {
+	ups := s.AllowedUpstreams(src)
+	out := make([]mesh.MeshService, len(ups))
+	for i, u := range ups {
+		out[i] = u.Service
+	}
+	return out
+}
+
+// Upstream is a service a service account may call (see Upstreams).
+type Upstream struct {
+	Service mesh.MeshService
+	// Allowed is Allows(src, Service): whether a TrafficTarget lets src
+	// into Service itself (always when permissive), not only through a
+	// TrafficSplit it is the root of, or Gateway API routes.
+	Allowed bool
+}
+
+// AllowedUpstreams returns Upstreams(src), each with whether src is
+// allowed into it (Allows), without looking that up again: the render
+// of every proxy's outbound plan asks both.
+func (s *Snapshot) AllowedUpstreams(src mesh.ServiceAccount) []Upstream {
 	var allowed map[mesh.MeshService]bool
+	var direct map[mesh.MeshService]bool // those a TrafficTarget lets src into
 	if s.Permissive() {
 		allowed = make(map[mesh.MeshService]bool, len(s.ordered))
 		for _, info := range s.ordered {
 			allowed[info.Service] = true
 		}
+		direct = allowed
 	} else {
 		dsts := s.dstBySource[src]
 		allowed = make(map[mesh.MeshService]bool, len(dsts))
@@ -274,6 +298,10 @@ func (s *Snapshot) Upstreams(src mesh.ServiceAccount) []mesh.MeshService {
 			for _, svc := range s.ServicesOf(dst) {
 				allowed[svc] = true
 			}
+		}
+		direct = allowed
+		if len(s.splits) > 0 || len(s.gateway.byParent) > 0 { // they add to allowed
+			direct = maps.Clone(allowed)
 		}
 		for _, k := range s.splits {
 			ts := s.st.objects[k].(*TrafficSplit)
@@ -285,13 +313,13 @@ func (s *Snapshot) Upstreams(src mesh.ServiceAccount) []mesh.MeshService {
 		}
 		s.gatewayUpstreams(src, allowed)
 	}
-	out := make([]mesh.MeshService, 0, len(allowed))
+	out := make([]Upstream, 0, len(allowed))
 	for svc := range allowed {
 		if info, ok := s.services[svc]; ok && info.ServiceAccount != src {
-			out = append(out, svc)
+			out = append(out, Upstream{Service: svc, Allowed: direct[svc]})
 		}
 	}
-	slices.SortFunc(out, mesh.MeshService.Compare)
+	slices.SortFunc(out, func(a, b Upstream) int { return a.Service.Compare(b.Service) })
 	return out
 }
 

@@ -543,3 +543,41 @@ func TestInputsEqualCoversEveryField(t *testing.T) {
 		}
 	}
 }
+
+// TestAllowedUpstreams: the plans read Allows from AllowedUpstreams
+// (spec), which must say for each upstream what Allows says, and list
+// what Upstreams lists, over random meshes with TrafficSplits, Gateway
+// API routes and permissive mode.
+func TestAllowedUpstreams(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	checked, indirect := 0, 0
+	for range 300 {
+		snap := snapshotOf(t, newRandomMesh(r).yaml())
+		if snap == nil {
+			continue
+		}
+		for _, info := range snap.Services() {
+			src := info.ServiceAccount
+			ups := snap.AllowedUpstreams(src)
+			want := snap.Upstreams(src)
+			if len(ups) != len(want) {
+				t.Fatalf("AllowedUpstreams(%s) lists %d services, Upstreams %d", src, len(ups), len(want))
+			}
+			for i, u := range ups {
+				if u.Service != want[i] {
+					t.Fatalf("AllowedUpstreams(%s)[%d] = %s, Upstreams has %s", src, i, u.Service, want[i])
+				}
+				if allows := snap.Allows(src, u.Service); u.Allowed != allows {
+					t.Fatalf("AllowedUpstreams(%s): %s allowed %v, Allows says %v", src, u.Service, u.Allowed, allows)
+				}
+				checked++
+				if !u.Allowed {
+					indirect++
+				}
+			}
+		}
+	}
+	if checked == 0 || indirect == 0 {
+		t.Fatalf("checked %d upstreams, %d not allowed directly: the meshes cover too little", checked, indirect)
+	}
+}

@@ -342,9 +342,10 @@ func plan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 
 func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 	src := self.ServiceAccount
-	upstreams := m.Spec().Upstreams(src)
+	upstreams := m.Spec().AllowedUpstreams(src)
 	out := make([]outbound, 0, len(upstreams)) // one port each, mostly
-	for _, svc := range upstreams {
+	for _, up := range upstreams {
+		svc := up.Service
 		if svc == p.Service {
 			continue
 		}
@@ -352,7 +353,7 @@ func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 		if !ok {
 			continue
 		}
-		base := outbound{info: info, direct: m.Spec().Allows(src, svc)}
+		base := outbound{info: info, direct: up.Allowed}
 		if sp, ok := m.Spec().Split(svc); ok {
 			total := 0
 			for _, b := range sp.Backends {
