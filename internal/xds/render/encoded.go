@@ -344,25 +344,19 @@ const (
 // a defined action, and every policy has at least one permission and
 // one principal.
 func appendInboundRules(b []byte, policies []inboundPolicy, enc [][]byte) []byte {
-	// The policies' sizes first, to grow b once.
-	sizes := make([]int, len(policies))
-	total := 0
+	total := 0 // to grow b once
 	rest := enc
-	for i, p := range policies {
+	for _, p := range policies {
 		parts := rest[:len(p.perms)+len(p.principals)]
 		rest = rest[len(parts):]
-		for _, e := range parts {
-			sizes[i] += protowire.SizeTag(policyPermissions) + protowire.SizeBytes(len(e)) // the two tags are one byte
-		}
-		entry := protowire.SizeTag(mapEntryKey) + protowire.SizeBytes(len(p.name)) + protowire.SizeTag(mapEntryValue) + protowire.SizeBytes(sizes[i])
+		_, entry := policySize(p, parts)
 		total += protowire.SizeTag(rbacPolicies) + protowire.SizeBytes(entry)
 	}
 	b = slices.Grow(b, total)
-	for i, p := range policies {
+	for _, p := range policies {
 		parts := enc[:len(p.perms)+len(p.principals)]
 		enc = enc[len(parts):]
-		size := sizes[i]
-		entry := protowire.SizeTag(mapEntryKey) + protowire.SizeBytes(len(p.name)) + protowire.SizeTag(mapEntryValue) + protowire.SizeBytes(size)
+		size, entry := policySize(p, parts)
 		b = protowire.AppendTag(b, rbacPolicies, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(entry))
 		b = protowire.AppendTag(b, mapEntryKey, protowire.BytesType)
@@ -379,4 +373,15 @@ func appendInboundRules(b []byte, policies []inboundPolicy, enc [][]byte) []byte
 		}
 	}
 	return b
+}
+
+// policySize returns the size of policy p's encoding with parts, its
+// permissions' and principals' encodings, and of its entry in the rules'
+// map (name and policy).
+func policySize(p inboundPolicy, parts [][]byte) (size, entry int) {
+	for _, e := range parts {
+		size += protowire.SizeTag(policyPermissions) + protowire.SizeBytes(len(e)) // the two tags are one byte
+	}
+	entry = protowire.SizeTag(mapEntryKey) + protowire.SizeBytes(len(p.name)) + protowire.SizeTag(mapEntryValue) + protowire.SizeBytes(size)
+	return size, entry
 }

@@ -163,8 +163,9 @@ func (mm *Memo) use(m Mesh) {
 	}
 	mm.mu.Lock()
 	defer mm.mu.Unlock()
+	// A Memo bound to nothing (new, or after Forget) holds nothing.
 	b := mm.bound.Load()
-	if b == nil || b.spec != m.Spec() || b.trustDomain != m.TrustDomain() || b.view != m.View && mm.emptinessChanged(m.View) {
+	if b != nil && (b.spec != m.Spec() || b.trustDomain != m.TrustDomain() || b.view != m.View && mm.emptinessChanged(m.View)) {
 		mm.forget()
 	}
 	mm.bound.Store(&memoBinding{spec: m.Spec(), trustDomain: m.TrustDomain(), view: m.View})
