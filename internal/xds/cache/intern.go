@@ -25,8 +25,8 @@ import (
 // Safe for concurrent use, so that a producer can render in parallel:
 // two callers asking for the Resource of one message at once get one
 // Resource from one marshal. Parallel renderers intern, find what was
-// made and count holders in sharded maps and atomic counts, not under
-// one lock (see once and Retain): the Interner's lock (mu) serializes
+// made and count holders in shard.Maps (looked up without a lock) and
+// atomic counts, not under one lock (see once and Retain): the Interner's lock (mu) serializes
 // Release and Forget only. The forget function is called with it held
 // and must not call the Interner.
 //
@@ -67,7 +67,7 @@ func NewInterner(c *Cache, forget func(...proto.Message)) *Interner {
 	return &Interner{
 		c: c, forget: forget,
 		byContent: shard.New[uint64, *Resource](),
-		made:      shard.New[any, *marshalling](),
+		made:      shard.NewGenerational[any, *marshalling](),
 	}
 }
 

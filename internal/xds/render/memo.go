@@ -45,9 +45,10 @@ type Memo struct {
 	// otherwise for one of them makes the Memo forget its plans and
 	// messages, as a new specification does.
 	emptiness map[mesh.MeshService]bool
-	// The maps below are sharded, each shard under its own lock (see
-	// shard.Map), so that parallel renderings seldom wait for one another
-	// or write the same cache lines.
+	// The maps below are shard.Maps, looked up without a lock, so that
+	// parallel renderings neither wait for one another nor write the same
+	// cache lines; their entries go all at once (Forget), so they are
+	// allocated in blocks (shard.NewGenerational).
 	plans *shard.Map[planKey, []outbound]
 	msgs  *shard.Map[memoKey, proto.Message]
 	// packed holds the typed message of each Any packed while building a
@@ -140,10 +141,10 @@ type memoKey struct {
 func NewMemo() *Memo {
 	return &Memo{
 		emptiness: map[mesh.MeshService]bool{},
-		plans:     shard.New[planKey, []outbound](), msgs: shard.New[memoKey, proto.Message](),
-		packed: shard.New[*anypb.Any, packedAny](), principals: shard.New[mesh.ServiceAccount, *rbacv3.Principal](),
-		permissions: shard.New[permissionKey, memoPermission](), parts: shard.New[proto.Message, encodedRules](),
-		shapes: shard.New[shapeKey, *shape](), encoded: shard.New[memoKey, Encoded](), rules: shard.New[memoKey, encodedRules](),
+		plans:     shard.NewGenerational[planKey, []outbound](), msgs: shard.NewGenerational[memoKey, proto.Message](),
+		packed: shard.NewGenerational[*anypb.Any, packedAny](), principals: shard.NewGenerational[mesh.ServiceAccount, *rbacv3.Principal](),
+		permissions: shard.NewGenerational[permissionKey, memoPermission](), parts: shard.NewGenerational[proto.Message, encodedRules](),
+		shapes: shard.NewGenerational[shapeKey, *shape](), encoded: shard.NewGenerational[memoKey, Encoded](), rules: shard.NewGenerational[memoKey, encodedRules](),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -82,4 +83,95 @@ func TestMapKeepConcurrent(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestMapChurn: keys kept, taken and kept again, many times over (so that
+// shards fill with tombstones, grow and shrink), agree with a plain map.
+func TestMapChurn(t *testing.T) {
+	t.Run("New", func(t *testing.T) { testChurn(t, New[int, int]()) })
+	t.Run("NewGenerational", func(t *testing.T) { testChurn(t, NewGenerational[int, int]()) })
+}
+
+func testChurn(t *testing.T, m *Map[int, int]) {
+	want := map[int]int{}
+	for round := range 50 {
+		for k := range 2000 {
+			switch (k + round) % 3 {
+			case 0:
+				if got := m.Keep(k, k+round); got != keptOr(want, k, k+round) {
+					t.Fatalf("round %d: Keep(%d) = %d, want %d", round, k, got, want[k])
+				}
+			case 1:
+				v, ok := m.Take(k)
+				w, wok := want[k]
+				if ok != wok || v != w {
+					t.Fatalf("round %d: Take(%d) = %d, %v; want %d, %v", round, k, v, ok, w, wok)
+				}
+				delete(want, k)
+			}
+		}
+		for k := range 2000 {
+			v, ok := m.Get(k)
+			if w, wok := want[k]; ok != wok || v != w {
+				t.Fatalf("round %d: Get(%d) = %d, %v; want %d, %v", round, k, v, ok, w, wok)
+			}
+		}
+		if m.Len() != len(want) {
+			t.Fatalf("round %d: Len = %d, want %d", round, m.Len(), len(want))
+		}
+	}
+	if got := maps.Collect(m.All()); !maps.Equal(got, want) {
+		t.Fatalf("All yields %d keys, want %d", len(got), len(want))
+	}
+}
+
+func keptOr(want map[int]int, k, v int) int {
+	if have, ok := want[k]; ok {
+		return have
+	}
+	want[k] = v
+	return v
+}
+
+// TestMapReadersDuringWrites: lookups racing with Keep, Take, growth and
+// Clear (run with -race) only ever find a key with the value kept for it.
+func TestMapReadersDuringWrites(t *testing.T) {
+	t.Run("New", func(t *testing.T) { testReadersDuringWrites(t, New[string, string]()) })
+	t.Run("NewGenerational", func(t *testing.T) { testReadersDuringWrites(t, NewGenerational[string, string]()) })
+}
+
+func testReadersDuringWrites(t *testing.T, m *Map[string, string]) {
+	keys := make([]string, 3000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("key-", i)
+	}
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for !stop.Load() {
+				for _, k := range keys {
+					if v, ok := m.Get(k); ok && v != "value of "+k {
+						t.Errorf("Get(%s) = %q", k, v)
+						return
+					}
+				}
+			}
+		})
+	}
+	for round := range 20 {
+		for _, k := range keys {
+			m.Keep(k, "value of "+k)
+		}
+		for i, k := range keys {
+			if i%2 == round%2 {
+				m.Take(k)
+			}
+		}
+		if round%5 == 4 {
+			m.Clear()
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
 }
