@@ -283,6 +283,21 @@ type Upstream struct {
 // allowed into it (Allows), without looking that up again: the render
 // of every proxy's outbound plan asks both.
 func (s *Snapshot) AllowedUpstreams(src mesh.ServiceAccount) []Upstream {
+	if !s.Permissive() && len(s.splits) == 0 && len(s.gateway.byParent) == 0 {
+		// Only TrafficTargets decide: the services of src's destinations,
+		// all allowed, without a set to gather them in (every proxy's
+		// plan asks this in a full generation).
+		var out []Upstream
+		for _, dst := range s.dstBySource[src] {
+			for _, svc := range s.ServicesOf(dst) {
+				if info, ok := s.services[svc]; ok && info.ServiceAccount != src {
+					out = append(out, Upstream{Service: svc, Allowed: true})
+				}
+			}
+		}
+		slices.SortFunc(out, func(a, b Upstream) int { return a.Service.Compare(b.Service) })
+		return slices.CompactFunc(out, func(a, b Upstream) bool { return a.Service == b.Service })
+	}
 	var allowed map[mesh.MeshService]bool
 	var direct map[mesh.MeshService]bool // those a TrafficTarget lets src into
 	if s.Permissive() {

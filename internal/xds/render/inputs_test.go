@@ -575,6 +575,12 @@ func TestAllowedUpstreams(t *testing.T) {
 					indirect++
 				}
 			}
+			// Every service src may call directly is listed.
+			for _, dst := range snap.Services() {
+				if dst.ServiceAccount != src && snap.Allows(src, dst.Service) && !slices.ContainsFunc(ups, func(u spec.Upstream) bool { return u.Service == dst.Service }) {
+					t.Fatalf("AllowedUpstreams(%s) leaves out %s, which Allows", src, dst.Service)
+				}
+			}
 		}
 	}
 	if checked == 0 || indirect == 0 {
