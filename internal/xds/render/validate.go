@@ -200,21 +200,33 @@ var (
 	listenerType       = typeURLOf(&listenerv3.Listener{})
 	routeType          = typeURLOf(&routev3.RouteConfiguration{})
 	secretType         = typeURLOf(&tlsv3.Secret{})
-	kindOfType         = map[string]string{
-		listenerType:       "listener",
-		routeType:          "route configuration",
-		clusterType:        "cluster",
-		loadAssignmentType: "load assignment",
-		secretType:         "secret",
+	typeOfKind         = map[string]string{
+		"listener":            listenerType,
+		"route configuration": routeType,
+		"cluster":             clusterType,
+		"load assignment":     loadAssignmentType,
+		"secret":              secretType,
 	}
-	typeOfKind = func() map[string]string {
-		out := map[string]string{}
-		for t, k := range kindOfType {
-			out[k] = t
-		}
-		return out
-	}()
 )
+
+// kindOfType returns the kind of the resources of type URL t, as the
+// Validator names them ("" for another type): a switch, not a map, as
+// every encoded resource and reference of every proxy's set asks it.
+func kindOfType(t string) string {
+	switch t {
+	case listenerType:
+		return "listener"
+	case routeType:
+		return "route configuration"
+	case clusterType:
+		return "cluster"
+	case loadAssignmentType:
+		return "load assignment"
+	case secretType:
+		return "secret"
+	}
+	return ""
+}
 
 func typeURLOf(m proto.Message) string { return "type.googleapis.com/" + string(nameOf(m)) }
 
@@ -232,7 +244,7 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 	defer vr.scratch.Put(v)
 	defer v.end()
 	for _, e := range encoded {
-		kind := kindOfType[e.TypeURL]
+		kind := kindOfType(e.TypeURL)
 		if kind == "" {
 			v.errs = append(v.errs, finding{nil, fmt.Sprintf("%s %q: only listeners, route configurations, clusters, load assignments and secrets are encoded", e.TypeURL, e.Name)})
 			continue
@@ -244,7 +256,7 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 			}
 		}
 		for _, r := range e.Refs {
-			v.refs = append(v.refs, reference{fromKind: kind, fromName: e.Name, kind: kindOfType[r.TypeURL], name: r.Name})
+			v.refs = append(v.refs, reference{fromKind: kind, fromName: e.Name, kind: kindOfType(r.TypeURL), name: r.Name})
 		}
 	}
 	for _, r := range resources {
@@ -894,15 +906,44 @@ func listenerAddress(b []byte) (netip.AddrPort, bool) {
 		return netip.AddrPort{}, false
 	}
 	text, _ := field(sock, socketAddr, protowire.BytesType)
-	ip, err := netip.ParseAddr(string(text))
-	if err != nil {
-		return netip.AddrPort{}, false
+	ip, ok := parseIPv4(text)
+	if !ok {
+		var err error
+		if ip, err = netip.ParseAddr(string(text)); err != nil {
+			return netip.AddrPort{}, false
+		}
 	}
 	var port uint64
 	if v, ok := field(sock, socketPortValue, protowire.VarintType); ok {
 		port, _ = protowire.ConsumeVarint(v)
 	}
 	return netip.AddrPortFrom(ip, uint16(port)), true
+}
+
+// parseIPv4 parses b if it is an IPv4 address in dotted decimal form (as
+// netip.ParseAddr would, without making b a string: every proxy's
+// listeners are read by every validation).
+func parseIPv4(b []byte) (netip.Addr, bool) {
+	var ip [4]byte
+	i := 0
+	for k := range ip {
+		if k > 0 {
+			if i == len(b) || b[i] != '.' {
+				return netip.Addr{}, false
+			}
+			i++
+		}
+		start, n := i, 0
+		for i < len(b) && i-start < 3 && '0' <= b[i] && b[i] <= '9' {
+			n = n*10 + int(b[i]-'0')
+			i++
+		}
+		if i == start || n > 255 || (i-start > 1 && b[start] == '0') {
+			return netip.Addr{}, false
+		}
+		ip[k] = byte(n)
+	}
+	return netip.AddrFrom4(ip), i == len(b)
 }
 
 // field returns the value of the last field num of wire type typ in the

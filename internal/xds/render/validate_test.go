@@ -773,3 +773,35 @@ func TestListenerAddress(t *testing.T) {
 		}
 	}
 }
+
+// TestKindOfType: kindOfType and typeOfKind are each other's inverse, and
+// kindOfType knows no other type.
+func TestKindOfType(t *testing.T) {
+	for kind, typ := range typeOfKind {
+		if got := kindOfType(typ); got != kind {
+			t.Errorf("kindOfType(%s) = %q, want %q", typ, got, kind)
+		}
+	}
+	if got := kindOfType(typeURLOf(&corev3.Node{})); got != "" {
+		t.Errorf("kindOfType of a Node = %q, want none", got)
+	}
+}
+
+// TestParseIPv4: parseIPv4 agrees with netip.ParseAddr on what is an IPv4
+// address and what it is, and leaves every other text to it.
+func TestParseIPv4(t *testing.T) {
+	for _, s := range []string{
+		"10.0.0.1", "0.0.0.0", "255.255.255.255", "127.0.0.1", "1.2.3.4",
+		"256.0.0.1", "01.2.3.4", "1.2.3", "1.2.3.4.", ".1.2.3", "1..2.3", "1.2.3.4.5",
+		"1.2.3.0004", "1.2.3.a", "", "::1", "fe80::1%eth0", "::ffff:1.2.3.4", "1.2.3.4 ", "1234.1.1.1",
+	} {
+		want, err := netip.ParseAddr(s)
+		got, ok := parseIPv4([]byte(s))
+		if ok && (err != nil || got != want) {
+			t.Errorf("parseIPv4(%q) = %v; netip.ParseAddr: %v, %v", s, got, want, err)
+		}
+		if !ok && err == nil && want.Is4() {
+			t.Errorf("parseIPv4(%q) refused an IPv4 address netip.ParseAddr reads as %v", s, want)
+		}
+	}
+}
