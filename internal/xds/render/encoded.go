@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	rbacv3 "github.com/envoyproxy/go-control-plane/envoy/config/rbac/v3"
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
@@ -116,12 +117,69 @@ func (sh *shape) write(vals []string, spl [][]byte) (Encoded, error) {
 	if err := sh.st.check(vals); err != nil {
 		return Encoded{}, err
 	}
-	e := Encoded{TypeURL: sh.typeURL, Name: holeValue(sh.name, vals)}
-	e.Bytes = sh.st.write(vals, spl)
+	e := Encoded{TypeURL: sh.typeURL, Bytes: sh.st.write(vals, spl)}
+	// The names that are more than one placeholder's value or text are
+	// written into one string, each a piece of it: one allocation for the
+	// resource's name and its references'.
+	n := joinedLen(sh.name, vals)
 	for _, r := range sh.refs {
-		e.Refs = append(e.Refs, Ref{TypeURL: r.typeURL, Name: holeValue(r.name, vals)})
+		n += joinedLen(r.name, vals)
+	}
+	var all string
+	if n > 0 {
+		var b strings.Builder
+		b.Grow(n)
+		writeJoined(&b, sh.name, vals)
+		for _, r := range sh.refs {
+			writeJoined(&b, r.name, vals)
+		}
+		all = b.String()
+	}
+	var at int
+	e.Name, at = holeIn(all, at, sh.name, vals)
+	if len(sh.refs) > 0 {
+		e.Refs = make([]Ref, len(sh.refs))
+		for i, r := range sh.refs {
+			e.Refs[i].TypeURL = r.typeURL
+			e.Refs[i].Name, at = holeIn(all, at, r.name, vals)
+		}
 	}
 	return e, nil
+}
+
+// joinedLen is the length of the value a hole takes with vals when it
+// must be joined (more than one segment), else 0.
+func joinedLen(segs []stampSeg, vals []string) int {
+	if len(segs) == 1 {
+		return 0
+	}
+	return holeLen(segs, vals)
+}
+
+// writeJoined writes the value a hole takes with vals to b, if it must be
+// joined (see joinedLen).
+func writeJoined(b *strings.Builder, segs []stampSeg, vals []string) {
+	if len(segs) == 1 {
+		return
+	}
+	for _, sg := range segs {
+		if sg.ph < 0 {
+			b.WriteString(sg.text)
+		} else {
+			b.WriteString(vals[sg.ph])
+		}
+	}
+}
+
+// holeIn returns the value a hole takes with vals: the piece of all at at
+// that writeJoined wrote, and where the next starts; or, for a hole of one
+// segment, its value (no new string) and at.
+func holeIn(all string, at int, segs []stampSeg, vals []string) (string, int) {
+	if len(segs) == 1 {
+		return holeValue(segs, vals), at
+	}
+	end := at + holeLen(segs, vals)
+	return all[at:end], end
 }
 
 // namePlaceholders stand, in a template, for the namespace and name of

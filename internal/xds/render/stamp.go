@@ -362,13 +362,7 @@ func holeValue(segs []stampSeg, vals []string) string {
 	}
 	var b strings.Builder
 	b.Grow(holeLen(segs, vals))
-	for _, sg := range segs {
-		if sg.ph < 0 {
-			b.WriteString(sg.text)
-		} else {
-			b.WriteString(vals[sg.ph])
-		}
-	}
+	writeJoined(&b, segs, vals)
 	return b.String()
 }
 
