@@ -8,7 +8,6 @@ import (
 	"cmp"
 	"fmt"
 	"net/netip"
-	"regexp"
 	"strings"
 
 	"github.com/google/uuid"
@@ -68,8 +67,6 @@ func (e Endpoint) Compare(o Endpoint) int {
 	return cmp.Or(e.AddrPort().Compare(o.AddrPort()), cmp.Compare(e.Provider, o.Provider))
 }
 
-var dns1123Label = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-
 // ValidateLabel checks that s is a DNS-1123 label; what names the value in
 // the error.
 func ValidateLabel(what, s string) error {
@@ -78,10 +75,25 @@ func ValidateLabel(what, s string) error {
 		return fmt.Errorf("%s is empty", what)
 	case len(s) > 63:
 		return fmt.Errorf("%s %q is longer than 63 characters", what, s)
-	case !dns1123Label.MatchString(s):
+	case !isDNS1123Label(s):
 		return fmt.Errorf("%s %q is not a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit)", what, s)
 	}
 	return nil
+}
+
+// isDNS1123Label reports whether s matches ^[a-z0-9]([-a-z0-9]*[a-z0-9])?$
+// (a loop, not a regular expression: the certificate manager checks the
+// labels of every service account the publisher asks a certificate of).
+func isDNS1123Label(s string) bool {
+	if s == "" || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // ProxyIdentity identifies one proxy: the seed's certificate common name

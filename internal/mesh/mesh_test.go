@@ -1,6 +1,7 @@
 package mesh
 
 import (
+	"regexp"
 	"testing"
 
 	"github.com/google/uuid"
@@ -43,5 +44,28 @@ func TestSPIFFEID(t *testing.T) {
 	got := ServiceAccount{Namespace: "default", Name: "bookstore"}.SPIFFEID("osm.local")
 	if want := "spiffe://osm.local/ns/default/sa/bookstore"; got != want {
 		t.Errorf("SPIFFEID = %q, want %q", got, want)
+	}
+}
+
+// TestIsDNS1123Label: isDNS1123Label agrees with the regular expression
+// of a DNS-1123 label on every string of up to three characters from an
+// alphabet of its classes' edges, and on some longer ones.
+func TestIsDNS1123Label(t *testing.T) {
+	re := regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	alphabet := []string{"a", "z", "0", "9", "-", "A", "Z", ".", "_", "/", "é", "`", "{", ":"}
+	texts := []string{"", "svc-00001", "bookstore-v2", "-a", "a-", "a--b", "a.b"}
+	for _, a := range alphabet {
+		texts = append(texts, a)
+		for _, b := range alphabet {
+			texts = append(texts, a+b)
+			for _, c := range alphabet {
+				texts = append(texts, a+b+c)
+			}
+		}
+	}
+	for _, s := range texts {
+		if got, want := isDNS1123Label(s), re.MatchString(s); got != want {
+			t.Errorf("isDNS1123Label(%q) = %v, the regular expression says %v", s, got, want)
+		}
 	}
 }
