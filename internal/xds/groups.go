@@ -37,15 +37,20 @@ type group struct {
 	err    error
 }
 
-// resources returns what the group holds (see Publisher.held).
-func (g *group) resources() []*cache.Resource {
-	var out []*cache.Resource
-	for _, s := range []*cache.Set{g.rds, g.cds} {
-		if s != nil {
-			out = append(out, s.Resources()...)
-		}
+// holdings returns what the group holds (see Publisher.held), in the
+// slices it holds them in: its route and cluster sets' resources and its
+// shared listeners, not copied into one (a full generation's releases
+// and retains of every group's were 7% of what it allocated).
+func (g *group) holdings() [3][]*cache.Resource {
+	var out [3][]*cache.Resource
+	if g.rds != nil {
+		out[0] = g.rds.Resources()
 	}
-	return append(out, g.shared...)
+	if g.cds != nil {
+		out[1] = g.cds.Resources()
+	}
+	out[2] = g.shared
+	return out
 }
 
 type node struct {
@@ -116,10 +121,18 @@ func (p *Publisher) renderChanged(ctx context.Context) {
 // lets go of what the groups held before (after, so that what renders the
 // same is found interned).
 func (p *Publisher) rerender(ctx context.Context, groups []*group) {
-	var old []*cache.Resource
-	var oldSlots []*edsSlot
+	n, slots := 0, 0
 	for _, g := range groups {
-		old = append(old, g.resources()...)
+		for _, rs := range g.holdings() {
+			n += len(rs)
+		}
+		slots += len(g.slots)
+	}
+	old, oldSlots := make([]*cache.Resource, 0, n), make([]*edsSlot, 0, slots)
+	for _, g := range groups {
+		for _, rs := range g.holdings() {
+			old = append(old, rs...)
+		}
 		oldSlots = append(oldSlots, g.slots...)
 		g.rds, g.cds, g.shared, g.slots, g.eds, g.err = nil, nil, nil, nil, nil, nil
 		p.setJoinCDS(g.key, nil)
@@ -255,7 +268,9 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	}
 	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(a.name, b.name) })
 	g.inputs, g.rds, g.cds, g.slots, g.shared, g.eds = in, rds, cds, slots, shared, nil
-	p.interned.Retain(g.resources()...)
+	for _, rs := range g.holdings() {
+		p.interned.Retain(rs...)
+	}
 	p.setJoinCDS(g.key, cds)
 	return nil
 }

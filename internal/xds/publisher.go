@@ -520,7 +520,9 @@ func (p *Publisher) dropNode(n *node) {
 // releaseGroup lets go of what a group without proxies holds.
 func (p *Publisher) releaseGroup(g *group) {
 	p.setJoinCDS(g.key, nil)
-	p.interned.Release(g.resources()...)
+	for _, rs := range g.holdings() {
+		p.interned.Release(rs...)
+	}
 	p.releaseSlots(g.slots)
 }
 
