@@ -240,7 +240,7 @@ func (vr *Validator) ValidateSet(mm *Memo, encoded []Encoded, resources ...proto
 	if v == nil {
 		v = &validation{}
 	}
-	v.start(vr, mm)
+	v.startSet(vr, mm)
 	defer vr.scratch.Put(v)
 	defer v.end()
 	for _, e := range encoded {
@@ -373,6 +373,13 @@ type validation struct {
 // start readies v, kept from vr's last call, for a new one.
 func (v *validation) start(vr *Validator, mm *Memo) {
 	v.vr, v.flavor, v.memo = vr, vr.flavor, mm
+}
+
+// startSet readies v for checking a set: start, and the maps of the set's
+// names and listener addresses, which checking one resource on its own
+// (walkOne, for every new stamp's template) does not use.
+func (v *validation) startSet(vr *Validator, mm *Memo) {
+	v.start(vr, mm)
 	if v.listeners == nil {
 		v.listeners, v.routes, v.clusters, v.eds, v.secrets = map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}, map[string]bool{}
 		v.addrs = map[netip.AddrPort]string{}
