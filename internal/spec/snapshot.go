@@ -287,7 +287,11 @@ func (s *Snapshot) AllowedUpstreams(src mesh.ServiceAccount) []Upstream {
 		// Only TrafficTargets decide: the services of src's destinations,
 		// all allowed, without a set to gather them in (every proxy's
 		// plan asks this in a full generation).
-		var out []Upstream
+		n := 0
+		for _, dst := range s.dstBySource[src] {
+			n += len(s.ServicesOf(dst))
+		}
+		out := make([]Upstream, 0, n)
 		for _, dst := range s.dstBySource[src] {
 			for _, svc := range s.ServicesOf(dst) {
 				if info, ok := s.services[svc]; ok && info.ServiceAccount != src {
