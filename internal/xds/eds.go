@@ -3,6 +3,7 @@ package xds
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -28,21 +29,19 @@ type edsSlot struct {
 	svc  mesh.MeshService
 	name string     // render.EDSName(svc), the order of a group's slots
 	mu   sync.Mutex // held while res is built (groups render in parallel)
-	res  *cache.Resource
-	refs int // groups whose slots include it; at 0 it is dropped
+	res  atomic.Pointer[cache.Resource]
+	refs atomic.Int32 // groups whose slots include it; at 0 it is dropped
 }
 
 // holdSlot returns svc's EDS slot, counting one more group depending on
-// it (safe in parallel renders: see publishGroups).
+// it (safe in parallel renders: see publishGroups). Every group holds a
+// slot for each upstream, so the slots are found without a lock.
 func (p *Publisher) holdSlot(svc mesh.MeshService) *edsSlot {
-	p.edsMu.Lock()
-	defer p.edsMu.Unlock()
-	sl := p.eds[svc]
-	if sl == nil {
-		sl = &edsSlot{svc: svc, name: render.EDSName(svc)}
-		p.eds[svc] = sl
+	sl, ok := p.eds.Get(svc)
+	if !ok {
+		sl = p.eds.Keep(svc, &edsSlot{svc: svc, name: render.EDSName(svc)})
 	}
-	sl.refs++
+	sl.refs.Add(1)
 	return sl
 }
 
@@ -51,10 +50,13 @@ func (p *Publisher) holdSlot(svc mesh.MeshService) *edsSlot {
 // (render.EncodeClusterLoadAssignment), never built as a message: valid
 // by construction, it is not validated (see render.Validator.ValidateSet).
 func (p *Publisher) edsResource(sl *edsSlot) (*cache.Resource, error) {
+	if r := sl.res.Load(); r != nil {
+		return r, nil // every caller of the service after the first
+	}
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
-	if sl.res != nil {
-		return sl.res, nil
+	if r := sl.res.Load(); r != nil {
+		return r, nil
 	}
 	b, err := render.EncodeClusterLoadAssignment(nil, p.mesh(), sl.svc)
 	if err != nil {
@@ -64,22 +66,24 @@ func (p *Publisher) edsResource(sl *edsSlot) (*cache.Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	sl.res = p.interned.Intern(res)
-	return sl.res, nil
+	r := p.interned.Intern(res)
+	sl.res.Store(r)
+	return r, nil
 }
 
 // dropEDS forgets svc's ClusterLoadAssignment, to be rebuilt when next
 // needed (its slot is the only holder of a load assignment, so it is no
 // longer interned either).
 func (p *Publisher) dropEDS(svc mesh.MeshService) {
-	if sl := p.eds[svc]; sl != nil && sl.res != nil {
-		p.interned.Forget(sl.res)
-		sl.res = nil
+	if sl, ok := p.eds.Get(svc); ok {
+		if r := sl.res.Swap(nil); r != nil {
+			p.interned.Forget(r)
+		}
 	}
 }
 
 func (p *Publisher) dropAllEDS() {
-	for svc := range p.eds {
+	for svc := range p.eds.All() {
 		p.dropEDS(svc)
 	}
 }
@@ -120,7 +124,8 @@ func (p *Publisher) publishEDS(changed []mesh.MeshService) {
 		if len(deps) == 0 {
 			continue
 		}
-		r, err := p.edsResource(p.eds[svc])
+		sl, _ := p.eds.Get(svc) // held by deps
+		r, err := p.edsResource(sl)
 		if err != nil {
 			p.log.Error("render endpoints", "service", svc, "err", err)
 			continue
@@ -203,9 +208,9 @@ func (p *Publisher) edsSet(g *group) (*cache.Set, error) {
 // the slots no group depends on.
 func (p *Publisher) releaseSlots(slots []*edsSlot) {
 	for _, sl := range slots {
-		if sl.refs--; sl.refs <= 0 {
+		if sl.refs.Add(-1) <= 0 {
 			p.dropEDS(sl.svc)
-			delete(p.eds, sl.svc)
+			p.eds.Take(sl.svc)
 		}
 	}
 }

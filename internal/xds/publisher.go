@@ -3,9 +3,7 @@ package xds
 import (
 	"context"
 	"log/slog"
-	"maps"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
+	"github.com/osm-vm/osm-vm/internal/xds/shard"
 )
 
 // ViewSource is the mesh model the publisher renders from: the catalog's
@@ -86,9 +85,8 @@ type Publisher struct {
 	// their streams (edsWakeEvery; tests set fewer).
 	edsWakeEvery int
 	// eds holds the ClusterLoadAssignment of each service a group depends
-	// on; edsMu guards it while groups render in parallel.
-	edsMu sync.Mutex
-	eds   map[mesh.MeshService]*edsSlot
+	// on (a shard.Map: groups render in parallel).
+	eds *shard.Map[mesh.MeshService, *edsSlot]
 	// secrets holds the secret set of each service account; secretsMu
 	// guards it, and secretsFlight makes parallel renders of one
 	// account's proxies build its set once.
@@ -162,7 +160,7 @@ func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs Cert
 		groups:       map[groupKey]*group{},
 		idle:         map[groupKey]*group{},
 		nodes:        map[string]*node{},
-		eds:          map[mesh.MeshService]*edsSlot{},
+		eds:          shard.New[mesh.MeshService, *edsSlot](),
 		secrets:      map[mesh.ServiceAccount]*cache.Set{},
 		wants:        map[string]map[uint64][]string{},
 		joinCDS:      map[groupKey]*cache.Set{},
@@ -386,7 +384,9 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 		case ruleChanged: // rebuilt below
 		case all:
 			// Every service's participants (the startup grace ended).
-			changedEDS = slices.Collect(maps.Keys(p.eds))
+			for svc := range p.eds.All() {
+				changedEDS = append(changedEDS, svc)
+			}
 		default:
 			changedEDS = changed
 		}

@@ -225,7 +225,7 @@ func TestIncrementalSpecificationChangesMatchAFreshPublisher(t *testing.T) {
 	p, _, c := benchPublisher(t, services, 3)
 	ctx := context.Background()
 	sizes := func() [5]int {
-		return [5]int{p.interned.Len(), p.interned.Held(), len(p.eds), p.validators[render.Envoy].Len(), p.validators[render.GRPC].Len()}
+		return [5]int{p.interned.Len(), p.interned.Held(), p.eds.Len(), p.validators[render.Envoy].Len(), p.validators[render.GRPC].Len()}
 	}
 	before := sizes()
 	for _, step := range steps {
