@@ -525,6 +525,9 @@ func newGatewayIndex(st *state, keys []Key) gatewayIndex {
 // HasGatewayRoutes reports whether any route is attached to svc (for any
 // caller).
 func (s *Snapshot) HasGatewayRoutes(svc mesh.MeshService) bool {
+	if len(s.gateway.byParent) == 0 {
+		return false // every plan asks, of every upstream
+	}
 	info, ok := s.services[svc]
 	if !ok {
 		return false
