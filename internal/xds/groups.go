@@ -144,7 +144,12 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 	p.publishGroups(ctx, groups, func(g *group) []*node {
 		return slices.SortedFunc(maps.Values(g.nodes), func(a, b *node) int { return strings.Compare(a.proxy.NodeID, b.proxy.NodeID) })
 	})
-	p.interned.Release(old...)
+	// In a full generation the previous resources are every group's:
+	// released on every core (Releases may run in parallel).
+	const chunk = 1024
+	p.parallel((len(old)+chunk-1)/chunk, func(i int) {
+		p.interned.Release(old[i*chunk : min((i+1)*chunk, len(old))]...)
+	})
 	p.releaseSlots(oldSlots)
 }
 

@@ -26,15 +26,15 @@ import (
 // two callers asking for the Resource of one message at once get one
 // Resource from one marshal. Parallel renderers intern, find what was
 // made and count holders in shard.Maps (looked up without a lock) and
-// atomic counts, not under one lock (see once and Retain): the Interner's lock (mu) serializes
-// Release and Forget only. The forget function is called with it held
-// and must not call the Interner.
+// atomic counts, not under one lock (see once, Retain and Release): the
+// Interner's lock (mu) serializes the calls of the forget function only,
+// which must not call the Interner.
 //
 // A Resource is counted by one Interner: the counts live in the Resource.
 type Interner struct {
 	c         *Cache
 	forget    func(...proto.Message)
-	mu        sync.Mutex                    // held by Release and Forget
+	mu        sync.Mutex                    // held while the forget function is called
 	byContent *shard.Map[uint64, *Resource] // by Resource.key; see Intern
 	// made holds the *marshalling of each message, and of each encoded
 	// resource's bytes by their first byte, until ForgetMessages (see
@@ -181,10 +181,10 @@ func (in *Interner) Retain(rs ...*Resource) {
 }
 
 // Release counts one holder less of each Resource, forgetting those no
-// longer held (and those never retained).
+// longer held (and those never retained). Releases may run in parallel
+// with one another (a full generation releases every group's previous
+// resources on every core), not with a Retain of the same Resources.
 func (in *Interner) Release(rs ...*Resource) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
 	var gone []proto.Message
 	for _, r := range rs {
 		if n := r.holders.Add(-1); n <= 0 {
@@ -200,6 +200,8 @@ func (in *Interner) Release(rs ...*Resource) {
 		}
 	}
 	if in.forget != nil && len(gone) > 0 {
+		in.mu.Lock()
+		defer in.mu.Unlock()
 		in.forget(gone...)
 	}
 }
@@ -208,14 +210,10 @@ func (in *Interner) Release(rs ...*Resource) {
 // outside the counts, as a producer's only copy) and tells the forget
 // function.
 func (in *Interner) Forget(r *Resource) {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	in.forgetLocked(r)
-}
-
-func (in *Interner) forgetLocked(r *Resource) {
 	in.unintern(r)
 	if in.forget != nil && r.msg != nil {
+		in.mu.Lock()
+		defer in.mu.Unlock()
 		in.forget(r.msg)
 	}
 }

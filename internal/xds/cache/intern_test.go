@@ -189,3 +189,50 @@ func TestInternerKeyCollision(t *testing.T) {
 		t.Error("equal content is not one Resource")
 	}
 }
+
+// TestInternerConcurrentRelease: Releases running in parallel (as a full
+// generation's are) count every holder once: the Resources held twice
+// stay interned, the others are forgotten, and the forget function is
+// told of each of those once.
+func TestInternerConcurrentRelease(t *testing.T) {
+	c := New(testLogger(t))
+	var mu sync.Mutex
+	forgotten := map[proto.Message]int{}
+	in := NewInterner(c, func(ms ...proto.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range ms {
+			forgotten[m]++
+		}
+	})
+	var rs []*Resource
+	for i := range 2000 {
+		r, err := in.Resource(fmt.Sprint("c", i), cluster(fmt.Sprint("c", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in.Retain(r)
+		if i%2 == 0 {
+			in.Retain(r) // held twice: one Release leaves it interned
+		}
+		rs = append(rs, r)
+	}
+	const releasers = 8
+	var wg sync.WaitGroup
+	for w := range releasers {
+		wg.Go(func() {
+			for i := w; i < len(rs); i += releasers {
+				in.Release(rs[i])
+			}
+		})
+	}
+	wg.Wait()
+	if in.Len() != 1000 || in.Held() != 1000 {
+		t.Fatalf("after releasing each Resource once: %d interned, %d held; want the 1,000 retained twice", in.Len(), in.Held())
+	}
+	for i, r := range rs {
+		if n, want := forgotten[r.Message()], i%2; n != want {
+			t.Fatalf("resource %d: the forget function was told of it %d times, want %d", i, n, want)
+		}
+	}
+}
