@@ -27,7 +27,7 @@ const connectTimeout = time.Second
 // the account the upstream runs as), and for Envoy a STATIC cluster per
 // port of its own service for the local application on 127.0.0.1:targetPort.
 func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
-	out, _, err := clusters(m, p, false)
+	out, _, err := clusters(m, p, false, nil)
 	return out, err
 }
 
@@ -36,12 +36,13 @@ func Clusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 // stamp of their shape (see stamp) rather than built: the xDS
 // publisher's form. It needs
 // m.Memo, which keeps the stamps and what was written from them; without
-// one every cluster is a message.
-func ClusterResources(m Mesh, p Proxy) ([]*clusterv3.Cluster, []Encoded, error) {
-	return clusters(m, p, m.Memo != nil)
+// one every cluster is a message. The encoded ones are appended to enc
+// (nil, or a buffer the caller reuses).
+func ClusterResources(m Mesh, p Proxy, enc []Encoded) ([]*clusterv3.Cluster, []Encoded, error) {
+	return clusters(m, p, m.Memo != nil, enc)
 }
 
-func clusters(m Mesh, p Proxy, encode bool) ([]*clusterv3.Cluster, []Encoded, error) {
+func clusters(m Mesh, p Proxy, encode bool, enc []Encoded) ([]*clusterv3.Cluster, []Encoded, error) {
 	self, err := m.check(p)
 	if err != nil {
 		return nil, nil, err
@@ -56,10 +57,9 @@ func clusters(m Mesh, p Proxy, encode bool) ([]*clusterv3.Cluster, []Encoded, er
 	}
 	b := &builder{}
 	var out []*clusterv3.Cluster
-	var enc []Encoded
 	upstreams := upstreamServices(plan(m, p, self))
 	if encode {
-		enc = make([]Encoded, 0, len(upstreams)+len(self.Ports))
+		enc = slices.Grow(enc, len(upstreams)+len(self.Ports))
 	}
 	for _, svc := range upstreams {
 		info, _ := m.Spec().Service(svc)

@@ -152,9 +152,10 @@ func messages[T proto.Message](render func(Mesh, Proxy) ([]T, error)) func(Mesh,
 	}
 }
 
-func writtenMessages[T proto.Message](render func(Mesh, Proxy) ([]T, []Encoded, error)) func(Mesh, Proxy) ([]proto.Message, []Encoded, error) {
+func writtenMessages[T proto.Message](render func(Mesh, Proxy, []Encoded) ([]T, []Encoded, error)) func(Mesh, Proxy) ([]proto.Message, []Encoded, error) {
 	return func(m Mesh, p Proxy) ([]proto.Message, []Encoded, error) {
-		out, enc, err := render(m, p)
+		// A buffer too small for most sets: appending to it must grow it.
+		out, enc, err := render(m, p, make([]Encoded, 0, 1))
 		return msgs(out), enc, err
 	}
 }
@@ -177,7 +178,7 @@ func TestClusterResourcesStampEqualsBuilt(t *testing.T) {
 			return c.GetEdsClusterConfig() != nil || strings.HasPrefix(c.GetName(), "local|")
 		},
 		check: func(t *testing.T, label string, m Mesh, p Proxy, enc []Encoded) {
-			_, again, _ := ClusterResources(m, p)
+			_, again, _ := ClusterResources(m, p, nil)
 			for i := range again {
 				if !strings.HasPrefix(enc[i].Name, "local|") && &again[i].Bytes[0] != &enc[i].Bytes[0] {
 					t.Errorf("%s: cluster %q written again", label, enc[i].Name)

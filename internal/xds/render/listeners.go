@@ -2,6 +2,7 @@ package render
 
 import (
 	"net/netip"
+	"slices"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -44,7 +45,7 @@ func Listeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 // address, sorted by name: Envoy's inbound listeners and gRPC's server
 // listeners (the listeners [PerProxy] names).
 func PerProxyListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
-	out, _, err := perProxyListeners(m, p, false)
+	out, _, err := perProxyListeners(m, p, false, nil)
 	return out, err
 }
 
@@ -52,12 +53,13 @@ func PerProxyListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 // Envoy's inbound listeners written as bytes from the stamp of their shape
 // (see stamp), their RBAC rules built, validated and encoded once per
 // service and port: the xDS publisher's form. It needs m.Memo; without
-// one every listener is a message.
-func PerProxyListenerResources(m Mesh, p Proxy) ([]*listenerv3.Listener, []Encoded, error) {
-	return perProxyListeners(m, p, m.Memo != nil)
+// one every listener is a message. The encoded ones are appended to enc
+// (nil, or a buffer the caller reuses).
+func PerProxyListenerResources(m Mesh, p Proxy, enc []Encoded) ([]*listenerv3.Listener, []Encoded, error) {
+	return perProxyListeners(m, p, m.Memo != nil, enc)
 }
 
-func perProxyListeners(m Mesh, p Proxy, encode bool) ([]*listenerv3.Listener, []Encoded, error) {
+func perProxyListeners(m Mesh, p Proxy, encode bool, enc []Encoded) ([]*listenerv3.Listener, []Encoded, error) {
 	self, err := m.check(p)
 	if err != nil {
 		return nil, nil, err
@@ -72,7 +74,6 @@ func perProxyListeners(m Mesh, p Proxy, encode bool) ([]*listenerv3.Listener, []
 	}
 	b := &builder{}
 	var out []*listenerv3.Listener
-	var enc []Encoded
 	for _, port := range sortedPorts(self) {
 		if p.Flavor == GRPC {
 			if isHTTP(port) {
@@ -99,7 +100,7 @@ func perProxyListeners(m Mesh, p Proxy, encode bool) ([]*listenerv3.Listener, []
 // of the service and flavour, sorted by name: Envoy's outbound listeners
 // and gRPC's API listeners, one per upstream port the service may call.
 func SharedListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
-	out, _, err := sharedListeners(m, p, false)
+	out, _, err := sharedListeners(m, p, false, nil)
 	return out, err
 }
 
@@ -107,12 +108,13 @@ func SharedListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 // outbound listeners of upstreams called directly (no split, no Gateway
 // API routes) written as bytes from the stamp of their shape (see
 // stamp): the xDS publisher's form. It needs m.Memo; without one every
-// listener is a message.
-func SharedListenerResources(m Mesh, p Proxy) ([]*listenerv3.Listener, []Encoded, error) {
-	return sharedListeners(m, p, m.Memo != nil)
+// listener is a message. The encoded ones are appended to enc (nil, or a
+// buffer the caller reuses).
+func SharedListenerResources(m Mesh, p Proxy, enc []Encoded) ([]*listenerv3.Listener, []Encoded, error) {
+	return sharedListeners(m, p, m.Memo != nil, enc)
 }
 
-func sharedListeners(m Mesh, p Proxy, encode bool) ([]*listenerv3.Listener, []Encoded, error) {
+func sharedListeners(m Mesh, p Proxy, encode bool, enc []Encoded) ([]*listenerv3.Listener, []Encoded, error) {
 	self, err := m.check(p)
 	if err != nil {
 		return nil, nil, err
@@ -122,10 +124,9 @@ func sharedListeners(m Mesh, p Proxy, encode bool) ([]*listenerv3.Listener, []En
 	}
 	b := &builder{}
 	var out []*listenerv3.Listener
-	var enc []Encoded
 	outbounds := plan(m, p, self)
 	if encode {
-		enc = make([]Encoded, 0, len(outbounds))
+		enc = slices.Grow(enc, len(outbounds))
 	}
 	for _, o := range outbounds {
 		if p.Flavor == GRPC {

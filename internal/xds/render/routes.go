@@ -21,7 +21,7 @@ import (
 // Outbound route configurations depend only on the upstream (and on which
 // of its split backends the caller may reach), never on the caller.
 func Routes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
-	out, _, err := routes(m, p, false)
+	out, _, err := routes(m, p, false, nil)
 	return out, err
 }
 
@@ -29,12 +29,13 @@ func Routes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 // ones and those of upstreams called directly (no split, no Gateway API
 // routes) written as bytes from the stamp of their shape (see stamp): the
 // xDS publisher's form. It needs m.Memo; without one every route
-// configuration is a message.
-func RouteResources(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, []Encoded, error) {
-	return routes(m, p, m.Memo != nil)
+// configuration is a message. The encoded ones are appended to enc (nil,
+// or a buffer the caller reuses).
+func RouteResources(m Mesh, p Proxy, enc []Encoded) ([]*routev3.RouteConfiguration, []Encoded, error) {
+	return routes(m, p, m.Memo != nil, enc)
 }
 
-func routes(m Mesh, p Proxy, encode bool) ([]*routev3.RouteConfiguration, []Encoded, error) {
+func routes(m Mesh, p Proxy, encode bool, enc []Encoded) ([]*routev3.RouteConfiguration, []Encoded, error) {
 	self, err := m.check(p)
 	if err != nil {
 		return nil, nil, err
@@ -47,10 +48,9 @@ func routes(m Mesh, p Proxy, encode bool) ([]*routev3.RouteConfiguration, []Enco
 		return out, nil, err
 	}
 	var out []*routev3.RouteConfiguration
-	var enc []Encoded
 	outbounds := plan(m, p, self)
 	if encode {
-		enc = make([]Encoded, 0, len(self.Ports)+len(outbounds))
+		enc = slices.Grow(enc, len(self.Ports)+len(outbounds))
 	}
 	if p.Flavor == Envoy {
 		for _, port := range sortedPorts(self) {
