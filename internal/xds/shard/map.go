@@ -14,9 +14,13 @@ import (
 	"sync/atomic"
 )
 
-// shards is the number of shards of a Map: writers on different cores
-// seldom take the same lock.
-const shards = 32
+// shardBits is the number of the hash's top bits that pick a shard:
+// 32 shards, so that writers on different cores seldom take the same
+// lock.
+const (
+	shardBits = 5
+	shards    = 1 << shardBits
+)
 
 // minSlots is the size of a shard's first table.
 const minSlots = 16
@@ -104,7 +108,7 @@ func (m *Map[K, V]) newEntry(p *part[K, V], h uint64, k K, v V) *entry[K, V] {
 // its low bits the first slot probed.
 func (m *Map[K, V]) part(k K) (uint64, *part[K, V]) {
 	h := maphash.Comparable(m.seed, k)
-	return h, &m.shards[h>>(64-5)]
+	return h, &m.shards[h>>(64-shardBits)]
 }
 
 // Get returns what m holds for k.
@@ -178,9 +182,9 @@ func (m *Map[K, V]) Keep(k K, v V) V {
 	return v
 }
 
-// grow publishes a table twice the size of what p holds, without its
-// tombstones, and returns it. Caller holds p's lock. Lookups still
-// reading t find what it held.
+// grow publishes a new table for p, sized so that its live entries fill
+// less than three eighths of it, without t's tombstones, and returns it.
+// Caller holds p's lock. Lookups still reading t find what it held.
 func (m *Map[K, V]) grow(p *part[K, V], t *table[K, V]) *table[K, V] {
 	n := minSlots
 	for n*3 <= (p.live+1)*4*2 {
