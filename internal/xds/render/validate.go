@@ -200,13 +200,14 @@ var (
 	listenerType       = typeURLOf(&listenerv3.Listener{})
 	routeType          = typeURLOf(&routev3.RouteConfiguration{})
 	secretType         = typeURLOf(&tlsv3.Secret{})
-	typeOfKind         = map[string]string{
-		"listener":            listenerType,
-		"route configuration": routeType,
-		"cluster":             clusterType,
-		"load assignment":     loadAssignmentType,
-		"secret":              secretType,
-	}
+	// typeOfKind is kindOfType's inverse.
+	typeOfKind = func() map[string]string {
+		out := map[string]string{}
+		for _, t := range []string{listenerType, routeType, clusterType, loadAssignmentType, secretType} {
+			out[kindOfType(t)] = t
+		}
+		return out
+	}()
 )
 
 // kindOfType returns the kind of the resources of type URL t, as the
@@ -913,44 +914,15 @@ func listenerAddress(b []byte) (netip.AddrPort, bool) {
 		return netip.AddrPort{}, false
 	}
 	text, _ := field(sock, socketAddr, protowire.BytesType)
-	ip, ok := parseIPv4(text)
-	if !ok {
-		var err error
-		if ip, err = netip.ParseAddr(string(text)); err != nil {
-			return netip.AddrPort{}, false
-		}
+	ip, err := netip.ParseAddr(string(text))
+	if err != nil {
+		return netip.AddrPort{}, false
 	}
 	var port uint64
 	if v, ok := field(sock, socketPortValue, protowire.VarintType); ok {
 		port, _ = protowire.ConsumeVarint(v)
 	}
 	return netip.AddrPortFrom(ip, uint16(port)), true
-}
-
-// parseIPv4 parses b if it is an IPv4 address in dotted decimal form (as
-// netip.ParseAddr would, without making b a string: every proxy's
-// listeners are read by every validation).
-func parseIPv4(b []byte) (netip.Addr, bool) {
-	var ip [4]byte
-	i := 0
-	for k := range ip {
-		if k > 0 {
-			if i == len(b) || b[i] != '.' {
-				return netip.Addr{}, false
-			}
-			i++
-		}
-		start, n := i, 0
-		for i < len(b) && i-start < 3 && '0' <= b[i] && b[i] <= '9' {
-			n = n*10 + int(b[i]-'0')
-			i++
-		}
-		if i == start || n > 255 || (i-start > 1 && b[start] == '0') {
-			return netip.Addr{}, false
-		}
-		ip[k] = byte(n)
-	}
-	return netip.AddrFrom4(ip), i == len(b)
 }
 
 // field returns the value of the last field num of wire type typ in the
