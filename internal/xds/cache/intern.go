@@ -199,11 +199,7 @@ func (in *Interner) Release(rs ...*Resource) {
 			}
 		}
 	}
-	if in.forget != nil && len(gone) > 0 {
-		in.mu.Lock()
-		defer in.mu.Unlock()
-		in.forget(gone...)
-	}
+	in.tell(gone...)
 }
 
 // Forget uninterns r (which nothing holds any more, or which is held
@@ -211,11 +207,19 @@ func (in *Interner) Release(rs ...*Resource) {
 // function.
 func (in *Interner) Forget(r *Resource) {
 	in.unintern(r)
-	if in.forget != nil && r.msg != nil {
-		in.mu.Lock()
-		defer in.mu.Unlock()
-		in.forget(r.msg)
+	if r.msg != nil { // an encoded Resource's was never validated
+		in.tell(r.msg)
 	}
+}
+
+// tell calls the forget function with gone (if any), one call at a time.
+func (in *Interner) tell(gone ...proto.Message) {
+	if in.forget == nil || len(gone) == 0 {
+		return
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.forget(gone...)
 }
 
 // unintern forgets r's content, if r is what is interned for it.
