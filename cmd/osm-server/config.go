@@ -46,6 +46,10 @@ type Config struct {
 	// example "3GiB" in the file; 0 ("" in the file) for none. The
 	// GOMEMLIMIT environment variable wins.
 	MemoryLimit byteSize `yaml:"memoryLimit"`
+	// IdleCollection: when the server goes idle after a burst of work
+	// with the heap nearer its goal than such a burst allocates, collect
+	// then rather than in the middle of the next burst (see idleCollector).
+	IdleCollection bool `yaml:"idleCollection"`
 	// TokenRetention is how long a join token is kept after it expired or
 	// was revoked before it is deleted, for example "168h".
 	TokenRetention time.Duration `yaml:"tokenRetention"`
@@ -114,6 +118,7 @@ func defaultConfig() Config {
 		XDSAddress:           "0.0.0.0:15128",
 		TrustDomain:          "osm.local",
 		GCPercent:            defaultGCPercent,
+		IdleCollection:       true,
 		TokenRetention:       enroll.DefaultTokenRetention,
 		ProxyRecordRetention: certificate.DefaultProxyRecordRetention,
 		HandshakeTimeout:     xds.DefaultHandshakeTimeout,
@@ -176,7 +181,7 @@ func parseConfig(path string, data []byte) (Config, error) {
 		"dataDir": &cfg.DataDir, "pluginDir": &cfg.PluginDir, "debugAddress": &cfg.DebugAddress,
 		"apiAddress": &cfg.APIAddress, "xdsAddress": &cfg.XDSAddress,
 		"trustDomain": &cfg.TrustDomain, "serverNames": &cfg.ServerNames,
-		"gcPercent": &cfg.GCPercent, "memoryLimit": &cfg.MemoryLimit,
+		"gcPercent": &cfg.GCPercent, "memoryLimit": &cfg.MemoryLimit, "idleCollection": &cfg.IdleCollection,
 		"tokenRetention": &cfg.TokenRetention, "proxyRecordRetention": &cfg.ProxyRecordRetention,
 		"handshakeTimeout": &cfg.HandshakeTimeout, "agentPackageDir": &cfg.AgentPackageDir,
 		"startupGrace": &cfg.StartupGrace,

@@ -35,6 +35,7 @@ func TestLoadConfigExample(t *testing.T) {
 		TrustDomain:          "osm.local",
 		ServerNames:          []string{"osm.example.com"},
 		GCPercent:            50,
+		IdleCollection:       true,
 		TokenRetention:       7 * 24 * time.Hour,
 		ProxyRecordRetention: 7 * 24 * time.Hour,
 		HandshakeTimeout:     10 * time.Second,
@@ -50,6 +51,18 @@ func TestLoadConfigExample(t *testing.T) {
 	}
 	if err := cfg.validate(); err != nil {
 		t.Errorf("validate: %v", err)
+	}
+}
+
+func TestLoadConfigIdleCollection(t *testing.T) {
+	if cfg, err := loadConfig(writeConfig(t, "gcPercent: 50\n")); err != nil || !cfg.IdleCollection {
+		t.Errorf("idleCollection unset = %v, %v; want true", cfg.IdleCollection, err)
+	}
+	if cfg, err := loadConfig(writeConfig(t, "idleCollection: false\n")); err != nil || cfg.IdleCollection {
+		t.Errorf("idleCollection: false = %v, %v; want false", cfg.IdleCollection, err)
+	}
+	if _, err := loadConfig(writeConfig(t, "idleCollection: sometimes\n")); err == nil || !strings.Contains(err.Error(), "idleCollection") {
+		t.Errorf("idleCollection: sometimes: error %v; want one naming the key", err)
 	}
 }
 

@@ -313,6 +313,14 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 			return gov.run(ctx, t.C)
 		})
 	}
+	if cfg.IdleCollection && rts.GCPercent >= 0 {
+		idle := newIdleCollector(log.With("component", "gc"))
+		g.Go(func() error {
+			t := time.NewTicker(idleTick)
+			defer t.Stop()
+			return idle.run(ctx, t.C)
+		})
+	}
 	if cs, ok := st.(*consulstore.Store); ok {
 		h := &storeHealth{st: cs, log: log.With("component", "store")}
 		debugAPI.AddReadyCheck(h.ready)
