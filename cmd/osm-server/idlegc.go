@@ -116,10 +116,11 @@ func (c *idleCollector) observe(s gcSample) {
 }
 
 // step takes a tick's sample and reports whether to collect now: the
-// tick is idle, the one before it was busy, and the heap is within
-// idleBurstMargin of the largest recent burst of the next cycle's
-// earliest trigger. heap is the heap's estimated size, what expected the
-// next burst's allocation.
+// tick is idle, the one before it was busy, and the heap plus
+// idleBurstMargin times the largest recent burst reaches the next cycle's
+// earliest trigger. heap is the heap's estimated size and expected what
+// the next burst is expected to allocate, both 0 unless a burst just
+// ended.
 func (c *idleCollector) step(s gcSample) (collect bool, heap, expected uint64) {
 	prev := c.prev
 	c.prev = s
