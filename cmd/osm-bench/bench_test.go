@@ -10,7 +10,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,8 +27,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// buildOSMServer builds osm-server and the static provider for O; it
-// returns "" when they do not build (O is then not part of the test).
+// buildOSMServer builds osm-server and the static provider for O and
+// returns osm-server's path.
 func buildOSMServer(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -36,8 +38,7 @@ func buildOSMServer(t *testing.T) string {
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Logf("O left out: %s does not build: %v\n%s", b.pkg, err, out)
-			return ""
+			t.Fatalf("%s does not build: %v\n%s", b.pkg, err, out)
 		}
 	}
 	return filepath.Join(dir, "osm-server")
@@ -50,11 +51,8 @@ func TestQuickRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts several server processes; skipped with -short")
 	}
-	servers := []string{"L", "L-mux", "F"}
+	servers := []string{"O", "L", "L-mux", "F"}
 	osmServer := buildOSMServer(t)
-	if osmServer != "" {
-		servers = append([]string{"O"}, servers...)
-	}
 
 	dir := t.TempDir()
 	out := filepath.Join(dir, "latest.json")
@@ -85,10 +83,6 @@ func TestQuickRun(t *testing.T) {
 	var got []string
 	for _, s := range rep.Servers {
 		got = append(got, s.Name)
-		if s.Name == "O" && !s.Available {
-			t.Logf("O not measured: %s", s.Reason)
-			continue
-		}
 		if !s.Available {
 			t.Errorf("server %s not measured: %s", s.Name, s.Reason)
 		}
@@ -180,9 +174,6 @@ func TestQuickRun(t *testing.T) {
 			files = append(files, w+".cpu.pb.gz", w+".fleet.cpu.pb.gz", w+".allocs-start.pb.gz", w+".allocs.pb.gz")
 		}
 		if s == "O" {
-			if !available["O"] {
-				continue
-			}
 			files = append(files, "heap.pb.gz", "goroutine.txt", "proxies.json", "idle.cpu.pb.gz", "idle.fleet.cpu.pb.gz", "idle.start")
 		}
 		for _, f := range files {
@@ -226,6 +217,56 @@ func TestParseRunFlagsMetrics(t *testing.T) {
 			if got, want := c.plan.want(id), tc.want == nil || tc.want[id]; got != want {
 				t.Errorf("parseRunFlags(%q): want(%s) = %t, want %t", tc.args, id, got, want)
 			}
+		}
+	}
+}
+
+// TestTraceDir runs the harness with --trace-dir against O and checks that
+// each traced metric left its runtime trace, its CPU profile and a pair of
+// heap profiles between which the server allocated: the allocations a
+// window of time alone would show only if a collection happened to end in
+// it.
+func TestTraceDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts osm-server; skipped with -short")
+	}
+	osmServer := buildOSMServer(t)
+	dir := t.TempDir()
+	traces := filepath.Join(dir, "trace")
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, []string{"run", "--quick", "--proxies", "20", "--services", "20", "--reps", "2", "--joins", "2",
+		"--servers", "O", "--metrics", "M2,M5", "--osm-server", osmServer, "--out", filepath.Join(dir, "latest.json"),
+		"--work-dir", filepath.Join(dir, "work"), "--timeout", "3m", "--trace-dir", traces}, &stdout, &stderr)
+	t.Logf("stdout:\n%s", stdout.String())
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if strings.Contains(stdout.String(), "trace:") {
+		t.Errorf("the run noted a trace error:\n%s", stdout.String())
+	}
+	accounted := regexp.MustCompile(`Showing nodes accounting for ([0-9.]+)([kMG]?B)?`)
+	for _, metric := range []string{"M2", "M5"} {
+		for _, f := range []string{".trace", ".cpu.pb.gz", ".allocs-start.pb.gz", ".allocs.pb.gz"} {
+			if fi, err := os.Stat(filepath.Join(traces, "O-"+metric+f)); err != nil || fi.Size() == 0 {
+				t.Errorf("--trace-dir: O-%s%s missing or empty (%v)", metric, f, err)
+			}
+		}
+		base := filepath.Join(traces, "O-"+metric)
+		out, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=alloc_space",
+			"-diff_base", base+".allocs-start.pb.gz", base+".allocs.pb.gz").CombinedOutput()
+		if err != nil {
+			t.Errorf("go tool pprof %s: %v\n%s", metric, err, out)
+			continue
+		}
+		m := accounted.FindSubmatch(out)
+		if m == nil {
+			t.Errorf("%s: go tool pprof printed no total:\n%s", metric, out)
+			continue
+		}
+		if v, err := strconv.ParseFloat(string(m[1]), 64); err != nil || v <= 0 {
+			t.Errorf("%s: no allocations between the two heap profiles (%s):\n%s", metric, m[0], out)
 		}
 	}
 }

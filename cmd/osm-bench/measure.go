@@ -279,6 +279,9 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		m.waitQuiet(ctx, pid, res, c.metric) // the last change's work counts in its CPU
+		// Read before the trace's and the profile's last collections.
+		srvCPU1, err3 := cpuSeconds(pid)
+		fleetCPU1, err4 := cpuSeconds(os.Getpid())
 		if err := traced(); err != nil {
 			res.note("%s: runtime trace: %v", c.metric, err)
 		}
@@ -288,8 +291,6 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			res.note("%s: the profile's %d s hold %d changes and the quiet between them", c.metric, profileSeconds, inProfile)
 		}
 		log.Info("change measured", "metric", c.metric, "affected", affected, "changes", len(last), "last_ack_p50_ms", percentile(last, 50))
-		srvCPU1, err3 := cpuSeconds(pid)
-		fleetCPU1, err4 := cpuSeconds(os.Getpid())
 		if errors.Join(err1, err2, err3, err4) == nil && len(last) > 0 {
 			// Where a change's time goes on a shared machine: the server's
 			// work and the fleet's (TLS, framing, ACKs), per change.
@@ -548,18 +549,31 @@ func (m *measurer) waitQuiet(ctx context.Context, pid int, res *result, metric s
 	return time.Since(start)
 }
 
-// startTrace starts a runtime trace of srv (O only, with --trace-dir) into
-// TraceDir/name.trace and returns a function that waits for it to end.
+// startTrace starts a runtime trace and a CPU profile of srv's next
+// seconds (O only, with --trace-dir) into TraceDir/name.trace and
+// name.cpu.pb.gz, and takes a heap profile right after a collection into
+// name.allocs-start.pb.gz; the function it returns waits for the trace
+// and the profile and takes the second heap profile, name.allocs.pb.gz,
+// after another collection: what was allocated between the two is what
+// the metric allocated (see profileWindow for why a window of time alone
+// does not show it). The caller reads the server's CPU before calling it.
 func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, name string, seconds int) (wait func() error) {
 	if m.plan.TraceDir == "" || srv.debugAddr == "" {
 		return func() error { return nil }
 	}
-	res.note("%s: the first %d s measured under a runtime trace, a CPU profile and an allocation profile of the server (--trace-dir)", name, seconds)
-	kinds := []struct{ path, file string }{{"trace", ".trace"}, {"profile", ".cpu.pb.gz"}, {"allocs", ".allocs.pb.gz"}}
+	res.note("%s: the first %d s measured under a runtime trace and a CPU profile of the server, and its allocations from their start to the metric's end (--trace-dir)", name, seconds)
+	path := func(suffix string) string { return filepath.Join(m.plan.TraceDir, name+suffix) }
+	if err := os.MkdirAll(m.plan.TraceDir, 0o755); err != nil {
+		return func() error { return err }
+	}
+	if err := fetchHeapAfterGC(ctx, srv.debugAddr, srv.debugToken, path(".allocs-start.pb.gz")); err != nil {
+		return func() error { return fmt.Errorf("allocations at the start: %w", err) }
+	}
+	kinds := []struct{ path, file string }{{"trace", ".trace"}, {"profile", ".cpu.pb.gz"}}
 	done := make(chan error, len(kinds))
 	for _, f := range kinds {
 		go func() {
-			done <- fetchPprof(ctx, srv.debugAddr, srv.debugToken, f.path, filepath.Join(m.plan.TraceDir, name+f.file), seconds)
+			done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", srv.debugAddr, f.path, seconds), srv.debugToken, path(f.file))
 		}()
 	}
 	time.Sleep(50 * time.Millisecond) // let the trace start before the first change
@@ -568,17 +582,9 @@ func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, nam
 		for range kinds {
 			errs = append(errs, <-done)
 		}
+		errs = append(errs, fetchHeapAfterGC(ctx, srv.debugAddr, srv.debugToken, path(".allocs.pb.gz")))
 		return errors.Join(errs...)
 	}
-}
-
-// fetchPprof writes seconds of /debug/pprof/<kind> (trace, profile
-// or allocs) of the process serving pprof at addr to path.
-func fetchPprof(ctx context.Context, addr, token, kind, path string, seconds int) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", addr, kind, seconds), token, path)
 }
 
 // measureWide is M9: the largest single message a proxy that sees every

@@ -103,7 +103,7 @@ func (m *measurer) profileWindow(ctx context.Context, srv *server, file string, 
 		return func() error { return nil }
 	}
 	heap := func(suffix string) error {
-		return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", srv.pprofAddr), srv.debugToken, filepath.Join(m.plan.ProfileDir, file+suffix))
+		return fetchHeapAfterGC(ctx, srv.pprofAddr, srv.debugToken, filepath.Join(m.plan.ProfileDir, file+suffix))
 	}
 	if err := os.MkdirAll(m.plan.ProfileDir, 0o755); err != nil {
 		return func() error { return err }
@@ -163,6 +163,12 @@ func profileSelf(ctx context.Context, path string, d time.Duration) (wait func()
 		<-done
 		return f.Close()
 	}
+}
+
+// fetchHeapAfterGC writes the heap profile of the process serving pprof
+// at addr, taken right after a collection it makes, to path.
+func fetchHeapAfterGC(ctx context.Context, addr, token, path string) error {
+	return fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", addr), token, path)
 }
 
 // fetchTo writes the body of GET url, sent with the admin token, to path.
