@@ -44,6 +44,25 @@ func buildOSMServer(t *testing.T) string {
 	return filepath.Join(dir, "osm-server")
 }
 
+// quickRun builds osm-server and runs the harness with a tiny fleet (20
+// proxies and services, 2 changes and joins), its work directory in dir,
+// within timeout, and the further arguments; it returns what the run
+// printed.
+func quickRun(t *testing.T, dir string, timeout time.Duration, args ...string) string {
+	t.Helper()
+	osmServer := buildOSMServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err := run(ctx, append([]string{"run", "--quick", "--proxies", "20", "--services", "20", "--reps", "2", "--joins", "2",
+		"--osm-server", osmServer, "--work-dir", filepath.Join(dir, "work"), "--timeout", (timeout - time.Minute).String()}, args...), &stdout, &stderr)
+	t.Logf("stdout:\n%s", stdout.String())
+	if err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	return stdout.String()
+}
+
 // TestQuickRun runs the harness end to end with a tiny fleet against every
 // server and checks that every metric was produced. No timing assertions:
 // the figures belong to `make bench`.
@@ -52,20 +71,9 @@ func TestQuickRun(t *testing.T) {
 		t.Skip("starts several server processes; skipped with -short")
 	}
 	servers := []string{"O", "L", "L-mux", "F"}
-	osmServer := buildOSMServer(t)
-
 	dir := t.TempDir()
 	out := filepath.Join(dir, "latest.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	err := run(ctx, []string{"run", "--quick", "--proxies", "20", "--services", "20", "--reps", "2", "--joins", "2",
-		"--servers", strings.Join(servers, ","), "--osm-server", osmServer, "--out", out,
-		"--work-dir", filepath.Join(dir, "work"), "--timeout", "6m", "--profile-dir", filepath.Join(dir, "profiles")}, &stdout, &stderr)
-	t.Logf("stdout:\n%s", stdout.String())
-	if err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
-	}
+	quickRun(t, dir, 8*time.Minute, "--servers", strings.Join(servers, ","), "--out", out, "--profile-dir", filepath.Join(dir, "profiles"))
 	b, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
@@ -230,21 +238,11 @@ func TestTraceDir(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts osm-server; skipped with -short")
 	}
-	osmServer := buildOSMServer(t)
 	dir := t.TempDir()
 	traces := filepath.Join(dir, "trace")
-	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	err := run(ctx, []string{"run", "--quick", "--proxies", "20", "--services", "20", "--reps", "2", "--joins", "2",
-		"--servers", "O", "--metrics", "M2,M5", "--osm-server", osmServer, "--out", filepath.Join(dir, "latest.json"),
-		"--work-dir", filepath.Join(dir, "work"), "--timeout", "3m", "--trace-dir", traces}, &stdout, &stderr)
-	t.Logf("stdout:\n%s", stdout.String())
-	if err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
-	}
-	if strings.Contains(stdout.String(), "trace:") {
-		t.Errorf("the run noted a trace error:\n%s", stdout.String())
+	stdout := quickRun(t, dir, 4*time.Minute, "--servers", "O", "--metrics", "M2,M5", "--out", filepath.Join(dir, "latest.json"), "--trace-dir", traces)
+	if strings.Contains(stdout, "trace:") {
+		t.Errorf("the run noted a trace error:\n%s", stdout)
 	}
 	accounted := regexp.MustCompile(`Showing nodes accounting for ([0-9.]+)([kMG]?B)?`)
 	for _, metric := range []string{"M2", "M5"} {
