@@ -177,7 +177,7 @@ func TestQuickRun(t *testing.T) {
 	// allocations in the fill, the changes, the joins and the storm, the
 	// fleet's CPU beside each, and O's other profiles.
 	for _, s := range servers {
-		files := []string{"status.txt", "smaps_rollup.txt", "heap.txt"}
+		files := []string{"status.txt", "smaps_rollup.txt", "heap.txt", "fill.fleet.heap.pb.gz"}
 		for _, w := range []string{"fill", "M2", "M3", "M5", "M6", "M10"} {
 			files = append(files, w+".cpu.pb.gz", w+".fleet.cpu.pb.gz", w+".allocs-start.pb.gz", w+".allocs.pb.gz")
 		}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"time"
 )
@@ -163,6 +164,27 @@ func profileSelf(ctx context.Context, path string, d time.Duration) (wait func()
 		<-done
 		return f.Close()
 	}
+}
+
+// profileFleetHeap, with --profile-dir, writes the heap profile of this
+// process, the fleet, right after a collection, to
+// DIR/<file>.fleet.heap.pb.gz: what the fleet holds for the server's
+// connections (go tool pprof -sample_index=inuse_space), beside another
+// server's.
+func (m *measurer) profileFleetHeap(file string) error {
+	if m.plan.ProfileDir == "" {
+		return nil
+	}
+	runtime.GC()
+	f, err := os.Create(filepath.Join(m.plan.ProfileDir, file+".fleet.heap.pb.gz"))
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // fetchHeapAfterGC writes the heap profile of the process serving pprof
