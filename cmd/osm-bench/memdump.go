@@ -180,7 +180,7 @@ func (m *measurer) profileFleetHeap(file string) error {
 	if err != nil {
 		return err
 	}
-	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+	if err := pprof.WriteHeapProfile(f); err != nil {
 		f.Close()
 		return err
 	}
