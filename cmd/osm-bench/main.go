@@ -141,10 +141,10 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.StringVar(&logLevel, "log-level", "info", "the harness's log level (debug logs every change with its start time, to line up with the server's log)")
 	fs.StringVar(&c.serverLogLevel, "server-log-level", "warn", "osm-server's --log-level for O; its log is servers.log in --work-dir")
 	fs.DurationVar(&c.plan.QuietMax, "quiet-max", 5*time.Second, "before each M2/M3 change, wait up to this long for the server to finish the previous one (under 5% of a core for 200 ms); 0: do not wait")
-	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace and a CPU profile of osm-server over the first seconds of M2's and M3's changes, of M5's joins and of M6's storm, to DIR/O-<metric>.trace (go tool trace) and DIR/O-<metric>.cpu.pb.gz, and heap profiles after a collection at the start and at the metric's end, DIR/O-<metric>.allocs-start.pb.gz and .allocs.pb.gz (go tool pprof -sample_index=alloc_space -diff_base START END)")
+	fs.StringVar(&c.plan.TraceDir, "trace-dir", "", "for O, write a runtime trace and a CPU profile of osm-server over the first seconds of M2's and M3's changes, of M5's joins and of M6's storm, to DIR/O-<metric>.trace (go tool trace) and DIR/O-<metric>.cpu.pb.gz, and heap profiles after a collection at the start and at the metric's end, DIR/O-<metric>.allocs-start.pb.gz and .allocs.pb.gz (go tool pprof -sample_index=alloc_space -diff_base START END); with --rounds, each round's in DIR/round-<n>")
 	fs.StringVar(&c.plan.JoinsOut, "joins-out", "", "append each server's M5 joins to FILE, one line each: the server, when the join started (Unix microseconds, to line up with osm-server's --log-level debug log, which has each commit of the proxies' claims) and its latency (microseconds)")
 	fs.BoolVar(&c.plan.NoResume, "no-resume", false, "make every connection of the fleet a full TLS handshake (by default a proxy resumes its TLS session when it reconnects in M6 and M10, as Envoy does)")
-	fs.StringVar(&c.plan.ProfileDir, "profile-dir", "", "write to DIR/<server>-*: each server's CPU and allocation profiles of the fleet fill's first 15 s, of M2's and M3's first changes (10 s at most), of M5's joins (1-10 s by --joins) and of M6's and M10's storms' first 8 s (O's changes, joins and M6's storm only without --trace-dir), O's CPU profile of M1's idle window; beside each server CPU profile, the fleet's own over the same window (DIR/<server>-<window>.fleet.cpu.pb.gz); after each fill, the fleet's heap right after a collection (DIR/<server>-fill.fleet.heap.pb.gz); after M7's RSS is read, each server's /proc status and smaps_rollup, heap profile and MemStats (heap?debug=1), and O's goroutines and /debug/proxies")
+	fs.StringVar(&c.plan.ProfileDir, "profile-dir", "", "write to DIR/<server>-*: each server's CPU and allocation profiles of the fleet fill's first 15 s, of M2's and M3's first changes (10 s at most), of M5's joins (1-10 s by --joins) and of M6's and M10's storms' first 8 s (O's changes, joins and M6's storm only without --trace-dir), O's CPU profile of M1's idle window; beside each server CPU profile, the fleet's own over the same window (DIR/<server>-<window>.fleet.cpu.pb.gz); after each fill, the fleet's heap right after a collection (DIR/<server>-fill.fleet.heap.pb.gz); after M7's RSS is read, each server's /proc status and smaps_rollup, heap profile and MemStats (heap?debug=1), and O's goroutines and /debug/proxies; with --rounds, each round's in DIR/round-<n>")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -287,7 +287,17 @@ measuring:
 			if c.rounds > 1 {
 				log.Info("measuring", "server", name, "round", round, "of", c.rounds)
 			}
-			rounds[name] = append(rounds[name], measureServer(ctx, log, c, p, name, dir, self, ids, logf, round == 1))
+			rp := p
+			if c.rounds > 1 {
+				// Each round's profiles and traces in a directory of
+				// their own, or the last round's would replace the others.
+				for _, d := range []*string{&rp.ProfileDir, &rp.TraceDir} {
+					if *d != "" {
+						*d = filepath.Join(*d, fmt.Sprintf("round-%d", round))
+					}
+				}
+			}
+			rounds[name] = append(rounds[name], measureServer(ctx, log, c, rp, name, dir, self, ids, logf, round == 1))
 			if ctx.Err() != nil {
 				log.Warn("run deadline reached: reporting what was measured", "timeout", c.timeout)
 				break measuring
