@@ -85,6 +85,9 @@ func TestQuickRun(t *testing.T) {
 	if got, want := rep.N, 20; got != want {
 		t.Errorf("n = %d, want %d", got, want)
 	}
+	if rep.Fleet == "" {
+		t.Error("results: no word on how the fleet's collector ran")
+	}
 	if rep.Machine.Cores < 1 {
 		t.Errorf("machine cores = %d, want >= 1", rep.Machine.Cores)
 	}

@@ -179,7 +179,9 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	start := time.Now()
 	fillCPU0, fillErr := cpuSeconds(pid)
 	fleetCPU0, fleetErr := cpuSeconds(os.Getpid())
+	usage := readFleetUsage()
 	pcs, err := f.connectAll(ctx, srv.ids[:w.Proxies], p.Parallel, p.FillTimeout)
+	usage.logSince(log, "fill")
 	defer func() { closeAll(pcs) }()
 	if err != nil {
 		return nil, fmt.Errorf("fill the fleet (%d of %d connected): %w", len(pcs), w.Proxies, err)
@@ -412,6 +414,9 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet, srv 
 	}
 	closeAll(*pcs)
 	*pcs = nil
+	// The closed fleet's garbage is collected before the clock starts,
+	// as before M6's storm.
+	runtime.GC()
 	down := time.Now()
 	proc, addr, err := srv.restart(ctx)
 	if err != nil {
@@ -426,7 +431,9 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet, srv 
 	cpu0, cpuErr := cpuSeconds(proc.pid())
 	fleetCPU0, fleetErr := cpuSeconds(os.Getpid())
 	resumed0 := f.resumed.Load()
+	usage := readFleetUsage()
 	got, err := f.connectAll(ctx, srv.ids[:p.Workload.Proxies], p.Workload.Proxies, p.FillTimeout)
+	usage.logSince(log, "M10")
 	*pcs = got
 	if err != nil {
 		res.note("M10: not every proxy was configured within %s after the restart: %v", p.FillTimeout, err)
@@ -464,11 +471,19 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	}
 	closeAll(*pcs)
 	*pcs = nil
+	// The storm starts with the fleet's heap collected, the closed
+	// connections' garbage with it: with the collector off within
+	// --fleet-memory, no collection then falls inside the storm; with
+	// Go's default collector, how many did depended on where the fleet's
+	// heap stood when the storm began (fleetmem.go).
+	runtime.GC()
 	t0 := time.Now()
 	cpu0, cpuErr := cpuSeconds(srv.proc.pid())
 	fleetCPU0, fleetErr := cpuSeconds(os.Getpid())
 	retries0, resumed0 := f.retries.Load(), f.resumed.Load()
+	usage := readFleetUsage()
 	got, err := f.connectAll(ctx, srv.ids[:w.Proxies], w.Proxies, p.FillTimeout)
+	usage.logSince(log, "M6")
 	*pcs = got
 	if err != nil {
 		res.note("M6: not every proxy was configured within %s after the storm: %v", p.FillTimeout, err)

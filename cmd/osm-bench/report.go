@@ -127,7 +127,9 @@ type report struct {
 	Rounds int `json:"rounds"`
 	// Pinned says how the servers and the fleet were put on CPUs
 	// (--pin); empty: sharing them all.
-	Pinned  string         `json:"pinned,omitempty"`
+	Pinned string `json:"pinned,omitempty"`
+	// Fleet says how the harness's own collector ran (--fleet-memory).
+	Fleet   string         `json:"fleet,omitempty"`
 	Servers []serverReport `json:"servers"`
 	Metrics []metricOut    `json:"metrics"`
 }
@@ -252,8 +254,10 @@ func (r *report) writeTable(w io.Writer) {
 	if r.Rounds > 1 {
 		fmt.Fprintf(w, "  every figure is the median of %d rounds (the JSON has each round's), M5's p50 and p99 those of every round's joins together\n", r.Rounds)
 	}
-	if r.Pinned != "" {
-		fmt.Fprintf(w, "  %s\n", r.Pinned)
+	for _, note := range []string{r.Pinned, r.Fleet} {
+		if note != "" {
+			fmt.Fprintf(w, "  %s\n", note)
+		}
 	}
 	for _, s := range r.Servers {
 		if !s.Available {
