@@ -10,8 +10,8 @@ import (
 // fleetUsage is what this process (the fleet) has used so far: its CPU
 // split into user and system time, its minor page faults, its collections
 // and the bytes it allocated. The difference of two tells where a
-// window's fleet CPU went (fleetUsage.since); the debug log has it for
-// the fill and the storms.
+// window's fleet CPU went (logSince); the debug log has it for the fill
+// and the storms.
 type fleetUsage struct {
 	user, sys   time.Duration
 	faults      int64
