@@ -5,9 +5,12 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
 	"github.com/osm-vm/osm-vm/internal/testwait"
 )
@@ -168,4 +171,41 @@ func TestLeafOnly(t *testing.T) {
 	if renewed == first || renewed.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 || len(renewed.Certificate) != 1 {
 		t.Errorf("after the API's certificate was renewed LeafOnly served serial %v (%d certificates), want the new leaf alone", renewed.Leaf.SerialNumber, len(renewed.Certificate))
 	}
+}
+
+// TestOnlyServingCertificatesAreTheControlPlane: the serving certificate
+// carries the control plane's identity, which every client of the control
+// plane requires; no certificate a machine holds (its proxy certificate, its
+// service's certificate, usable for server authentication between
+// proxies) carries it.
+func TestOnlyServingCertificatesAreTheControlPlane(t *testing.T) {
+	m := newTestManager(t, store.NewMemory(), Options{})
+	want := mesh.ControlPlaneSPIFFEID(m.TrustDomain())
+	serving, err := m.ServingCertificate([]string{"osm-server.example"})(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := uriSANs(serving.Leaf); !slices.Contains(got, want) {
+		t.Errorf("serving certificate URIs = %q, want %q among them", got, want)
+	}
+	svc, err := m.ServiceCertificate(t.Context(), bookstore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, _ := issueProxy(t, m)
+	for name, c := range map[string]*x509.Certificate{"service": svc.X509(), "proxy": proxy} {
+		for _, u := range uriSANs(c) {
+			if u == want || !strings.HasPrefix(u, "spiffe://"+m.TrustDomain()+"/ns/") {
+				t.Errorf("%s certificate has URI %q: want only identities under /ns/, never %q", name, u, want)
+			}
+		}
+	}
+}
+
+func uriSANs(c *x509.Certificate) []string {
+	var out []string
+	for _, u := range c.URIs {
+		out = append(out, u.String())
+	}
+	return out
 }

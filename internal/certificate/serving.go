@@ -10,13 +10,19 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"sync"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/mesh"
 )
 
 // ServingCertificate returns a tls.Config.GetCertificate function that
 // serves a server certificate from the mesh CA for hosts (DNS names or IP
-// addresses; the first is also the common name). The certificate lives
+// addresses; the first is also the common name) and the control plane's
+// identity (mesh.ControlPlaneSPIFFEID), which every client of the control
+// plane requires: a machine's certificate, also from the mesh CA, cannot
+// pose as the server. The certificate lives
 // the proxy lifetime in force when it is issued and is replaced on the first handshake after two thirds of
 // it has passed; if that fails the old one is served while it is valid.
 // The chain sent is the leaf and the mesh root, so a client that pins the
@@ -60,6 +66,11 @@ func (m *Manager) issueServing(hosts []string, now time.Time) (*tls.Certificate,
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
+	id, err := url.Parse(mesh.ControlPlaneSPIFFEID(m.opts.TrustDomain))
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate: control plane identity: %w", err)
+	}
+	tmpl.URIs = []*url.URL{id}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
 			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)

@@ -50,6 +50,24 @@ func (a ServiceAccount) SPIFFEID(trustDomain string) string {
 	return "spiffe://" + trustDomain + "/ns/" + a.Namespace + "/sa/" + a.Name
 }
 
+// ControlPlaneSPIFFEID returns spiffe://<trustDomain>/osm-vm/control-plane,
+// the identity every osm-server serving certificate carries and every
+// client of the control plane requires. No machine can hold it: service
+// and proxy identities are all under /ns/.
+func ControlPlaneSPIFFEID(trustDomain string) string {
+	return "spiffe://" + trustDomain + "/osm-vm/control-plane"
+}
+
+// TrustDomain returns the trust domain of a SPIFFE ID (spiffe://<td>/...).
+func TrustDomain(spiffeID string) (string, error) {
+	rest, ok := strings.CutPrefix(spiffeID, "spiffe://")
+	td, _, _ := strings.Cut(rest, "/")
+	if !ok || td == "" {
+		return "", fmt.Errorf("%q is not a SPIFFE ID (spiffe://<trust domain>/...)", spiffeID)
+	}
+	return td, nil
+}
+
 // Endpoint is one address serving a mesh service, as discovered by a
 // provider instance.
 type Endpoint struct {
