@@ -221,12 +221,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.writeStatus()
 
 	lx, err := localxds.Listen(a.log.With("part", "local-xds"), localxds.Options{
-		TCPAddress:  a.cfg.LocalXDSAddress,
-		SocketPath:  a.path(LocalXDSSocket),
-		Upstreams:   a.upstreams(),
-		Credentials: a.upstreamCredentials,
-		Metadata:    func() map[string]any { return GRPCNodeMetadata(a.ProxyConfig()) },
-		Observer:    &a.lxStats,
+		TCPAddress:   a.cfg.LocalXDSAddress,
+		SocketPath:   a.path(LocalXDSSocket),
+		Upstreams:    a.upstreams(),
+		Credentials:  a.upstreamCredentials,
+		VerifyServer: meshclient.VerifyControlPlane,
+		Metadata:     func() map[string]any { return GRPCNodeMetadata(a.ProxyConfig()) },
+		Observer:     &a.lxStats,
 	})
 	if err != nil {
 		return err
@@ -582,7 +583,12 @@ func (a *Agent) ProxyConfig() sidecar.ProxyConfig {
 	for k, v := range a.cfg.Labels {
 		labels[k] = v
 	}
+	var controlPlane string
+	if leaf != nil {
+		controlPlane = controlPlaneID(leaf)
+	}
 	return sidecar.ProxyConfig{
+		ControlPlaneID:   controlPlane,
 		NodeID:           cn,
 		Service:          a.cfg.MeshService(),
 		XDSAddress:       a.xds(),
@@ -597,6 +603,18 @@ func (a *Agent) ProxyConfig() sidecar.ProxyConfig {
 		Gateway:          a.cfg.Gateway != "",
 		GatewayCertDir:   a.cfg.GatewayCertDir,
 	}
+}
+
+// controlPlaneID is the identity the control plane's certificates carry
+// in the trust domain of leaf, the machine's proxy certificate ("" when it
+// has no SPIFFE ID; the proxy configuration then refuses to render).
+func controlPlaneID(leaf *x509.Certificate) string {
+	for _, u := range leaf.URIs {
+		if td, err := mesh.TrustDomain(u.String()); err == nil {
+			return mesh.ControlPlaneSPIFFEID(td)
+		}
+	}
+	return ""
 }
 
 // writeProxyFiles renders and writes the driver's files and the gRPC xDS

@@ -96,7 +96,8 @@ func grpcProxyConfig() sidecar.ProxyConfig {
 		Service:    mesh.MeshService{Namespace: "default", Name: "bookstore"},
 		XDSAddress: "osm.example.com:15128",
 		CertFile:   "/var/lib/osm-agent/proxy.crt", KeyFile: "/var/lib/osm-agent/proxy.key", CAFile: "/var/lib/osm-agent/ca.crt",
-		AgentVersion: "v0.1.0", AdvertiseAddress: "10.0.0.7", AppPort: 8080,
+		ControlPlaneID: "spiffe://osm.local/osm-vm/control-plane",
+		AgentVersion:   "v0.1.0", AdvertiseAddress: "10.0.0.7", AppPort: 8080,
 		Labels: map[string]string{"zone": "a", agent.ZoneLabel: "eu-west-1a"},
 	}
 }

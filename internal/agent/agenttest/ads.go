@@ -2,6 +2,7 @@ package agenttest
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"sync"
 	"testing"
@@ -49,12 +50,19 @@ func (s *ADSServer) Stop() { s.stop() }
 // requires client certificates ca signed. It stops when the test ends.
 func StartADS(t testing.TB, ca *CA) *ADSServer {
 	t.Helper()
+	return StartADSWith(t, ca.ServerTLS(t))
+}
+
+// StartADSWith starts an ADS server with the TLS config cfg (an impostor's,
+// say). It stops when the test ends.
+func StartADSWith(t testing.TB, cfg *tls.Config) *ADSServer {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := &ADSServer{Addr: lis.Addr().String(), Acks: make(chan Ack, 100)}
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(ca.ServerTLS(t))))
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(cfg)))
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, s)
 	done := make(chan struct{})
 	go func() {

@@ -24,6 +24,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -248,7 +249,8 @@ func socketAddress(host string, port uint32) *corev3.Address {
 
 // Secrets returns the two SDS files (DiscoveryResponse documents, the
 // format of Envoy's path config source): the xDS client certificate and key
-// files, and the CA file that validates the server. Each names a watched
+// files, and the CA file that validates the server, with the control
+// plane's identity the server's certificate must carry. Each names a watched
 // directory (the directory of the files) so an atomic replacement of the
 // certificate files is picked up by Envoy without a restart.
 func Secrets(p sidecar.ProxyConfig) (clientCert, ca *discoveryv3.DiscoveryResponse, err error) {
@@ -266,11 +268,20 @@ func Secrets(p sidecar.ProxyConfig) (clientCert, ca *discoveryv3.DiscoveryRespon
 			WatchedDirectory: &corev3.WatchedDirectory{Path: filepath.Dir(p.CertFile)},
 		}},
 	}
+	// Envoy checks no name of an upstream's certificate unless told to
+	// (no hostname check, no SNI-derived match); the mesh CA also signs
+	// every machine's certificates, service certificates among them, which
+	// may authenticate a server. Only the control plane's identity makes
+	// the server the control plane.
 	validation := &tlsv3.Secret{
 		Name: CASecret,
 		Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
 			TrustedCa:        file(p.CAFile),
 			WatchedDirectory: &corev3.WatchedDirectory{Path: filepath.Dir(p.CAFile)},
+			MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+				SanType: tlsv3.SubjectAltNameMatcher_URI,
+				Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: p.ControlPlaneID}},
+			}},
 		}},
 	}
 	wrap := func(s *tlsv3.Secret) (*discoveryv3.DiscoveryResponse, error) {

@@ -32,6 +32,7 @@ func proxyConfig(xds string) sidecar.ProxyConfig {
 		CertFile:         dataDir + "/proxy.crt",
 		KeyFile:          dataDir + "/proxy.key",
 		CAFile:           dataDir + "/ca.crt",
+		ControlPlaneID:   "spiffe://osm.local/osm-vm/control-plane",
 		AgentVersion:     "v0.1.0",
 		AdvertiseAddress: "10.0.0.7",
 		AppPort:          8080,
@@ -159,12 +160,13 @@ func TestValidateBootstrapCrossReferences(t *testing.T) {
 
 func TestBootstrapRejectsBadInput(t *testing.T) {
 	for name, mutate := range map[string]func(*sidecar.ProxyConfig){
-		"no port":      func(p *sidecar.ProxyConfig) { p.XDSAddress = "10.0.0.1" },
-		"port zero":    func(p *sidecar.ProxyConfig) { p.XDSAddress = "10.0.0.1:0" },
-		"bad replica":  func(p *sidecar.ProxyConfig) { p.XDSAddresses = []string{"10.0.0.1:15128", "10.0.0.2"} },
-		"no node id":   func(p *sidecar.ProxyConfig) { p.NodeID = "" },
-		"bad service":  func(p *sidecar.ProxyConfig) { p.Service.Name = "Book Store" },
-		"no cert file": func(p *sidecar.ProxyConfig) { p.CertFile = "" },
+		"no port":                   func(p *sidecar.ProxyConfig) { p.XDSAddress = "10.0.0.1" },
+		"port zero":                 func(p *sidecar.ProxyConfig) { p.XDSAddress = "10.0.0.1:0" },
+		"bad replica":               func(p *sidecar.ProxyConfig) { p.XDSAddresses = []string{"10.0.0.1:15128", "10.0.0.2"} },
+		"no node id":                func(p *sidecar.ProxyConfig) { p.NodeID = "" },
+		"bad service":               func(p *sidecar.ProxyConfig) { p.Service.Name = "Book Store" },
+		"no cert file":              func(p *sidecar.ProxyConfig) { p.CertFile = "" },
+		"no control plane identity": func(p *sidecar.ProxyConfig) { p.ControlPlaneID = "" },
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := proxyConfig("10.0.0.1:15128")

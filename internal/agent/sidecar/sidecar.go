@@ -39,6 +39,10 @@ type ProxyConfig struct {
 	// the mesh CA bundle, absolute paths. They are replaced atomically on
 	// renewal and the proxy must pick up the new files without a restart.
 	CertFile, KeyFile, CAFile string
+	// ControlPlaneID is the identity (a URI SAN, mesh.ControlPlaneSPIFFEID)
+	// the xDS server's certificate must carry; the proxy refuses any other
+	// certificate from the mesh CA, such as a machine's.
+	ControlPlaneID string
 
 	AgentVersion     string
 	AdvertiseAddress string
@@ -100,6 +104,7 @@ func (p ProxyConfig) Validate() error {
 	for _, f := range []struct{ name, v string }{
 		{"node ID", p.NodeID}, {"xDS address", p.XDSAddress},
 		{"certificate file", p.CertFile}, {"key file", p.KeyFile}, {"CA file", p.CAFile},
+		{"control plane identity", p.ControlPlaneID},
 	} {
 		if f.v == "" {
 			missing = append(missing, f.name)

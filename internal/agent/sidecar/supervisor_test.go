@@ -111,6 +111,7 @@ func setup(t *testing.T, crash string) *env {
 	files, err := d.Files(sidecar.ProxyConfig{
 		NodeID: id.CommonName(), Service: id.Service, XDSAddress: ads.Addr,
 		CertFile: filepath.Join(dir, "proxy.crt"), KeyFile: filepath.Join(dir, "proxy.key"), CAFile: filepath.Join(dir, "ca.crt"),
+		ControlPlaneID: agenttest.ControlPlaneID,
 	})
 	if err != nil {
 		t.Fatal(err)
