@@ -51,8 +51,13 @@ func agentCall(ctx context.Context, server string, caPEM []byte, cert tls.Certif
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return errors.New("ca.crt holds no PEM certificate")
 	}
+	verify, err := verifyControlPlane(cert)
+	if err != nil {
+		return err
+	}
 	tr := &http.Transport{TLSClientConfig: &tls.Config{
 		RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12,
+		VerifyConnection: verify,
 	}}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr, Timeout: defaultTimeout}

@@ -130,10 +130,15 @@ func Renew(ctx context.Context, server string, caPEM []byte, cert tls.Certificat
 	if err != nil {
 		return Result{}, err
 	}
+	verify, err := verifyControlPlane(cert)
+	if err != nil {
+		return Result{}, fmt.Errorf("renew: %w", err)
+	}
 	client, closeIdle, err := pinnedClient(nil, &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		RootCAs:      pool,
-		Certificates: []tls.Certificate{cert},
+		MinVersion:       tls.VersionTLS12,
+		RootCAs:          pool,
+		Certificates:     []tls.Certificate{cert},
+		VerifyConnection: verify,
 	})
 	if err != nil {
 		return Result{}, err

@@ -2,12 +2,9 @@ package meshclient_test
 
 import (
 	"context"
-	"crypto/tls"
-	"encoding/pem"
 	"errors"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,7 +24,7 @@ type replica struct {
 func startReplica(t *testing.T, status int) *replica {
 	t.Helper()
 	r := &replica{}
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	r.url = pki.startServer(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		r.hits.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
@@ -36,14 +33,11 @@ func startReplica(t *testing.T, status int) *replica {
 			return
 		}
 		_, _ = w.Write([]byte(`{"error":"refused by ` + http.StatusText(status) + `"}`))
-	}))
-	t.Cleanup(srv.Close)
-	r.url = srv.URL
-	caPEM = append(caPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})...)
+	}), false)
 	return r
 }
 
-var caPEM []byte
+var pki *testPKI
 
 // deadServer returns the URL of a port nothing listens on (connection refused).
 func deadServer(t *testing.T) string {
@@ -74,14 +68,14 @@ func hangUpServer(t *testing.T) string {
 }
 
 func fetch(ctx context.Context, server string) (meshapi.AgentConfig, error) {
-	return meshclient.FetchAgentConfig(ctx, server, caPEM, tls.Certificate{})
+	return meshclient.FetchAgentConfig(ctx, server, pki.caPEM, pki.client)
 }
 
 // TestFailover: the agent's calls move to the next replica only when one
 // gives no answer (refused, hung up, 5xx), never past a 4xx, and when none
 // answers the error names each replica tried.
 func TestFailover(t *testing.T) {
-	caPEM = nil
+	pki = newTestPKI(t)
 	ok, unavailable, forbidden := startReplica(t, http.StatusOK), startReplica(t, http.StatusServiceUnavailable), startReplica(t, http.StatusForbidden)
 	dead, hangUp := deadServer(t), hangUpServer(t)
 

@@ -70,8 +70,8 @@ import (
 // mesh CA the server's certificate must chain to, read when a stream opens.
 type Credentials func() (tls.Certificate, *x509.CertPool, error)
 
-// Options configure a Proxy. Credentials is required, and at least one of
-// TCPAddress and SocketPath.
+// Options configure a Proxy. Credentials and VerifyServer are required,
+// and at least one of TCPAddress and SocketPath.
 type Options struct {
 	// TCPAddress is the loopback host:port to listen on ("": none; port 0
 	// picks a free port, see Proxy.TCPAddr).
@@ -83,6 +83,11 @@ type Options struct {
 	// preference; SetUpstreams replaces them.
 	Upstreams   []string
 	Credentials Credentials
+	// VerifyServer checks the upstream's certificate, already verified
+	// against the mesh CA for the upstream's address, against the proxy
+	// certificate presented: it must be the control plane's (the agent
+	// passes meshclient.VerifyControlPlane), not another of the mesh's.
+	VerifyServer func(server, client *x509.Certificate) error
 	// Metadata returns the node metadata the agent asserts for this
 	// machine; its keys replace the application's.
 	Metadata func() map[string]any
@@ -128,6 +133,9 @@ func (p *Proxy) sessionCache(leaf *x509.Certificate) tls.ClientSessionCache {
 func Listen(log *slog.Logger, opts Options) (*Proxy, error) {
 	if opts.Credentials == nil {
 		return nil, errors.New("local xDS endpoint: no credentials for the upstream")
+	}
+	if opts.VerifyServer == nil {
+		return nil, errors.New("local xDS endpoint: no check of the upstream's identity")
 	}
 	if opts.TCPAddress == "" && opts.SocketPath == "" {
 		return nil, errors.New("local xDS endpoint: neither a TCP address nor a socket path to listen on")
@@ -269,6 +277,14 @@ func (p *Proxy) dial() (*grpc.ClientConn, string, error) {
 	creds := credentials.NewTLS(&tls.Config{
 		Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12,
 		ClientSessionCache: p.sessionCache(leaf),
+		// Resumed sessions carry the certificate checked when they were
+		// made, and VerifyConnection runs for them too.
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("local xDS endpoint: the upstream sent no certificate")
+			}
+			return p.opts.VerifyServer(cs.PeerCertificates[0], leaf)
+		},
 	})
 	cc, err := grpc.NewClient("osm-xds:///osm-server",
 		grpc.WithResolvers(r),

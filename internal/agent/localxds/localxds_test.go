@@ -20,6 +20,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
 	"github.com/osm-vm/osm-vm/internal/agent/localxds"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
 // creds holds the proxy certificate the endpoint presents upstream; a test
@@ -57,10 +58,11 @@ func startObserved(t *testing.T, c *creds, o localxds.Observer, upstreams ...str
 	t.Helper()
 	log, _ := agenttest.NewLogger()
 	p, err := localxds.Listen(log, localxds.Options{
-		TCPAddress:  "127.0.0.1:0",
-		SocketPath:  filepath.Join(t.TempDir(), "xds.sock"),
-		Upstreams:   upstreams,
-		Credentials: c.get,
+		TCPAddress:   "127.0.0.1:0",
+		SocketPath:   filepath.Join(t.TempDir(), "xds.sock"),
+		Upstreams:    upstreams,
+		Credentials:  c.get,
+		VerifyServer: meshclient.VerifyControlPlane,
 		Metadata: func() map[string]any {
 			return map[string]any{"osm.flavor": "grpc", "osm.advertiseAddress": "10.0.0.7"}
 		},
@@ -287,11 +289,29 @@ func TestFailsOverWhenTheUpstreamDies(t *testing.T) {
 func TestListenRefusesANonLoopbackAddress(t *testing.T) {
 	var c creds
 	log, _ := agenttest.NewLogger()
-	_, err := localxds.Listen(log, localxds.Options{TCPAddress: "0.0.0.0:0", Credentials: c.get})
+	_, err := localxds.Listen(log, localxds.Options{TCPAddress: "0.0.0.0:0", Credentials: c.get, VerifyServer: meshclient.VerifyControlPlane})
 	if err == nil {
 		t.Fatal("Listen on 0.0.0.0: no error, want a refusal (it serves without credentials)")
 	}
 	if want := "must be a loopback address"; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not say %q", err, want)
+	}
+}
+
+// TestRefusesAnImpostorUpstream: an upstream whose certificate the mesh CA
+// signed for a machine (a service certificate, valid for the upstream's
+// address) is not the control plane: listed first, it gets no stream, and
+// the application's stream goes to the real server after it.
+func TestRefusesAnImpostorUpstream(t *testing.T) {
+	ca := agenttest.NewCA(t)
+	impostor, real := agenttest.StartADSWith(t, ca.ImpostorTLS(t)), agenttest.StartADS(t, ca)
+	var c creds
+	c.set(t, ca, "m1.bookbuyer.default")
+	p := start(t, &c, impostor.Addr, real.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sotw(t, ctx, dialLocal(t, p.TCPAddr()))
+	if a := nextAck(t, impostor, real); a.Server != real.Addr {
+		t.Fatalf("the application's stream was ACKed at %s, the impostor; want %s", a.Server, real.Addr)
 	}
 }

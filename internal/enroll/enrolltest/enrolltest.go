@@ -104,13 +104,19 @@ func (ca *CA) sign(tmpl *x509.Certificate, pub crypto.PublicKey) (*x509.Certific
 	return x509.ParseCertificate(der)
 }
 
-// Serving returns a serving certificate for 127.0.0.1 and localhost whose
-// chain is leaf + root, as osm-server serves it.
+// Serving returns a serving certificate for 127.0.0.1 and localhost, with
+// the control plane's identity of trust domain osm.local, whose chain is
+// leaf + root, as osm-server serves it.
 func (ca *CA) Serving(t testing.TB) tls.Certificate {
 	t.Helper()
 	key := NewKey(t)
+	id, err := url.Parse(mesh.ControlPlaneSPIFFEID("osm.local"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	leaf := ca.Sign(t, &x509.Certificate{
 		Subject:     pkix.Name{CommonName: "osm-server"},
+		URIs:        []*url.URL{id},
 		DNSNames:    []string{"localhost"},
 		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
 		NotBefore:   time.Now().Add(-time.Hour),
