@@ -6,14 +6,22 @@
 // service's API: [RFC2136] speaks dynamic updates with TSIG to any
 // authoritative server; cloud DNS APIs can follow as other Providers),
 // plans the changes, and makes them one name at a time. It owns a name
-// only when it holds the name's ownership record, a TXT record
-// "heritage=osm-vm,osm-vm/owner=<owner id>" beside the addresses (the
-// registry external-dns keeps): it claims a name only when nobody holds
-// addresses or another owner's record there, changes and deletes only the
-// names it owns, and every change carries the ownership as a prerequisite,
-// so a name taken meanwhile is left alone. A DNS server that refuses
-// (bad TSIG, REFUSED, unreachable) makes the publisher unhealthy with the
-// cause; it retries with backoff and never blocks anything else.
+// only when it holds the name's ownership record: the TXT record
+// "heritage=osm-vm,osm-vm/owner=<owner id>" at a name of its own,
+// "_osm-vm-owner.<name>" ([OwnerName]; the registry external-dns keeps,
+// under its own name as external-dns's newer formats do), which only
+// osm-vm writes. It claims a name only when nobody holds addresses or an
+// ownership record there, changes and deletes only the names it owns,
+// and every change carries the ownership as a prerequisite on the
+// ownership record's RRset, so a name taken meanwhile is left alone,
+// whatever other TXT records (SPF, domain verification) the name holds:
+// those it never touches. A name still owned through the older in-name
+// record (the ownership value among the name's own TXT records) is
+// adopted: one atomic update moves the record to its own name.
+//
+// A DNS server that refuses (bad TSIG, REFUSED, unreachable), or a change
+// whose prerequisite fails, makes the publisher unhealthy with the cause;
+// it retries with backoff and never blocks anything else.
 //
 // It imports internal/catalog and internal/spec only for [ViewSource];
 // nothing of xDS, the store or the API.
@@ -46,39 +54,75 @@ const Heritage = "heritage=osm-vm"
 // OwnerRecord is the TXT value that marks a name as owned by owner.
 func OwnerRecord(owner string) string { return Heritage + ",osm-vm/owner=" + owner }
 
+// OwnerLabel is the label that, before a published name, names the name's
+// ownership record. It starts with an underscore (RFC 8552), so it is
+// never a host name, and it lies under the name, so the zone's apex has
+// one too.
+const OwnerLabel = "_osm-vm-owner"
+
+// OwnerName is the name of the TXT record that holds name's ownership.
+func OwnerName(name string) string { return OwnerLabel + "." + name }
+
+// ownerOf returns the published name whose ownership record is at n.
+func ownerOf(n string) (string, bool) { return strings.CutPrefix(n, OwnerLabel+".") }
+
 // RecordSet is the records of one type at one name, as a Provider reads
 // them. Names are fully qualified, lower case, without the final dot.
 type RecordSet struct {
-	Name   string
-	Type   string
-	TTL    time.Duration
+	Name string
+	Type string
+	TTL  time.Duration
+	// Values holds each record's value (a TXT record's character-strings
+	// joined).
 	Values []string
+	// TXT holds, for a TXT record set, each record's character-strings as
+	// stored, in the order of Values, where the DNS service keeps them
+	// apart (RFC 2136 does); nil otherwise.
+	TXT [][]string
 }
 
 // Change is what a Provider makes of one name, atomically, and only if the
-// name is still as the publisher saw it (see [ErrConflict]).
+// name is still as the publisher saw it (see [ErrConflict]). It never
+// changes a TXT record at Name other than Owner.
 type Change struct {
 	Name string
 	// Owner is the ownership record's value (OwnerRecord).
 	Owner string
-	// Claim: the name is not owned yet; it must hold no A, AAAA and no
-	// ownership record of osm-vm. Otherwise the name must hold Owner.
-	Claim bool
-	// Delete removes the name's A and AAAA records and Owner; otherwise
-	// its A and AAAA records become Addrs with TTL.
+	// The prerequisite, one of three:
+	//   - Claim: the name is not owned yet; Name must hold no A and no
+	//     AAAA record, and OwnerName(Name) no TXT record;
+	//   - Legacy set: the name is owned through the older in-name record
+	//     (Owner among Name's own TXT records); Name's TXT record set must
+	//     be exactly Legacy (as read) and OwnerName(Name) hold no TXT
+	//     record;
+	//   - otherwise: the TXT record set at OwnerName(Name) must be exactly
+	//     Owner.
+	Claim  bool
+	Legacy *RecordSet
+	// Delete removes the name's A and AAAA records and its ownership
+	// record; otherwise its A and AAAA records become Addrs with TTL and
+	// its ownership record is at OwnerName(Name). Every change other than
+	// a claim also removes Owner from Name's own TXT records (the older
+	// in-name record) if it is there.
 	Delete bool
 	Addrs  []netip.Addr
 	TTL    time.Duration
 }
 
 func (c Change) String() string {
+	var s string
 	switch {
 	case c.Delete:
-		return "delete " + c.Name
+		s = "delete " + c.Name
 	case c.Claim:
-		return fmt.Sprintf("create %s %v", c.Name, c.Addrs)
+		s = fmt.Sprintf("create %s %v", c.Name, c.Addrs)
+	default:
+		s = fmt.Sprintf("update %s %v", c.Name, c.Addrs)
 	}
-	return fmt.Sprintf("update %s %v", c.Name, c.Addrs)
+	if c.Legacy != nil {
+		s += " (adopting its in-name ownership record)"
+	}
+	return s
 }
 
 // ErrConflict is wrapped by a Provider's Apply error when the name was not
@@ -136,6 +180,10 @@ type Status struct {
 	// Conflicts lists the names the source wants that someone else holds
 	// (or that lie outside the zone), each with why, sorted.
 	Conflicts []string `json:"conflicts,omitempty"`
+	// Failed lists the names whose change the DNS server did not make in
+	// the last pass, each with the change and the cause, sorted; while it
+	// is not empty the publisher is unhealthy.
+	Failed []string `json:"failed,omitempty"`
 }
 
 // Publisher keeps a Source's names published through a Provider.
@@ -171,6 +219,7 @@ func (p *Publisher) Status() Status {
 	s := p.status
 	s.Owned = slices.Clone(s.Owned)
 	s.Conflicts = slices.Clone(s.Conflicts)
+	s.Failed = slices.Clone(s.Failed)
 	return s
 }
 
@@ -212,46 +261,55 @@ func (p *Publisher) Run(ctx context.Context) error {
 }
 
 // Sync makes one pass: reads the zone, plans and applies the changes. It
-// returns the first error that makes the publisher unhealthy (conflicts
-// over single names do not).
+// returns an error, which makes the publisher unhealthy, when the zone
+// could not be read or a change was not made (refused, or its
+// prerequisite failed because the name changed since the read); names the
+// plan leaves alone because someone else holds them do not.
 func (p *Publisher) Sync(ctx context.Context) error {
 	start := time.Now()
 	desired := p.src.Names()
 	sets, err := p.provider.Records(ctx)
-	var owned, conflicts []string
-	if err == nil {
+	read := err == nil
+	var owned, conflicts, failed []string
+	if read {
 		var changes []Change
 		changes, owned, conflicts = Plan(p.provider.Zone(), OwnerRecord(p.opts.Owner), p.opts.TTL, sets, desired)
 		var errs []error
 		for _, c := range changes {
-			switch err := p.provider.Apply(ctx, c); {
-			case errors.Is(err, ErrConflict):
-				conflicts = append(conflicts, fmt.Sprintf("%s: %v (tried to %s; next pass reads it again)", c.Name, err, c))
-				owned = slices.DeleteFunc(owned, func(n string) bool { return n == c.Name && !c.Delete })
-			case err != nil:
-				errs = append(errs, fmt.Errorf("%s: %w", c, err))
-			default:
+			err := p.provider.Apply(ctx, c)
+			if err == nil {
 				p.log.Info("DNS record changed", "change", c.String())
 				p.metrics.changes.Inc()
 				if c.Delete {
 					owned = slices.DeleteFunc(owned, func(n string) bool { return n == c.Name })
 				}
+				continue
 			}
+			p.metrics.changeFailures.Inc()
+			failed = append(failed, fmt.Sprintf("%s: %s: %v", c.Name, c, err))
+			if errors.Is(err, ErrConflict) {
+				// Whether the name is still this publisher's, the next
+				// pass reads.
+				owned = slices.DeleteFunc(owned, func(n string) bool { return n == c.Name && !c.Delete })
+				err = fmt.Errorf("%w: the next pass reads the zone again", err)
+			}
+			errs = append(errs, fmt.Errorf("%s: %w", c, err))
 		}
 		err = errors.Join(errs...)
 	}
 	if err != nil && ctx.Err() == nil {
 		err = fmt.Errorf("%s DNS zone %s: %w", p.kind, p.provider.Zone(), err)
 	}
-	p.record(err, sets != nil, owned, conflicts, start)
+	p.record(err, read, owned, conflicts, failed, start)
 	return err
 }
 
 // record updates the status after a pass; read says whether the zone was
 // read (otherwise the last known ownership stays).
-func (p *Publisher) record(err error, read bool, owned, conflicts []string, at time.Time) {
+func (p *Publisher) record(err error, read bool, owned, conflicts, failed []string, at time.Time) {
 	slices.Sort(owned)
 	slices.Sort(conflicts)
+	slices.Sort(failed)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	was := p.status
@@ -289,30 +347,34 @@ func (p *Publisher) record(err error, read bool, owned, conflicts []string, at t
 		}
 	}
 	s.Conflicts = conflicts
+	s.Failed = failed
+	p.metrics.failedNames.Set(float64(len(failed)))
 	p.metrics.owned.Set(float64(len(owned)))
 	p.metrics.conflicts.Set(float64(len(conflicts)))
 }
 
 // Plan returns the changes that make zone hold desired, given what the
 // zone holds (sets) and this publisher's ownership record value; with the
-// names owned (before the changes, less those it deletes; plus those it
-// claims) and the names it leaves alone because someone else holds them.
+// names owned (before the changes, plus those it claims; those it deletes
+// are owned until the deletion is made) and the names it leaves alone
+// because someone else holds them.
 func Plan(zone, owner string, ttl time.Duration, sets []RecordSet, desired map[string][]netip.Addr) (changes []Change, owned, conflicts []string) {
-	type name struct {
-		addrs  []netip.Addr
-		ttl    time.Duration
-		owners []string // osm-vm ownership values
-		other  bool     // A/AAAA present
-	}
-	names := map[string]*name{}
-	at := func(n string) *name {
+	names := map[string]*zoneName{}
+	at := func(n string) *zoneName {
 		if names[n] == nil {
-			names[n] = &name{}
+			names[n] = &zoneName{}
 		}
 		return names[n]
 	}
 	for _, s := range sets {
-		n := at(strings.ToLower(s.Name))
+		nm := strings.ToLower(s.Name)
+		if target, ok := ownerOf(nm); ok {
+			if s.Type == TypeTXT {
+				at(target).owners = append(at(target).owners, s.Values...)
+			}
+			continue
+		}
+		n := at(nm)
 		switch s.Type {
 		case TypeA, TypeAAAA:
 			n.other = true
@@ -323,9 +385,10 @@ func Plan(zone, owner string, ttl time.Duration, sets []RecordSet, desired map[s
 				}
 			}
 		case TypeTXT:
+			n.txt = &s
 			for _, v := range s.Values {
 				if strings.HasPrefix(v, Heritage+",") {
-					n.owners = append(n.owners, v)
+					n.legacy = append(n.legacy, v)
 				}
 			}
 		}
@@ -339,29 +402,81 @@ func Plan(zone, owner string, ttl time.Duration, sets []RecordSet, desired map[s
 			conflicts = append(conflicts, fmt.Sprintf("%s: not in zone %s", nm, zone))
 			continue
 		}
+		if _, ok := ownerOf(nm); ok || len(OwnerName(nm)) > 253 {
+			conflicts = append(conflicts, fmt.Sprintf("%s: cannot hold an ownership record at %s (a name of 253 characters at most, not itself an ownership record's)", nm, OwnerName(nm)))
+			continue
+		}
 		n := at(nm)
-		switch {
-		case slices.Contains(n.owners, owner):
+		switch holder, why := n.holder(owner); holder {
+		case heldByMe:
 			owned = append(owned, nm)
-			if !slices.Equal(normalize(n.addrs), want) || n.ttl != ttl {
-				changes = append(changes, Change{Name: nm, Owner: owner, Addrs: want, TTL: ttl})
+			if !slices.Equal(normalize(n.addrs), want) || n.ttl != ttl || slices.Contains(n.legacy, owner) {
+				changes = append(changes, Change{Name: nm, Owner: owner, Legacy: n.adopt(), Addrs: want, TTL: ttl})
 			}
-		case len(n.owners) > 0:
-			conflicts = append(conflicts, fmt.Sprintf("%s: owned by another osm-vm (%s)", nm, strings.Join(n.owners, "; ")))
-		case n.other:
-			conflicts = append(conflicts, fmt.Sprintf("%s: holds addresses osm-vm does not own (%s)", nm, joinAddrs(n.addrs)))
+		case heldByOthers:
+			conflicts = append(conflicts, fmt.Sprintf("%s: %s", nm, why))
 		default:
 			owned = append(owned, nm)
 			changes = append(changes, Change{Name: nm, Owner: owner, Claim: true, Addrs: want, TTL: ttl})
 		}
 	}
 	for _, nm := range slices.Sorted(maps.Keys(names)) {
-		if len(normalize(desired[nm])) == 0 && slices.Contains(names[nm].owners, owner) {
-			owned = append(owned, nm)
-			changes = append(changes, Change{Name: nm, Owner: owner, Delete: true})
+		n := names[nm]
+		if len(normalize(desired[nm])) == 0 {
+			if holder, _ := n.holder(owner); holder == heldByMe {
+				owned = append(owned, nm)
+				changes = append(changes, Change{Name: nm, Owner: owner, Legacy: n.adopt(), Delete: true})
+			}
 		}
 	}
 	return changes, owned, conflicts
+}
+
+// zoneName is what Plan reads of one name.
+type zoneName struct {
+	addrs  []netip.Addr
+	ttl    time.Duration
+	other  bool       // A/AAAA present
+	owners []string   // the TXT values of the ownership record's name
+	txt    *RecordSet // the name's own TXT records
+	legacy []string   // osm-vm ownership values among them (the older scheme)
+}
+
+type holder int
+
+const (
+	heldByNobody holder = iota
+	heldByMe
+	heldByOthers
+)
+
+// holder says who holds the name, given this publisher's ownership value,
+// and why someone else does.
+func (n *zoneName) holder(owner string) (holder, string) {
+	switch {
+	case slices.Equal(n.owners, []string{owner}):
+		return heldByMe, ""
+	case slices.Contains(n.owners, owner):
+		return heldByOthers, fmt.Sprintf("its ownership record holds other values beside this mesh's (%s): remove them to let osm-vm change the name", strings.Join(n.owners, "; "))
+	case len(n.owners) > 0:
+		return heldByOthers, fmt.Sprintf("owned by another osm-vm (%s)", strings.Join(n.owners, "; "))
+	case slices.Equal(n.legacy, []string{owner}):
+		return heldByMe, ""
+	case len(n.legacy) > 0:
+		return heldByOthers, fmt.Sprintf("owned by another osm-vm (%s, in the name's own TXT records)", strings.Join(n.legacy, "; "))
+	case n.other:
+		return heldByOthers, fmt.Sprintf("holds addresses osm-vm does not own (%s)", joinAddrs(n.addrs))
+	}
+	return heldByNobody, ""
+}
+
+// adopt returns, for a name owned through the older in-name record only,
+// its TXT record set (the prerequisite of the change that adopts it).
+func (n *zoneName) adopt() *RecordSet {
+	if len(n.owners) > 0 || n.legacy == nil {
+		return nil
+	}
+	return n.txt
 }
 
 func normalize(addrs []netip.Addr) []netip.Addr {

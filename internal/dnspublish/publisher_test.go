@@ -3,11 +3,14 @@ package dnspublish
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // fakeProvider is a zone in memory whose Apply can be made to fail.
@@ -49,22 +52,28 @@ func TestPublisherHealth(t *testing.T) {
 		t.Errorf("status after a failed read = %+v, want unhealthy naming the zone and the cause", s)
 	}
 
-	// Someone takes the name between the read and the update: a conflict,
-	// not a failure.
-	prov.readErr, prov.applyErr = nil, ErrConflict
-	if err := p.Sync(t.Context()); err != nil {
-		t.Fatalf("Sync with a conflict: %v", err)
+	// Someone takes the name between the read and the update: the change
+	// fails, and that shows (a name left as it was is not "healthy").
+	prov.readErr, prov.applyErr = nil, fmt.Errorf("%w (NXRRSET)", ErrConflict)
+	if err := p.Sync(t.Context()); err == nil || !strings.Contains(err.Error(), "shop.example.test") {
+		t.Fatalf("Sync with a failed change = %v, want an error naming shop.example.test", err)
 	}
 	s := p.Status()
-	if !s.Healthy || len(s.Owned) != 0 || len(s.Conflicts) != 1 || !strings.Contains(s.Conflicts[0], "shop.example.test") {
-		t.Errorf("status after a conflict = %+v, want healthy, owning nothing, the name in conflicts", s)
+	if s.Healthy || !strings.Contains(s.Error, "create shop.example.test") || !strings.Contains(s.Error, "NXRRSET") || len(s.Owned) != 0 {
+		t.Errorf("status after a failed change = %+v, want unhealthy, naming the change and the cause, owning nothing", s)
+	}
+	if len(s.Failed) != 1 || !strings.Contains(s.Failed[0], "shop.example.test") {
+		t.Errorf("status.failed = %q, want shop.example.test", s.Failed)
+	}
+	if got := testutil.ToFloat64(p.metrics.changeFailures); got != 1 {
+		t.Errorf("osm_dns_publisher_change_failures_total = %v, want 1", got)
 	}
 
 	prov.applyErr = nil
 	if err := p.Sync(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if s := p.Status(); !s.Healthy || len(s.Owned) != 1 || len(s.Conflicts) != 0 || len(prov.applied) != 1 || !prov.applied[0].Claim {
+	if s := p.Status(); !s.Healthy || len(s.Owned) != 1 || len(s.Conflicts) != 0 || len(s.Failed) != 0 || len(prov.applied) != 1 || !prov.applied[0].Claim {
 		t.Errorf("status after the claim = %+v, applied %v", s, prov.applied)
 	}
 

@@ -171,13 +171,14 @@ func (r *RFC2136) Records(ctx context.Context) ([]RecordSet, error) {
 		for _, rr := range e.RR {
 			h := rr.Header()
 			var typ, val string
+			var txt []string
 			switch v := rr.(type) {
 			case *dns.A:
 				typ, val = TypeA, v.A.String()
 			case *dns.AAAA:
 				typ, val = TypeAAAA, v.AAAA.String()
 			case *dns.TXT:
-				typ, val = TypeTXT, strings.Join(v.Txt, "")
+				typ, val, txt = TypeTXT, strings.Join(v.Txt, ""), v.Txt
 			default:
 				continue
 			}
@@ -189,6 +190,9 @@ func (r *RFC2136) Records(ctx context.Context) ([]RecordSet, error) {
 				keys = append(keys, k)
 			}
 			s.Values = append(s.Values, val)
+			if typ == TypeTXT {
+				s.TXT = append(s.TXT, txt)
+			}
 		}
 	}
 	if failed != nil {
@@ -213,33 +217,59 @@ func hint(err error) string {
 	return ""
 }
 
-// Apply sends one signed UPDATE for c, with the ownership as prerequisite.
+// Apply sends one signed UPDATE for c, with the ownership as prerequisite
+// (see Change). RFC 2136 compares a value-dependent prerequisite with the
+// whole RRset, so the ownership prerequisite names the ownership record's
+// RRset, which only osm-vm writes; the name's own TXT records (SPF,
+// domain verification) are named only to adopt an in-name record, as they
+// were read, and never changed: the only TXT record removed at the name
+// is the ownership value itself.
 func (r *RFC2136) Apply(ctx context.Context, c Change) error {
-	name := dns.Fqdn(c.Name)
-	hdr := func(t uint16) dns.RR_Header {
-		return dns.RR_Header{Name: name, Rrtype: t, Class: dns.ClassINET, Ttl: uint32(c.TTL / time.Second)}
+	name, ownerName := dns.Fqdn(c.Name), dns.Fqdn(OwnerName(c.Name))
+	hdr := func(n string, t uint16) dns.RR_Header {
+		return dns.RR_Header{Name: n, Rrtype: t, Class: dns.ClassINET, Ttl: uint32(c.TTL / time.Second)}
 	}
-	owner := &dns.TXT{Hdr: hdr(dns.TypeTXT), Txt: []string{c.Owner}}
+	txt := func(n string, strs ...string) *dns.TXT { return &dns.TXT{Hdr: hdr(n, dns.TypeTXT), Txt: strs} }
+	owner := txt(ownerName, c.Owner)
 	owner.Hdr.Ttl = uint32(max(c.TTL, time.Second) / time.Second)
 	m := new(dns.Msg)
 	m.SetUpdate(r.fqdn)
-	a, aaaa := &dns.A{Hdr: hdr(dns.TypeA)}, &dns.AAAA{Hdr: hdr(dns.TypeAAAA)}
-	if c.Claim {
-		// Nobody holds addresses there.
-		m.RRsetNotUsed([]dns.RR{a, aaaa})
-	} else {
-		m.Used([]dns.RR{&dns.TXT{Hdr: hdr(dns.TypeTXT), Txt: []string{c.Owner}}})
+	switch {
+	case c.Claim:
+		// Nobody holds addresses or the ownership record there.
+		m.RRsetNotUsed([]dns.RR{&dns.A{Hdr: hdr(name, dns.TypeA)}, &dns.AAAA{Hdr: hdr(name, dns.TypeAAAA)}, txt(ownerName)})
+	case c.Legacy != nil:
+		// The name's TXT records are as read (holding the in-name
+		// ownership value), and nobody holds the ownership record.
+		var prereq []dns.RR
+		for i, v := range c.Legacy.Values {
+			if i < len(c.Legacy.TXT) {
+				prereq = append(prereq, txt(name, c.Legacy.TXT[i]...))
+			} else {
+				prereq = append(prereq, txt(name, chunks(v, 255)...))
+			}
+		}
+		m.Used(prereq)
+		m.RRsetNotUsed([]dns.RR{txt(ownerName)})
+	default:
+		// The ownership record's RRset is exactly this publisher's value.
+		m.Used([]dns.RR{txt(ownerName, c.Owner)})
 	}
-	m.RemoveRRset([]dns.RR{&dns.A{Hdr: hdr(dns.TypeA)}, &dns.AAAA{Hdr: hdr(dns.TypeAAAA)}})
+	m.RemoveRRset([]dns.RR{&dns.A{Hdr: hdr(name, dns.TypeA)}, &dns.AAAA{Hdr: hdr(name, dns.TypeAAAA)}})
+	if !c.Claim {
+		// The in-name ownership record, if there (deleting an RR that
+		// is not there does nothing).
+		m.Remove([]dns.RR{txt(name, c.Owner)})
+	}
 	if c.Delete {
 		m.Remove([]dns.RR{owner})
 	} else {
 		var add []dns.RR
 		for _, ip := range c.Addrs {
 			if ip.Is4() {
-				add = append(add, &dns.A{Hdr: hdr(dns.TypeA), A: ip.AsSlice()})
+				add = append(add, &dns.A{Hdr: hdr(name, dns.TypeA), A: ip.AsSlice()})
 			} else {
-				add = append(add, &dns.AAAA{Hdr: hdr(dns.TypeAAAA), AAAA: ip.AsSlice()})
+				add = append(add, &dns.AAAA{Hdr: hdr(name, dns.TypeAAAA), AAAA: ip.AsSlice()})
 			}
 		}
 		add = append(add, owner)
@@ -259,4 +289,14 @@ func (r *RFC2136) Apply(ctx context.Context, c Change) error {
 	}
 	err = fmt.Errorf("update at %s: the server answered %s", r.server, dns.RcodeToString[resp.Rcode])
 	return fmt.Errorf("%w%s", err, hint(err))
+}
+
+// chunks splits s into character-strings of at most n bytes.
+func chunks(s string, n int) []string {
+	var out []string
+	for len(s) > n {
+		out = append(out, s[:n])
+		s = s[n:]
+	}
+	return append(out, s)
 }
