@@ -17,11 +17,12 @@ import (
 // TestDNSPublishingThroughTheServer runs osm-server with a dns: section
 // against a real BIND: a Service annotated osm-vm.io/external-dns-name is
 // published with its endpoints' addresses (from the static provider), the
-// records follow the endpoints, and go when the annotation does.
+// records follow the endpoints, and go when the annotation does; the
+// name's own TXT record (someone's SPF record) is never touched.
 func TestDNSPublishingThroughTheServer(t *testing.T) {
 	const zone = "mesh.example.test"
 	secret := bindtest.NewSecret(t)
-	b := bindtest.Start(t, zone, secret)
+	b := bindtest.Start(t, zone, secret, `shop	IN TXT "v=spf1 -all"`)
 	bin := buildBinaries(t)
 	s := newIdentityServer(t, bin)
 	dir := filepath.Dir(s.dataDir)
@@ -63,7 +64,7 @@ dns:
 	}
 	apply("  annotations: {osm-vm.io/external-dns-name: shop." + zone + "}\n")
 	testwait.Until(t, "the service's endpoints published", b.DigIs("shop."+zone, "A", "10.0.0.5", "10.0.0.6"))
-	testwait.Until(t, "the ownership record", b.DigIs("shop."+zone, "TXT", `"heritage=osm-vm,osm-vm/owner=e2e"`))
+	testwait.Until(t, "the ownership record", b.DigIs("_osm-vm-owner.shop."+zone, "TXT", `"heritage=osm-vm,osm-vm/owner=e2e"`))
 
 	code, body := debugGet(t, s.debug, "/api/v1/dns", "", "")
 	if code != http.StatusOK || !strings.Contains(body, `"healthy": true`) || !strings.Contains(body, `"shop.`+zone+`"`) {
@@ -75,7 +76,10 @@ dns:
 
 	apply("")
 	testwait.Until(t, "the records go with the annotation", b.DigIs("shop."+zone, "A"))
-	testwait.Until(t, "the ownership record goes too", b.DigIs("shop."+zone, "TXT"))
+	testwait.Until(t, "the ownership record goes too", b.DigIs("_osm-vm-owner.shop."+zone, "TXT"))
+	if got := b.Dig("shop."+zone, "TXT"); len(got) != 1 || got[0] != `"v=spf1 -all"` {
+		t.Errorf("shop's TXT records = %q, want the SPF record untouched", got)
+	}
 }
 
 // writeTSIGKey writes the key clause as tsig-keygen prints it (key osm-vm)

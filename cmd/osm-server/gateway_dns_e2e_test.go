@@ -66,6 +66,7 @@ spec:
 	first := osm.ConnectAs(t, osm.Enroll(t, gw), "gateway", "127.0.55.1")
 	testwait.Until(t, "the listener's host name published", b.DigIs("shop."+zone, "A", "127.0.55.1"))
 	testwait.Until(t, "the route's host name published", b.DigIs("api."+zone, "A", "127.0.55.1"))
+	testwait.Until(t, "the route's name's ownership record", b.DigIs("_osm-vm-owner.api."+zone, "TXT", `"heritage=osm-vm,osm-vm/owner=e2e"`))
 
 	osm.ConnectAs(t, osm.Enroll(t, gw), "gateway", "127.0.55.2")
 	testwait.Until(t, "a second gateway machine added", b.DigIs("shop."+zone, "A", "127.0.55.1", "127.0.55.2"))
@@ -76,6 +77,6 @@ spec:
 		t.Fatalf("delete httproute: %v\n%s", err, out)
 	}
 	testwait.Until(t, "the route's name gone with the route", b.DigIs("api."+zone, "A"))
-	testwait.Until(t, "its ownership record too", b.DigIs("api."+zone, "TXT"))
+	testwait.Until(t, "its ownership record too", b.DigIs("_osm-vm-owner.api."+zone, "TXT"))
 	testwait.Until(t, "the listener's name stays", b.DigIs("shop."+zone, "A", "127.0.55.2"))
 }
