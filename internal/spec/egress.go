@@ -117,6 +117,9 @@ func (e *Egress) validate(v *validator) {
 	seenHost := map[string]int{}
 	for i, h := range e.Spec.Hosts {
 		f := fmt.Sprintf("spec.hosts[%d]", i)
+		if checkEgressHostLiteral(v, f, h) {
+			continue
+		}
 		if err := checkHostname(h); err != nil {
 			v.errorf(f, "%v", err)
 		} else if j, ok := seenHost[h]; ok {
@@ -175,10 +178,12 @@ func (e *Egress) validate(v *validator) {
 
 // checkEgress validates e against the state it is applied into: a host's
 // port must mean the same in every Egress (one listener serves it, out of
-// the same gateway or of none), its EgressGateway must exist, and missing
+// the same gateway or of none), its EgressGateway must exist, an internal
+// host must be allowed by the MeshConfig, and missing
 // HTTPRouteGroups and service accounts are warnings.
 func checkEgress(v *validator, st *state, e *Egress) {
 	checkEgressGatewayRef(v, st, e)
+	checkEgressInternal(v, st.meshConfig(), e)
 	for _, k := range sortedObjectKeys(st.objects) {
 		o, ok := st.objects[k].(*Egress)
 		if !ok || k == e.Key() {
@@ -296,7 +301,7 @@ func (s *Snapshot) Egress(src mesh.ServiceAccount) []EgressRoute {
 		}
 		for _, h := range e.Spec.Hosts {
 			vip, ok := s.st.vips[egressVIPKey(h)]
-			if !ok {
+			if !ok || !egressHostAllowed(s.config, h) {
 				continue
 			}
 			for _, p := range e.Spec.Ports {

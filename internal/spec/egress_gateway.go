@@ -154,6 +154,9 @@ func (s *Snapshot) EgressGatewayRoutes(gw mesh.MeshService) []EgressGatewayRoute
 			continue
 		}
 		for _, h := range e.Spec.Hosts {
+			if !egressHostAllowed(s.config, h) {
+				continue // apply refuses it; a store written otherwise
+			}
 			for _, p := range e.Spec.Ports {
 				r := routes[hp{h, p.Number}]
 				if r == nil {

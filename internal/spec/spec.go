@@ -437,6 +437,9 @@ func deleteKeys(st *state, keys []Key) (BatchResult, error) {
 	if err := egressGatewayDeleteConflict(st, gone); err != nil {
 		return BatchResult{}, err
 	}
+	if err := meshConfigDeleteConflict(st, gone); err != nil {
+		return BatchResult{}, err
+	}
 	for _, k := range keys {
 		delete(st.objects, k)
 		res.Results = append(res.Results, Result{Key: k, Action: Deleted})
@@ -509,6 +512,8 @@ func checkReferences(v *validator, st *state, obj Object) {
 	switch o := obj.(type) {
 	case *Egress:
 		checkEgress(v, st, o)
+	case *MeshConfig:
+		checkMeshConfigEgress(v, st, o)
 	case *TrafficSplit:
 		ns := o.Metadata.Namespace
 		svcs := namesOfKind(st, KindService, ns)

@@ -355,6 +355,8 @@ type MeshConfigSpec struct {
 	Certificate CertificateConfig `json:"certificate"`
 	Outbound    OutboundConfig    `json:"outbound"`
 	Endpoints   EndpointsConfig   `json:"endpoints"`
+	// Egress allows Egresses to reach internal names and addresses.
+	Egress EgressConfig `json:"egress,omitzero"`
 }
 
 // TrafficConfig holds traffic settings.

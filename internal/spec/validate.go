@@ -214,6 +214,7 @@ func (c *MeshConfig) validate(v *validator) {
 	case p.Masked() != p:
 		v.errorf("spec.outbound.vipRange", "%q has host bits set: write %s", c.Spec.Outbound.VIPRange, p.Masked())
 	}
+	validateEgressConfig(v, c.Spec.Egress)
 	for _, l := range []struct {
 		field, example string
 		d              Duration
