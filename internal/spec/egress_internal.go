@@ -349,7 +349,9 @@ func validateEgressConfig(v *validator, c EgressConfig) {
 			continue
 		}
 		seenP[p] = i
-		if !slices.ContainsFunc(InternalPrefixes(), p.Overlaps) {
+		if p.Contains(netip.IPv4Unspecified()) || p.Contains(netip.IPv6Unspecified()) {
+			v.errorf(f, "%s holds an unspecified address (0.0.0.0 or ::), which connects to the gateway machine itself and is never allowed: list narrower ranges", p)
+		} else if !slices.ContainsFunc(InternalPrefixes(), p.Overlaps) {
 			v.errorf(f, "%s is not internal (loopback, link-local, unspecified or a metadata service): an egress gateway connects to it already; remove it", p)
 		}
 	}

@@ -181,6 +181,9 @@ func TestMeshConfigEgressInvalid(t *testing.T) {
 		"host bits":       {"", "169.254.169.254/16", "has host bits set: write 169.254.0.0/16"},
 		"not internal":    {"", "10.0.0.0/8", "10.0.0.0/8 is not internal"},
 		"duplicate cidr":  {"", "127.0.0.0/8, 127.0.0.0/8", "duplicate range"},
+		"everything v4":   {"", "0.0.0.0/0", "0.0.0.0/0 holds an unspecified address"},
+		"everything v6":   {"", `"::/0"`, "::/0 holds an unspecified address"},
+		"this network":    {"", "0.0.0.0/8", "holds an unspecified address"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Parse([]byte(meshConfigEgress(c.hosts, c.cidrs)), "mesh.yaml")

@@ -159,21 +159,26 @@ func (b *builder) egressCluster(r spec.EgressRoute) *clusterv3.Cluster {
 		},
 	}
 	if r.OriginateTLS {
-		ctx := &tlsv3.UpstreamTlsContext{
-			Sni: r.Host,
-			CommonTlsContext: &tlsv3.CommonTlsContext{
-				ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-					SystemRootCerts: &tlsv3.CertificateValidationContext_SystemRootCerts{},
-					MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-						SanType: tlsv3.SubjectAltNameMatcher_DNS,
-						Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: r.Host}},
-					}},
-				}},
-			},
-		}
-		c.TransportSocket = b.transportSocket(ctx)
+		c.TransportSocket = b.transportSocket(originateTLS(r.Host))
 	}
 	return c
+}
+
+// originateTLS is TLS to host outside the mesh: its certificate checked
+// against the system's roots and the host name.
+func originateTLS(host string) *tlsv3.UpstreamTlsContext {
+	return &tlsv3.UpstreamTlsContext{
+		Sni: host,
+		CommonTlsContext: &tlsv3.CommonTlsContext{
+			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+				SystemRootCerts: &tlsv3.CertificateValidationContext_SystemRootCerts{},
+				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+					SanType: tlsv3.SubjectAltNameMatcher_DNS,
+					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: host}},
+				}},
+			}},
+		},
+	}
 }
 
 // egressClusters returns the distinct clusters of routes (sorted by the

@@ -160,7 +160,7 @@ func TestValidateEgressClusters(t *testing.T) {
 		"no endpoint": {Envoy, func(c *clusterv3.Cluster) { c.LoadAssignment.Endpoints = nil }, "LOGICAL_DNS cluster needs exactly one endpoint"},
 		"strict dns": {Envoy, func(c *clusterv3.Cluster) {
 			c.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS}
-		}, "want EDS, STATIC or LOGICAL_DNS"},
+		}, "want EDS, STATIC, LOGICAL_DNS or a dynamic forward proxy"},
 		"no system roots": {Envoy, func(c *clusterv3.Cluster) {
 			c.TransportSocket = (&builder{}).transportSocket(upstreamTLSWithoutRoots())
 		}, "Envoy TLS must take its certificate and CA by SDS"},

@@ -24,7 +24,8 @@
 // address, routes from the routes attached, EDS clusters to the backends
 // (gateway_proxy.go); or of an egress gateway machine, enrolled as a
 // spec.EgressGateway's: a listener on its address with a filter chain per
-// external host and port, LOGICAL_DNS clusters (egress_gateway.go).
+// external host and port, dynamic forward proxy clusters whose DNS cache
+// drops internal addresses (egress_gateway.go).
 //
 // # Resource names
 //

@@ -15,11 +15,15 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	dfpclusterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/dynamic_forward_proxy/v3"
+	dfpcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/dynamic_forward_proxy/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
+	setfilterstatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/set_filter_state/v3"
+	snidfpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/sni_dynamic_forward_proxy/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
@@ -36,8 +40,10 @@ var (
 	hcmName, routerName       = nameOf(&hcmv3.HttpConnectionManager{}), nameOf(&routerv3.Router{})
 	downstreamTLSName         = nameOf(&tlsv3.DownstreamTlsContext{})
 	upstreamTLSName, httpOpts = nameOf(&tlsv3.UpstreamTlsContext{}), nameOf(&httpv3.HttpProtocolOptions{})
-	networkFilterTypes        = []protoreflect.FullName{nameOf(&hcmv3.HttpConnectionManager{}), nameOf(&tcpproxyv3.TcpProxy{}), nameOf(&rbacnetv3.RBAC{})}
-	httpFilterTypes           = []protoreflect.FullName{nameOf(&routerv3.Router{}), nameOf(&rbachttpv3.RBAC{}), nameOf(&faultv3.HTTPFault{})}
+	networkFilterTypes        = []protoreflect.FullName{nameOf(&hcmv3.HttpConnectionManager{}), nameOf(&tcpproxyv3.TcpProxy{}), nameOf(&rbacnetv3.RBAC{}),
+		nameOf(&setfilterstatev3.Config{}), nameOf(&snidfpv3.FilterConfig{})}
+	dfpClusterName  = nameOf(&dfpclusterv3.ClusterConfig{})
+	httpFilterTypes = []protoreflect.FullName{nameOf(&routerv3.Router{}), nameOf(&rbachttpv3.RBAC{}), nameOf(&faultv3.HTTPFault{})}
 )
 
 // Validate checks one proxy's complete set of resources (listeners, route
@@ -693,6 +699,7 @@ var checks = func() map[protoreflect.FullName]check {
 	add(checkOf((*validation).regex))
 	add(checkOf((*validation).cluster))
 	add(checkOf((*validation).loadAssignment))
+	add(checkOf((*validation).dnsCache))
 	return m
 }()
 
@@ -979,6 +986,10 @@ func (v *validation) cluster(c *clusterv3.Cluster) {
 			v.fail("typed_extension_protocol_options[%q] holds %q, want %s", k, a.GetTypeUrl(), httpProtocolOpts)
 		}
 	}
+	if ct := c.GetClusterType(); ct != nil {
+		v.customCluster(c, ct)
+		return
+	}
 	switch c.GetType() {
 	case clusterv3.Cluster_EDS:
 		if c.GetEdsClusterConfig() == nil {
@@ -1002,9 +1013,40 @@ func (v *validation) cluster(c *clusterv3.Cluster) {
 			v.fail("STATIC cluster without load_assignment")
 		}
 	default:
-		v.fail("cluster type %s is not rendered here: want EDS, STATIC or LOGICAL_DNS", c.GetType())
+		v.fail("cluster type %s is not rendered here: want EDS, STATIC, LOGICAL_DNS or a dynamic forward proxy", c.GetType())
 	}
 	if v.flavor == GRPC && c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN && c.GetLbPolicy() != clusterv3.Cluster_RING_HASH && c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST {
 		v.fail("lb_policy %s is not supported by gRPC", c.GetLbPolicy())
+	}
+}
+
+// customCluster checks a cluster of an extension type: only the dynamic
+// forward proxy, for an egress gateway's Envoy (its DNS cache is checked by
+// dnsCache, as the walk meets it).
+func (v *validation) customCluster(c *clusterv3.Cluster, ct *clusterv3.Cluster_CustomClusterType) {
+	switch {
+	case v.flavor == GRPC:
+		v.fail("cluster type %q: rendered for an egress gateway's Envoy only, not for gRPC", ct.GetName())
+	case ct.GetName() != dfpCluster || !anyIs(ct.GetTypedConfig(), dfpClusterName):
+		v.fail("cluster type %q holding %q is not rendered here: want %s with a %s", ct.GetName(), ct.GetTypedConfig().GetTypeUrl(), dfpCluster, dfpClusterName)
+	case c.GetLbPolicy() != clusterv3.Cluster_CLUSTER_PROVIDED:
+		v.fail("%s cluster with lb_policy %s: Envoy requires CLUSTER_PROVIDED", dfpCluster, c.GetLbPolicy())
+	}
+}
+
+// dnsCache checks a dynamic forward proxy DNS cache (of a cluster or the
+// SNI dynamic forward proxy filter): it must drop internal addresses (at
+// least the unspecified ones, which no MeshConfig may allow).
+func (v *validation) dnsCache(m *dfpcommonv3.DnsCacheConfig) {
+	v.meet(m)
+	f := m.GetResolvedAddressFilter()
+	if f == nil || f.GetInvertMatch() || len(f.GetRanges()) == 0 {
+		v.fail("DNS cache %q has no resolved_address_filter: an egress gateway must drop internal addresses (loopback, link-local, metadata services) from the answers", m.GetName())
+		return
+	}
+	for _, r := range f.GetRanges() {
+		if _, err := netip.ParseAddr(r.GetAddressPrefix()); err != nil {
+			v.fail("DNS cache %q: resolved_address_filter range %q is not an IP address", m.GetName(), r.GetAddressPrefix())
+		}
 	}
 }
