@@ -8,7 +8,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/store/boltstore"
 )
 
-func openBolt(t *testing.T, dir string) *boltstore.Bolt {
+func openBolt(t testing.TB, dir string) *boltstore.Bolt {
 	t.Helper()
 	st, err := boltstore.Open(dir)
 	if err != nil {

@@ -75,8 +75,11 @@ type Spec struct {
 	// lower it).
 	maxStored int
 
-	writeMu sync.Mutex // serializes this process's writers; the CAS guards against others
+	writeMu sync.Mutex // serializes this process's writers and reads; the CAS guards against others
 	snap    atomic.Pointer[Snapshot]
+	// known is the stored specification as this server last read or
+	// wrote it (guarded by writeMu; nil: read it).
+	known *known
 
 	subsMu sync.Mutex
 	subs   map[chan struct{}]struct{}
@@ -92,12 +95,12 @@ type Spec struct {
 // New loads the specification from store and publishes its first snapshot.
 func New(ctx context.Context, log *slog.Logger, store Store) (*Spec, error) {
 	s := &Spec{log: log, store: store, maxStored: maxStoredBytes, subs: map[chan struct{}]struct{}{}}
-	st, ver, err := s.load(ctx)
+	l, st, err := s.read(ctx)
 	if err != nil {
 		return nil, err
 	}
 	s.checkStored(st)
-	s.snap.Store(s.newSnapshot(st, ver))
+	s.snap.Store(s.newSnapshot(st, l.version()))
 	return s, nil
 }
 
@@ -130,20 +133,18 @@ func (s *Spec) Subscribe() (notify <-chan struct{}, cancel func()) {
 // Refresh reloads the specification from the store and publishes a new
 // snapshot if another server changed it.
 func (s *Spec) Refresh(ctx context.Context) error {
-	l, err := s.list(ctx)
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	before := s.known
+	l, st, err := s.read(ctx)
 	if err != nil {
 		return err
 	}
 	ver := l.version()
-	if cur := s.snap.Load(); cur != nil && cur.version >= ver {
+	if cur := s.snap.Load(); s.known == before || (cur != nil && cur.version >= ver) {
 		// What is published is as new: this server's own apply, or the
-		// start's load. Decoding every document again (0.1 s for 1,000
-		// Services) would change nothing.
+		// start's load.
 		return nil
-	}
-	st, err := l.state()
-	if err != nil {
-		return err
 	}
 	s.checkStored(st)
 	s.publish(st, ver)
@@ -226,6 +227,7 @@ func (st *state) meshConfig() *MeshConfig {
 	return DefaultMeshConfig()
 }
 
+// load reads and decodes everything stored, whatever this server knows.
 func (s *Spec) load(ctx context.Context) (*state, uint64, error) {
 	l, err := s.list(ctx)
 	if err != nil {
@@ -233,6 +235,51 @@ func (s *Spec) load(ctx context.Context) (*state, uint64, error) {
 	}
 	st, err := l.state()
 	return st, l.version(), err
+}
+
+// known is what a server last read or wrote of the stored specification:
+// the listing and the state it shows.
+type known struct {
+	l  *listing
+	st *state
+}
+
+// read returns what is stored and the state it shows, which the caller
+// must not modify; the caller holds writeMu. While the head is where this
+// server last saw or left it (the same version and record), that is what
+// it knew: a change then reads one key, not every document (for 100,000
+// Services that was seconds and a gigabyte per apply). A head that moved
+// means another server wrote, and everything is read again.
+func (s *Spec) read(ctx context.Context) (*listing, *state, error) {
+	if k := s.known; k != nil {
+		kvs, err := s.store.List(ctx, headKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read mesh specification from the store: %w", err)
+		}
+		if v, ok := headVersion(kvs, k.l.head); ok && v == k.l.headVersion {
+			return k.l, k.st, nil
+		}
+	}
+	s.known = nil
+	l, err := s.list(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := l.state()
+	if err != nil {
+		return nil, nil, err
+	}
+	s.remember(l, st)
+	return l, st, nil
+}
+
+// remember keeps l and st as what is stored, when nothing can be
+// written under the head without moving it: no writer is staging a
+// change (which writes its entries under the head's version).
+func (s *Spec) remember(l *listing, st *state) {
+	if l.committed() && l.head.Staging == l.head.Gen && l.headVersion != 0 && !l.stale {
+		s.known = &known{l: l, st: st}
+	}
 }
 
 func sortedObjectKeys(m map[Key]Object) []Key {
@@ -283,11 +330,7 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	for range casAttempts {
-		l, err := s.list(ctx)
-		if err != nil {
-			return BatchResult{}, err
-		}
-		cur, err := l.state()
+		l, cur, err := s.read(ctx)
 		if err != nil {
 			return BatchResult{}, err
 		}
@@ -297,7 +340,7 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 		if err != nil {
 			return BatchResult{}, err
 		}
-		moved, err := allocateVIPs(next, next.meshConfig().vipRange())
+		changes, moved, err := changedItems(l, cur, next, res)
 		if err != nil {
 			return BatchResult{}, err
 		}
@@ -310,18 +353,21 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 			res.Warnings = append(res.Warnings, fmt.Sprintf("the outbound vipRange changed: %d services get new virtual IPs (%s); agents rewrite their hosts files on the next update", len(moved), strings.Join(names, ", ")))
 		}
 		res.Version = ver
-		unchanged := !res.Changed() && maps.Equal(cur.vips, next.vips)
-		if unchanged && !dryRun {
+		if len(changes) == 0 && !dryRun {
 			s.publish(cur, ver)
 			return res, nil
 		}
-		items, err := encodeItems(next)
-		if err != nil {
-			return BatchResult{}, err
-		}
 		// A change that shrinks the specification is always allowed, so
 		// one stored before a lower limit can still be cut down.
-		if size := storedSize(items); size > s.maxStored && size > cur.size {
+		switch {
+		case len(changes) == 0:
+			next.size = cur.size
+		case !l.committed():
+			next.size = storedSize(changes)
+		default:
+			next.size = l.sizeAfter(cur.size, changes)
+		}
+		if size := next.size; size > s.maxStored && size > cur.size {
 			return BatchResult{}, &ValidationError{Errors: []FieldError{{Document: "mesh specification", Message: fmt.Sprintf(
 				"would be %d bytes stored, over the limit of %s (now %d bytes): delete documents that are no longer needed", size, sizeString(int64(s.maxStored)), cur.size)}}}
 		}
@@ -329,12 +375,19 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 			res.DryRun = true
 			return res, nil
 		}
-		nv, ok, err := s.write(ctx, l, items)
+		s.known = nil // l changes as it is written
+		nv, ok, err := s.write(ctx, l, changes)
 		if err != nil {
 			return BatchResult{}, err
 		}
 		if !ok {
 			continue // another server wrote first: redo on its state
+		}
+		// The head's new version, so that the next change can start from
+		// here (unless another server wrote meanwhile).
+		if kvs, err := s.store.List(ctx, headKey); err == nil {
+			l.headVersion, _ = headVersion(kvs, l.head)
+			s.remember(l, next)
 		}
 		res.Version = nv
 		s.publish(next, nv)
@@ -344,6 +397,87 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 		return res, nil
 	}
 	return BatchResult{}, fmt.Errorf("%w: the mesh specification kept changing during %d attempts to write it: retry", ErrConflict, casAttempts)
+}
+
+// changedItems allocates next's VIPs and returns the stored values of
+// what next changes of cur, as l stores it (deletedEntry for what it
+// deletes): the documents res says changed and the VIPs that were
+// allocated, freed or moved (those that moved are returned too). Only
+// those are encoded, unless the change is the first to store every item
+// (over a version-1 value) or moves VIPs in bulk (a vipRange or an Egress
+// changed).
+func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[string][]byte, moved []mesh.MeshService, err error) {
+	var touched []Key
+	bulk := !l.committed() || cur.meshConfig().vipRange() != next.meshConfig().vipRange()
+	for _, r := range res.Results {
+		if r.Action != Unchanged {
+			touched = append(touched, r.Key)
+			bulk = bulk || r.Key.Kind == KindEgress
+		}
+	}
+	prefix := next.meshConfig().vipRange()
+	if !bulk {
+		if err := allocateVIPsOf(next, prefix, touched); err != nil {
+			return nil, nil, err
+		}
+		changes = map[string][]byte{}
+		for _, k := range touched {
+			if obj, ok := next.objects[k]; !ok {
+				changes[docItem(k)] = deletedEntry
+			} else if changes[docItem(k)], err = encodeDoc(k, obj); err != nil {
+				return nil, nil, err
+			}
+			if k.Kind != KindService {
+				continue
+			}
+			svc := mesh.MeshService{Namespace: k.Namespace, Name: k.Name}
+			ip, has := next.vips[svc]
+			switch was, had := cur.vips[svc]; {
+			case has && (!had || was != ip):
+				changes[vipItem(svc)] = encodeVIP(ip)
+			case had && !has:
+				changes[vipItem(svc)] = deletedEntry
+			}
+		}
+		return changes, nil, nil
+	}
+	if moved, err = allocateVIPs(next, prefix); err != nil {
+		return nil, nil, err
+	}
+	if !l.committed() {
+		if !res.Changed() && maps.Equal(cur.vips, next.vips) {
+			return nil, moved, nil
+		}
+		changes, err = encodeItems(next)
+		return changes, moved, err
+	}
+	changes = map[string][]byte{}
+	for _, k := range touched {
+		if obj, ok := next.objects[k]; !ok {
+			changes[docItem(k)] = deletedEntry
+		} else if changes[docItem(k)], err = encodeDoc(k, obj); err != nil {
+			return nil, nil, err
+		}
+	}
+	for svc, ip := range next.vips {
+		if was, had := cur.vips[svc]; !had || was != ip {
+			changes[vipItem(svc)] = encodeVIP(ip)
+		}
+	}
+	for svc := range cur.vips {
+		if _, has := next.vips[svc]; !has {
+			changes[vipItem(svc)] = deletedEntry
+		}
+	}
+	return changes, moved, nil
+}
+
+func storedSize(items map[string][]byte) int {
+	n := 0
+	for _, v := range items {
+		n += len(v)
+	}
+	return n
 }
 
 func applyDocs(st *state, docs []Document, withDiff bool) (BatchResult, error) {
@@ -365,8 +499,11 @@ func applyDocs(st *state, docs []Document, withDiff bool) (BatchResult, error) {
 	if len(errs) > 0 {
 		return res, &ValidationError{Errors: errs}
 	}
-	old := st.clone()
+	old := make(map[Key]Object, len(docs)) // what the documents replace
 	for _, d := range docs {
+		if was, ok := st.objects[d.Key()]; ok {
+			old[d.Key()] = was
+		}
 		st.objects[d.Key()] = d.Object
 	}
 	st.reindex()
@@ -375,7 +512,7 @@ func applyDocs(st *state, docs []Document, withDiff bool) (BatchResult, error) {
 		checkReferences(v, st, d.Object)
 		errs = append(errs, v.errs...)
 		r := Result{Key: d.Key(), Warnings: v.warnings}
-		was, existed := old.objects[d.Key()]
+		was, existed := old[d.Key()]
 		switch {
 		case !existed:
 			r.Action = Created

@@ -110,15 +110,47 @@ func parseEntryKey(key string) (item string, gen uint64, ok bool) {
 	return rest[:i], gen, err == nil
 }
 
-// listing is one consistent read of the stored specification.
+// listing is one consistent read of the stored specification: the head
+// and, of every item, the generations stored. A server keeps the listing
+// of what it last read or wrote (Spec.known) and, while the head has not
+// moved since, changes it without reading or decoding the documents
+// again: a change costs what it changes (see Spec.read).
 type listing struct {
 	head        headRecord
 	headVersion uint64 // 0: no head yet
-	// entries of every item, by item then generation.
-	entries map[string]map[uint64]store.KV
+	items       map[string]storedItem
+	// tombstones are the items whose visible entry says deleted, untidy
+	// those with other generations: what a write deletes besides the
+	// items it changes, found without going through every item.
+	tombstones, untidy map[string]struct{}
+	// values are the visible entries' values, by item: filled by a read
+	// of the store for state, then dropped.
+	values map[string][]byte
 	// legacy is the version-1 value, when present.
 	legacy        []byte
 	legacyVersion uint64
+	// stale is set when l no longer says what is stored (superseded
+	// entries could not be deleted): it must be read again.
+	stale bool
+}
+
+// storedItem is what is stored of one item.
+type storedItem struct {
+	visible uint64 // the generation readers see (the highest not above the head's); 0: none
+	size    int    // the visible entry's length
+	deleted bool   // the visible entry is a tombstone
+	// others are the item's other generations: superseded ones not yet
+	// collected and, above the head's, what a writer that died while
+	// staging left.
+	others []uint64
+}
+
+// gens returns every generation stored of the item.
+func (it storedItem) gens() []uint64 {
+	if it.visible == 0 {
+		return it.others
+	}
+	return append(slices.Clone(it.others), it.visible)
 }
 
 func (s *Spec) list(ctx context.Context) (*listing, error) {
@@ -126,7 +158,13 @@ func (s *Spec) list(ctx context.Context) (*listing, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read mesh specification from the store: %w", err)
 	}
-	l := &listing{entries: map[string]map[uint64]store.KV{}}
+	l := &listing{items: map[string]storedItem{}, tombstones: map[string]struct{}{}, untidy: map[string]struct{}{}, values: map[string][]byte{}}
+	type entry struct {
+		item  string
+		gen   uint64
+		value []byte
+	}
+	entries := make([]entry, 0, len(kvs))
 	for _, kv := range kvs {
 		switch {
 		case kv.Key == headKey:
@@ -141,31 +179,39 @@ func (s *Spec) list(ctx context.Context) (*listing, error) {
 			if !ok {
 				continue // not ours
 			}
-			if l.entries[item] == nil {
-				l.entries[item] = map[uint64]store.KV{}
+			entries = append(entries, entry{item, gen, kv.Value})
+		}
+	}
+	// The visible entry of each item: its highest generation not above
+	// the head's.
+	for _, e := range entries {
+		it := l.items[e.item]
+		switch {
+		case e.gen > l.head.Gen:
+			it.others = append(it.others, e.gen)
+		case e.gen > it.visible:
+			if it.visible != 0 {
+				it.others = append(it.others, it.visible)
 			}
-			l.entries[item][gen] = kv
+			it.visible, it.size = e.gen, len(e.value)
+			l.values[e.item] = e.value
+		default:
+			it.others = append(it.others, e.gen)
+		}
+		l.items[e.item] = it
+	}
+	for item, it := range l.items {
+		if len(it.others) > 0 {
+			l.untidy[item] = struct{}{}
+		}
+		if it.visible != 0 && bytes.Equal(l.values[item], deletedEntry) {
+			it.deleted = true
+			l.items[item] = it
+			l.tombstones[item] = struct{}{}
+			delete(l.values, item)
 		}
 	}
 	return l, nil
-}
-
-// visible returns each item's visible entry: its highest generation not
-// above the head's.
-func (l *listing) visible() map[string]store.KV {
-	out := make(map[string]store.KV, len(l.entries))
-	for item, gens := range l.entries {
-		best, found := uint64(0), false
-		for g := range gens {
-			if g <= l.head.Gen && (!found || g > best) {
-				best, found = g, true
-			}
-		}
-		if found {
-			out[item] = gens[best]
-		}
-	}
-	return out
 }
 
 // committed says whether a version-2 change was ever committed; until
@@ -180,39 +226,53 @@ func (l *listing) version() uint64 {
 	return l.head.Gen
 }
 
-// state decodes what l shows.
+// state decodes what l shows, and drops the values it read.
 func (l *listing) state() (*state, error) {
 	if !l.committed() {
 		return decodeLegacy(l.legacy)
 	}
 	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}, names: &kindIndex{}}
-	for item, kv := range l.visible() {
+	for item, value := range l.values {
+		key := entryKey(item, l.items[item].visible)
 		var e entryRecord
-		if err := json.Unmarshal(kv.Value, &e); err != nil {
-			return nil, fmt.Errorf("decode mesh specification entry %s (restore the store from a backup): %w", kv.Key, err)
+		if err := json.Unmarshal(value, &e); err != nil {
+			return nil, fmt.Errorf("decode mesh specification entry %s (restore the store from a backup): %w", key, err)
 		}
 		if e.Deleted {
 			continue
 		}
-		st.size += len(kv.Value)
+		st.size += len(value)
 		kind, rest, _ := strings.Cut(item, "/")
 		switch kind {
 		case "doc":
 			obj, err := decodeObject(e.Doc)
 			if err != nil {
-				return nil, fmt.Errorf("stored %s: %w", kv.Key, err)
+				return nil, fmt.Errorf("stored %s: %w", key, err)
 			}
 			st.objects[obj.Key()] = obj
 		case "vip":
 			ns, name, _ := strings.Cut(rest, "/")
 			ip, err := netip.ParseAddr(e.VIP)
 			if err != nil {
-				return nil, fmt.Errorf("stored VIP of %s/%s at %s: %w", ns, name, kv.Key, err)
+				return nil, fmt.Errorf("stored VIP of %s/%s at %s: %w", ns, name, key, err)
 			}
 			st.vips[mesh.MeshService{Namespace: ns, Name: name}] = ip
 		}
 	}
+	l.values = nil
 	return st, nil
+}
+
+// headVersion returns the version of the head in kvs (a listing of
+// headKey) when it holds h.
+func headVersion(kvs []store.KV, h headRecord) (uint64, bool) {
+	for _, kv := range kvs {
+		var got headRecord
+		if kv.Key == headKey && json.Unmarshal(kv.Value, &got) == nil && got == h {
+			return kv.Version, true
+		}
+	}
+	return 0, false
 }
 
 // decodeObject decodes one stored document.
@@ -273,64 +333,77 @@ func decodeLegacy(raw []byte) (*state, error) {
 func encodeItems(st *state) (map[string][]byte, error) {
 	out := make(map[string][]byte, len(st.objects)+len(st.vips))
 	for k, obj := range st.objects {
-		b, err := json.Marshal(obj)
-		if err != nil {
-			return nil, fmt.Errorf("encode %s: %w", k, err)
-		}
-		if out[docItem(k)], err = json.Marshal(entryRecord{Doc: b}); err != nil {
-			return nil, fmt.Errorf("encode %s: %w", k, err)
-		}
-	}
-	for svc, ip := range st.vips {
-		b, err := json.Marshal(entryRecord{VIP: ip.String()})
+		b, err := encodeDoc(k, obj)
 		if err != nil {
 			return nil, err
 		}
-		out[vipItem(svc)] = b
+		out[docItem(k)] = b
+	}
+	for svc, ip := range st.vips {
+		out[vipItem(svc)] = encodeVIP(ip)
 	}
 	return out, nil
 }
 
-func storedSize(items map[string][]byte) int {
-	n := 0
-	for _, v := range items {
-		n += len(v)
+func encodeDoc(k Key, obj Object) ([]byte, error) {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", k, err)
 	}
-	return n
+	if b, err = json.Marshal(entryRecord{Doc: b}); err != nil {
+		return nil, fmt.Errorf("encode %s: %w", k, err)
+	}
+	return b, nil
+}
+
+func encodeVIP(ip netip.Addr) []byte {
+	b, _ := json.Marshal(entryRecord{VIP: ip.String()})
+	return b
 }
 
 var deletedEntry = []byte(`{"deleted":true}`)
 
-// write stores next over what l shows; ok is false when another writer
-// changed the specification first (the caller starts again). It returns
-// the new snapshot version.
-func (s *Spec) write(ctx context.Context, l *listing, items map[string][]byte) (ver uint64, ok bool, err error) {
-	shown := l.visible()
-	var changes []store.Op // entries at generation gen, keys filled below
+// sizeAfter is the stored size of what l shows once changes (stored
+// values by item, deletedEntry for a deletion) are written over it,
+// where size is what l shows now.
+func (l *listing) sizeAfter(size int, changes map[string][]byte) int {
+	for item, v := range changes {
+		if it := l.items[item]; it.visible != 0 && !it.deleted {
+			size -= it.size
+		}
+		if !bytes.Equal(v, deletedEntry) {
+			size += len(v)
+		}
+	}
+	return size
+}
+
+// write stores changes (stored values by item, deletedEntry for a
+// deletion) over what l shows; ok is false when another writer changed
+// the specification first (the caller starts again). It returns the new
+// snapshot version. Once it has committed, l is what is stored (its
+// headVersion unknown: 0); on any other outcome l is stale.
+func (s *Spec) write(ctx context.Context, l *listing, changes map[string][]byte) (ver uint64, ok bool, err error) {
+	var ops []store.Op // entries at generation gen, keys filled below
 	var changed []string
-	for _, item := range slices.Sorted(maps.Keys(items)) {
-		if kv, found := shown[item]; found && bytes.Equal(kv.Value, items[item]) {
-			continue
+	for _, item := range slices.Sorted(maps.Keys(changes)) {
+		v := changes[item]
+		if it := l.items[item]; bytes.Equal(v, deletedEntry) && (it.visible == 0 || it.deleted) {
+			continue // deleting what is not there
 		}
 		changed = append(changed, item)
-		changes = append(changes, store.Op{Kind: store.OpSet, Value: items[item]})
-	}
-	for _, item := range slices.Sorted(maps.Keys(shown)) {
-		if _, keep := items[item]; !keep && !bytes.Equal(shown[item].Value, deletedEntry) {
-			changed = append(changed, item)
-			changes = append(changes, store.Op{Kind: store.OpSet, Value: deletedEntry})
-		}
+		ops = append(ops, store.Op{Kind: store.OpSet, Value: v})
 	}
 	gen := max(l.head.Gen, l.head.Staging, l.legacyVersion) + 1
-	for i := range changes {
-		changes[i].Key, changes[i].Version = entryKey(changed[i], gen), 0
+	for i := range ops {
+		ops[i].Key, ops[i].Version = entryKey(changed[i], gen), 0
 	}
 	// What a writer that died while staging left: invisible entries.
 	var leftovers []store.Op
-	for _, gens := range l.entries {
-		for g, kv := range gens {
+	for item := range l.untidy {
+		for _, g := range l.items[item].others {
 			if g > l.head.Gen {
-				leftovers = append(leftovers, store.Delete(kv.Key, store.AnyVersion))
+				leftovers = append(leftovers, store.Delete(entryKey(item, g), store.AnyVersion))
 			}
 		}
 	}
@@ -347,33 +420,90 @@ func (s *Spec) write(ctx context.Context, l *listing, items map[string][]byte) (
 	}
 
 	// The usual change: one transaction.
-	if one := slices.Concat(changes, leftovers, commit(l.headVersion)); store.CheckLimits(one) == nil {
+	if one := slices.Concat(ops, leftovers, commit(l.headVersion)); store.CheckLimits(one) == nil {
 		ok, err := s.store.Txn(ctx, one...)
 		if err != nil || !ok {
 			return 0, ok, writeErr(err)
 		}
-		s.collect(ctx, l, gen, changed)
-		return gen, true, nil
-	}
-
-	// Staged: take the generation, write the entries under the head's
-	// version, then move the head.
-	taken, ok, err := s.store.CompareAndSwap(ctx, headKey, l.headVersion, headVal(headRecord{Gen: l.head.Gen, Staging: gen}))
-	if err != nil || !ok {
-		return 0, ok, writeErr(err)
-	}
-	check := store.Check(headKey, taken)
-	for _, batch := range batches(slices.Concat(leftovers, changes), check) {
-		ok, err := s.store.Txn(ctx, batch...)
+	} else {
+		// Staged: take the generation, write the entries under the head's
+		// version, then move the head.
+		taken, ok, err := s.store.CompareAndSwap(ctx, headKey, l.headVersion, headVal(headRecord{Gen: l.head.Gen, Staging: gen}))
 		if err != nil || !ok {
 			return 0, ok, writeErr(err)
 		}
+		check := store.Check(headKey, taken)
+		for _, batch := range batches(slices.Concat(leftovers, ops), check) {
+			ok, err := s.store.Txn(ctx, batch...)
+			if err != nil || !ok {
+				return 0, ok, writeErr(err)
+			}
+		}
+		if ok, err := s.store.Txn(ctx, commit(taken)...); err != nil || !ok {
+			return 0, ok, writeErr(err)
+		}
 	}
-	if ok, err := s.store.Txn(ctx, commit(taken)...); err != nil || !ok {
-		return 0, ok, writeErr(err)
-	}
-	s.collect(ctx, l, gen, changed)
+	superseded := l.advance(gen, changed, changes)
+	l.stale = !s.collect(ctx, gen, superseded)
 	return gen, true, nil
+}
+
+// advance updates l to what is stored once the entries of changed were
+// committed at gen, and returns the keys of the entries that change
+// superseded (older generations of the changed items, and the
+// tombstones of items deleted before), which collect deletes.
+func (l *listing) advance(gen uint64, changed []string, changes map[string][]byte) (superseded []string) {
+	isChanged := make(map[string]bool, len(changed))
+	for _, item := range changed {
+		isChanged[item] = true
+	}
+	// A dead writer's entries went with the commit; the superseded
+	// generations of items this change did not change (a failed
+	// collection's) go now.
+	hadOthers := map[string]bool{}
+	for item := range l.untidy {
+		it := l.items[item]
+		it.others = slices.DeleteFunc(slices.Clone(it.others), func(g uint64) bool { return g > l.head.Gen })
+		switch {
+		case it.visible == 0:
+			delete(l.items, item)
+			continue
+		case !isChanged[item]:
+			for _, g := range it.others {
+				superseded = append(superseded, entryKey(item, g))
+			}
+			hadOthers[item] = len(it.others) > 0
+			it.others = nil
+		}
+		l.items[item] = it
+	}
+	clear(l.untidy)
+	// Tombstones of earlier changes, once nothing older remains, of items
+	// this one did not change.
+	for item := range l.tombstones {
+		if it := l.items[item]; !hadOthers[item] && !isChanged[item] {
+			superseded = append(superseded, entryKey(item, it.visible))
+			delete(l.items, item)
+			delete(l.tombstones, item)
+		}
+	}
+	for _, item := range changed {
+		it := l.items[item]
+		for _, g := range it.gens() {
+			superseded = append(superseded, entryKey(item, g))
+		}
+		v := changes[item]
+		it = storedItem{visible: gen, size: len(v), deleted: bytes.Equal(v, deletedEntry)}
+		l.items[item] = it
+		if it.deleted {
+			l.tombstones[item] = struct{}{}
+		} else {
+			delete(l.tombstones, item)
+		}
+	}
+	l.head, l.headVersion, l.legacy, l.legacyVersion = headRecord{Gen: gen, Staging: gen}, 0, nil, 0
+	slices.Sort(superseded)
+	return superseded
 }
 
 func writeErr(err error) error {
@@ -401,36 +531,20 @@ func batches(ops []store.Op, check store.Op) [][]store.Op {
 	return out
 }
 
-// collect deletes the entries the change committed at gen superseded: the
-// older generations of the items it changed, and the items it deleted.
-// It never changes what a reader sees; a failure leaves garbage for the
-// next change to collect.
-func (s *Spec) collect(ctx context.Context, l *listing, gen uint64, changed []string) {
-	var ops []store.Op
-	for _, item := range changed {
-		for g, kv := range l.entries[item] {
-			if g <= l.head.Gen {
-				ops = append(ops, store.Delete(kv.Key, store.AnyVersion))
-			}
+// collect deletes the entries a change committed at gen superseded. It
+// never changes what a reader sees; a failure leaves garbage for the next
+// change to collect (l no longer says what is stored, so the caller
+// reads the store again).
+func (s *Spec) collect(ctx context.Context, gen uint64, superseded []string) (ok bool) {
+	for chunk := range slices.Chunk(superseded, store.MaxTxnOps) {
+		ops := make([]store.Op, len(chunk))
+		for i, k := range chunk {
+			ops[i] = store.Delete(k, store.AnyVersion)
 		}
-	}
-	// Deleted items: their tombstones too, once nothing older remains
-	// (the ones deleted by earlier changes, seen in the listing).
-	for item, gens := range l.entries {
-		if len(gens) != 1 {
-			continue
-		}
-		for g, kv := range gens {
-			if g <= l.head.Gen && bytes.Equal(kv.Value, deletedEntry) && !slices.Contains(changed, item) {
-				ops = append(ops, store.Delete(kv.Key, store.AnyVersion))
-			}
-		}
-	}
-	slices.SortFunc(ops, func(a, b store.Op) int { return strings.Compare(a.Key, b.Key) })
-	for chunk := range slices.Chunk(ops, store.MaxTxnOps) {
-		if _, err := s.store.Txn(ctx, chunk...); err != nil {
+		if _, err := s.store.Txn(ctx, ops...); err != nil {
 			s.log.Warn("deleting superseded mesh specification entries failed; the next change deletes them", "err", err, "generation", gen)
-			return
+			return false
 		}
 	}
+	return true
 }

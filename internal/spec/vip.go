@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/netip"
+	"slices"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 )
@@ -41,6 +42,43 @@ func allocateVIPs(st *state, prefix netip.Prefix) (moved []mesh.MeshService, err
 		}
 		used[ip] = svc
 	}
+	return moved, assignVIPs(st, prefix, holders, used)
+}
+
+// allocateVIPsOf is allocateVIPs after a change that touched only the
+// documents keys name, neither the vipRange nor an Egress: the Services
+// among them that are new get a VIP, those deleted lose theirs, and the
+// rest keep what they have.
+func allocateVIPsOf(st *state, prefix netip.Prefix, keys []Key) error {
+	var holders []mesh.MeshService
+	for _, k := range keys {
+		if k.Kind != KindService {
+			continue
+		}
+		svc := mesh.MeshService{Namespace: k.Namespace, Name: k.Name}
+		_, exists := st.objects[k]
+		_, has := st.vips[svc]
+		switch {
+		case !exists:
+			delete(st.vips, svc)
+		case !has:
+			holders = append(holders, svc)
+		}
+	}
+	if len(holders) == 0 {
+		return nil
+	}
+	slices.SortFunc(holders, mesh.MeshService.Compare)
+	used := make(map[netip.Addr]mesh.MeshService, len(st.vips))
+	for svc, ip := range st.vips {
+		used[ip] = svc
+	}
+	return assignVIPs(st, prefix, holders, used)
+}
+
+// assignVIPs gives each of holders without one a VIP from prefix that is
+// not in used, starting at the one its name hashes to.
+func assignVIPs(st *state, prefix netip.Prefix, holders []mesh.MeshService, used map[netip.Addr]mesh.MeshService) error {
 	base := binary.BigEndian.Uint32(prefix.Addr().AsSlice())
 	size := uint64(1) << (32 - prefix.Bits())
 	usable := size - 2 // network and broadcast addresses are never handed out
@@ -49,7 +87,7 @@ func allocateVIPs(st *state, prefix netip.Prefix) (moved []mesh.MeshService, err
 			continue
 		}
 		if uint64(len(used)) >= usable {
-			return nil, fmt.Errorf("%w: outbound vipRange %s has no free address for %s (%d in use): widen spec.outbound.vipRange in MeshConfig", ErrConflict, prefix, holderKind(svc)+vipHolderName(svc), len(used))
+			return fmt.Errorf("%w: outbound vipRange %s has no free address for %s (%d in use): widen spec.outbound.vipRange in MeshConfig", ErrConflict, prefix, holderKind(svc)+vipHolderName(svc), len(used))
 		}
 		h := fnv.New32a()
 		h.Write([]byte(svc.String()))
@@ -66,7 +104,7 @@ func allocateVIPs(st *state, prefix netip.Prefix) (moved []mesh.MeshService, err
 			off = (off + 1) % usable
 		}
 	}
-	return moved, nil
+	return nil
 }
 
 func serviceKey(svc mesh.MeshService) Key {
