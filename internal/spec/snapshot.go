@@ -431,3 +431,96 @@ func (s *Snapshot) withStatus(o Object) Object {
 	}
 	return c
 }
+
+// nextSnapshot builds the snapshot of st, which differs from prev's
+// state in the documents touched only. When they are Services (the churn
+// of a large mesh) it starts from prev: the sorted keys and Services are
+// merged rather than sorted again, and the indexes of policies, which
+// Services do not change, are shared; otherwise, or when prev is not the
+// snapshot of the state before, it builds everything (newSnapshot).
+func nextSnapshot(prev *Snapshot, st *state, version uint64, touched []Key) *Snapshot {
+	if prev == nil || len(touched) == 0 || slices.ContainsFunc(touched, func(k Key) bool { return k.Kind != KindService }) {
+		return newSnapshot(st, version)
+	}
+	changed := make(map[Key]bool, len(touched))
+	var added []Key
+	for _, k := range touched {
+		if changed[k] {
+			continue
+		}
+		changed[k] = true
+		if _, ok := st.objects[k]; ok {
+			added = append(added, k)
+		}
+	}
+	slices.SortFunc(added, Key.compare)
+	s := &Snapshot{version: version, st: st, config: st.meshConfig(),
+		keys:      mergeSorted(prev.keys, func(k Key) bool { return changed[k] }, added, Key.compare),
+		services:  maps.Clone(prev.services),
+		ttByDest:  prev.ttByDest, dstBySource: prev.dstBySource, splits: prev.splits, splitRoot: prev.splitRoot, pairs: prev.pairs,
+		byAccount: maps.Clone(prev.byAccount),
+	}
+	s.gateway = newGatewayIndex(st, s.keys)
+	var infos []ServiceInfo
+	accounts := map[mesh.ServiceAccount]bool{} // whose Services changed
+	for k := range changed {
+		ms := mesh.MeshService{Namespace: k.Namespace, Name: k.Name}
+		if was, ok := prev.services[ms]; ok {
+			accounts[was.ServiceAccount] = true
+			delete(s.services, ms)
+		}
+		svc, ok := serviceOf(st.objects[k])
+		if !ok {
+			continue
+		}
+		info := ServiceInfo{
+			Service:        ms,
+			ServiceAccount: mesh.ServiceAccount{Namespace: k.Namespace, Name: svc.Spec.ServiceAccount},
+			Ports:          svc.Spec.Ports,
+			VIP:            st.vips[ms],
+		}
+		s.services[ms] = info
+		accounts[info.ServiceAccount] = true
+		infos = append(infos, info)
+	}
+	slices.SortFunc(infos, func(a, b ServiceInfo) int { return a.Service.Compare(b.Service) })
+	s.ordered = mergeSorted(prev.ordered, func(i ServiceInfo) bool { return changed[serviceKey(i.Service)] }, infos,
+		func(a, b ServiceInfo) int { return a.Service.Compare(b.Service) })
+	for a := range accounts {
+		var svcs []mesh.MeshService
+		for _, ms := range prev.byAccount[a] {
+			if !changed[serviceKey(ms)] {
+				svcs = append(svcs, ms)
+			}
+		}
+		for _, info := range infos {
+			if info.ServiceAccount == a {
+				svcs = append(svcs, info.Service)
+			}
+		}
+		slices.SortFunc(svcs, mesh.MeshService.Compare)
+		if len(svcs) == 0 {
+			delete(s.byAccount, a)
+		} else {
+			s.byAccount[a] = svcs
+		}
+	}
+	return s
+}
+
+// mergeSorted returns the elements of sorted that drop does not name,
+// merged with add (sorted too), in a new slice.
+func mergeSorted[T any](sorted []T, drop func(T) bool, add []T, cmp func(a, b T) int) []T {
+	out := make([]T, 0, len(sorted)+len(add))
+	for _, v := range sorted {
+		if drop(v) {
+			continue
+		}
+		for len(add) > 0 && cmp(add[0], v) < 0 {
+			out = append(out, add[0])
+			add = add[1:]
+		}
+		out = append(out, v)
+	}
+	return append(out, add...)
+}

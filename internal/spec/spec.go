@@ -185,13 +185,25 @@ func (s *Spec) Run(ctx context.Context) error {
 	}
 }
 
-func (s *Spec) publish(st *state, ver uint64) {
+func (s *Spec) publish(st *state, ver uint64) { s.publishChange(nil, st, ver, nil) }
+
+// publishChange publishes st, which differs from prev in the documents
+// touched only (when touched is not nil): built from prev's snapshot when
+// that is the one published.
+func (s *Spec) publishChange(prev, st *state, ver uint64, touched []Key) {
 	for {
 		old := s.snap.Load()
 		if old != nil && old.version >= ver {
 			return
 		}
-		if s.snap.CompareAndSwap(old, s.newSnapshot(st, ver)) {
+		var sn *Snapshot
+		if old != nil && prev != nil && old.st == prev && touched != nil {
+			sn = nextSnapshot(old, st, ver, touched)
+			sn.machines = &s.machines
+		} else {
+			sn = s.newSnapshot(st, ver)
+		}
+		if s.snap.CompareAndSwap(old, sn) {
 			break
 		}
 	}
@@ -340,7 +352,7 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 		if err != nil {
 			return BatchResult{}, err
 		}
-		changes, moved, err := changedItems(l, cur, next, res)
+		changes, moved, touched, err := changedItems(l, cur, next, res)
 		if err != nil {
 			return BatchResult{}, err
 		}
@@ -390,7 +402,7 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 			s.remember(l, next)
 		}
 		res.Version = nv
-		s.publish(next, nv)
+		s.publishChange(cur, next, nv, touched)
 		for _, r := range res.Results {
 			s.log.Info("mesh specification changed", "document", r.Key.String(), "action", r.Action, "version", nv)
 		}
@@ -405,9 +417,9 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 // allocated, freed or moved (those that moved are returned too). Only
 // those are encoded, unless the change is the first to store every item
 // (over a version-1 value) or moves VIPs in bulk (a vipRange or an Egress
-// changed).
-func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[string][]byte, moved []mesh.MeshService, err error) {
-	var touched []Key
+// changed). touched are the documents changed, when nothing else did (no
+// VIP in bulk).
+func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[string][]byte, moved []mesh.MeshService, touched []Key, err error) {
 	bulk := !l.committed() || cur.meshConfig().vipRange() != next.meshConfig().vipRange()
 	for _, r := range res.Results {
 		if r.Action != Unchanged {
@@ -418,14 +430,14 @@ func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[st
 	prefix := next.meshConfig().vipRange()
 	if !bulk {
 		if err := allocateVIPsOf(next, prefix, touched); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		changes = map[string][]byte{}
 		for _, k := range touched {
 			if obj, ok := next.objects[k]; !ok {
 				changes[docItem(k)] = deletedEntry
 			} else if changes[docItem(k)], err = encodeDoc(k, obj); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			if k.Kind != KindService {
 				continue
@@ -439,24 +451,24 @@ func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[st
 				changes[vipItem(svc)] = deletedEntry
 			}
 		}
-		return changes, nil, nil
+		return changes, nil, touched, nil
 	}
 	if moved, err = allocateVIPs(next, prefix); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if !l.committed() {
 		if !res.Changed() && maps.Equal(cur.vips, next.vips) {
-			return nil, moved, nil
+			return nil, moved, nil, nil
 		}
 		changes, err = encodeItems(next)
-		return changes, moved, err
+		return changes, moved, nil, err
 	}
 	changes = map[string][]byte{}
 	for _, k := range touched {
 		if obj, ok := next.objects[k]; !ok {
 			changes[docItem(k)] = deletedEntry
 		} else if changes[docItem(k)], err = encodeDoc(k, obj); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	for svc, ip := range next.vips {
@@ -469,7 +481,7 @@ func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[st
 			changes[vipItem(svc)] = deletedEntry
 		}
 	}
-	return changes, moved, nil
+	return changes, moved, nil, nil
 }
 
 func storedSize(items map[string][]byte) int {
