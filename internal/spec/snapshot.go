@@ -455,9 +455,9 @@ func nextSnapshot(prev *Snapshot, st *state, version uint64, touched []Key) *Sna
 	}
 	slices.SortFunc(added, Key.compare)
 	s := &Snapshot{version: version, st: st, config: st.meshConfig(),
-		keys:      mergeSorted(prev.keys, func(k Key) bool { return changed[k] }, added, Key.compare),
-		services:  maps.Clone(prev.services),
-		ttByDest:  prev.ttByDest, dstBySource: prev.dstBySource, splits: prev.splits, splitRoot: prev.splitRoot, pairs: prev.pairs,
+		keys:     mergeSorted(prev.keys, func(k Key) bool { return changed[k] }, added, Key.compare),
+		services: maps.Clone(prev.services),
+		ttByDest: prev.ttByDest, dstBySource: prev.dstBySource, splits: prev.splits, splitRoot: prev.splitRoot, pairs: prev.pairs,
 		byAccount: maps.Clone(prev.byAccount),
 	}
 	s.gateway = newGatewayIndex(st, s.keys)
