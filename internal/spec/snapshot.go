@@ -486,6 +486,10 @@ func nextSnapshot(prev *Snapshot, st *state, version uint64, touched []Key) *Sna
 	slices.SortFunc(infos, func(a, b ServiceInfo) int { return a.Service.Compare(b.Service) })
 	s.ordered = mergeSorted(prev.ordered, func(i ServiceInfo) bool { return changed[serviceKey(i.Service)] }, infos,
 		func(a, b ServiceInfo) int { return a.Service.Compare(b.Service) })
+	joined := map[mesh.ServiceAccount][]mesh.MeshService{}
+	for _, info := range infos {
+		joined[info.ServiceAccount] = append(joined[info.ServiceAccount], info.Service)
+	}
 	for a := range accounts {
 		var svcs []mesh.MeshService
 		for _, ms := range prev.byAccount[a] {
@@ -493,11 +497,7 @@ func nextSnapshot(prev *Snapshot, st *state, version uint64, touched []Key) *Sna
 				svcs = append(svcs, ms)
 			}
 		}
-		for _, info := range infos {
-			if info.ServiceAccount == a {
-				svcs = append(svcs, info.Service)
-			}
-		}
+		svcs = append(svcs, joined[a]...)
 		slices.SortFunc(svcs, mesh.MeshService.Compare)
 		if len(svcs) == 0 {
 			delete(s.byAccount, a)
