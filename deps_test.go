@@ -104,6 +104,8 @@ var rules = []rule{
 		why:       "osm-agent imports no store: the agent binary links only the client side (internal/agent, internal/meshclient, internal/meshapi)",
 		testAllow: []string{module + "/internal/enroll/...", module + "/internal/store/...", "go.etcd.io/bbolt/..."},
 		testWhy:   "the enroll command is tested end to end against the real enrollment handlers on an in-memory store"},
+	{pkg: module + "/internal/httpserve", forbid: []string{module + "/..."}, allow: []string{module + "/internal/httpserve", module + "/internal/meshapi", module + "/internal/mesh"},
+		why: "the HTTP listeners' bounds and Host check are shared by osm-server and osm-agent, so they import nothing of either side (meshapi, for the error body, is the wire package both share)"},
 	{pkg: module + "/internal/join", forbid: []string{module + "/..."}, allow: []string{module + "/internal/join", module + "/internal/mesh"},
 		why: "the join routes serve a CA, a script and files: they know no store, CA or enrollment"},
 	{pkg: module + "/internal/dashboard", forbid: []string{module + "/internal/xds/...", module + "/internal/certificate/...", module + "/internal/store/...", module + "/internal/api/...", module + "/internal/enroll/..."}, allow: []string{module + "/internal/store"},

@@ -17,6 +17,8 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/httpserve"
+	"github.com/osm-vm/osm-vm/internal/join"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store/consulstore"
 	"github.com/osm-vm/osm-vm/internal/xds"
@@ -61,6 +63,16 @@ type Config struct {
 	// (xDS, HTTPS API, debug) may take to finish its TLS handshake (and,
 	// on HTTP, its request headers) before it is closed.
 	HandshakeTimeout time.Duration `yaml:"handshakeTimeout"`
+	// WriteTimeout is how long a client of the HTTPS API or the debug
+	// listener may leave a response untaken: each write of a response
+	// must be taken within it (plus a second per 4 KiB the write
+	// carries), so a download taken slowly but steadily runs to its end.
+	WriteTimeout time.Duration `yaml:"writeTimeout"`
+	// JoinDownloads and JoinDownloadsPerClient bound the osm-agent
+	// packages the join route sends at once, in all and to one client
+	// address; more are refused with 503 or 429 and Retry-After.
+	JoinDownloads          int `yaml:"joinDownloads"`
+	JoinDownloadsPerClient int `yaml:"joinDownloadsPerClient"`
 	// StartupGrace is how long after start an endpoint on an address no
 	// proxy is connected from is still sent to callers (the participant
 	// rule), so that after a restart callers keep their upstreams while
@@ -111,19 +123,22 @@ type ProviderConfig struct {
 // config file.
 func defaultConfig() Config {
 	return Config{
-		DataDir:              defaultDataDir(),
-		PluginDir:            defaultPluginDir(),
-		DebugAddress:         "127.0.0.1:15090",
-		APIAddress:           "0.0.0.0:15443",
-		XDSAddress:           "0.0.0.0:15128",
-		TrustDomain:          "osm.local",
-		GCPercent:            defaultGCPercent,
-		IdleCollection:       true,
-		TokenRetention:       enroll.DefaultTokenRetention,
-		ProxyRecordRetention: certificate.DefaultProxyRecordRetention,
-		HandshakeTimeout:     xds.DefaultHandshakeTimeout,
-		StartupGrace:         defaultStartupGrace,
-		Store:                StoreConfig{Backend: storeBolt},
+		DataDir:                defaultDataDir(),
+		PluginDir:              defaultPluginDir(),
+		DebugAddress:           "127.0.0.1:15090",
+		APIAddress:             "0.0.0.0:15443",
+		XDSAddress:             "0.0.0.0:15128",
+		TrustDomain:            "osm.local",
+		GCPercent:              defaultGCPercent,
+		IdleCollection:         true,
+		TokenRetention:         enroll.DefaultTokenRetention,
+		ProxyRecordRetention:   certificate.DefaultProxyRecordRetention,
+		HandshakeTimeout:       xds.DefaultHandshakeTimeout,
+		WriteTimeout:           httpserve.DefaultWriteTimeout,
+		JoinDownloads:          join.DefaultDownloads,
+		JoinDownloadsPerClient: join.DefaultDownloadsPerClient,
+		StartupGrace:           defaultStartupGrace,
+		Store:                  StoreConfig{Backend: storeBolt},
 	}
 }
 
@@ -184,7 +199,8 @@ func parseConfig(path string, data []byte) (Config, error) {
 		"gcPercent": &cfg.GCPercent, "memoryLimit": &cfg.MemoryLimit, "idleCollection": &cfg.IdleCollection,
 		"tokenRetention": &cfg.TokenRetention, "proxyRecordRetention": &cfg.ProxyRecordRetention,
 		"handshakeTimeout": &cfg.HandshakeTimeout, "agentPackageDir": &cfg.AgentPackageDir,
-		"startupGrace": &cfg.StartupGrace,
+		"startupGrace": &cfg.StartupGrace, "writeTimeout": &cfg.WriteTimeout,
+		"joinDownloads": &cfg.JoinDownloads, "joinDownloadsPerClient": &cfg.JoinDownloadsPerClient,
 	}
 	err := decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers", "store", "dns"), func(key string, v *yaml.Node) error {
 		switch key {
@@ -329,6 +345,15 @@ func (c Config) validate() error {
 	}
 	if c.HandshakeTimeout < 100*time.Millisecond || c.HandshakeTimeout > 5*time.Minute {
 		errs = append(errs, fmt.Errorf("handshakeTimeout %s is out of range: give a duration from 100ms to 5m, such as 10s", c.HandshakeTimeout))
+	}
+	if c.WriteTimeout < time.Second || c.WriteTimeout > time.Hour {
+		errs = append(errs, fmt.Errorf("writeTimeout %s is out of range: give a duration from 1s to 1h, such as 30s", c.WriteTimeout))
+	}
+	if c.JoinDownloads < 1 || c.JoinDownloads > 10000 {
+		errs = append(errs, fmt.Errorf("joinDownloads %d is out of range: give how many agent packages may be sent at once, 1 to 10000, such as %d", c.JoinDownloads, join.DefaultDownloads))
+	}
+	if c.JoinDownloadsPerClient < 1 || c.JoinDownloadsPerClient > c.JoinDownloads {
+		errs = append(errs, fmt.Errorf("joinDownloadsPerClient %d is out of range: give how many agent packages one client address may download at once, 1 to joinDownloads (%d), such as %d", c.JoinDownloadsPerClient, c.JoinDownloads, join.DefaultDownloadsPerClient))
 	}
 	if c.StartupGrace < 0 || c.StartupGrace > time.Hour {
 		errs = append(errs, fmt.Errorf("startupGrace %s is out of range: give a duration from 0 (none) to 1h, such as 20s", c.StartupGrace))

@@ -187,7 +187,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	public := append(identity.Public(),
 		api.Route{Pattern: "POST /api/v1/enroll", Handler: enrollHandler},
 		api.Route{Pattern: "POST /api/v1/renew", Handler: enrollHandler},
-		api.Route{Pattern: join.Prefix, Handler: join.NewHandler(log.With("component", "join"), certs.RootPEM(), cfg.agentPackageDir())})
+		api.Route{Pattern: join.Prefix, Handler: join.NewHandler(log.With("component", "join"), certs.RootPEM(), cfg.agentPackageDir(), join.Limits{Downloads: cfg.JoinDownloads, PerClient: cfg.JoinDownloadsPerClient})})
 	httpsHandler, err := api.InstrumentHTTPS(api.NewHTTPSHandler(log, adminToken, public, admin), reg)
 	if err != nil {
 		return err
@@ -351,10 +351,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	// The debug listener also answers to the names the serving certificate
 	// covers, for a scraper that reaches it by the host's name.
 	g.Go(func() error {
-		return debugAPI.Serve(ctx, cfg.DebugAddress, api.ServeOptions{Names: servingNames(cfg), HandshakeTimeout: cfg.HandshakeTimeout})
+		return debugAPI.Serve(ctx, cfg.DebugAddress, api.ServeOptions{Names: servingNames(cfg), HandshakeTimeout: cfg.HandshakeTimeout, WriteTimeout: cfg.WriteTimeout})
 	})
 	g.Go(func() error {
-		return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, api.ServeOptions{HandshakeTimeout: cfg.HandshakeTimeout})
+		return api.ServeTLS(ctx, log, cfg.APIAddress, httpsTLS, httpsHandler, api.ServeOptions{HandshakeTimeout: cfg.HandshakeTimeout, WriteTimeout: cfg.WriteTimeout})
 	})
 	err = g.Wait()
 	log.Info("osm-server stopped")

@@ -40,6 +40,7 @@ import (
 	"sync"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
+	"github.com/osm-vm/osm-vm/internal/httpserve"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
@@ -137,7 +138,7 @@ func (s *Server) ServeDNSStatus(status func() any) {
 func (s *Server) Handler() http.Handler { return s.mux }
 
 // Serve listens on addr until ctx is done, answering only requests whose
-// Host names this listener (see hostCheck).
+// Host names this listener (httpserve.HostCheck).
 func (s *Server) Serve(ctx context.Context, addr string, opts ServeOptions) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -146,7 +147,7 @@ func (s *Server) Serve(ctx context.Context, addr string, opts ServeOptions) erro
 	if opts.Ready != nil {
 		opts.Ready <- ln.Addr()
 	}
-	srv := opts.server(hostCheck(s.log, addr, ln.Addr(), opts.Names, s.mux))
+	srv := opts.server(httpserve.HostCheck(s.log, "debug listener", addr, ln.Addr(), opts.Names, s.mux))
 	srv.ErrorLog = slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)
 	s.log.Info("debug API listening", "address", ln.Addr().String())
 	if s.dashboard {
@@ -155,7 +156,7 @@ func (s *Server) Serve(ctx context.Context, addr string, opts ServeOptions) erro
 	if ip, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && !ip.Addr().IsLoopback() {
 		s.log.Warn("the debug listener is not on loopback: its admin token crosses the network in clear text; keep debugAddress on 127.0.0.1 and use an SSH tunnel", "address", ln.Addr().String())
 	}
-	return serve(ctx, "debug listener", srv, ln)
+	return httpserve.Serve(ctx, "debug listener", srv, ln)
 }
 
 func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {

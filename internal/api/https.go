@@ -10,7 +10,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"time"
+
+	"github.com/osm-vm/osm-vm/internal/httpserve"
 )
 
 // Route is one pattern of the HTTPS API served without the admin token:
@@ -64,23 +65,7 @@ func ServeTLS(ctx context.Context, log *slog.Logger, addr string, cfg *tls.Confi
 	srv.TLSConfig = cfg
 	srv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	log.Info("HTTPS API listening", "address", ln.Addr().String())
-	return serve(ctx, "HTTPS API", srv, tls.NewListener(ln, cfg))
-}
-
-// serve runs srv on ln until ctx is done, then shuts it down gracefully.
-func serve(ctx context.Context, what string, srv *http.Server, ln net.Listener) error {
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("%s: %w", what, err)
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err := srv.Shutdown(shutdownCtx)
-	<-errc
-	return err
+	return httpserve.Serve(ctx, "HTTPS API", srv, tls.NewListener(ln, cfg))
 }
 
 // bearerToken returns the token of an "Authorization: Bearer <token>"

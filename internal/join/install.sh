@@ -41,7 +41,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 pkg=$tmp/osm-agent.$format
 echo "osm-vm join: downloading osm-agent ($format, $arch) from $server"
-curl -fsS --cacert "$ca" -o "$pkg" "$server/join/packages/osm-agent.$format?arch=$arch" ||
+# A busy server refuses a download with 503 or 429 and Retry-After (its
+# bounds on concurrent downloads); curl waits that long and tries again.
+curl -fsS --retry 30 --retry-max-time 900 --cacert "$ca" -o "$pkg" "$server/join/packages/osm-agent.$format?arch=$arch" ||
 	fail "no osm-agent package for $format/$arch from $server (the server's log says why)"
 if [ "$format" = deb ]; then
 	dpkg -i "$pkg" >/dev/null

@@ -18,11 +18,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 )
@@ -43,18 +47,54 @@ var script []byte
 
 // Handler serves the join routes: the CA's PEM exactly as Line hashed it,
 // the join script, and the newest osm-agent package in dir for a format
-// and architecture.
+// and architecture, a bounded number at a time (Limits).
 type Handler struct {
-	log   *slog.Logger
-	caPEM []byte
-	dir   string
+	log       *slog.Logger
+	caPEM     []byte
+	dir       string
+	downloads *downloads
+}
+
+// Default bounds on package downloads (Limits).
+const (
+	// DefaultDownloads: a download holds a connection, an open file and
+	// about 100 KiB of buffers while the client takes it; 32 at once hold
+	// 3 MiB and send a 10 MiB package to a hundred machines on a 1 Gbit/s
+	// link in about ten seconds.
+	DefaultDownloads = 32
+	// DefaultDownloadsPerClient leaves room for machines joining at once
+	// from behind one NAT address, and keeps any one address from taking
+	// every slot.
+	DefaultDownloadsPerClient = 4
+)
+
+// RetryAfter is what a refused download is told to wait, in the
+// Retry-After header (curl --retry, as the join script runs it, waits so).
+const RetryAfter = 10 * time.Second
+
+// Limits bound the package downloads served at once; the CA and the
+// script are small and not counted. A zero field takes its default.
+type Limits struct {
+	// Downloads is how many packages are sent at once in all; one more
+	// is refused with 503 Service Unavailable.
+	Downloads int
+	// PerClient is how many are sent at once to one client address (an
+	// IPv6 client's /64, which one machine may hold whole); one more is
+	// refused with 429 Too Many Requests.
+	PerClient int
 }
 
 // NewHandler returns the handler for Prefix. caPEM is the mesh CA's
 // certificate as the admin API's GET /api/v1/ca returns it; dir holds
 // osm-agent .deb and .rpm files (as `make packages` names them).
-func NewHandler(log *slog.Logger, caPEM []byte, dir string) *Handler {
-	return &Handler{log: log, caPEM: caPEM, dir: dir}
+func NewHandler(log *slog.Logger, caPEM []byte, dir string, limits Limits) *Handler {
+	if limits.Downloads <= 0 {
+		limits.Downloads = DefaultDownloads
+	}
+	if limits.PerClient <= 0 {
+		limits.PerClient = DefaultDownloadsPerClient
+	}
+	return &Handler{log: log, caPEM: caPEM, dir: dir, downloads: &downloads{limits: limits, perClient: map[netip.Prefix]int{}}}
 }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -89,8 +129,78 @@ func (h *Handler) servePackage(w http.ResponseWriter, r *http.Request, format, a
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
+	release, refusal := h.downloads.acquire(r.RemoteAddr)
+	if refusal != nil {
+		h.log.Warn("join: agent package download refused", "remote", r.RemoteAddr, "err", refusal.msg)
+		// Closing the connection frees its socket at once, whether or
+		// not the client reads the refusal.
+		w.Header().Set("Connection", "close")
+		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+		http.Error(w, refusal.msg, refusal.code)
+		return
+	}
+	defer release()
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", filepath.Base(path)))
 	http.ServeFile(w, r, path)
+}
+
+// downloads counts the package downloads in progress, in all and per
+// client.
+type downloads struct {
+	limits    Limits
+	mu        sync.Mutex
+	total     int
+	perClient map[netip.Prefix]int
+}
+
+type refusal struct {
+	code int
+	msg  string
+}
+
+// acquire takes a download slot for the client at remote (host:port),
+// or says why not; release gives it back.
+func (d *downloads) acquire(remote string) (release func(), _ *refusal) {
+	client := clientKey(remote)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	// A client over its own bound is told so first: it is the one to wait.
+	switch {
+	case d.perClient[client] >= d.limits.PerClient:
+		who := client.String()
+		if client.Addr().Is4() {
+			who = client.Addr().String()
+		}
+		return nil, &refusal{http.StatusTooManyRequests, fmt.Sprintf("osm-server is sending the osm-agent package to %d downloads from %s already, its bound per client address (joinDownloadsPerClient in the server config): retry in %s (the join script does)", d.limits.PerClient, who, RetryAfter)}
+	case d.total >= d.limits.Downloads:
+		return nil, &refusal{http.StatusServiceUnavailable, fmt.Sprintf("osm-server is sending the osm-agent package to %d machines already, its bound (joinDownloads in the server config): retry in %s (the join script does)", d.limits.Downloads, RetryAfter)}
+	}
+	d.total++
+	d.perClient[client]++
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.total--
+		if d.perClient[client]--; d.perClient[client] <= 0 {
+			delete(d.perClient, client)
+		}
+	}, nil
+}
+
+// clientKey is the address a download is counted against: an IPv4
+// address, or an IPv6 address's /64.
+func clientKey(remote string) netip.Prefix {
+	ap, err := netip.ParseAddrPort(remote)
+	if err != nil {
+		return netip.Prefix{} // not an IP connection: all such count as one client
+	}
+	a := ap.Addr().Unmap()
+	bits := 32
+	if a.Is6() {
+		bits = 64
+	}
+	p, _ := a.Prefix(bits)
+	return p
 }
 
 // FindPackage returns the newest (by modification time) osm-agent package

@@ -35,7 +35,7 @@ func TestHandler(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "osm-server_1.0.1_amd64.deb"), []byte("server"), 0o644)
 	past := time.Now().Add(-time.Hour)
 	os.Chtimes(old, past, past)
-	h := join.NewHandler(slog.New(slog.DiscardHandler), []byte(caPEM), dir)
+	h := join.NewHandler(slog.New(slog.DiscardHandler), []byte(caPEM), dir, join.Limits{})
 
 	for _, tc := range []struct {
 		name, url string
@@ -64,7 +64,7 @@ func TestHandler(t *testing.T) {
 
 // TestScriptParses runs sh -n over the join script.
 func TestScriptParses(t *testing.T) {
-	_, script := get(t, join.NewHandler(slog.New(slog.DiscardHandler), nil, t.TempDir()), join.ScriptPath)
+	_, script := get(t, join.NewHandler(slog.New(slog.DiscardHandler), nil, t.TempDir(), join.Limits{}), join.ScriptPath)
 	cmd := exec.Command("sh", "-n")
 	cmd.Stdin = strings.NewReader(script)
 	if out, err := cmd.CombinedOutput(); err != nil {
