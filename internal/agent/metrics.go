@@ -5,8 +5,8 @@ package agent
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
+	"github.com/osm-vm/osm-vm/internal/httpserve"
 )
 
 // DefaultMetricsAddress is where the agent serves GET /metrics unless the
@@ -138,11 +139,12 @@ func (a *Agent) serveMetrics(ctx context.Context) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.opts.Metrics, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	// The same bounds and Host check as osm-server's debug listener: a
+	// web page rebound to loopback cannot read it from a browser here.
+	srv := httpserve.Options{}.Server(httpserve.HostCheck(a.log, "agent metrics listener", addr, ln.Addr(), nil, mux))
+	srv.ErrorLog = slog.NewLogLogger(a.log.Handler(), slog.LevelDebug)
 	a.log.Info("agent metrics listening", "address", ln.Addr().String(), "url", "http://"+ln.Addr().String()+"/metrics")
-	stop := context.AfterFunc(ctx, func() { srv.Close() })
-	defer stop()
-	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	if err := httpserve.Serve(ctx, "agent metrics listener", srv, ln); err != nil {
 		a.log.Error("agent metrics listener failed", "err", err)
 	}
 }
