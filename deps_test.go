@@ -54,6 +54,8 @@ var rules = []rule{
 		why: "atomic file replacement is a leaf, shared by the server and the agent"},
 	{pkg: module + "/internal/keylock", forbid: []string{module + "/..."}, allow: []string{module + "/internal/keylock"},
 		why: "per-key locks and retry backoff are a leaf, shared by the CA and enrollment"},
+	{pkg: module + "/internal/clip", forbid: []string{module + "/..."}, allow: []string{module + "/internal/clip"},
+		why: "bounding outside text is a leaf, shared by the xDS server and the dashboard"},
 	{pkg: module + "/internal/store", forbid: []string{module + "/...", "go.etcd.io/bbolt/...", "github.com/hashicorp/consul/..."}, allow: []string{module + "/internal/store"},
 		why:       "internal/store is the contract only: keys, versions and bytes, nothing of the mesh and no storage engine (bbolt is in boltstore, Consul in consulstore)",
 		testAllow: []string{module + "/internal/store/storetest"},
