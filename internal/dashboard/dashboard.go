@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
+	"github.com/osm-vm/osm-vm/internal/clip"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
 )
@@ -196,6 +197,15 @@ type Provider struct {
 // services has a million, which no page draws usefully.
 const MaxEdges = 20000
 
+// A proxy's NACK message is the proxy's to choose (osm-server cuts it as
+// it receives it; the dashboard bounds what it shows itself): a row shows
+// at most MaxNACK bytes of it, and its warning is at most MaxWarning
+// bytes in all.
+const (
+	MaxNACK    = 2048
+	MaxWarning = 512
+)
+
 // CAWarning is how long before the CA expires the dashboard warns.
 const CAWarning = 30 * 24 * time.Hour
 
@@ -218,10 +228,11 @@ func (d *Dashboard) Build() State {
 		st.Proxies = append(st.Proxies, d.src.Proxies()...)
 	}
 	connected := map[string]bool{} // service + " " + address
-	for _, p := range st.Proxies {
+	for i, p := range st.Proxies {
 		connected[p.Service+" "+p.Address] = true
 		if p.NACK != "" {
-			st.Warnings = append(st.Warnings, "proxy "+p.CN+" rejected its "+p.NACKType+" configuration: "+p.NACK)
+			st.Proxies[i].NACK = clip.String(p.NACK, MaxNACK)
+			st.Warnings = append(st.Warnings, clip.String("proxy "+p.CN+" rejected its "+p.NACKType+" configuration: "+p.NACK, MaxWarning))
 		}
 	}
 

@@ -164,3 +164,31 @@ func TestPageHeaders(t *testing.T) {
 		}
 	}
 }
+
+// A proxy's NACK message is the proxy's to choose: the state shows it cut
+// to MaxNACK in the proxy's row and to MaxWarning in the warning, so a
+// 3 MB one costs the state (and every poll) kilobytes, not 6 MB.
+func TestLargeNACKIsBoundedInTheState(t *testing.T) {
+	sp, cat := newMesh(t, 4)
+	huge := strings.Repeat("listener 10.0.0.1:8080 cannot bind; ", 3<<20/36)
+	d := New(Sources{
+		Spec: sp, Catalog: cat, Providers: providers{},
+		Proxies: func() []Proxy {
+			return []Proxy{{CN: "p1", Service: "default/svc-0", Address: "10.0.0.1", NACK: huge, NACKType: "Listener"}}
+		},
+	})
+	w := httptest.NewRecorder()
+	d.State().ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/debug/dashboard/state", nil))
+	if n := w.Body.Len(); n > 8<<10 {
+		t.Errorf("state with a %d-byte NACK: %d bytes, want at most 8 KiB", len(huge), n)
+	}
+	st := d.Build()
+	if got := st.Proxies[0].NACK; len(got) > MaxNACK || !strings.HasPrefix(got, "listener 10.0.0.1:8080 cannot bind") || !strings.Contains(got, "bytes cut]") {
+		t.Errorf("the row's NACK: %d bytes %.60q..., want at most %d, its start and how much was cut", len(got), got, MaxNACK)
+	}
+	for _, w := range st.Warnings {
+		if len(w) > MaxWarning {
+			t.Errorf("warning of %d bytes, want at most %d", len(w), MaxWarning)
+		}
+	}
+}

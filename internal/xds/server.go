@@ -44,6 +44,7 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	gcpdelta "github.com/envoyproxy/go-control-plane/pkg/server/delta/v3"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -144,6 +145,8 @@ type Server struct {
 	handshakeTimeout time.Duration
 	// conns counts the connections Serve accepts (see Load).
 	conns handshakeCounts
+	// nackLog limits the logging of each proxy's NACKs (see nacked).
+	nackLog *logLimiter
 
 	mu        sync.Mutex
 	watcher   Watcher
@@ -176,7 +179,8 @@ type stream struct {
 // NewServer returns a server over c. SetWatcher must be called before
 // Register's streams arrive.
 func NewServer(log *slog.Logger, c *cache.Cache, ids Identities) *Server {
-	return &Server{log: log, cache: c, ids: ids, handshakeTimeout: DefaultHandshakeTimeout, streams: map[*stream]struct{}{}, proxies: map[string]*Proxy{}}
+	return &Server{log: log, cache: c, ids: ids, handshakeTimeout: DefaultHandshakeTimeout, streams: map[*stream]struct{}{}, proxies: map[string]*Proxy{},
+		nackLog: newLogLimiter(nackLogEvery, maxLogLimits, time.Now)}
 }
 
 // keepaliveTimeout bounds an unanswered keepalive ping and, as
@@ -639,12 +643,16 @@ type nodeRequest interface {
 	comparable
 	GetNode() *corev3.Node
 	GetTypeUrl() string
+	GetResponseNonce() string
+	GetErrorDetail() *rpcstatus.Status
 }
 
 // authRecv is Recv of an authenticated stream: it returns the next request
 // after checking its node against the stream's certificate (and rewriting
 // node.id to the cache key), or an error when the stream was cancelled or
-// the request refused (which cancels the stream with it as the cause).
+// the request refused (which cancels the stream with it as the cause). A
+// NACK's message is cut to a bound and logged here (see nacked), before
+// the cache records it.
 func authRecv[R nodeRequest](ctx context.Context, s *Server, st *stream, recv func() (R, error)) (R, error) {
 	var zero R
 	m, err := recv()
@@ -660,6 +668,9 @@ func authRecv[R nodeRequest](ctx context.Context, s *Server, st *stream, recv fu
 	}
 	if n := m.GetNode(); n != nil && st.proxy != nil {
 		n.Id = st.proxy.NodeID
+	}
+	if d := m.GetErrorDetail(); d != nil {
+		s.nacked(st, m.GetTypeUrl(), m.GetResponseNonce(), d)
 	}
 	if st.proxy.Flavor == render.GRPC && m.GetTypeUrl() == resource.ListenerType {
 		s.noteListeners(st, any(m))

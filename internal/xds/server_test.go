@@ -70,6 +70,26 @@ func startEnvGrace(t *testing.T, grace time.Duration) *env {
 // cache instrumented into reg (when not nil).
 func startEnvMetrics(t *testing.T, grace time.Duration, reg prometheus.Registerer) *env {
 	t.Helper()
+	return startEnvWith(t, envOptions{grace: grace, reg: reg})
+}
+
+// envOptions are startEnvWith's: grace and reg as startEnvMetrics's; log,
+// when not nil, is the server's and the cache's logger; setup is called
+// on the server before it serves.
+type envOptions struct {
+	grace time.Duration
+	reg   prometheus.Registerer
+	log   *slog.Logger
+	setup func(*Server)
+}
+
+func startEnvWith(t *testing.T, o envOptions) *env {
+	t.Helper()
+	grace, reg := o.grace, o.reg
+	log := o.log
+	if log == nil {
+		log = discard()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	st := store.NewMemory()
 	certs, err := certificate.New(ctx, discard(), st, certificate.Options{})
@@ -96,8 +116,11 @@ func startEnvMetrics(t *testing.T, grace time.Duration, reg prometheus.Registere
 		ip := netip.AddrFrom4([4]byte{10, 0, 0, byte(10 + i)})
 		cat.SetEndpoints("test", mesh.MeshService{Namespace: "default", Name: name}, []mesh.Endpoint{{IP: ip, Port: 14001}})
 	}
-	c := cache.New(discard())
-	srv := NewServer(discard(), c, certs)
+	c := cache.New(log)
+	srv := NewServer(log, c, certs)
+	if o.setup != nil {
+		o.setup(srv)
+	}
 	model := catalog.NewModel(cat, sp, certs.TrustDomain(), grace)
 	pub := NewPublisher(discard(), c, model, certs)
 	srv.SetWatcher(pub)

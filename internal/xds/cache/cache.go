@@ -33,7 +33,9 @@
 // A request carrying error_detail is recorded (see [Cache.NACKs] and
 // [Cache.Status]); the rejected version is not sent again, only a newer one,
 // and the proxy keeps its last good config. A node's records are dropped by
-// [Cache.Forget].
+// [Cache.Forget]. The cache does not log NACKs, nor bound their messages:
+// the xDS server does both as it receives them, knowing which proxy sent
+// them.
 //
 // Delta responses carry only the resources whose versions differ from those
 // the stream holds (including initial_resource_versions after a reconnect)
@@ -712,7 +714,6 @@ func (c *Cache) recordNACK(n *node, typeURL, version, nonce, msg string) {
 	k := NACK{Node: n.id, TypeURL: typeURL, Version: version, Nonce: nonce, Error: msg, Time: time.Now()}
 	n.nacks[typeURL] = k
 	c.countNACK(typeURL)
-	c.log.Warn("proxy rejected xDS response", "node", n.id, "type", typeURL, "version", version, "nonce", nonce, "error", msg)
 }
 
 // partialTypes are the type URLs whose SotW responses may carry only the
