@@ -73,6 +73,9 @@ type Config struct {
 	// address; more are refused with 503 or 429 and Retry-After.
 	JoinDownloads          int `yaml:"joinDownloads"`
 	JoinDownloadsPerClient int `yaml:"joinDownloadsPerClient"`
+	// XDSMaxStreamsPerProxy bounds the xDS streams one proxy identity
+	// (a machine's certificate) may have open at once.
+	XDSMaxStreamsPerProxy int `yaml:"xdsMaxStreamsPerProxy"`
 	// StartupGrace is how long after start an endpoint on an address no
 	// proxy is connected from is still sent to callers (the participant
 	// rule), so that after a restart callers keep their upstreams while
@@ -139,6 +142,7 @@ func defaultConfig() Config {
 		JoinDownloadsPerClient: join.DefaultDownloadsPerClient,
 		StartupGrace:           defaultStartupGrace,
 		Store:                  StoreConfig{Backend: storeBolt},
+		XDSMaxStreamsPerProxy:  xds.DefaultMaxStreamsPerProxy,
 	}
 }
 
@@ -201,6 +205,7 @@ func parseConfig(path string, data []byte) (Config, error) {
 		"handshakeTimeout": &cfg.HandshakeTimeout, "agentPackageDir": &cfg.AgentPackageDir,
 		"startupGrace": &cfg.StartupGrace, "writeTimeout": &cfg.WriteTimeout,
 		"joinDownloads": &cfg.JoinDownloads, "joinDownloadsPerClient": &cfg.JoinDownloadsPerClient,
+		"xdsMaxStreamsPerProxy": &cfg.XDSMaxStreamsPerProxy,
 	}
 	err := decodeMapping(path, doc.Content[0], "", keysOf(fields, "providers", "store", "dns"), func(key string, v *yaml.Node) error {
 		switch key {
@@ -354,6 +359,9 @@ func (c Config) validate() error {
 	}
 	if c.JoinDownloadsPerClient < 1 || c.JoinDownloadsPerClient > c.JoinDownloads {
 		errs = append(errs, fmt.Errorf("joinDownloadsPerClient %d is out of range: give how many agent packages one client address may download at once, 1 to joinDownloads (%d), such as %d", c.JoinDownloadsPerClient, c.JoinDownloads, join.DefaultDownloadsPerClient))
+	}
+	if c.XDSMaxStreamsPerProxy < 1 || c.XDSMaxStreamsPerProxy > 10000 {
+		errs = append(errs, fmt.Errorf("xdsMaxStreamsPerProxy %d is out of range: give a number of streams from 1 to 10000, such as %d", c.XDSMaxStreamsPerProxy, xds.DefaultMaxStreamsPerProxy))
 	}
 	if c.StartupGrace < 0 || c.StartupGrace > time.Hour {
 		errs = append(errs, fmt.Errorf("startupGrace %s is out of range: give a duration from 0 (none) to 1h, such as 20s", c.StartupGrace))

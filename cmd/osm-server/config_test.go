@@ -44,6 +44,7 @@ func TestLoadConfigExample(t *testing.T) {
 		JoinDownloadsPerClient: 4,
 		StartupGrace:           20 * time.Second,
 		Store:                  StoreConfig{Backend: storeBolt, Consul: consulstore.Config{KeyPrefix: "osm/"}},
+		XDSMaxStreamsPerProxy:  64,
 		Providers: []ProviderConfig{{
 			Name: "onprem", Plugin: "osm-provider-static",
 			Config: map[string]any{"file": "/etc/osm/endpoints.yaml"},
@@ -190,6 +191,7 @@ func TestValidate(t *testing.T) {
 		{"writeTimeout zero", func(c *Config) { c.WriteTimeout = 0 }, "writeTimeout 0s is out of range: give a duration from 1s to 1h"},
 		{"joinDownloads zero", func(c *Config) { c.JoinDownloads = 0 }, "joinDownloads 0 is out of range"},
 		{"joinDownloadsPerClient above joinDownloads", func(c *Config) { c.JoinDownloadsPerClient = c.JoinDownloads + 1 }, "joinDownloadsPerClient 33 is out of range: give how many agent packages one client address may download at once, 1 to joinDownloads (32)"},
+		{"xdsMaxStreamsPerProxy zero", func(c *Config) { c.XDSMaxStreamsPerProxy = 0 }, "xdsMaxStreamsPerProxy 0 is out of range: give a number of streams from 1 to 10000"},
 		{"startupGrace negative", func(c *Config) { c.StartupGrace = -time.Second }, "startupGrace -1s is out of range"},
 		{"startupGrace two hours", func(c *Config) { c.StartupGrace = 2 * time.Hour }, "from 0 (none) to 1h"},
 		{"proxyRecordRetention negative", func(c *Config) { c.ProxyRecordRetention = -time.Hour }, "proxyRecordRetention -1h0m0s is negative"},

@@ -222,6 +222,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	}
 	xdsServer.SetPresence(xdsPresence)
 	xdsServer.SetHandshakeTimeout(cfg.HandshakeTimeout)
+	xdsServer.SetMaxStreamsPerProxy(cfg.XDSMaxStreamsPerProxy)
 	// A Gateway's Programmed status follows the machines connected as it.
 	gwMachines := newGatewayMachines(xdsServer, xdsCache, publisher)
 	sp.SetGatewayMachines(gwMachines)

@@ -15,6 +15,13 @@
 // configuration cannot be rendered and that has none yet is ended with
 // FailedPrecondition naming the cause.
 //
+// What one proxy may cost the server is bounded: one proxy identity (a
+// certificate's CN) may have at most xdsMaxStreamsPerProxy streams open at
+// once (DefaultMaxStreamsPerProxy); the next is refused with
+// ResourceExhausted naming the bound. A NACK's message is cut to 2 KiB as
+// it arrives, and a proxy's NACKs are logged at most once a minute
+// (nacks.go).
+//
 // What a proxy is sent is decided by the Publisher in this package: it
 // reads the mesh model's views (catalog.View: the specification, each
 // service's participant endpoints, the trust domain and what changed),
@@ -145,8 +152,12 @@ type Server struct {
 	handshakeTimeout time.Duration
 	// conns counts the connections Serve accepts (see Load).
 	conns handshakeCounts
-	// nackLog limits the logging of each proxy's NACKs (see nacked).
-	nackLog *logLimiter
+	// nackLog limits the logging of each proxy's NACKs (see nacked), and
+	// refusedLog that of its streams refused for maxStreams.
+	nackLog, refusedLog *logLimiter
+	// maxStreams bounds each proxy identity's concurrent streams
+	// (DefaultMaxStreamsPerProxy unless set).
+	maxStreams int
 
 	mu        sync.Mutex
 	watcher   Watcher
@@ -154,6 +165,7 @@ type Server struct {
 	presence  Presence
 	lastID    uint64
 	streams   map[*stream]struct{}
+	perCN     map[string]int    // live streams by certificate CN, those of streams
 	proxies   map[string]*Proxy // by node ID
 	stopped   bool              // Register's ctx has ended
 	metrics   *serverMetrics    // nil unless Instrument was called
@@ -179,8 +191,9 @@ type stream struct {
 // NewServer returns a server over c. SetWatcher must be called before
 // Register's streams arrive.
 func NewServer(log *slog.Logger, c *cache.Cache, ids Identities) *Server {
-	return &Server{log: log, cache: c, ids: ids, handshakeTimeout: DefaultHandshakeTimeout, streams: map[*stream]struct{}{}, proxies: map[string]*Proxy{},
-		nackLog: newLogLimiter(nackLogEvery, maxLogLimits, time.Now)}
+	return &Server{log: log, cache: c, ids: ids, handshakeTimeout: DefaultHandshakeTimeout, maxStreams: DefaultMaxStreamsPerProxy,
+		streams: map[*stream]struct{}{}, perCN: map[string]int{}, proxies: map[string]*Proxy{},
+		nackLog: newLogLimiter(nackLogEvery, maxLogLimits, time.Now), refusedLog: newLogLimiter(nackLogEvery, maxLogLimits, time.Now)}
 }
 
 // keepaliveTimeout bounds an unanswered keepalive ping and, as
@@ -199,6 +212,29 @@ const DefaultHandshakeTimeout = 10 * time.Second
 // silent in its handshake (DefaultHandshakeTimeout by default). Call it
 // before Serve.
 func (s *Server) SetHandshakeTimeout(d time.Duration) { s.handshakeTimeout = d }
+
+// DefaultMaxStreamsPerProxy bounds the xDS streams one proxy identity
+// (certificate CN) may have open at once; a stream beyond is refused
+// with ResourceExhausted. A machine's identity is shared by its Envoy
+// (one ADS stream) and its proxyless gRPC applications, whose streams
+// osm-agent's local endpoint carries upstream one for one: gRPC opens one
+// per xds:/// target a process dials, and one if it serves with xDS. A
+// machine with a few such applications needs tens; a reconnecting
+// stream briefly overlaps the one it replaces until the server sees that
+// end; and the agent's endpoint carries at most 30 by default (its
+// localXDSMaxStreams), so its streams and Envoy's fit twice over. Each
+// stream costs the server about 60 KB; 1,000 from one machine cost
+// 62 MB.
+const DefaultMaxStreamsPerProxy = 64
+
+// SetMaxStreamsPerProxy sets how many xDS streams one proxy identity may
+// have open at once (DefaultMaxStreamsPerProxy by default; at least 1).
+// Call it before Serve.
+func (s *Server) SetMaxStreamsPerProxy(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.maxStreams = max(1, n)
+}
 
 // SetWatcher sets who is told about connects and disconnects. A Publisher
 // is also given the means to end the streams of a proxy it cannot
@@ -375,6 +411,17 @@ func (s *Server) open(ctx context.Context) (*stream, context.Context, error) {
 		cancel(nil)
 		return nil, nil, status.Error(codes.Unavailable, "xDS server is stopping")
 	}
+	// The count goes up and down with s.streams, under the same lock: a
+	// stream in s.streams is counted, and close, deferred by every
+	// handler as soon as open returns a stream, removes both.
+	if n := s.perCN[cn]; n >= s.maxStreams {
+		cancel(nil)
+		if ok, suppressed, _ := s.refusedLog.allow(cn); ok {
+			s.log.Warn("xDS stream refused: the proxy has the most streams allowed open", "cn", cn, "peer", p.Addr.String(), "streams", n, "xdsMaxStreamsPerProxy", s.maxStreams, "suppressed", suppressed)
+		}
+		return nil, nil, status.Errorf(codes.ResourceExhausted, "proxy %s has %d xDS streams open, the most osm-server allows one proxy identity (xdsMaxStreamsPerProxy %d): close the streams it does not use, or raise xdsMaxStreamsPerProxy in the osm-server config", cn, n, s.maxStreams)
+	}
+	s.perCN[cn]++
 	s.lastID++
 	st.id = s.lastID
 	st.ctx = sctx
@@ -581,6 +628,9 @@ func (s *Server) close(st *stream) {
 	st.expiry.Stop()
 	s.mu.Lock()
 	delete(s.streams, st)
+	if s.perCN[st.cn]--; s.perCN[st.cn] <= 0 {
+		delete(s.perCN, st.cn)
+	}
 	var gone *Proxy
 	if p := st.proxy; p != nil {
 		p.Streams--
