@@ -228,6 +228,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		VerifyServer: meshclient.VerifyControlPlane,
 		Metadata:     func() map[string]any { return GRPCNodeMetadata(a.ProxyConfig()) },
 		Observer:     &a.lxStats,
+		MaxStreams:   a.cfg.LocalXDSMaxStreams,
 	})
 	if err != nil {
 		return err

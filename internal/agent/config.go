@@ -17,6 +17,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/osm-vm/osm-vm/internal/agent/envoy"
+	"github.com/osm-vm/osm-vm/internal/agent/localxds"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
@@ -60,6 +61,9 @@ type Config struct {
 	// (which the gRPC bootstrap names), for gRPC applications that cannot
 	// reach a Unix socket. Empty: the socket only.
 	LocalXDSAddress string `yaml:"localXDSAddress,omitempty"`
+	// LocalXDSMaxStreams bounds the streams the local xDS endpoint carries
+	// at once (0: localxds.DefaultMaxStreams); one beyond is refused.
+	LocalXDSMaxStreams int `yaml:"localXDSMaxStreams,omitempty"`
 	// MetricsAddress is where the agent serves Prometheus metrics, on
 	// loopback (DefaultMetricsAddress); "off" turns them off.
 	MetricsAddress string `yaml:"metricsAddress,omitempty"`
@@ -201,6 +205,9 @@ func (c Config) Validate() error {
 		if ap, err := netip.ParseAddrPort(c.LocalXDSAddress); err != nil || !ap.Addr().IsLoopback() {
 			errs = append(errs, fmt.Errorf("localXDSAddress %q: want a loopback address and port, such as 127.0.0.1:15010 (the endpoint serves without credentials)", c.LocalXDSAddress))
 		}
+	}
+	if c.LocalXDSMaxStreams < 0 || c.LocalXDSMaxStreams > 10000 {
+		errs = append(errs, fmt.Errorf("localXDSMaxStreams %d is out of range: give a number of streams from 1 to 10000 (leave it out for %d)", c.LocalXDSMaxStreams, localxds.DefaultMaxStreams))
 	}
 	if err := validateMetricsAddress(c.MetricsAddress); err != nil {
 		errs = append(errs, err)

@@ -75,6 +75,7 @@ func TestLoadConfigErrors(t *testing.T) {
 		{"unknown gateway", base + "gateway: edge\n", `gateway "edge": want ingress`},
 		{"egress gateway without envoy", base + "gateway: egress\nproxy: none\n", `gateway "egress" needs proxy envoy`},
 		{"gateway without envoy", base + "gateway: ingress\nproxy: none\n", `gateway "ingress" needs proxy envoy`},
+		{"negative localXDSMaxStreams", base + "localXDSMaxStreams: -1\n", "localXDSMaxStreams -1 is out of range"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

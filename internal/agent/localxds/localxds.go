@@ -24,6 +24,11 @@
 // server's status; gRPC clients keep their resources and reconnect at
 // once (their backoff restarts after a stream that received a response).
 //
+// Any local process may open streams, and each costs an upstream stream
+// counted against the machine's identity at the server: the endpoint
+// carries at most Options.MaxStreams at once (DefaultMaxStreams) and
+// refuses more with ResourceExhausted naming the bound and its key.
+//
 // Node identity: the server scopes every stream by the certificate it
 // presents (node.id must equal its common name), so this endpoint sets
 // node.id to the common name of the proxy certificate it connects with,
@@ -93,7 +98,20 @@ type Options struct {
 	Metadata func() map[string]any
 	// Observer, when set, is told of streams opening and ending (observer.go).
 	Observer Observer
+	// MaxStreams bounds the local streams carried at once (0:
+	// DefaultMaxStreams); one beyond is refused with ResourceExhausted.
+	MaxStreams int
 }
+
+// DefaultMaxStreams bounds the local streams the endpoint carries at once
+// (localXDSMaxStreams in the agent config). A gRPC process opens one ADS
+// stream per xds:/// target it dials and one if it serves with xDS, so a
+// machine with a few proxyless applications needs tens; each is an
+// upstream stream the server counts against the machine's identity (at
+// most 64 by default, its xdsMaxStreamsPerProxy), beside Envoy's one. 30
+// leaves room for all of them, and Envoy's, to overlap once with the
+// streams they replace while reconnecting.
+const DefaultMaxStreams = 30
 
 // Proxy is the local xDS endpoint. Build it with Listen, run it with Serve.
 type Proxy struct {
@@ -103,6 +121,8 @@ type Proxy struct {
 	tcp   net.Listener
 	unix  net.Listener
 	relay sync.WaitGroup // relay goroutines of streams, waited for by Serve
+	// streams counts the local streams being carried (see admit).
+	streams atomic.Int64
 
 	mu        sync.Mutex
 	upstreams []string
@@ -139,6 +159,12 @@ func Listen(log *slog.Logger, opts Options) (*Proxy, error) {
 	}
 	if opts.TCPAddress == "" && opts.SocketPath == "" {
 		return nil, errors.New("local xDS endpoint: neither a TCP address nor a socket path to listen on")
+	}
+	if opts.MaxStreams < 0 {
+		return nil, fmt.Errorf("local xDS endpoint: MaxStreams %d is negative (localXDSMaxStreams in the agent config)", opts.MaxStreams)
+	}
+	if opts.MaxStreams == 0 {
+		opts.MaxStreams = DefaultMaxStreams
 	}
 	p := &Proxy{log: log, opts: opts, upstreams: slices.Clone(opts.Upstreams)}
 	if opts.TCPAddress != "" {
@@ -345,6 +371,11 @@ func (p *Proxy) fixNode(node *corev3.Node, cn string, first bool) *corev3.Node {
 // stream to another server and asks it again for everything the
 // application subscribed to (sotwSubscriptions).
 func (p *Proxy) StreamAggregatedResources(down discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	release, err := p.admit()
+	if err != nil {
+		return err
+	}
+	defer release()
 	defer p.localStream()()
 	return relay(p, down, func(ctx context.Context, cc *grpc.ClientConn) (upstream[*discoveryv3.DiscoveryRequest, *discoveryv3.DiscoveryResponse], error) {
 		up, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx, grpc.WaitForReady(true))
@@ -359,6 +390,11 @@ func (p *Proxy) StreamAggregatedResources(down discoveryv3.AggregatedDiscoverySe
 // application reconnects (a Delta stream's state, the versions it holds,
 // is the client's to send again).
 func (p *Proxy) DeltaAggregatedResources(down discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	release, err := p.admit()
+	if err != nil {
+		return err
+	}
+	defer release()
 	defer p.localStream()()
 	return relay(p, down, func(ctx context.Context, cc *grpc.ClientConn) (upstream[*discoveryv3.DeltaDiscoveryRequest, *discoveryv3.DeltaDiscoveryResponse], error) {
 		up, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx, grpc.WaitForReady(true))
@@ -366,6 +402,16 @@ func (p *Proxy) DeltaAggregatedResources(down discoveryv3.AggregatedDiscoverySer
 	}, func(m *discoveryv3.DeltaDiscoveryRequest, cn string, first bool) {
 		m.Node = p.fixNode(m.Node, cn, first)
 	}, nil)
+}
+
+// admit takes a place for a new local stream, and returns the call that
+// gives it back, or the refusal when MaxStreams are being carried.
+func (p *Proxy) admit() (release func(), err error) {
+	if p.streams.Add(1) > int64(p.opts.MaxStreams) {
+		p.streams.Add(-1)
+		return nil, status.Errorf(codes.ResourceExhausted, "local xDS endpoint: it carries at most %d streams at once and has that many open (localXDSMaxStreams in the osm-agent config): close the streams this machine's applications do not use, or raise localXDSMaxStreams", p.opts.MaxStreams)
+	}
+	return func() { p.streams.Add(-1) }, nil
 }
 
 // subscriptions remembers what a local stream asked for, so a new

@@ -21,6 +21,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/agent/agenttest"
 	"github.com/osm-vm/osm-vm/internal/agent/localxds"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
+	"github.com/osm-vm/osm-vm/internal/testwait"
 )
 
 // creds holds the proxy certificate the endpoint presents upstream; a test
@@ -56,6 +57,12 @@ func start(t *testing.T, c *creds, upstreams ...string) *localxds.Proxy {
 // startObserved is start with an Observer (nil: none).
 func startObserved(t *testing.T, c *creds, o localxds.Observer, upstreams ...string) *localxds.Proxy {
 	t.Helper()
+	return startWith(t, c, localxds.Options{Observer: o}, upstreams...)
+}
+
+// startWith is start with the Observer and MaxStreams of o.
+func startWith(t *testing.T, c *creds, o localxds.Options, upstreams ...string) *localxds.Proxy {
+	t.Helper()
 	log, _ := agenttest.NewLogger()
 	p, err := localxds.Listen(log, localxds.Options{
 		TCPAddress:   "127.0.0.1:0",
@@ -66,7 +73,8 @@ func startObserved(t *testing.T, c *creds, o localxds.Observer, upstreams ...str
 		Metadata: func() map[string]any {
 			return map[string]any{"osm.flavor": "grpc", "osm.advertiseAddress": "10.0.0.7"}
 		},
-		Observer: o,
+		Observer:   o.Observer,
+		MaxStreams: o.MaxStreams,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -313,5 +321,55 @@ func TestRefusesAnImpostorUpstream(t *testing.T) {
 	sotw(t, ctx, dialLocal(t, p.TCPAddr()))
 	if a := nextAck(t, impostor, real); a.Server != real.Addr {
 		t.Fatalf("the application's stream was ACKed at %s, the impostor; want %s", a.Server, real.Addr)
+	}
+}
+
+// Any local process may open streams on the endpoint, each carried
+// upstream against the machine's identity: it carries at most MaxStreams
+// at once, over its socket and its port together, refusing the next with
+// ResourceExhausted naming the bound and its key; a stream that ends
+// frees its place.
+func TestLocalStreamsAreBounded(t *testing.T) {
+	ca := agenttest.NewCA(t)
+	ads := agenttest.StartADS(t, ca)
+	var c creds
+	c.set(t, ca, "m1.bookbuyer.default")
+	const bound = 2
+	p := startWith(t, &c, localxds.Options{MaxStreams: bound}, ads.Addr)
+	ctx, cancel := context.WithTimeout(context.Background(), testwait.Bound(t))
+	defer cancel()
+	first, cancelFirst := context.WithCancel(ctx)
+	defer cancelFirst()
+	sotw(t, first, dialLocal(t, p.TCPAddr()))
+	delta(t, ctx, dialLocal(t, "unix:"+p.SocketPath()))
+
+	// open opens a SotW stream and returns the error of its first answer.
+	open := func(target string) error {
+		s, err := dialLocal(t, target).StreamAggregatedResources(ctx)
+		if err != nil {
+			return err
+		}
+		if err := s.Send(&discoveryv3.DiscoveryRequest{Node: appNode(), TypeUrl: agenttest.ListenerType}); err != nil {
+			_, err = s.Recv()
+			return err
+		}
+		_, err = s.Recv()
+		return err
+	}
+	for _, target := range []string{p.TCPAddr(), "unix:" + p.SocketPath()} {
+		err := open(target)
+		if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "at most 2 streams") || !strings.Contains(err.Error(), "localXDSMaxStreams") {
+			t.Fatalf("stream %d over %s: %v; want ResourceExhausted naming the bound of %d and localXDSMaxStreams", bound+1, target, err, bound)
+		}
+	}
+
+	cancelFirst()
+	var err error
+	testwait.For(t, "a stream to be carried once one of the two ended", func() bool {
+		err = open(p.TCPAddr())
+		return status.Code(err) != codes.ResourceExhausted
+	})
+	if err != nil {
+		t.Fatalf("a stream after one of %d ended: %v", bound, err)
 	}
 }
