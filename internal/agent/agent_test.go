@@ -515,6 +515,31 @@ func TestRenewsAtTwoThirdsWithoutRestartingTheProxy(t *testing.T) {
 	}
 }
 
+// A renewal the server made but whose answer was lost leaves the agent
+// with the certificate it replaced, which renews only for the same key:
+// the agent asks again with the key of the lost renewal and gets its
+// certificate, without enrolling again.
+func TestRenewalAfterLostAnswerKeepsKey(t *testing.T) {
+	h := newHarness(t)
+	h.enroller.Lifetime = 3 * time.Second
+	h.enroller.LoseRenewals = 1
+	if err := agent.SaveJoinToken(h.cfg.DataDir, token); err != nil {
+		t.Fatal(err)
+	}
+	r := h.start(t)
+	waitAck(t, h)
+	cn, first := proxyCN(t, h.cfg.DataDir)
+	r.logs.Wait(t, "proxy certificate renewal failed; retrying")
+	r.logs.Wait(t, "renewed proxy certificate")
+	again, second := proxyCN(t, h.cfg.DataDir)
+	if again != cn || second.SerialNumber.Cmp(first.SerialNumber) == 0 {
+		t.Errorf("after renewal: CN %s serial %v, want CN %s and a new serial (old %v)", again, second.SerialNumber, cn, first.SerialNumber)
+	}
+	if enrolls, renews := h.enroller.Calls(); enrolls != 1 || renews < 1 {
+		t.Errorf("enrollments %d, renewals %d; want 1 enrollment and the renewal answered", enrolls, renews)
+	}
+}
+
 func TestRenewalFailureLogsTimeLeft(t *testing.T) {
 	h := newHarness(t)
 	h.enroller.Lifetime = 3 * time.Second

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/x509"
 	"fmt"
 	mrand "math/rand/v2"
@@ -36,8 +37,19 @@ func (a *Agent) renewLoop(ctx context.Context) {
 			return
 		}
 		backoff := a.opts.RetryInitial
+		// One key per renewal, kept across its retries: when the server
+		// renewed but its answer was lost, this agent still holds only the
+		// certificate that renewal replaced, and the server renews with
+		// that one only when asked again for the same key.
+		var key *ecdsa.PrivateKey
 		for {
-			err := a.renewOnce(ctx)
+			var err error
+			if key == nil {
+				key, err = meshapi.GenerateKey()
+			}
+			if err == nil {
+				err = a.renewOnce(ctx, key)
+			}
 			if err == nil {
 				a.countRenewal(renewedOK)
 				break
@@ -76,15 +88,11 @@ func (a *Agent) renewLoop(ctx context.Context) {
 	}
 }
 
-// renewOnce renews with a fresh key and replaces the identity files
-// atomically; the proxy picks them up from its watched directory.
-func (a *Agent) renewOnce(ctx context.Context) error {
+// renewOnce renews for key and replaces the identity files atomically;
+// the proxy picks them up from its watched directory.
+func (a *Agent) renewOnce(ctx context.Context, key *ecdsa.PrivateKey) error {
 	id, _ := a.identity()
 	cert, err := id.TLS()
-	if err != nil {
-		return err
-	}
-	key, err := meshapi.GenerateKey()
 	if err != nil {
 		return err
 	}

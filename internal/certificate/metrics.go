@@ -118,7 +118,7 @@ func (m *Manager) countRenewal(err error) {
 		result = renewTooEarly
 	case errors.Is(err, ErrConflict):
 		result = renewConflict
-	case errors.Is(err, ErrRevoked), errors.Is(err, ErrExpired), errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidCSR):
+	case errors.Is(err, ErrRevoked), errors.Is(err, ErrNotCurrent), errors.Is(err, ErrExpired), errors.Is(err, ErrNotFound), errors.Is(err, ErrInvalidCSR):
 		result = renewRefused
 	}
 	mm.renewals.WithLabelValues(result).Inc()

@@ -7,8 +7,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,6 +56,12 @@ type ProxyRecord struct {
 	// certificate of the proxy is refused. Nil when there is none or it
 	// expired.
 	Overlap *OverlapCertificate `json:"overlap,omitempty"`
+	// KeySHA256 is the hex SHA-256 of the current certificate's public
+	// key (its DER SubjectPublicKeyInfo), written by a renewal: a renewal
+	// with the overlap certificate is refused unless it asks again for
+	// this key (the proxy did not get the answer; see RenewProxy). Empty
+	// for a certificate from enrollment.
+	KeySHA256 string `json:"keySHA256,omitempty"`
 	// Version is the store version the record was read at (not stored):
 	// ClaimVerifiedProxy writes the claim of a record VerifyProxyChain
 	// returned on condition that it is still at this version, without
@@ -143,6 +151,42 @@ func (e *TooEarlyError) Unwrap() error { return ErrTooEarly }
 
 // RetryAt returns when renewal is allowed.
 func (e *TooEarlyError) RetryAt() time.Time { return e.Allowed }
+
+// ErrNotCurrent: a renewal presented the proxy's overlap certificate, the
+// one an earlier renewal replaced. The error is a *NotCurrentError.
+var ErrNotCurrent = errors.New("renewal with a certificate that is not current")
+
+// NotCurrentError refuses a renewal with the overlap certificate: it stays
+// valid for connections until it expires, but only the current
+// certificate renews. Otherwise whoever holds an earlier, rotated key
+// could renew with it and so revoke the machine's newest certificate.
+type NotCurrentError struct {
+	CN      string
+	Serial  string    // the certificate presented, the overlap
+	Expires time.Time // when it expires
+	Current string    // the proxy's current certificate
+}
+
+func (e *NotCurrentError) Error() string {
+	return fmt.Sprintf("proxy %s: certificate %s was replaced by a renewal (the current certificate is %s); it stays valid for connections until %s, but only the current certificate renews: the machine's current certificate must renew (an agent that did not get its renewal's answer asks again with the same key; otherwise enroll the machine again with a new join token)",
+		e.CN, e.Serial, e.Current, e.Expires.UTC().Format(time.RFC3339))
+}
+
+// Unwrap makes the error match ErrNotCurrent.
+func (e *NotCurrentError) Unwrap() error { return ErrNotCurrent }
+
+// CurrentSerial returns the serial of the proxy's current certificate.
+func (e *NotCurrentError) CurrentSerial() string { return e.Current }
+
+// keySHA256 returns ProxyRecord.KeySHA256 of pub.
+func keySHA256(pub crypto.PublicKey) (string, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return "", fmt.Errorf("encode public key: %w", err)
+	}
+	sum := sha256.Sum256(der)
+	return hex.EncodeToString(sum[:]), nil
+}
 
 // proxyKnown is what this replica last saw of a proxy record, to announce
 // changes once and to find the records past their retention.
@@ -285,14 +329,22 @@ func (m *Manager) prepareServiceCertificate(sa mesh.ServiceAccount) { m.heldOrQu
 
 // RenewProxy issues a new certificate for the proxy that presented peer (a
 // certificate the TLS layer verified), for the CSR's key, with the same
-// subject and SANs. It is refused when the proxy is revoked (ErrRevoked),
-// when peer has expired (ErrExpired), when peer is neither the proxy's
-// current certificate nor its overlap certificate (ErrRevoked), and while
-// the current certificate is younger than the minimum renewal age (a
+// subject and SANs. Only the current certificate renews. It is refused
+// when the proxy is revoked (ErrRevoked), when peer has expired
+// (ErrExpired), when peer is neither the proxy's current certificate nor
+// its overlap certificate (ErrRevoked), when peer is the overlap
+// certificate (a *NotCurrentError, matching ErrNotCurrent), and while the
+// current certificate is younger than the minimum renewal age (a
 // *TooEarlyError, matching ErrTooEarly, saying when renewal is allowed).
 // The certificate peer stays valid as the overlap until it expires; any
 // other earlier certificate is refused from then on, so a record holds at
 // most two certificates however often the proxy renews.
+//
+// One renewal with the overlap is accepted: when the CSR's key is the
+// current certificate's, the proxy is asking again for the renewal whose
+// answer it did not get (only it holds that key: the CSR's signature
+// proves it). It gets a new certificate for that key at once, which
+// becomes the current one; the overlap stays as it was.
 //
 // Renewals of one proxy are serialised in this replica; a record changed
 // meanwhile (a claim, another replica) is read again and the renewal
@@ -311,6 +363,10 @@ func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER
 	if err != nil {
 		return nil, fmt.Errorf("renew proxy certificate: %w", err)
 	}
+	keyHash, err := keySHA256(pub)
+	if err != nil {
+		return nil, fmt.Errorf("renew proxy certificate %s: %w", cn, err)
+	}
 	unlock, err := m.renewals.Lock(ctx, cn, 0)
 	if err != nil {
 		return nil, fmt.Errorf("renew proxy certificate %s: %w", cn, err)
@@ -328,17 +384,27 @@ func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER
 		if err := m.checkPeer(e, peer, false, now); err != nil {
 			return nil, fmt.Errorf("renew proxy certificate: %w", err)
 		}
-		if at := e.renewableAt(); now.Before(at) {
+		again := false // asking again for the last renewal
+		if serial := serialString(peer.SerialNumber); serial != e.Serial {
+			// checkPeer accepted it: peer is the overlap certificate.
+			if e.KeySHA256 == "" || e.KeySHA256 != keyHash {
+				return nil, &NotCurrentError{CN: cn, Serial: serial, Expires: peer.NotAfter, Current: e.Serial}
+			}
+			again = true
+		} else if at := e.renewableAt(); now.Before(at) {
 			return nil, &TooEarlyError{CN: cn, Serial: e.Serial, Issued: e.Issued, Allowed: at}
 		}
 		cert, certPEM, err := m.signProxy(id, e.ServiceAccount, pub, now)
 		if err != nil {
 			return nil, err
 		}
-		// The overlap is the certificate the proxy renewed with: the one
-		// it holds and keeps using until it switches to the new one.
-		e.Overlap = &OverlapCertificate{Serial: serialString(peer.SerialNumber), Expires: peer.NotAfter}
-		e.Serial, e.Issued, e.Expires = serialString(cert.SerialNumber), now, cert.NotAfter
+		if !again {
+			// The overlap is the certificate the proxy renewed with: the
+			// one it holds and keeps using until it switches to the new
+			// one.
+			e.Overlap = &OverlapCertificate{Serial: serialString(peer.SerialNumber), Expires: peer.NotAfter}
+		}
+		e.Serial, e.Issued, e.Expires, e.KeySHA256 = serialString(cert.SerialNumber), now, cert.NotAfter, keyHash
 		e.LastSeen = now // the record is written anyway: a free sign of life
 		val, err := encodeProxy(e)
 		if err != nil {
@@ -349,7 +415,7 @@ func (m *Manager) RenewProxy(ctx context.Context, peer *x509.Certificate, csrDER
 			return nil, fmt.Errorf("store proxy record %s: %w", cn, err)
 		}
 		if ok {
-			m.log.Info("renewed proxy certificate", "cn", cn, "serial", e.Serial, "expires", e.Expires, "overlap", e.Overlap.Serial)
+			m.log.Info("renewed proxy certificate", "cn", cn, "serial", e.Serial, "expires", e.Expires, "overlap", e.Overlap.Serial, "askedAgain", again)
 			m.countIssued("proxy")
 			m.observeProxy(ctx, cn)
 			return certPEM, nil

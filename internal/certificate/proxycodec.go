@@ -50,6 +50,10 @@ func appendProxy(b []byte, e proxyEntry) ([]byte, bool) {
 		w.time(o.Expires)
 		w.b = append(w.b, '}')
 	}
+	if e.KeySHA256 != "" {
+		w.b = append(w.b, `,"keySHA256":`...)
+		w.str(e.KeySHA256)
+	}
 	w.b = append(w.b, '}')
 	return w.b, !w.bad
 }
@@ -127,6 +131,9 @@ func decodeProxyFast(raw []byte) (e proxyEntry, ok bool) {
 		o.Expires = d.time()
 		d.lit(`}`)
 		e.Overlap = o
+	}
+	if d.maybe(`,"keySHA256":`) {
+		e.KeySHA256 = d.str()
 	}
 	d.lit(`}`)
 	if d.bad || len(d.b) != 0 {

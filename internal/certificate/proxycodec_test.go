@@ -27,6 +27,7 @@ func proxyCodecRecords() []proxyEntry {
 	claimed.State, claimed.LastSeen = StateClaimed, t0.Add(time.Second)
 	renewed := claimed
 	renewed.Overlap = &OverlapCertificate{Serial: "1a2b", Expires: t0.Add(48 * time.Hour)}
+	renewed.KeySHA256 = "5e8c0ffb6bc2e9b0c0a6f4ad7f6d1e2c3b4a59687766554433221100ffeeddcc"
 	zoned := claimed
 	zoned.LastSeen = t0.In(time.FixedZone("CET", 3600))
 	return []proxyEntry{

@@ -212,7 +212,7 @@ func TestRenewProxyConcurrentFlood(t *testing.T) {
 		t.Errorf("%d of %d concurrent renewals failed with a conflict, want 0", conflicts, n)
 	}
 	if ok != 1 {
-		t.Errorf("%d of %d concurrent renewals issued a certificate, want 1 (the others too early)", ok, n)
+		t.Errorf("%d of %d concurrent renewals issued a certificate, want 1 (the others present the overlap with another key)", ok, n)
 	}
 }
 
@@ -254,4 +254,96 @@ func FuzzCheckCSR(f *testing.F) {
 			t.Fatalf("checkCSR accepted a %T key", pub)
 		}
 	})
+}
+
+// Only the current certificate renews. The overlap certificate (the one
+// the proxy renewed from) still connects until it expires, but a renewal
+// with it is refused, naming it and the current certificate: otherwise a
+// stolen, already rotated key could renew and so revoke the machine's
+// newest certificate, and keep doing so.
+func TestRenewWithOverlapRefused(t *testing.T) {
+	clk := newClock()
+	m := newTestManager(t, store.NewMemory(), Options{Now: clk.Now, ProxyLifetime: 24 * time.Hour})
+	ctx := t.Context()
+	a, _ := issueProxy(t, m)
+	b := renewAfter(t, m, clk, 2*time.Hour, a)
+	clk.Advance(2 * time.Hour) // past the renewal rate bound of b
+
+	_, err := m.RenewProxy(ctx, a, csrFor(t, ecKey(t, elliptic.P256()), nil))
+	var nc *NotCurrentError
+	if !errors.Is(err, ErrNotCurrent) || !errors.As(err, &nc) {
+		t.Fatalf("RenewProxy with the overlap certificate = %v, want a *NotCurrentError", err)
+	}
+	if got, want := nc.Serial, serialString(a.SerialNumber); got != want {
+		t.Errorf("refusal names serial %s, want the overlap's %s", got, want)
+	}
+	if got, want := nc.CurrentSerial(), serialString(b.SerialNumber); got != want {
+		t.Errorf("refusal names current serial %s, want %s", got, want)
+	}
+	for _, want := range []string{serialString(a.SerialNumber), "current certificate", "must renew"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	for name, peer := range map[string]*x509.Certificate{"a (overlap)": a, "b (current)": b} {
+		if _, err := m.VerifyProxy(ctx, peer); err != nil {
+			t.Errorf("VerifyProxy(%s) after the refused renewal = %v, want accepted", name, err)
+		}
+	}
+	c := renewAfter(t, m, clk, 0, b)
+	if _, err := m.VerifyProxy(ctx, c); err != nil {
+		t.Errorf("VerifyProxy(c), renewed from b = %v, want accepted", err)
+	}
+}
+
+// An agent whose renewal succeeded but whose answer was lost holds only
+// the overlap certificate. Asking again with the same key (the CSR's key
+// is the current certificate's) gets a certificate for that key at once,
+// without the rate bound, and leaves the overlap as it was: only the
+// holder of the new key can make that request or use its answer.
+func TestRenewRepeatAfterLostAnswer(t *testing.T) {
+	clk := newClock()
+	m := newTestManager(t, store.NewMemory(), Options{Now: clk.Now, ProxyLifetime: 24 * time.Hour})
+	ctx := t.Context()
+	a, cn := issueProxy(t, m)
+	clk.Advance(2 * time.Hour)
+	key := ecKey(t, elliptic.P256())
+	csr := csrFor(t, key, nil)
+	if _, err := m.RenewProxy(ctx, a, csr); err != nil { // the answer is lost
+		t.Fatal(err)
+	}
+	clk.Advance(time.Minute)
+	certPEM, err := m.RenewProxy(ctx, a, csrFor(t, key, nil))
+	if err != nil {
+		t.Fatalf("RenewProxy again with the overlap and the same key = %v, want the certificate for that key", err)
+	}
+	b := parsePEM(t, certPEM)
+	if !key.Public().(*ecdsa.PublicKey).Equal(b.PublicKey) {
+		t.Error("the repeated renewal's certificate is not for the CSR's key")
+	}
+	if got := b.Subject.CommonName; got != cn {
+		t.Errorf("the repeated renewal's certificate is for %q, want %q", got, cn)
+	}
+	rec, err := m.Proxy(ctx, cn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := rec.Serial, serialString(b.SerialNumber); got != want {
+		t.Errorf("current serial = %s, want the answer's %s", got, want)
+	}
+	if diff := cmp.Diff(&OverlapCertificate{Serial: serialString(a.SerialNumber), Expires: a.NotAfter}, rec.Overlap); diff != "" {
+		t.Errorf("overlap (-want +got):\n%s", diff)
+	}
+	for name, peer := range map[string]*x509.Certificate{"a (overlap)": a, "b (current)": b} {
+		if _, err := m.VerifyProxy(ctx, peer); err != nil {
+			t.Errorf("VerifyProxy(%s) = %v, want accepted", name, err)
+		}
+	}
+	// Another key with the overlap is still refused.
+	if _, err := m.RenewProxy(ctx, a, csrFor(t, ecKey(t, elliptic.P256()), nil)); !errors.Is(err, ErrNotCurrent) {
+		t.Errorf("RenewProxy with the overlap and another key = %v, want ErrNotCurrent", err)
+	}
+	if _, err := m.VerifyProxy(ctx, b); err != nil {
+		t.Errorf("VerifyProxy(b) after the refused renewal = %v, want accepted", err)
+	}
 }

@@ -47,13 +47,20 @@ type realServer struct {
 
 func newRealServer(t *testing.T) *realServer {
 	t.Helper()
+	return newRealServerWith(t, certificate.Options{})
+}
+
+// newRealServerWith is newRealServer with the manager's options; its TLS
+// layer checks client certificates at the manager's clock.
+func newRealServerWith(t *testing.T, opts certificate.Options) *realServer {
+	t.Helper()
 	st, err := boltstore.Open(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
 	log := slog.New(slog.DiscardHandler)
-	certs, err := certificate.New(t.Context(), log, st, certificate.Options{})
+	certs, err := certificate.New(t.Context(), log, st, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,6 +79,7 @@ func newRealServer(t *testing.T) *realServer {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    certs.CertPool(),
 		MinVersion:   tls.VersionTLS12,
+		Time:         opts.Now,
 	}
 	s.srv.StartTLS()
 	t.Cleanup(s.srv.Close)

@@ -57,6 +57,14 @@ type retryAter interface {
 	RetryAt() time.Time
 }
 
+// notCurrent is an Issuer's refusal of a renewal with a certificate an
+// earlier renewal replaced (*certificate.NotCurrentError): only the
+// current certificate renews.
+type notCurrent interface {
+	error
+	CurrentSerial() string
+}
+
 // NewHandler returns the enrollment API, authenticated by join tokens and
 // proxy certificates (mount it without the admin-token middleware):
 //
@@ -68,7 +76,11 @@ type retryAter interface {
 // Retry-After in seconds: refusing, rather than answering with the current
 // certificate, is the only answer that costs the server no signature and
 // no write, and the current certificate is for a key the caller may no
-// longer hold (osm-agent makes a new key per renewal).
+// longer hold (osm-agent makes a new key per renewal). A renewal with a
+// certificate an earlier renewal replaced (the Issuer's error has a
+// CurrentSerial() string method) is answered 403 RenewalNotCurrent: only
+// the current certificate renews. Both refusals hold the proxy's renewal
+// turn for a second.
 //
 // xdsAddress returns the xDS address to give an agent that reached this
 // API with the given Host header (a server listening on a wildcard address
@@ -272,6 +284,13 @@ func (h *handler) renew(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 			writeError(w, http.StatusTooManyRequests, meshapi.ReasonRenewalTooEarly,
 				fmt.Sprintf("renewal of %s refused: %v; the certificate presented stays valid, renew again in %s", cn, err, time.Duration(secs)*time.Second))
+			return
+		}
+		var stale notCurrent
+		if errors.As(err, &stale) {
+			hold = true
+			h.log.Info("renewal refused: not the current certificate", "identity", cn, "serial", peer.SerialNumber.Text(16), "current", stale.CurrentSerial(), "remote", r.RemoteAddr)
+			writeError(w, http.StatusForbidden, meshapi.ReasonRenewalNotCurrent, fmt.Sprintf("renewal of %s refused: %v", cn, err))
 			return
 		}
 		for _, e := range h.refused {

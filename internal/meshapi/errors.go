@@ -26,6 +26,7 @@ const (
 	ReasonNotProxyCertificate = "NotProxyCertificate"       // 401
 	ReasonRefused             = "Refused"                   // 403
 	ReasonRenewalTooEarly     = "RenewalTooEarly"           // 429, Retry-After
+	ReasonRenewalNotCurrent   = "RenewalNotCurrent"         // 403: renew with the current certificate
 	ReasonConflict            = "Conflict"                  // 409 (spec) or 503, retry (enroll)
 	ReasonNotFound            = "NotFound"                  // 404
 	ReasonInternal            = "Internal"                  // 500

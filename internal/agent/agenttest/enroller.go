@@ -24,11 +24,19 @@ type Enroller struct {
 	Lifetime   time.Duration // of issued certificates (default 1h)
 	// Renewed, when set, receives the CN of each renewal.
 	Renewed chan string
+	// LoseRenewals is how many of the next renewals succeed but whose
+	// answer is lost: an error is returned instead. As osm-server does,
+	// the certificate such a renewal replaced renews again only for the
+	// same key (others are refused 403 RenewalNotCurrent).
+	LoseRenewals int
 
 	mu          sync.Mutex
 	unreachable bool
 	enrolls     int
 	renews      int
+	// replaced holds, by the serial of a certificate a lost renewal
+	// replaced, the key that renewal was for.
+	replaced map[string]crypto.PublicKey
 }
 
 // SetUnreachable makes every call fail as if the server were down.
@@ -90,11 +98,31 @@ func (e *Enroller) Renew(ctx context.Context, server string, caPEM []byte, cert 
 		return meshclient.Result{}, &meshclient.APIError{Status: http.StatusUnauthorized, Body: meshapi.ErrorBody{Error: err.Error()}}
 	}
 	cn := leaf.Subject.CommonName
+	serial := leaf.SerialNumber.Text(16)
+	e.mu.Lock()
+	if want, ok := e.replaced[serial]; ok {
+		if k, _ := key.Public().(interface{ Equal(crypto.PublicKey) bool }); k == nil || !k.Equal(want) {
+			e.mu.Unlock()
+			return meshclient.Result{}, &meshclient.APIError{Status: http.StatusForbidden, Body: meshapi.ErrorBody{Reason: meshapi.ReasonRenewalNotCurrent,
+				Error: "certificate " + serial + " was replaced by a renewal: the machine's current certificate must renew"}}
+		}
+		delete(e.replaced, serial)
+	}
+	e.mu.Unlock()
 	certPEM, err := e.CA.Sign(cn, key.Public(), e.lifetime())
 	if err != nil {
 		return meshclient.Result{}, err
 	}
 	e.mu.Lock()
+	if e.LoseRenewals > 0 {
+		e.LoseRenewals--
+		if e.replaced == nil {
+			e.replaced = map[string]crypto.PublicKey{}
+		}
+		e.replaced[serial] = key.Public()
+		e.mu.Unlock()
+		return meshclient.Result{}, errors.New("read tcp 127.0.0.1:15443: connection reset by peer (the answer of a renewal the server made)")
+	}
 	e.renews++
 	e.mu.Unlock()
 	if e.Renewed != nil {
