@@ -195,7 +195,18 @@ func TestPackagesInDebian(t *testing.T) {
 
 	t.Run("one-line join", func(t *testing.T) {
 		line := startJoinServer(t, filepath.Join(bin, "osm-server"), newDir)
-		out, err := exec.CommandContext(ctx, "chroot", root, "/bin/sh", "-c", line).CombinedOutput()
+		// A token the server refuses stops the line at the enrollment,
+		// after the package's install, with a non-zero status naming the
+		// step (run by Debian's /bin/sh, dash, which has no pipefail).
+		refused := regexp.MustCompile(`--token [0-9a-f]+`).ReplaceAllString(line, "--token "+strings.Repeat("0", 64))
+		if refused == line {
+			t.Fatalf("no --token in the line: %s", line)
+		}
+		out, err := exec.CommandContext(ctx, "chroot", root, "/bin/sh", "-c", refused).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "osm-vm join: enrolling with") || !strings.Contains(string(out), "step 4 of 4 failed") {
+			t.Errorf("the line with a refused token: %v, want a non-zero status naming the enrollment\n%s", err, out)
+		}
+		out, err = exec.CommandContext(ctx, "chroot", root, "/bin/sh", "-c", line).CombinedOutput()
 		if err != nil {
 			t.Fatalf("the join line failed: %v\n%s\nline: %s", err, out, line)
 		}
@@ -212,8 +223,8 @@ func TestPackagesInDebian(t *testing.T) {
 		// The line is pinned: a wrong CA hash stops it before anything is
 		// downloaded or installed.
 		bad := regexp.MustCompile(`echo "[0-9a-f]{64}`).ReplaceAllString(line, `echo "`+strings.Repeat("0", 64))
-		if out, err := exec.CommandContext(ctx, "chroot", root, "/bin/sh", "-c", bad).CombinedOutput(); err == nil || strings.Contains(string(out), "downloading") {
-			t.Errorf("the line with a wrong CA hash went on: %v\n%s", err, out)
+		if out, err := exec.CommandContext(ctx, "chroot", root, "/bin/sh", "-c", bad).CombinedOutput(); err == nil || strings.Contains(string(out), "downloading") || !strings.Contains(string(out), "step 2 of 4 failed") {
+			t.Errorf("the line with a wrong CA hash: %v, want a non-zero status naming the CA check and nothing downloaded\n%s", err, out)
 		}
 	})
 }

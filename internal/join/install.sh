@@ -5,6 +5,7 @@
 # installs the osm-agent package for this machine from the server, enrolls
 # with the join token (osm-agent pins the CA's key again) and starts the
 # agent where systemd runs. Every other flag goes to `osm-agent install`.
+# Every failed step exits non-zero with a message naming it.
 set -eu
 
 fail() { echo "osm-vm join: $*" >&2; exit 1; }
@@ -46,15 +47,15 @@ echo "osm-vm join: downloading osm-agent ($format, $arch) from $server"
 curl -fsS --retry 30 --retry-max-time 900 --cacert "$ca" -o "$pkg" "$server/join/packages/osm-agent.$format?arch=$arch" ||
 	fail "no osm-agent package for $format/$arch from $server (the server's log says why)"
 if [ "$format" = deb ]; then
-	dpkg -i "$pkg" >/dev/null
+	dpkg -i "$pkg" >/dev/null || fail "installing the osm-agent package failed (dpkg says why above)"
 else
-	rpm -U --replacepkgs "$pkg"
+	rpm -U --replacepkgs "$pkg" || fail "installing the osm-agent package failed (rpm says why above)"
 fi
 
 eval "set -- $args"
-osm-agent install --enroll "$@"
+osm-agent install --enroll "$@" || fail "enrolling with $server failed (osm-agent says why above); the package stays installed: run the line again (with a new token from 'osm-server token create' if the server refused this one)"
 if [ -d /run/systemd/system ]; then
-	systemctl enable --now osm-agent.service
+	systemctl enable --now osm-agent.service || fail "starting osm-agent.service failed (journalctl -u osm-agent says why)"
 	echo "osm-vm join: osm-agent is running (systemctl status osm-agent)"
 else
 	echo "osm-vm join: no systemd here: run 'osm-agent run --config /etc/osm-agent/agent.yaml' under your supervisor"

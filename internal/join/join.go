@@ -246,8 +246,36 @@ func PEMHash(caPEM []byte) string {
 // Line returns the one line an operator pastes, as root, on a machine to
 // install osm-agent and enroll it: it needs only sh, curl and sha256sum.
 // serverURL is https://host:port as the machine reaches the server.
+//
+// The line is one `sh -c '...'` (POSIX sh: dash has no pipefail, and the
+// operator's shell may not be sh) that stops at the first failed step with
+// a message naming it and exit status 1: the CA's download, the CA's
+// hash, the script's download (saved to a file, never piped into sh, so a
+// failed or cut download runs nothing), and the script (which names its
+// own failed step: the package's download, its install, the enrollment,
+// starting the service). Automation running the line can trust its status.
+// The temporary directory is removed on exit.
 func Line(serverURL, secret, caHash string, caPEM []byte, svc mesh.MeshService) string {
-	u := strings.TrimSuffix(serverURL, "/")
-	return fmt.Sprintf(`ca=$(mktemp) && curl -fsSk %s -o "$ca" && echo "%s  $ca" | sha256sum -c --quiet - && curl -fsS --cacert "$ca" %s | sh -s -- --ca-file "$ca" --server %s --token %s --ca-cert-hash %s --service %s --namespace %s`,
-		u+CAPath, PEMHash(caPEM), u+ScriptPath, u, secret, caHash, svc.Name, svc.Namespace)
+	script := fmt.Sprintf(`s=%[1]s; f() { echo "osm-vm join: $*" >&2; exit 1; }; `+
+		`d=$(mktemp -d) || f "cannot make a temporary directory"; trap "rm -rf \"\$d\"" EXIT; `+
+		`curl -fsSk -o "$d/ca.pem" "$s%[2]s" || f "step 1 of 4 failed: fetching the mesh CA from $s%[2]s (curl says why above)"; `+
+		`echo "%[3]s  $d/ca.pem" | sha256sum -c --quiet - >/dev/null 2>&1 || f "step 2 of 4 failed: the mesh CA from $s%[2]s does not match the hash in this line, so nothing was installed (another server answered, or the mesh CA changed: print a new line with osm-server token create)"; `+
+		`curl -fsS --cacert "$d/ca.pem" -o "$d/install.sh" "$s%[4]s" || f "step 3 of 4 failed: downloading the join script from $s%[4]s (curl says why above)"; `+
+		`sh "$d/install.sh" --ca-file "$d/ca.pem" --server "$s" --token %[5]s --ca-cert-hash %[6]s --service %[7]s --namespace %[8]s || f "step 4 of 4 failed: the join script stopped (its message above says at which step)"`,
+		shellWord(strings.TrimSuffix(serverURL, "/")), CAPath, PEMHash(caPEM), ScriptPath, shellWord(secret), shellWord(caHash), shellWord(svc.Name), shellWord(svc.Namespace))
+	return "sh -c " + shellQuote(script)
+}
+
+// shellWord returns s as one word of a POSIX shell command: as it is when
+// it holds only characters no shell treats specially, quoted otherwise.
+func shellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/@%+,=") == "" {
+		return s
+	}
+	return shellQuote(s)
+}
+
+// shellQuote returns s single-quoted for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
