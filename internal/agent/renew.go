@@ -59,9 +59,10 @@ func (a *Agent) renewLoop(ctx context.Context) {
 			}
 			if wait, ok := meshclient.RenewalTooEarly(err); ok {
 				a.countRenewal(renewedTooEarly)
-				// The server renewed this proxy recently (this agent's
-				// answer was lost, or a clock is off): the certificate
-				// held stays valid; renew when the server allows, with
+				// The server renewed this proxy recently (a clock is
+				// off: a lost answer is asked for again with the same
+				// key, which is not refused): the certificate held stays
+				// valid; renew when the server allows, with
 				// a little jitter so agents do not come back together.
 				wait += mrand.N(wait/10 + time.Second)
 				a.log.Info("server says the proxy certificate was renewed too recently; renewing when it allows", "retryIn", wait.Round(time.Second).String(), "expiresIn", time.Until(leaf.NotAfter).Round(time.Second).String())
