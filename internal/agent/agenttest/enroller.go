@@ -37,6 +37,16 @@ type Enroller struct {
 	// replaced holds, by the serial of a certificate a lost renewal
 	// replaced, the key that renewal was for.
 	replaced map[string]crypto.PublicKey
+	// askedAgain counts the renewals that asked again for a lost one.
+	askedAgain int
+}
+
+// AskedAgain returns how many renewals asked again, with the certificate
+// a lost renewal replaced and that renewal's key, and were answered.
+func (e *Enroller) AskedAgain() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.askedAgain
 }
 
 // SetUnreachable makes every call fail as if the server were down.
@@ -107,6 +117,7 @@ func (e *Enroller) Renew(ctx context.Context, server string, caPEM []byte, cert 
 				Error: "certificate " + serial + " was replaced by a renewal: the machine's current certificate must renew"}}
 		}
 		delete(e.replaced, serial)
+		e.askedAgain++
 	}
 	e.mu.Unlock()
 	certPEM, err := e.CA.Sign(cn, key.Public(), e.lifetime())
