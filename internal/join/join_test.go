@@ -146,7 +146,7 @@ func testServer(t *testing.T, h func(caPEM []byte) http.Handler) (string, []byte
 // installed, is tried in the Debian root: packaging's debroot suite.)
 func TestLineFailsAtEachStep(t *testing.T) {
 	joinHandler := func(caPEM []byte) http.Handler {
-		return join.NewHandler(slog.New(slog.DiscardHandler), caPEM, t.TempDir()) // no packages
+		return join.NewHandler(slog.New(slog.DiscardHandler), caPEM, t.TempDir(), join.Limits{}) // no packages
 	}
 	noScript := func(caPEM []byte) http.Handler {
 		h := joinHandler(caPEM)
