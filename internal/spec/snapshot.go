@@ -83,17 +83,11 @@ func newSnapshot(st *state, version uint64) *Snapshot {
 	}
 	s.gateway = newGatewayIndex(st, s.keys)
 	for _, k := range s.keys {
-		svc, ok := serviceOf(st.objects[k])
+		info, ok := serviceInfoOf(st, k)
 		if !ok {
 			continue
 		}
-		ms := mesh.MeshService{Namespace: k.Namespace, Name: k.Name}
-		info := ServiceInfo{
-			Service:        ms,
-			ServiceAccount: mesh.ServiceAccount{Namespace: k.Namespace, Name: svc.Spec.ServiceAccount},
-			Ports:          svc.Spec.Ports,
-			VIP:            st.vips[ms],
-		}
+		ms := info.Service
 		s.services[ms] = info
 		s.ordered = append(s.ordered, info)
 		s.byAccount[info.ServiceAccount] = append(s.byAccount[info.ServiceAccount], ms)
@@ -469,15 +463,9 @@ func nextSnapshot(prev *Snapshot, st *state, version uint64, touched []Key) *Sna
 			accounts[was.ServiceAccount] = true
 			delete(s.services, ms)
 		}
-		svc, ok := serviceOf(st.objects[k])
+		info, ok := serviceInfoOf(st, k)
 		if !ok {
 			continue
-		}
-		info := ServiceInfo{
-			Service:        ms,
-			ServiceAccount: mesh.ServiceAccount{Namespace: k.Namespace, Name: svc.Spec.ServiceAccount},
-			Ports:          svc.Spec.Ports,
-			VIP:            st.vips[ms],
 		}
 		s.services[ms] = info
 		accounts[info.ServiceAccount] = true
@@ -523,4 +511,20 @@ func mergeSorted[T any](sorted []T, drop func(T) bool, add []T, cmp func(a, b T)
 		out = append(out, v)
 	}
 	return append(out, add...)
+}
+
+// serviceInfoOf returns what a snapshot answers of the Service document k
+// in st; false when k is not a Service there.
+func serviceInfoOf(st *state, k Key) (ServiceInfo, bool) {
+	svc, ok := serviceOf(st.objects[k])
+	if !ok {
+		return ServiceInfo{}, false
+	}
+	ms := mesh.MeshService{Namespace: k.Namespace, Name: k.Name}
+	return ServiceInfo{
+		Service:        ms,
+		ServiceAccount: mesh.ServiceAccount{Namespace: k.Namespace, Name: svc.Spec.ServiceAccount},
+		Ports:          svc.Spec.Ports,
+		VIP:            st.vips[ms],
+	}, true
 }

@@ -432,13 +432,10 @@ func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[st
 		if err := allocateVIPsOf(next, prefix, touched); err != nil {
 			return nil, nil, nil, err
 		}
-		changes = map[string][]byte{}
+		if changes, err = encodeDocs(next, touched); err != nil {
+			return nil, nil, nil, err
+		}
 		for _, k := range touched {
-			if obj, ok := next.objects[k]; !ok {
-				changes[docItem(k)] = deletedEntry
-			} else if changes[docItem(k)], err = encodeDoc(k, obj); err != nil {
-				return nil, nil, nil, err
-			}
 			if k.Kind != KindService {
 				continue
 			}
@@ -463,13 +460,8 @@ func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[st
 		changes, err = encodeItems(next)
 		return changes, moved, nil, err
 	}
-	changes = map[string][]byte{}
-	for _, k := range touched {
-		if obj, ok := next.objects[k]; !ok {
-			changes[docItem(k)] = deletedEntry
-		} else if changes[docItem(k)], err = encodeDoc(k, obj); err != nil {
-			return nil, nil, nil, err
-		}
+	if changes, err = encodeDocs(next, touched); err != nil {
+		return nil, nil, nil, err
 	}
 	for svc, ip := range next.vips {
 		if was, had := cur.vips[svc]; !had || was != ip {
@@ -793,4 +785,23 @@ func splitLines(s string) []string {
 		return nil
 	}
 	return difflib.SplitLines(strings.TrimSuffix(s, "\n"))
+}
+
+// encodeDocs returns the stored entries of the documents keys, as they are
+// in st: each encoded, or marked deleted when st no longer has it.
+func encodeDocs(st *state, keys []Key) (map[string][]byte, error) {
+	changes := make(map[string][]byte, len(keys))
+	for _, k := range keys {
+		obj, ok := st.objects[k]
+		if !ok {
+			changes[docItem(k)] = deletedEntry
+			continue
+		}
+		raw, err := encodeDoc(k, obj)
+		if err != nil {
+			return nil, err
+		}
+		changes[docItem(k)] = raw
+	}
+	return changes, nil
 }
