@@ -261,7 +261,7 @@ func Line(serverURL, secret, caHash string, caPEM []byte, svc mesh.MeshService) 
 		`curl -fsSk -o "$d/ca.pem" "$s%[2]s" || f "step 1 of 4 failed: fetching the mesh CA from $s%[2]s (curl says why above)"; `+
 		`echo "%[3]s  $d/ca.pem" | sha256sum -c --quiet - >/dev/null 2>&1 || f "step 2 of 4 failed: the mesh CA from $s%[2]s does not match the hash in this line, so nothing was installed (another server answered, or the mesh CA changed: print a new line with osm-server token create)"; `+
 		`curl -fsS --cacert "$d/ca.pem" -o "$d/install.sh" "$s%[4]s" || f "step 3 of 4 failed: downloading the join script from $s%[4]s (curl says why above)"; `+
-		`sh "$d/install.sh" --ca-file "$d/ca.pem" --server "$s" --token %[5]s --ca-cert-hash %[6]s --service %[7]s --namespace %[8]s || f "step 4 of 4 failed: the join script stopped (its message above says at which step)"`,
+		`sh "$d/install.sh" --ca-file "$d/ca.pem" --server %[1]s --token %[5]s --ca-cert-hash %[6]s --service %[7]s --namespace %[8]s || f "step 4 of 4 failed: the join script stopped (its message above says at which step)"`,
 		shellWord(strings.TrimSuffix(serverURL, "/")), CAPath, PEMHash(caPEM), ScriptPath, shellWord(secret), shellWord(caHash), shellWord(svc.Name), shellWord(svc.Namespace))
 	return "sh -c " + shellQuote(script)
 }

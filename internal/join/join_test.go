@@ -89,7 +89,7 @@ func TestLine(t *testing.T) {
 		`curl -fsSk -o "$d/ca.pem" "$s/join/ca.pem"`,
 		`echo "` + join.PEMHash([]byte(caPEM)) + `  $d/ca.pem" | sha256sum -c`,
 		`curl -fsS --cacert "$d/ca.pem" -o "$d/install.sh" "$s/join/install.sh"`,
-		`sh "$d/install.sh" --ca-file "$d/ca.pem" --server "$s" --token tok --ca-cert-hash sha256:aa --service bookstore --namespace default`,
+		`sh "$d/install.sh" --ca-file "$d/ca.pem" --server https://10.0.0.5:15443 --token tok --ca-cert-hash sha256:aa --service bookstore --namespace default`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("Line = %q\nwant it to contain %q", got, want)
