@@ -38,6 +38,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -155,6 +156,13 @@ type Server struct {
 	// nackLog limits the logging of each proxy's NACKs (see nacked), and
 	// refusedLog that of its streams refused for maxStreams.
 	nackLog, refusedLog *logLimiter
+	// arrivals orders the connect and disconnect notices of one node: a
+	// proxy that reconnects at once may open its new stream while its old
+	// one is still closing, and the old stream's "disconnected" told after
+	// the new one's "connected" would leave the publisher and the model
+	// holding the node as gone. Taken before mu, held while the notices of
+	// a change under mu are told; striped by node ID.
+	arrivals [64]sync.Mutex
 	// maxStreams bounds each proxy identity's concurrent streams
 	// (DefaultMaxStreamsPerProxy unless set).
 	maxStreams int
@@ -501,6 +509,9 @@ func (s *Server) checkNode(ctx context.Context, st *stream, node *corev3.Node, t
 	if err != nil {
 		return status.Errorf(codes.PermissionDenied, "proxy %s: %v", st.cn, err)
 	}
+	arrival := s.arrival(nodeID)
+	arrival.Lock()
+	defer arrival.Unlock()
 	s.mu.Lock()
 	p, ok := s.proxies[nodeID]
 	first := !ok
@@ -623,9 +634,25 @@ func checkType(f render.Flavor, typeURL string) error {
 	return status.Errorf(codes.InvalidArgument, "type %q is not served: osm-server serves %s over ADS", typeURL, served)
 }
 
+// arrival returns the lock that orders nodeID's connect and disconnect
+// notices (see Server.arrivals).
+func (s *Server) arrival(nodeID string) *sync.Mutex {
+	h := fnv.New32a()
+	h.Write([]byte(nodeID))
+	return &s.arrivals[h.Sum32()%uint32(len(s.arrivals))]
+}
+
 // close unregisters a finished stream.
 func (s *Server) close(st *stream) {
 	st.expiry.Stop()
+	s.mu.Lock()
+	registered := st.proxy
+	s.mu.Unlock()
+	if registered != nil {
+		arrival := s.arrival(registered.NodeID)
+		arrival.Lock()
+		defer arrival.Unlock()
+	}
 	s.mu.Lock()
 	delete(s.streams, st)
 	if s.perCN[st.cn]--; s.perCN[st.cn] <= 0 {
