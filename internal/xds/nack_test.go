@@ -25,14 +25,25 @@ import (
 // after it says so.
 func (e *env) nackOnce(t *testing.T, cert tls.Certificate, cn, msg string, sessions tls.ClientSessionCache) {
 	t.Helper()
+	e.nackOpen(t, cert, cn, msg, sessions)()
+}
+
+// nackOpen is nackOnce with the stream left open until the returned func
+// is called (the server forgets a proxy's NACKs when it leaves).
+func (e *env) nackOpen(t *testing.T, cert tls.Certificate, cn, msg string, sessions tls.ClientSessionCache) (closeConn func()) {
+	t.Helper()
 	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13, ClientSessionCache: sessions})
 	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Bound(t))
-	defer cancel()
+	closeConn = func() { cancel(); conn.Close() }
+	defer func() {
+		if t.Failed() {
+			closeConn()
+		}
+	}()
 	s, err := discovery.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +68,7 @@ func (e *env) nackOnce(t *testing.T, cert tls.Certificate, cn, msg string, sessi
 			t.Fatalf("waiting for the listeners after a NACK: %v", err)
 		}
 		if resp.GetTypeUrl() == resource.ListenerType {
-			return
+			return closeConn
 		}
 	}
 }
@@ -84,7 +95,8 @@ func TestLargeNACKIsStoredAndLoggedBounded(t *testing.T) {
 	// A two-byte rune at every odd offset: a cut at an even byte count
 	// would split one.
 	msg := "x" + strings.Repeat("é", 3<<20/2)
-	e.nackOnce(t, cert, cn, msg, nil)
+	closeConn := e.nackOpen(t, cert, cn, msg, nil)
+	defer closeConn()
 
 	nacks := e.cache.NACKs()
 	if len(nacks) != 1 {
