@@ -112,6 +112,8 @@ var rules = []rule{
 		why: "the join routes serve a CA, a script and files: they know no store, CA or enrollment"},
 	{pkg: module + "/internal/dashboard", forbid: []string{module + "/internal/xds/...", module + "/internal/certificate/...", module + "/internal/store/...", module + "/internal/api/...", module + "/internal/enroll/..."}, allow: []string{module + "/internal/store"},
 		why: "the dashboard reads the mesh through the interfaces it declares; osm-server adapts the xDS server and the CA to them (the store contract, not a backend, comes with spec, whose Store interface names its KV and Op)"},
+	{pkg: module + "/internal/gctune", forbid: []string{module + "/..."}, allow: []string{module + "/internal/gctune"},
+		why: "the collector's tuning is a leaf: the server's load comes in as a function, so it imports nothing of the mesh"},
 	{pkg: module + "/internal/...", forbid: []string{module + "/cmd/...", module + "/providers/..."},
 		why: "libraries never import binaries"},
 	{pkg: "...", forbid: []string{"k8s.io/client-go/..."}, allow: []string{},

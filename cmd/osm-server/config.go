@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/gctune"
 	"github.com/osm-vm/osm-vm/internal/httpserve"
 	"github.com/osm-vm/osm-vm/internal/join"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -50,7 +53,7 @@ type Config struct {
 	MemoryLimit byteSize `yaml:"memoryLimit"`
 	// IdleCollection: when the server goes idle after a burst of work
 	// with the heap nearer its goal than such a burst allocates, collect
-	// then rather than in the middle of the next burst (see idleCollector).
+	// then rather than in the middle of the next burst (see internal/gctune).
 	IdleCollection bool `yaml:"idleCollection"`
 	// TokenRetention is how long a join token is kept after it expired or
 	// was revoked before it is deleted, for example "168h".
@@ -132,7 +135,7 @@ func defaultConfig() Config {
 		APIAddress:             "0.0.0.0:15443",
 		XDSAddress:             "0.0.0.0:15128",
 		TrustDomain:            "osm.local",
-		GCPercent:              defaultGCPercent,
+		GCPercent:              gctune.DefaultGCPercent,
 		IdleCollection:         true,
 		TokenRetention:         enroll.DefaultTokenRetention,
 		ProxyRecordRetention:   certificate.DefaultProxyRecordRetention,
@@ -406,4 +409,47 @@ func (c Config) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// byteSize is a size in bytes, written in the config file as GOMEMLIMIT
+// writes it ("3GiB"; "" for 0); the file is refused, naming the key and
+// line, when it is not one.
+type byteSize int64
+
+func (b *byteSize) UnmarshalYAML(n *yaml.Node) error {
+	var v string
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	if v == "" {
+		*b = 0
+		return nil
+	}
+	size, err := parseBytes(v)
+	if err != nil {
+		return err
+	}
+	*b = byteSize(size)
+	return nil
+}
+
+// parseBytes parses a size as GOMEMLIMIT writes it: a whole number of
+// bytes with an optional unit B, KiB, MiB, GiB or TiB.
+func parseBytes(v string) (int64, error) {
+	units := []struct {
+		suffix string
+		shift  uint
+	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}}
+	num, shift := strings.TrimSpace(v), uint(0)
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, shift = strings.TrimSpace(n), u.shift
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("%q is not a size: want a positive whole number with an optional unit B, KiB, MiB, GiB or TiB, e.g. 3GiB", v)
+	}
+	return n << shift, nil
 }

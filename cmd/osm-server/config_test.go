@@ -230,3 +230,26 @@ func TestXDSAddressFor(t *testing.T) {
 		}
 	}
 }
+
+func TestParseBytes(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+	}{
+		{"1024", 1024},
+		{"512B", 512},
+		{"64KiB", 64 << 10},
+		{"3GiB", 3 << 30},
+		{" 1536 MiB ", 1536 << 20},
+		{"2TiB", 2 << 40},
+	} {
+		if got, err := parseBytes(tc.in); err != nil || got != tc.want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+	for _, in := range []string{"", "GiB", "-1GiB", "0", "1.5GiB", "3GB", "9999999TiB"} {
+		if got, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q) = %d; want an error", in, got)
+		}
+	}
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/dashboard"
 	"github.com/osm-vm/osm-vm/internal/dnspublish"
 	"github.com/osm-vm/osm-vm/internal/enroll"
+	"github.com/osm-vm/osm-vm/internal/gctune"
 	"github.com/osm-vm/osm-vm/internal/join"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
@@ -115,7 +116,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		log.Warn("no providers configured: the mesh has no endpoints until a `providers:` entry is added to the config")
 	}
 	log.Info("osm-server starting", "version", buildVersion(), "data_dir", cfg.DataDir, "plugin_dir", cfg.PluginDir, "providers", len(instances))
-	rts := applyRuntime(log, cfg)
+	rts := gctune.Apply(log, gctune.Config{GCPercent: cfg.GCPercent, MemoryLimit: int64(cfg.MemoryLimit)})
 
 	st, err := openStore(ctx, log, cfg)
 	if err != nil {
@@ -307,21 +308,12 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		g.Go(afterProviders(func() error { model.Update(); return dnsPub.Run(ctx) }))
 	}
 	g.Go(func() error { return xdsServer.WatchRevocations(ctx, certs.Subscribe) })
-	if gov := newGCGovernor(log.With("component", "gc"), rts, xdsServer.Load); gov != nil {
-		g.Go(func() error {
-			t := time.NewTicker(burstTick)
-			defer t.Stop()
-			return gov.run(ctx, t.C)
-		})
-	}
-	if cfg.IdleCollection && rts.GCPercent >= 0 {
-		idle := newIdleCollector(log.With("component", "gc"))
-		g.Go(func() error {
-			t := time.NewTicker(idleTick)
-			defer t.Stop()
-			return idle.run(ctx, t.C)
-		})
-	}
+	gcTuner := gctune.New(log.With("component", "gc"), gctune.Options{
+		Settings:       rts,
+		Load:           func() gctune.Load { return gctune.Load(xdsServer.Load()) },
+		IdleCollection: cfg.IdleCollection,
+	})
+	g.Go(func() error { return gcTuner.Run(ctx) })
 	if cs, ok := st.(*consulstore.Store); ok {
 		h := &storeHealth{st: cs, log: log.With("component", "store")}
 		debugAPI.AddReadyCheck(h.ready)

@@ -1,4 +1,4 @@
-package main
+package gctune
 
 import (
 	"context"
@@ -10,34 +10,9 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/osm-vm/osm-vm/internal/xds"
 )
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
-
-func TestParseBytes(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int64
-	}{
-		{"1024", 1024},
-		{"512B", 512},
-		{"64KiB", 64 << 10},
-		{"3GiB", 3 << 30},
-		{" 1536 MiB ", 1536 << 20},
-		{"2TiB", 2 << 40},
-	} {
-		if got, err := parseBytes(tc.in); err != nil || got != tc.want {
-			t.Errorf("parseBytes(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
-		}
-	}
-	for _, in := range []string{"", "GiB", "-1GiB", "0", "1.5GiB", "3GB", "9999999TiB"} {
-		if got, err := parseBytes(in); err == nil {
-			t.Errorf("parseBytes(%q) = %d; want an error", in, got)
-		}
-	}
-}
 
 // restoreRuntime puts the test binary's GC settings back after a test
 // that changes them.
@@ -55,11 +30,11 @@ func TestApplyRuntimeFromConfig(t *testing.T) {
 	restoreRuntime(t)
 	t.Setenv("GOGC", "")
 	t.Setenv("GOMEMLIMIT", "")
-	cfg := defaultConfig()
+	cfg := Config{GCPercent: DefaultGCPercent}
 	cfg.GCPercent, cfg.MemoryLimit = 30, 2<<30
-	got := applyRuntime(discardLogger(), cfg)
+	got := Apply(discardLogger(), cfg)
 	if got.GCPercent != 30 || got.MemoryLimit != 2<<30 || got.Source != "gcPercent, memoryLimit" {
-		t.Errorf("applyRuntime = %+v; want 30%%, 2 GiB from the config keys", got)
+		t.Errorf("Apply = %+v; want 30%%, 2 GiB from the config keys", got)
 	}
 	if gc := debug.SetGCPercent(-1); gc != 30 {
 		t.Errorf("runtime GC percent = %d, want 30", gc)
@@ -69,9 +44,9 @@ func TestApplyRuntimeFromConfig(t *testing.T) {
 	}
 
 	// The default: gcPercent 50, no limit.
-	got = applyRuntime(discardLogger(), defaultConfig())
-	if got.GCPercent != defaultGCPercent || got.MemoryLimit != math.MaxInt64 {
-		t.Errorf("applyRuntime(defaults) = %+v; want %d%%, no limit", got, defaultGCPercent)
+	got = Apply(discardLogger(), Config{GCPercent: DefaultGCPercent})
+	if got.GCPercent != DefaultGCPercent || got.MemoryLimit != math.MaxInt64 {
+		t.Errorf("Apply(defaults) = %+v; want %d%%, no limit", got, DefaultGCPercent)
 	}
 	if limit := debug.SetMemoryLimit(-1); limit != math.MaxInt64 {
 		t.Errorf("runtime memory limit = %d, want none", limit)
@@ -85,11 +60,11 @@ func TestApplyRuntimeEnvironmentWins(t *testing.T) {
 	t.Setenv("GOMEMLIMIT", "1GiB")
 	debug.SetGCPercent(80)
 	debug.SetMemoryLimit(1 << 30)
-	cfg := defaultConfig()
+	cfg := Config{GCPercent: DefaultGCPercent}
 	cfg.MemoryLimit = 4 << 30
-	got := applyRuntime(discardLogger(), cfg)
+	got := Apply(discardLogger(), cfg)
 	if got.GCPercent != 80 || got.MemoryLimit != 1<<30 || got.Source != "GOGC, GOMEMLIMIT" {
-		t.Errorf("applyRuntime = %+v; want GOGC's 80%% and GOMEMLIMIT's 1 GiB", got)
+		t.Errorf("Apply = %+v; want GOGC's 80%% and GOMEMLIMIT's 1 GiB", got)
 	}
 	if gc := debug.SetGCPercent(-1); gc != 80 {
 		t.Errorf("runtime GC percent = %d, want GOGC's 80", gc)
@@ -104,7 +79,7 @@ type recorder struct {
 	now       time.Time
 }
 
-func (r *recorder) governor(steady int, load func() xds.Load) *gcGovernor {
+func (r *recorder) governor(steady int, load func() Load) *gcGovernor {
 	return &gcGovernor{
 		log: discardLogger(), steady: steady, load: load,
 		setGC: func(p int) int {
@@ -136,11 +111,11 @@ func (r *recorder) advance(d time.Duration) {
 // the streams of one step, and returns once the last step's tick was
 // handled and run returned. Each step's streams are opened only after the
 // previous tick's count was read.
-func runGovernor(t *testing.T, newGov func(load func() xds.Load) *gcGovernor, steps []uint64, between func(i int)) {
+func runGovernor(t *testing.T, newGov func(load func() Load) *gcGovernor, steps []uint64, between func(i int)) {
 	t.Helper()
-	loads := make([]xds.Load, len(steps))
+	loads := make([]Load, len(steps))
 	for i, n := range steps {
-		loads[i] = xds.Load{Opened: n}
+		loads[i] = Load{Opened: n}
 	}
 	runGovernorLoads(t, newGov, loads, between)
 }
@@ -148,12 +123,12 @@ func runGovernor(t *testing.T, newGov func(load func() xds.Load) *gcGovernor, st
 // runGovernorLoads is runGovernor with each step's connections accepted
 // and streams opened (added to the counts) and handshakes in flight (as
 // they are after it).
-func runGovernorLoads(t *testing.T, newGov func(load func() xds.Load) *gcGovernor, steps []xds.Load, between func(i int)) {
+func runGovernorLoads(t *testing.T, newGov func(load func() Load) *gcGovernor, steps []Load, between func(i int)) {
 	t.Helper()
 	var mu sync.Mutex
-	var count xds.Load
+	var count Load
 	read := make(chan struct{})
-	g := newGov(func() xds.Load {
+	g := newGov(func() Load {
 		mu.Lock()
 		l := count
 		mu.Unlock()
@@ -201,7 +176,7 @@ func TestGCGovernorFollowsBursts(t *testing.T) {
 	steps = append(steps, 0)                                  // the burst is over
 	steps = append(steps, quietTicks(releaseQuietTicks)...)   // no stream opens: its heap is given back
 	steps = append(steps, burstStreams-1, quietStreams, 0, 0) // steady
-	runGovernor(t, func(load func() xds.Load) *gcGovernor { return r.governor(50, load) }, steps, nil)
+	runGovernor(t, func(load func() Load) *gcGovernor { return r.governor(50, load) }, steps, nil)
 	if want := []int{burstGCPercent, 50}; !slices.Equal(r.set, want) {
 		t.Errorf("targets set %v, want %v", r.set, want)
 	}
@@ -219,7 +194,7 @@ func TestGCGovernorReleasesAtMostEveryMinute(t *testing.T) {
 	for range 3 {
 		steps = append(steps, burst...)
 	}
-	runGovernor(t, func(load func() xds.Load) *gcGovernor { return r.governor(50, load) }, steps, func(i int) {
+	runGovernor(t, func(load func() Load) *gcGovernor { return r.governor(50, load) }, steps, func(i int) {
 		if i == 2*len(burst) { // the third burst ends a minute after the first
 			r.advance(releaseEvery)
 		}
@@ -243,7 +218,7 @@ func TestGCGovernorReleasesOnlyWhenNoStreamOpens(t *testing.T) {
 	}
 	steps = append(steps, quietTicks(releaseQuietTicks)...)
 	collectedBefore := -1
-	runGovernor(t, func(load func() xds.Load) *gcGovernor { return r.governor(50, load) }, steps, func(i int) {
+	runGovernor(t, func(load func() Load) *gcGovernor { return r.governor(50, load) }, steps, func(i int) {
 		if i == len(steps)-releaseQuietTicks {
 			r.mu.Lock()
 			collectedBefore = r.collected
@@ -265,7 +240,7 @@ func TestGCGovernorSmallBurstKeepsItsHeap(t *testing.T) {
 	r := &recorder{now: time.Unix(1e9, 0)}
 	steps := []uint64{burstStreams, burstStreams, releaseMinStreams - 2*burstStreams - 1}
 	steps = append(steps, quietTicks(burstQuietTicks+releaseQuietTicks+2)...)
-	runGovernor(t, func(load func() xds.Load) *gcGovernor { return r.governor(50, load) }, steps, nil)
+	runGovernor(t, func(load func() Load) *gcGovernor { return r.governor(50, load) }, steps, nil)
 	if want := []int{burstGCPercent, 50}; !slices.Equal(r.set, want) {
 		t.Errorf("targets set %v, want %v", r.set, want)
 	}
@@ -281,20 +256,20 @@ func TestGCGovernorSmallBurstKeepsItsHeap(t *testing.T) {
 func TestGCGovernorFollowsAStormsHandshakes(t *testing.T) {
 	r := &recorder{now: time.Unix(1e9, 0)}
 	const n = 10000
-	steps := []xds.Load{{Accepted: n, Handshaking: n}} // the storm arrives
+	steps := []Load{{Accepted: n, Handshaking: n}} // the storm arrives
 	for range burstQuietTicks + 4 {
-		steps = append(steps, xds.Load{Handshaking: n}) // no stream open yet
+		steps = append(steps, Load{Handshaking: n}) // no stream open yet
 	}
-	steps = append(steps, xds.Load{Opened: n / 2, Handshaking: n / 2}) // a wave
+	steps = append(steps, Load{Opened: n / 2, Handshaking: n / 2}) // a wave
 	for range burstQuietTicks + 4 {
-		steps = append(steps, xds.Load{Handshaking: n / 2}) // a gap
+		steps = append(steps, Load{Handshaking: n / 2}) // a gap
 	}
-	steps = append(steps, xds.Load{Opened: n / 2}) // the last wave
+	steps = append(steps, Load{Opened: n / 2}) // the last wave
 	var setDuring []int
 	for range burstQuietTicks + releaseQuietTicks {
-		steps = append(steps, xds.Load{})
+		steps = append(steps, Load{})
 	}
-	runGovernorLoads(t, func(load func() xds.Load) *gcGovernor { return r.governor(50, load) }, steps, func(i int) {
+	runGovernorLoads(t, func(load func() Load) *gcGovernor { return r.governor(50, load) }, steps, func(i int) {
 		if i == len(steps)-burstQuietTicks-releaseQuietTicks {
 			r.mu.Lock()
 			setDuring = slices.Clone(r.set)
@@ -314,25 +289,25 @@ func TestGCGovernorFollowsAStormsHandshakes(t *testing.T) {
 
 func TestGCGovernorRestoresOnStop(t *testing.T) {
 	r := &recorder{}
-	runGovernor(t, func(load func() xds.Load) *gcGovernor { return r.governor(40, load) }, []uint64{burstStreams}, nil)
+	runGovernor(t, func(load func() Load) *gcGovernor { return r.governor(40, load) }, []uint64{burstStreams}, nil)
 	if want := []int{burstGCPercent, 40}; !slices.Equal(r.set, want) {
 		t.Errorf("targets set %v, want %v (the steady target restored when run returns)", r.set, want)
 	}
 }
 
 func TestNewGCGovernor(t *testing.T) {
-	load := func() xds.Load { return xds.Load{} }
+	load := func() Load { return Load{} }
 	for _, tc := range []struct {
 		name string
-		s    runtimeSettings
+		s    Settings
 		want bool
 	}{
-		{"the default target", runtimeSettings{GCPercent: 50, Source: "gcPercent"}, true},
-		{"GOGC decides", runtimeSettings{GCPercent: 50, Source: "GOGC"}, false},
-		{"collector off", runtimeSettings{GCPercent: -1, Source: "gcPercent"}, false},
-		{"already at the burst's target", runtimeSettings{GCPercent: burstGCPercent, Source: "gcPercent"}, false},
-		{"above it", runtimeSettings{GCPercent: 2 * burstGCPercent, Source: "gcPercent, memoryLimit"}, false},
-		{"Go's default, below it", runtimeSettings{GCPercent: 100, Source: "gcPercent"}, true},
+		{"the default target", Settings{GCPercent: 50, Source: "gcPercent"}, true},
+		{"GOGC decides", Settings{GCPercent: 50, Source: "GOGC"}, false},
+		{"collector off", Settings{GCPercent: -1, Source: "gcPercent"}, false},
+		{"already at the burst's target", Settings{GCPercent: burstGCPercent, Source: "gcPercent"}, false},
+		{"above it", Settings{GCPercent: 2 * burstGCPercent, Source: "gcPercent, memoryLimit"}, false},
+		{"Go's default, below it", Settings{GCPercent: 100, Source: "gcPercent"}, true},
 	} {
 		if got := newGCGovernor(discardLogger(), tc.s, load) != nil; got != tc.want {
 			t.Errorf("%s: governor %t, want %t", tc.name, got, tc.want)

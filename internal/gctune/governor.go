@@ -1,8 +1,7 @@
-package main
+package gctune
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"math"
 	"os"
@@ -10,35 +9,37 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"gopkg.in/yaml.v3"
-
-	"github.com/osm-vm/osm-vm/internal/xds"
 )
 
-// defaultGCPercent is osm-server's garbage-collector target (Go's GOGC)
+// DefaultGCPercent is osm-server's garbage-collector target (Go's GOGC)
 // unless gcPercent or GOGC says otherwise. Go's own default, 100, lets
 // the heap grow by what is live plus the goroutine stacks before it
 // collects: at 10,000 proxies that headroom was 37-64 of the 100-125 KiB
 // of RSS per proxy (docs/performance.md, M7). 50 halves it (89-93 KiB
 // per proxy) for more collections while the heap grows, as when the fleet
 // connects to a fresh server (docs/operator-guide.md has the trade).
-const defaultGCPercent = 50
+const DefaultGCPercent = 50
 
-// runtimeSettings are the Go runtime's memory settings as osm-server
-// applies them.
-type runtimeSettings struct {
+// Config is the runtime's memory configuration as the server's config
+// file gives it.
+type Config struct {
+	GCPercent   int   // the collector's target (the config's gcPercent)
+	MemoryLimit int64 // the soft memory limit in bytes; 0 for none
+}
+
+// Settings are the Go runtime's memory settings as Apply applied them.
+type Settings struct {
 	GCPercent   int    // what debug.SetGCPercent got, or -1 when GOGC=off
 	MemoryLimit int64  // bytes; math.MaxInt64 when none
 	Source      string // which of the config keys and GOGC/GOMEMLIMIT decided
 }
 
-// applyRuntime sets the garbage collector's target and soft memory limit
+// Apply sets the garbage collector's target and soft memory limit
 // from the configuration. GOGC and GOMEMLIMIT in the environment win over
 // the config keys, as they do for any Go program: the runtime has already
 // read them, and an operator who set them meant them.
-func applyRuntime(log *slog.Logger, cfg Config) runtimeSettings {
-	var s runtimeSettings
+func Apply(log *slog.Logger, cfg Config) Settings {
+	var s Settings
 	var src []string
 	if os.Getenv("GOGC") != "" {
 		s.GCPercent = debug.SetGCPercent(-1) // read it back...
@@ -55,7 +56,7 @@ func applyRuntime(log *slog.Logger, cfg Config) runtimeSettings {
 	} else {
 		s.MemoryLimit = math.MaxInt64
 		if cfg.MemoryLimit > 0 {
-			s.MemoryLimit = int64(cfg.MemoryLimit)
+			s.MemoryLimit = cfg.MemoryLimit
 			src = append(src, "memoryLimit")
 		}
 		debug.SetMemoryLimit(s.MemoryLimit)
@@ -67,49 +68,6 @@ func applyRuntime(log *slog.Logger, cfg Config) runtimeSettings {
 	}
 	log.Info("Go runtime memory settings", "gc_percent", s.GCPercent, "memory_limit_bytes", limit, "from", s.Source)
 	return s
-}
-
-// byteSize is a size in bytes, written in the config file as GOMEMLIMIT
-// writes it ("3GiB"; "" for 0); the file is refused, naming the key and
-// line, when it is not one.
-type byteSize int64
-
-func (b *byteSize) UnmarshalYAML(n *yaml.Node) error {
-	var v string
-	if err := n.Decode(&v); err != nil {
-		return err
-	}
-	if v == "" {
-		*b = 0
-		return nil
-	}
-	size, err := parseBytes(v)
-	if err != nil {
-		return err
-	}
-	*b = byteSize(size)
-	return nil
-}
-
-// parseBytes parses a size as GOMEMLIMIT writes it: a whole number of
-// bytes with an optional unit B, KiB, MiB, GiB or TiB.
-func parseBytes(v string) (int64, error) {
-	units := []struct {
-		suffix string
-		shift  uint
-	}{{"TiB", 40}, {"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}}
-	num, shift := strings.TrimSpace(v), uint(0)
-	for _, u := range units {
-		if n, ok := strings.CutSuffix(num, u.suffix); ok {
-			num, shift = strings.TrimSpace(n), u.shift
-			break
-		}
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n <= 0 || n > math.MaxInt64>>shift {
-		return 0, fmt.Errorf("%q is not a size: want a positive whole number with an optional unit B, KiB, MiB, GiB or TiB, e.g. 3GiB", v)
-	}
-	return n << shift, nil
 }
 
 // A fleet connecting to a freshly started server, or reconnecting after a
@@ -127,7 +85,7 @@ func parseBytes(v string) (int64, error) {
 // target).
 //
 // What arrives is counted as connections accepted plus streams opened
-// (xds.Server.Load), and a burst lasts while handshakes are in flight: in
+// (Load, from the xDS server), and a burst lasts while handshakes are in flight: in
 // a reconnect storm 10,000 connections are accepted at once and their
 // handshakes, sharing two cores, end seconds later and in waves. Following
 // the streams opened alone, the target was raised 5 s into the storm and
@@ -171,21 +129,32 @@ const (
 	releaseMinStreams = 1000
 )
 
+// Load is how busy the server is with new connections at a tick: the
+// counts grow from the server's start (the xDS server's Load).
+type Load struct {
+	// Accepted counts the connections accepted, Opened the streams
+	// authenticated and opened.
+	Accepted, Opened uint64
+	// Handshaking is how many accepted connections are in their TLS
+	// handshake or HTTP/2 preface now.
+	Handshaking int
+}
+
 // gcGovernor raises the collector's target while connections arrive in a
 // burst and restores the steady one after (see burstGCPercent).
 type gcGovernor struct {
 	log     *slog.Logger
-	steady  int             // the configured target
-	load    func() xds.Load // the xDS server's (xds.Server.Load)
-	setGC   func(int) int   // debug.SetGCPercent
-	collect func()          // debug.FreeOSMemory
+	steady  int           // the configured target
+	load    func() Load   // the server's arrivals (the xDS server's Load)
+	setGC   func(int) int // debug.SetGCPercent
+	collect func()        // debug.FreeOSMemory
 	now     func() time.Time
 }
 
 // newGCGovernor returns the governor for the settings in force, or nil
 // when they leave it nothing to do: GOGC in the environment decides, the
 // collector is off, or the steady target is already at least the burst's.
-func newGCGovernor(log *slog.Logger, s runtimeSettings, load func() xds.Load) *gcGovernor {
+func newGCGovernor(log *slog.Logger, s Settings, load func() Load) *gcGovernor {
 	if strings.Contains(s.Source, "GOGC") || s.GCPercent < 0 || s.GCPercent >= burstGCPercent {
 		return nil
 	}
