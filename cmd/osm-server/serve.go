@@ -315,12 +315,12 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	})
 	g.Go(func() error { return gcTuner.Run(ctx) })
 	if cs, ok := st.(*consulstore.Store); ok {
-		h := &storeHealth{st: cs, log: log.With("component", "store")}
-		debugAPI.AddReadyCheck(h.ready)
-		if err := h.register(reg); err != nil {
+		h := consulstore.NewHealth(log.With("component", "store"), cs, consulstore.HealthOptions{ProbeKey: adminTokenKey})
+		debugAPI.AddReadyCheck(h.Ready)
+		if err := h.Register(reg); err != nil {
 			return err
 		}
-		g.Go(func() error { return h.run(ctx) })
+		g.Go(func() error { return h.Run(ctx) })
 	}
 	// Ready means a client may dial xDS at once: the listener is open.
 	xdsListening := make(chan net.Addr, 1)

@@ -1,4 +1,4 @@
-package main
+package consulstore
 
 import (
 	"context"
@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/osm-vm/osm-vm/internal/store/consulstore"
 )
 
 // storeProbeEvery is how often a replica checks that it reaches Consul,
@@ -20,27 +18,40 @@ const (
 	storeProbeTimeout = 3 * time.Second
 )
 
-// storeHealth follows whether a replica reaches its Consul store: a
-// replica cut off keeps serving its last good view over xDS (everything a
-// proxy receives is in memory), refuses writes (each fails with the
-// store's error, naming Consul's address and what failed), and reports
-// not-ready on /readyz with the reason until a probe succeeds again.
-type storeHealth struct {
-	st  *consulstore.Store
-	log *slog.Logger
+// HealthOptions are a Health's.
+type HealthOptions struct {
+	// ProbeKey is the key each probe reads: one that every replica's
+	// token may read (osm-server's admin token).
+	ProbeKey string
+}
+
+// Health follows whether a replica reaches its Consul store: a replica
+// cut off keeps serving its last good view over xDS (everything a proxy
+// receives is in memory), refuses writes (each fails with the store's
+// error, naming Consul's address and what failed), and reports not-ready
+// (Ready, for /readyz) with the reason until a probe succeeds again.
+type Health struct {
+	st   *Store
+	log  *slog.Logger
+	opts HealthOptions
 
 	mu    sync.Mutex
 	err   error     // the last probe's failure; nil when it succeeded
 	since time.Time // when the failures began
 }
 
-// run probes the store every storeProbeEvery until ctx ends.
-func (h *storeHealth) run(ctx context.Context) error {
+// NewHealth returns the health probe of st.
+func NewHealth(log *slog.Logger, st *Store, opts HealthOptions) *Health {
+	return &Health{st: st, log: log, opts: opts}
+}
+
+// Run probes the store every storeProbeEvery until ctx ends.
+func (h *Health) Run(ctx context.Context) error {
 	t := time.NewTicker(storeProbeEvery)
 	defer t.Stop()
 	for {
 		pctx, cancel := context.WithTimeout(ctx, storeProbeTimeout)
-		_, _, err := h.st.Get(pctx, adminTokenKey)
+		_, _, err := h.st.Get(pctx, h.opts.ProbeKey)
 		cancel()
 		if ctx.Err() != nil {
 			return nil
@@ -66,8 +77,8 @@ func (h *storeHealth) run(ctx context.Context) error {
 	}
 }
 
-// ready is the /readyz check.
-func (h *storeHealth) ready() error {
+// Ready is the /readyz check: nil while the last probe succeeded.
+func (h *Health) Ready() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.err == nil {
@@ -77,14 +88,14 @@ func (h *storeHealth) ready() error {
 		h.since.UTC().Format(time.RFC3339), time.Since(h.since).Round(time.Second), h.err, storeProbeEvery)
 }
 
-// register adds the store's figures to /metrics.
-func (h *storeHealth) register(reg prometheus.Registerer) error {
+// Register adds the store's figures to /metrics.
+func (h *Health) Register(reg prometheus.Registerer) error {
 	return errors.Join(
 		reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "osm_store_up",
 			Help: "1 while the replica reaches its Consul store.",
 		}, func() float64 {
-			if h.ready() != nil {
+			if h.Ready() != nil {
 				return 0
 			}
 			return 1
