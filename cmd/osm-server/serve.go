@@ -156,6 +156,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		ProxyLifetime:   meshCfg.ProxyCertLifetime(),
 		// 0 in Options means the default; the setting's 0 means at expiry.
 		ProxyRecordRetention: max(cfg.ProxyRecordRetention, time.Nanosecond),
+		Lifetimes:            specLifetimes{sp},
 	})
 	if err != nil {
 		return err
@@ -167,32 +168,15 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 
 	cat := catalog.New()
 	host := pluginhost.New(log, pluginhost.Options{PluginDir: cfg.PluginDir, Instances: instances}, cat)
-	// The debug listener's /debug/ routes take the admin API's token.
-	debugAPI := api.New(log.With("component", "debug-api"), buildVersion(), adminToken, cat, host)
 
 	xdsFor := xdsAddressFor(cfg.XDSAddress)
 	tokens := enroll.NewTokens(kv, nil)
-	identity := api.NewIdentityRoutes(log.With("component", "identity"), certs, sp, xdsFor)
+	tokenPruner := enroll.NewTokenPruner(log, tokens, enroll.PruneOptions{Retention: cfg.TokenRetention, Duty: duty("prune-tokens")})
 	self, advertised := advertisedReplica(cfg)
 	if !advertised {
 		log.Info("this server is not in the replica list agents fail over along: its API or xDS listener is on an unspecified address and serverNames is empty (set serverNames)")
 	}
 	replicas := enroll.NewReplicas(log.With("component", "replicas"), kv, self)
-	identity.SetReplicas(replicas.List)
-	admin := http.NewServeMux()
-	admin.Handle("/api/v1/tokens", enroll.NewTokenAdminHandler(log, tokens))
-	admin.Handle("/api/v1/tokens/", enroll.NewTokenAdminHandler(log, tokens))
-	identity.Admin(admin)
-	admin.Handle("/", spec.NewHandler(log.With("component", "spec"), sp, spec.WarnUnserved(hasEndpoints(cat, host))))
-	enrollHandler := enroll.NewHandlerWithReplicas(log.With("component", "enroll"), tokens, certs, xdsFor, replicas.List, certificate.ErrNotFound, certificate.ErrRevoked, certificate.ErrExpired, certificate.ErrInvalidCSR)
-	public := append(identity.Public(),
-		api.Route{Pattern: "POST /api/v1/enroll", Handler: enrollHandler},
-		api.Route{Pattern: "POST /api/v1/renew", Handler: enrollHandler},
-		api.Route{Pattern: join.Prefix, Handler: join.NewHandler(log.With("component", "join"), certs.RootPEM(), cfg.agentPackageDir(), join.Limits{Downloads: cfg.JoinDownloads, PerClient: cfg.JoinDownloadsPerClient})})
-	httpsHandler, err := api.InstrumentHTTPS(api.NewHTTPSHandler(log, adminToken, public, admin), reg)
-	if err != nil {
-		return err
-	}
 	httpsTLS := &tls.Config{
 		MinVersion:     tls.VersionTLS12,
 		GetCertificate: certs.ServingCertificate(servingNames(cfg)),
@@ -227,21 +211,59 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	// A Gateway's Programmed status follows the machines connected as it.
 	gwMachines := newGatewayMachines(xdsServer, xdsCache, publisher)
 	sp.SetGatewayMachines(gwMachines)
-	identity.SetGatewayReports(gwMachines)
-	debugAPI.ServeXDSDebug(xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}})
-	debugAPI.ServeDashboard(dashboard.New(dashboard.Sources{Spec: sp, Catalog: cat, Providers: host,
-		Proxies: dashboardProxies(xds.Debug{Server: xdsServer, Cache: xdsCache}), Certificates: dashboardCertificates(certs)}))
-	if err := instrument(reg, debugAPI, certs, xdsCache, xdsServer, publisher); err != nil {
+	identity := api.NewIdentityRoutes(log.With("component", "identity"), certs, sp, api.IdentityOptions{
+		XDSAddress: xdsFor, Replicas: replicas.List, GatewayReports: gwMachines,
+	})
+	admin := http.NewServeMux()
+	admin.Handle("/api/v1/tokens", enroll.NewTokenAdminHandler(log, tokens))
+	admin.Handle("/api/v1/tokens/", enroll.NewTokenAdminHandler(log, tokens))
+	identity.Admin(admin)
+	admin.Handle("/", spec.NewHandler(log.With("component", "spec"), sp, spec.WarnUnserved(hasEndpoints(cat, host))))
+	enrollHandler := enroll.NewHandlerWithReplicas(log.With("component", "enroll"), tokens, certs, xdsFor, replicas.List, certificate.ErrNotFound, certificate.ErrRevoked, certificate.ErrExpired, certificate.ErrInvalidCSR)
+	public := append(identity.Public(), api.Route{Pattern: join.Prefix, Handler: join.NewHandler(log.With("component", "join"), certs.RootPEM(), cfg.agentPackageDir(), join.Limits{Downloads: cfg.JoinDownloads, PerClient: cfg.JoinDownloadsPerClient})})
+	for pattern, h := range enrollHandler.Routes() {
+		public = append(public, api.Route{Pattern: pattern, Handler: h})
+	}
+	httpsHandler, err := api.InstrumentHTTPS(api.NewHTTPSHandler(log, adminToken, public, admin), reg)
+	if err != nil {
 		return err
 	}
 	dnsPub, err := newDNSPublisher(log.With("component", "dns-publisher"), cfg.DNS, model, gateways, reg)
 	if err != nil {
 		return err
 	}
-	if dnsPub != nil {
-		debugAPI.ServeDNSStatus(func() any { return dnsPub.Status() })
+	// Ready means a client may dial xDS at once: the listener is open.
+	xdsListening := make(chan net.Addr, 1)
+	var xdsOpen atomic.Bool
+	readyChecks := []func() error{func() error {
+		if !xdsOpen.Load() {
+			return fmt.Errorf("the xDS listener on %s is not open yet (it opens once every provider has listed)", cfg.XDSAddress)
+		}
+		return nil
+	}}
+	var storeHealth *consulstore.Health
+	if cs, ok := st.(*consulstore.Store); ok {
+		storeHealth = consulstore.NewHealth(log.With("component", "store"), cs, consulstore.HealthOptions{ProbeKey: adminTokenKey})
+		if err := storeHealth.Register(reg); err != nil {
+			return err
+		}
+		readyChecks = append([]func() error{storeHealth.Ready}, readyChecks...)
 	}
-	debugAPI.ServeMetrics(reg)
+	debugOpts := api.Options{
+		XDS: xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}},
+		Dashboard: dashboard.New(dashboard.Sources{Spec: sp, Catalog: cat, Providers: host,
+			Proxies: dashboardProxies(xds.Debug{Server: xdsServer, Cache: xdsCache}), Certificates: dashboardCertificates(certs)}),
+		Metrics:     reg,
+		ReadyChecks: readyChecks,
+	}
+	if dnsPub != nil {
+		debugOpts.DNSStatus = func() any { return dnsPub.Status() }
+	}
+	// The debug listener's /debug/ routes take the admin API's token.
+	debugAPI := api.New(log.With("component", "debug-api"), buildVersion(), adminToken, cat, host, debugOpts)
+	if err := instrument(reg, debugAPI, certs, xdsCache, xdsServer, publisher); err != nil {
+		return err
+	}
 	xdsTLS := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		// The same certificate as the API's, without the root: an xDS
@@ -271,16 +293,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	if sharer != nil {
 		g.Go(func() error { return sharer.Run(ctx) })
 	}
-	g.Go(func() error { return followLifetimes(ctx, log, sp, certs) })
-	g.Go(func() error {
-		prune := func(ctx context.Context) error {
-			return pruneTokens(ctx, log, tokens, cfg.TokenRetention, tokenPruneEvery)
-		}
-		if d := duty("prune-tokens"); d != nil {
-			return d.Run(ctx, prune)
-		}
-		return prune(ctx)
-	})
+	g.Go(func() error { return tokenPruner.Run(ctx) })
 	// xDS starts once every provider has listed its endpoints: a proxy
 	// that reconnects after a restart must not be told its upstreams have
 	// none.
@@ -296,7 +309,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		}
 	}
 	g.Go(func() error {
-		waitForProviders(ctx, log, host, providerWait)
+		host.WaitListed(ctx, pluginhost.DefaultListWait)
 		close(providersListed)
 		return nil
 	})
@@ -314,23 +327,9 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		IdleCollection: cfg.IdleCollection,
 	})
 	g.Go(func() error { return gcTuner.Run(ctx) })
-	if cs, ok := st.(*consulstore.Store); ok {
-		h := consulstore.NewHealth(log.With("component", "store"), cs, consulstore.HealthOptions{ProbeKey: adminTokenKey})
-		debugAPI.AddReadyCheck(h.Ready)
-		if err := h.Register(reg); err != nil {
-			return err
-		}
-		g.Go(func() error { return h.Run(ctx) })
+	if storeHealth != nil {
+		g.Go(func() error { return storeHealth.Run(ctx) })
 	}
-	// Ready means a client may dial xDS at once: the listener is open.
-	xdsListening := make(chan net.Addr, 1)
-	var xdsOpen atomic.Bool
-	debugAPI.AddReadyCheck(func() error {
-		if !xdsOpen.Load() {
-			return fmt.Errorf("the xDS listener on %s is not open yet (it opens once every provider has listed)", cfg.XDSAddress)
-		}
-		return nil
-	})
 	g.Go(func() error {
 		select {
 		case <-ctx.Done():
@@ -384,74 +383,18 @@ func openStore(ctx context.Context, log *slog.Logger, cfg Config) (serverStore, 
 	return st, nil
 }
 
-// tokenPruneEvery is how often osm-server deletes join tokens past their
-// retention.
-const tokenPruneEvery = time.Hour
+// specLifetimes is the MeshConfig's certificate lifetimes, as the
+// certificate manager follows them.
+type specLifetimes struct{ *spec.Spec }
 
-// tokenPruner is what pruneTokens needs of the join tokens.
-type tokenPruner interface {
-	Prune(ctx context.Context, retention time.Duration) (int, error)
+func (s specLifetimes) Lifetimes() (service, proxy time.Duration) {
+	snap := s.Snapshot()
+	return snap.ServiceCertLifetime(), snap.ProxyCertLifetime()
 }
-
-// pruneTokens deletes the join tokens that expired or were revoked more
-// than retention ago, at start and then every period, until ctx is done.
-// A failure is logged and tried again at the next period.
-func pruneTokens(ctx context.Context, log *slog.Logger, tokens tokenPruner, retention, every time.Duration) error {
-	ticker := time.NewTicker(every)
-	defer ticker.Stop()
-	for {
-		switch n, err := tokens.Prune(ctx, retention); {
-		case err != nil && ctx.Err() == nil:
-			log.Error("pruning join tokens failed; trying again later", "err", err, "retry_in", every)
-		case n > 0:
-			log.Info("pruned join tokens", "deleted", n, "retention", retention)
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-ticker.C:
-		}
-	}
-}
-
-// followLifetimes gives the certificate manager the MeshConfig's
-// certificate lifetimes whenever the specification changes; they apply to
-// certificates issued from then on.
-func followLifetimes(ctx context.Context, log *slog.Logger, sp *spec.Spec, certs *certificate.Manager) error {
-	notify, cancel := sp.Subscribe()
-	defer cancel()
-	for {
-		snap := sp.Snapshot()
-		svc, proxy := snap.ServiceCertLifetime(), snap.ProxyCertLifetime()
-		if oldSvc, oldProxy := certs.Lifetimes(); svc != oldSvc || proxy != oldProxy {
-			if err := certs.SetLifetimes(svc, proxy); err != nil {
-				log.Error("MeshConfig certificate lifetimes not applied; the previous ones stay", "err", err)
-			} else {
-				log.Info("certificate lifetimes set by MeshConfig; certificates issued from now on get them", "service", svc, "proxy", proxy)
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-notify:
-		}
-	}
-}
-
-// providerWait is how long xDS waits at most for the providers' first
-// lists before it serves without them.
-const providerWait = 30 * time.Second
 
 // providersWaiting is what hasEndpoints needs of the plugin host.
 type providersWaiting interface {
 	Waiting() []string // providers that have not sent their first list
-}
-
-// providers is what waitForProviders needs of the plugin host.
-type providers interface {
-	providersWaiting
-	// Listed is closed once every provider has sent its first list.
-	Listed() <-chan struct{}
 }
 
 // hasEndpoints answers apply's "is this service served?" from the
@@ -464,25 +407,6 @@ func hasEndpoints(cat *catalog.Catalog, p providersWaiting) spec.HasEndpoints {
 		}
 		se, ok := cat.Snapshot().Endpoints(svc)
 		return ok && len(se.Endpoints) > 0
-	}
-}
-
-// waitForProviders returns once every provider has sent its first list,
-// ctx is done, or max has passed (logging which providers it gave up on).
-func waitForProviders(ctx context.Context, log *slog.Logger, p providers, max time.Duration) {
-	if len(p.Waiting()) == 0 {
-		return
-	}
-	start := time.Now()
-	log.Info("xDS waits for every provider's first list of endpoints", "max", max)
-	deadline := time.NewTimer(max)
-	defer deadline.Stop()
-	select {
-	case <-ctx.Done():
-	case <-deadline.C:
-		log.Warn("serving xDS before every provider has listed its endpoints: their services have no endpoints until they do (see /api/v1/providers)", "waiting", p.Waiting(), "after", max)
-	case <-p.Listed():
-		log.Info("every provider has listed its endpoints; serving xDS", "after", time.Since(start).Round(time.Millisecond))
 	}
 }
 

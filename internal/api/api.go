@@ -37,7 +37,9 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
-	"sync"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/httpserve"
@@ -66,17 +68,44 @@ type Server struct {
 	adminToken string
 	mux        *http.ServeMux
 
-	readyMu sync.Mutex
-	checks  []func() error // more readiness conditions (see AddReadyCheck)
+	checks []func() error // more readiness conditions (Options.ReadyChecks)
 
-	dashboard bool // ServeDashboard was called: Serve logs its URL
+	dashboard bool // Options.Dashboard was set: Serve logs its URL
+}
+
+// Options are what a debug server serves beyond its own routes; each one
+// left zero is not served.
+type Options struct {
+	// XDS serves, behind the admin token, GET /debug/proxies (connected
+	// proxies, identity, versions sent, ACKed and NACKed, last NACK
+	// error) and GET /debug/config/{proxy} (that proxy's full
+	// configuration as JSON; XDS must redact its secrets).
+	XDS XDSDebug
+	// Dashboard serves the dashboard: its page at GET /dashboard/, open
+	// like the other read-only routes (it carries no data), and its state
+	// at GET /debug/dashboard behind the admin token, like /debug/proxies
+	// whose data it shows. The page sends the token as a header.
+	Dashboard Dashboard
+	// DNSStatus serves GET /api/v1/dns: the DNS publisher's status
+	// (health and its cause, names owned, names left alone), when the
+	// server publishes.
+	DNSStatus func() any
+	// Metrics serves GET /metrics: what it gathers, in the Prometheus
+	// exposition format (osm-server's registry, which every component
+	// registered with).
+	Metrics prometheus.Gatherer
+	// ReadyChecks are more conditions of readiness: /readyz answers 503
+	// with the error of the first check that fails (after the providers'
+	// first lists).
+	ReadyChecks []func() error
 }
 
 // New returns a debug server over the given components. adminToken guards
 // the /debug/ routes: it is the HTTPS admin API's token, and an empty one
 // refuses those routes to everyone.
-func New(log *slog.Logger, version, adminToken string, cat Catalog, providers Providers) *Server {
+func New(log *slog.Logger, version, adminToken string, cat Catalog, providers Providers, opts Options) *Server {
 	s := &Server{log: log, catalog: cat, providers: providers, version: version, adminToken: adminToken, mux: http.NewServeMux()}
+	s.checks = slices.Clone(opts.ReadyChecks)
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.HandleFunc("GET /readyz", s.readyz)
 	s.mux.HandleFunc("GET /version", s.versionInfo)
@@ -92,6 +121,18 @@ func New(log *slog.Logger, version, adminToken string, cat Catalog, providers Pr
 	s.admin("GET /debug/pprof/symbol", pprof.Symbol)
 	s.admin("GET /debug/pprof/trace", pprof.Trace)
 	s.mux.HandleFunc("/", s.notFound)
+	if opts.XDS != nil {
+		s.serveXDSDebug(opts.XDS)
+	}
+	if opts.Dashboard != nil {
+		s.serveDashboard(opts.Dashboard)
+	}
+	if opts.DNSStatus != nil {
+		s.serveDNSStatus(opts.DNSStatus)
+	}
+	if opts.Metrics != nil {
+		s.serveMetrics(opts.Metrics)
+	}
 	return s
 }
 
@@ -108,11 +149,8 @@ type XDSDebug interface {
 	Config(proxy string) (json.RawMessage, error)
 }
 
-// ServeXDSDebug adds, behind the admin token, GET /debug/proxies (connected
-// proxies, identity, versions sent, ACKed and NACKed, last NACK error) and
-// GET /debug/config/{proxy} (that proxy's full configuration as JSON; d
-// must redact its secrets).
-func (s *Server) ServeXDSDebug(d XDSDebug) {
+// serveXDSDebug adds the xDS debug routes (Options.XDS).
+func (s *Server) serveXDSDebug(d XDSDebug) {
 	s.admin("GET /debug/proxies", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"proxies": d.Proxies()})
 	})
@@ -126,9 +164,8 @@ func (s *Server) ServeXDSDebug(d XDSDebug) {
 	})
 }
 
-// ServeDNSStatus adds GET /api/v1/dns: the DNS publisher's status (health
-// and its cause, names owned, names left alone), when the server publishes.
-func (s *Server) ServeDNSStatus(status func() any) {
+// serveDNSStatus adds GET /api/v1/dns (Options.DNSStatus).
+func (s *Server) serveDNSStatus(status func() any) {
 	s.mux.HandleFunc("GET /api/v1/dns", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"publishers": []any{status()}})
 	})
@@ -163,24 +200,12 @@ func (s *Server) healthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// AddReadyCheck adds a condition of readiness: /readyz answers 503 with
-// the error of the first check that fails (after the providers' first
-// lists).
-func (s *Server) AddReadyCheck(check func() error) {
-	s.readyMu.Lock()
-	defer s.readyMu.Unlock()
-	s.checks = append(s.checks, check)
-}
-
 func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	if waiting := s.providers.Waiting(); len(waiting) > 0 {
 		http.Error(w, fmt.Sprintf("not ready: waiting for the first list from providers %v (see /api/v1/providers)", waiting), http.StatusServiceUnavailable)
 		return
 	}
-	s.readyMu.Lock()
-	checks := s.checks
-	s.readyMu.Unlock()
-	for _, check := range checks {
+	for _, check := range s.checks {
 		if err := check(); err != nil {
 			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
 			return
@@ -281,11 +306,8 @@ type Dashboard interface {
 // DashboardPath is where the debug listener serves the dashboard's page.
 const DashboardPath = "/dashboard/"
 
-// ServeDashboard adds the dashboard: its page at GET /dashboard/, open
-// like the other read-only routes (it carries no data), and its state at
-// GET /debug/dashboard behind the admin token, like /debug/proxies whose
-// data it shows. The page sends the token as a header.
-func (s *Server) ServeDashboard(d Dashboard) {
+// serveDashboard adds the dashboard's routes (Options.Dashboard).
+func (s *Server) serveDashboard(d Dashboard) {
 	s.dashboard = true
 	s.mux.Handle("GET "+DashboardPath, d.Page(DashboardPath))
 	s.admin("GET /debug/dashboard", d.State().ServeHTTP)

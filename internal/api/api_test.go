@@ -45,14 +45,11 @@ func newTestServer(t *testing.T, ready bool) *httptest.Server {
 		{Name: "onprem", State: pluginhost.StateRunning, LastSync: since},
 		{Name: "lab", State: pluginhost.StateRestarting, StaleSince: &since, Restarts: 2},
 	}}
-	debug := New(slog.New(slog.DiscardHandler), "test", testAdminToken, cat, providers)
-	debug.ServeXDSDebug(fakeXDS{})
 	reg := prometheus.NewPedanticRegistry()
+	debug := New(slog.New(slog.DiscardHandler), "test", testAdminToken, cat, providers, Options{XDS: fakeXDS{}, Metrics: reg, Dashboard: fakeDashboard{}})
 	if err := debug.Instrument(reg); err != nil {
 		t.Fatal(err)
 	}
-	debug.ServeMetrics(reg)
-	debug.ServeDashboard(fakeDashboard{})
 	srv := httptest.NewServer(debug.Handler())
 	t.Cleanup(srv.Close)
 	return srv
@@ -128,22 +125,23 @@ func TestEndpointsMarkStaleProviders(t *testing.T) {
 // osm-server adds "the xDS listener is open", so a client that waits for
 // readiness can dial xDS at once.
 func TestReadyChecks(t *testing.T) {
-	srv := New(slog.New(slog.DiscardHandler), "test", testAdminToken, catalog.New(), fakeProviders{ready: true})
+	var srv *Server
 	get := func() (int, string) {
 		rec := httptest.NewRecorder()
 		srv.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1/readyz", nil))
 		return rec.Code, rec.Body.String()
 	}
+	srv = New(slog.New(slog.DiscardHandler), "test", testAdminToken, catalog.New(), fakeProviders{ready: true}, Options{})
 	if code, body := get(); code != 200 {
 		t.Fatalf("/readyz with no checks = %d %q, want 200", code, body)
 	}
 	var listening atomic.Bool
-	srv.AddReadyCheck(func() error {
+	srv = New(slog.New(slog.DiscardHandler), "test", testAdminToken, catalog.New(), fakeProviders{ready: true}, Options{ReadyChecks: []func() error{func() error {
 		if !listening.Load() {
 			return errors.New("the xDS listener is not open yet")
 		}
 		return nil
-	})
+	}}})
 	if code, body := get(); code != 503 || !strings.Contains(body, "the xDS listener is not open yet") {
 		t.Errorf("/readyz before xDS listens = %d %q, want 503 naming the xDS listener", code, body)
 	}

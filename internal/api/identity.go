@@ -38,13 +38,21 @@ type IdentityRoutes struct {
 	log  *slog.Logger
 	ids  Identity
 	spec SpecSource
-	// xds returns the xDS address to give an agent that reached the API
-	// with the given Host header.
-	xds func(host string) string
-	// replicas lists the live replicas for the agent config (SetReplicas).
-	replicas func() []meshapi.Replica
-	// reports keeps gateway machines' reports (SetGatewayReports).
-	reports GatewayReports
+	opts IdentityOptions
+}
+
+// IdentityOptions are the identity routes'.
+type IdentityOptions struct {
+	// XDSAddress returns the xDS address to give an agent that reached
+	// the API with the given Host header.
+	XDSAddress func(host string) string
+	// Replicas lists the mesh's live replicas (enroll.Replicas.List) for
+	// the agent config, so agents can fail over to another when theirs
+	// dies. nil: the list is empty and agents keep the servers they know.
+	Replicas func() []meshapi.Replica
+	// GatewayReports keeps what POST /api/v1/agent/gateway-report
+	// receives; nil: the reports are checked and dropped.
+	GatewayReports GatewayReports
 }
 
 // GatewayReports keeps what the agents of gateway machines report of their
@@ -53,13 +61,9 @@ type GatewayReports interface {
 	SetGatewayReport(cn string, r meshapi.GatewayReport)
 }
 
-// SetGatewayReports serves POST /api/v1/agent/gateway-report into r.
-func (ir *IdentityRoutes) SetGatewayReports(r GatewayReports) { ir.reports = r }
-
-// NewIdentityRoutes returns the routes; xdsAddress maps the Host an agent
-// used to the xDS address it should dial.
-func NewIdentityRoutes(log *slog.Logger, ids Identity, sp SpecSource, xdsAddress func(host string) string) *IdentityRoutes {
-	return &IdentityRoutes{log: log, ids: ids, spec: sp, xds: xdsAddress}
+// NewIdentityRoutes returns the routes.
+func NewIdentityRoutes(log *slog.Logger, ids Identity, sp SpecSource, opts IdentityOptions) *IdentityRoutes {
+	return &IdentityRoutes{log: log, ids: ids, spec: sp, opts: opts}
 }
 
 // Public returns the routes served without the admin token.
@@ -138,14 +142,14 @@ func (ir *IdentityRoutes) agentConfig(w http.ResponseWriter, r *http.Request) {
 		hosts = append(hosts, meshapi.HostEntry{Hostname: eh.Host, IP: eh.VIP.String()})
 	}
 	var replicas []meshapi.Replica
-	if ir.replicas != nil {
-		replicas = ir.replicas()
+	if ir.opts.Replicas != nil {
+		replicas = ir.opts.Replicas()
 	}
 	writeJSON(w, http.StatusOK, meshapi.AgentConfig{
 		Identity:   rec.CN,
 		Gateway:    gatewayConfig(snap, rec.Service),
 		Replicas:   replicas,
-		XDSAddress: ir.xds(r.Host),
+		XDSAddress: ir.opts.XDSAddress(r.Host),
 		Hosts:      hosts,
 		ServiceCertificate: meshapi.ServiceCertificate{
 			CertificatePEM: string(cert.GetCertificateChain()),
@@ -206,8 +210,8 @@ func (ir *IdentityRoutes) gatewayReport(w http.ResponseWriter, r *http.Request) 
 		c := &rep.Certificates[i]
 		c.Listener, c.Error = truncate(c.Listener, 253), truncate(c.Error, maxText)
 	}
-	if ir.reports != nil {
-		ir.reports.SetGatewayReport(rec.CN, rep)
+	if ir.opts.GatewayReports != nil {
+		ir.opts.GatewayReports.SetGatewayReport(rec.CN, rep)
 	}
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -27,8 +27,7 @@ import (
 // returns the bound address.
 func serveDebug(t *testing.T, addr string, opts ServeOptions) string {
 	t.Helper()
-	s := New(slog.New(slog.DiscardHandler), "test", testAdminToken, catalog.New(), fakeProviders{ready: true})
-	s.ServeXDSDebug(fakeXDS{})
+	s := New(slog.New(slog.DiscardHandler), "test", testAdminToken, catalog.New(), fakeProviders{ready: true}, Options{XDS: fakeXDS{}})
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan net.Addr, 1)
 	opts.Ready = ready

@@ -11,10 +11,8 @@ import (
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 )
 
-// ServeMetrics serves GET /metrics: what g gathers, in the Prometheus
-// exposition format. osm-server hands in the registry every component
-// registered with.
-func (s *Server) ServeMetrics(g prometheus.Gatherer) {
+// serveMetrics serves GET /metrics (Options.Metrics).
+func (s *Server) serveMetrics(g prometheus.Gatherer) {
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
 		ErrorLog:      slog2promLogger{s},
 		ErrorHandling: promhttp.ContinueOnError,

@@ -178,6 +178,11 @@ type Options struct {
 	// pruning); nil runs it on this one (a single server is always the
 	// holder).
 	Duty Duty
+	// Lifetimes, when set, is followed while Run runs: its lifetimes
+	// apply to the certificates issued from each change on (a MeshConfig
+	// change; see SetLifetimes). nil: the lifetimes change only by
+	// SetLifetimes.
+	Lifetimes LifetimeSource
 }
 
 // Duty is held by one replica at a time. Run calls fn whenever this
@@ -574,8 +579,8 @@ func syncDelayAfter(cost time.Duration) time.Duration {
 
 // Run rotates service certificates before they expire, issues those
 // RequestServiceCertificate asked for, follows changes other replicas
-// make in the store, announcing them, writes proxy claims
-// (ClaimProxy) in the background and deletes proxy records past their
+// make in the store, announcing them, follows Options.Lifetimes, writes
+// proxy claims (ClaimProxy) in the background and deletes proxy records past their
 // retention (at start and then about hourly). It returns nil when ctx is done,
 // once the pending claims are written. Store errors are logged and retried
 // with backoff: a rotation loop that gives up takes the mesh down when the
@@ -597,6 +602,9 @@ func (m *Manager) Run(ctx context.Context) error {
 	m.claimWriters++ // from now on ClaimProxy leaves the write to writeClaims
 	m.claimMu.Unlock()
 	wg.Go(func() { m.writeClaims(ctx) })
+	if m.opts.Lifetimes != nil {
+		wg.Go(func() { m.followLifetimes(ctx, m.opts.Lifetimes) })
+	}
 	wg.Go(func() {
 		duty := m.opts.Duty
 		if duty == nil {

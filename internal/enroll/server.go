@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"strconv"
 	"time"
@@ -94,13 +95,31 @@ func NewHandler(log *slog.Logger, tokens *Tokens, iss Issuer, xdsAddress func(ho
 
 // NewHandlerWithReplicas is NewHandler whose answers also list the mesh's
 // replicas (Replicas.List), so an agent's first bootstrap names them all.
-func NewHandlerWithReplicas(log *slog.Logger, tokens *Tokens, iss Issuer, xdsAddress func(host string) string, replicas func() []meshapi.Replica, refused ...error) http.Handler {
+func NewHandlerWithReplicas(log *slog.Logger, tokens *Tokens, iss Issuer, xdsAddress func(host string) string, replicas func() []meshapi.Replica, refused ...error) *Handler {
 	h := &handler{log: log, tokens: tokens, iss: iss, xds: xdsAddress, replicas: replicas, refused: refused}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /api/v1/enroll", h.enroll)
-	mux.HandleFunc("POST /api/v1/renew", h.renew)
-	return mux
+	routes := map[string]http.Handler{
+		"POST /api/v1/enroll": http.HandlerFunc(h.enroll),
+		"POST /api/v1/renew":  http.HandlerFunc(h.renew),
+	}
+	for pattern, rh := range routes {
+		mux.Handle(pattern, rh)
+	}
+	return &Handler{mux: mux, routes: routes}
 }
+
+// Handler serves the enrollment API (see NewHandler).
+type Handler struct {
+	mux    *http.ServeMux
+	routes map[string]http.Handler
+}
+
+// ServeHTTP serves the enrollment and renewal routes.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Routes returns the API's routes by pattern, for a server that mounts
+// them beside others: the patterns are the enrollment API's own.
+func (h *Handler) Routes() map[string]http.Handler { return maps.Clone(h.routes) }
 
 type handler struct {
 	// replicas lists the mesh's replicas for the answers (nil: none).

@@ -1,4 +1,4 @@
-package main
+package enroll
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/store"
 	"github.com/osm-vm/osm-vm/internal/testwait"
@@ -21,7 +20,7 @@ import (
 type pruneRecorder struct {
 	mu    sync.Mutex
 	calls []time.Duration
-	next  *enroll.Tokens
+	next  *Tokens
 }
 
 func (p *pruneRecorder) Prune(ctx context.Context, retention time.Duration) (int, error) {
@@ -47,14 +46,16 @@ func TestPruneTokensLoop(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := store.NewMemory()
 	now := time.Now()
-	tokens := enroll.NewTokens(st, func() time.Time { return now })
-	if _, _, err := tokens.Create(ctx, enroll.TokenRequest{Service: mesh.MeshService{Namespace: "default", Name: "web"}, TTL: time.Second}); err != nil {
+	tokens := NewTokens(st, func() time.Time { return now })
+	if _, _, err := tokens.Create(ctx, TokenRequest{Service: mesh.MeshService{Namespace: "default", Name: "web"}, TTL: time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(2 * time.Hour) // expired an hour and more ago
 	rec := &pruneRecorder{next: tokens}
 	done := make(chan error, 1)
-	go func() { done <- pruneTokens(ctx, discardLogger(), rec, time.Hour, 10*time.Millisecond) }()
+	go func() {
+		done <- pruneTokens(ctx, slog.New(slog.NewTextHandler(io.Discard, nil)), rec, time.Hour, 10*time.Millisecond)
+	}()
 	testwait.Until(t, "the expired token deleted after the failed first prune", func() (bool, string) {
 		list, err := tokens.List(ctx)
 		if err != nil {
@@ -79,5 +80,3 @@ func TestPruneTokensLoop(t *testing.T) {
 		}
 	}
 }
-
-func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
