@@ -34,6 +34,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/presence"
 	"github.com/osm-vm/osm-vm/internal/sessionticket"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/spechttp"
 	"github.com/osm-vm/osm-vm/internal/store"
 	"github.com/osm-vm/osm-vm/internal/store/boltstore"
 	"github.com/osm-vm/osm-vm/internal/store/consulstore"
@@ -218,7 +219,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	admin.Handle("/api/v1/tokens", enroll.NewTokenAdminHandler(log, tokens))
 	admin.Handle("/api/v1/tokens/", enroll.NewTokenAdminHandler(log, tokens))
 	identity.Admin(admin)
-	admin.Handle("/", spec.NewHandler(log.With("component", "spec"), sp, spec.WarnUnserved(hasEndpoints(cat, host))))
+	admin.Handle("/", spechttp.NewHandler(log.With("component", "spec"), sp, spechttp.Options{HasEndpoints: hasEndpoints(cat, host)}))
 	enrollHandler := enroll.NewHandlerWithReplicas(log.With("component", "enroll"), tokens, certs, xdsFor, replicas.List, certificate.ErrNotFound, certificate.ErrRevoked, certificate.ErrExpired, certificate.ErrInvalidCSR)
 	public := append(identity.Public(), api.Route{Pattern: join.Prefix, Handler: join.NewHandler(log.With("component", "join"), certs.RootPEM(), cfg.agentPackageDir(), join.Limits{Downloads: cfg.JoinDownloads, PerClient: cfg.JoinDownloadsPerClient})})
 	for pattern, h := range enrollHandler.Routes() {

@@ -1,7 +1,7 @@
 package main
 
 // The mesh specification subcommands: apply, get, delete and diff. They are
-// clients of a running server's REST API (internal/spec.NewHandler).
+// clients of a running server's REST API (internal/spec/spechttp.NewHandler).
 
 import (
 	"cmp"

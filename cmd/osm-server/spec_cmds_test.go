@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/spechttp"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -29,7 +30,7 @@ func newSpecTestServer(t *testing.T) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := spec.NewHandler(log, s)
+	h := spechttp.NewHandler(log, s, spechttp.Options{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer "+testAdminToken {
 			http.Error(w, `{"reason":"Unauthorized","error":"missing or wrong admin token"}`, http.StatusUnauthorized)

@@ -66,8 +66,8 @@ spec:
 			s := newTestSpec(t, store.NewMemory())
 			applyYAML(t, s, gw)
 			s.SetGatewayMachines(fixedMachines(tc.machines))
-			o, ok := s.Snapshot().Object(Key{Kind: KindGateway, Namespace: "default", Name: "ingress"})
-			if !ok {
+			o, err := s.Snapshot().Object(Key{Kind: KindGateway, Namespace: "default", Name: "ingress"})
+			if err != nil {
 				t.Fatal("no Gateway")
 			}
 			st := o.(*Gateway).Status

@@ -269,8 +269,8 @@ func TestGatewayRouteStatus(t *testing.T) {
 	s := newTestSpec(t, store.NewMemory())
 	applyYAML(t, s, gwServices)
 	applyYAML(t, s, routeHead+"  rules:\n  - backendRefs: [{name: echo-v1, port: 80, weight: 9}, {name: echo-v3, port: 80, weight: 1}]\n")
-	o, ok := s.Snapshot().Object(Key{Kind: KindHTTPRoute, Namespace: "default", Name: "r"})
-	if !ok {
+	o, err := s.Snapshot().Object(Key{Kind: KindHTTPRoute, Namespace: "default", Name: "r"})
+	if err != nil {
 		t.Fatal("get: not found")
 	}
 	st := o.(*HTTPRoute).Status

@@ -80,8 +80,8 @@ func TestKubeServiceIsAMeshService(t *testing.T) {
 
 	// get returns the form applied (what the API server filled dropped),
 	// with the VIP in status.
-	o, ok := snap.Object(Key{Kind: KindService, Namespace: "bookstore", Name: "bookstore"})
-	if !ok {
+	o, err := snap.Object(Key{Kind: KindService, Namespace: "bookstore", Name: "bookstore"})
+	if err != nil {
 		t.Fatal("get: not found")
 	}
 	b, _ := json.Marshal(o)

@@ -1,4 +1,4 @@
-package spec
+package spec_test
 
 import (
 	"context"
@@ -13,28 +13,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/spechttp"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
 // serviceBatches returns n Services (svc-<i> in namespace bench, as
 // osm-bench's spec has them) as request bodies of at most
-// MaxRequestBytes and maxRequestNodes each (as an operator splits a large
+// spec.MaxRequestBytes and maxRequestNodes each (as an operator splits a large
 // apply).
 func serviceBatches(prefix string, n int) []string {
 	var out []string
 	var b strings.Builder
 	// A /16 holds 65,534 VIPs.
 	b.WriteString("---\napiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {outbound: {vipRange: 127.64.0.0/12}}\n")
-	nodes := nodeBound([]byte(b.String()))
+	nodes := spec.NodeBound([]byte(b.String()))
 	for i := range n {
 		doc := fmt.Sprintf("---\napiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: %s%06d, namespace: bench}\nspec:\n  ports: [{port: 8080, appProtocol: tcp}]\n", prefix, i)
-		if b.Len()+len(doc) > MaxRequestBytes || nodes+nodeBound([]byte(doc)) > maxRequestNodes {
+		if b.Len()+len(doc) > spec.MaxRequestBytes || nodes+spec.NodeBound([]byte(doc)) > spec.MaxRequestNodes {
 			out = append(out, b.String())
 			b.Reset()
 			nodes = 0
 		}
 		b.WriteString(doc)
-		nodes += nodeBound([]byte(doc))
+		nodes += spec.NodeBound([]byte(doc))
 	}
 	if b.Len() > 0 {
 		out = append(out, b.String())
@@ -112,15 +116,15 @@ spec:
 //	go test -run '^$' -bench ApplyAfterLargeSpec -benchtime 1x ./internal/spec/
 func BenchmarkApplyAfterLargeSpec(b *testing.B) {
 	const services = 104_000
-	st := openBolt(b, b.TempDir())
+	st := spec.OpenBolt(b, b.TempDir())
 	defer st.Close()
 	log := slog.New(slog.DiscardHandler)
 	for b.Loop() {
-		sp, err := New(b.Context(), log, store.Store(st))
+		sp, err := spec.New(b.Context(), log, store.Store(st))
 		if err != nil {
 			b.Fatal(err)
 		}
-		h := NewHandler(log, sp)
+		h := spechttp.NewHandler(log, sp, spechttp.Options{})
 		batches := serviceBatches(fmt.Sprintf("svc-%d-", sp.Snapshot().Version()), services)
 		big := measure(func() {
 			for _, body := range batches {
@@ -142,7 +146,7 @@ func BenchmarkApplyAfterLargeSpec(b *testing.B) {
 // countingStore counts the bytes of values a Spec reads from and writes
 // to the store.
 type countingStore struct {
-	Store
+	spec.Store
 	mu             sync.Mutex
 	read, written  int
 	lists, commits int
@@ -185,8 +189,11 @@ func TestSmallChangeAfterLargeSpecIsSmall(t *testing.T) {
 		t.Skip("applies 5,000 Services")
 	}
 	cs := &countingStore{Store: store.NewMemory()}
-	s := newTestSpec(t, cs)
-	h := NewHandler(discard(), s)
+	s, err := spec.New(t.Context(), discard(), cs)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	h := spechttp.NewHandler(discard(), s, spechttp.Options{})
 	for _, body := range serviceBatches("svc-", 5_000) {
 		postApply(t, h, body)
 	}
@@ -214,7 +221,7 @@ func TestSmallChangeAfterLargeSpecIsSmall(t *testing.T) {
 		t.Errorf("delete one Service after 5,000: read %d bytes from the store and wrote %d, want at most %d each", read, written, budget)
 	}
 	// What is stored is what a fresh reader sees, and what was published.
-	fresh, err := New(t.Context(), discard(), cs.Store)
+	fresh, err := spec.New(t.Context(), discard(), cs.Store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,11 +231,11 @@ func TestSmallChangeAfterLargeSpecIsSmall(t *testing.T) {
 	if got, want := fresh.Snapshot().Version(), s.Snapshot().Version(); got != want {
 		t.Errorf("a fresh reader sees version %d, want %d", got, want)
 	}
-	stored, _, err := s.load(t.Context())
+	published, stored, err := s.Sizes(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := s.Snapshot().st.size, stored.size; got != want {
+	if got, want := published, stored; got != want {
 		t.Errorf("size of the published state %d bytes, want %d (what is stored)", got, want)
 	}
 }

@@ -12,15 +12,6 @@ import (
 // the catalog's answer; the specification itself knows no endpoints.
 type HasEndpoints func(mesh.MeshService) bool
 
-// WarnUnserved makes the handler's apply and diff warn where a route leads
-// to a service nobody serves (see [ApplyOptions.HasEndpoints]).
-func WarnUnserved(has HasEndpoints) HandlerOption {
-	return func(h *handler) { h.hasEndpoints = has }
-}
-
-// HandlerOption configures [NewHandler].
-type HandlerOption func(*handler)
-
 // unservedWarnings warns, for a TrafficSplit or TrafficTarget of the batch
 // applied into st, about each service it leads callers to that nobody
 // serves: the service has no endpoints, and it is not the root of a

@@ -2,6 +2,7 @@ package spec
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -398,14 +399,25 @@ func (s *Snapshot) Objects(kinds ...string) []Object {
 	return out
 }
 
-// Object returns a copy of one stored document.
-func (s *Snapshot) Object(k Key) (Object, bool) {
+// Object returns a copy of one stored document, with its status; the
+// error, when it does not exist, wraps ErrNotFound and names a near name.
+func (s *Snapshot) Object(k Key) (Object, error) {
 	o, ok := s.st.objects[k]
 	if !ok {
-		return nil, false
+		return nil, notFoundError{k, didYouMean(k.Name, namesOfKind(s.st, k.Kind, k.Namespace))}
 	}
-	return s.withStatus(o), true
+	return s.withStatus(o), nil
 }
+
+// notFoundError says a document does not exist, suggesting a near name;
+// it wraps ErrNotFound.
+type notFoundError struct {
+	k    Key
+	hint string
+}
+
+func (e notFoundError) Error() string { return fmt.Sprintf("%s does not exist%s", e.k, e.hint) }
+func (e notFoundError) Unwrap() error { return ErrNotFound }
 
 func (s *Snapshot) withStatus(o Object) Object {
 	ki, _ := lookupKind(o.Key().Kind)

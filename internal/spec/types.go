@@ -71,6 +71,14 @@ func lookupKind(kind string) (kindInfo, bool) {
 	return kindInfo{}, false
 }
 
+// KindNames says how the API names kind: its plural (the REST path's
+// segment) and whether its documents are namespaced; ok is false for a
+// kind this version does not know.
+func KindNames(kind string) (plural string, namespaced, ok bool) {
+	ki, ok := lookupKind(kind)
+	return ki.plural, ki.namespaced, ok
+}
+
 func kindOrder(kind string) int {
 	return slices.IndexFunc(kinds, func(k kindInfo) bool { return k.kind == kind })
 }

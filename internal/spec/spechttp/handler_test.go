@@ -1,8 +1,9 @@
-package spec
+package spechttp
 
 import (
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,13 +13,22 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
-func newTestServer(t *testing.T) (*httptest.Server, *Spec) {
+const svcHead = "apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: web, namespace: default}\n"
+
+func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func newTestServer(t *testing.T) (*httptest.Server, *spec.Spec) {
 	t.Helper()
-	s := newTestSpec(t, store.NewMemory())
-	srv := httptest.NewServer(NewHandler(discard(), s))
+	s, err := spec.New(t.Context(), discard(), store.NewMemory())
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	srv := httptest.NewServer(NewHandler(discard(), s, Options{}))
 	t.Cleanup(srv.Close)
 	return srv, s
 }
@@ -43,7 +53,7 @@ func do(t *testing.T, method, url, contentType, body string) (int, string) {
 
 func bookstoreYAML(t *testing.T) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "examples", "bookstore", "mesh.yaml"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "examples", "bookstore", "mesh.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,11 +77,11 @@ func TestHandler(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("apply: %d %s", code, body)
 	}
-	var res BatchResult
+	var res spec.BatchResult
 	if err := json.Unmarshal([]byte(body), &res); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := len(res.Results), 12; got != want || res.Results[0].Action != Created {
+	if got, want := len(res.Results), 12; got != want || res.Results[0].Action != spec.Created {
 		t.Errorf("apply results = %d (first %s), want %d created", got, res.Results[0].Action, want)
 	}
 
@@ -100,7 +110,7 @@ func TestHandler(t *testing.T) {
 		{"delete conflict", "DELETE", "/services/default/bookstore-v1", "", "", 409, `is used by TrafficSplit default/bookstore-split`},
 		{"delete missing", "DELETE", "/services/default/nope", "", "", 404, `Service default/nope does not exist`},
 		{"delete one", "DELETE", "/services/default/api", "", "", 200, `"action": "deleted"`},
-		{"files body", "POST", "/apply?dryRun=true", FilesMediaType, `{"files":[{"source":"a.yaml","data":"kind: Nope\n"}]}`, 400, `"document": "Nope (unnamed) (a.yaml document 1, line 1)"`},
+		{"files body", "POST", "/apply?dryRun=true", spec.FilesMediaType, `{"files":[{"source":"a.yaml","data":"kind: Nope\n"}]}`, 400, `"document": "Nope (unnamed) (a.yaml document 1, line 1)"`},
 		{"delete documents", "POST", "/delete", "application/yaml", bookstoreYAML(t), 200, `"action": "deleted"`},
 		{"empty after delete", "GET", "", "", "", 200, `"items": []`},
 	}
@@ -121,14 +131,14 @@ func TestHandlerInvalidBody(t *testing.T) {
 	if code != http.StatusBadRequest {
 		t.Fatalf("code = %d, want 400", code)
 	}
-	var got ErrorBody
+	var got meshapi.ErrorBody
 	if err := json.Unmarshal([]byte(body), &got); err != nil {
 		t.Fatal(err)
 	}
-	want := ErrorBody{
+	want := meshapi.ErrorBody{
 		Reason: "Invalid",
 		Error:  "2 problem(s) in the mesh specification; nothing was changed",
-		Errors: []FieldError{
+		Errors: []meshapi.FieldError{
 			{Document: "Service default/web (bad.yaml document 1, line 1)", Field: "spec.ports[0].port", Message: "port 0 is out of range: want 1-65535"},
 			{Document: "Service default/web (bad.yaml document 1, line 1)", Field: "spec.ports[0].appProtocol", Message: `unsupported appProtocol "udp": want http, tcp or grpc`},
 		},

@@ -1,4 +1,11 @@
-package spec
+// Package spechttp serves the mesh specification's REST API
+// (/api/v1/spec): it reads requests into documents, applies and deletes
+// them through a *spec.Spec and answers with the spec's results and
+// errors as JSON. The specification's types, parsing, validation and
+// storage are internal/spec's; this package holds only the HTTP edge, and
+// internal/spec does not import it. The CLI calls the API through
+// internal/spec/specclient, which must not import this package.
+package spechttp
 
 import (
 	"encoding/json"
@@ -11,33 +18,8 @@ import (
 	"strconv"
 
 	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/spec"
 )
-
-// FilesMediaType is the content type of a batch made of several files (as
-// `apply -f DIR` sends), so errors name each file: a JSON object
-// {"files": [{"source": "a.yaml", "data": "..."}]}.
-const FilesMediaType = "application/vnd.osm-vm.files+json"
-
-// File is one named input of a batch.
-type File struct {
-	Source string `json:"source"`
-	Data   string `json:"data"`
-}
-
-type filesBody struct {
-	Files []File `json:"files"`
-}
-
-// ErrorBody is the JSON body of every error response, the API's one
-// error document; Reason is Invalid (with Errors), Conflict, NotFound,
-// BadRequest or Internal.
-type ErrorBody = meshapi.ErrorBody
-
-// ListBody is the JSON body of a list.
-type ListBody struct {
-	Version uint64            `json:"version"`
-	Items   []json.RawMessage `json:"items"`
-}
 
 // NewHandler returns the REST API of the mesh specification, rooted at
 // /api/v1/spec. It does no authentication: mount it behind the admin-token
@@ -50,11 +32,8 @@ type ListBody struct {
 //	GET    /api/v1/spec/{kind}[?namespace=NS]               kind, plural, "policies" -> ListBody
 //	GET    /api/v1/spec/{kind}/{namespace}/{name}           one document (MeshConfig: /meshconfigs/mesh)
 //	DELETE /api/v1/spec/{kind}/{namespace}/{name}           -> BatchResult
-func NewHandler(log *slog.Logger, s *Spec, opts ...HandlerOption) http.Handler {
-	h := &handler{log: log, spec: s}
-	for _, o := range opts {
-		o(h)
-	}
+func NewHandler(log *slog.Logger, sp *spec.Spec, opts Options) http.Handler {
+	h := &handler{log: log, sp: sp, opts: opts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /api/v1/spec/apply", h.apply)
 	mux.HandleFunc("POST /api/v1/spec/diff", h.diff)
@@ -68,33 +47,46 @@ func NewHandler(log *slog.Logger, s *Spec, opts ...HandlerOption) http.Handler {
 	return mux
 }
 
-type handler struct {
-	log          *slog.Logger
-	spec         *Spec
-	hasEndpoints HasEndpoints // nil: no warnings about unserved services
+// Options configure [NewHandler].
+type Options struct {
+	// HasEndpoints, when set, makes apply and diff warn where a route
+	// leads to a service nobody serves (see [spec.ApplyOptions]); nil:
+	// no such warnings.
+	HasEndpoints spec.HasEndpoints
 }
 
-func (h *handler) readDocs(w http.ResponseWriter, r *http.Request) ([]Document, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+type handler struct {
+	log  *slog.Logger
+	sp   *spec.Spec
+	opts Options
+}
+
+// filesBody is the body of a [spec.FilesMediaType] request.
+type filesBody struct {
+	Files []spec.File `json:"files"`
+}
+
+func (h *handler) readDocs(w http.ResponseWriter, r *http.Request) ([]spec.Document, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, spec.MaxRequestBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			h.writeError(w, http.StatusRequestEntityTooLarge, "BadRequest", fmt.Errorf("request body is larger than %d bytes: split the batch", MaxRequestBytes))
+			h.writeError(w, http.StatusRequestEntityTooLarge, "BadRequest", fmt.Errorf("request body is larger than %d bytes: split the batch", spec.MaxRequestBytes))
 			return nil, false
 		}
 		h.writeError(w, http.StatusBadRequest, "BadRequest", fmt.Errorf("read request body: %w", err))
 		return nil, false
 	}
-	files := []File{{Source: r.URL.Query().Get("source"), Data: string(body)}}
-	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == FilesMediaType {
+	files := []spec.File{{Source: r.URL.Query().Get("source"), Data: string(body)}}
+	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt == spec.FilesMediaType {
 		var fb filesBody
 		if err := json.Unmarshal(body, &fb); err != nil {
-			h.writeError(w, http.StatusBadRequest, "BadRequest", fmt.Errorf("decode %s body: %w", FilesMediaType, err))
+			h.writeError(w, http.StatusBadRequest, "BadRequest", fmt.Errorf("decode %s body: %w", spec.FilesMediaType, err))
 			return nil, false
 		}
 		files = fb.Files
 	}
-	docs, err := ParseFiles(files)
+	docs, err := spec.ParseFiles(files)
 	if err != nil {
 		h.writeSpecError(w, err)
 		return nil, false
@@ -104,32 +96,6 @@ func (h *handler) readDocs(w http.ResponseWriter, r *http.Request) ([]Document, 
 		return nil, false
 	}
 	return docs, true
-}
-
-// ParseFiles parses several files into one batch.
-func ParseFiles(files []File) ([]Document, error) {
-	var (
-		docs   []Document
-		all    []FieldError
-		budget = int64(maxRequestExpandedBytes) // shared by the files
-	)
-	for _, f := range files {
-		d, err := parse([]byte(f.Data), f.Source, &budget)
-		var ve *ValidationError
-		if errors.As(err, &ve) {
-			all = append(all, ve.Errors...)
-		} else if err != nil {
-			return nil, err
-		}
-		docs = append(docs, d...)
-		if budget < 0 {
-			break // the request is too large: the rest is not read
-		}
-	}
-	if len(all) > 0 {
-		return nil, &ValidationError{Errors: all}
-	}
-	return docs, nil
 }
 
 func boolParam(r *http.Request, name string) (bool, error) {
@@ -154,7 +120,7 @@ func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res, err := h.spec.Apply(r.Context(), docs, ApplyOptions{DryRun: dry, HasEndpoints: h.hasEndpoints})
+	res, err := h.sp.Apply(r.Context(), docs, spec.ApplyOptions{DryRun: dry, HasEndpoints: h.opts.HasEndpoints})
 	h.writeResult(w, res, err)
 }
 
@@ -163,7 +129,7 @@ func (h *handler) diff(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	res, err := h.spec.Apply(r.Context(), docs, ApplyOptions{Diff: true, HasEndpoints: h.hasEndpoints})
+	res, err := h.sp.Apply(r.Context(), docs, spec.ApplyOptions{Diff: true, HasEndpoints: h.opts.HasEndpoints})
 	h.writeResult(w, res, err)
 }
 
@@ -177,44 +143,45 @@ func (h *handler) deleteDocs(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	keys := make([]Key, len(docs))
+	keys := make([]spec.Key, len(docs))
 	for i, d := range docs {
 		keys[i] = d.Key()
 	}
-	res, err := h.spec.Delete(r.Context(), keys, dry)
+	res, err := h.sp.Delete(r.Context(), keys, dry)
 	h.writeResult(w, res, err)
 }
 
 // keyFromPath resolves {kind}/{namespace}/{name}; cluster-wide kinds
 // (MeshConfig) have no namespace segment.
-func keyFromPath(r *http.Request) (Key, error) {
-	ks, err := ResolveKinds(r.PathValue("kind"))
+func keyFromPath(r *http.Request) (spec.Key, error) {
+	ks, err := spec.ResolveKinds(r.PathValue("kind"))
 	if err != nil {
-		return Key{}, err
+		return spec.Key{}, err
 	}
 	if len(ks) != 1 {
-		return Key{}, fmt.Errorf("%q names several kinds: name one, such as services", r.PathValue("kind"))
+		return spec.Key{}, fmt.Errorf("%q names several kinds: name one, such as services", r.PathValue("kind"))
 	}
-	ki, _ := lookupKind(ks[0])
-	k := Key{Kind: ki.kind, Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
+	kind := ks[0]
+	plural, namespaced, _ := spec.KindNames(kind)
+	k := spec.Key{Kind: kind, Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
 	switch {
-	case ki.namespaced && k.Namespace == "":
-		return Key{}, fmt.Errorf("%s is namespaced: use /api/v1/spec/%s/{namespace}/{name}", ki.kind, ki.plural)
-	case !ki.namespaced && k.Namespace != "":
-		return Key{}, fmt.Errorf("%s is mesh-wide: use /api/v1/spec/%s/{name}", ki.kind, ki.plural)
+	case namespaced && k.Namespace == "":
+		return spec.Key{}, fmt.Errorf("%s is namespaced: use /api/v1/spec/%s/{namespace}/{name}", kind, plural)
+	case !namespaced && k.Namespace != "":
+		return spec.Key{}, fmt.Errorf("%s is mesh-wide: use /api/v1/spec/%s/{name}", kind, plural)
 	}
 	return k, nil
 }
 
 func (h *handler) list(w http.ResponseWriter, r *http.Request) {
-	ks, err := ResolveKinds(r.PathValue("kind"))
+	ks, err := spec.ResolveKinds(r.PathValue("kind"))
 	if err != nil {
 		h.writeError(w, http.StatusNotFound, "NotFound", err)
 		return
 	}
 	ns := r.URL.Query().Get("namespace")
-	snap := h.spec.Snapshot()
-	body := ListBody{Version: snap.Version(), Items: []json.RawMessage{}}
+	snap := h.sp.Snapshot()
+	body := spec.ListBody{Version: snap.Version(), Items: []json.RawMessage{}}
 	for _, o := range snap.Objects(ks...) {
 		if ns != "" && o.Key().Namespace != ns {
 			continue
@@ -235,10 +202,9 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, http.StatusNotFound, "NotFound", err)
 		return
 	}
-	snap := h.spec.Snapshot()
-	o, ok := snap.Object(k)
-	if !ok {
-		h.writeError(w, http.StatusNotFound, "NotFound", fmt.Errorf("%s does not exist%s", k, didYouMean(k.Name, namesOfKind(snap.st, k.Kind, k.Namespace))))
+	o, err := h.sp.Snapshot().Object(k)
+	if err != nil {
+		h.writeError(w, http.StatusNotFound, "NotFound", err)
 		return
 	}
 	writeJSON(w, http.StatusOK, o)
@@ -255,11 +221,11 @@ func (h *handler) deleteOne(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, http.StatusNotFound, "NotFound", err)
 		return
 	}
-	res, err := h.spec.Delete(r.Context(), []Key{k}, dry)
+	res, err := h.sp.Delete(r.Context(), []spec.Key{k}, dry)
 	h.writeResult(w, res, err)
 }
 
-func (h *handler) writeResult(w http.ResponseWriter, res BatchResult, err error) {
+func (h *handler) writeResult(w http.ResponseWriter, res spec.BatchResult, err error) {
 	if err != nil {
 		h.writeSpecError(w, err)
 		return
@@ -268,13 +234,13 @@ func (h *handler) writeResult(w http.ResponseWriter, res BatchResult, err error)
 }
 
 func (h *handler) writeSpecError(w http.ResponseWriter, err error) {
-	var ve *ValidationError
+	var ve *spec.ValidationError
 	switch {
 	case errors.As(err, &ve):
-		writeJSON(w, http.StatusBadRequest, ErrorBody{Reason: meshapi.ReasonInvalid, Error: fmt.Sprintf("%d problem(s) in the mesh specification; nothing was changed", len(ve.Errors)), Errors: ve.Errors})
-	case errors.Is(err, ErrConflict):
+		writeJSON(w, http.StatusBadRequest, meshapi.ErrorBody{Reason: meshapi.ReasonInvalid, Error: fmt.Sprintf("%d problem(s) in the mesh specification; nothing was changed", len(ve.Errors)), Errors: ve.Errors})
+	case errors.Is(err, spec.ErrConflict):
 		h.writeError(w, http.StatusConflict, "Conflict", err)
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, spec.ErrNotFound):
 		h.writeError(w, http.StatusNotFound, "NotFound", err)
 	default:
 		h.log.Error("mesh specification request failed", "err", err)
@@ -283,7 +249,7 @@ func (h *handler) writeSpecError(w http.ResponseWriter, err error) {
 }
 
 func (h *handler) writeError(w http.ResponseWriter, status int, reason string, err error) {
-	writeJSON(w, status, ErrorBody{Reason: reason, Error: err.Error()})
+	writeJSON(w, status, meshapi.ErrorBody{Reason: reason, Error: err.Error()})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
