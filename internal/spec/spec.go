@@ -19,6 +19,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec/specstore"
 )
 
 // casAttempts bounds retries when another writer wins the race.
@@ -100,7 +101,7 @@ func New(ctx context.Context, log *slog.Logger, store Store) (*Spec, error) {
 		return nil, err
 	}
 	s.checkStored(st)
-	s.snap.Store(s.newSnapshot(st, l.version()))
+	s.snap.Store(s.newSnapshot(st, l.Version()))
 	return s, nil
 }
 
@@ -140,7 +141,7 @@ func (s *Spec) Refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ver := l.version()
+	ver := l.Version()
 	if cur := s.snap.Load(); s.known == before || (cur != nil && cur.version >= ver) {
 		// What is published is as new: this server's own apply, or the
 		// start's load.
@@ -157,7 +158,7 @@ func (s *Spec) Refresh(ctx context.Context) error {
 // unreachable) is logged and retried with backoff, the last snapshot
 // staying in force meanwhile. It returns nil when ctx is cancelled.
 func (s *Spec) Run(ctx context.Context) error {
-	changed := s.store.Watch(ctx, "spec/")
+	changed := s.store.Watch(ctx, specstore.Watched)
 	const minBackoff, maxBackoff = 250 * time.Millisecond, 30 * time.Second
 	var backoff time.Duration
 	var retry <-chan time.Time
@@ -241,18 +242,18 @@ func (st *state) meshConfig() *MeshConfig {
 
 // load reads and decodes everything stored, whatever this server knows.
 func (s *Spec) load(ctx context.Context) (*state, uint64, error) {
-	l, err := s.list(ctx)
+	l, err := specstore.List(ctx, s.store)
 	if err != nil {
 		return nil, 0, err
 	}
-	st, err := l.state()
-	return st, l.version(), err
+	st, err := stateOf(l)
+	return st, l.Version(), err
 }
 
 // known is what a server last read or wrote of the stored specification:
 // the listing and the state it shows.
 type known struct {
-	l  *listing
+	l  *specstore.Listing
 	st *state
 }
 
@@ -262,22 +263,22 @@ type known struct {
 // it knew: a change then reads one key, not every document (for 100,000
 // Services that was seconds and a gigabyte per apply). A head that moved
 // means another server wrote, and everything is read again.
-func (s *Spec) read(ctx context.Context) (*listing, *state, error) {
+func (s *Spec) read(ctx context.Context) (*specstore.Listing, *state, error) {
 	if k := s.known; k != nil {
-		kvs, err := s.store.List(ctx, headKey)
+		unmoved, err := specstore.Unmoved(ctx, s.store, k.l)
 		if err != nil {
-			return nil, nil, fmt.Errorf("read mesh specification from the store: %w", err)
+			return nil, nil, err
 		}
-		if v, ok := headVersion(kvs, k.l.head); ok && v == k.l.headVersion {
+		if unmoved {
 			return k.l, k.st, nil
 		}
 	}
 	s.known = nil
-	l, err := s.list(ctx)
+	l, err := specstore.List(ctx, s.store)
 	if err != nil {
 		return nil, nil, err
 	}
-	st, err := l.state()
+	st, err := stateOf(l)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -285,11 +286,10 @@ func (s *Spec) read(ctx context.Context) (*listing, *state, error) {
 	return l, st, nil
 }
 
-// remember keeps l and st as what is stored, when nothing can be
-// written under the head without moving it: no writer is staging a
-// change (which writes its entries under the head's version).
-func (s *Spec) remember(l *listing, st *state) {
-	if l.committed() && l.head.Staging == l.head.Gen && l.headVersion != 0 && !l.stale {
+// remember keeps l and st as what is stored, when l can be kept
+// (specstore.Listing.Reusable).
+func (s *Spec) remember(l *specstore.Listing, st *state) {
+	if l.Reusable() {
 		s.known = &known{l: l, st: st}
 	}
 }
@@ -346,7 +346,7 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 		if err != nil {
 			return BatchResult{}, err
 		}
-		ver := l.version()
+		ver := l.Version()
 		next := cur.clone()
 		res, err := change(next)
 		if err != nil {
@@ -374,10 +374,10 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 		switch {
 		case len(changes) == 0:
 			next.size = cur.size
-		case !l.committed():
+		case !l.Committed():
 			next.size = storedSize(changes)
 		default:
-			next.size = l.sizeAfter(cur.size, changes)
+			next.size = l.SizeAfter(cur.size, changes)
 		}
 		if size := next.size; size > s.maxStored && size > cur.size {
 			return BatchResult{}, &ValidationError{Errors: []FieldError{{Document: "mesh specification", Message: fmt.Sprintf(
@@ -388,19 +388,16 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 			return res, nil
 		}
 		s.known = nil // l changes as it is written
-		nv, ok, err := s.write(ctx, l, changes)
+		nv, ok, err := specstore.Write(ctx, s.store, s.log, l, changes)
 		if err != nil {
 			return BatchResult{}, err
 		}
 		if !ok {
 			continue // another server wrote first: redo on its state
 		}
-		// The head's new version, so that the next change can start from
-		// here (unless another server wrote meanwhile).
-		if kvs, err := s.store.List(ctx, headKey); err == nil {
-			l.headVersion, _ = headVersion(kvs, l.head)
-			s.remember(l, next)
-		}
+		// The next change can start from here (unless another server
+		// wrote meanwhile).
+		s.remember(l, next)
 		res.Version = nv
 		s.publishChange(cur, next, nv, touched)
 		for _, r := range res.Results {
@@ -412,15 +409,15 @@ func (s *Spec) mutate(ctx context.Context, dryRun bool, change func(*state) (Bat
 }
 
 // changedItems allocates next's VIPs and returns the stored values of
-// what next changes of cur, as l stores it (deletedEntry for what it
+// what next changes of cur, as l stores it (specstore.Deleted for what it
 // deletes): the documents res says changed and the VIPs that were
 // allocated, freed or moved (those that moved are returned too). Only
 // those are encoded, unless the change is the first to store every item
 // (over a version-1 value) or moves VIPs in bulk (a vipRange or an Egress
 // changed). touched are the documents changed, when nothing else did (no
 // VIP in bulk).
-func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[string][]byte, moved []mesh.MeshService, touched []Key, err error) {
-	bulk := !l.committed() || cur.meshConfig().vipRange() != next.meshConfig().vipRange()
+func changedItems(l *specstore.Listing, cur, next *state, res BatchResult) (changes map[string][]byte, moved []mesh.MeshService, touched []Key, err error) {
+	bulk := !l.Committed() || cur.meshConfig().vipRange() != next.meshConfig().vipRange()
 	for _, r := range res.Results {
 		if r.Action != Unchanged {
 			touched = append(touched, r.Key)
@@ -443,9 +440,9 @@ func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[st
 			ip, has := next.vips[svc]
 			switch was, had := cur.vips[svc]; {
 			case has && (!had || was != ip):
-				changes[vipItem(svc)] = encodeVIP(ip)
+				changes[specstore.VIPItem(svc)] = specstore.EncodeVIP(ip)
 			case had && !has:
-				changes[vipItem(svc)] = deletedEntry
+				changes[specstore.VIPItem(svc)] = specstore.Deleted()
 			}
 		}
 		return changes, nil, touched, nil
@@ -453,7 +450,7 @@ func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[st
 	if moved, err = allocateVIPs(next, prefix); err != nil {
 		return nil, nil, nil, err
 	}
-	if !l.committed() {
+	if !l.Committed() {
 		if !res.Changed() && maps.Equal(cur.vips, next.vips) {
 			return nil, moved, nil, nil
 		}
@@ -465,12 +462,12 @@ func changedItems(l *listing, cur, next *state, res BatchResult) (changes map[st
 	}
 	for svc, ip := range next.vips {
 		if was, had := cur.vips[svc]; !had || was != ip {
-			changes[vipItem(svc)] = encodeVIP(ip)
+			changes[specstore.VIPItem(svc)] = specstore.EncodeVIP(ip)
 		}
 	}
 	for svc := range cur.vips {
 		if _, has := next.vips[svc]; !has {
-			changes[vipItem(svc)] = deletedEntry
+			changes[specstore.VIPItem(svc)] = specstore.Deleted()
 		}
 	}
 	return changes, moved, nil, nil
@@ -685,23 +682,4 @@ func splitLines(s string) []string {
 		return nil
 	}
 	return difflib.SplitLines(strings.TrimSuffix(s, "\n"))
-}
-
-// encodeDocs returns the stored entries of the documents keys, as they are
-// in st: each encoded, or marked deleted when st no longer has it.
-func encodeDocs(st *state, keys []Key) (map[string][]byte, error) {
-	changes := make(map[string][]byte, len(keys))
-	for _, k := range keys {
-		obj, ok := st.objects[k]
-		if !ok {
-			changes[docItem(k)] = deletedEntry
-			continue
-		}
-		raw, err := encodeDoc(k, obj)
-		if err != nil {
-			return nil, err
-		}
-		changes[docItem(k)] = raw
-	}
-	return changes, nil
 }

@@ -128,7 +128,7 @@ func TestLargeApplyAtomicForReaders(t *testing.T) {
 	}
 	// Superseded entries are collected: what is left is one entry per
 	// live item (3 documents, 3 VIPs) and the head.
-	kvs, err := st.Memory.List(t.Context(), specPrefix)
+	kvs, err := st.Memory.List(t.Context(), "spec/v2/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestLargeApplyAtomicForReaders(t *testing.T) {
 	if _, err := s.Apply(t.Context(), mustParse(t, svcYAML("fresh")), ApplyOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := st.Memory.List(t.Context(), specPrefix)
+	after, _ := st.Memory.List(t.Context(), "spec/v2/")
 	if len(after) != 1+8 {
 		t.Errorf("%d keys stored after the next change (was %d), want 9 (the head, 4 documents, 4 VIPs): the deleted items' entries are collected", len(after), len(kvs))
 	}
@@ -175,7 +175,7 @@ func TestWriterDyingMidwayLeavesNothingVisible(t *testing.T) {
 			if got := len(r.Snapshot().Objects()); got != 73 {
 				t.Errorf("%d documents, want 73 (3 + the second writer's 70, none of the dead writer's)", got)
 			}
-			kvs, _ := st.Memory.List(t.Context(), entryPrefix+"doc/Service/default/big")
+			kvs, _ := st.Memory.List(t.Context(), "spec/v2/e/doc/Service/default/big")
 			if len(kvs) != 0 {
 				t.Errorf("%d entries of the dead writer left after the next change, want 0", len(kvs))
 			}

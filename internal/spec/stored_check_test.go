@@ -22,7 +22,7 @@ func TestStoredDocumentsRevalidated(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An older version allowed any weight: rewrite the stored split so.
-	kvs, err := st.List(t.Context(), entryPrefix+docItem(Key{Kind: KindTrafficSplit, Namespace: "default", Name: "split"}))
+	kvs, err := st.List(t.Context(), "spec/v2/e/"+docItem(Key{Kind: KindTrafficSplit, Namespace: "default", Name: "split"}))
 	if err != nil || len(kvs) != 1 {
 		t.Fatalf("stored split: %v, %v", kvs, err)
 	}

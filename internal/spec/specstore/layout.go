@@ -1,4 +1,11 @@
-package spec
+// Package specstore keeps the mesh specification in the server's store:
+// the stored layout (one immutable entry per document and per VIP, by
+// generation, made visible by a head key; version 1's single value read
+// for the upgrade), the consistent read of it and the writes that change
+// it atomically for readers. It knows items and their stored bytes, not
+// documents: internal/spec encodes and decodes the documents and imports
+// this package; this package must not import internal/spec.
+package specstore
 
 import (
 	"bytes"
@@ -6,6 +13,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"maps"
 	"net/netip"
 	"slices"
@@ -16,7 +24,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
-// Store is what spec needs from the server's store: a consistent listing of
+// Store is what the specification needs from the server's store: a consistent listing of
 // a prefix and multi-key transactions with version conditions, within
 // store.MaxTxnOps and store.MaxTxnBytes each.
 type Store interface {
@@ -85,12 +93,17 @@ type entryRecord struct {
 	Deleted bool            `json:"deleted,omitempty"`
 }
 
-// docItem and vipItem name a document's and a VIP's entries.
-func docItem(k Key) string {
-	return "doc/" + k.Kind + "/" + cmp.Or(k.Namespace, "_") + "/" + k.Name
+// DocItem and VIPItem name a document's and a Service's VIP's entries:
+// the keys of a write's changes.
+func DocItem(kind, namespace, name string) string {
+	return "doc/" + kind + "/" + cmp.Or(namespace, "_") + "/" + name
 }
 
-func vipItem(s mesh.MeshService) string { return "vip/" + s.Namespace + "/" + s.Name }
+func VIPItem(s mesh.MeshService) string { return "vip/" + s.Namespace + "/" + s.Name }
+
+// Watched is the prefix of every key of the specification: Watch it to
+// learn of another server's changes.
+const Watched = "spec/"
 
 func entryKey(item string, gen uint64) string {
 	return fmt.Sprintf("%s%s@%016x", entryPrefix, item, gen)
@@ -110,12 +123,12 @@ func parseEntryKey(key string) (item string, gen uint64, ok bool) {
 	return rest[:i], gen, err == nil
 }
 
-// listing is one consistent read of the stored specification: the head
+// Listing is one consistent read of the stored specification: the head
 // and, of every item, the generations stored. A server keeps the listing
 // of what it last read or wrote (Spec.known) and, while the head has not
 // moved since, changes it without reading or decoding the documents
 // again: a change costs what it changes (see Spec.read).
-type listing struct {
+type Listing struct {
 	head        headRecord
 	headVersion uint64 // 0: no head yet
 	items       map[string]storedItem
@@ -153,12 +166,13 @@ func (it storedItem) gens() []uint64 {
 	return append(slices.Clone(it.others), it.visible)
 }
 
-func (s *Spec) list(ctx context.Context) (*listing, error) {
-	kvs, err := s.store.List(ctx, "spec/")
+// List reads the stored specification (one consistent read).
+func List(ctx context.Context, st Store) (*Listing, error) {
+	kvs, err := st.List(ctx, Watched)
 	if err != nil {
 		return nil, fmt.Errorf("read mesh specification from the store: %w", err)
 	}
-	l := &listing{items: map[string]storedItem{}, tombstones: map[string]struct{}{}, untidy: map[string]struct{}{}, values: map[string][]byte{}}
+	l := &Listing{items: map[string]storedItem{}, tombstones: map[string]struct{}{}, untidy: map[string]struct{}{}, values: map[string][]byte{}}
 	type entry struct {
 		item  string
 		gen   uint64
@@ -214,53 +228,74 @@ func (s *Spec) list(ctx context.Context) (*listing, error) {
 	return l, nil
 }
 
-// committed says whether a version-2 change was ever committed; until
-// then readers see the version-1 value (if any).
-func (l *listing) committed() bool { return l.head.Gen != 0 }
+// Committed says whether a version-2 change was ever committed; until
+// then readers see the version-1 value (if any), and the first change
+// writes every item.
+func (l *Listing) Committed() bool { return l.head.Gen != 0 }
 
-// version is the snapshot version of what l shows.
-func (l *listing) version() uint64 {
-	if !l.committed() {
+// Version is the snapshot version of what l shows.
+func (l *Listing) Version() uint64 {
+	if !l.Committed() {
 		return l.legacyVersion
 	}
 	return l.head.Gen
 }
 
-// state decodes what l shows, and drops the values it read.
-func (l *listing) state() (*state, error) {
-	if !l.committed() {
-		return decodeLegacy(l.legacy)
+// Read calls doc with every document l shows (where names it in an
+// error: the store key it was read from) and returns the VIPs l shows and
+// the stored size of it all; it drops the values it read.
+func (l *Listing) Read(doc func(where string, raw json.RawMessage) error) (vips map[mesh.MeshService]netip.Addr, size int, err error) {
+	if !l.Committed() {
+		return readLegacy(l.legacy, doc)
 	}
-	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}, names: &kindIndex{}}
+	vips = map[mesh.MeshService]netip.Addr{}
 	for item, value := range l.values {
 		key := entryKey(item, l.items[item].visible)
 		var e entryRecord
 		if err := json.Unmarshal(value, &e); err != nil {
-			return nil, fmt.Errorf("decode mesh specification entry %s (restore the store from a backup): %w", key, err)
+			return nil, 0, fmt.Errorf("decode mesh specification entry %s (restore the store from a backup): %w", key, err)
 		}
 		if e.Deleted {
 			continue
 		}
-		st.size += len(value)
+		size += len(value)
 		kind, rest, _ := strings.Cut(item, "/")
 		switch kind {
 		case "doc":
-			obj, err := decodeObject(e.Doc)
-			if err != nil {
-				return nil, fmt.Errorf("stored %s: %w", key, err)
+			if err := doc("stored "+key, e.Doc); err != nil {
+				return nil, 0, err
 			}
-			st.objects[obj.Key()] = obj
 		case "vip":
 			ns, name, _ := strings.Cut(rest, "/")
 			ip, err := netip.ParseAddr(e.VIP)
 			if err != nil {
-				return nil, fmt.Errorf("stored VIP of %s/%s at %s: %w", ns, name, key, err)
+				return nil, 0, fmt.Errorf("stored VIP of %s/%s at %s: %w", ns, name, key, err)
 			}
-			st.vips[mesh.MeshService{Namespace: ns, Name: name}] = ip
+			vips[mesh.MeshService{Namespace: ns, Name: name}] = ip
 		}
 	}
 	l.values = nil
-	return st, nil
+	return vips, size, nil
+}
+
+// Unmoved says whether the stored head is still where l saw or left it
+// (the same version and record): then l is still what is stored, and a
+// change reads one key, not every document.
+func Unmoved(ctx context.Context, st Store, l *Listing) (bool, error) {
+	kvs, err := st.List(ctx, headKey)
+	if err != nil {
+		return false, fmt.Errorf("read mesh specification from the store: %w", err)
+	}
+	v, ok := headVersion(kvs, l.head)
+	return ok && v == l.headVersion, nil
+}
+
+// Reusable says whether l can be kept as what is stored (see Unmoved):
+// nothing can be written under the head without moving it (no writer is
+// staging a change, which writes its entries under the head's version),
+// and l is not stale.
+func (l *Listing) Reusable() bool {
+	return l.Committed() && l.head.Staging == l.head.Gen && l.headVersion != 0 && !l.stale
 }
 
 // headVersion returns the version of the head in kvs (a listing of
@@ -275,98 +310,58 @@ func headVersion(kvs []store.KV, h headRecord) (uint64, bool) {
 	return 0, false
 }
 
-// decodeObject decodes one stored document.
-func decodeObject(r json.RawMessage) (Object, error) {
-	var tm TypeMeta
-	if err := json.Unmarshal(r, &tm); err != nil {
-		return nil, fmt.Errorf("decode stored document: %w", err)
-	}
-	ki, ok := lookupKind(tm.Kind)
-	if !ok {
-		return nil, fmt.Errorf("stored document has kind %q, which this version does not know: upgrade osm-server", tm.Kind)
-	}
-	obj, ok := newObjectFor(ki, tm.APIVersion)
-	if !ok {
-		return nil, fmt.Errorf("stored %s has apiVersion %q, which this version does not know: upgrade osm-server", tm.Kind, tm.APIVersion)
-	}
-	if err := json.Unmarshal(r, obj); err != nil {
-		return nil, fmt.Errorf("decode stored %s: %w", tm.Kind, err)
-	}
-	return obj, nil
-}
-
 // storedState is the version-1 form: everything in one value.
 type storedState struct {
 	Objects []json.RawMessage `json:"objects"`
 	VIPs    map[string]string `json:"vips"`
 }
 
-func decodeLegacy(raw []byte) (*state, error) {
-	st := &state{objects: map[Key]Object{}, vips: map[mesh.MeshService]netip.Addr{}, names: &kindIndex{}}
+func readLegacy(raw []byte, doc func(where string, raw json.RawMessage) error) (vips map[mesh.MeshService]netip.Addr, size int, err error) {
+	vips = map[mesh.MeshService]netip.Addr{}
 	if raw == nil {
-		return st, nil
+		return vips, 0, nil
 	}
 	var ss storedState
 	if err := json.Unmarshal(raw, &ss); err != nil {
-		return nil, fmt.Errorf("decode mesh specification at store key %s: %w", legacyKey, err)
+		return nil, 0, fmt.Errorf("decode mesh specification at store key %s: %w", legacyKey, err)
 	}
 	for i, r := range ss.Objects {
-		obj, err := decodeObject(r)
-		if err != nil {
-			return nil, fmt.Errorf("document %d at store key %s: %w", i, legacyKey, err)
+		if err := doc(fmt.Sprintf("document %d at store key %s", i, legacyKey), r); err != nil {
+			return nil, 0, err
 		}
-		st.objects[obj.Key()] = obj
 	}
 	for k, v := range ss.VIPs {
 		ns, name, _ := strings.Cut(k, "/")
 		ip, err := netip.ParseAddr(v)
 		if err != nil {
-			return nil, fmt.Errorf("stored VIP of %s: %w", k, err)
+			return nil, 0, fmt.Errorf("stored VIP of %s: %w", k, err)
 		}
-		st.vips[mesh.MeshService{Namespace: ns, Name: name}] = ip
+		vips[mesh.MeshService{Namespace: ns, Name: name}] = ip
 	}
-	st.size = len(raw)
-	return st, nil
+	return vips, len(raw), nil
 }
 
-// encodeItems returns the stored value of every item of st.
-func encodeItems(st *state) (map[string][]byte, error) {
-	out := make(map[string][]byte, len(st.objects)+len(st.vips))
-	for k, obj := range st.objects {
-		b, err := encodeDoc(k, obj)
-		if err != nil {
-			return nil, err
-		}
-		out[docItem(k)] = b
-	}
-	for svc, ip := range st.vips {
-		out[vipItem(svc)] = encodeVIP(ip)
-	}
-	return out, nil
+// EncodeDoc returns the stored value of a document, given its JSON.
+func EncodeDoc(doc json.RawMessage) ([]byte, error) {
+	return json.Marshal(entryRecord{Doc: doc})
 }
 
-func encodeDoc(k Key, obj Object) ([]byte, error) {
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", k, err)
-	}
-	if b, err = json.Marshal(entryRecord{Doc: b}); err != nil {
-		return nil, fmt.Errorf("encode %s: %w", k, err)
-	}
-	return b, nil
-}
-
-func encodeVIP(ip netip.Addr) []byte {
+// EncodeVIP returns the stored value of a Service's VIP.
+func EncodeVIP(ip netip.Addr) []byte {
 	b, _ := json.Marshal(entryRecord{VIP: ip.String()})
 	return b
 }
 
+// Deleted returns the stored value of a change that deletes an item; the
+// caller must not modify it.
+func Deleted() []byte { return deletedEntry }
+
 var deletedEntry = []byte(`{"deleted":true}`)
 
-// sizeAfter is the stored size of what l shows once changes (stored
+// SizeAfter is the stored size of what l shows once changes (stored
 // values by item, deletedEntry for a deletion) are written over it,
 // where size is what l shows now.
-func (l *listing) sizeAfter(size int, changes map[string][]byte) int {
+func (l *Listing) SizeAfter(size int, changes map[string][]byte) int {
 	for item, v := range changes {
 		if it := l.items[item]; it.visible != 0 && !it.deleted {
 			size -= it.size
@@ -378,12 +373,13 @@ func (l *listing) sizeAfter(size int, changes map[string][]byte) int {
 	return size
 }
 
-// write stores changes (stored values by item, deletedEntry for a
-// deletion) over what l shows; ok is false when another writer changed
-// the specification first (the caller starts again). It returns the new
-// snapshot version. Once it has committed, l is what is stored (its
-// headVersion unknown: 0); on any other outcome l is stale.
-func (s *Spec) write(ctx context.Context, l *listing, changes map[string][]byte) (ver uint64, ok bool, err error) {
+// Write stores changes (stored values by item, Deleted for a deletion)
+// over what l shows; ok is false when another writer changed the
+// specification first (the caller starts again). It returns the new
+// snapshot version. Once it has committed, l is what is stored (Reusable
+// unless superseded entries could not be collected or the head's new
+// version could not be read); on any other outcome l is stale.
+func Write(ctx context.Context, st Store, log *slog.Logger, l *Listing, changes map[string][]byte) (ver uint64, ok bool, err error) {
 	var ops []store.Op // entries at generation gen, keys filled below
 	var changed []string
 	for _, item := range slices.Sorted(maps.Keys(changes)) {
@@ -421,30 +417,35 @@ func (s *Spec) write(ctx context.Context, l *listing, changes map[string][]byte)
 
 	// The usual change: one transaction.
 	if one := slices.Concat(ops, leftovers, commit(l.headVersion)); store.CheckLimits(one) == nil {
-		ok, err := s.store.Txn(ctx, one...)
+		ok, err := st.Txn(ctx, one...)
 		if err != nil || !ok {
 			return 0, ok, writeErr(err)
 		}
 	} else {
 		// Staged: take the generation, write the entries under the head's
 		// version, then move the head.
-		taken, ok, err := s.store.CompareAndSwap(ctx, headKey, l.headVersion, headVal(headRecord{Gen: l.head.Gen, Staging: gen}))
+		taken, ok, err := st.CompareAndSwap(ctx, headKey, l.headVersion, headVal(headRecord{Gen: l.head.Gen, Staging: gen}))
 		if err != nil || !ok {
 			return 0, ok, writeErr(err)
 		}
 		check := store.Check(headKey, taken)
 		for _, batch := range batches(slices.Concat(leftovers, ops), check) {
-			ok, err := s.store.Txn(ctx, batch...)
+			ok, err := st.Txn(ctx, batch...)
 			if err != nil || !ok {
 				return 0, ok, writeErr(err)
 			}
 		}
-		if ok, err := s.store.Txn(ctx, commit(taken)...); err != nil || !ok {
+		if ok, err := st.Txn(ctx, commit(taken)...); err != nil || !ok {
 			return 0, ok, writeErr(err)
 		}
 	}
 	superseded := l.advance(gen, changed, changes)
-	l.stale = !s.collect(ctx, gen, superseded)
+	l.stale = !collect(ctx, st, log, gen, superseded)
+	// The head's new version, so that the next change can start from
+	// here (unless another server wrote meanwhile).
+	if kvs, err := st.List(ctx, headKey); err == nil {
+		l.headVersion, _ = headVersion(kvs, l.head)
+	}
 	return gen, true, nil
 }
 
@@ -452,7 +453,7 @@ func (s *Spec) write(ctx context.Context, l *listing, changes map[string][]byte)
 // committed at gen, and returns the keys of the entries that change
 // superseded (older generations of the changed items, and the
 // tombstones of items deleted before), which collect deletes.
-func (l *listing) advance(gen uint64, changed []string, changes map[string][]byte) (superseded []string) {
+func (l *Listing) advance(gen uint64, changed []string, changes map[string][]byte) (superseded []string) {
 	isChanged := make(map[string]bool, len(changed))
 	for _, item := range changed {
 		isChanged[item] = true
@@ -535,14 +536,14 @@ func batches(ops []store.Op, check store.Op) [][]store.Op {
 // never changes what a reader sees; a failure leaves garbage for the next
 // change to collect (l no longer says what is stored, so the caller
 // reads the store again).
-func (s *Spec) collect(ctx context.Context, gen uint64, superseded []string) (ok bool) {
+func collect(ctx context.Context, st Store, log *slog.Logger, gen uint64, superseded []string) (ok bool) {
 	for chunk := range slices.Chunk(superseded, store.MaxTxnOps) {
 		ops := make([]store.Op, len(chunk))
 		for i, k := range chunk {
 			ops[i] = store.Delete(k, store.AnyVersion)
 		}
-		if _, err := s.store.Txn(ctx, ops...); err != nil {
-			s.log.Warn("deleting superseded mesh specification entries failed; the next change deletes them", "err", err, "generation", gen)
+		if _, err := st.Txn(ctx, ops...); err != nil {
+			log.Warn("deleting superseded mesh specification entries failed; the next change deletes them", "err", err, "generation", gen)
 			return false
 		}
 	}
