@@ -20,7 +20,7 @@ import (
 //   - a name that always means something internal (internalNameWhy) is
 //     refused unless MeshConfig spec.egress.allowedInternalHosts lists it;
 //   - an egress gateway refuses to connect to an address of
-//     InternalPrefixes that a name resolves to, unless MeshConfig
+//     internalRanges that a name resolves to, unless MeshConfig
 //     spec.egress.allowedInternalCIDRs covers it (render: the DNS cache's
 //     resolved_address_filter, see EgressDeniedPrefixes).
 
@@ -29,7 +29,7 @@ type EgressConfig struct {
 	// AllowedInternalHosts are names an Egress may list although they
 	// name something internal (such as metadata.google.internal).
 	AllowedInternalHosts []string `json:"allowedInternalHosts,omitempty"`
-	// AllowedInternalCIDRs are internal addresses (of InternalPrefixes) an
+	// AllowedInternalCIDRs are internal addresses (of internalRanges) an
 	// egress gateway may connect to when a name resolves to them.
 	AllowedInternalCIDRs []string `json:"allowedInternalCIDRs,omitempty"`
 }
@@ -77,9 +77,9 @@ var internalPrefixes = func() []internalPrefix {
 	return out
 }()
 
-// InternalPrefixes returns the address ranges an egress gateway refuses to
+// internalRanges returns the address ranges an egress gateway refuses to
 // connect to unless MeshConfig allows them.
-func InternalPrefixes() []netip.Prefix {
+func internalRanges() []netip.Prefix {
 	out := make([]netip.Prefix, len(internalPrefixes))
 	for i, p := range internalPrefixes {
 		out[i] = p.prefix
@@ -98,11 +98,11 @@ func internalAddrWhy(a netip.Addr) string {
 }
 
 // EgressDeniedPrefixes returns the addresses an egress gateway of this
-// MeshConfig refuses to connect to: InternalPrefixes less
+// MeshConfig refuses to connect to: internalRanges less
 // spec.egress.allowedInternalCIDRs, sorted. Unparsable entries (apply
 // refuses them) allow nothing.
 func (c MeshConfigSpec) EgressDeniedPrefixes() []netip.Prefix {
-	denied := InternalPrefixes()
+	denied := internalRanges()
 	for _, s := range c.Egress.AllowedInternalCIDRs {
 		a, err := netip.ParsePrefix(s)
 		if err != nil {
@@ -351,7 +351,7 @@ func validateEgressConfig(v *validator, c EgressConfig) {
 		seenP[p] = i
 		if p.Contains(netip.IPv4Unspecified()) || p.Contains(netip.IPv6Unspecified()) {
 			v.errorf(f, "%s holds an unspecified address (0.0.0.0 or ::), which connects to the gateway machine itself and is never allowed: list narrower ranges", p)
-		} else if !slices.ContainsFunc(InternalPrefixes(), p.Overlaps) {
+		} else if !slices.ContainsFunc(internalRanges(), p.Overlaps) {
 			v.errorf(f, "%s is not internal (loopback, link-local, unspecified or a metadata service): an egress gateway connects to it already; remove it", p)
 		}
 	}

@@ -55,7 +55,7 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("%d documents accepted at %d bytes together, over the limit of %d", len(docs), total, maxRequestExpandedBytes)
 		}
 		for _, d := range docs {
-			y := CanonicalYAML(d.Object)
+			y := canonicalYAML(d.Object)
 			again, err := Parse([]byte(y), "canonical")
 			if err != nil {
 				t.Fatalf("canonical YAML of %s does not parse: %v\n%s", d.Key(), err, y)

@@ -645,8 +645,8 @@ func canonicalJSON(o Object) []byte {
 
 func canonicalEqual(a, b Object) bool { return bytes.Equal(canonicalJSON(a), canonicalJSON(b)) }
 
-// CanonicalYAML renders o as YAML with sorted keys and defaults filled.
-func CanonicalYAML(o Object) string {
+// canonicalYAML renders o as YAML with sorted keys and defaults filled.
+func canonicalYAML(o Object) string {
 	if o == nil {
 		return ""
 	}
@@ -664,8 +664,8 @@ func CanonicalYAML(o Object) string {
 
 func diffObjects(k Key, before, after Object) string {
 	d := difflib.UnifiedDiff{
-		A:        splitLines(CanonicalYAML(before)),
-		B:        splitLines(CanonicalYAML(after)),
+		A:        splitLines(canonicalYAML(before)),
+		B:        splitLines(canonicalYAML(after)),
 		FromFile: "live/" + k.String(),
 		ToFile:   "applied/" + k.String(),
 		Context:  3,
