@@ -1,13 +1,18 @@
-// Package spec owns the mesh specification: Service documents, the SMI
-// policies (TrafficTarget, HTTPRouteGroup, TCPRoute, TrafficSplit) and the
-// MeshConfig singleton. It parses and strictly validates YAML or JSON
-// documents, applies batches atomically to a store, allocates each Service a
-// stable virtual IP, and publishes immutable, versioned Snapshots that the
-// catalog and the xDS layer query.
+// Package spec owns the mesh specification: Service documents (osm-vm.io
+// and Kubernetes v1), the SMI policies (TrafficTarget, HTTPRouteGroup,
+// TCPRoute, TrafficSplit), Egress and EgressGateway, the Gateway API
+// kinds (Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute,
+// ReferenceGrant) with their route and Gateway status, and the MeshConfig
+// singleton. It parses and strictly validates YAML or JSON documents,
+// applies batches atomically, allocates each Service a stable virtual IP,
+// and publishes immutable, versioned Snapshots that the catalog and the
+// xDS layer query.
 //
-// spec knows nothing of Envoy, xDS, endpoints or the catalog, and must not
-// import them (deps_test.go enforces this), so other front ends (Gateway API)
-// can be added later.
+// How the documents are stored is internal/spec/specstore's (which spec
+// imports); the REST API is internal/spec/spechttp's and its client
+// internal/spec/specclient's (which import spec, never the reverse).
+// spec knows nothing of Envoy, xDS, endpoints, the catalog or HTTP
+// serving, and must not import them (deps_test.go enforces this).
 package spec
 
 import (
