@@ -4,9 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -21,6 +18,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/keylock"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -221,25 +219,16 @@ func (m *Manager) ProxySPIFFEID(sa mesh.ServiceAccount, id mesh.ProxyIdentity) s
 	return sa.SPIFFEID(m.opts.TrustDomain) + "/proxy/" + id.UUID.String()
 }
 
-// checkCSR parses a DER CSR, verifies its signature and refuses weak keys.
-// Only the public key is used: the server decides the subject and SANs.
+// checkCSR parses a DER CSR, refuses a key that meshapi.CheckKey (the key
+// policy) refuses, and verifies the signature. Only the public key is
+// used: the server decides the subject and SANs.
 func checkCSR(der []byte) (crypto.PublicKey, error) {
 	csr, err := x509.ParseCertificateRequest(der)
 	if err != nil {
 		return nil, fmt.Errorf("%w: not a DER PKCS#10 request: %v", ErrInvalidCSR, err)
 	}
-	const accepted = "use ECDSA P-256 or P-384, or RSA of at least 2048 bits"
-	switch k := csr.PublicKey.(type) {
-	case *ecdsa.PublicKey:
-		if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {
-			return nil, fmt.Errorf("%w: key is ECDSA %s; %s", ErrInvalidCSR, k.Curve.Params().Name, accepted)
-		}
-	case *rsa.PublicKey:
-		if k.N.BitLen() < 2048 {
-			return nil, fmt.Errorf("%w: key is RSA %d bits; %s", ErrInvalidCSR, k.N.BitLen(), accepted)
-		}
-	default:
-		return nil, fmt.Errorf("%w: key type %s is not accepted; %s", ErrInvalidCSR, csr.PublicKeyAlgorithm, accepted)
+	if err := meshapi.CheckKey(csr.PublicKey); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidCSR, err)
 	}
 	if err := csr.CheckSignature(); err != nil {
 		return nil, fmt.Errorf("%w: signature does not verify (the request was altered, or signed by another key): %v", ErrInvalidCSR, err)

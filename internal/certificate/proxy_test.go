@@ -132,9 +132,9 @@ func TestIssueProxyKeys(t *testing.T) {
 		{"ECDSA P-256", ecKey(t, elliptic.P256()), ""},
 		{"ECDSA P-384", ecKey(t, elliptic.P384()), ""},
 		{"RSA 2048", rsaKey(2048), ""},
-		{"RSA 1024", rsaKey(1024), "key is RSA 1024 bits; use ECDSA P-256 or P-384, or RSA of at least 2048 bits"},
-		{"ECDSA P-224", ecKey(t, elliptic.P224()), "key is ECDSA P-224; use ECDSA P-256 or P-384"},
-		{"ECDSA P-521", ecKey(t, elliptic.P521()), "key is ECDSA P-521"},
+		{"RSA 1024", rsaKey(1024), "RSA key of 1024 bits is too weak (2048 or more)"},
+		{"ECDSA P-224", ecKey(t, elliptic.P224()), "ECDSA curve P-224 is not accepted (P-256 or P-384)"},
+		{"ECDSA P-521", ecKey(t, elliptic.P521()), "ECDSA curve P-521 is not accepted"},
 		{"Ed25519", edKey, "key type Ed25519 is not accepted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

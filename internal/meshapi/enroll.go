@@ -2,6 +2,7 @@ package meshapi
 
 import (
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
@@ -55,9 +56,11 @@ func GenerateKey() (*ecdsa.PrivateKey, error) {
 	return k, nil
 }
 
-// CheckKey is the key policy of a proxy CSR: it accepts ECDSA P-256 and
-// P-384 and RSA of 2048 bits or more. The server refuses other CSRs (400
-// WeakKey); the client checks before it sends one.
+// CheckKey is the key policy of a proxy CSR, the only place it is
+// written: it accepts ECDSA P-256 and P-384 and RSA of 2048 bits or more.
+// The server refuses other CSRs (the enrollment handler with 400 WeakKey,
+// internal/certificate with ErrInvalidCSR); the client checks before it
+// sends one.
 func CheckKey(pub any) error {
 	const use = "generate an ECDSA P-256 key (osm-agent does)"
 	switch k := pub.(type) {
@@ -72,7 +75,11 @@ func CheckKey(pub any) error {
 		}
 		return fmt.Errorf("RSA key of %d bits is too weak (2048 or more): %s", k.N.BitLen(), use)
 	}
-	return fmt.Errorf("%T keys are not accepted: %s", pub, use)
+	kind := fmt.Sprintf("%T", pub)
+	if _, ok := pub.(ed25519.PublicKey); ok {
+		kind = x509.Ed25519.String()
+	}
+	return fmt.Errorf("key type %s is not accepted (ECDSA P-256 or P-384, or RSA of 2048 bits or more): %s", kind, use)
 }
 
 // CAHash returns "sha256:" and the hex SHA-256 of the certificate's
