@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
 	"io"
@@ -107,28 +108,24 @@ func runEnroll(ctx context.Context, log *slog.Logger, stdout io.Writer, cfg enro
 		return fmt.Errorf("data directory %s: %w (run as root, or pass --data-dir)", cfg.dataDir, err)
 	}
 
-	key, err := meshapi.GenerateKey()
-	if err != nil {
-		return fmt.Errorf("generate proxy key: %w", err)
-	}
-	keyPEM, err := agent.MarshalKey(key)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
 	log.Debug("enrolling", "servers", cfg.servers, "service", cfg.join.Service.String())
-	res, _, err := meshclient.Failover(ctx, cfg.servers, func(ctx context.Context, server string) (meshclient.Result, error) {
-		join := cfg.join
-		join.Server = server
-		return meshclient.Enroll(ctx, nil, join, key)
+	req := &agent.CertRequest{Dir: cfg.dataDir}
+	res, id, err := req.Obtain(ctx, nil, func(ctx context.Context, key crypto.Signer) (meshclient.Result, error) {
+		res, _, err := meshclient.Failover(ctx, cfg.servers, func(ctx context.Context, server string) (meshclient.Result, error) {
+			join := cfg.join
+			join.Server = server
+			return meshclient.Enroll(ctx, nil, join, key)
+		})
+		return res, err
 	})
+	var saveErr *agent.SaveError
+	if errors.As(err, &saveErr) {
+		return fmt.Errorf("enrolled as %s, but %w; the token use is spent: create a new token with `osm-server token create` and enroll again", res.Identity, err)
+	}
 	if err != nil {
 		return err
-	}
-	id := agent.Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: res.CAPEM}
-	if err := agent.SaveIdentity(cfg.dataDir, id); err != nil {
-		return fmt.Errorf("enrolled as %s, but %w; the token use is spent: create a new token with `osm-server token create` and enroll again", res.Identity, err)
 	}
 	expires := "unknown"
 	if c, err := id.TLS(); err == nil {

@@ -13,7 +13,8 @@
 // internal/certificate or internal/spec (deps_test.go enforces this).
 //
 // The agent's identity in its data directory (proxy.key, proxy.crt,
-// ca.crt) is [SaveIdentity] and [LoadIdentity].
+// ca.crt) is [SaveIdentity] and [LoadIdentity]; [CertRequest] obtains it
+// (key, request, save) for enrollment, renewal and `osm-agent enroll`.
 package agent
 
 import (
@@ -301,23 +302,15 @@ func (a *Agent) ensureIdentity(ctx context.Context) error {
 }
 
 func (a *Agent) enrollOnce(ctx context.Context, token string) error {
-	key, err := meshapi.GenerateKey()
-	if err != nil {
-		return err
-	}
-	res, err := failover(ctx, a, func(ctx context.Context, server string) (meshclient.Result, error) {
-		return a.enroller.Enroll(ctx, meshclient.JoinRequest{
-			Server: server, Token: token, CACertHash: a.cfg.CACertHash, Service: a.cfg.MeshService(),
-		}, key)
+	req := &CertRequest{Dir: a.cfg.DataDir}
+	res, _, err := req.Obtain(ctx, nil, func(ctx context.Context, key crypto.Signer) (meshclient.Result, error) {
+		return failover(ctx, a, func(ctx context.Context, server string) (meshclient.Result, error) {
+			return a.enroller.Enroll(ctx, meshclient.JoinRequest{
+				Server: server, Token: token, CACertHash: a.cfg.CACertHash, Service: a.cfg.MeshService(),
+			}, key)
+		})
 	})
 	if err != nil {
-		return err
-	}
-	keyPEM, err := MarshalKey(key)
-	if err != nil {
-		return err
-	}
-	if err := SaveIdentity(a.cfg.DataDir, Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: res.CAPEM}); err != nil {
 		return err
 	}
 	a.setServers(res.XDSAddress, res.Replicas)

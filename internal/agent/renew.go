@@ -2,13 +2,13 @@ package agent
 
 import (
 	"context"
-	"crypto/ecdsa"
+	"crypto"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"time"
 
-	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
 )
 
@@ -41,15 +41,9 @@ func (a *Agent) renewLoop(ctx context.Context) {
 		// renewed but its answer was lost, this agent still holds only the
 		// certificate that renewal replaced, and the server renews with
 		// that one only when asked again for the same key.
-		var key *ecdsa.PrivateKey
+		req := &CertRequest{Dir: a.cfg.DataDir}
 		for {
-			var err error
-			if key == nil {
-				key, err = meshapi.GenerateKey()
-			}
-			if err == nil {
-				err = a.renewOnce(ctx, key)
-			}
+			err := a.renewOnce(ctx, req)
 			if err == nil {
 				a.countRenewal(renewedOK)
 				break
@@ -89,30 +83,25 @@ func (a *Agent) renewLoop(ctx context.Context) {
 	}
 }
 
-// renewOnce renews for key and replaces the identity files atomically;
-// the proxy picks them up from its watched directory.
-func (a *Agent) renewOnce(ctx context.Context, key *ecdsa.PrivateKey) error {
+// renewOnce renews with req's key and replaces the identity files
+// atomically; the proxy picks them up from its watched directory.
+func (a *Agent) renewOnce(ctx context.Context, req *CertRequest) error {
 	id, _ := a.identity()
 	cert, err := id.TLS()
 	if err != nil {
 		return err
 	}
-	res, err := failover(ctx, a, func(ctx context.Context, server string) (meshclient.Result, error) {
-		return a.enroller.Renew(ctx, server, id.CAPEM, cert, key)
+	_, _, err = req.Obtain(ctx, id.CAPEM, func(ctx context.Context, key crypto.Signer) (meshclient.Result, error) {
+		return failover(ctx, a, func(ctx context.Context, server string) (meshclient.Result, error) {
+			return a.enroller.Renew(ctx, server, id.CAPEM, cert, key)
+		})
 	})
-	if err != nil {
-		return err
-	}
-	keyPEM, err := MarshalKey(key)
-	if err != nil {
-		return err
-	}
-	caPEM := res.CAPEM
-	if len(caPEM) == 0 {
-		caPEM = id.CAPEM
-	}
-	if err := SaveIdentity(a.cfg.DataDir, Identity{KeyPEM: keyPEM, CertPEM: res.CertificatePEM, CAPEM: caPEM}); err != nil {
+	var saveErr *SaveError
+	if errors.As(err, &saveErr) {
 		return fmt.Errorf("save renewed certificate: %w", err)
+	}
+	if err != nil {
+		return err
 	}
 	nid, leaf, err := loadCurrentIdentity(a.cfg.DataDir)
 	if err != nil {
