@@ -83,7 +83,7 @@ type envOptions struct {
 	setup func(*Server)
 }
 
-func startEnvWith(t *testing.T, o envOptions) *env {
+func startEnvWith(t testing.TB, o envOptions) *env {
 	t.Helper()
 	grace, reg := o.grace, o.reg
 	log := o.log
@@ -161,7 +161,7 @@ func startEnvWith(t *testing.T, o envOptions) *env {
 }
 
 // enroll issues a proxy certificate for svc from a locally generated key.
-func (e *env) enroll(t *testing.T, svc string) tls.Certificate {
+func (e *env) enroll(t testing.TB, svc string) tls.Certificate {
 	t.Helper()
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: pkix.Name{CommonName: "ignored"}}, key)
@@ -180,7 +180,7 @@ func (e *env) enroll(t *testing.T, svc string) tls.Certificate {
 	return tlsPair(t, certPEM, key)
 }
 
-func tlsPair(t *testing.T, certPEM []byte, key *ecdsa.PrivateKey) tls.Certificate {
+func tlsPair(t testing.TB, certPEM []byte, key *ecdsa.PrivateKey) tls.Certificate {
 	t.Helper()
 	der, _ := x509.MarshalECPrivateKey(key)
 	pair, err := tls.X509KeyPair(certPEM, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}))
@@ -190,7 +190,7 @@ func tlsPair(t *testing.T, certPEM []byte, key *ecdsa.PrivateKey) tls.Certificat
 	return pair
 }
 
-func cnOf(t *testing.T, c tls.Certificate) string {
+func cnOf(t testing.TB, c tls.Certificate) string {
 	t.Helper()
 	leaf, err := x509.ParseCertificate(c.Certificate[0])
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 
 // openStream opens an ADS stream as node cn on conn, asks for clusters
 // and returns the call that ends the stream and the answer's error.
-func (e *env) openStream(t *testing.T, conn *grpc.ClientConn, cn string) (context.CancelFunc, error) {
+func (e *env) openStream(t testing.TB, conn *grpc.ClientConn, cn string) (context.CancelFunc, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testwait.Bound(t))
 	t.Cleanup(cancel)
@@ -33,7 +33,7 @@ func (e *env) openStream(t *testing.T, conn *grpc.ClientConn, cn string) (contex
 	return cancel, err
 }
 
-func (e *env) conn(t *testing.T, cert tls.Certificate) *grpc.ClientConn {
+func (e *env) conn(t testing.TB, cert tls.Certificate) *grpc.ClientConn {
 	t.Helper()
 	creds := credentials.NewTLS(&tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: e.certs.CertPool(), ServerName: "localhost", MinVersion: tls.VersionTLS13})
 	conn, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(creds))
