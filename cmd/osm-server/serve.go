@@ -186,7 +186,6 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	}
 
 	xdsCache := xdscache.New(log.With("component", "xds-cache"))
-	xdsServer := xds.NewServer(log.With("component", "xds"), xdsCache, certs)
 	// The mesh model joins the specification, the discovered endpoints and
 	// the connected proxies (the xDS server tells it) into the views the
 	// publisher renders. After a restart proxies reconnect one by one: for
@@ -194,7 +193,6 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	// sees its upstreams vanish.
 	model := catalog.NewModel(cat, sp, certs.TrustDomain(), cfg.StartupGrace)
 	publisher := xds.NewPublisher(log.With("component", "xds-publisher"), xdsCache, model, certs)
-	xdsServer.SetWatcher(publisher)
 	// Gateway machines' addresses follow their connections, for DNS.
 	gateways := dnspublish.NewGatewaySource(model)
 	xdsPresence := presences{model, gateways}
@@ -206,9 +204,8 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		sharer = presence.New(log.With("component", "presence"), kv, presenceKey(cfg, self), model, 0)
 		xdsPresence = append(xdsPresence, sharer)
 	}
-	xdsServer.SetPresence(xdsPresence)
-	xdsServer.SetHandshakeTimeout(cfg.HandshakeTimeout)
-	xdsServer.SetMaxStreamsPerProxy(cfg.XDSMaxStreamsPerProxy)
+	xdsServer := xds.NewServer(log.With("component", "xds"), xdsCache, certs, xds.Options{Watcher: publisher, Presence: xdsPresence,
+		HandshakeTimeout: cfg.HandshakeTimeout, MaxStreamsPerProxy: cfg.XDSMaxStreamsPerProxy})
 	// A Gateway's Programmed status follows the machines connected as it.
 	gwMachines := newGatewayMachines(xdsServer, xdsCache, publisher)
 	sp.SetGatewayMachines(gwMachines)

@@ -1,10 +1,22 @@
 package xds
 
+// How long a new connection may take to become a stream: each read of its
+// TLS handshake and HTTP/2 preface bounded by the peer's silence, the whole
+// by gRPC's ConnectionTimeout, and the connections counted for Server.Load.
+
 import (
 	"net"
 	"sync/atomic"
 	"time"
 )
+
+// DefaultHandshakeTimeout bounds how long the peer of a new connection to
+// the xDS port may stay silent during its TLS handshake and before its
+// HTTP/2 preface (and, times six, the whole handshake: see
+// handshakeListener); gRPC's own default, 120 s for the whole handshake,
+// let a peer that sends nothing hold a connection (and a file descriptor)
+// for two minutes. A proxy on a slow link answers in well under a second.
+const DefaultHandshakeTimeout = 10 * time.Second
 
 // handshakeListener bounds the handshake (TLS, then the HTTP/2 preface) of
 // every connection it accepts by the peer's silence, not by the server's

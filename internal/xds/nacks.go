@@ -96,21 +96,32 @@ func (l *logLimiter) allow(key string) (ok bool, suppressed int, shared bool) {
 	return true, suppressed, shared
 }
 
-// nacked handles a NACK on stream st, before the cache records it: it
-// cuts the message (clipNACK) and logs it unless the proxy's NACKs are
-// being limited (logLimiter).
-func (s *Server) nacked(st *stream, typeURL, nonce string, d *rpcstatus.Status) {
+// nackLog handles the NACKs proxies send, before the cache records them:
+// it cuts each message (clipNACK) and logs it unless the proxy's NACKs are
+// being limited (logLimiter, by the proxy certificate's CN).
+type nackLog struct {
+	log   *slog.Logger
+	limit *logLimiter
+}
+
+func newNACKLog(log *slog.Logger) *nackLog {
+	return &nackLog{log: log, limit: newLogLimiter(nackLogEvery, maxLogLimits, time.Now)}
+}
+
+// nacked handles a NACK of type typeURL answering nonce from a stream of
+// the proxy whose certificate's CN is cn.
+func (n *nackLog) nacked(cn, typeURL, nonce string, d *rpcstatus.Status) {
 	clipNACK(d)
-	ok, suppressed, shared := s.nackLog.allow(st.cn)
+	ok, suppressed, shared := n.limit.allow(cn)
 	if !ok {
 		return
 	}
-	attrs := []any{"cn", st.cn, "type", typeURL, "nonce", nonce, "error", d.GetMessage()}
+	attrs := []any{"cn", cn, "type", typeURL, "nonce", nonce, "error", d.GetMessage()}
 	switch {
 	case shared:
 		attrs = append(attrs, slog.Int("suppressed_all_proxies", suppressed))
 	case suppressed > 0:
 		attrs = append(attrs, slog.Int("suppressed", suppressed))
 	}
-	s.log.Warn("proxy rejected xDS response; it keeps its last good configuration (GET /debug/proxies shows the rejected version)", attrs...)
+	n.log.Warn("proxy rejected xDS response; it keeps its last good configuration (GET /debug/proxies shows the rejected version)", attrs...)
 }

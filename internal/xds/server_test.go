@@ -74,13 +74,14 @@ func startEnvMetrics(t *testing.T, grace time.Duration, reg prometheus.Registere
 }
 
 // envOptions are startEnvWith's: grace and reg as startEnvMetrics's; log,
-// when not nil, is the server's and the cache's logger; setup is called
-// on the server before it serves.
+// when not nil, is the server's and the cache's logger; server is the
+// server's options (its Watcher and Presence are the env's publisher and
+// model).
 type envOptions struct {
-	grace time.Duration
-	reg   prometheus.Registerer
-	log   *slog.Logger
-	setup func(*Server)
+	grace  time.Duration
+	reg    prometheus.Registerer
+	log    *slog.Logger
+	server Options
 }
 
 func startEnvWith(t testing.TB, o envOptions) *env {
@@ -117,14 +118,11 @@ func startEnvWith(t testing.TB, o envOptions) *env {
 		cat.SetEndpoints("test", mesh.MeshService{Namespace: "default", Name: name}, []mesh.Endpoint{{IP: ip, Port: 14001}})
 	}
 	c := cache.New(log)
-	srv := NewServer(log, c, certs)
-	if o.setup != nil {
-		o.setup(srv)
-	}
 	model := catalog.NewModel(cat, sp, certs.TrustDomain(), grace)
 	pub := NewPublisher(discard(), c, model, certs)
-	srv.SetWatcher(pub)
-	srv.SetPresence(model)
+	opts := o.server
+	opts.Watcher, opts.Presence = pub, model
+	srv := NewServer(log, c, certs, opts)
 	if reg != nil {
 		for _, err := range []error{c.Instrument(reg), pub.Instrument(reg), srv.Instrument(reg)} {
 			if err != nil {
@@ -320,13 +318,11 @@ func TestProxyReceivesItsListenersAndClusters(t *testing.T) {
 	}
 	// Once claimed, the stream lets go of the record it was verified
 	// with: 10,000 streams held 8% of the heap's objects in them.
-	e.srv.mu.Lock()
-	for st := range e.srv.streams {
+	for _, st := range e.srv.table.live() {
 		if st.rec.CN != "" {
 			t.Errorf("stream of %s still holds its proxy record after the claim", st.cn)
 		}
 	}
-	e.srv.mu.Unlock()
 }
 
 func TestNodeIDMustMatchCertificate(t *testing.T) {
@@ -694,7 +690,7 @@ func TestRevokedProxyDeltaStreamIsDisconnected(t *testing.T) {
 // new ones are refused.
 func TestStreamsEndWithRegisterContext(t *testing.T) {
 	e := startEnv(t)
-	srv := NewServer(discard(), cache.New(discard()), e.certs)
+	srv := NewServer(discard(), cache.New(discard()), e.certs, Options{})
 	g := grpc.NewServer(grpc.Creds(credentials.NewTLS(&tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: e.certs.ServingCertificate([]string{"localhost", "127.0.0.1"}),

@@ -46,10 +46,8 @@ func (e *env) conn(t testing.TB, cert tls.Certificate) *grpc.ClientConn {
 
 // liveStreams returns how many streams of cn the server counts.
 func (e *env) liveStreams(cn string) int {
-	e.srv.mu.Lock()
-	defer e.srv.mu.Unlock()
 	n := 0
-	for st := range e.srv.streams {
+	for _, st := range e.srv.table.live() {
 		if st.cn == cn {
 			n++
 		}
@@ -64,7 +62,7 @@ func (e *env) liveStreams(cn string) int {
 func TestStreamsPerProxyAreBounded(t *testing.T) {
 	const bound = 3
 	outer := t
-	e := startEnvWith(t, envOptions{setup: func(s *Server) { s.SetMaxStreamsPerProxy(bound) }})
+	e := startEnvWith(t, envOptions{server: Options{MaxStreamsPerProxy: bound}})
 	cert, other := e.enroll(t, "bookbuyer"), e.enroll(t, "bookthief")
 	cn := cnOf(t, cert)
 	// Two connections, as an agent's local endpoint (one per stream) and
@@ -119,9 +117,9 @@ func TestStreamsPerProxyAreBounded(t *testing.T) {
 			t.Errorf("Disconnect ended %d streams, want %d", n, bound-1)
 		}
 		testwait.For(t, "every stream to be counted out", func() bool { return e.liveStreams(cn) == 0 })
-		e.srv.mu.Lock()
-		defer e.srv.mu.Unlock()
-		if _, ok := e.srv.perCN[cn]; ok {
+		e.srv.table.mu.Lock()
+		defer e.srv.table.mu.Unlock()
+		if _, ok := e.srv.table.limit.perCN[cn]; ok {
 			t.Errorf("the server still holds a count for %s after its last stream ended", cn)
 		}
 	})

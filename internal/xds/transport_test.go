@@ -194,8 +194,7 @@ func TestServerSendsNoPingPerRequest(t *testing.T) {
 func TestHandshakeTimeout(t *testing.T) {
 	e := startEnv(t)
 	const bound = 300 * time.Millisecond
-	srv := NewServer(discard(), cache.New(discard()), e.certs)
-	srv.SetHandshakeTimeout(bound)
+	srv := NewServer(discard(), cache.New(discard()), e.certs, Options{HandshakeTimeout: bound})
 	tlsCfg := &tls.Config{
 		MinVersion:     tls.VersionTLS13,
 		GetCertificate: e.certs.ServingCertificate([]string{"localhost", "127.0.0.1"}),
