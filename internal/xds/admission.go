@@ -5,6 +5,7 @@ package xds
 
 import (
 	"log/slog"
+	"net"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -47,10 +48,10 @@ func newStreamLimit(log *slog.Logger, max int) streamLimit {
 // naming the bound when cn has as many open as allowed (logged at most
 // once per nackLogEvery per identity). peer is the connection's remote
 // address, for the log.
-func (l *streamLimit) take(cn, peer string) error {
+func (l *streamLimit) take(cn string, peer net.Addr) error {
 	if n := l.perCN[cn]; n >= l.max {
 		if ok, suppressed, _ := l.refused.allow(cn); ok {
-			l.log.Warn("xDS stream refused: the proxy has the most streams allowed open", "cn", cn, "peer", peer, "streams", n, "xdsMaxStreamsPerProxy", l.max, "suppressed", suppressed)
+			l.log.Warn("xDS stream refused: the proxy has the most streams allowed open", "cn", cn, "peer", peer.String(), "streams", n, "xdsMaxStreamsPerProxy", l.max, "suppressed", suppressed)
 		}
 		return status.Errorf(codes.ResourceExhausted, "proxy %s has %d xDS streams open, the most osm-server allows one proxy identity (xdsMaxStreamsPerProxy %d): close the streams it does not use, or raise xdsMaxStreamsPerProxy in the osm-server config", cn, n, l.max)
 	}

@@ -42,6 +42,8 @@ func closeReason(ctx context.Context, stopped bool) string {
 		return closeExpired
 	case errors.Is(cause, ErrRevoked):
 		return closeRevoked
+	case cause == nil || errors.Is(cause, context.Canceled):
+		return closeClient // most streams: said without status.FromError's allocations
 	}
 	if st, ok := status.FromError(cause); ok && st.Code() != codes.OK && st.Code() != codes.Canceled {
 		return closeRefused

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
+	"net"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -53,7 +54,7 @@ type peerProxy struct {
 	cn    string
 	chain []*x509.Certificate     // the verified chain, the proxy's certificate first
 	rec   certificate.ProxyRecord // the proxy's record, for its claim
-	addr  string                  // the connection's remote address, for the log
+	addr  net.Addr                // the connection's remote address, for the log
 }
 
 // authenticate authenticates a new stream from its TLS peer: its
@@ -84,13 +85,12 @@ func (c *identityCheck) authenticate(ctx context.Context) (peerProxy, error) {
 	if _, err := mesh.ParseProxyIdentity(cn); err != nil {
 		return peerProxy{}, status.Errorf(codes.PermissionDenied, "client certificate is not a proxy certificate: %v", err)
 	}
-	addr := p.Addr.String()
 	rec, err := c.ids.VerifyProxyChain(ctx, chain)
 	if err != nil {
-		c.log.Warn("xDS stream refused", "cn", cn, "peer", addr, "err", err)
+		c.log.Warn("xDS stream refused", "cn", cn, "peer", p.Addr.String(), "err", err)
 		return peerProxy{}, status.Errorf(codes.PermissionDenied, "proxy %s: %v", cn, err)
 	}
-	return peerProxy{cn: cn, chain: chain, rec: rec, addr: addr}, nil
+	return peerProxy{cn: cn, chain: chain, rec: rec, addr: p.Addr}, nil
 }
 
 // claim records the connection of the proxy whose record rec is (see

@@ -17,6 +17,9 @@ import (
 type serverMetrics struct {
 	opened prometheus.Counter
 	closed *prometheus.CounterVec
+	// closedBy is closed's counter of each reason (closeReason's values),
+	// looked up once.
+	closedBy map[string]prometheus.Counter
 	// handshakes counts the TLS handshakes whose client certificate was
 	// accepted: full and resumed.
 	handshakes    *prometheus.CounterVec
@@ -46,8 +49,9 @@ func newServerMetrics(eachProxy func(func(render.Flavor, mesh.MeshService))) *se
 		}, []string{"resumed"}),
 		connected: connectedCollector{eachProxy},
 	}
+	m.closedBy = map[string]prometheus.Counter{}
 	for _, r := range []string{closeClient, closeRevoked, closeExpired, closeRefused, closeStopping} {
-		m.closed.WithLabelValues(r)
+		m.closedBy[r] = m.closed.WithLabelValues(r)
 	}
 	m.full, m.resumed = m.handshakes.WithLabelValues("false"), m.handshakes.WithLabelValues("true")
 	return m
@@ -64,7 +68,7 @@ func (m *serverMetrics) register(reg prometheus.Registerer) error {
 }
 
 // streamClosed counts a stream that ended for reason (see closeReason).
-func (m *serverMetrics) streamClosed(reason string) { m.closed.WithLabelValues(reason).Inc() }
+func (m *serverMetrics) streamClosed(reason string) { m.closedBy[reason].Inc() }
 
 // handshake counts a TLS handshake whose client certificate was accepted.
 func (m *serverMetrics) handshake(resumed bool) {

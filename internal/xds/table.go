@@ -5,6 +5,7 @@ package xds
 // stream's proxy, removal, and ending streams by CN, node or all at once.
 
 import (
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -36,7 +37,7 @@ func newStreamTable(limit streamLimit) *streamTable {
 // add admits st (and gives it its ID), or refuses it: Unavailable while
 // the server stops, ResourceExhausted beyond its identity's bound (see
 // streamLimit). peer is the connection's address, for the log.
-func (t *streamTable) add(st *stream, peer string) error {
+func (t *streamTable) add(st *stream, peer net.Addr) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.stopped {
