@@ -36,7 +36,7 @@ const (
 	// records: about 25 µs of a 2-core VM's CPU), and the joins beside it
 	// pay for it: with commits every 100 ms during a run of joins, 2-4%
 	// of them overlapped one and M5's p99 was set by them
-	// (docs/performance.md, issue 26's twenty-sixth round).
+	// (issue 26's twenty-sixth round in the history of docs/performance.md).
 	DefaultClaimGather = 100 * time.Millisecond
 	// DefaultClaimMaxWait bounds how long a claim waits while claims keep
 	// coming (Options.ClaimMaxWait). A batch of what the store takes in

@@ -97,8 +97,8 @@ func Apply(log *slog.Logger, cfg Config) Settings {
 // 3-7 KiB per proxy more after the burst's heap is given back (the larger
 // peak's fragmentation; eight pairs of runs, with a fix that saved 2.4 KiB
 // in the same change). 400 saved no more. A memoryLimit bounds the
-// burst's heap as any other (docs/performance.md, issue 26, fifth and
-// ninth rounds).
+// burst's heap as any other (issue 26's fifth and ninth rounds in the
+// history of docs/performance.md).
 const (
 	burstGCPercent = 200
 	// burstTick is how often the server's load is read. burstStreams

@@ -14,7 +14,7 @@ import (
 // 270 MB of goroutine stacks, and one that started while an endpoint
 // change was being pushed made the allocating goroutines help mark (0.28
 // s of CPU) and the push reach its last proxy in 560-690 ms instead of
-// 330 (osm-bench M2, docs/performance.md, issue 26's thirtieth round).
+// 330 (osm-bench M2, issue 26's thirtieth round in the history of docs/performance.md).
 // So when osm-server goes idle after a burst of work and the heap is
 // nearer the next cycle's earliest trigger than the next burst would
 // allocate (idleBurstMargin times the largest of the last idleBursts), it

@@ -186,7 +186,7 @@ type Load struct {
 }
 
 // Load returns how busy the server is with new connections: osm-server's
-// collector follows it (see gcGovernor in cmd/osm-server). A reconnect
+// collector follows it (internal/gctune's burst governor). A reconnect
 // storm shows first as connections accepted and handshaking: 10,000
 // handshakes at once on 2 cores finish seconds later, and in waves.
 func (s *Server) Load() Load {

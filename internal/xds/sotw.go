@@ -29,7 +29,7 @@ import (
 // handler and with it the RPC while a Recv is pending). The reader handed
 // each request to the handler until the twenty-seventh round of issue 26:
 // a wake-up of another goroutine per ACK, 10,000 of them per endpoint
-// change (docs/performance.md).
+// change (in the history of docs/performance.md).
 //
 // The cache answers a watch by calling Deliver, with the cache locked,
 // which queues the response, and Wake, which wakes the handler. Responses to a
@@ -50,8 +50,8 @@ type sotwStream struct {
 	// types is the stream's state of each type URL the cache knows
 	// (cache.TypeURLs' order), other of any other type URL: looking a
 	// response's type up by its 67-byte URL in a map was a sixth of a
-	// send's CPU in an endpoint change (docs/performance.md, the
-	// twenty-seventh round).
+	// send's CPU in an endpoint change (issue 26's twenty-seventh round in
+	// the history of docs/performance.md).
 	types [len(cache.TypeURLs)]*sotwType
 	other map[string]*sotwType
 
@@ -150,7 +150,7 @@ func (h *sotwStream) serve(ctx context.Context, recv func() (*discovery.Discover
 			// moment later; a response it would get waits no longer
 			// than that. (M2, osm-server alone, three pairs taking
 			// turns: p99 713 / 636 / 707 ms against 891 / 754 / 892;
-			// docs/performance.md, the seventeenth round.)
+			// issue 26's seventeenth round in the history of docs/performance.md.)
 			if req.GetResponseNonce() != "" {
 				runtime.Gosched()
 			}
