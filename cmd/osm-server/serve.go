@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -231,14 +230,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		return err
 	}
 	// Ready means a client may dial xDS at once: the listener is open.
-	xdsListening := make(chan net.Addr, 1)
-	var xdsOpen atomic.Bool
-	readyChecks := []func() error{func() error {
-		if !xdsOpen.Load() {
-			return fmt.Errorf("the xDS listener on %s is not open yet (it opens once every provider has listed)", cfg.XDSAddress)
-		}
-		return nil
-	}}
+	readyChecks := []func() error{xdsServer.Ready}
 	var storeHealth *consulstore.Health
 	if cs, ok := st.(*consulstore.Store); ok {
 		storeHealth = consulstore.NewHealth(log.With("component", "store"), cs, consulstore.HealthOptions{ProbeKey: adminTokenKey})
@@ -328,15 +320,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	if storeHealth != nil {
 		g.Go(func() error { return storeHealth.Run(ctx) })
 	}
-	g.Go(func() error {
-		select {
-		case <-ctx.Done():
-		case <-xdsListening:
-			xdsOpen.Store(true)
-		}
-		return nil
-	})
-	g.Go(afterProviders(func() error { return xdsServer.Serve(ctx, cfg.XDSAddress, xdsTLS, xdsListening) }))
+	g.Go(afterProviders(func() error { return xdsServer.Serve(ctx, cfg.XDSAddress, xdsTLS, nil) }))
 	g.Go(func() error { return host.Run(ctx) })
 	// The debug listener also answers to the names the serving certificate
 	// covers, for a scraper that reaches it by the host's name.

@@ -24,6 +24,16 @@ const keepaliveTimeout = 10 * time.Second
 // section 6.9.2), 64 KiB - 1.
 const http2DefaultWindow = 65535
 
+// Ready reports whether a client may dial xDS now: nil once Serve's
+// listener is open, until Serve returns; an error that says why not
+// before (for a readiness probe).
+func (s *Server) Ready() error {
+	if s.listening.Load() == nil {
+		return errors.New("the xDS listener is not open yet (it opens once every provider has listed)")
+	}
+	return nil
+}
+
 // Serve listens on addr and serves ADS with tlsCfg until ctx is done.
 // tlsCfg must require and verify client certificates against the mesh CA
 // (RequireAndVerifyClientCert, ClientCAs the CA's pool); the server does
@@ -46,6 +56,9 @@ func (s *Server) Serve(ctx context.Context, addr string, tlsCfg *tls.Config, rea
 	if err != nil {
 		return fmt.Errorf("xDS listener on %s: %w (set xdsAddress / --xds-address to a free address)", addr, err)
 	}
+	a := ln.Addr().String()
+	s.listening.Store(&a)
+	defer s.listening.Store(nil)
 	if ready != nil {
 		ready <- ln.Addr()
 	}

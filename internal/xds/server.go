@@ -46,6 +46,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -73,6 +74,8 @@ type Server struct {
 	notices *notices
 	table   *streamTable
 	metrics *serverMetrics
+	// listening is the address Serve listens on, once it does (Ready).
+	listening atomic.Pointer[string]
 }
 
 // Options configure a Server. An option left zero takes its default.
