@@ -71,7 +71,7 @@ test-consul:
 	bin=$$(./hack/build-consul.sh | tail -n 1) && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 10m -tags consulintegration ./internal/store/consulstore/ ./internal/store/consultest/ ./providers/consul/ && \
 		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 20m -tags consulintegration -run 'Replica' ./cmd/osm-server/ && \
-		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 5m -tags consulintegration -run 'TestHASection' ./cmd/osm-bench/
+		OSM_CONSUL_BIN=$$bin $(GO) test -race -count=1 -timeout 5m -tags consulintegration -run 'TestHASection' ./bench/cmd/osm-bench/
 
 test-dns:
 	@echo "== DNS publishing against a real BIND 9 (named on 127.0.0.1, a TSIG key, a zone in a temp dir)"
@@ -172,7 +172,7 @@ $(TOOLS)/protoc-gen-go-grpc:
 
 bench:
 	@mkdir -p bin bench/results
-	$(GO) build -o bin/osm-bench ./cmd/osm-bench
+	$(GO) build -o bin/osm-bench ./bench/cmd/osm-bench
 	@# O is measured when osm-server builds; L and F run regardless.
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/osm-server ./cmd/osm-server && \
 		$(GO) build -ldflags "$(LDFLAGS)" -o bin/osm-provider-static ./providers/static || \

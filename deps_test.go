@@ -122,6 +122,10 @@ var rules = []rule{
 		why: "the collector's tuning is a leaf: the server's load comes in as a function, so it imports nothing of the mesh"},
 	{pkg: module + "/internal/...", forbid: []string{module + "/cmd/...", module + "/providers/..."},
 		why: "libraries never import binaries"},
+	{pkg: module + "/...", forbid: []string{module + "/bench/...", "golang.org/x/exp/trace", "github.com/envoyproxy/go-control-plane/pkg/server/v3"}, allow: []string{module + "/bench/..."},
+		why:       "the benchmark harness and what only it links (go-control-plane's server for L, x/exp/trace for tails) stay out of the product",
+		testAllow: []string{"github.com/envoyproxy/go-control-plane/pkg/server/v3"},
+		testWhy:   "xDS tests run go-control-plane's server as a reference"},
 	{pkg: "...", forbid: []string{"k8s.io/client-go/..."}, allow: []string{},
 		why: "only providers/kubernetes may import client-go"},
 	{pkg: "...", forbid: []string{"github.com/Azure/azure-sdk-for-go/..."},
@@ -143,9 +147,11 @@ var testSupport = []string{module + "/internal/testwait", module + "/internal/te
 
 // exempt packages from "..." rules.
 var exempt = map[string][]string{
-	"k8s.io/client-go/...":                  {module + "/providers/kubernetes/..."},
-	"github.com/Azure/azure-sdk-for-go/...": {module + "/providers/azure/..."},
-	"github.com/hashicorp/consul/...":       {module + "/providers/consul/..."},
+	"k8s.io/client-go/...":                                 {module + "/providers/kubernetes/..."},
+	"github.com/Azure/azure-sdk-for-go/...":                {module + "/providers/azure/..."},
+	"github.com/hashicorp/consul/...":                      {module + "/providers/consul/..."},
+	"golang.org/x/exp/trace":                               {module + "/bench/..."},
+	"github.com/envoyproxy/go-control-plane/pkg/server/v3": {module + "/bench/..."},
 }
 
 var bannedNames = []string{"utils", "util", "common", "types", "constants", "models", "helpers"}

@@ -1,6 +1,6 @@
 // Package testaddr picks loopback addresses for servers that tests start
 // in other processes. It is test support: only _test.go files, other
-// test-support packages and the benchmark harness (cmd/osm-bench, which
+// test-support packages and the benchmark harness (bench/cmd/osm-bench, which
 // starts servers in other processes too) import it.
 package testaddr
 

@@ -33,8 +33,8 @@ func buildOSMServer(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	for _, b := range []struct{ out, pkg string }{
-		{"osm-server", "../osm-server"},
-		{"osm-provider-static", "../../providers/static"},
+		{"osm-server", "github.com/osm-vm/osm-vm/cmd/osm-server"},
+		{"osm-provider-static", "github.com/osm-vm/osm-vm/providers/static"},
 	} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, b.out), b.pkg)
 		if out, err := cmd.CombinedOutput(); err != nil {

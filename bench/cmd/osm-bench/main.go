@@ -1,25 +1,37 @@
 // Command osm-bench is the control-plane benchmark harness behind `make
 // bench`. It simulates a fleet of N proxies, each with its own client
 // certificate, TCP+TLS connection and ADS stream, and measures, one after
-// another with the same fleet and workload, three xDS servers:
+// another with the same fleet and workload, these xDS servers:
 //
 //   - O: osm-server itself (bin/osm-server), fed through its real static
 //     provider and policy API;
 //   - L: go-control-plane's SnapshotCache fed pre-built snapshots (and
 //     L-mux: a MuxCache with a LinearCache for EDS), run as `osm-bench serve-l`;
 //   - F: a floor server that marshals each resource once and writes the
-//     same bytes to every stream, run as `osm-bench serve-f`.
+//     same bytes to every stream, run as `osm-bench serve-f`;
+//   - HA: three osm-server replicas on a three-server Consul (--consul).
 //
 // Each server is its own process, so its CPU-seconds and peak RSS come from
 // /proc. Everything listens on 127.0.0.1; a run is bounded by --timeout and
 // every child dies with the harness (Pdeathsig) or is killed on exit.
+// `osm-bench tails` reads a run's trace and joins and says what ran while
+// the slowest joins waited.
 //
 // Results go to the terminal and to a JSON file (bench/results/latest.json
-// under make bench). The metrics (M1-M9) and their targets are listed in
+// under make bench). The metrics (M1-M10) and their targets are listed in
 // report.go and explained in docs/performance.md.
 //
-// The command is wiring and measurement only: it imports no osm-vm package
-// but internal/enroll (to enroll O's proxies the way an agent does).
+// The harness is a client of the product, never a part of it: it imports
+// of osm-vm only the wire and client packages an agent or an operator uses
+// (internal/mesh, internal/meshapi, internal/meshclient) and
+// internal/testaddr; nothing of the product imports it (deps_test.go).
+//
+// It stays in the main module, not a module of its own: `go mod tidy`
+// without it takes nothing out of go.mod or go.sum (go-control-plane's
+// caches are internal/xds's, and consul/api brings golang.org/x/exp),
+// and what a binary links is decided by its imports, which deps_test.go
+// checks; a second module would only add a go.mod to keep in step and
+// take the harness out of `./...` (build, vet, test, the import rules).
 package main
 
 import (

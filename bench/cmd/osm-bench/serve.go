@@ -125,7 +125,9 @@ func serveBench(ctx context.Context, log *slog.Logger, kind string, o serverOpti
 		xdsLis.Close()
 		return fmt.Errorf("control listener: %w", err)
 	}
-	ctl := &http.Server{Handler: controlHandler(ch), ReadHeaderTimeout: 5 * time.Second}
+	// WriteTimeout bounds an answer, and is above the longest CPU profile
+	// the harness asks for (15 s of the fill; pprof refuses longer ones).
+	ctl := &http.Server{Handler: controlHandler(ch), ReadHeaderTimeout: 5 * time.Second, WriteTimeout: time.Minute}
 	fmt.Fprintf(stdout, "ready %s %s\n", xdsLis.Addr(), ctlLis.Addr())
 	log.Info("serving", "kind", kind, "mode", o.mode, "xds", xdsLis.Addr().String(), "control", ctlLis.Addr().String())
 
