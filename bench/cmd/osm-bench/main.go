@@ -49,6 +49,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/osm-vm/osm-vm/bench/tails"
 )
 
 func main() {
@@ -92,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return serveBench(ctx, log.With("proc", cmd), cmd, o, stdout)
 	case "tails":
-		return tails(args, stdout, stderr)
+		return tails.Run(args, stdout, stderr)
 	default:
 		return fmt.Errorf("unknown command %q: want run, tails, serve-l or serve-f", cmd)
 	}

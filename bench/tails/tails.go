@@ -1,7 +1,9 @@
-package main
-
-// `osm-bench tails`: what a server ran during M5's slow joins, from a
-// runtime trace of it (--trace-dir) and the joins' times (--joins-out).
+// Package tails is `osm-bench tails`: what a server ran during M5's slow
+// joins, from a runtime trace of it (`osm-bench run --trace-dir`) and the
+// joins' times (--joins-out), per band of join latency. It owns the reading
+// of runtime traces (golang.org/x/exp/trace, which nothing of the product
+// links) and imports nothing of osm-vm.
+package tails
 
 import (
 	"bufio"
@@ -225,8 +227,8 @@ func writeTails(w io.Writer, inTrace int, bands []bandResult, top int) error {
 	return tw.Flush()
 }
 
-// tails is `osm-bench tails`.
-func tails(args []string, stdout, stderr io.Writer) error {
+// Run is `osm-bench tails` with its arguments.
+func Run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("osm-bench tails", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	traceFile := fs.String("trace", "", "a runtime trace of the server over M5's joins (`osm-bench run --trace-dir DIR` writes DIR/O-M5.trace)")

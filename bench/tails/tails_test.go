@@ -1,4 +1,4 @@
-package main
+package tails
 
 import (
 	"bytes"
@@ -145,11 +145,11 @@ func TestTailsRefusesBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errs bytes.Buffer
-	err = tails([]string{"--trace", tracePath, "--joins", joinsPath}, &out, &errs)
+	err = Run([]string{"--trace", tracePath, "--joins", joinsPath}, &out, &errs)
 	if err == nil || !strings.Contains(err.Error(), "inside the trace") {
 		t.Errorf("joins from another time: error %v, want one saying none lies inside the trace", err)
 	}
-	if err := tails([]string{"--joins", joinsPath}, &out, &errs); err == nil || !strings.Contains(err.Error(), "--trace and --joins") {
+	if err := Run([]string{"--joins", joinsPath}, &out, &errs); err == nil || !strings.Contains(err.Error(), "--trace and --joins") {
 		t.Errorf("no --trace: error %v", err)
 	}
 }
