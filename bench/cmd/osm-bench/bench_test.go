@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/osm-vm/osm-vm/bench/report"
 )
 
 // TestMain lets this test binary stand in for osm-bench when the harness
@@ -78,7 +80,7 @@ func TestQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep report
+	var rep report.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("results: %v", err)
 	}
@@ -171,7 +173,7 @@ func TestQuickRun(t *testing.T) {
 			}
 		}
 	}
-	for _, d := range metricDefs {
+	for _, d := range report.MetricDefs {
 		if !ids[d.ID] {
 			t.Errorf("metric %s missing from the results", d.ID)
 		}

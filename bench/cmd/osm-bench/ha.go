@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/report"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
@@ -244,13 +245,13 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	}
 	raft1, err1 = raftIndex(ctx, consul)
 	commits1 = storeCommits(ctx, rs)
-	res.set("HA.apply_p50", percentile(lasts, 50))
-	res.set("HA.apply_p99", percentile(lasts, 99))
+	res.set("HA.apply_p50", report.Percentile(lasts, 50))
+	res.set("HA.apply_p99", report.Percentile(lasts, 99))
 	if err0 == nil && err1 == nil {
 		res.set("HA.raft_per_change", float64(raft1-raft0)/float64(p.reps))
 	}
 	res.set("HA.commits_per_change", (commits1-commits0)/float64(p.reps))
-	log.Info("HA: applies measured", "reps", len(lasts), "p50_ms", percentile(lasts, 50))
+	log.Info("HA: applies measured", "reps", len(lasts), "p50_ms", report.Percentile(lasts, 50))
 
 	// kill -9 of replica 3: its proxies reconnect to replicas 1 and 2, as
 	// an agent that knows every replica does.

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/report"
 	"github.com/osm-vm/osm-vm/internal/store/consultest"
 )
 
@@ -41,7 +42,7 @@ func TestHASection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rep report
+	var rep report.Report
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatalf("results: %v", err)
 	}

@@ -50,6 +50,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/report"
 	"github.com/osm-vm/osm-vm/bench/tails"
 )
 
@@ -289,9 +290,9 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 		return err
 	}
 
-	rep := &report{
+	rep := &report.Report{
 		Date:    time.Now().UTC(),
-		Machine: machine{Cores: runtime.NumCPU(), CPU: cpuModel(), Go: runtime.Version()},
+		Machine: report.Machine{Cores: runtime.NumCPU(), CPU: report.CPUModel(), Go: runtime.Version()},
 		Quick:   c.quick, N: p.Workload.Proxies, Services: p.Workload.Services,
 		Endpoints: p.Workload.Endpoints, Reps: p.Reps, Joins: p.Joins,
 	}
@@ -306,7 +307,7 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 		"F":     "floor: marshal once, same bytes to every stream",
 		"HA":    "3 osm-server replicas on a 3-server Consul, the proxies spread over them",
 	}
-	rounds := map[string][]roundResult{}
+	rounds := map[string][]report.Round{}
 measuring:
 	for round := 1; round <= c.rounds; round++ {
 		for _, name := range roundOrder(c.servers, round) {
@@ -332,14 +333,14 @@ measuring:
 	}
 	for _, name := range c.servers {
 		if rs := rounds[name]; len(rs) > 0 {
-			rep.Servers = append(rep.Servers, mergeRounds(name, roles[name], rs))
+			rep.Servers = append(rep.Servers, report.MergeRounds(name, roles[name], rs))
 		}
 	}
 	rep.Rounds = c.rounds
-	rep.build()
-	rep.writeTable(stdout)
+	rep.Build()
+	rep.WriteTable(stdout)
 	if c.out != "" {
-		if err := rep.writeJSON(c.out); err != nil {
+		if err := rep.WriteJSON(c.out); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "\nresults: %s\n", c.out)
@@ -347,17 +348,9 @@ measuring:
 	return nil
 }
 
-// roundResult is one round's measurement of one server.
-type roundResult struct {
-	values    map[string]float64
-	latencies map[string][]float64 // the samples of pooledFigures
-	notes     []string
-	err       error
-}
-
 // measureServer measures one server once; withM4 adds O's in-process M4
 // figures (the first round only: they are the Go benchmarks').
-func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, name, dir, self string, ids *identityCache, logf io.Writer, withM4 bool) roundResult {
+func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, name, dir, self string, ids *identityCache, logf io.Writer, withM4 bool) report.Round {
 	var t target
 	switch name {
 	case "O":
@@ -379,7 +372,7 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 		// last round's data its applies would change nothing.
 		haDir, err := os.MkdirTemp(dir, "ha-")
 		if err != nil {
-			return roundResult{err: err}
+			return report.Round{Err: err}
 		}
 		settle := 30 * time.Second
 		rest := 10 * time.Second
@@ -396,7 +389,7 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 		// The servers' own words on why (a port taken, a crash) are in
 		// servers.log, which a temporary --work-dir takes with it.
 		log.Warn("server not measured", "server", name, "reason", err, "servers.log", logTail(filepath.Join(dir, "servers.log"), 20))
-		return roundResult{err: err}
+		return report.Round{Err: err}
 	}
 	if name != "HA" && p.want("M9") {
 		if werr := m.measureWide(ctx, t, res); werr != nil {
@@ -412,7 +405,7 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 			}
 		}
 	}
-	return roundResult{values: res.Values, latencies: res.Latencies, notes: res.Notes}
+	return report.Round{Values: res.Values, Latencies: res.Latencies, Notes: res.Notes}
 }
 
 // logTail returns the last n lines of the file at path (what reading it
@@ -438,55 +431,4 @@ func roundOrder(servers []string, round int) []string {
 	r := slices.Clone(servers)
 	slices.Reverse(r)
 	return r
-}
-
-// mergeRounds makes one server's report from its rounds: each figure is
-// the median of the rounds that measured it (the nearest-rank 50th
-// percentile: the lower middle of an even count, so a figure is always one
-// a round measured), except pooledFigures, each the percentile of every
-// round's samples together; every round's figures are kept as samples
-// when there was more than one, and notes say which round they come from.
-// A server is available when one round measured it.
-func mergeRounds(name, role string, rounds []roundResult) serverReport {
-	sr := serverReport{Name: name, Role: role, Values: map[string]float64{}}
-	by := map[string][]float64{}
-	pooled := map[string][]float64{}
-	var reasons []string
-	for i, r := range rounds {
-		if r.err != nil {
-			reasons = append(reasons, r.err.Error())
-			if len(rounds) > 1 {
-				sr.Notes = append(sr.Notes, fmt.Sprintf("round %d: not measured: %v", i+1, r.err))
-			}
-			continue
-		}
-		sr.Available = true
-		for k, v := range r.values {
-			by[k] = append(by[k], v)
-		}
-		for k, v := range r.latencies {
-			pooled[k] = append(pooled[k], v...)
-		}
-		for _, n := range r.notes {
-			if len(rounds) > 1 {
-				n = fmt.Sprintf("round %d: %s", i+1, n)
-			}
-			sr.Notes = append(sr.Notes, n)
-		}
-	}
-	if !sr.Available {
-		sr.Reason = strings.Join(slices.Compact(reasons), "; ")
-		sr.Notes = nil
-		return sr
-	}
-	if len(rounds) > 1 {
-		sr.Samples = by
-	}
-	for k, vs := range by {
-		sr.Values[k] = percentile(vs, 50)
-		if f, ok := pooledFigures[k]; ok && len(pooled[f.samples]) > 0 {
-			sr.Values[k] = percentile(pooled[f.samples], f.pct)
-		}
-	}
-	return sr
 }

@@ -15,6 +15,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/osm-vm/osm-vm/bench/report"
 )
 
 // server is one running server under test, whichever kind.
@@ -116,7 +118,7 @@ type measurer struct {
 type result struct {
 	Values map[string]float64
 	Notes  []string
-	// Latencies holds the samples behind percentile figures (see
+	// Latencies holds the samples behind report.Percentile figures (see
 	// pooledFigures): with --rounds, those figures are taken over every
 	// round's samples together.
 	Latencies map[string][]float64
@@ -142,6 +144,7 @@ func (r *result) setPerFleetCPU(id, serverID, fleetID string) {
 		r.set(id, server/fleet)
 	}
 }
+
 func (r *result) note(format string, a ...any) {
 	r.Notes = append(r.Notes, fmt.Sprintf(format, a...))
 }
@@ -302,7 +305,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		} else if p.ProfileDir != "" && srv.pprofAddr != "" {
 			res.note("%s: the profile's %d s hold %d changes and the quiet between them", c.metric, profileSeconds, inProfile)
 		}
-		log.Info("change measured", "metric", c.metric, "affected", affected, "changes", len(last), "last_ack_p50_ms", percentile(last, 50))
+		log.Info("change measured", "metric", c.metric, "affected", affected, "changes", len(last), "last_ack_p50_ms", report.Percentile(last, 50))
 		if errors.Join(err1, err2, err3, err4) == nil && len(last) > 0 {
 			// Where a change's time goes on a shared machine: the server's
 			// work and the fleet's (TLS, framing, ACKs), per change.
@@ -311,9 +314,9 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			// fleetCollector).
 			res.set(c.metric+".fleet_cpu_ms", 1000*(fleetCPU1-fleetCPU0-fleetGC.cpu)/float64(len(last)))
 		}
-		res.set(c.metric+".p50", percentile(last, 50))
-		res.set(c.metric+".p99", percentile(last, 99))
-		res.set(c.metric+".proxy_p99", percentile(each, 99))
+		res.set(c.metric+".p50", report.Percentile(last, 50))
+		res.set(c.metric+".p99", report.Percentile(last, 99))
+		res.set(c.metric+".proxy_p99", report.Percentile(each, 99))
 		res.set(c.metric+".affected", float64(affected))
 	}
 
@@ -373,8 +376,8 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			}
 		}
 		res.Latencies = map[string][]float64{"M5": joins}
-		res.set("M5.p50", percentile(joins, 50))
-		res.set("M5.p99", percentile(joins, 99))
+		res.set("M5.p50", report.Percentile(joins, 50))
+		res.set("M5.p99", report.Percentile(joins, 99))
 		// A join's cost to the server (the handshake, the stream and
 		// the leave after): its latency on a loaded 2-core machine
 		// follows it. A collection that lands among the joins adds to
@@ -719,32 +722,6 @@ func boolf(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// pooledFigures are the figures that are percentiles of a round's samples
-// (result.Latencies): with --rounds, each is that percentile of every
-// round's samples together, not the median of the rounds' percentiles.
-// A join's tail on a shared 2-core machine moves with what the machine is
-// doing in the minutes a round takes: six rounds of 1,000 joins had p99s
-// from 0.54 to 1.38 times L-mux's, while the p99 of the 6,000 joins
-// together moved by a few percent (docs/performance.md, thirteenth round).
-var pooledFigures = map[string]struct {
-	samples string
-	pct     float64
-}{
-	"M5.p50": {"M5", 50},
-	"M5.p99": {"M5", 99},
-}
-
-// percentile is the nearest-rank percentile of xs (NaN when empty).
-func percentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	i := int(math.Ceil(p/100*float64(len(s)))) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }
 
 // identities mints n client certificates from ca for w's proxies, in

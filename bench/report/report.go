@@ -1,4 +1,9 @@
-package main
+// Package report owns what a run reports: the metrics (M1-M10, HA) with
+// their targets and the issues' ratio targets, one server's rounds merged
+// into its figures (medians, or a percentile of the pooled samples), the
+// terminal table and bench/results/latest.json. It measures nothing and
+// imports nothing of osm-vm or of the rest of the harness.
+package report
 
 import (
 	"encoding/json"
@@ -12,8 +17,8 @@ import (
 	"time"
 )
 
-// metricDef describes one reported figure.
-type metricDef struct {
+// MetricDef describes one reported figure.
+type MetricDef struct {
 	ID     string
 	Name   string
 	Unit   string
@@ -24,8 +29,8 @@ type metricDef struct {
 
 var nan = math.NaN()
 
-// metricDefs is every figure the harness reports, in table order.
-var metricDefs = []metricDef{
+// MetricDefs is every figure the harness reports, in table order.
+var MetricDefs = []MetricDef{
 	{"M1.streams", "M1 ADS streams held, steady state", "streams", ">= 10000", 10000, true},
 	{"M1.idle_cpu", "M1 server idle CPU with every stream held", "% of a core", "< 10", 10, false},
 	{"M2.p50", "M2 change -> last affected proxy ACKed (all proxies), p50", "ms", "<= 100", 100, false},
@@ -87,9 +92,9 @@ var metricDefs = []metricDef{
 	{"peak_rss_mib", "server peak RSS (VmHWM)", "MiB", "", nan, false},
 }
 
-// ratioTargets are the issues' ratio goals: O/L for M2, M5, M7; O/F for M2;
+// RatioTargets are the issues' ratio goals: O/L for M2, M5, M7; O/F for M2;
 // and (issue 26) O/L-mux <= 1 wherever a restart or fleet event costs.
-var ratioTargets = map[string]string{
+var RatioTargets = map[string]string{
 	"M2.p50": "O/L <= 0.5, O/L-mux <= 1, O/F <= 1.2", "M2.p99": "O/L <= 0.5, O/L-mux <= 1, O/F <= 1.2",
 	"M5.p99": "O/L <= 0.5, O/L-mux <= 1", "M7.rss_per_proxy": "O/L <= 0.5, O/F <= 1.05",
 	"M6.all_configured_s": "O/L-mux <= 1", "M6.server_cpu_s": "O/L-mux <= 1",
@@ -97,8 +102,8 @@ var ratioTargets = map[string]string{
 	"M10.all_configured_s": "O/L-mux <= 1", "M10.server_cpu_s": "O/L-mux <= 1",
 }
 
-// serverReport is one server's outcome.
-type serverReport struct {
+// ServerReport is one server's outcome.
+type ServerReport struct {
 	Name      string             `json:"name"`
 	Role      string             `json:"role"`
 	Available bool               `json:"available"`
@@ -106,15 +111,15 @@ type serverReport struct {
 	Values    map[string]float64 `json:"-"`
 	// Samples holds every round's figures, by metric, when the run had
 	// more than one (--rounds); Values holds their medians (M5's
-	// percentiles: of every round's joins together, see pooledFigures).
+	// percentiles: of every round's joins together, see PooledFigures).
 	Samples map[string][]float64 `json:"samples,omitempty"`
 	Notes   []string             `json:"notes,omitempty"`
 }
 
-// report is bench/results/latest.json.
-type report struct {
+// Report is bench/results/latest.json.
+type Report struct {
 	Date      time.Time `json:"date"`
-	Machine   machine   `json:"machine"`
+	Machine   Machine   `json:"machine"`
 	Quick     bool      `json:"quick"`
 	N         int       `json:"n"`
 	Services  int       `json:"services"`
@@ -130,18 +135,18 @@ type report struct {
 	Pinned string `json:"pinned,omitempty"`
 	// Fleet says how the harness's own collector ran (--fleet-memory).
 	Fleet   string         `json:"fleet,omitempty"`
-	Servers []serverReport `json:"servers"`
-	Metrics []metricOut    `json:"metrics"`
+	Servers []ServerReport `json:"servers"`
+	Metrics []MetricOut    `json:"metrics"`
 }
 
-type machine struct {
+type Machine struct {
 	Cores int    `json:"cores"`
 	CPU   string `json:"cpu"`
 	Go    string `json:"go"`
 }
 
-// metricOut is one metric in the JSON: value is O's when O ran.
-type metricOut struct {
+// MetricOut is one metric in the JSON: value is O's when O ran.
+type MetricOut struct {
 	ID     string              `json:"id"`
 	Name   string              `json:"name"`
 	Unit   string              `json:"unit"`
@@ -165,8 +170,8 @@ func num(v float64, ok bool) *float64 {
 	return &v
 }
 
-func (r *report) build() {
-	byName := map[string]serverReport{}
+func (r *Report) Build() {
+	byName := map[string]ServerReport{}
 	for _, s := range r.Servers {
 		byName[s.Name] = s
 	}
@@ -179,9 +184,9 @@ func (r *report) build() {
 		return v, ok && !math.IsNaN(v)
 	}
 	r.Metrics = r.Metrics[:0]
-	for _, d := range metricDefs {
-		m := metricOut{ID: d.ID, Name: d.Name, Unit: d.Unit, Target: d.Target, Values: map[string]*float64{},
-			Ratio: ratioTargets[d.ID], N: r.N, Cores: r.Machine.Cores}
+	for _, d := range MetricDefs {
+		m := MetricOut{ID: d.ID, Name: d.Name, Unit: d.Unit, Target: d.Target, Values: map[string]*float64{},
+			Ratio: RatioTargets[d.ID], N: r.N, Cores: r.Machine.Cores}
 		for _, s := range r.Servers {
 			m.Values[s.Name] = num(val(s.Name, d.ID))
 		}
@@ -217,7 +222,7 @@ func (r *report) build() {
 	}
 }
 
-func (r *report) writeJSON(path string) error {
+func (r *Report) WriteJSON(path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("results directory: %w", err)
 	}
@@ -247,8 +252,8 @@ func fmtVal(v *float64) string {
 	}
 }
 
-// writeTable prints the terminal table.
-func (r *report) writeTable(w io.Writer) {
+// WriteTable prints the terminal table.
+func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "\nosm-bench  %s  N=%d proxies, W=%d services x %d endpoints, %d cores (%s)\n",
 		r.Date.Format(time.RFC3339), r.N, r.Services, r.Endpoints, r.Machine.Cores, r.Machine.CPU)
 	if r.Rounds > 1 {
@@ -285,8 +290,8 @@ func (r *report) writeTable(w io.Writer) {
 	}
 }
 
-// cpuModel is the first "model name" of /proc/cpuinfo.
-func cpuModel() string {
+// CPUModel is the first "model name" of /proc/cpuinfo.
+func CPUModel() string {
 	b, err := os.ReadFile("/proc/cpuinfo")
 	if err != nil {
 		return "unknown"
