@@ -17,6 +17,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/osm-vm/osm-vm/bench/wire"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -136,8 +137,8 @@ func (f *fleet) connect(ctx context.Context, id identity) (*proxyClient, error) 
 		return nil, fmt.Errorf("proxy %s: %w", id.CN, err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	stream, err := conn.NewStream(sctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, adsMethod,
-		grpc.ForceCodecV2(rawCodec{}), grpc.WaitForReady(true))
+	stream, err := conn.NewStream(sctx, &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}, wire.ADSMethod,
+		grpc.ForceCodecV2(wire.Codec{}), grpc.WaitForReady(true))
 	if err != nil {
 		cancel()
 		conn.Close()
@@ -197,7 +198,7 @@ func (pc *proxyClient) run(stream grpc.ClientStream) error {
 		if n := int64(len(b)); n > pc.maxMsg.Load() {
 			pc.maxMsg.Store(n)
 		}
-		env, err := parseEnvelope(b)
+		env, err := wire.ParseEnvelope(b)
 		if err != nil {
 			return err
 		}
@@ -246,7 +247,7 @@ func (pc *proxyClient) run(stream grpc.ClientStream) error {
 }
 
 // checkProbe reports the ACK of the response carrying the current change.
-func (pc *proxyClient) checkProbe(b []byte, env envelope, ackAt time.Time) {
+func (pc *proxyClient) checkProbe(b []byte, env wire.Envelope, ackAt time.Time) {
 	p := pc.f.probe.Load()
 	if p == nil || p.seq == pc.lastProbe || !bytes.Contains(b, p.marker) {
 		return
@@ -256,7 +257,7 @@ func (pc *proxyClient) checkProbe(b []byte, env envelope, ackAt time.Time) {
 	if p.sized.CompareAndSwap(false, true) {
 		for _, r := range env.Resources {
 			if bytes.Contains(r, p.marker) {
-				if v, err := anyValue(r); err == nil {
+				if v, err := wire.AnyValue(r); err == nil {
 					ev.claBytes = len(v)
 				}
 			}
@@ -274,7 +275,7 @@ func edsClusterNames(anys [][]byte) ([]string, error) {
 	var names []string
 	var c clusterv3.Cluster
 	for _, a := range anys {
-		v, err := anyValue(a)
+		v, err := wire.AnyValue(a)
 		if err != nil {
 			return nil, err
 		}

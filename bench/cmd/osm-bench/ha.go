@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/bench/report"
+	"github.com/osm-vm/osm-vm/bench/workload"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
@@ -82,7 +83,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
 		return nil, err
 	}
-	w := Workload{Services: p.services, Endpoints: 2, Proxies: p.proxies}
+	w := workload.Workload{Services: p.services, Endpoints: 2, Proxies: p.proxies}
 	endpointsFile := filepath.Join(p.dir, "endpoints.yaml")
 	if err := os.WriteFile(endpointsFile, []byte(haEndpoints(w, p.reps)), 0o644); err != nil {
 		return nil, err
@@ -219,7 +220,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 		rs[2].fleet.probe.Store(pr)
 		t0 := time.Now()
 		doc := fmt.Sprintf("apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec: {ports: [{port: %d, appProtocol: tcp}]}\n",
-			haProbeService(seq), benchNamespace, endpointPort)
+			haProbeService(seq), workload.Namespace, workload.EndpointPort)
 		if err := rs[0].api.do(ctx, http.MethodPost, "/api/v1/spec/apply?source=osm-bench", "application/yaml", []byte(doc), nil); err != nil {
 			return nil, fmt.Errorf("HA: apply %d: %w", seq, err)
 		}
@@ -296,7 +297,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 // setUp trusts the replicas' CA, applies w's spec through the first and
 // waits until every replica knows its services. It returns the CA's hash
 // for enrollment.
-func setUp(ctx context.Context, rs []*replica, w Workload) (string, error) {
+func setUp(ctx context.Context, rs []*replica, w workload.Workload) (string, error) {
 	caPEM, err := os.ReadFile(filepath.Join(rs[0].dataDir, "ca.crt"))
 	if err != nil {
 		return "", err
@@ -324,7 +325,7 @@ func setUp(ctx context.Context, rs []*replica, w Workload) (string, error) {
 
 // singleRSSPerProxy runs w on one osm-server on its bbolt file and
 // returns its RSS per connected proxy.
-func singleRSSPerProxy(ctx context.Context, p haPlan, w Workload, endpointsFile string) (float64, error) {
+func singleRSSPerProxy(ctx context.Context, p haPlan, w workload.Workload, endpointsFile string) (float64, error) {
 	r, err := startReplica(ctx, p, -1, "", endpointsFile)
 	if err != nil {
 		return 0, err
@@ -365,29 +366,29 @@ func haProbeService(seq int) string { return fmt.Sprintf("hap-%05d", seq) }
 // haSpec is the section's mesh: permissive (every proxy has every service
 // as an upstream, so an added Service reaches every proxy), and w's
 // services.
-func haSpec(w Workload) string {
+func haSpec(w workload.Workload) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: osm-vm.io/v1alpha1\nkind: MeshConfig\nmetadata: {name: mesh}\nspec: {traffic: {permissive: true}, endpoints: {requireConnectedProxy: false}}\n")
 	for i := range w.Services {
 		fmt.Fprintf(&b, "---\napiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec: {ports: [{port: %d, appProtocol: tcp}]}\n",
-			w.ServiceName(i), benchNamespace, endpointPort)
+			w.ServiceName(i), workload.Namespace, workload.EndpointPort)
 	}
 	return b.String()
 }
 
 // haEndpoints is the static provider's file: w's services, and one
 // endpoint for each probe Service the applies add.
-func haEndpoints(w Workload, reps int) string {
+func haEndpoints(w workload.Workload, reps int) string {
 	var b strings.Builder
 	b.WriteString("services:\n")
 	for i := range w.Services {
-		fmt.Fprintf(&b, "- name: %s\n  namespace: %s\n  endpoints:\n", w.ServiceName(i), benchNamespace)
+		fmt.Fprintf(&b, "- name: %s\n  namespace: %s\n  endpoints:\n", w.ServiceName(i), workload.Namespace)
 		for j := range w.Endpoints {
-			fmt.Fprintf(&b, "  - {ip: %s, port: %d}\n", w.EndpointAddr(i, j), endpointPort)
+			fmt.Fprintf(&b, "  - {ip: %s, port: %d}\n", w.EndpointAddr(i, j), workload.EndpointPort)
 		}
 	}
 	for seq := range reps {
-		fmt.Fprintf(&b, "- name: %s\n  namespace: %s\n  endpoints:\n  - {ip: %s, port: %d}\n", haProbeService(seq), benchNamespace, ChangedAddr(seq+1), endpointPort)
+		fmt.Fprintf(&b, "- name: %s\n  namespace: %s\n  endpoints:\n  - {ip: %s, port: %d}\n", haProbeService(seq), workload.Namespace, workload.ChangedAddr(seq+1), workload.EndpointPort)
 	}
 	return b.String()
 }

@@ -52,6 +52,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/bench/report"
 	"github.com/osm-vm/osm-vm/bench/tails"
+	"github.com/osm-vm/osm-vm/bench/workload"
 )
 
 func main() {
@@ -224,7 +225,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 		c.staticPlugin = filepath.Join(filepath.Dir(c.osmServer), "osm-provider-static")
 	}
 	// The flags set the plan's other fields already.
-	c.plan.Workload = Workload{Services: services, Endpoints: endpoints, Proxies: proxies}
+	c.plan.Workload = workload.Workload{Services: services, Endpoints: endpoints, Proxies: proxies}
 	c.plan.Reps, c.plan.Joins = reps, joins
 	c.plan.IdleWindow, c.plan.Settle, c.plan.RepBudget, c.plan.FillTimeout = 5*time.Second, 30*time.Second, 60*time.Second, 2*time.Minute
 	c.plan.Parallel, c.plan.WideScale = 128, 10

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/bench/report"
+	"github.com/osm-vm/osm-vm/bench/workload"
 )
 
 // server is one running server under test, whichever kind.
@@ -49,12 +50,12 @@ type server struct {
 type target interface {
 	Name() string
 	// Start runs the server for w with identities for w.Proxies+extra proxies.
-	Start(ctx context.Context, w Workload, extra int) (*server, error)
+	Start(ctx context.Context, w workload.Workload, extra int) (*server, error)
 }
 
 // plan sizes one run.
 type plan struct {
-	Workload    Workload
+	Workload    workload.Workload
 	Reps        int           // changes measured for M2 and M3
 	Joins       int           // joins measured for M5
 	IdleWindow  time.Duration // M1 idle CPU window
@@ -649,7 +650,7 @@ type changeResult struct {
 // responses that carry it.
 func (m *measurer) change(ctx context.Context, f *fleet, srv *server, service, affected int) (changeResult, error) {
 	m.seq++
-	pr := &probe{seq: m.seq, marker: MarkerBytes(ChangedAddr(m.seq)), acks: make(chan ackEvent, affected)}
+	pr := &probe{seq: m.seq, marker: workload.MarkerBytes(workload.ChangedAddr(m.seq)), acks: make(chan ackEvent, affected)}
 	f.probe.Store(pr)
 	defer f.probe.Store(nil)
 	if srv.prepare != nil {
@@ -726,7 +727,7 @@ func boolf(b bool) float64 {
 
 // identities mints n client certificates from ca for w's proxies, in
 // parallel, once per harness run.
-func mintIdentities(ca *benchCA, w Workload, n int) ([]identity, error) {
+func mintIdentities(ca *benchCA, w workload.Workload, n int) ([]identity, error) {
 	ids := make([]identity, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup

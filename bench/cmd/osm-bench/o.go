@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/workload"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
@@ -55,7 +56,7 @@ func freePort() (string, error) { return testaddr.Pick() }
 // writeEndpoints writes the static provider's file for w, where moved[u]
 // = seq puts endpoint 0 of service u at ChangedAddr(seq). The write is
 // atomic (rename).
-func writeEndpoints(path string, w Workload, moved map[int]int) error {
+func writeEndpoints(path string, w workload.Workload, moved map[int]int) error {
 	if err := prepareEndpoints(path, w, moved); err != nil {
 		return err
 	}
@@ -64,17 +65,17 @@ func writeEndpoints(path string, w Workload, moved map[int]int) error {
 
 // prepareEndpoints writes what writeEndpoints would to path+".tmp" in the
 // same directory, for a rename over path to make the change.
-func prepareEndpoints(path string, w Workload, moved map[int]int) error {
+func prepareEndpoints(path string, w workload.Workload, moved map[int]int) error {
 	var b strings.Builder
 	b.WriteString("services:\n")
 	for i := range w.Services {
-		fmt.Fprintf(&b, "- name: %s\n  namespace: %s\n  endpoints:\n", w.ServiceName(i), benchNamespace)
+		fmt.Fprintf(&b, "- name: %s\n  namespace: %s\n  endpoints:\n", w.ServiceName(i), workload.Namespace)
 		for j := range w.Endpoints {
 			a := w.EndpointAddr(i, j)
 			if seq, ok := moved[i]; ok && j == 0 {
-				a = ChangedAddr(seq)
+				a = workload.ChangedAddr(seq)
 			}
-			fmt.Fprintf(&b, "  - {ip: %s, port: %d}\n", a, endpointPort)
+			fmt.Fprintf(&b, "  - {ip: %s, port: %d}\n", a, workload.EndpointPort)
 		}
 	}
 	if err := os.WriteFile(path+".tmp", []byte(b.String()), 0o644); err != nil {
@@ -85,7 +86,7 @@ func prepareEndpoints(path string, w Workload, moved map[int]int) error {
 
 // specDocs are the Service, TCPRoute and TrafficTarget documents of w, in
 // batches the spec API accepts.
-func specDocs(w Workload, extra int) []string {
+func specDocs(w workload.Workload, extra int) []string {
 	var docs []string
 	docs = append(docs, `apiVersion: osm-vm.io/v1alpha1
 kind: MeshConfig
@@ -99,7 +100,7 @@ kind: TCPRoute
 metadata: {name: any, namespace: %s}
 spec:
   matches: {ports: []}
-`, benchNamespace))
+`, workload.Namespace))
 	callers := make([][]int, w.Services)
 	for s := range w.ServedServices(extra) {
 		for _, u := range w.Upstreams(s) {
@@ -112,7 +113,7 @@ kind: Service
 metadata: {name: %s, namespace: %s}
 spec:
   ports: [{port: %d, appProtocol: tcp}]
-`, w.ServiceName(i), benchNamespace, endpointPort))
+`, w.ServiceName(i), workload.Namespace, workload.EndpointPort))
 	}
 	for u := range w.Services {
 		if len(callers[u]) == 0 {
@@ -120,7 +121,7 @@ spec:
 		}
 		var src strings.Builder
 		for _, s := range callers[u] {
-			fmt.Fprintf(&src, "  - {kind: ServiceAccount, name: %s, namespace: %s}\n", w.ServiceName(s), benchNamespace)
+			fmt.Fprintf(&src, "  - {kind: ServiceAccount, name: %s, namespace: %s}\n", w.ServiceName(s), workload.Namespace)
 		}
 		docs = append(docs, fmt.Sprintf(`apiVersion: access.smi-spec.io/v1alpha3
 kind: TrafficTarget
@@ -129,7 +130,7 @@ spec:
   destination: {kind: ServiceAccount, name: %s, namespace: %s}
   sources:
 %s  rules: [{kind: TCPRoute, name: any}]
-`, w.ServiceName(u), benchNamespace, w.ServiceName(u), benchNamespace, src.String()))
+`, w.ServiceName(u), workload.Namespace, w.ServiceName(u), workload.Namespace, src.String()))
 	}
 	var batches []string
 	const perBatch = 200
@@ -141,7 +142,7 @@ spec:
 	return batches
 }
 
-func (t *oTarget) Start(ctx context.Context, w Workload, extra int) (_ *server, err error) {
+func (t *oTarget) Start(ctx context.Context, w workload.Workload, extra int) (_ *server, err error) {
 	for _, p := range []string{t.osmServer, t.staticPlugin} {
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("O: %w (build it with make build)", err)
@@ -301,7 +302,7 @@ func waitDial(ctx context.Context, xdsAddr string, proc *child) error {
 // ProxyService(p) through apis[p % len(apis)] (the tokens are created
 // through apis[0]), and returns their identities and the xDS address the
 // first server announced.
-func enrollAll(ctx context.Context, apis []*apiClient, w Workload, extra int, caHash string) ([]identity, string, error) {
+func enrollAll(ctx context.Context, apis []*apiClient, w workload.Workload, extra int, caHash string) ([]identity, string, error) {
 	api := apis[0]
 	n := w.Proxies + extra
 	perService := map[int]int{}
@@ -311,7 +312,7 @@ func enrollAll(ctx context.Context, apis []*apiClient, w Workload, extra int, ca
 	secrets := map[int]string{}
 	for s, uses := range perService {
 		body, _ := json.Marshal(meshapi.CreateTokenRequest{
-			Service: mesh.MeshService{Name: w.ServiceName(s), Namespace: benchNamespace}, Uses: uses, TTL: "2h",
+			Service: mesh.MeshService{Name: w.ServiceName(s), Namespace: workload.Namespace}, Uses: uses, TTL: "2h",
 		})
 		var created meshapi.CreatedToken
 		if err := api.do(ctx, http.MethodPost, "/api/v1/tokens", "application/json", body, &created); err != nil {
@@ -342,7 +343,7 @@ func enrollAll(ctx context.Context, apis []*apiClient, w Workload, extra int, ca
 				s := w.ProxyService(p)
 				res, err := meshclient.Enroll(ctx, nil, meshclient.JoinRequest{
 					Server: apis[p%len(apis)].base, Token: secrets[s], CACertHash: caHash,
-					Service: mesh.MeshService{Name: w.ServiceName(s), Namespace: benchNamespace},
+					Service: mesh.MeshService{Name: w.ServiceName(s), Namespace: workload.Namespace},
 				}, key)
 				if err != nil {
 					errs[p] = fmt.Errorf("O: enroll proxy %d: %w", p, err)

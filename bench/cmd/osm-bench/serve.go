@@ -22,6 +22,8 @@ import (
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	gcpserver "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/osm-vm/osm-vm/bench/wire"
+	"github.com/osm-vm/osm-vm/bench/workload"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -44,7 +46,7 @@ func typeIndex(t string) int {
 // serverOptions are the flags serve-l and serve-f share.
 type serverOptions struct {
 	dir      string // ca.crt, server.crt, server.key
-	workload Workload
+	workload workload.Workload
 	extra    int    // proxies beyond the fleet that may join (M5)
 	mode     string // serve-l: snapshot or mux
 }
@@ -95,7 +97,7 @@ func serveBench(ctx context.Context, log *slog.Logger, kind string, o serverOpti
 		if err != nil {
 			return err
 		}
-		grpcSrv = grpc.NewServer(creds, grpc.ForceServerCodecV2(rawCodec{}))
+		grpcSrv = grpc.NewServer(creds, grpc.ForceServerCodecV2(wire.Codec{}))
 		grpcSrv.RegisterService(&grpc.ServiceDesc{
 			ServiceName: "envoy.service.discovery.v3.AggregatedDiscoveryService",
 			HandlerType: (*any)(nil),
@@ -178,7 +180,7 @@ func controlHandler(ch changer) http.Handler {
 // every stream of a view; it does nothing else (no per-stream state beyond
 // the version last sent, no NACK handling).
 type floor struct {
-	w       Workload
+	w       workload.Workload
 	callers [][]int
 	mu      sync.Mutex // serialises changes
 	claAny  [][]byte   // per service: its CLA as a marshalled Any
@@ -208,7 +210,7 @@ func marshalAny(m proto.Message) ([]byte, error) {
 	return proto.Marshal(a)
 }
 
-func newFloor(w Workload, extra int) (*floor, error) {
+func newFloor(w workload.Workload, extra int) (*floor, error) {
 	f := &floor{w: w, callers: make([][]int, w.Services), claAny: make([][]byte, w.Services), views: make([]*fview, w.Services)}
 	clusterAny := make([][]byte, w.Services)
 	for i := range w.Services {
@@ -235,9 +237,9 @@ func newFloor(w Workload, extra int) (*floor, error) {
 			}
 		}
 		v := &fview{streams: map[*fstream]struct{}{}, ver: [3]string{"c1", "e1", "l1"}}
-		v.resp[0] = appendResponse(nil, v.ver[0], resource.ClusterType, cds)
-		v.resp[1] = appendResponse(nil, v.ver[1], resource.EndpointType, f.edsAnys(s))
-		v.resp[2] = appendResponse(nil, v.ver[2], resource.ListenerType, lds)
+		v.resp[0] = wire.AppendResponse(nil, v.ver[0], resource.ClusterType, cds)
+		v.resp[1] = wire.AppendResponse(nil, v.ver[1], resource.EndpointType, f.edsAnys(s))
+		v.resp[2] = wire.AppendResponse(nil, v.ver[2], resource.ListenerType, lds)
 		f.views[s] = v
 	}
 	return f, nil
@@ -256,7 +258,7 @@ func (f *floor) Change(u, seq int) error {
 	if u < 0 || u >= f.w.Services {
 		return fmt.Errorf("change: service %d out of range", u)
 	}
-	a, err := marshalAny(f.w.CLA(u, ChangedAddr(seq)))
+	a, err := marshalAny(f.w.CLA(u, workload.ChangedAddr(seq)))
 	if err != nil {
 		return err
 	}
@@ -267,7 +269,7 @@ func (f *floor) Change(u, seq int) error {
 	ver := fmt.Sprintf("e%d", f.gen+1)
 	for _, s := range f.callers[u] {
 		v := f.views[s]
-		resp := appendResponse(nil, ver, resource.EndpointType, f.edsAnys(s))
+		resp := wire.AppendResponse(nil, ver, resource.EndpointType, f.edsAnys(s))
 		v.mu.Lock()
 		v.resp[1], v.ver[1] = resp, ver
 		streams := make([]*fstream, 0, len(v.streams))
@@ -389,7 +391,7 @@ func (f *floor) send(ctx context.Context, ss grpc.ServerStream, v *fview, st *fs
 // (mode mux).
 type lServer struct {
 	ctx      context.Context
-	w        Workload
+	w        workload.Workload
 	mode     string
 	snap     cachev3.SnapshotCache
 	linear   *cachev3.LinearCache
@@ -403,7 +405,7 @@ type lServer struct {
 	gen      int
 }
 
-func newLServer(ctx context.Context, w Workload, extra int, mode string) (*lServer, error) {
+func newLServer(ctx context.Context, w workload.Workload, extra int, mode string) (*lServer, error) {
 	l := &lServer{
 		ctx: ctx, w: w, mode: mode,
 		snap:     cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil),
@@ -496,7 +498,7 @@ func (l *lServer) Change(u, seq int) error {
 	if u < 0 || u >= l.w.Services {
 		return fmt.Errorf("change: service %d out of range", u)
 	}
-	cla := l.w.CLA(u, ChangedAddr(seq))
+	cla := l.w.CLA(u, workload.ChangedAddr(seq))
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.gen++

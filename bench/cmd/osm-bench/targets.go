@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/osm-vm/osm-vm/bench/workload"
 )
 
 // childEnv marks a process the harness started as one of its servers, so
@@ -29,7 +31,7 @@ type benchTarget struct {
 
 func (t *benchTarget) Name() string { return t.name }
 
-func (t *benchTarget) Start(ctx context.Context, w Workload, extra int) (*server, error) {
+func (t *benchTarget) Start(ctx context.Context, w workload.Workload, extra int) (*server, error) {
 	ids, err := t.ids.get(w, w.Proxies+extra)
 	if err != nil {
 		return nil, err
@@ -100,7 +102,7 @@ type identityCache struct {
 	m  map[string][]identity
 }
 
-func (c *identityCache) get(w Workload, n int) ([]identity, error) {
+func (c *identityCache) get(w workload.Workload, n int) ([]identity, error) {
 	key := fmt.Sprintf("%d/%d/%t/%d", w.Services, w.Proxies, w.Wide, n)
 	c.mu.Lock()
 	defer c.mu.Unlock()

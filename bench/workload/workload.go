@@ -1,4 +1,10 @@
-package main
+// Package workload is W, the benchmark's mesh: services, endpoints and
+// proxies, who calls whom, which proxies a change reaches, and the Envoy
+// resources (clusters, endpoints, listeners) the peer servers serve for it.
+// Everything derives from three numbers, so the harness and the server
+// processes build the same W from the same flags. It imports nothing of
+// osm-vm or of the rest of the harness.
+package workload
 
 import (
 	"fmt"
@@ -14,8 +20,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// Namespace every benchmark service lives in.
-const benchNamespace = "bench"
+// Namespace is the namespace every benchmark service lives in.
+const Namespace = "bench"
 
 // Workload is W: services × endpoints, proxies spread over the services, and
 // a call graph in which every service calls up to five others. Two services
@@ -45,7 +51,7 @@ const upstreamsPerService = 5
 func (w Workload) ServiceName(i int) string { return fmt.Sprintf("svc-%05d", i) }
 
 // ClusterName is the Envoy cluster (and ClusterLoadAssignment) name of service i.
-func (w Workload) ClusterName(i int) string { return w.ServiceName(i) + "." + benchNamespace }
+func (w Workload) ClusterName(i int) string { return w.ServiceName(i) + "." + Namespace }
 
 // ProxyService is the service proxy p runs for.
 func (w Workload) ProxyService(p int) int { return p % w.Services }
@@ -53,7 +59,7 @@ func (w Workload) ProxyService(p int) int { return p % w.Services }
 // ProxyCN is the certificate common name (and xDS node ID) of bench proxy p
 // for the L and F servers: <uuid>.<service>.<namespace>, like osm-vm's.
 func (w Workload) ProxyCN(p int) string {
-	return fmt.Sprintf("%08x-0000-4000-8000-%012x.%s.%s", p, p, w.ServiceName(w.ProxyService(p)), benchNamespace)
+	return fmt.Sprintf("%08x-0000-4000-8000-%012x.%s.%s", p, p, w.ServiceName(w.ProxyService(p)), Namespace)
 }
 
 // ProxyAddr is the address proxy p's VM advertises (data only).
@@ -148,8 +154,8 @@ func MarkerBytes(a netip.Addr) []byte {
 	return append([]byte{0x12, byte(len(s))}, s...)
 }
 
-// endpointPort is the port of every workload endpoint.
-const endpointPort = 8080
+// EndpointPort is the port of every workload endpoint.
+const EndpointPort = 8080
 
 // CLA builds the load assignment of service i; override, when valid,
 // replaces the address of endpoint 0.
@@ -162,7 +168,7 @@ func (w Workload) CLA(i int, override netip.Addr) *endpointv3.ClusterLoadAssignm
 		}
 		lbs[j] = &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
 			Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-				Address: a.String(), PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: endpointPort},
+				Address: a.String(), PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: EndpointPort},
 			}}},
 		}}}
 	}
@@ -199,7 +205,7 @@ func (w Workload) Listener(s, u int) (*listenerv3.Listener, error) {
 	return &listenerv3.Listener{
 		Name: "outbound." + w.ServiceName(u),
 		Address: &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
-			Address: vip.String(), PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: endpointPort},
+			Address: vip.String(), PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: EndpointPort},
 		}}},
 		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
 			Name:       "envoy.filters.network.tcp_proxy",

@@ -1,4 +1,4 @@
-package main
+package wire
 
 import (
 	"testing"
@@ -6,20 +6,21 @@ import (
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
+	"github.com/osm-vm/osm-vm/bench/workload"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // The floor's hand-built responses are valid DiscoveryResponses, and the
-// fleet's envelope parser reads what proto.Marshal writes.
+// fleet's Envelope parser reads what proto.Marshal writes.
 func TestEnvelopeRoundTrip(t *testing.T) {
-	w := Workload{Services: 4, Endpoints: 3, Proxies: 1}
+	w := workload.Workload{Services: 4, Endpoints: 3, Proxies: 1}
 	var anys [][]byte
 	var want discovery.DiscoveryResponse
 	want.VersionInfo, want.TypeUrl, want.Nonce = "e7", resource.EndpointType, "e7"
 	for i := range w.Services {
-		a, err := anypb.New(w.CLA(i, ChangedAddr(i)))
+		a, err := anypb.New(w.CLA(i, workload.ChangedAddr(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -30,7 +31,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		anys = append(anys, b)
 		want.Resources = append(want.Resources, a)
 	}
-	b := appendResponse(nil, "e7", resource.EndpointType, anys)
+	b := AppendResponse(nil, "e7", resource.EndpointType, anys)
 	var got discovery.DiscoveryResponse
 	if err := proto.Unmarshal(b, &got); err != nil {
 		t.Fatalf("floor response does not unmarshal: %v", err)
@@ -43,22 +44,22 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := parseEnvelope(marshalled)
+	env, err := ParseEnvelope(marshalled)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if env.Version != "e7" || env.Nonce != "e7" || env.TypeURL != resource.EndpointType || len(env.Resources) != w.Services || env.Size != len(marshalled) {
-		t.Errorf("envelope = %q %q %q %d resources, %d bytes; want e7 e7 %s %d resources, %d bytes",
+		t.Errorf("Envelope = %q %q %q %d resources, %d bytes; want e7 e7 %s %d resources, %d bytes",
 			env.Version, env.Nonce, env.TypeURL, len(env.Resources), env.Size, resource.EndpointType, w.Services, len(marshalled))
 	}
-	v, err := anyValue(env.Resources[2])
+	v, err := AnyValue(env.Resources[2])
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, want := len(v), len(want.Resources[2].GetValue()); got != want {
 		t.Errorf("Any value size = %d, want %d", got, want)
 	}
-	if _, err := parseEnvelope([]byte{0x0a, 0x05, 'x'}); err == nil {
+	if _, err := ParseEnvelope([]byte{0x0a, 0x05, 'x'}); err == nil {
 		t.Error("truncated response parsed without an error")
 	}
 }

@@ -1,4 +1,9 @@
-package main
+// Package wire is the xDS wire as the harness's fleet and floor server
+// (F) speak it without decoding: a gRPC codec that passes bytes through,
+// a DiscoveryResponse read as an envelope (version, type, nonce, the raw
+// Anys) and a response built from marshalled Anys. It imports nothing of
+// osm-vm or of the rest of the harness.
+package wire
 
 import (
 	"errors"
@@ -9,17 +14,17 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// adsMethod is the ADS SotW method, called with rawCodec so that neither the
+// ADSMethod is the ADS SotW method, called with Codec so that neither the
 // fleet nor the floor server decode more than they must.
-const adsMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
+const ADSMethod = "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources"
 
-// rawCodec sends []byte as is (or marshals a proto.Message) and receives
+// Codec sends []byte as is (or marshals a proto.Message) and receives
 // into a *[]byte without decoding.
-type rawCodec struct{}
+type Codec struct{}
 
-func (rawCodec) Name() string { return "proto" }
+func (Codec) Name() string { return "proto" }
 
-func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 	switch m := v.(type) {
 	case []byte:
 		return mem.BufferSlice{mem.SliceBuffer(m)}, nil
@@ -30,10 +35,10 @@ func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
 		}
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
-	return nil, fmt.Errorf("rawCodec: cannot marshal %T", v)
+	return nil, fmt.Errorf("Codec: cannot marshal %T", v)
 }
 
-func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	switch m := v.(type) {
 	case *[]byte:
 		*m = data.Materialize()
@@ -41,12 +46,12 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	case proto.Message:
 		return proto.Unmarshal(data.Materialize(), m)
 	}
-	return fmt.Errorf("rawCodec: cannot unmarshal into %T", v)
+	return fmt.Errorf("Codec: cannot unmarshal into %T", v)
 }
 
-// envelope is what the fleet reads from a DiscoveryResponse: everything but
+// Envelope is what the fleet reads from a DiscoveryResponse: everything but
 // the resources, which it only counts (and keeps as raw Any bytes).
-type envelope struct {
+type Envelope struct {
 	Version   string
 	TypeURL   string
 	Nonce     string
@@ -54,8 +59,8 @@ type envelope struct {
 	Size      int
 }
 
-func parseEnvelope(b []byte) (envelope, error) {
-	e := envelope{Size: len(b)}
+func ParseEnvelope(b []byte) (Envelope, error) {
+	e := Envelope{Size: len(b)}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -92,8 +97,8 @@ func parseEnvelope(b []byte) (envelope, error) {
 	return e, nil
 }
 
-// anyValue returns the value field (2) of a marshalled Any.
-func anyValue(b []byte) ([]byte, error) {
+// AnyValue returns the value field (2) of a marshalled Any.
+func AnyValue(b []byte) ([]byte, error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -116,9 +121,9 @@ func anyValue(b []byte) ([]byte, error) {
 	return nil, errors.New("Any without a value")
 }
 
-// appendResponse appends a DiscoveryResponse made of already marshalled Any
+// AppendResponse appends a DiscoveryResponse made of already marshalled Any
 // messages: the floor server's only "marshalling" of a response.
-func appendResponse(b []byte, version, typeURL string, anys [][]byte) []byte {
+func AppendResponse(b []byte, version, typeURL string, anys [][]byte) []byte {
 	b = protowire.AppendTag(b, 1, protowire.BytesType)
 	b = protowire.AppendString(b, version)
 	for _, a := range anys {
