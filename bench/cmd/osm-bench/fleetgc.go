@@ -4,6 +4,8 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
+
+	"github.com/osm-vm/osm-vm/bench/process"
 )
 
 // fleetCollector keeps the fleet's own collections out of M2's and M3's
@@ -53,9 +55,9 @@ func (c *fleetCollector) beforeChange() bool {
 	allocs, heap, trigger := c.read()
 	collect := c.last == 0 || heap+2*c.last >= trigger
 	if collect {
-		cpu0, err0 := cpuSeconds(os.Getpid())
+		cpu0, err0 := process.CPUSeconds(os.Getpid())
 		runtime.GC()
-		cpu1, err1 := cpuSeconds(os.Getpid())
+		cpu1, err1 := process.CPUSeconds(os.Getpid())
 		if err0 == nil && err1 == nil {
 			c.cpu += cpu1 - cpu0
 		}

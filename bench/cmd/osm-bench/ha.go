@@ -20,9 +20,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/report"
 	"github.com/osm-vm/osm-vm/bench/workload"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
@@ -50,14 +50,14 @@ const haReplicas = 3
 // consulServer is one Consul server of the cluster the section starts.
 type consulServer struct {
 	http string // host:8500
-	proc *child
+	proc *process.Child
 }
 
 // replica is one osm-server of the section.
 type replica struct {
 	api            *apiClient
 	xds, debug     string
-	proc           *child
+	proc           *process.Child
 	dataDir        string
 	proxies        []int // indexes into the identities
 	fleet          *fleet
@@ -106,7 +106,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	}
 	defer func() {
 		for _, c := range consul {
-			c.proc.stop()
+			c.proc.Stop()
 		}
 	}()
 	log.Info("HA: consul cluster up", "servers", len(consul))
@@ -116,7 +116,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 		if rs[i], err = startReplica(ctx, p, i, consul[i%len(consul)].http, endpointsFile); err != nil {
 			return nil, err
 		}
-		defer func() { rs[i].proc.stop() }()
+		defer func() { rs[i].proc.Stop() }()
 	}
 	for _, r := range rs {
 		if err := waitReady(ctx, r); err != nil {
@@ -128,7 +128,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 		return nil, err
 	}
 	for _, r := range rs {
-		if r.baseRSS, err = memKiB(r.proc.pid(), "VmRSS"); err != nil {
+		if r.baseRSS, err = process.MemKiB(r.proc.PID(), "VmRSS"); err != nil {
 			return nil, err
 		}
 	}
@@ -188,7 +188,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	// RSS per proxy on each replica.
 	var rssSum float64
 	for i, r := range rs {
-		rss, err := memKiB(r.proc.pid(), "VmRSS")
+		rss, err := process.MemKiB(r.proc.PID(), "VmRSS")
 		if err != nil {
 			return nil, err
 		}
@@ -261,8 +261,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	raft0, err0 = raftIndex(ctx, consul)
 	commits0 = storeCommits(ctx, rs[:2])
 	t0 := time.Now()
-	_ = victim.proc.cmd.Process.Signal(syscall.SIGKILL)
-	<-victim.proc.exited
+	victim.proc.Kill()
 	var again [2][]identity
 	for k, pc := range orphans {
 		<-pc.done // the stream ends with the process
@@ -330,7 +329,7 @@ func singleRSSPerProxy(ctx context.Context, p haPlan, w workload.Workload, endpo
 	if err != nil {
 		return 0, err
 	}
-	defer r.proc.stop()
+	defer r.proc.Stop()
 	if err := waitReady(ctx, r); err != nil {
 		return 0, err
 	}
@@ -338,7 +337,7 @@ func singleRSSPerProxy(ctx context.Context, p haPlan, w workload.Workload, endpo
 	if err != nil {
 		return 0, err
 	}
-	base, err := memKiB(r.proc.pid(), "VmRSS")
+	base, err := process.MemKiB(r.proc.PID(), "VmRSS")
 	if err != nil {
 		return 0, err
 	}
@@ -352,7 +351,7 @@ func singleRSSPerProxy(ctx context.Context, p haPlan, w workload.Workload, endpo
 		return 0, err
 	}
 	time.Sleep(2 * time.Second) // as for the replicas: claims land
-	rss, err := memKiB(r.proc.pid(), "VmRSS")
+	rss, err := process.MemKiB(r.proc.PID(), "VmRSS")
 	if err != nil {
 		return 0, err
 	}
@@ -413,10 +412,10 @@ func startConsulCluster(ctx context.Context, bin, dir string, logw io.Writer) ([
 				args = append(args, "-retry-join", peer)
 			}
 		}
-		c, _, err := startChild(ctx, bin, args, nil, logw, "")
+		c, _, err := process.StartChild(ctx, bin, args, nil, logw, "")
 		if err != nil {
 			for _, s := range out {
-				s.proc.stop()
+				s.proc.Stop()
 			}
 			return nil, fmt.Errorf("HA: consul: %w", err)
 		}
@@ -432,7 +431,7 @@ func startConsulCluster(ctx context.Context, bin, dir string, logw io.Writer) ([
 			}
 			if time.Now().After(deadline) {
 				for _, s := range out {
-					s.proc.stop()
+					s.proc.Stop()
 				}
 				return nil, fmt.Errorf("HA: consul %s: no leader within 90s: %v", s.http, err)
 			}
@@ -471,7 +470,7 @@ func startReplica(ctx context.Context, p haPlan, i int, consulAddr, endpointsFil
 	args := append([]string{"serve", "--config", cfgFile, "--data-dir", dataDir, "--plugin-dir", filepath.Dir(p.staticPlugin),
 		"--debug-address", addrs[0], "--api-address", addrs[1], "--xds-address", addrs[2],
 		"--log-level", cmp.Or(p.logLevel, "warn")}, store...)
-	proc, _, err := startChild(ctx, p.osmServer, args, env, p.logw, "")
+	proc, _, err := process.StartChild(ctx, p.osmServer, args, env, p.logw, "")
 	if err != nil {
 		return nil, fmt.Errorf("HA: replica %d: %w", i+1, err)
 	}
@@ -495,8 +494,8 @@ func waitReady(ctx context.Context, r *replica) error {
 				break
 			}
 		}
-		if !r.proc.alive() || time.Now().After(deadline) {
-			return fmt.Errorf("HA: replica at %s not ready (alive=%t): %w", r.debug, r.proc.alive(), errNotAvailable)
+		if !r.proc.Alive() || time.Now().After(deadline) {
+			return fmt.Errorf("HA: replica at %s not ready (alive=%t): %w", r.debug, r.proc.Alive(), errNotAvailable)
 		}
 		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
 			return err
@@ -536,7 +535,7 @@ func raftIndex(ctx context.Context, servers []consulServer) (uint64, error) {
 	var top uint64
 	var last error
 	for _, s := range servers {
-		if !s.proc.alive() {
+		if !s.proc.Alive() {
 			continue
 		}
 		var self struct {
@@ -566,7 +565,7 @@ func raftIndex(ctx context.Context, servers []consulServer) (uint64, error) {
 func storeCommits(ctx context.Context, rs []*replica) float64 {
 	var n float64
 	for _, r := range rs {
-		if !r.proc.alive() {
+		if !r.proc.Alive() {
 			continue
 		}
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+r.debug+"/metrics", nil)

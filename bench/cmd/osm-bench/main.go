@@ -50,6 +50,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/pki"
+	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/report"
 	"github.com/osm-vm/osm-vm/bench/tails"
 	"github.com/osm-vm/osm-vm/bench/workload"
@@ -78,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	var level slog.LevelVar // info; `run --log-level debug` lowers it
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: &level}))
-	if _, err := raiseNoFile(); err != nil {
+	if _, err := process.RaiseNoFile(); err != nil {
 		return err
 	}
 	switch cmd {
@@ -113,7 +115,7 @@ type runConfig struct {
 	out       string
 	osmServer string
 	// pin, when set, puts the servers and the fleet on separate CPUs.
-	pin          *pinning
+	pin          *process.Pinning
 	fleetMemory  int // --fleet-memory: MiB, 0 or fleetMemoryAuto
 	staticPlugin string
 	timeout      time.Duration
@@ -214,7 +216,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	}
 	if pin {
 		var err error
-		if c.pin, err = newPinning(); err != nil {
+		if c.pin, err = process.NewPinning(); err != nil {
 			return c, err
 		}
 	}
@@ -249,7 +251,7 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if c.pin != nil {
-		if err := c.pin.pinSelf(); err != nil {
+		if err := c.pin.PinSelf(); err != nil {
 			return err
 		}
 	}
@@ -266,11 +268,11 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 	} else if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("work directory: %w", err)
 	}
-	ca, err := newBenchCA()
+	ca, err := pki.NewCA()
 	if err != nil {
 		return err
 	}
-	if err := ca.writeServerFiles(dir); err != nil {
+	if err := ca.WriteServerFiles(dir); err != nil {
 		return err
 	}
 	logf, err := os.Create(filepath.Join(dir, "servers.log"))
@@ -298,7 +300,7 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 		Endpoints: p.Workload.Endpoints, Reps: p.Reps, Joins: p.Joins,
 	}
 	if c.pin != nil {
-		rep.Pinned = c.pin.note()
+		rep.Pinned = c.pin.Note()
 	}
 	rep.Fleet = fleetNote
 	roles := map[string]string{

@@ -16,13 +16,15 @@ import (
 	"sync"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/pki"
+	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/report"
 	"github.com/osm-vm/osm-vm/bench/workload"
 )
 
 // server is one running server under test, whichever kind.
 type server struct {
-	proc *child
+	proc *process.Child
 	ep   endpoint
 	ids  []identity // the fleet's identities, then the joiners'
 	// change moves endpoint 0 of service u to ChangedAddr(seq) and returns
@@ -37,7 +39,7 @@ type server struct {
 	// serves xDS and returns the new process and xDS address (O keeps its
 	// ports; L and F listen on new ones: a proxy's TLS session is kept by
 	// server name, not address).
-	restart func(ctx context.Context) (*child, string, error)
+	restart func(ctx context.Context) (*process.Child, string, error)
 	// debugAddr is O's debug HTTP address (pprof), "" for the others;
 	// debugToken the admin token its /debug/ routes need.
 	debugAddr, debugToken string
@@ -163,9 +165,9 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		return nil, err
 	}
 	defer func() { srv.close() }() // M10 restarts it
-	pid := srv.proc.pid()
+	pid := srv.proc.PID()
 	time.Sleep(500 * time.Millisecond) // let the server finish its start-up work before the baseline
-	baseRSS, err := memKiB(pid, "VmRSS")
+	baseRSS, err := process.MemKiB(pid, "VmRSS")
 	if err != nil {
 		return nil, err
 	}
@@ -181,8 +183,8 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	runtime.GC()
 	fillProfiled := m.profileFill(ctx, srv, t.Name())
 	start := time.Now()
-	fillCPU0, fillErr := cpuSeconds(pid)
-	fleetCPU0, fleetErr := cpuSeconds(os.Getpid())
+	fillCPU0, fillErr := process.CPUSeconds(pid)
+	fleetCPU0, fleetErr := process.CPUSeconds(os.Getpid())
 	usage := readFleetUsage()
 	pcs, err := f.connectAll(ctx, srv.ids[:w.Proxies], p.Parallel, p.FillTimeout)
 	usage.logSince(log, "fill")
@@ -193,10 +195,10 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	log.Info("fleet configured", "proxies", len(pcs), "took", time.Since(start).Round(time.Millisecond))
 	res.set("fleet_fill_s", time.Since(start).Seconds())
 	res.set("fleet_fill_reconnects", float64(f.retries.Load()))
-	if fillCPU1, err := cpuSeconds(pid); err == nil && fillErr == nil {
+	if fillCPU1, err := process.CPUSeconds(pid); err == nil && fillErr == nil {
 		res.set("fleet_fill_server_cpu_s", fillCPU1-fillCPU0)
 	}
-	if cpu1, err := cpuSeconds(os.Getpid()); err == nil && fleetErr == nil {
+	if cpu1, err := process.CPUSeconds(os.Getpid()); err == nil && fleetErr == nil {
 		res.set("fleet_fill_fleet_cpu_s", cpu1-fleetCPU0)
 	}
 	res.setPerFleetCPU("fleet_fill_server_per_fleet_cpu", "fleet_fill_server_cpu_s", "fleet_fill_fleet_cpu_s")
@@ -208,12 +210,12 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	}
 	time.Sleep(p.IdleWindow / 2) // let the last ACKs drain
 	idleProfiled := m.profileIdle(ctx, srv, t.Name())
-	cpu0, err := cpuSeconds(pid)
+	cpu0, err := process.CPUSeconds(pid)
 	if err != nil {
 		return nil, err
 	}
 	time.Sleep(p.IdleWindow)
-	cpu1, err := cpuSeconds(pid)
+	cpu1, err := process.CPUSeconds(pid)
 	if perr := idleProfiled(); perr != nil {
 		res.note("M1: idle profile: %v", perr)
 	} else if p.ProfileDir != "" && srv.debugAddr != "" {
@@ -226,7 +228,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	res.set("M1.idle_cpu", 100*(cpu1-cpu0)/p.IdleWindow.Seconds())
 
 	// M7: RSS per connected proxy.
-	rss, err := memKiB(pid, "VmRSS")
+	rss, err := process.MemKiB(pid, "VmRSS")
 	if err != nil {
 		return nil, err
 	}
@@ -259,8 +261,8 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		}
 		began := time.Now()
 		inProfile := 0 // changes begun within the profile's window
-		srvCPU0, err1 := cpuSeconds(pid)
-		fleetCPU0, err2 := cpuSeconds(os.Getpid())
+		srvCPU0, err1 := process.CPUSeconds(pid)
+		fleetCPU0, err2 := process.CPUSeconds(os.Getpid())
 		fleetGC := newFleetCollector()
 		for rep := range p.Reps {
 			if rep >= 3 && time.Since(began) > p.RepBudget {
@@ -296,8 +298,8 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		}
 		m.waitQuiet(ctx, pid, res, c.metric) // the last change's work counts in its CPU
 		// Read before the trace's and the profile's last collections.
-		srvCPU1, err3 := cpuSeconds(pid)
-		fleetCPU1, err4 := cpuSeconds(os.Getpid())
+		srvCPU1, err3 := process.CPUSeconds(pid)
+		fleetCPU1, err4 := process.CPUSeconds(os.Getpid())
 		if err := traced(); err != nil {
 			res.note("%s: runtime trace: %v", c.metric, err)
 		}
@@ -340,7 +342,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			joinsProfiled = m.profileWindow(ctx, srv, t.Name()+"-M5", joinsProfileSeconds(p.Joins))
 		}
 	}
-	joinsCPU0, joinsCPUErr := cpuSeconds(pid)
+	joinsCPU0, joinsCPUErr := process.CPUSeconds(pid)
 	for j := range p.Joins {
 		if !p.want("M5") {
 			break
@@ -362,7 +364,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		joinStarts = append(joinStarts, t0)
 		pc.close()
 	}
-	joinsCPU1, joinsCPUErr1 := cpuSeconds(pid)
+	joinsCPU1, joinsCPUErr1 := process.CPUSeconds(pid)
 	if p.want("M5") {
 		if err := joinsTraced(); err != nil {
 			res.note("M5: trace: %v", err)
@@ -390,10 +392,10 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	if p.want("M6") {
 		m.storm(ctx, t.Name(), f, srv, &pcs, res)
 	}
-	if cpu, err := cpuSeconds(pid); err == nil {
+	if cpu, err := process.CPUSeconds(pid); err == nil {
 		res.set("cpu_seconds", cpu)
 	}
-	if hwm, err := memKiB(pid, "VmHWM"); err == nil {
+	if hwm, err := process.MemKiB(pid, "VmHWM"); err == nil {
 		res.set("peak_rss_mib", hwm/1024)
 	}
 	if p.want("M10") {
@@ -427,13 +429,13 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet, srv 
 		res.note("M10: restart: %v", err)
 		return
 	}
-	srv.proc, srv.close, srv.ep.Addr, f.ep.Addr = proc, proc.stop, addr, addr
+	srv.proc, srv.close, srv.ep.Addr, f.ep.Addr = proc, proc.Stop, addr, addr
 	res.set("M10.restart_s", time.Since(down).Seconds())
 	// --profile-dir: the storm's first seconds (DIR/<server>-M10.*).
 	profiled := m.profileWindow(ctx, srv, name+"-M10", stormTraceSeconds)
 	t0 := time.Now()
-	cpu0, cpuErr := cpuSeconds(proc.pid())
-	fleetCPU0, fleetErr := cpuSeconds(os.Getpid())
+	cpu0, cpuErr := process.CPUSeconds(proc.PID())
+	fleetCPU0, fleetErr := process.CPUSeconds(os.Getpid())
 	resumed0 := f.resumed.Load()
 	usage := readFleetUsage()
 	got, err := f.connectAll(ctx, srv.ids[:p.Workload.Proxies], p.Workload.Proxies, p.FillTimeout)
@@ -444,10 +446,10 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet, srv 
 	}
 	res.set("M10.all_configured_s", time.Since(t0).Seconds())
 	res.set("M10.resumed", float64(f.resumed.Load()-resumed0))
-	if cpu1, err := cpuSeconds(proc.pid()); err == nil && cpuErr == nil {
+	if cpu1, err := process.CPUSeconds(proc.PID()); err == nil && cpuErr == nil {
 		res.set("M10.server_cpu_s", cpu1-cpu0)
 	}
-	if cpu1, err := cpuSeconds(os.Getpid()); err == nil && fleetErr == nil {
+	if cpu1, err := process.CPUSeconds(os.Getpid()); err == nil && fleetErr == nil {
 		res.set("M10.fleet_cpu_s", cpu1-fleetCPU0)
 	}
 	log.Info("restart storm measured", "configured", len(got), "resumed", f.resumed.Load()-resumed0, "took", time.Since(t0).Round(time.Millisecond))
@@ -482,8 +484,8 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	// heap stood when the storm began (fleetmem.go).
 	runtime.GC()
 	t0 := time.Now()
-	cpu0, cpuErr := cpuSeconds(srv.proc.pid())
-	fleetCPU0, fleetErr := cpuSeconds(os.Getpid())
+	cpu0, cpuErr := process.CPUSeconds(srv.proc.PID())
+	fleetCPU0, fleetErr := process.CPUSeconds(os.Getpid())
 	retries0, resumed0 := f.retries.Load(), f.resumed.Load()
 	usage := readFleetUsage()
 	got, err := f.connectAll(ctx, srv.ids[:w.Proxies], w.Proxies, p.FillTimeout)
@@ -495,10 +497,10 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	res.set("M6.reconnects", float64(f.retries.Load()-retries0))
 	res.set("M6.resumed", float64(f.resumed.Load()-resumed0))
 	res.set("M6.all_configured_s", time.Since(t0).Seconds())
-	if cpu1, err := cpuSeconds(srv.proc.pid()); err == nil && cpuErr == nil {
+	if cpu1, err := process.CPUSeconds(srv.proc.PID()); err == nil && cpuErr == nil {
 		res.set("M6.server_cpu_s", cpu1-cpu0)
 	}
-	if cpu1, err := cpuSeconds(os.Getpid()); err == nil && fleetErr == nil {
+	if cpu1, err := process.CPUSeconds(os.Getpid()); err == nil && fleetErr == nil {
 		res.set("M6.fleet_cpu_s", cpu1-fleetCPU0)
 	}
 	res.setPerFleetCPU("M6.server_per_fleet_cpu", "M6.server_cpu_s", "M6.fleet_cpu_s")
@@ -538,7 +540,7 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	}
 	res.set("M6.max_responses_per_proxy", float64(maxResp))
 	res.set("M6.responses_after_configured", float64(after-before))
-	res.set("M6.server_alive", boolf(srv.proc.alive()))
+	res.set("M6.server_alive", boolf(srv.proc.Alive()))
 }
 
 // Quiet is under quietCPU of CPU time over quietWindow: 5% of a core (O
@@ -559,7 +561,7 @@ func (m *measurer) waitQuiet(ctx context.Context, pid int, res *result, metric s
 		return 0
 	}
 	start := time.Now()
-	prev, err := cpuSeconds(pid)
+	prev, err := process.CPUSeconds(pid)
 	for err == nil && time.Since(start) < m.plan.QuietMax {
 		select {
 		case <-ctx.Done():
@@ -567,7 +569,7 @@ func (m *measurer) waitQuiet(ctx context.Context, pid int, res *result, metric s
 		case <-time.After(quietWindow):
 		}
 		var now float64
-		if now, err = cpuSeconds(pid); err == nil && now-prev < quietCPU {
+		if now, err = process.CPUSeconds(pid); err == nil && now-prev < quietCPU {
 			return time.Since(start)
 		}
 		prev = now
@@ -727,7 +729,7 @@ func boolf(b bool) float64 {
 
 // identities mints n client certificates from ca for w's proxies, in
 // parallel, once per harness run.
-func mintIdentities(ca *benchCA, w workload.Workload, n int) ([]identity, error) {
+func mintIdentities(ca *pki.CA, w workload.Workload, n int) ([]identity, error) {
 	ids := make([]identity, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -738,7 +740,7 @@ func mintIdentities(ca *benchCA, w workload.Workload, n int) ([]identity, error)
 			defer wg.Done()
 			for p := k; p < n; p += workers {
 				cn := w.ProxyCN(p)
-				cert, err := ca.issue(cn, int64(1000+p), false)
+				cert, err := ca.Issue(cn, int64(1000+p), false)
 				ids[p], errs[p] = identity{CN: cn, Cert: cert, Address: w.ProxyAddr(p).String()}, err
 			}
 		}()

@@ -26,7 +26,7 @@ func dumpMemory(ctx context.Context, dir, name string, srv *server) error {
 	}
 	var errs []error
 	for _, f := range []string{"status", "smaps_rollup"} {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", srv.proc.pid(), f))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", srv.proc.PID(), f))
 		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, name+"-"+f+".txt"), b, 0o644)
 		}

@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/workload"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
@@ -35,7 +36,7 @@ import (
 // per service, uses = its proxies), as osm-agent does.
 type oTarget struct {
 	osmServer    string
-	pin          *pinning
+	pin          *process.Pinning
 	staticPlugin string
 	dir          string
 	logw         io.Writer
@@ -178,14 +179,14 @@ providers:
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	path, args := t.pin.wrap(t.osmServer, []string{"serve", "--config", cfgFile, "--log-level", cmp.Or(t.logLevel, "warn")})
-	proc, _, err := startChild(ctx, path, args, nil, t.logw, "")
+	path, args := t.pin.Wrap(t.osmServer, []string{"serve", "--config", cfgFile, "--log-level", cmp.Or(t.logLevel, "warn")})
+	proc, _, err := process.StartChild(ctx, path, args, nil, t.logw, "")
 	if err != nil {
 		return nil, fmt.Errorf("O: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			proc.stop()
+			proc.Stop()
 		}
 	}()
 
@@ -202,8 +203,8 @@ providers:
 		if len(adminToken) > 0 && len(caPEM) > 0 && derr == nil {
 			break
 		}
-		if !proc.alive() || time.Now().After(deadline) {
-			return nil, fmt.Errorf("O: osm-server did not serve its API on %s with admin.token and ca.crt in %s: %w (alive=%t)", addrs[1], dataDir, errNotAvailable, proc.alive())
+		if !proc.Alive() || time.Now().After(deadline) {
+			return nil, fmt.Errorf("O: osm-server did not serve its API on %s with admin.token and ca.crt in %s: %w (alive=%t)", addrs[1], dataDir, errNotAvailable, proc.Alive())
 		}
 		select {
 		case <-ctx.Done():
@@ -261,15 +262,15 @@ providers:
 		change: func(ctx context.Context, u, seq int) error {
 			return os.Rename(endpointsFile+".tmp", endpointsFile)
 		},
-		close: proc.stop,
-		restart: func(ctx context.Context) (*child, string, error) {
-			proc.stop()
+		close: proc.Stop,
+		restart: func(ctx context.Context) (*process.Child, string, error) {
+			proc.Stop()
 			var err error
-			if proc, _, err = startChild(ctx, path, args, nil, t.logw, ""); err != nil {
+			if proc, _, err = process.StartChild(ctx, path, args, nil, t.logw, ""); err != nil {
 				return nil, "", fmt.Errorf("O: %w", err)
 			}
 			if err := waitDial(ctx, xdsAddr, proc); err != nil {
-				proc.stop()
+				proc.Stop()
 				return nil, "", fmt.Errorf("O after a restart: %w", err)
 			}
 			return proc, xdsAddr, nil
@@ -279,7 +280,7 @@ providers:
 
 // waitDial waits until osm-server (proc) accepts connections on its xDS
 // address, which it opens once its providers have listed the workload.
-func waitDial(ctx context.Context, xdsAddr string, proc *child) error {
+func waitDial(ctx context.Context, xdsAddr string, proc *process.Child) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		c, err := net.DialTimeout("tcp", xdsAddr, 2*time.Second)
@@ -287,8 +288,8 @@ func waitDial(ctx context.Context, xdsAddr string, proc *child) error {
 			c.Close()
 			return nil
 		}
-		if !proc.alive() || time.Now().After(deadline) {
-			return fmt.Errorf("osm-server does not serve xDS on %s: %w (alive=%t)", xdsAddr, errNotAvailable, proc.alive())
+		if !proc.Alive() || time.Now().After(deadline) {
+			return fmt.Errorf("osm-server does not serve xDS on %s: %w (alive=%t)", xdsAddr, errNotAvailable, proc.Alive())
 		}
 		select {
 		case <-ctx.Done():

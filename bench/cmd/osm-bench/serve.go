@@ -22,6 +22,7 @@ import (
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	gcpserver "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/osm-vm/osm-vm/bench/pki"
 	"github.com/osm-vm/osm-vm/bench/wire"
 	"github.com/osm-vm/osm-vm/bench/workload"
 	"google.golang.org/grpc"
@@ -82,7 +83,7 @@ type changer interface {
 // serveBench runs an xDS server (L or F) until ctx ends. It prints one line,
 // "ready <xds address> <control address>", once both listen.
 func serveBench(ctx context.Context, log *slog.Logger, kind string, o serverOptions, stdout io.Writer) error {
-	tlsConf, err := serverTLS(o.dir)
+	tlsConf, err := pki.ServerTLS(o.dir)
 	if err != nil {
 		return err
 	}

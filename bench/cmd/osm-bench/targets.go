@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/pki"
+	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/workload"
 )
 
@@ -23,7 +25,7 @@ type benchTarget struct {
 	kind string // serve-l or serve-f
 	mode string // serve-l: snapshot or mux
 	self string // the osm-bench executable
-	pin  *pinning
+	pin  *process.Pinning
 	dir  string // holds the server's certificates
 	ids  *identityCache
 	logw io.Writer
@@ -42,20 +44,20 @@ func (t *benchTarget) Start(ctx context.Context, w workload.Workload, extra int)
 		"--wide=" + strconv.FormatBool(w.Wide)}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	path, args := t.pin.wrap(t.self, args)
-	proc, f, err := startChild(sctx, path, args, []string{childEnv}, t.logw, "ready")
+	path, args := t.pin.Wrap(t.self, args)
+	proc, f, err := process.StartChild(sctx, path, args, []string{childEnv}, t.logw, "ready")
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", t.name, err)
 	}
 	if len(f) != 3 {
-		proc.stop()
+		proc.Stop()
 		return nil, fmt.Errorf("%s: ready line %q: want \"ready <xds> <control>\"", t.name, f)
 	}
 	control := "http://" + f[2]
 	hc := &http.Client{Timeout: time.Minute}
 	srv := &server{
 		proc:      proc,
-		ep:        endpoint{Addr: f[1], ServerName: "127.0.0.1", Roots: t.ids.ca.pool()},
+		ep:        endpoint{Addr: f[1], ServerName: "127.0.0.1", Roots: t.ids.ca.Pool()},
 		ids:       ids,
 		pprofAddr: f[2],
 		change: func(ctx context.Context, u, seq int) error {
@@ -74,18 +76,18 @@ func (t *benchTarget) Start(ctx context.Context, w workload.Workload, extra int)
 			}
 			return nil
 		},
-		close: proc.stop,
+		close: proc.Stop,
 	}
-	srv.restart = func(ctx context.Context) (*child, string, error) {
-		srv.proc.stop()
+	srv.restart = func(ctx context.Context) (*process.Child, string, error) {
+		srv.proc.Stop()
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 		defer cancel()
-		proc, f, err := startChild(sctx, path, args, []string{childEnv}, t.logw, "ready")
+		proc, f, err := process.StartChild(sctx, path, args, []string{childEnv}, t.logw, "ready")
 		if err != nil {
 			return nil, "", fmt.Errorf("%s after a restart: %w", t.name, err)
 		}
 		if len(f) != 3 {
-			proc.stop()
+			proc.Stop()
 			return nil, "", fmt.Errorf("%s after a restart: ready line %q: want \"ready <xds> <control>\"", t.name, f)
 		}
 		control, srv.pprofAddr = "http://"+f[2], f[2]
@@ -97,7 +99,7 @@ func (t *benchTarget) Start(ctx context.Context, w workload.Workload, extra int)
 // identityCache mints the fleet's certificates once and shares them
 // between L and F (a workload's proxy p has the same CN for both).
 type identityCache struct {
-	ca *benchCA
+	ca *pki.CA
 	mu sync.Mutex
 	m  map[string][]identity
 }

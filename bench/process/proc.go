@@ -1,4 +1,9 @@
-package main
+// Package process runs the servers under test as processes of their own
+// and reads what the kernel counts for them: a child that dies with the
+// harness, its CPU-seconds and memory from /proc, the harness's file
+// limit, and --pin's split of the CPUs between the servers and the fleet
+// (taskset). It imports nothing of osm-vm or of the rest of the harness.
+package process
 
 import (
 	"bufio"
@@ -18,8 +23,8 @@ import (
 // 100 on every Linux architecture Go supports.
 const clockTicks = 100
 
-// cpuSeconds is the user+system CPU time of pid so far.
-func cpuSeconds(pid int) (float64, error) {
+// CPUSeconds is the user+system CPU time of pid so far.
+func CPUSeconds(pid int) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, fmt.Errorf("server CPU time: %w", err)
@@ -42,8 +47,8 @@ func cpuSeconds(pid int) (float64, error) {
 	return (utime + stime) / clockTicks, nil
 }
 
-// memKiB reads a field (VmRSS, VmHWM) of /proc/<pid>/status, in KiB.
-func memKiB(pid int, field string) (float64, error) {
+// MemKiB reads a field (VmRSS, VmHWM) of /proc/<pid>/status, in KiB.
+func MemKiB(pid int, field string) (float64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0, fmt.Errorf("server memory: %w", err)
@@ -60,17 +65,17 @@ func memKiB(pid int, field string) (float64, error) {
 	return 0, fmt.Errorf("/proc/%d/status: no %s", pid, field)
 }
 
-// child is a server process the harness started. It dies with the harness
+// Child is a server process the harness started. It dies with the harness
 // (Pdeathsig) and is killed by stop on every exit path.
-type child struct {
+type Child struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
 	err    error
 }
 
-// startChild starts path with args; stderr goes to logw. When readyPrefix is
+// StartChild starts path with args; stderr goes to logw. When readyPrefix is
 // set, it waits for a stdout line starting with it and returns its fields.
-func startChild(ctx context.Context, path string, args, env []string, logw io.Writer, readyPrefix string) (*child, []string, error) {
+func StartChild(ctx context.Context, path string, args, env []string, logw io.Writer, readyPrefix string) (*Child, []string, error) {
 	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = logw
@@ -87,7 +92,7 @@ func startChild(ctx context.Context, path string, args, env []string, logw io.Wr
 	if err := cmd.Start(); err != nil {
 		return nil, nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	c := &child{cmd: cmd, exited: make(chan struct{})}
+	c := &Child{cmd: cmd, exited: make(chan struct{})}
 	lines := make(chan []string, 1)
 	go func() {
 		if out != nil {
@@ -112,14 +117,14 @@ func startChild(ctx context.Context, path string, args, env []string, logw io.Wr
 	case <-c.exited:
 		return nil, nil, fmt.Errorf("%s exited before it was ready: %v (its log is in the harness work directory)", path, c.err)
 	case <-ctx.Done():
-		c.stop()
+		c.Stop()
 		return nil, nil, fmt.Errorf("%s: not ready: %w", path, ctx.Err())
 	}
 }
 
-func (c *child) pid() int { return c.cmd.Process.Pid }
+func (c *Child) PID() int { return c.cmd.Process.Pid }
 
-func (c *child) alive() bool {
+func (c *Child) Alive() bool {
 	select {
 	case <-c.exited:
 		return false
@@ -129,7 +134,14 @@ func (c *child) alive() bool {
 }
 
 // stop sends SIGTERM, then SIGKILL after 5 s, and waits for the exit.
-func (c *child) stop() {
+// kill sends the process SIGKILL and waits for it to exit (a crash, as
+// the HA section's failover has it).
+func (c *Child) Kill() {
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.exited
+}
+
+func (c *Child) Stop() {
 	if c == nil {
 		return
 	}
@@ -142,8 +154,8 @@ func (c *child) stop() {
 	}
 }
 
-// raiseNoFile lifts the soft RLIMIT_NOFILE to the hard limit and returns it.
-func raiseNoFile() (uint64, error) {
+// RaiseNoFile lifts the soft RLIMIT_NOFILE to the hard limit and returns it.
+func RaiseNoFile() (uint64, error) {
 	var r syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &r); err != nil {
 		return 0, fmt.Errorf("RLIMIT_NOFILE: %w", err)

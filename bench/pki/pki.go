@@ -1,4 +1,9 @@
-package main
+// Package pki is the harness's own CA: it issues the fleet's client
+// certificates (CN = node ID) and the peer servers' (L, L-mux, F) server
+// certificate, and gives those servers the TLS configuration that
+// requires and verifies a client certificate. O and HA use osm-server's
+// own CA instead. It imports nothing of osm-vm.
+package pki
 
 import (
 	"crypto/ecdsa"
@@ -17,16 +22,16 @@ import (
 	"time"
 )
 
-// benchCA is the CA the harness creates for the L and F servers: ECDSA
+// CA is the CA the harness creates for the L and F servers: ECDSA
 // P-256 like osm-vm's mesh CA. It signs the server certificate and one
 // client certificate per simulated proxy.
-type benchCA struct {
+type CA struct {
 	cert *x509.Certificate
 	key  *ecdsa.PrivateKey
 	der  []byte
 }
 
-func newBenchCA() (*benchCA, error) {
+func NewCA() (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("bench CA key: %w", err)
@@ -48,11 +53,11 @@ func newBenchCA() (*benchCA, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench CA certificate: %w", err)
 	}
-	return &benchCA{cert: cert, key: key, der: der}, nil
+	return &CA{cert: cert, key: key, der: der}, nil
 }
 
 // issue signs a leaf for cn; server leaves get 127.0.0.1 as an IP SAN.
-func (ca *benchCA) issue(cn string, serial int64, server bool) (tls.Certificate, error) {
+func (ca *CA) Issue(cn string, serial int64, server bool) (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("key for %s: %w", cn, err)
@@ -78,8 +83,8 @@ func (ca *benchCA) issue(cn string, serial int64, server bool) (tls.Certificate,
 
 // writeServerFiles writes ca.crt, server.crt and server.key into dir for a
 // serve-l or serve-f process.
-func (ca *benchCA) writeServerFiles(dir string) error {
-	leaf, err := ca.issue("osm-bench server", 2, true)
+func (ca *CA) WriteServerFiles(dir string) error {
+	leaf, err := ca.Issue("osm-bench server", 2, true)
 	if err != nil {
 		return err
 	}
@@ -100,15 +105,15 @@ func (ca *benchCA) writeServerFiles(dir string) error {
 	return nil
 }
 
-func (ca *benchCA) pool() *x509.CertPool {
+func (ca *CA) Pool() *x509.CertPool {
 	p := x509.NewCertPool()
 	p.AddCert(ca.cert)
 	return p
 }
 
-// serverTLS loads the files writeServerFiles wrote: TLS 1.3, client
+// ServerTLS loads the files WriteServerFiles wrote: TLS 1.3, client
 // certificates required and verified against the bench CA.
-func serverTLS(dir string) (*tls.Config, error) {
+func ServerTLS(dir string) (*tls.Config, error) {
 	cert, err := tls.LoadX509KeyPair(filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key"))
 	if err != nil {
 		return nil, fmt.Errorf("server certificate in %s: %w", dir, err)

@@ -1,4 +1,4 @@
-package main
+package process
 
 import (
 	"errors"
@@ -12,20 +12,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pinning puts the servers on CPU 0 and the harness, which is the
+// Pinning puts the servers on CPU 0 and the harness, which is the
 // simulated fleet, on the other CPUs (--pin). Sharing two cores, the fleet
 // and the server interleave differently in every run, and the server's
 // CPU figures move by ±15% with it (docs/performance.md); on its own core
 // the server's figures measure the server. Times grow: each side has
 // fewer cores.
-type pinning struct {
+type Pinning struct {
 	serverCPUs string // taskset's list
 	taskset    string // its path
 }
 
-// newPinning checks that pinning can be done here: Linux, two CPUs or
+// NewPinning checks that Pinning can be done here: Linux, two CPUs or
 // more, and taskset(1) (util-linux) to start the servers with.
-func newPinning() (*pinning, error) {
+func NewPinning() (*Pinning, error) {
 	if runtime.GOOS != "linux" {
 		return nil, errors.New("--pin: Linux only")
 	}
@@ -36,12 +36,12 @@ func newPinning() (*pinning, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--pin: taskset not found (apt-get install util-linux): %w", err)
 	}
-	return &pinning{serverCPUs: "0", taskset: ts}, nil
+	return &Pinning{serverCPUs: "0", taskset: ts}, nil
 }
 
 // pinSelf moves every thread of this process to CPUs 1..N-1; threads
 // started later inherit it from the thread that starts them.
-func (p *pinning) pinSelf() error {
+func (p *Pinning) PinSelf() error {
 	var set unix.CPUSet
 	for c := 1; c < runtime.NumCPU(); c++ {
 		set.Set(c)
@@ -65,7 +65,7 @@ func (p *pinning) pinSelf() error {
 // wrap returns the command that runs path with args on the servers' CPU
 // (path and args themselves when p is nil). taskset execs path, so the
 // process keeps its pid.
-func (p *pinning) wrap(path string, args []string) (string, []string) {
+func (p *Pinning) Wrap(path string, args []string) (string, []string) {
 	if p == nil {
 		return path, args
 	}
@@ -73,7 +73,7 @@ func (p *pinning) wrap(path string, args []string) (string, []string) {
 }
 
 // note is the table's and the JSON's word on it.
-func (p *pinning) note() string {
+func (p *Pinning) Note() string {
 	fleet := "CPU 1"
 	if n := runtime.NumCPU(); n > 2 {
 		fleet = fmt.Sprintf("CPUs 1-%d", n-1)

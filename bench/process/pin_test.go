@@ -1,4 +1,4 @@
-package main
+package process
 
 import (
 	"fmt"
@@ -29,10 +29,10 @@ func allowedCPUs(t *testing.T, status string) string {
 }
 
 func TestPinning(t *testing.T) {
-	p, err := newPinning()
+	p, err := NewPinning()
 	if runtime.NumCPU() < 2 {
 		if err == nil || !strings.Contains(err.Error(), "needs 2 CPUs") {
-			t.Fatalf("newPinning on %d CPU: %v, want refused", runtime.NumCPU(), err)
+			t.Fatalf("NewPinning on %d CPU: %v, want refused", runtime.NumCPU(), err)
 		}
 		return
 	}
@@ -40,7 +40,7 @@ func TestPinning(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A server started through wrap runs on CPU 0 only.
-	path, args := p.wrap("/bin/sh", []string{"-c", "grep Cpus_allowed_list /proc/self/status"})
+	path, args := p.Wrap("/bin/sh", []string{"-c", "grep Cpus_allowed_list /proc/self/status"})
 	out, err := exec.Command(path, args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s %q: %v: %s", path, args, err, out)
@@ -67,7 +67,7 @@ func TestPinning(t *testing.T) {
 			t.Errorf("after the test the process runs on %s, want %s", got, all)
 		}
 	})
-	if err := p.pinSelf(); err != nil {
+	if err := p.PinSelf(); err != nil {
 		t.Fatal(err)
 	}
 	want := "1"
