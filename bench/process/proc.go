@@ -168,3 +168,7 @@ func RaiseNoFile() (uint64, error) {
 	}
 	return r.Cur, nil
 }
+
+// ErrNotAvailable is why a server under test was not measured: it did
+// not start, or what it needs (a binary) is missing.
+var ErrNotAvailable = errors.New("not available")

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -35,7 +36,7 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 		}
 		return mem.BufferSlice{mem.SliceBuffer(b)}, nil
 	}
-	return nil, fmt.Errorf("Codec: cannot marshal %T", v)
+	return nil, fmt.Errorf("wire.Codec: cannot marshal %T", v)
 }
 
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
@@ -46,7 +47,7 @@ func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	case proto.Message:
 		return proto.Unmarshal(data.Materialize(), m)
 	}
-	return fmt.Errorf("Codec: cannot unmarshal into %T", v)
+	return fmt.Errorf("wire.Codec: cannot unmarshal into %T", v)
 }
 
 // Envelope is what the fleet reads from a DiscoveryResponse: everything but
@@ -135,4 +136,17 @@ func AppendResponse(b []byte, version, typeURL string, anys [][]byte) []byte {
 	b = protowire.AppendTag(b, 5, protowire.BytesType)
 	b = protowire.AppendString(b, version) // nonce = version: the same bytes for every stream
 	return b
+}
+
+// TypeOrder is the order of the three types the fleet ACKs and F sends.
+var TypeOrder = []string{resource.ClusterType, resource.EndpointType, resource.ListenerType}
+
+// TypeIndex is t's place in TypeOrder, -1 for another type.
+func TypeIndex(t string) int {
+	for i, x := range TypeOrder {
+		if x == t {
+			return i
+		}
+	}
+	return -1
 }

@@ -49,7 +49,7 @@ func TestEnvelopeRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	if env.Version != "e7" || env.Nonce != "e7" || env.TypeURL != resource.EndpointType || len(env.Resources) != w.Services || env.Size != len(marshalled) {
-		t.Errorf("Envelope = %q %q %q %d resources, %d bytes; want e7 e7 %s %d resources, %d bytes",
+		t.Errorf("envelope = %q %q %q %d resources, %d bytes; want e7 e7 %s %d resources, %d bytes",
 			env.Version, env.Nonce, env.TypeURL, len(env.Resources), env.Size, resource.EndpointType, w.Services, len(marshalled))
 	}
 	v, err := AnyValue(env.Resources[2])

@@ -180,7 +180,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	// --profile-dir: every server's memory and MemStats, its CPU and
 	// allocations in the fill, the changes, the joins and the storm, the
-	// fleet's CPU beside each, and O's other profiles.
+	// Fleet's CPU beside each, and O's other profiles.
 	for _, s := range servers {
 		files := []string{"status.txt", "smaps_rollup.txt", "heap.txt", "fill.fleet.heap.pb.gz"}
 		for _, w := range []string{"fill", "M2", "M3", "M5", "M6", "M10"} {

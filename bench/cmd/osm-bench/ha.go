@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/fleet"
 	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/report"
 	"github.com/osm-vm/osm-vm/bench/workload"
@@ -60,8 +61,8 @@ type replica struct {
 	proc           *process.Child
 	dataDir        string
 	proxies        []int // indexes into the identities
-	fleet          *fleet
-	pcs            []*proxyClient
+	fleet          *fleet.Fleet
+	pcs            []*fleet.ProxyClient
 	baseRSS, rssKB float64
 }
 
@@ -73,11 +74,11 @@ type replica struct {
 func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error) {
 	res := &result{Values: map[string]float64{}}
 	if p.consul == "" {
-		return nil, fmt.Errorf("no consul binary (--consul; make bench builds it with hack/build-consul.sh): %w", errNotAvailable)
+		return nil, fmt.Errorf("no consul binary (--consul; make bench builds it with hack/build-consul.sh): %w", process.ErrNotAvailable)
 	}
 	for _, f := range []string{p.consul, p.osmServer, p.staticPlugin} {
 		if _, err := os.Stat(f); err != nil {
-			return nil, fmt.Errorf("%w: %w", err, errNotAvailable)
+			return nil, fmt.Errorf("%w: %w", err, process.ErrNotAvailable)
 		}
 	}
 	if err := os.MkdirAll(p.dir, 0o700); err != nil {
@@ -150,7 +151,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 		return nil, fmt.Errorf("HA: enroll: %w", err)
 	}
 	// Claims are written when a proxy first connects: counted with the
-	// fleet's first connection below.
+	// Fleet's first connection below.
 	for i := range ids {
 		rs[i%len(rs)].proxies = append(rs[i%len(rs)].proxies, i)
 	}
@@ -158,17 +159,17 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	errs := make([]error, len(rs))
 	for i, r := range rs {
 		wg.Go(func() {
-			mine := make([]identity, len(r.proxies))
+			mine := make([]fleet.Identity, len(r.proxies))
 			for k, p := range r.proxies {
 				mine[k] = ids[p]
 			}
-			r.pcs, errs[i] = r.fleet.connectAll(ctx, mine, 64, 2*time.Minute)
+			r.pcs, errs[i] = r.fleet.ConnectAll(ctx, mine, 64, 2*time.Minute)
 		})
 	}
 	wg.Wait()
 	defer func() {
 		for _, r := range rs {
-			closeAll(r.pcs)
+			fleet.CloseAll(r.pcs)
 		}
 	}()
 	if err := errors.Join(errs...); err != nil {
@@ -215,9 +216,9 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	raft0, err0 = raftIndex(ctx, consul)
 	commits0 = storeCommits(ctx, rs)
 	for seq := range p.reps {
-		pr := &probe{seq: seq + 1, marker: []byte(haProbeService(seq)), acks: make(chan ackEvent, affected)}
-		rs[1].fleet.probe.Store(pr)
-		rs[2].fleet.probe.Store(pr)
+		pr := &fleet.Probe{Seq: seq + 1, Marker: []byte(haProbeService(seq)), Acks: make(chan fleet.AckEvent, affected)}
+		rs[1].fleet.Probe.Store(pr)
+		rs[2].fleet.Probe.Store(pr)
 		t0 := time.Now()
 		doc := fmt.Sprintf("apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec: {ports: [{port: %d, appProtocol: tcp}]}\n",
 			haProbeService(seq), workload.Namespace, workload.EndpointPort)
@@ -229,9 +230,9 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	wait:
 		for got < affected {
 			select {
-			case ev := <-pr.acks:
+			case ev := <-pr.Acks:
 				got++
-				last = max(last, ms(ev.at.Sub(t0)))
+				last = max(last, ms(ev.At.Sub(t0)))
 			case <-timeout:
 				res.note("HA: apply %d: %d of %d proxies on the other replicas ACKed within %s", seq, got, affected, p.settle)
 				break wait
@@ -239,8 +240,8 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 				return nil, ctx.Err()
 			}
 		}
-		rs[1].fleet.probe.Store(nil)
-		rs[2].fleet.probe.Store(nil)
+		rs[1].fleet.Probe.Store(nil)
+		rs[2].fleet.Probe.Store(nil)
 		lasts = append(lasts, last)
 		time.Sleep(200 * time.Millisecond) // pacing between changes, not synchronization
 	}
@@ -262,17 +263,17 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	commits0 = storeCommits(ctx, rs[:2])
 	t0 := time.Now()
 	victim.proc.Kill()
-	var again [2][]identity
+	var again [2][]fleet.Identity
 	for k, pc := range orphans {
-		<-pc.done // the stream ends with the process
-		again[k%2] = append(again[k%2], pc.id)
+		<-pc.Done() // the stream ends with the process
+		again[k%2] = append(again[k%2], pc.ID)
 	}
-	closeAll(orphans)
+	fleet.CloseAll(orphans)
 	victim.pcs = nil
 	for i := range again {
 		wg.Go(func() {
-			var got []*proxyClient
-			got, errs[i] = rs[i].fleet.connectAll(ctx, again[i], len(again[i]), time.Minute)
+			var got []*fleet.ProxyClient
+			got, errs[i] = rs[i].fleet.ConnectAll(ctx, again[i], len(again[i]), time.Minute)
 			rs[i].pcs = append(rs[i].pcs, got...)
 		})
 	}
@@ -309,7 +310,7 @@ func setUp(ctx context.Context, rs []*replica, w workload.Workload) (string, err
 	roots.AppendCertsFromPEM(caPEM)
 	for _, r := range rs {
 		r.api.hc.Transport.(*http.Transport).TLSClientConfig.RootCAs = roots
-		r.fleet = &fleet{ep: endpoint{Addr: r.xds, ServerName: "127.0.0.1", Roots: roots}}
+		r.fleet = &fleet.Fleet{Endpoint: fleet.Endpoint{Addr: r.xds, ServerName: "127.0.0.1", Roots: roots}}
 	}
 	if err := rs[0].api.do(ctx, http.MethodPost, "/api/v1/spec/apply?source=osm-bench", "application/yaml", []byte(haSpec(w)), nil); err != nil {
 		return "", fmt.Errorf("HA: apply the workload: %w", err)
@@ -345,8 +346,8 @@ func singleRSSPerProxy(ctx context.Context, p haPlan, w workload.Workload, endpo
 	if err != nil {
 		return 0, err
 	}
-	pcs, err := r.fleet.connectAll(ctx, ids, 64, 2*time.Minute)
-	defer closeAll(pcs)
+	pcs, err := r.fleet.ConnectAll(ctx, ids, 64, 2*time.Minute)
+	defer fleet.CloseAll(pcs)
 	if err != nil {
 		return 0, err
 	}
@@ -376,7 +377,7 @@ func haSpec(w workload.Workload) string {
 }
 
 // haEndpoints is the static provider's file: w's services, and one
-// endpoint for each probe Service the applies add.
+// Endpoint for each probe Service the applies add.
 func haEndpoints(w workload.Workload, reps int) string {
 	var b strings.Builder
 	b.WriteString("services:\n")
@@ -495,7 +496,7 @@ func waitReady(ctx context.Context, r *replica) error {
 			}
 		}
 		if !r.proc.Alive() || time.Now().After(deadline) {
-			return fmt.Errorf("HA: replica at %s not ready (alive=%t): %w", r.debug, r.proc.Alive(), errNotAvailable)
+			return fmt.Errorf("HA: replica at %s not ready (alive=%t): %w", r.debug, r.proc.Alive(), process.ErrNotAvailable)
 		}
 		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
 			return err

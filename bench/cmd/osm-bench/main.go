@@ -50,6 +50,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/fleet"
 	"github.com/osm-vm/osm-vm/bench/pki"
 	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/report"
@@ -150,7 +151,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 	fs.IntVar(&c.haProxies, "ha-proxies", 0, "HA: proxies spread over the three replicas (default 900, quick 90)")
 	fs.IntVar(&c.haApplies, "ha-applies", 0, "HA: applies measured (default 20, quick 5)")
 	fs.StringVar(&c.out, "out", "bench/results/latest.json", "JSON results file")
-	fs.IntVar(&c.fleetMemory, "fleet-memory", fleetMemoryAuto, "MiB the harness's own heap (the fleet's) may grow to before it collects: its collector is off while it measures and it collects before each fill and storm, so that the fleet's collections, which the real fleet of Envoys does not have, stay out of the windows measured (default 6144 or a quarter of the machine's memory, whichever is less; 0: Go's default collector; GOGC or GOMEMLIMIT in the environment also leave it as they set it)")
+	fs.IntVar(&c.fleetMemory, "fleet-memory", fleet.MemoryAuto, "MiB the harness's own heap (the fleet's) may grow to before it collects: its collector is off while it measures and it collects before each fill and storm, so that the fleet's collections, which the real fleet of Envoys does not have, stay out of the windows measured (default 6144 or a quarter of the machine's memory, whichever is less; 0: Go's default collector; GOGC or GOMEMLIMIT in the environment also leave it as they set it)")
 	var pin bool
 	fs.BoolVar(&pin, "pin", false, "put the servers on CPU 0 and the harness with its fleet on the others (Linux, taskset), so that the servers' CPU figures do not depend on how the fleet interleaves with them; times grow, each side having fewer cores")
 	fs.StringVar(&c.osmServer, "osm-server", "bin/osm-server", "osm-server binary for O (O is skipped when missing)")
@@ -220,7 +221,7 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 			return c, err
 		}
 	}
-	if c.fleetMemory < fleetMemoryAuto {
+	if c.fleetMemory < fleet.MemoryAuto {
 		return c, fmt.Errorf("run: --fleet-memory %d: want MiB, or 0 for Go's default collector", c.fleetMemory)
 	}
 	if c.staticPlugin == "" {
@@ -280,11 +281,11 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 		return err
 	}
 	defer logf.Close()
-	fleetMiB, err := fleetMemoryMiB(c.fleetMemory)
+	fleetMiB, err := fleet.MemoryMiB(c.fleetMemory)
 	if err != nil {
 		return err
 	}
-	restoreGC, fleetNote := setFleetMemory(fleetMiB)
+	restoreGC, fleetNote := fleet.SetMemory(fleetMiB)
 	defer restoreGC()
 	ids := &identityCache{ca: ca}
 	p := c.plan

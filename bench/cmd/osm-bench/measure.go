@@ -13,10 +13,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sync"
 	"time"
 
-	"github.com/osm-vm/osm-vm/bench/pki"
+	"github.com/osm-vm/osm-vm/bench/fleet"
 	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/report"
 	"github.com/osm-vm/osm-vm/bench/workload"
@@ -24,9 +23,9 @@ import (
 
 // server is one running server under test, whichever kind.
 type server struct {
-	proc *process.Child
-	ep   endpoint
-	ids  []identity // the fleet's identities, then the joiners'
+	proc     *process.Child
+	Endpoint fleet.Endpoint
+	ids      []fleet.Identity // the fleet's identities, then the joiners'
 	// change moves endpoint 0 of service u to ChangedAddr(seq) and returns
 	// once the server has been told (the measured clock starts before it).
 	change func(ctx context.Context, u, seq int) error
@@ -171,7 +170,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &fleet{ep: srv.ep, noResume: p.NoResume}
+	f := &fleet.Fleet{Endpoint: srv.Endpoint, NoResume: p.NoResume}
 
 	// M1: hold N streams; idle CPU with nothing changing.
 	//
@@ -179,22 +178,22 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	// before it (the 11,000 client certificates minted before the first
 	// server, the last server's 10,000 closed connections) would
 	// otherwise be collected during this server's fill or not, as the
-	// fleet's trigger happens to fall, and its fleet CPU with it.
+	// Fleet's trigger happens to fall, and its fleet CPU with it.
 	runtime.GC()
 	fillProfiled := m.profileFill(ctx, srv, t.Name())
 	start := time.Now()
 	fillCPU0, fillErr := process.CPUSeconds(pid)
 	fleetCPU0, fleetErr := process.CPUSeconds(os.Getpid())
-	usage := readFleetUsage()
-	pcs, err := f.connectAll(ctx, srv.ids[:w.Proxies], p.Parallel, p.FillTimeout)
-	usage.logSince(log, "fill")
-	defer func() { closeAll(pcs) }()
+	usage := fleet.ReadUsage()
+	pcs, err := f.ConnectAll(ctx, srv.ids[:w.Proxies], p.Parallel, p.FillTimeout)
+	usage.LogSince(log, "fill")
+	defer func() { fleet.CloseAll(pcs) }()
 	if err != nil {
 		return nil, fmt.Errorf("fill the fleet (%d of %d connected): %w", len(pcs), w.Proxies, err)
 	}
 	log.Info("fleet configured", "proxies", len(pcs), "took", time.Since(start).Round(time.Millisecond))
 	res.set("fleet_fill_s", time.Since(start).Seconds())
-	res.set("fleet_fill_reconnects", float64(f.retries.Load()))
+	res.set("fleet_fill_reconnects", float64(f.Retries.Load()))
 	if fillCPU1, err := process.CPUSeconds(pid); err == nil && fillErr == nil {
 		res.set("fleet_fill_server_cpu_s", fillCPU1-fillCPU0)
 	}
@@ -263,7 +262,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		inProfile := 0 // changes begun within the profile's window
 		srvCPU0, err1 := process.CPUSeconds(pid)
 		fleetCPU0, err2 := process.CPUSeconds(os.Getpid())
-		fleetGC := newFleetCollector()
+		fleetGC := fleet.NewCollector()
 		for rep := range p.Reps {
 			if rep >= 3 && time.Since(began) > p.RepBudget {
 				res.note("%s: stopped after %d of %d changes (%s budget)", c.metric, rep, p.Reps, p.RepBudget)
@@ -273,12 +272,12 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			if rep > 0 {
 				quiet = m.waitQuiet(ctx, pid, res, c.metric)
 			}
-			fleetCollected := fleetGC.beforeChange()
+			fleetCollected := fleetGC.BeforeChange()
 			r, err := m.change(ctx, f, srv, c.service, affected)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.metric, err)
 			}
-			fleetGC.afterChange()
+			fleetGC.AfterChange()
 			if r.start.Sub(began) < time.Duration(profileSeconds)*time.Second {
 				inProfile++
 			}
@@ -314,8 +313,8 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			// work and the fleet's (TLS, framing, ACKs), per change.
 			res.set(c.metric+".server_cpu_ms", 1000*(srvCPU1-srvCPU0)/float64(len(last)))
 			// Less the fleet's own collections before the changes (see
-			// fleetCollector).
-			res.set(c.metric+".fleet_cpu_ms", 1000*(fleetCPU1-fleetCPU0-fleetGC.cpu)/float64(len(last)))
+			// Collector).
+			res.set(c.metric+".fleet_cpu_ms", 1000*(fleetCPU1-fleetCPU0-fleetGC.CPU())/float64(len(last)))
 		}
 		res.set(c.metric+".p50", report.Percentile(last, 50))
 		res.set(c.metric+".p99", report.Percentile(last, 99))
@@ -349,20 +348,20 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		}
 		id := srv.ids[w.Proxies+j]
 		t0 := time.Now()
-		pc, err := f.connect(ctx, id)
+		pc, err := f.Connect(ctx, id)
 		if err != nil {
 			return nil, fmt.Errorf("M5: %w", err)
 		}
 		jctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		err = pc.waitConfigured(jctx)
+		err = pc.WaitConfigured(jctx)
 		cancel()
 		if err != nil {
-			pc.close()
+			pc.Close()
 			return nil, fmt.Errorf("M5: %w", err)
 		}
-		joins = append(joins, ms(pc.readyAt.Sub(t0)))
+		joins = append(joins, ms(pc.ReadyAt.Sub(t0)))
 		joinStarts = append(joinStarts, t0)
-		pc.close()
+		pc.Close()
 	}
 	joinsCPU1, joinsCPUErr1 := process.CPUSeconds(pid)
 	if p.want("M5") {
@@ -411,14 +410,14 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 // server's CPU and the fleet's, and how many handshakes resumed (O keeps
 // its ticket keys in its store; L and F, as go-control-plane's users
 // do, in memory only). *pcs becomes the reconnected fleet.
-func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet, srv *server, pcs *[]*proxyClient, res *result) {
+func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet.Fleet, srv *server, pcs *[]*fleet.ProxyClient, res *result) {
 	p := m.plan
 	log := m.log.With("server", name)
 	if srv.restart == nil {
 		res.note("M10: %s cannot be restarted by the harness", name)
 		return
 	}
-	closeAll(*pcs)
+	fleet.CloseAll(*pcs)
 	*pcs = nil
 	// The closed fleet's garbage is collected before the clock starts,
 	// as before M6's storm.
@@ -429,30 +428,30 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet, srv 
 		res.note("M10: restart: %v", err)
 		return
 	}
-	srv.proc, srv.close, srv.ep.Addr, f.ep.Addr = proc, proc.Stop, addr, addr
+	srv.proc, srv.close, srv.Endpoint.Addr, f.Endpoint.Addr = proc, proc.Stop, addr, addr
 	res.set("M10.restart_s", time.Since(down).Seconds())
 	// --profile-dir: the storm's first seconds (DIR/<server>-M10.*).
 	profiled := m.profileWindow(ctx, srv, name+"-M10", stormTraceSeconds)
 	t0 := time.Now()
 	cpu0, cpuErr := process.CPUSeconds(proc.PID())
 	fleetCPU0, fleetErr := process.CPUSeconds(os.Getpid())
-	resumed0 := f.resumed.Load()
-	usage := readFleetUsage()
-	got, err := f.connectAll(ctx, srv.ids[:p.Workload.Proxies], p.Workload.Proxies, p.FillTimeout)
-	usage.logSince(log, "M10")
+	resumed0 := f.Resumed.Load()
+	usage := fleet.ReadUsage()
+	got, err := f.ConnectAll(ctx, srv.ids[:p.Workload.Proxies], p.Workload.Proxies, p.FillTimeout)
+	usage.LogSince(log, "M10")
 	*pcs = got
 	if err != nil {
 		res.note("M10: not every proxy was configured within %s after the restart: %v", p.FillTimeout, err)
 	}
 	res.set("M10.all_configured_s", time.Since(t0).Seconds())
-	res.set("M10.resumed", float64(f.resumed.Load()-resumed0))
+	res.set("M10.resumed", float64(f.Resumed.Load()-resumed0))
 	if cpu1, err := process.CPUSeconds(proc.PID()); err == nil && cpuErr == nil {
 		res.set("M10.server_cpu_s", cpu1-cpu0)
 	}
 	if cpu1, err := process.CPUSeconds(os.Getpid()); err == nil && fleetErr == nil {
 		res.set("M10.fleet_cpu_s", cpu1-fleetCPU0)
 	}
-	log.Info("restart storm measured", "configured", len(got), "resumed", f.resumed.Load()-resumed0, "took", time.Since(t0).Round(time.Millisecond))
+	log.Info("restart storm measured", "configured", len(got), "resumed", f.Resumed.Load()-resumed0, "took", time.Since(t0).Round(time.Millisecond))
 	if err := profiled(); err != nil {
 		res.note("M10: profile: %v", err)
 	}
@@ -460,7 +459,7 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet, srv 
 
 // storm is M6: every proxy in *pcs drops its connection and all reconnect
 // at once; *pcs becomes the reconnected fleet.
-func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server, pcs *[]*proxyClient, res *result) {
+func (m *measurer) storm(ctx context.Context, name string, f *fleet.Fleet, srv *server, pcs *[]*fleet.ProxyClient, res *result) {
 	p := m.plan
 	w := p.Workload
 	log := m.log.With("server", name)
@@ -475,7 +474,7 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	if p.TraceDir == "" || srv.debugAddr == "" {
 		profiled = m.profileWindow(ctx, srv, name+"-M6", stormTraceSeconds)
 	}
-	closeAll(*pcs)
+	fleet.CloseAll(*pcs)
 	*pcs = nil
 	// The storm starts with the fleet's heap collected, the closed
 	// connections' garbage with it: with the collector off within
@@ -486,16 +485,16 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	t0 := time.Now()
 	cpu0, cpuErr := process.CPUSeconds(srv.proc.PID())
 	fleetCPU0, fleetErr := process.CPUSeconds(os.Getpid())
-	retries0, resumed0 := f.retries.Load(), f.resumed.Load()
-	usage := readFleetUsage()
-	got, err := f.connectAll(ctx, srv.ids[:w.Proxies], w.Proxies, p.FillTimeout)
-	usage.logSince(log, "M6")
+	retries0, resumed0 := f.Retries.Load(), f.Resumed.Load()
+	usage := fleet.ReadUsage()
+	got, err := f.ConnectAll(ctx, srv.ids[:w.Proxies], w.Proxies, p.FillTimeout)
+	usage.LogSince(log, "M6")
 	*pcs = got
 	if err != nil {
 		res.note("M6: not every proxy was configured within %s after the storm: %v", p.FillTimeout, err)
 	}
-	res.set("M6.reconnects", float64(f.retries.Load()-retries0))
-	res.set("M6.resumed", float64(f.resumed.Load()-resumed0))
+	res.set("M6.reconnects", float64(f.Retries.Load()-retries0))
+	res.set("M6.resumed", float64(f.Resumed.Load()-resumed0))
 	res.set("M6.all_configured_s", time.Since(t0).Seconds())
 	if cpu1, err := process.CPUSeconds(srv.proc.PID()); err == nil && cpuErr == nil {
 		res.set("M6.server_cpu_s", cpu1-cpu0)
@@ -517,8 +516,8 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 		perSecond := map[int]int{}
 		var waits []float64
 		for _, pc := range got {
-			perSecond[int(pc.readyAt.Sub(t0).Seconds())]++
-			waits = append(waits, pc.readyAt.Sub(pc.started).Seconds()*1000)
+			perSecond[int(pc.ReadyAt.Sub(t0).Seconds())]++
+			waits = append(waits, pc.ReadyAt.Sub(pc.Started).Seconds()*1000)
 		}
 		slices.Sort(waits)
 		for _, s := range slices.Sorted(maps.Keys(perSecond)) {
@@ -530,13 +529,13 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet, srv *server
 	}
 	var maxResp int64
 	for _, pc := range got {
-		before += pc.responses.Load()
-		maxResp = max(maxResp, pc.responses.Load())
+		before += pc.Responses.Load()
+		maxResp = max(maxResp, pc.Responses.Load())
 	}
 	time.Sleep(time.Second) // a retry loop would keep sending
 	var after int64
 	for _, pc := range got {
-		after += pc.responses.Load()
+		after += pc.Responses.Load()
 	}
 	res.set("M6.max_responses_per_proxy", float64(maxResp))
 	res.set("M6.responses_after_configured", float64(after-before))
@@ -629,13 +628,13 @@ func (m *measurer) measureWide(ctx context.Context, t target, res *result) error
 		return err
 	}
 	defer srv.close()
-	f := &fleet{ep: srv.ep}
-	pcs, err := f.connectAll(ctx, srv.ids[:1], 1, m.plan.FillTimeout)
-	defer closeAll(pcs)
+	f := &fleet.Fleet{Endpoint: srv.Endpoint}
+	pcs, err := f.ConnectAll(ctx, srv.ids[:1], 1, m.plan.FillTimeout)
+	defer fleet.CloseAll(pcs)
 	if err != nil {
 		return fmt.Errorf("M9: wide proxy: %w", err)
 	}
-	res.set("M9.largest_mib", float64(pcs[0].maxMsg.Load())/(1<<20))
+	res.set("M9.largest_mib", float64(pcs[0].MaxMsg.Load())/(1<<20))
 	return nil
 }
 
@@ -650,11 +649,11 @@ type changeResult struct {
 
 // change applies one endpoint change and collects the ACKs of the
 // responses that carry it.
-func (m *measurer) change(ctx context.Context, f *fleet, srv *server, service, affected int) (changeResult, error) {
+func (m *measurer) change(ctx context.Context, f *fleet.Fleet, srv *server, service, affected int) (changeResult, error) {
 	m.seq++
-	pr := &probe{seq: m.seq, marker: workload.MarkerBytes(workload.ChangedAddr(m.seq)), acks: make(chan ackEvent, affected)}
-	f.probe.Store(pr)
-	defer f.probe.Store(nil)
+	pr := &fleet.Probe{Seq: m.seq, Marker: workload.MarkerBytes(workload.ChangedAddr(m.seq)), Acks: make(chan fleet.AckEvent, affected)}
+	f.Probe.Store(pr)
+	defer f.Probe.Store(nil)
 	if srv.prepare != nil {
 		if err := srv.prepare(service, m.seq); err != nil {
 			return changeResult{}, err
@@ -669,13 +668,13 @@ func (m *measurer) change(ctx context.Context, f *fleet, srv *server, service, a
 	defer timeout.Stop()
 	for r.got < affected {
 		select {
-		case ev := <-pr.acks:
+		case ev := <-pr.Acks:
 			r.got++
-			d := ms(ev.at.Sub(t0))
+			d := ms(ev.At.Sub(t0))
 			r.each = append(r.each, d)
 			r.last = max(r.last, d)
-			if ev.claBytes > 0 {
-				r.bytes, r.claBytes = ev.bytes, ev.claBytes
+			if ev.CLABytes > 0 {
+				r.bytes, r.claBytes = ev.Bytes, ev.CLABytes
 			}
 		case <-timeout.C:
 			return r, nil
@@ -686,11 +685,11 @@ func (m *measurer) change(ctx context.Context, f *fleet, srv *server, service, a
 	return r, nil
 }
 
-func countLive(pcs []*proxyClient) int {
+func countLive(pcs []*fleet.ProxyClient) int {
 	n := 0
 	for _, pc := range pcs {
 		select {
-		case <-pc.done:
+		case <-pc.Done():
 		default:
 			n++
 		}
@@ -725,31 +724,4 @@ func boolf(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// identities mints n client certificates from ca for w's proxies, in
-// parallel, once per harness run.
-func mintIdentities(ca *pki.CA, w workload.Workload, n int) ([]identity, error) {
-	ids := make([]identity, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	const workers = 8
-	for k := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := k; p < n; p += workers {
-				cn := w.ProxyCN(p)
-				cert, err := ca.Issue(cn, int64(1000+p), false)
-				ids[p], errs[p] = identity{CN: cn, Cert: cert, Address: w.ProxyAddr(p).String()}, err
-			}
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return nil, err
-		}
-	}
-	return ids, nil
 }

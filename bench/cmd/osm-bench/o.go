@@ -22,6 +22,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/fleet"
 	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/workload"
 	"github.com/osm-vm/osm-vm/internal/mesh"
@@ -204,7 +205,7 @@ providers:
 			break
 		}
 		if !proc.Alive() || time.Now().After(deadline) {
-			return nil, fmt.Errorf("O: osm-server did not serve its API on %s with admin.token and ca.crt in %s: %w (alive=%t)", addrs[1], dataDir, errNotAvailable, proc.Alive())
+			return nil, fmt.Errorf("O: osm-server did not serve its API on %s with admin.token and ca.crt in %s: %w (alive=%t)", addrs[1], dataDir, process.ErrNotAvailable, proc.Alive())
 		}
 		select {
 		case <-ctx.Done():
@@ -244,7 +245,7 @@ providers:
 	moved := map[int]int{} // service -> seq of the change that moved its endpoint 0
 	return &server{
 		proc:      proc,
-		ep:        endpoint{Addr: xdsAddr, ServerName: host, Roots: roots},
+		Endpoint:  fleet.Endpoint{Addr: xdsAddr, ServerName: host, Roots: roots},
 		ids:       ids,
 		debugAddr: addrs[0],
 		pprofAddr: addrs[0],
@@ -289,7 +290,7 @@ func waitDial(ctx context.Context, xdsAddr string, proc *process.Child) error {
 			return nil
 		}
 		if !proc.Alive() || time.Now().After(deadline) {
-			return fmt.Errorf("osm-server does not serve xDS on %s: %w (alive=%t)", xdsAddr, errNotAvailable, proc.Alive())
+			return fmt.Errorf("osm-server does not serve xDS on %s: %w (alive=%t)", xdsAddr, process.ErrNotAvailable, proc.Alive())
 		}
 		select {
 		case <-ctx.Done():
@@ -303,7 +304,7 @@ func waitDial(ctx context.Context, xdsAddr string, proc *process.Child) error {
 // ProxyService(p) through apis[p % len(apis)] (the tokens are created
 // through apis[0]), and returns their identities and the xDS address the
 // first server announced.
-func enrollAll(ctx context.Context, apis []*apiClient, w workload.Workload, extra int, caHash string) ([]identity, string, error) {
+func enrollAll(ctx context.Context, apis []*apiClient, w workload.Workload, extra int, caHash string) ([]fleet.Identity, string, error) {
 	api := apis[0]
 	n := w.Proxies + extra
 	perService := map[int]int{}
@@ -321,7 +322,7 @@ func enrollAll(ctx context.Context, apis []*apiClient, w workload.Workload, extr
 		}
 		secrets[s] = created.Secret
 	}
-	ids := make([]identity, n)
+	ids := make([]fleet.Identity, n)
 	errs := make([]error, n)
 	var xdsAddr string
 	var once sync.Once
@@ -361,7 +362,7 @@ func enrollAll(ctx context.Context, apis []*apiClient, w workload.Workload, extr
 				// which made its heap 39 MB larger, and its collector
 				// busier, while it measured O and only O.
 				cert.Leaf = nil
-				ids[p] = identity{CN: res.Identity, Cert: cert, Address: w.ProxyAddr(p).String()}
+				ids[p] = fleet.Identity{CN: res.Identity, Cert: cert, Address: w.ProxyAddr(p).String()}
 				once.Do(func() { xdsAddr = res.XDSAddress })
 			}
 		}()

@@ -32,18 +32,6 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// typeOrder is the order the fleet subscribes in and F sends in.
-var typeOrder = []string{resource.ClusterType, resource.EndpointType, resource.ListenerType}
-
-func typeIndex(t string) int {
-	for i, x := range typeOrder {
-		if x == t {
-			return i
-		}
-	}
-	return -1
-}
-
 // serverOptions are the flags serve-l and serve-f share.
 type serverOptions struct {
 	dir      string // ca.crt, server.crt, server.key
@@ -343,7 +331,7 @@ func (f *floor) stream(ss grpc.ServerStream) error {
 	defer wg.Wait()
 	defer cancel()
 	for {
-		if i := typeIndex(req.GetTypeUrl()); i >= 0 {
+		if i := wire.TypeIndex(req.GetTypeUrl()); i >= 0 {
 			st.mu.Lock()
 			st.want[i] = true
 			st.mu.Unlock()
@@ -366,7 +354,7 @@ func (f *floor) send(ctx context.Context, ss grpc.ServerStream, v *fview, st *fs
 			return
 		case <-st.kick:
 		}
-		for i := range typeOrder {
+		for i := range wire.TypeOrder {
 			v.mu.Lock()
 			resp, ver := v.resp[i], v.ver[i]
 			v.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/fleet"
 	"github.com/osm-vm/osm-vm/bench/pki"
 	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/workload"
@@ -57,7 +58,7 @@ func (t *benchTarget) Start(ctx context.Context, w workload.Workload, extra int)
 	hc := &http.Client{Timeout: time.Minute}
 	srv := &server{
 		proc:      proc,
-		ep:        endpoint{Addr: f[1], ServerName: "127.0.0.1", Roots: t.ids.ca.Pool()},
+		Endpoint:  fleet.Endpoint{Addr: f[1], ServerName: "127.0.0.1", Roots: t.ids.ca.Pool()},
 		ids:       ids,
 		pprofAddr: f[2],
 		change: func(ctx context.Context, u, seq int) error {
@@ -101,22 +102,22 @@ func (t *benchTarget) Start(ctx context.Context, w workload.Workload, extra int)
 type identityCache struct {
 	ca *pki.CA
 	mu sync.Mutex
-	m  map[string][]identity
+	m  map[string][]fleet.Identity
 }
 
-func (c *identityCache) get(w workload.Workload, n int) ([]identity, error) {
+func (c *identityCache) get(w workload.Workload, n int) ([]fleet.Identity, error) {
 	key := fmt.Sprintf("%d/%d/%t/%d", w.Services, w.Proxies, w.Wide, n)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ids, ok := c.m[key]; ok {
 		return ids, nil
 	}
-	ids, err := mintIdentities(c.ca, w, n)
+	ids, err := fleet.MintIdentities(c.ca, w, n)
 	if err != nil {
 		return nil, err
 	}
 	if c.m == nil {
-		c.m = map[string][]identity{}
+		c.m = map[string][]fleet.Identity{}
 	}
 	c.m[key] = ids
 	return ids, nil

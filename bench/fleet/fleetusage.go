@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"log/slog"
@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// fleetUsage is what this process (the fleet) has used so far: its CPU
+// Usage is what this process (the fleet) has used so far: its CPU
 // split into user and system time, its minor page faults, its collections
 // and the bytes it allocated. The difference of two tells where a
 // window's fleet CPU went (logSince); the debug log has it for the fill
 // and the storms.
-type fleetUsage struct {
+type Usage struct {
 	user, sys   time.Duration
 	faults      int64
 	collections uint64
@@ -20,7 +20,7 @@ type fleetUsage struct {
 	gcCPU       float64 // seconds of CPU the collector took (runtime/metrics' estimate)
 }
 
-func readFleetUsage() fleetUsage {
+func ReadUsage() Usage {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru) // RUSAGE_SELF on a valid struct does not fail
 	s := []metrics.Sample{
@@ -29,7 +29,7 @@ func readFleetUsage() fleetUsage {
 		{Name: "/cpu/classes/gc/total:cpu-seconds"},
 	}
 	metrics.Read(s)
-	return fleetUsage{
+	return Usage{
 		user:        time.Duration(ru.Utime.Nano()),
 		sys:         time.Duration(ru.Stime.Nano()),
 		faults:      ru.Minflt,
@@ -40,8 +40,8 @@ func readFleetUsage() fleetUsage {
 }
 
 // logSince logs at debug level what the fleet used since u, for window.
-func (u fleetUsage) logSince(log *slog.Logger, window string) {
-	now := readFleetUsage()
+func (u Usage) LogSince(log *slog.Logger, window string) {
+	now := ReadUsage()
 	log.Debug("fleet usage", "window", window,
 		"user_s", (now.user - u.user).Seconds(), "sys_s", (now.sys - u.sys).Seconds(),
 		"minor_faults", now.faults-u.faults, "collections", now.collections-u.collections,

@@ -1,11 +1,17 @@
-package main
+// Package fleet is the simulated fleet: N proxies, each with its own
+// client certificate, TCP+TLS connection (resuming its TLS session when
+// it reconnects, as Envoy does) and ADS stream that reads response
+// envelopes only and ACKs at once; a probe that times a change's arrival
+// at the proxies it reaches; and the harness's own collector and CPU,
+// kept out of the windows measured. The fleet is the same whichever
+// server it fills. It imports nothing of osm-vm; its wire is bench/wire.
+package fleet
 
 import (
 	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -17,7 +23,9 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discovery "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/osm-vm/osm-vm/bench/pki"
 	"github.com/osm-vm/osm-vm/bench/wire"
+	"github.com/osm-vm/osm-vm/bench/workload"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
@@ -32,53 +40,53 @@ const (
 	metadataAddress = "osm.advertiseAddress"
 )
 
-// identity is one simulated proxy's certificate; its CN is its node ID.
-type identity struct {
+// Identity is one simulated proxy's certificate; its CN is its node ID.
+type Identity struct {
 	CN      string
 	Cert    tls.Certificate
 	Address string // the VM's address the proxy advertises (node metadata)
 }
 
-// endpoint is where and how the fleet reaches a server.
-type endpoint struct {
+// Endpoint is where and how the fleet reaches a server.
+type Endpoint struct {
 	Addr       string
 	ServerName string
 	Roots      *x509.CertPool
 }
 
-// probe is one measured change: the bytes that identify the response
+// Probe is one measured change: the bytes that identify the response
 // carrying it and where affected proxies report their ACK.
-type probe struct {
-	seq    int
-	marker []byte
-	acks   chan ackEvent
+type Probe struct {
+	Seq    int
+	Marker []byte
+	Acks   chan AckEvent
 	sized  atomic.Bool // one proxy measures the changed CLA
 }
 
-type ackEvent struct {
-	at       time.Time
-	bytes    int // size of the response that carried the change
-	claBytes int // size of the changed ClusterLoadAssignment, from one proxy only (else 0)
+type AckEvent struct {
+	At       time.Time
+	Bytes    int // size of the response that carried the change
+	CLABytes int // size of the changed ClusterLoadAssignment, from one proxy only (else 0)
 }
 
-// fleet holds the simulated proxies' shared state.
-type fleet struct {
-	ep      endpoint
-	probe   atomic.Pointer[probe]
-	retries atomic.Int64 // connections tried again after failing before configured
+// Fleet holds the simulated proxies' shared state.
+type Fleet struct {
+	Endpoint Endpoint
+	Probe    atomic.Pointer[Probe]
+	Retries  atomic.Int64 // connections tried again after failing before configured
 	// sessions holds each proxy's TLS session cache (by CN), as an Envoy
 	// keeps one per cluster: a proxy that reconnects offers the server its
 	// session ticket. One per proxy, never shared: a resumed session
 	// carries the client certificate of the handshake that made it.
 	sessions sync.Map
-	// noResume makes every connection a full handshake.
-	noResume bool
-	resumed  atomic.Int64 // connections whose TLS handshake resumed a session
+	// NoResume makes every connection a full handshake.
+	NoResume bool
+	Resumed  atomic.Int64 // connections whose TLS handshake resumed a session
 }
 
 // sessionCache returns the TLS session cache of the proxy cn.
-func (f *fleet) sessionCache(cn string) tls.ClientSessionCache {
-	if f.noResume {
+func (f *Fleet) sessionCache(cn string) tls.ClientSessionCache {
+	if f.NoResume {
 		return nil
 	}
 	if c, ok := f.sessions.Load(cn); ok {
@@ -88,29 +96,29 @@ func (f *fleet) sessionCache(cn string) tls.ClientSessionCache {
 	return c.(tls.ClientSessionCache)
 }
 
-// proxyClient is one simulated proxy: its own TCP+TLS connection and one
+// ProxyClient is one simulated proxy: its own TCP+TLS connection and one
 // ADS stream. It decodes response envelopes only, plus the clusters of a
 // CDS response (to name its EDS subscription), and ACKs at once.
-type proxyClient struct {
-	f          *fleet
-	id         identity
+type ProxyClient struct {
+	f          *Fleet
+	ID         Identity
 	conn       *grpc.ClientConn
 	cancel     context.CancelFunc
 	done       chan struct{}
 	configured chan struct{}
-	started    time.Time
-	readyAt    time.Time // when all three types had been ACKed once
+	Started    time.Time
+	ReadyAt    time.Time // when all three types had been ACKed once
 	err        error     // why the stream ended, read after done
-	responses  atomic.Int64
-	maxMsg     atomic.Int64
+	Responses  atomic.Int64
+	MaxMsg     atomic.Int64
 	lastProbe  int
 }
 
-// connect dials (TLS handshake included), opens the ADS stream and
+// Connect dials (TLS handshake included), opens the ADS stream and
 // subscribes to CDS and LDS; EDS follows from the clusters. The stream runs
 // until ctx ends or close is called.
-func (f *fleet) connect(ctx context.Context, id identity) (*proxyClient, error) {
-	pc := &proxyClient{f: f, id: id, done: make(chan struct{}), configured: make(chan struct{}), started: time.Now()}
+func (f *Fleet) Connect(ctx context.Context, id Identity) (*ProxyClient, error) {
+	pc := &ProxyClient{f: f, ID: id, done: make(chan struct{}), configured: make(chan struct{}), Started: time.Now()}
 	creds := credentials.NewTLS(&tls.Config{
 		MinVersion: tls.VersionTLS13,
 		// Sent as it is, as Envoy sends its own: with Certificates, Go
@@ -118,11 +126,11 @@ func (f *fleet) connect(ctx context.Context, id identity) (*proxyClient, error) 
 		// check it against the CAs the server accepts (or keep it
 		// parsed, 3.9 KB of pointers per proxy in the fleet's heap).
 		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &id.Cert, nil },
-		RootCAs:              f.ep.Roots,
-		ServerName:           f.ep.ServerName,
+		RootCAs:              f.Endpoint.Roots,
+		ServerName:           f.Endpoint.ServerName,
 		ClientSessionCache:   f.sessionCache(id.CN),
 	})
-	conn, err := grpc.NewClient(f.ep.Addr,
+	conn, err := grpc.NewClient(f.Endpoint.Addr,
 		grpc.WithTransportCredentials(creds),
 		grpc.WithReadBufferSize(16<<10),
 		grpc.WithWriteBufferSize(4<<10),
@@ -169,14 +177,17 @@ func (f *fleet) connect(ctx context.Context, id identity) (*proxyClient, error) 
 	return pc, nil
 }
 
+// Done is closed when the proxy's stream has ended.
+func (pc *ProxyClient) Done() <-chan struct{} { return pc.done }
+
 // close ends the stream and the connection and waits for the stream's goroutine.
-func (pc *proxyClient) close() {
+func (pc *ProxyClient) Close() {
 	pc.cancel()
 	pc.conn.Close()
 	<-pc.done
 }
 
-func (pc *proxyClient) run(stream grpc.ClientStream) error {
+func (pc *ProxyClient) run(stream grpc.ClientStream) error {
 	var (
 		acked    [3]bool
 		edsNames []string
@@ -188,21 +199,21 @@ func (pc *proxyClient) run(stream grpc.ClientStream) error {
 		if err := stream.RecvMsg(&b); err != nil {
 			return err
 		}
-		if pc.responses.Add(1) == 1 {
+		if pc.Responses.Add(1) == 1 {
 			if p, ok := peer.FromContext(stream.Context()); ok {
 				if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && ti.State.DidResume {
-					pc.f.resumed.Add(1)
+					pc.f.Resumed.Add(1)
 				}
 			}
 		}
-		if n := int64(len(b)); n > pc.maxMsg.Load() {
-			pc.maxMsg.Store(n)
+		if n := int64(len(b)); n > pc.MaxMsg.Load() {
+			pc.MaxMsg.Store(n)
 		}
 		env, err := wire.ParseEnvelope(b)
 		if err != nil {
 			return err
 		}
-		ti := typeIndex(env.TypeURL)
+		ti := wire.TypeIndex(env.TypeURL)
 		if ti < 0 {
 			continue
 		}
@@ -239,7 +250,7 @@ func (pc *proxyClient) run(stream grpc.ClientStream) error {
 		if !acked[ti] {
 			acked[ti] = true
 			if acked[0] && acked[1] && acked[2] {
-				pc.readyAt = now
+				pc.ReadyAt = now
 				close(pc.configured)
 			}
 		}
@@ -247,24 +258,24 @@ func (pc *proxyClient) run(stream grpc.ClientStream) error {
 }
 
 // checkProbe reports the ACK of the response carrying the current change.
-func (pc *proxyClient) checkProbe(b []byte, env wire.Envelope, ackAt time.Time) {
-	p := pc.f.probe.Load()
-	if p == nil || p.seq == pc.lastProbe || !bytes.Contains(b, p.marker) {
+func (pc *ProxyClient) checkProbe(b []byte, env wire.Envelope, ackAt time.Time) {
+	p := pc.f.Probe.Load()
+	if p == nil || p.Seq == pc.lastProbe || !bytes.Contains(b, p.Marker) {
 		return
 	}
-	pc.lastProbe = p.seq
-	ev := ackEvent{at: ackAt, bytes: len(b)}
+	pc.lastProbe = p.Seq
+	ev := AckEvent{At: ackAt, Bytes: len(b)}
 	if p.sized.CompareAndSwap(false, true) {
 		for _, r := range env.Resources {
-			if bytes.Contains(r, p.marker) {
+			if bytes.Contains(r, p.Marker) {
 				if v, err := wire.AnyValue(r); err == nil {
-					ev.claBytes = len(v)
+					ev.CLABytes = len(v)
 				}
 			}
 		}
 	}
 	select {
-	case p.acks <- ev:
+	case p.Acks <- ev:
 	default: // the channel holds one slot per affected proxy; more means a duplicate push
 	}
 }
@@ -300,10 +311,10 @@ func edsClusterNames(anys [][]byte) ([]string, error) {
 // waits until every proxy is configured, for at most timeout. The streams
 // live until ctx ends or they are closed. It returns the clients connected
 // so far either way.
-func (f *fleet) connectAll(ctx context.Context, ids []identity, parallel int, timeout time.Duration) ([]*proxyClient, error) {
+func (f *Fleet) ConnectAll(ctx context.Context, ids []Identity, parallel int, timeout time.Duration) ([]*ProxyClient, error) {
 	wctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out := make([]*proxyClient, len(ids))
+	out := make([]*ProxyClient, len(ids))
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -325,21 +336,21 @@ func (f *fleet) connectAll(ctx context.Context, ids []identity, parallel int, ti
 			// Like an agent, a proxy whose connection fails before it is
 			// configured tries again, with a growing, jittered backoff.
 			var (
-				pc  *proxyClient
+				pc  *ProxyClient
 				err error
 			)
 			for attempt := 0; ; attempt++ {
-				if pc, err = f.connect(ctx, id); err == nil {
-					err = pc.waitConfigured(wctx)
+				if pc, err = f.Connect(ctx, id); err == nil {
+					err = pc.WaitConfigured(wctx)
 				}
 				if err == nil || wctx.Err() != nil {
 					break
 				}
 				if pc != nil {
-					pc.close()
+					pc.Close()
 					pc = nil
 				}
-				f.retries.Add(1)
+				f.Retries.Add(1)
 				backoff := min(100*time.Millisecond<<attempt, 2*time.Second)
 				select {
 				case <-time.After(backoff/2 + time.Duration(rand.Int64N(int64(backoff/2)))):
@@ -357,31 +368,56 @@ func (f *fleet) connectAll(ctx context.Context, ids []identity, parallel int, ti
 		}()
 	}
 	wg.Wait()
-	out = slices.DeleteFunc(out, func(pc *proxyClient) bool { return pc == nil })
+	out = slices.DeleteFunc(out, func(pc *ProxyClient) bool { return pc == nil })
 	if first == nil {
 		first = wctx.Err()
 	}
 	return out, first
 }
 
-func (pc *proxyClient) waitConfigured(ctx context.Context) error {
+func (pc *ProxyClient) WaitConfigured(ctx context.Context) error {
 	select {
 	case <-pc.configured:
 		return nil
 	case <-pc.done:
-		return fmt.Errorf("proxy %s: stream ended before it was configured: %w", pc.id.CN, pc.err)
+		return fmt.Errorf("proxy %s: stream ended before it was configured: %w", pc.ID.CN, pc.err)
 	case <-ctx.Done():
-		return fmt.Errorf("proxy %s: not configured: %w", pc.id.CN, ctx.Err())
+		return fmt.Errorf("proxy %s: not configured: %w", pc.ID.CN, ctx.Err())
 	}
 }
 
-func closeAll(pcs []*proxyClient) {
+func CloseAll(pcs []*ProxyClient) {
 	var wg sync.WaitGroup
 	for _, pc := range pcs {
 		wg.Add(1)
-		go func() { defer wg.Done(); pc.close() }()
+		go func() { defer wg.Done(); pc.Close() }()
 	}
 	wg.Wait()
 }
 
-var errNotAvailable = errors.New("not available")
+// identities mints n client certificates from ca for w's proxies, in
+// parallel, once per harness run.
+func MintIdentities(ca *pki.CA, w workload.Workload, n int) ([]Identity, error) {
+	ids := make([]Identity, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	const workers = 8
+	for k := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := k; p < n; p += workers {
+				cn := w.ProxyCN(p)
+				cert, err := ca.Issue(cn, int64(1000+p), false)
+				ids[p], errs[p] = Identity{CN: cn, Cert: cert, Address: w.ProxyAddr(p).String()}, err
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return ids, nil
+}

@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"runtime"
@@ -15,16 +15,16 @@ func gcCycles() uint64 {
 var fleetGCSink [][]byte
 
 func TestFleetCollector(t *testing.T) {
-	c := newFleetCollector()
+	c := NewCollector()
 	// Before the first change: what a change allocates is not known yet.
 	before := gcCycles()
-	if !c.beforeChange() || gcCycles() <= before {
+	if !c.BeforeChange() || gcCycles() <= before {
 		t.Fatal("beforeChange did not collect before the first change")
 	}
 	for range 64 {
 		fleetGCSink = append(fleetGCSink, make([]byte, 64<<10))
 	}
-	c.afterChange()
+	c.AfterChange()
 	if c.last < 64*64<<10 {
 		t.Fatalf("afterChange: the change allocated %d bytes; want at least %d", c.last, 64*64<<10)
 	}
@@ -34,7 +34,7 @@ func TestFleetCollector(t *testing.T) {
 	runtime.GC()
 	c.last = 1
 	before = gcCycles()
-	if c.beforeChange() || gcCycles() != before {
+	if c.BeforeChange() || gcCycles() != before {
 		t.Fatal("beforeChange collected with the heap far from its trigger")
 	}
 	// A change that allocates as much as the heap's whole trigger would
@@ -42,7 +42,7 @@ func TestFleetCollector(t *testing.T) {
 	_, _, trigger := c.read()
 	c.last = trigger
 	before = gcCycles()
-	if !c.beforeChange() {
+	if !c.BeforeChange() {
 		t.Fatal("beforeChange did not collect with the goal nearer than twice the last change")
 	}
 	if gcCycles() <= before {

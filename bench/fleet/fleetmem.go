@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"bufio"
@@ -22,24 +22,24 @@ import (
 // (GOMEMLIMIT, debug.SetMemoryLimit): the runtime then collects only when
 // the heap reaches the bound, and the harness collects before each fill
 // and storm (and before an M2/M3 change that might reach it, see
-// fleetCollector), so that a window starts with the whole bound free and
+// Collector), so that a window starts with the whole bound free and
 // fits in it. The debug log's "fleet usage" lines show each window's
 // collections.
 
 // defaultFleetMemoryMiB is the bound when the machine has room for it: the
-// fleet holds up to 1 GB live at 11,000 connections, and its largest
+// Fleet holds up to 1 GB live at 11,000 connections, and its largest
 // window allocates 1.5 GB.
 const defaultFleetMemoryMiB = 6 << 10
 
-// fleetMemoryAuto is the --fleet-memory default: defaultFleetMemoryMiB,
+// MemoryAuto is the --fleet-memory default: defaultFleetMemoryMiB,
 // or a quarter of the machine's memory when that is less.
-const fleetMemoryAuto = -1
+const MemoryAuto = -1
 
-// fleetMemoryMiB resolves --fleet-memory: auto is the default bound or a
+// MemoryMiB resolves --fleet-memory: auto is the default bound or a
 // quarter of MemTotal, whichever is less; 0 stays 0 (the collector as
 // GOGC and GOMEMLIMIT set it).
-func fleetMemoryMiB(flag int) (int, error) {
-	if flag != fleetMemoryAuto {
+func MemoryMiB(flag int) (int, error) {
+	if flag != MemoryAuto {
 		return flag, nil
 	}
 	total, err := memTotalKiB()
@@ -49,11 +49,11 @@ func fleetMemoryMiB(flag int) (int, error) {
 	return min(defaultFleetMemoryMiB, int(total>>10)/4), nil
 }
 
-// setFleetMemory turns the collector off within mib MiB and returns what
+// SetMemory turns the collector off within mib MiB and returns what
 // restores the collector as it was, and the report's word on it. With mib
 // 0, or when GOGC or GOMEMLIMIT is set in the environment (the operator's
 // choice), it changes nothing.
-func setFleetMemory(mib int) (restore func(), note string) {
+func SetMemory(mib int) (restore func(), note string) {
 	if env := gcEnv(); env != "" {
 		return func() {}, "fleet: collector as " + env + " sets it"
 	}

@@ -1,4 +1,4 @@
-package main
+package fleet
 
 import (
 	"os"
@@ -15,7 +15,7 @@ func TestFleetMemoryMiB(t *testing.T) {
 	if total <= 0 {
 		t.Fatalf("MemTotal = %d KiB", total)
 	}
-	got, err := fleetMemoryMiB(fleetMemoryAuto)
+	got, err := MemoryMiB(MemoryAuto)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,7 +23,7 @@ func TestFleetMemoryMiB(t *testing.T) {
 		t.Errorf("auto = %d MiB, want %d (MemTotal %d KiB)", got, want, total)
 	}
 	for _, v := range []int{0, 512} {
-		if got, err := fleetMemoryMiB(v); err != nil || got != v {
+		if got, err := MemoryMiB(v); err != nil || got != v {
 			t.Errorf("fleetMemoryMiB(%d) = %d, %v; want it as given", v, got, err)
 		}
 	}
@@ -42,7 +42,7 @@ func TestSetFleetMemory(t *testing.T) {
 	debug.SetGCPercent(percent)
 	limit := debug.SetMemoryLimit(-1)
 
-	restore, note := setFleetMemory(512)
+	restore, note := SetMemory(512)
 	if got := debug.SetGCPercent(-1); got != -1 {
 		t.Errorf("GC percent while measuring = %d, want -1 (off)", got)
 	}
@@ -60,14 +60,14 @@ func TestSetFleetMemory(t *testing.T) {
 		t.Errorf("memory limit after = %d, want %d", got, limit)
 	}
 
-	restore, note = setFleetMemory(0)
+	restore, note = SetMemory(0)
 	restore()
 	if got := debug.SetGCPercent(percent); got != percent || !strings.Contains(note, "default") {
 		t.Errorf("--fleet-memory 0: GC percent %d (want %d), note %q", got, percent, note)
 	}
 
 	t.Setenv("GOGC", "200")
-	restore, note = setFleetMemory(512)
+	restore, note = SetMemory(512)
 	restore()
 	if got := debug.SetGCPercent(percent); got != percent || !strings.Contains(note, "GOGC=200") {
 		t.Errorf("with GOGC set: GC percent %d (want %d unchanged), note %q", got, percent, note)
