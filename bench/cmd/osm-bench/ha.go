@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/bench/fleet"
+	"github.com/osm-vm/osm-vm/bench/peer"
 	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/report"
 	"github.com/osm-vm/osm-vm/bench/workload"
@@ -56,7 +57,7 @@ type consulServer struct {
 
 // replica is one osm-server of the section.
 type replica struct {
-	api            *apiClient
+	api            *peer.APIClient
 	xds, debug     string
 	proc           *process.Child
 	dataDir        string
@@ -136,7 +137,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 
 	// Enrollment: one token per service (created through replica 1), each
 	// proxy through replica p%3.
-	apis := make([]*apiClient, len(rs))
+	apis := make([]*peer.APIClient, len(rs))
 	for i, r := range rs {
 		apis[i] = r.api
 	}
@@ -146,7 +147,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	}
 	commits0 := storeCommits(ctx, rs)
 	start := time.Now()
-	ids, _, err := enrollAll(ctx, apis, w, 0, caHash)
+	ids, _, err := peer.EnrollAll(ctx, apis, w, 0, caHash)
 	if err != nil {
 		return nil, fmt.Errorf("HA: enroll: %w", err)
 	}
@@ -222,7 +223,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 		t0 := time.Now()
 		doc := fmt.Sprintf("apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata: {name: %s, namespace: %s}\nspec: {ports: [{port: %d, appProtocol: tcp}]}\n",
 			haProbeService(seq), workload.Namespace, workload.EndpointPort)
-		if err := rs[0].api.do(ctx, http.MethodPost, "/api/v1/spec/apply?source=osm-bench", "application/yaml", []byte(doc), nil); err != nil {
+		if err := rs[0].api.Do(ctx, http.MethodPost, "/api/v1/spec/apply?source=osm-bench", "application/yaml", []byte(doc), nil); err != nil {
 			return nil, fmt.Errorf("HA: apply %d: %w", seq, err)
 		}
 		got, last := 0, 0.0
@@ -309,10 +310,10 @@ func setUp(ctx context.Context, rs []*replica, w workload.Workload) (string, err
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
 	for _, r := range rs {
-		r.api.hc.Transport.(*http.Transport).TLSClientConfig.RootCAs = roots
+		r.api.HC.Transport.(*http.Transport).TLSClientConfig.RootCAs = roots
 		r.fleet = &fleet.Fleet{Endpoint: fleet.Endpoint{Addr: r.xds, ServerName: "127.0.0.1", Roots: roots}}
 	}
-	if err := rs[0].api.do(ctx, http.MethodPost, "/api/v1/spec/apply?source=osm-bench", "application/yaml", []byte(haSpec(w)), nil); err != nil {
+	if err := rs[0].api.Do(ctx, http.MethodPost, "/api/v1/spec/apply?source=osm-bench", "application/yaml", []byte(haSpec(w)), nil); err != nil {
 		return "", fmt.Errorf("HA: apply the workload: %w", err)
 	}
 	for _, r := range rs {
@@ -342,7 +343,7 @@ func singleRSSPerProxy(ctx context.Context, p haPlan, w workload.Workload, endpo
 	if err != nil {
 		return 0, err
 	}
-	ids, _, err := enrollAll(ctx, []*apiClient{r.api}, w, 0, caHash)
+	ids, _, err := peer.EnrollAll(ctx, []*peer.APIClient{r.api}, w, 0, caHash)
 	if err != nil {
 		return 0, err
 	}
@@ -459,7 +460,7 @@ func startReplica(ctx context.Context, p haPlan, i int, consulAddr, endpointsFil
 	var addrs [3]string
 	for k := range addrs {
 		var err error
-		if addrs[k], err = freePort(); err != nil {
+		if addrs[k], err = peer.FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -476,7 +477,7 @@ func startReplica(ctx context.Context, p haPlan, i int, consulAddr, endpointsFil
 		return nil, fmt.Errorf("HA: replica %d: %w", i+1, err)
 	}
 	return &replica{
-		api:     &apiClient{base: "https://" + addrs[1], hc: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}}}},
+		api:     &peer.APIClient{Base: "https://" + addrs[1], HC: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12}}}},
 		xds:     addrs[2],
 		debug:   addrs[0],
 		proc:    proc,
@@ -506,7 +507,7 @@ func waitReady(ctx context.Context, r *replica) error {
 	if err != nil {
 		return fmt.Errorf("HA: %w", err)
 	}
-	r.api.token = strings.TrimSpace(string(tok))
+	r.api.Token = strings.TrimSpace(string(tok))
 	return nil
 }
 
@@ -517,12 +518,12 @@ func waitServices(ctx context.Context, r *replica, n int) error {
 		var list struct {
 			Items []json.RawMessage `json:"items"`
 		}
-		err := r.api.do(ctx, http.MethodGet, "/api/v1/spec/services", "application/json", nil, &list)
+		err := r.api.Do(ctx, http.MethodGet, "/api/v1/spec/services", "application/json", nil, &list)
 		if err == nil && len(list.Items) >= n {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("HA: replica %s lists %d of %d Services after 60s: %v", r.api.base, len(list.Items), n, err)
+			return fmt.Errorf("HA: replica %s lists %d of %d Services after 60s: %v", r.api.Base, len(list.Items), n, err)
 		}
 		if err := sleepCtx(ctx, 50*time.Millisecond); err != nil {
 			return err

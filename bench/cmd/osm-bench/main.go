@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/bench/fleet"
+	"github.com/osm-vm/osm-vm/bench/peer"
 	"github.com/osm-vm/osm-vm/bench/pki"
 	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/report"
@@ -93,11 +94,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level.Set(cfg.logLevel)
 		return runBench(ctx, log, cfg, stdout)
 	case "serve-l", "serve-f":
-		o, err := parseServerFlags(cmd, args, stderr)
+		o, err := peer.ParseFlags(cmd, args, stderr)
 		if err != nil {
 			return err
 		}
-		return serveBench(ctx, log.With("proc", cmd), cmd, o, stdout)
+		return peer.Serve(ctx, log.With("proc", cmd), cmd, o, stdout)
 	case "tails":
 		return tails.Run(args, stdout, stderr)
 	default:
@@ -287,10 +288,10 @@ func runBench(ctx context.Context, log *slog.Logger, c runConfig, stdout io.Writ
 	}
 	restoreGC, fleetNote := fleet.SetMemory(fleetMiB)
 	defer restoreGC()
-	ids := &identityCache{ca: ca}
+	ids := &peer.IdentityCache{CA: ca}
 	p := c.plan
 	log.Info("minting client certificates", "n", p.Workload.Proxies+p.Joins)
-	if _, err := ids.get(p.Workload, p.Workload.Proxies+p.Joins); err != nil {
+	if _, err := ids.Get(p.Workload, p.Workload.Proxies+p.Joins); err != nil {
 		return err
 	}
 
@@ -354,17 +355,17 @@ measuring:
 
 // measureServer measures one server once; withM4 adds O's in-process M4
 // figures (the first round only: they are the Go benchmarks').
-func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, name, dir, self string, ids *identityCache, logf io.Writer, withM4 bool) report.Round {
+func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, name, dir, self string, ids *peer.IdentityCache, logf io.Writer, withM4 bool) report.Round {
 	var t target
 	switch name {
 	case "O":
-		t = &oTarget{pin: c.pin, osmServer: c.osmServer, staticPlugin: c.staticPlugin, dir: filepath.Join(dir, "o"), logw: logf, log: log, logLevel: c.serverLogLevel}
+		t = &peer.OTarget{Pin: c.pin, OSMServer: c.osmServer, StaticPlugin: c.staticPlugin, Dir: filepath.Join(dir, "o"), LogW: logf, Log: log, LogLevel: c.serverLogLevel}
 	case "L":
-		t = &benchTarget{pin: c.pin, name: name, kind: "serve-l", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
+		t = &peer.LFTarget{Pin: c.pin, Label: name, Kind: "serve-l", Mode: "snapshot", Self: self, Dir: dir, IDs: ids, LogW: logf}
 	case "L-mux":
-		t = &benchTarget{pin: c.pin, name: name, kind: "serve-l", mode: "mux", self: self, dir: dir, ids: ids, logw: logf}
+		t = &peer.LFTarget{Pin: c.pin, Label: name, Kind: "serve-l", Mode: "mux", Self: self, Dir: dir, IDs: ids, LogW: logf}
 	case "F":
-		t = &benchTarget{pin: c.pin, name: name, kind: "serve-f", mode: "snapshot", self: self, dir: dir, ids: ids, logw: logf}
+		t = &peer.LFTarget{Pin: c.pin, Label: name, Kind: "serve-f", Mode: "snapshot", Self: self, Dir: dir, IDs: ids, LogW: logf}
 	}
 	m := &measurer{log: log, plan: p}
 	var (

@@ -16,42 +16,17 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/bench/fleet"
+	"github.com/osm-vm/osm-vm/bench/peer"
 	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/report"
 	"github.com/osm-vm/osm-vm/bench/workload"
 )
 
-// server is one running server under test, whichever kind.
-type server struct {
-	proc     *process.Child
-	Endpoint fleet.Endpoint
-	ids      []fleet.Identity // the fleet's identities, then the joiners'
-	// change moves endpoint 0 of service u to ChangedAddr(seq) and returns
-	// once the server has been told (the measured clock starts before it).
-	change func(ctx context.Context, u, seq int) error
-	// prepare, when set, readies that change before the clock starts (O:
-	// writes the new endpoints file that change renames into place).
-	prepare func(u, seq int) error
-	close   func()
-	// restart stops the server process and starts it again on the same
-	// state (O: its data directory; L and F: the workload), waits until it
-	// serves xDS and returns the new process and xDS address (O keeps its
-	// ports; L and F listen on new ones: a proxy's TLS session is kept by
-	// server name, not address).
-	restart func(ctx context.Context) (*process.Child, string, error)
-	// debugAddr is O's debug HTTP address (pprof), "" for the others;
-	// debugToken the admin token its /debug/ routes need.
-	debugAddr, debugToken string
-	// pprofAddr serves /debug/pprof/profile (with debugToken): O's debug
-	// address, L's and F's control address.
-	pprofAddr string
-}
-
 // target starts a server kind for a workload.
 type target interface {
 	Name() string
 	// Start runs the server for w with identities for w.Proxies+extra proxies.
-	Start(ctx context.Context, w workload.Workload, extra int) (*server, error)
+	Start(ctx context.Context, w workload.Workload, extra int) (*peer.Server, error)
 }
 
 // plan sizes one run.
@@ -163,8 +138,8 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer func() { srv.close() }() // M10 restarts it
-	pid := srv.proc.PID()
+	defer func() { srv.Close() }() // M10 restarts it
+	pid := srv.Proc.PID()
 	time.Sleep(500 * time.Millisecond) // let the server finish its start-up work before the baseline
 	baseRSS, err := process.MemKiB(pid, "VmRSS")
 	if err != nil {
@@ -176,7 +151,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	//
 	// The fill starts with the fleet's heap collected: what the run left
 	// before it (the 11,000 client certificates minted before the first
-	// server, the last server's 10,000 closed connections) would
+	// Server, the last server's 10,000 closed connections) would
 	// otherwise be collected during this server's fill or not, as the
 	// Fleet's trigger happens to fall, and its fleet CPU with it.
 	runtime.GC()
@@ -185,7 +160,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	fillCPU0, fillErr := process.CPUSeconds(pid)
 	fleetCPU0, fleetErr := process.CPUSeconds(os.Getpid())
 	usage := fleet.ReadUsage()
-	pcs, err := f.ConnectAll(ctx, srv.ids[:w.Proxies], p.Parallel, p.FillTimeout)
+	pcs, err := f.ConnectAll(ctx, srv.IDs[:w.Proxies], p.Parallel, p.FillTimeout)
 	usage.LogSince(log, "fill")
 	defer func() { fleet.CloseAll(pcs) }()
 	if err != nil {
@@ -217,7 +192,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	cpu1, err := process.CPUSeconds(pid)
 	if perr := idleProfiled(); perr != nil {
 		res.note("M1: idle profile: %v", perr)
-	} else if p.ProfileDir != "" && srv.debugAddr != "" {
+	} else if p.ProfileDir != "" && srv.DebugAddr != "" {
 		res.note("M1: idle CPU measured while a CPU profile of the server ran (--profile-dir)")
 	}
 	if err != nil {
@@ -255,7 +230,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		// O's only without --trace-dir, which profiles them itself.
 		profiled := func() error { return nil }
 		profileSeconds := min(changeProfileSeconds, max(1, p.Reps)) // about a second a change
-		if p.TraceDir == "" || srv.debugAddr == "" {
+		if p.TraceDir == "" || srv.DebugAddr == "" {
 			profiled = m.profileWindow(ctx, srv, t.Name()+"-"+c.metric, profileSeconds)
 		}
 		began := time.Now()
@@ -304,7 +279,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		}
 		if err := profiled(); err != nil {
 			res.note("%s: profile: %v", c.metric, err)
-		} else if p.ProfileDir != "" && srv.pprofAddr != "" {
+		} else if p.ProfileDir != "" && srv.PprofAddr != "" {
 			res.note("%s: the profile's %d s hold %d changes and the quiet between them", c.metric, profileSeconds, inProfile)
 		}
 		log.Info("change measured", "metric", c.metric, "affected", affected, "changes", len(last), "last_ack_p50_ms", report.Percentile(last, 50))
@@ -337,7 +312,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		joinsTraced = m.startTrace(ctx, srv, res, t.Name()+"-M5", traceSeconds)
 		// --profile-dir profiles every server's joins (DIR/<server>-M5.*),
 		// O's unless its trace already does, to set O's against L-mux's.
-		if p.TraceDir == "" || srv.debugAddr == "" {
+		if p.TraceDir == "" || srv.DebugAddr == "" {
 			joinsProfiled = m.profileWindow(ctx, srv, t.Name()+"-M5", joinsProfileSeconds(p.Joins))
 		}
 	}
@@ -346,7 +321,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		if !p.want("M5") {
 			break
 		}
-		id := srv.ids[w.Proxies+j]
+		id := srv.IDs[w.Proxies+j]
 		t0 := time.Now()
 		pc, err := f.Connect(ctx, id)
 		if err != nil {
@@ -407,13 +382,13 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 // same state, and the whole fleet reconnects to it, each proxy offering
 // the session ticket it kept (as Envoy does). Measured from when the new
 // process serves xDS until every proxy is configured: the time, the
-// server's CPU and the fleet's, and how many handshakes resumed (O keeps
+// Server's CPU and the fleet's, and how many handshakes resumed (O keeps
 // its ticket keys in its store; L and F, as go-control-plane's users
 // do, in memory only). *pcs becomes the reconnected fleet.
-func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet.Fleet, srv *server, pcs *[]*fleet.ProxyClient, res *result) {
+func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet.Fleet, srv *peer.Server, pcs *[]*fleet.ProxyClient, res *result) {
 	p := m.plan
 	log := m.log.With("server", name)
-	if srv.restart == nil {
+	if srv.Restart == nil {
 		res.note("M10: %s cannot be restarted by the harness", name)
 		return
 	}
@@ -423,12 +398,12 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet.Fleet
 	// as before M6's storm.
 	runtime.GC()
 	down := time.Now()
-	proc, addr, err := srv.restart(ctx)
+	proc, addr, err := srv.Restart(ctx)
 	if err != nil {
 		res.note("M10: restart: %v", err)
 		return
 	}
-	srv.proc, srv.close, srv.Endpoint.Addr, f.Endpoint.Addr = proc, proc.Stop, addr, addr
+	srv.Proc, srv.Close, srv.Endpoint.Addr, f.Endpoint.Addr = proc, proc.Stop, addr, addr
 	res.set("M10.restart_s", time.Since(down).Seconds())
 	// --profile-dir: the storm's first seconds (DIR/<server>-M10.*).
 	profiled := m.profileWindow(ctx, srv, name+"-M10", stormTraceSeconds)
@@ -437,7 +412,7 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet.Fleet
 	fleetCPU0, fleetErr := process.CPUSeconds(os.Getpid())
 	resumed0 := f.Resumed.Load()
 	usage := fleet.ReadUsage()
-	got, err := f.ConnectAll(ctx, srv.ids[:p.Workload.Proxies], p.Workload.Proxies, p.FillTimeout)
+	got, err := f.ConnectAll(ctx, srv.IDs[:p.Workload.Proxies], p.Workload.Proxies, p.FillTimeout)
 	usage.LogSince(log, "M10")
 	*pcs = got
 	if err != nil {
@@ -459,7 +434,7 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet.Fleet
 
 // storm is M6: every proxy in *pcs drops its connection and all reconnect
 // at once; *pcs becomes the reconnected fleet.
-func (m *measurer) storm(ctx context.Context, name string, f *fleet.Fleet, srv *server, pcs *[]*fleet.ProxyClient, res *result) {
+func (m *measurer) storm(ctx context.Context, name string, f *fleet.Fleet, srv *peer.Server, pcs *[]*fleet.ProxyClient, res *result) {
 	p := m.plan
 	w := p.Workload
 	log := m.log.With("server", name)
@@ -471,7 +446,7 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet.Fleet, srv *
 	// profiles it.
 	traced := m.startTrace(ctx, srv, res, name+"-M6", stormTraceSeconds)
 	profiled := func() error { return nil }
-	if p.TraceDir == "" || srv.debugAddr == "" {
+	if p.TraceDir == "" || srv.DebugAddr == "" {
 		profiled = m.profileWindow(ctx, srv, name+"-M6", stormTraceSeconds)
 	}
 	fleet.CloseAll(*pcs)
@@ -483,11 +458,11 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet.Fleet, srv *
 	// heap stood when the storm began (fleetmem.go).
 	runtime.GC()
 	t0 := time.Now()
-	cpu0, cpuErr := process.CPUSeconds(srv.proc.PID())
+	cpu0, cpuErr := process.CPUSeconds(srv.Proc.PID())
 	fleetCPU0, fleetErr := process.CPUSeconds(os.Getpid())
 	retries0, resumed0 := f.Retries.Load(), f.Resumed.Load()
 	usage := fleet.ReadUsage()
-	got, err := f.ConnectAll(ctx, srv.ids[:w.Proxies], w.Proxies, p.FillTimeout)
+	got, err := f.ConnectAll(ctx, srv.IDs[:w.Proxies], w.Proxies, p.FillTimeout)
 	usage.LogSince(log, "M6")
 	*pcs = got
 	if err != nil {
@@ -496,7 +471,7 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet.Fleet, srv *
 	res.set("M6.reconnects", float64(f.Retries.Load()-retries0))
 	res.set("M6.resumed", float64(f.Resumed.Load()-resumed0))
 	res.set("M6.all_configured_s", time.Since(t0).Seconds())
-	if cpu1, err := process.CPUSeconds(srv.proc.PID()); err == nil && cpuErr == nil {
+	if cpu1, err := process.CPUSeconds(srv.Proc.PID()); err == nil && cpuErr == nil {
 		res.set("M6.server_cpu_s", cpu1-cpu0)
 	}
 	if cpu1, err := process.CPUSeconds(os.Getpid()); err == nil && fleetErr == nil {
@@ -539,7 +514,7 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet.Fleet, srv *
 	}
 	res.set("M6.max_responses_per_proxy", float64(maxResp))
 	res.set("M6.responses_after_configured", float64(after-before))
-	res.set("M6.server_alive", boolf(srv.proc.Alive()))
+	res.set("M6.server_alive", boolf(srv.Proc.Alive()))
 }
 
 // Quiet is under quietCPU of CPU time over quietWindow: 5% of a core (O
@@ -587,8 +562,8 @@ func (m *measurer) waitQuiet(ctx context.Context, pid int, res *result, metric s
 // after another collection: what was allocated between the two is what
 // the metric allocated (see profileWindow for why a window of time alone
 // does not show it). The caller reads the server's CPU before calling it.
-func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, name string, seconds int) (wait func() error) {
-	if m.plan.TraceDir == "" || srv.debugAddr == "" {
+func (m *measurer) startTrace(ctx context.Context, srv *peer.Server, res *result, name string, seconds int) (wait func() error) {
+	if m.plan.TraceDir == "" || srv.DebugAddr == "" {
 		return func() error { return nil }
 	}
 	res.note("%s: the first %d s measured under a runtime trace and a CPU profile of the server, and its allocations from their start to the metric's end (--trace-dir)", name, seconds)
@@ -596,14 +571,14 @@ func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, nam
 	if err := os.MkdirAll(m.plan.TraceDir, 0o755); err != nil {
 		return func() error { return err }
 	}
-	if err := fetchHeapAfterGC(ctx, srv.debugAddr, srv.debugToken, path(".allocs-start.pb.gz")); err != nil {
+	if err := fetchHeapAfterGC(ctx, srv.DebugAddr, srv.DebugToken, path(".allocs-start.pb.gz")); err != nil {
 		return func() error { return fmt.Errorf("allocations at the start: %w", err) }
 	}
 	kinds := []struct{ path, file string }{{"trace", ".trace"}, {"profile", ".cpu.pb.gz"}}
 	done := make(chan error, len(kinds))
 	for _, f := range kinds {
 		go func() {
-			done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", srv.debugAddr, f.path, seconds), srv.debugToken, path(f.file))
+			done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", srv.DebugAddr, f.path, seconds), srv.DebugToken, path(f.file))
 		}()
 	}
 	time.Sleep(50 * time.Millisecond) // let the trace start before the first change
@@ -612,7 +587,7 @@ func (m *measurer) startTrace(ctx context.Context, srv *server, res *result, nam
 		for range kinds {
 			errs = append(errs, <-done)
 		}
-		errs = append(errs, fetchHeapAfterGC(ctx, srv.debugAddr, srv.debugToken, path(".allocs.pb.gz")))
+		errs = append(errs, fetchHeapAfterGC(ctx, srv.DebugAddr, srv.DebugToken, path(".allocs.pb.gz")))
 		return errors.Join(errs...)
 	}
 }
@@ -627,9 +602,9 @@ func (m *measurer) measureWide(ctx context.Context, t target, res *result) error
 	if err != nil {
 		return err
 	}
-	defer srv.close()
+	defer srv.Close()
 	f := &fleet.Fleet{Endpoint: srv.Endpoint}
-	pcs, err := f.ConnectAll(ctx, srv.ids[:1], 1, m.plan.FillTimeout)
+	pcs, err := f.ConnectAll(ctx, srv.IDs[:1], 1, m.plan.FillTimeout)
 	defer fleet.CloseAll(pcs)
 	if err != nil {
 		return fmt.Errorf("M9: wide proxy: %w", err)
@@ -649,18 +624,18 @@ type changeResult struct {
 
 // change applies one endpoint change and collects the ACKs of the
 // responses that carry it.
-func (m *measurer) change(ctx context.Context, f *fleet.Fleet, srv *server, service, affected int) (changeResult, error) {
+func (m *measurer) change(ctx context.Context, f *fleet.Fleet, srv *peer.Server, service, affected int) (changeResult, error) {
 	m.seq++
 	pr := &fleet.Probe{Seq: m.seq, Marker: workload.MarkerBytes(workload.ChangedAddr(m.seq)), Acks: make(chan fleet.AckEvent, affected)}
 	f.Probe.Store(pr)
 	defer f.Probe.Store(nil)
-	if srv.prepare != nil {
-		if err := srv.prepare(service, m.seq); err != nil {
+	if srv.Prepare != nil {
+		if err := srv.Prepare(service, m.seq); err != nil {
 			return changeResult{}, err
 		}
 	}
 	t0 := time.Now()
-	if err := srv.change(ctx, service, m.seq); err != nil {
+	if err := srv.Change(ctx, service, m.seq); err != nil {
 		return changeResult{}, err
 	}
 	r := changeResult{start: t0}

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"time"
+
+	"github.com/osm-vm/osm-vm/bench/peer"
 )
 
 // dumpMemory writes, while the fleet is connected (right after M7's RSS is
@@ -20,24 +22,24 @@ import (
 // debug=1 (the runtime.MemStats block: HeapInuse, HeapIdle, HeapReleased,
 // StackInuse, Sys, ...); and for O the goroutine counts
 // (goroutine?debug=1) and /debug/proxies. Files are DIR/<server>-<what>.
-func dumpMemory(ctx context.Context, dir, name string, srv *server) error {
+func dumpMemory(ctx context.Context, dir, name string, srv *peer.Server) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	var errs []error
 	for _, f := range []string{"status", "smaps_rollup"} {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", srv.proc.PID(), f))
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", srv.Proc.PID(), f))
 		if err == nil {
 			err = os.WriteFile(filepath.Join(dir, name+"-"+f+".txt"), b, 0o644)
 		}
 		errs = append(errs, err)
 	}
-	if srv.debugAddr == "" {
-		if srv.pprofAddr != "" {
+	if srv.DebugAddr == "" {
+		if srv.PprofAddr != "" {
 			// L's and F's runtime.MemStats and heap profiles too, to set
 			// O's heap and stacks against theirs.
 			for _, p := range []struct{ query, file string }{{"", "heap.pb.gz"}, {"?debug=1", "heap.txt"}} {
-				errs = append(errs, fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/heap%s", srv.pprofAddr, p.query), srv.debugToken, filepath.Join(dir, name+"-"+p.file)))
+				errs = append(errs, fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/heap%s", srv.PprofAddr, p.query), srv.DebugToken, filepath.Join(dir, name+"-"+p.file)))
 			}
 		}
 		return errors.Join(errs...)
@@ -50,7 +52,7 @@ func dumpMemory(ctx context.Context, dir, name string, srv *server) error {
 		{"pprof/goroutine?debug=1", "goroutine.txt"},
 		{"proxies", "proxies.json"},
 	} {
-		errs = append(errs, fetchTo(ctx, fmt.Sprintf("http://%s/debug/%s", srv.debugAddr, p.path), srv.debugToken, filepath.Join(dir, name+"-"+p.file)))
+		errs = append(errs, fetchTo(ctx, fmt.Sprintf("http://%s/debug/%s", srv.DebugAddr, p.path), srv.DebugToken, filepath.Join(dir, name+"-"+p.file)))
 	}
 	return errors.Join(errs...)
 }
@@ -59,15 +61,15 @@ func dumpMemory(ctx context.Context, dir, name string, srv *server) error {
 // window (DIR/O-idle.cpu.pb.gz). The function it returns waits for the
 // profile and writes the window's start (DIR/O-idle.start), to compare
 // with the ACK times dumpMemory saves.
-func (m *measurer) profileIdle(ctx context.Context, srv *server, name string) (wait func() error) {
-	if srv.debugAddr == "" {
+func (m *measurer) profileIdle(ctx context.Context, srv *peer.Server, name string) (wait func() error) {
+	if srv.DebugAddr == "" {
 		return func() error { return nil } // O only
 	}
 	start := time.Now()
 	profiled := m.profileCPU(ctx, srv, name+"-idle", int(m.plan.IdleWindow.Seconds()))
 	return func() error {
 		err := profiled()
-		if m.plan.ProfileDir == "" || srv.debugAddr == "" || err != nil {
+		if m.plan.ProfileDir == "" || srv.DebugAddr == "" || err != nil {
 			return err
 		}
 		return os.WriteFile(filepath.Join(m.plan.ProfileDir, name+"-idle.start"), []byte(start.UTC().Format(time.RFC3339Nano)+"\n"), 0o644)
@@ -82,7 +84,7 @@ const fillProfileSeconds = 15
 // (DIR/<server>-fill.cpu.pb.gz and DIR/<server>-fill.allocs.pb.gz), so
 // that O's shares can be set against L-mux's in the same run. The function
 // it returns waits for the profiles.
-func (m *measurer) profileFill(ctx context.Context, srv *server, name string) (wait func() error) {
+func (m *measurer) profileFill(ctx context.Context, srv *peer.Server, name string) (wait func() error) {
 	return m.profileWindow(ctx, srv, name+"-fill", fillProfileSeconds)
 }
 
@@ -99,12 +101,12 @@ func (m *measurer) profileFill(ctx context.Context, srv *server, name string) (w
 // -sample_index=alloc_space -diff_base FILE.allocs-start.pb.gz
 // FILE.allocs.pb.gz. The collection at the start is made before the
 // window's CPU is read; the one at the end after.
-func (m *measurer) profileWindow(ctx context.Context, srv *server, file string, seconds int) (wait func() error) {
-	if m.plan.ProfileDir == "" || srv.pprofAddr == "" {
+func (m *measurer) profileWindow(ctx context.Context, srv *peer.Server, file string, seconds int) (wait func() error) {
+	if m.plan.ProfileDir == "" || srv.PprofAddr == "" {
 		return func() error { return nil }
 	}
 	heap := func(suffix string) error {
-		return fetchHeapAfterGC(ctx, srv.pprofAddr, srv.debugToken, filepath.Join(m.plan.ProfileDir, file+suffix))
+		return fetchHeapAfterGC(ctx, srv.PprofAddr, srv.DebugToken, filepath.Join(m.plan.ProfileDir, file+suffix))
 	}
 	if err := os.MkdirAll(m.plan.ProfileDir, 0o755); err != nil {
 		return func() error { return err }
@@ -119,9 +121,9 @@ func (m *measurer) profileWindow(ctx context.Context, srv *server, file string, 
 // profileCPU, with --profile-dir, starts a CPU profile of the next seconds
 // of a server that serves pprof (O always; L and F for the fill) into
 // DIR/<file>.cpu.pb.gz; the function it returns waits for it.
-func (m *measurer) profileCPU(ctx context.Context, srv *server, file string, seconds int) (wait func() error) {
+func (m *measurer) profileCPU(ctx context.Context, srv *peer.Server, file string, seconds int) (wait func() error) {
 	dir := m.plan.ProfileDir
-	if dir == "" || srv.pprofAddr == "" {
+	if dir == "" || srv.PprofAddr == "" {
 		return func() error { return nil }
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -129,7 +131,7 @@ func (m *measurer) profileCPU(ctx context.Context, srv *server, file string, sec
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.pprofAddr, seconds), srv.debugToken, filepath.Join(dir, file+".cpu.pb.gz"))
+		done <- fetchTo(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", srv.PprofAddr, seconds), srv.DebugToken, filepath.Join(dir, file+".cpu.pb.gz"))
 	}()
 	fleet := profileSelf(ctx, filepath.Join(dir, file+".fleet.cpu.pb.gz"), time.Duration(seconds)*time.Second)
 	return func() error { return errors.Join(<-done, fleet()) }
@@ -137,7 +139,7 @@ func (m *measurer) profileCPU(ctx context.Context, srv *server, file string, sec
 
 // profileSelf writes a CPU profile of this process, the fleet, over the
 // next d to path: what the server's answers cost its clients, beside the
-// server's own profile of the same window. The function it returns waits
+// Server's own profile of the same window. The function it returns waits
 // for it.
 func profileSelf(ctx context.Context, path string, d time.Duration) (wait func() error) {
 	f, err := os.Create(path)
@@ -170,7 +172,7 @@ func profileSelf(ctx context.Context, path string, d time.Duration) (wait func()
 // process, the fleet, right after a collection, to
 // DIR/<file>.fleet.heap.pb.gz: what the fleet holds for the server's
 // connections (go tool pprof -sample_index=inuse_space), beside another
-// server's.
+// Server's.
 func (m *measurer) profileFleetHeap(file string) error {
 	if m.plan.ProfileDir == "" {
 		return nil

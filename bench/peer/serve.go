@@ -1,4 +1,15 @@
-package main
+// Package peer runs the servers the harness measures, each in a process
+// of its own: O, osm-server itself fed through its static provider, spec
+// API and enrollment API as osm-agent is; and L, L-mux and F, the peer
+// servers (go-control-plane's SnapshotCache, its MuxCache with a
+// LinearCache for EDS, and a floor that writes the same marshalled bytes
+// to every stream), served by `osm-bench serve-l|serve-f` (Serve). A
+// started server is a Server: its process, where the fleet reaches it,
+// and how to change, restart and profile it. Of osm-vm it imports only
+// the wire and client packages an agent uses (internal/mesh,
+// internal/meshapi, internal/meshclient) and internal/testaddr; only the
+// peer servers link go-control-plane's caches and server.
+package peer
 
 import (
 	"context"
@@ -32,16 +43,16 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// serverOptions are the flags serve-l and serve-f share.
-type serverOptions struct {
+// Options are the flags serve-l and serve-f share.
+type Options struct {
 	dir      string // ca.crt, server.crt, server.key
 	workload workload.Workload
 	extra    int    // proxies beyond the fleet that may join (M5)
 	mode     string // serve-l: snapshot or mux
 }
 
-func parseServerFlags(name string, args []string, stderr io.Writer) (serverOptions, error) {
-	var o serverOptions
+func ParseFlags(name string, args []string, stderr io.Writer) (Options, error) {
+	var o Options
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.dir, "dir", "", "directory with ca.crt, server.crt and server.key")
@@ -68,9 +79,9 @@ type changer interface {
 	Change(u, seq int) error
 }
 
-// serveBench runs an xDS server (L or F) until ctx ends. It prints one line,
+// Serve runs an xDS server (L or F) until ctx ends. It prints one line,
 // "ready <xds address> <control address>", once both listen.
-func serveBench(ctx context.Context, log *slog.Logger, kind string, o serverOptions, stdout io.Writer) error {
+func Serve(ctx context.Context, log *slog.Logger, kind string, o Options, stdout io.Writer) error {
 	tlsConf, err := pki.ServerTLS(o.dir)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package peer
 
 import (
 	"cmp"
@@ -31,29 +31,29 @@ import (
 	"github.com/osm-vm/osm-vm/internal/testaddr"
 )
 
-// oTarget runs the real osm-server: the workload's endpoints go into the
+// OTarget runs the real osm-server: the workload's endpoints go into the
 // static provider's file, its services and policies through the spec API,
 // and every proxy enrolls through the enrollment API with a join token (one
 // per service, uses = its proxies), as osm-agent does.
-type oTarget struct {
-	osmServer    string
-	pin          *process.Pinning
-	staticPlugin string
-	dir          string
-	logw         io.Writer
-	log          *slog.Logger
-	logLevel     string // osm-server's --log-level
+type OTarget struct {
+	OSMServer    string
+	Pin          *process.Pinning
+	StaticPlugin string
+	Dir          string
+	LogW         io.Writer
+	Log          *slog.Logger
+	LogLevel     string // osm-server's --log-level
 	runs         int
 }
 
-func (t *oTarget) Name() string { return "O" }
+func (t *OTarget) Name() string { return "O" }
 
-// freePort returns a loopback address nobody listens on right now, below
+// FreePort returns a loopback address nobody listens on right now, below
 // the kernel's ephemeral range and not returned before (testaddr.Pick):
 // port 0's pick, from the ephemeral range, was taken as the source port
 // of one of the harness's own connections (the fleet's, Consul's) before
 // the server bound it, which ended a round with "address already in use".
-func freePort() (string, error) { return testaddr.Pick() }
+func FreePort() (string, error) { return testaddr.Pick() }
 
 // writeEndpoints writes the static provider's file for w, where moved[u]
 // = seq puts endpoint 0 of service u at ChangedAddr(seq). The write is
@@ -144,14 +144,14 @@ spec:
 	return batches
 }
 
-func (t *oTarget) Start(ctx context.Context, w workload.Workload, extra int) (_ *server, err error) {
-	for _, p := range []string{t.osmServer, t.staticPlugin} {
+func (t *OTarget) Start(ctx context.Context, w workload.Workload, extra int) (_ *Server, err error) {
+	for _, p := range []string{t.OSMServer, t.StaticPlugin} {
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("O: %w (build it with make build)", err)
 		}
 	}
 	t.runs++
-	dir := filepath.Join(t.dir, fmt.Sprint(t.runs))
+	dir := filepath.Join(t.Dir, fmt.Sprint(t.runs))
 	dataDir := filepath.Join(dir, "data")
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, err
@@ -162,7 +162,7 @@ func (t *oTarget) Start(ctx context.Context, w workload.Workload, extra int) (_ 
 	}
 	var addrs [3]string
 	for i := range addrs {
-		if addrs[i], err = freePort(); err != nil {
+		if addrs[i], err = FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -175,13 +175,13 @@ providers:
   - name: bench
     plugin: osm-provider-static
     config: {file: %s}
-`, dataDir, filepath.Dir(t.staticPlugin), addrs[0], addrs[1], addrs[2], endpointsFile)
+`, dataDir, filepath.Dir(t.StaticPlugin), addrs[0], addrs[1], addrs[2], endpointsFile)
 	cfgFile := filepath.Join(dir, "osm-server.yaml")
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	path, args := t.pin.Wrap(t.osmServer, []string{"serve", "--config", cfgFile, "--log-level", cmp.Or(t.logLevel, "warn")})
-	proc, _, err := process.StartChild(ctx, path, args, nil, t.logw, "")
+	path, args := t.Pin.Wrap(t.OSMServer, []string{"serve", "--config", cfgFile, "--log-level", cmp.Or(t.LogLevel, "warn")})
+	proc, _, err := process.StartChild(ctx, path, args, nil, t.LogW, "")
 	if err != nil {
 		return nil, fmt.Errorf("O: %w", err)
 	}
@@ -219,18 +219,18 @@ providers:
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(caPEM)
-	api := &apiClient{
-		base:  "https://" + addrs[1],
-		token: strings.TrimSpace(string(adminToken)),
-		hc:    &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}},
+	api := &APIClient{
+		Base:  "https://" + addrs[1],
+		Token: strings.TrimSpace(string(adminToken)),
+		HC:    &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}},
 	}
 	for i, batch := range specDocs(w, extra) {
-		if err := api.do(ctx, http.MethodPost, "/api/v1/spec/apply?source=osm-bench", "application/yaml", []byte(batch), nil); err != nil {
+		if err := api.Do(ctx, http.MethodPost, "/api/v1/spec/apply?source=osm-bench", "application/yaml", []byte(batch), nil); err != nil {
 			return nil, fmt.Errorf("O: apply the workload's spec (batch %d): %w", i, err)
 		}
 	}
-	t.log.Info("enrolling proxies through the API (not a metric)", "n", w.Proxies+extra)
-	ids, xdsAddr, err := enrollAll(ctx, []*apiClient{api}, w, extra, meshapi.CAHash(block.Bytes))
+	t.Log.Info("enrolling proxies through the API (not a metric)", "n", w.Proxies+extra)
+	ids, xdsAddr, err := EnrollAll(ctx, []*APIClient{api}, w, extra, meshapi.CAHash(block.Bytes))
 	if err != nil {
 		return nil, err
 	}
@@ -243,31 +243,31 @@ providers:
 	}
 	host, _, _ := net.SplitHostPort(xdsAddr)
 	moved := map[int]int{} // service -> seq of the change that moved its endpoint 0
-	return &server{
-		proc:      proc,
+	return &Server{
+		Proc:      proc,
 		Endpoint:  fleet.Endpoint{Addr: xdsAddr, ServerName: host, Roots: roots},
-		ids:       ids,
-		debugAddr: addrs[0],
-		pprofAddr: addrs[0],
+		IDs:       ids,
+		DebugAddr: addrs[0],
+		PprofAddr: addrs[0],
 		// The debug listener's /debug/ routes take the admin token.
-		debugToken: strings.TrimSpace(string(adminToken)),
+		DebugToken: strings.TrimSpace(string(adminToken)),
 		// The change is the rename, as an operator's tooling makes it; the
 		// new file is written beside the old one before the clock starts.
 		// Earlier changes stay in it, as they stay in L's and F's state
 		// (rewriting service 0's original addresses made M3's first change
 		// an all-proxy change too).
-		prepare: func(u, seq int) error {
+		Prepare: func(u, seq int) error {
 			moved[u] = seq
 			return prepareEndpoints(endpointsFile, w, moved)
 		},
-		change: func(ctx context.Context, u, seq int) error {
+		Change: func(ctx context.Context, u, seq int) error {
 			return os.Rename(endpointsFile+".tmp", endpointsFile)
 		},
-		close: proc.Stop,
-		restart: func(ctx context.Context) (*process.Child, string, error) {
+		Close: proc.Stop,
+		Restart: func(ctx context.Context) (*process.Child, string, error) {
 			proc.Stop()
 			var err error
-			if proc, _, err = process.StartChild(ctx, path, args, nil, t.logw, ""); err != nil {
+			if proc, _, err = process.StartChild(ctx, path, args, nil, t.LogW, ""); err != nil {
 				return nil, "", fmt.Errorf("O: %w", err)
 			}
 			if err := waitDial(ctx, xdsAddr, proc); err != nil {
@@ -300,11 +300,11 @@ func waitDial(ctx context.Context, xdsAddr string, proc *process.Child) error {
 	}
 }
 
-// enrollAll enrolls w.Proxies+extra proxies, proxy p into service
+// EnrollAll enrolls w.Proxies+extra proxies, proxy p into service
 // ProxyService(p) through apis[p % len(apis)] (the tokens are created
 // through apis[0]), and returns their identities and the xDS address the
 // first server announced.
-func enrollAll(ctx context.Context, apis []*apiClient, w workload.Workload, extra int, caHash string) ([]fleet.Identity, string, error) {
+func EnrollAll(ctx context.Context, apis []*APIClient, w workload.Workload, extra int, caHash string) ([]fleet.Identity, string, error) {
 	api := apis[0]
 	n := w.Proxies + extra
 	perService := map[int]int{}
@@ -317,7 +317,7 @@ func enrollAll(ctx context.Context, apis []*apiClient, w workload.Workload, extr
 			Service: mesh.MeshService{Name: w.ServiceName(s), Namespace: workload.Namespace}, Uses: uses, TTL: "2h",
 		})
 		var created meshapi.CreatedToken
-		if err := api.do(ctx, http.MethodPost, "/api/v1/tokens", "application/json", body, &created); err != nil {
+		if err := api.Do(ctx, http.MethodPost, "/api/v1/tokens", "application/json", body, &created); err != nil {
 			return nil, "", fmt.Errorf("O: join token for %s: %w", w.ServiceName(s), err)
 		}
 		secrets[s] = created.Secret
@@ -344,7 +344,7 @@ func enrollAll(ctx context.Context, apis []*apiClient, w workload.Workload, extr
 				}
 				s := w.ProxyService(p)
 				res, err := meshclient.Enroll(ctx, nil, meshclient.JoinRequest{
-					Server: apis[p%len(apis)].base, Token: secrets[s], CACertHash: caHash,
+					Server: apis[p%len(apis)].Base, Token: secrets[s], CACertHash: caHash,
 					Service: mesh.MeshService{Name: w.ServiceName(s), Namespace: workload.Namespace},
 				}, key)
 				if err != nil {
@@ -382,21 +382,21 @@ func mustKeyPEM(key *ecdsa.PrivateKey) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
 }
 
-// apiClient calls osm-server's HTTPS API with the admin token.
-type apiClient struct {
-	base  string
-	token string
-	hc    *http.Client
+// APIClient calls osm-server's HTTPS API with the admin token.
+type APIClient struct {
+	Base  string
+	Token string
+	HC    *http.Client
 }
 
-func (a *apiClient) do(ctx context.Context, method, path, contentType string, body []byte, out any) error {
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, strings.NewReader(string(body)))
+func (a *APIClient) Do(ctx context.Context, method, path, contentType string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, a.Base+path, strings.NewReader(string(body)))
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+a.token)
+	req.Header.Set("Authorization", "Bearer "+a.Token)
 	req.Header.Set("Content-Type", contentType)
-	resp, err := a.hc.Do(req)
+	resp, err := a.HC.Do(req)
 	if err != nil {
 		return err
 	}
