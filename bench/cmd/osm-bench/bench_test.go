@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/osm-vm/osm-vm/bench/metrics"
 	"github.com/osm-vm/osm-vm/bench/report"
 )
 
@@ -142,9 +143,9 @@ func TestQuickRun(t *testing.T) {
 			server, fleet, got := values[pair[0]][s], values[pair[1]][s], values[ratio][s]
 			switch {
 			case !available[s] || server == nil || fleet == nil:
-			case *fleet < minFleetCPU && got != nil:
-				t.Errorf("%s for %s = %v from %v s of the fleet's CPU, under %v s", ratio, s, *got, *fleet, minFleetCPU)
-			case *fleet >= minFleetCPU && (got == nil || math.Abs(*got - *server / *fleet) > 1e-9):
+			case *fleet < metrics.MinFleetCPU && got != nil:
+				t.Errorf("%s for %s = %v from %v s of the fleet's CPU, under %v s", ratio, s, *got, *fleet, metrics.MinFleetCPU)
+			case *fleet >= metrics.MinFleetCPU && (got == nil || math.Abs(*got - *server / *fleet) > 1e-9):
 				t.Errorf("%s for %s = %v, want %v / %v", ratio, s, got, *server, *fleet)
 			}
 		}
@@ -227,7 +228,7 @@ func TestParseRunFlagsMetrics(t *testing.T) {
 			t.Errorf("parseRunFlags(%q) metrics = %v, want %v", tc.args, c.plan.Metrics, tc.want)
 		}
 		for _, id := range []string{"M1", "M2", "M3", "M9"} {
-			if got, want := c.plan.want(id), tc.want == nil || tc.want[id]; got != want {
+			if got, want := c.plan.Want(id), tc.want == nil || tc.want[id]; got != want {
 				t.Errorf("parseRunFlags(%q): want(%s) = %t, want %t", tc.args, id, got, want)
 			}
 		}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/bench/fleet"
+	"github.com/osm-vm/osm-vm/bench/metrics"
 	"github.com/osm-vm/osm-vm/bench/peer"
 	"github.com/osm-vm/osm-vm/bench/process"
 	"github.com/osm-vm/osm-vm/bench/report"
@@ -72,8 +73,8 @@ type replica struct {
 // again on the others, Consul's Raft writes at rest, per change, per
 // enrollment and in the failover's reconnects, and each replica's RSS per
 // proxy.
-func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error) {
-	res := &result{Values: map[string]float64{}}
+func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*metrics.Result, error) {
+	res := &metrics.Result{Values: map[string]float64{}}
 	if p.consul == "" {
 		return nil, fmt.Errorf("no consul binary (--consul; make bench builds it with hack/build-consul.sh): %w", process.ErrNotAvailable)
 	}
@@ -99,7 +100,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	if err != nil {
 		return nil, fmt.Errorf("HA: the single server: %w", err)
 	}
-	res.set("HA.rss_per_proxy_single", single)
+	res.Set("HA.rss_per_proxy_single", single)
 	log.Info("HA: single-server RSS per proxy measured", "kib", single)
 
 	consul, err := startConsulCluster(ctx, p.consul, p.dir, p.logw)
@@ -182,10 +183,10 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	raft1, err1 := raftIndex(ctx, consul)
 	commits1 := storeCommits(ctx, rs)
 	if err1 == nil {
-		res.set("HA.raft_per_enrollment", float64(raft1-raft0)/float64(len(ids)))
+		res.Set("HA.raft_per_enrollment", float64(raft1-raft0)/float64(len(ids)))
 	}
-	res.set("HA.commits_per_enrollment", (commits1-commits0)/float64(len(ids)))
-	res.set("HA.proxies", float64(len(ids)))
+	res.Set("HA.commits_per_enrollment", (commits1-commits0)/float64(len(ids)))
+	res.Set("HA.proxies", float64(len(ids)))
 
 	// RSS per proxy on each replica.
 	var rssSum float64
@@ -195,10 +196,10 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 			return nil, err
 		}
 		per := (rss - r.baseRSS) / float64(len(r.pcs))
-		res.set(fmt.Sprintf("HA.rss_per_proxy_r%d", i+1), per)
+		res.Set(fmt.Sprintf("HA.rss_per_proxy_r%d", i+1), per)
 		rssSum += per
 	}
-	res.set("HA.rss_per_proxy", rssSum/float64(len(rs)))
+	res.Set("HA.rss_per_proxy", rssSum/float64(len(rs)))
 
 	// At rest: every proxy connected, nothing changing.
 	raft0, err0 := raftIndex(ctx, consul)
@@ -207,9 +208,9 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	raft1, err1 = raftIndex(ctx, consul)
 	commits1 = storeCommits(ctx, rs)
 	if err0 == nil && err1 == nil {
-		res.set("HA.raft_per_s_rest", float64(raft1-raft0)/p.rest.Seconds())
+		res.Set("HA.raft_per_s_rest", float64(raft1-raft0)/p.rest.Seconds())
 	}
-	res.set("HA.commits_per_s_rest", (commits1-commits0)/p.rest.Seconds())
+	res.Set("HA.commits_per_s_rest", (commits1-commits0)/p.rest.Seconds())
 
 	// Apply on replica 1 -> the last proxy on replicas 2 and 3 ACKed.
 	var lasts []float64
@@ -235,7 +236,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 				got++
 				last = max(last, ms(ev.At.Sub(t0)))
 			case <-timeout:
-				res.note("HA: apply %d: %d of %d proxies on the other replicas ACKed within %s", seq, got, affected, p.settle)
+				res.Note("HA: apply %d: %d of %d proxies on the other replicas ACKed within %s", seq, got, affected, p.settle)
 				break wait
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -248,12 +249,12 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	}
 	raft1, err1 = raftIndex(ctx, consul)
 	commits1 = storeCommits(ctx, rs)
-	res.set("HA.apply_p50", report.Percentile(lasts, 50))
-	res.set("HA.apply_p99", report.Percentile(lasts, 99))
+	res.Set("HA.apply_p50", report.Percentile(lasts, 50))
+	res.Set("HA.apply_p99", report.Percentile(lasts, 99))
 	if err0 == nil && err1 == nil {
-		res.set("HA.raft_per_change", float64(raft1-raft0)/float64(p.reps))
+		res.Set("HA.raft_per_change", float64(raft1-raft0)/float64(p.reps))
 	}
-	res.set("HA.commits_per_change", (commits1-commits0)/float64(p.reps))
+	res.Set("HA.commits_per_change", (commits1-commits0)/float64(p.reps))
 	log.Info("HA: applies measured", "reps", len(lasts), "p50_ms", report.Percentile(lasts, 50))
 
 	// kill -9 of replica 3: its proxies reconnect to replicas 1 and 2, as
@@ -280,17 +281,17 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*result, error)
 	}
 	wg.Wait()
 	if err := errors.Join(errs[:2]...); err != nil {
-		res.note("HA: failover: %v", err)
+		res.Note("HA: failover: %v", err)
 	}
-	res.set("HA.failover_s", time.Since(t0).Seconds())
-	res.set("HA.failover_proxies", float64(len(orphans)))
+	res.Set("HA.failover_s", time.Since(t0).Seconds())
+	res.Set("HA.failover_proxies", float64(len(orphans)))
 	time.Sleep(time.Second) // claims of the moved proxies, if any
 	raft1, err1 = raftIndex(ctx, consul)
 	commits1 = storeCommits(ctx, rs[:2])
 	if err0 == nil && err1 == nil {
-		res.set("HA.raft_failover", float64(raft1-raft0))
+		res.Set("HA.raft_failover", float64(raft1-raft0))
 	}
-	res.set("HA.commits_failover", commits1-commits0)
+	res.Set("HA.commits_failover", commits1-commits0)
 	log.Info("HA: failover measured", "proxies", len(orphans), "took_s", res.Values["HA.failover_s"])
 	return res, nil
 }
@@ -607,6 +608,9 @@ func getJSON(ctx context.Context, url string, out any) error {
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)

@@ -51,6 +51,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/bench/fleet"
+	"github.com/osm-vm/osm-vm/bench/metrics"
 	"github.com/osm-vm/osm-vm/bench/peer"
 	"github.com/osm-vm/osm-vm/bench/pki"
 	"github.com/osm-vm/osm-vm/bench/process"
@@ -109,7 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // runConfig is the parsed `osm-bench run` command line.
 type runConfig struct {
 	quick   bool
-	plan    plan
+	plan    metrics.Plan
 	servers []string
 	// rounds is how often each server is measured, the servers taking
 	// turns; the report gives each figure's median (see mergeRounds).
@@ -355,8 +356,8 @@ measuring:
 
 // measureServer measures one server once; withM4 adds O's in-process M4
 // figures (the first round only: they are the Go benchmarks').
-func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, name, dir, self string, ids *peer.IdentityCache, logf io.Writer, withM4 bool) report.Round {
-	var t target
+func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p metrics.Plan, name, dir, self string, ids *peer.IdentityCache, logf io.Writer, withM4 bool) report.Round {
+	var t metrics.Target
 	switch name {
 	case "O":
 		t = &peer.OTarget{Pin: c.pin, OSMServer: c.osmServer, StaticPlugin: c.staticPlugin, Dir: filepath.Join(dir, "o"), LogW: logf, Log: log, LogLevel: c.serverLogLevel}
@@ -367,9 +368,9 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 	case "F":
 		t = &peer.LFTarget{Pin: c.pin, Label: name, Kind: "serve-f", Mode: "snapshot", Self: self, Dir: dir, IDs: ids, LogW: logf}
 	}
-	m := &measurer{log: log, plan: p}
+	m := metrics.New(log, p)
 	var (
-		res *result
+		res *metrics.Result
 		err error
 	)
 	if name == "HA" {
@@ -388,7 +389,7 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 			dir: haDir, logw: logf, logLevel: c.serverLogLevel,
 			proxies: c.haProxies, services: 10, reps: c.haApplies, rest: rest, settle: settle})
 	} else {
-		res, err = m.run(ctx, t)
+		res, err = m.Run(ctx, t)
 	}
 	if err != nil {
 		// The servers' own words on why (a port taken, a crash) are in
@@ -396,13 +397,13 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p plan, n
 		log.Warn("server not measured", "server", name, "reason", err, "servers.log", logTail(filepath.Join(dir, "servers.log"), 20))
 		return report.Round{Err: err}
 	}
-	if name != "HA" && p.want("M9") {
-		if werr := m.measureWide(ctx, t, res); werr != nil {
-			res.note("M9: %v", werr)
+	if name != "HA" && p.Want("M9") {
+		if werr := m.MeasureWide(ctx, t, res); werr != nil {
+			res.Note("M9: %v", werr)
 		}
 	}
 	if name == "O" && p.Metrics == nil && withM4 {
-		if ms, note := measureM4(); note != "" {
+		if ms, note := metrics.MeasureM4(); note != "" {
 			res.Notes = append(res.Notes, note)
 		} else {
 			for k, v := range ms {

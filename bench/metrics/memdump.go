@@ -1,4 +1,4 @@
-package main
+package metrics
 
 import (
 	"context"
@@ -61,7 +61,7 @@ func dumpMemory(ctx context.Context, dir, name string, srv *peer.Server) error {
 // window (DIR/O-idle.cpu.pb.gz). The function it returns waits for the
 // profile and writes the window's start (DIR/O-idle.start), to compare
 // with the ACK times dumpMemory saves.
-func (m *measurer) profileIdle(ctx context.Context, srv *peer.Server, name string) (wait func() error) {
+func (m *Measurer) profileIdle(ctx context.Context, srv *peer.Server, name string) (wait func() error) {
 	if srv.DebugAddr == "" {
 		return func() error { return nil } // O only
 	}
@@ -84,7 +84,7 @@ const fillProfileSeconds = 15
 // (DIR/<server>-fill.cpu.pb.gz and DIR/<server>-fill.allocs.pb.gz), so
 // that O's shares can be set against L-mux's in the same run. The function
 // it returns waits for the profiles.
-func (m *measurer) profileFill(ctx context.Context, srv *peer.Server, name string) (wait func() error) {
+func (m *Measurer) profileFill(ctx context.Context, srv *peer.Server, name string) (wait func() error) {
 	return m.profileWindow(ctx, srv, name+"-fill", fillProfileSeconds)
 }
 
@@ -101,7 +101,7 @@ func (m *measurer) profileFill(ctx context.Context, srv *peer.Server, name strin
 // -sample_index=alloc_space -diff_base FILE.allocs-start.pb.gz
 // FILE.allocs.pb.gz. The collection at the start is made before the
 // window's CPU is read; the one at the end after.
-func (m *measurer) profileWindow(ctx context.Context, srv *peer.Server, file string, seconds int) (wait func() error) {
+func (m *Measurer) profileWindow(ctx context.Context, srv *peer.Server, file string, seconds int) (wait func() error) {
 	if m.plan.ProfileDir == "" || srv.PprofAddr == "" {
 		return func() error { return nil }
 	}
@@ -121,7 +121,7 @@ func (m *measurer) profileWindow(ctx context.Context, srv *peer.Server, file str
 // profileCPU, with --profile-dir, starts a CPU profile of the next seconds
 // of a server that serves pprof (O always; L and F for the fill) into
 // DIR/<file>.cpu.pb.gz; the function it returns waits for it.
-func (m *measurer) profileCPU(ctx context.Context, srv *peer.Server, file string, seconds int) (wait func() error) {
+func (m *Measurer) profileCPU(ctx context.Context, srv *peer.Server, file string, seconds int) (wait func() error) {
 	dir := m.plan.ProfileDir
 	if dir == "" || srv.PprofAddr == "" {
 		return func() error { return nil }
@@ -173,7 +173,7 @@ func profileSelf(ctx context.Context, path string, d time.Duration) (wait func()
 // DIR/<file>.fleet.heap.pb.gz: what the fleet holds for the server's
 // connections (go tool pprof -sample_index=inuse_space), beside another
 // Server's.
-func (m *measurer) profileFleetHeap(file string) error {
+func (m *Measurer) profileFleetHeap(file string) error {
 	if m.plan.ProfileDir == "" {
 		return nil
 	}

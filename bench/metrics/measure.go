@@ -1,4 +1,13 @@
-package main
+// Package metrics measures one server with the fleet: the fill, M1's
+// streams and idle CPU, M2 and M3's changes, M5's joins, M6's reconnect
+// storm, M7's memory, M8's bytes, M9's wide proxy and M10's restart, each
+// in a window the fleet's own collections and the server's previous work
+// are kept out of, with --profile-dir's and --trace-dir's profiles and
+// traces of those windows. It declares the Target it needs (a server kind
+// that starts a peer.Server) and returns each server's figures as a
+// Result; the report merges and prints them. It imports nothing of
+// osm-vm.
+package metrics
 
 import (
 	"bufio"
@@ -22,15 +31,15 @@ import (
 	"github.com/osm-vm/osm-vm/bench/workload"
 )
 
-// target starts a server kind for a workload.
-type target interface {
+// Target starts a server kind for a workload.
+type Target interface {
 	Name() string
 	// Start runs the server for w with identities for w.Proxies+extra proxies.
 	Start(ctx context.Context, w workload.Workload, extra int) (*peer.Server, error)
 }
 
 // plan sizes one run.
-type plan struct {
+type Plan struct {
 	Workload    workload.Workload
 	Reps        int           // changes measured for M2 and M3
 	Joins       int           // joins measured for M5
@@ -63,7 +72,7 @@ type plan struct {
 }
 
 // want reports whether metric id is to be measured.
-func (p plan) want(id string) bool { return p.Metrics == nil || p.Metrics[id] }
+func (p Plan) Want(id string) bool { return p.Metrics == nil || p.Metrics[id] }
 
 // traceSeconds is how long a --trace-dir trace runs: the first few
 // changes of a metric, at a size go tool trace opens quickly.
@@ -84,15 +93,18 @@ func joinsProfileSeconds(n int) int {
 	return min(max(n*4/1000, 1), 10)
 }
 
-// measurer runs the metrics against one target.
-type measurer struct {
+// Measurer runs the metrics against one target.
+type Measurer struct {
 	log  *slog.Logger
-	plan plan
+	plan Plan
 	seq  int
 }
 
-// result is what one target produced: metric id -> value, plus notes.
-type result struct {
+// New returns a Measurer that runs p's metrics, logging to log.
+func New(log *slog.Logger, p Plan) *Measurer { return &Measurer{log: log, plan: p} }
+
+// Result is what one target produced: metric id -> value, plus notes.
+type Result struct {
 	Values map[string]float64
 	Notes  []string
 	// Latencies holds the samples behind report.Percentile figures (see
@@ -101,12 +113,12 @@ type result struct {
 	Latencies map[string][]float64
 }
 
-func (r *result) set(id string, v float64) { r.Values[id] = v }
+func (r *Result) Set(id string, v float64) { r.Values[id] = v }
 
-// minFleetCPU is the least fleet CPU a per-fleet-CPU ratio is made from:
+// MinFleetCPU is the least fleet CPU a per-fleet-CPU ratio is made from:
 // /proc counts CPU in 10 ms ticks, and a quick run's storm is a tick or
 // two.
-const minFleetCPU = 0.1
+const MinFleetCPU = 0.1
 
 // setPerFleetCPU sets id to the server's CPU (the figure serverID) over
 // the fleet's in the same window (fleetID). The fleet does nearly the same
@@ -114,21 +126,21 @@ const minFleetCPU = 0.1
 // machine was in those seconds, which moves a 2-core VM's figures by
 // ±20% from one minute to the next (docs/performance.md). It is left out
 // when either is missing or the fleet's CPU is under minFleetCPU.
-func (r *result) setPerFleetCPU(id, serverID, fleetID string) {
+func (r *Result) SetPerFleetCPU(id, serverID, fleetID string) {
 	server, ok1 := r.Values[serverID]
 	fleet, ok2 := r.Values[fleetID]
-	if ok1 && ok2 && fleet >= minFleetCPU {
-		r.set(id, server/fleet)
+	if ok1 && ok2 && fleet >= MinFleetCPU {
+		r.Set(id, server/fleet)
 	}
 }
 
-func (r *result) note(format string, a ...any) {
+func (r *Result) Note(format string, a ...any) {
 	r.Notes = append(r.Notes, fmt.Sprintf(format, a...))
 }
 
 // run measures M1-M3 and M5-M9 (M4 is in-process, see measureM4) against t.
-func (m *measurer) run(ctx context.Context, t target) (*result, error) {
-	res := &result{Values: map[string]float64{}}
+func (m *Measurer) Run(ctx context.Context, t Target) (*Result, error) {
+	res := &Result{Values: map[string]float64{}}
 	p := m.plan
 	w := p.Workload
 	log := m.log.With("server", t.Name())
@@ -167,20 +179,20 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		return nil, fmt.Errorf("fill the fleet (%d of %d connected): %w", len(pcs), w.Proxies, err)
 	}
 	log.Info("fleet configured", "proxies", len(pcs), "took", time.Since(start).Round(time.Millisecond))
-	res.set("fleet_fill_s", time.Since(start).Seconds())
-	res.set("fleet_fill_reconnects", float64(f.Retries.Load()))
+	res.Set("fleet_fill_s", time.Since(start).Seconds())
+	res.Set("fleet_fill_reconnects", float64(f.Retries.Load()))
 	if fillCPU1, err := process.CPUSeconds(pid); err == nil && fillErr == nil {
-		res.set("fleet_fill_server_cpu_s", fillCPU1-fillCPU0)
+		res.Set("fleet_fill_server_cpu_s", fillCPU1-fillCPU0)
 	}
 	if cpu1, err := process.CPUSeconds(os.Getpid()); err == nil && fleetErr == nil {
-		res.set("fleet_fill_fleet_cpu_s", cpu1-fleetCPU0)
+		res.Set("fleet_fill_fleet_cpu_s", cpu1-fleetCPU0)
 	}
-	res.setPerFleetCPU("fleet_fill_server_per_fleet_cpu", "fleet_fill_server_cpu_s", "fleet_fill_fleet_cpu_s")
+	res.SetPerFleetCPU("fleet_fill_server_per_fleet_cpu", "fleet_fill_server_cpu_s", "fleet_fill_fleet_cpu_s")
 	if err := fillProfiled(); err != nil {
-		res.note("fill profile: %v", err)
+		res.Note("fill profile: %v", err)
 	}
 	if err := m.profileFleetHeap(t.Name() + "-fill"); err != nil {
-		res.note("fill: the fleet's heap profile: %v", err)
+		res.Note("fill: the fleet's heap profile: %v", err)
 	}
 	time.Sleep(p.IdleWindow / 2) // let the last ACKs drain
 	idleProfiled := m.profileIdle(ctx, srv, t.Name())
@@ -191,25 +203,25 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	time.Sleep(p.IdleWindow)
 	cpu1, err := process.CPUSeconds(pid)
 	if perr := idleProfiled(); perr != nil {
-		res.note("M1: idle profile: %v", perr)
+		res.Note("M1: idle profile: %v", perr)
 	} else if p.ProfileDir != "" && srv.DebugAddr != "" {
-		res.note("M1: idle CPU measured while a CPU profile of the server ran (--profile-dir)")
+		res.Note("M1: idle CPU measured while a CPU profile of the server ran (--profile-dir)")
 	}
 	if err != nil {
 		return nil, err
 	}
-	res.set("M1.streams", float64(countLive(pcs)))
-	res.set("M1.idle_cpu", 100*(cpu1-cpu0)/p.IdleWindow.Seconds())
+	res.Set("M1.streams", float64(countLive(pcs)))
+	res.Set("M1.idle_cpu", 100*(cpu1-cpu0)/p.IdleWindow.Seconds())
 
 	// M7: RSS per connected proxy.
 	rss, err := process.MemKiB(pid, "VmRSS")
 	if err != nil {
 		return nil, err
 	}
-	res.set("M7.rss_per_proxy", (rss-baseRSS)/float64(len(pcs)))
+	res.Set("M7.rss_per_proxy", (rss-baseRSS)/float64(len(pcs)))
 	if p.ProfileDir != "" {
 		if err := dumpMemory(ctx, p.ProfileDir, t.Name(), srv); err != nil {
-			res.note("M7: memory dump: %v", err)
+			res.Note("M7: memory dump: %v", err)
 		}
 	}
 
@@ -218,7 +230,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		metric  string
 		service int
 	}{{"M2", 0}, {"M3", 1}} {
-		if !p.want(c.metric) {
+		if !p.Want(c.metric) {
 			continue
 		}
 		affected := len(w.AffectedProxies(c.service))
@@ -240,7 +252,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		fleetGC := fleet.NewCollector()
 		for rep := range p.Reps {
 			if rep >= 3 && time.Since(began) > p.RepBudget {
-				res.note("%s: stopped after %d of %d changes (%s budget)", c.metric, rep, p.Reps, p.RepBudget)
+				res.Note("%s: stopped after %d of %d changes (%s budget)", c.metric, rep, p.Reps, p.RepBudget)
 				break
 			}
 			quiet := time.Duration(0)
@@ -259,14 +271,14 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			log.Debug("change", "metric", c.metric, "seq", m.seq, "start", r.start.Format(time.RFC3339Nano),
 				"last_ack_ms", r.last, "acked", r.got, "affected", affected, "quiet_wait", quiet, "fleet_collected", fleetCollected)
 			if r.got < affected {
-				res.note("%s: %d of %d affected proxies ACKed the change within %s", c.metric, r.got, affected, p.Settle)
+				res.Note("%s: %d of %d affected proxies ACKed the change within %s", c.metric, r.got, affected, p.Settle)
 			}
 			last = append(last, r.last)
 			each = append(each, r.each...)
 			if c.metric == "M2" && r.claBytes > 0 {
-				res.set("M8.bytes", float64(r.bytes))
-				res.set("M8.cla_bytes", float64(r.claBytes))
-				res.set("M8.ratio", float64(r.bytes)/float64(r.claBytes))
+				res.Set("M8.bytes", float64(r.bytes))
+				res.Set("M8.cla_bytes", float64(r.claBytes))
+				res.Set("M8.ratio", float64(r.bytes)/float64(r.claBytes))
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -275,26 +287,26 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		srvCPU1, err3 := process.CPUSeconds(pid)
 		fleetCPU1, err4 := process.CPUSeconds(os.Getpid())
 		if err := traced(); err != nil {
-			res.note("%s: runtime trace: %v", c.metric, err)
+			res.Note("%s: runtime trace: %v", c.metric, err)
 		}
 		if err := profiled(); err != nil {
-			res.note("%s: profile: %v", c.metric, err)
+			res.Note("%s: profile: %v", c.metric, err)
 		} else if p.ProfileDir != "" && srv.PprofAddr != "" {
-			res.note("%s: the profile's %d s hold %d changes and the quiet between them", c.metric, profileSeconds, inProfile)
+			res.Note("%s: the profile's %d s hold %d changes and the quiet between them", c.metric, profileSeconds, inProfile)
 		}
 		log.Info("change measured", "metric", c.metric, "affected", affected, "changes", len(last), "last_ack_p50_ms", report.Percentile(last, 50))
 		if errors.Join(err1, err2, err3, err4) == nil && len(last) > 0 {
 			// Where a change's time goes on a shared machine: the server's
 			// work and the fleet's (TLS, framing, ACKs), per change.
-			res.set(c.metric+".server_cpu_ms", 1000*(srvCPU1-srvCPU0)/float64(len(last)))
+			res.Set(c.metric+".server_cpu_ms", 1000*(srvCPU1-srvCPU0)/float64(len(last)))
 			// Less the fleet's own collections before the changes (see
 			// Collector).
-			res.set(c.metric+".fleet_cpu_ms", 1000*(fleetCPU1-fleetCPU0-fleetGC.CPU())/float64(len(last)))
+			res.Set(c.metric+".fleet_cpu_ms", 1000*(fleetCPU1-fleetCPU0-fleetGC.CPU())/float64(len(last)))
 		}
-		res.set(c.metric+".p50", report.Percentile(last, 50))
-		res.set(c.metric+".p99", report.Percentile(last, 99))
-		res.set(c.metric+".proxy_p99", report.Percentile(each, 99))
-		res.set(c.metric+".affected", float64(affected))
+		res.Set(c.metric+".p50", report.Percentile(last, 50))
+		res.Set(c.metric+".p99", report.Percentile(last, 99))
+		res.Set(c.metric+".proxy_p99", report.Percentile(each, 99))
+		res.Set(c.metric+".affected", float64(affected))
 	}
 
 	// M5: a new proxy joins the full fleet.
@@ -302,7 +314,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	var joinStarts []time.Time
 	var joinsTraced func() error
 	joinsProfiled := func() error { return nil }
-	if p.want("M5") {
+	if p.Want("M5") {
 		// The harness collects its own garbage first: the fleet's heap
 		// (10,000 connections, 500-600 MB live) takes 0.4 s to mark, and
 		// a collection of it among the joins slowed a tenth of them 2-10
@@ -318,7 +330,7 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 	}
 	joinsCPU0, joinsCPUErr := process.CPUSeconds(pid)
 	for j := range p.Joins {
-		if !p.want("M5") {
+		if !p.Want("M5") {
 			break
 		}
 		id := srv.IDs[w.Proxies+j]
@@ -339,12 +351,12 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 		pc.Close()
 	}
 	joinsCPU1, joinsCPUErr1 := process.CPUSeconds(pid)
-	if p.want("M5") {
+	if p.Want("M5") {
 		if err := joinsTraced(); err != nil {
-			res.note("M5: trace: %v", err)
+			res.Note("M5: trace: %v", err)
 		}
 		if err := joinsProfiled(); err != nil {
-			res.note("M5: profile: %v", err)
+			res.Note("M5: profile: %v", err)
 		}
 		log.Info("joins measured", "n", len(joins))
 		if p.JoinsOut != "" {
@@ -353,26 +365,26 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 			}
 		}
 		res.Latencies = map[string][]float64{"M5": joins}
-		res.set("M5.p50", report.Percentile(joins, 50))
-		res.set("M5.p99", report.Percentile(joins, 99))
+		res.Set("M5.p50", report.Percentile(joins, 50))
+		res.Set("M5.p99", report.Percentile(joins, 99))
 		// A join's cost to the server (the handshake, the stream and
 		// the leave after): its latency on a loaded 2-core machine
 		// follows it. A collection that lands among the joins adds to
 		// every server's figure alike.
 		if joinsCPUErr1 == nil && joinsCPUErr == nil && len(joins) > 0 {
-			res.set("M5.server_cpu_ms", (joinsCPU1-joinsCPU0)*1000/float64(len(joins)))
+			res.Set("M5.server_cpu_ms", (joinsCPU1-joinsCPU0)*1000/float64(len(joins)))
 		}
 	}
-	if p.want("M6") {
+	if p.Want("M6") {
 		m.storm(ctx, t.Name(), f, srv, &pcs, res)
 	}
 	if cpu, err := process.CPUSeconds(pid); err == nil {
-		res.set("cpu_seconds", cpu)
+		res.Set("cpu_seconds", cpu)
 	}
 	if hwm, err := process.MemKiB(pid, "VmHWM"); err == nil {
-		res.set("peak_rss_mib", hwm/1024)
+		res.Set("peak_rss_mib", hwm/1024)
 	}
-	if p.want("M10") {
+	if p.Want("M10") {
 		m.restartStorm(ctx, t.Name(), f, srv, &pcs, res)
 	}
 	return res, nil
@@ -385,11 +397,11 @@ func (m *measurer) run(ctx context.Context, t target) (*result, error) {
 // Server's CPU and the fleet's, and how many handshakes resumed (O keeps
 // its ticket keys in its store; L and F, as go-control-plane's users
 // do, in memory only). *pcs becomes the reconnected fleet.
-func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet.Fleet, srv *peer.Server, pcs *[]*fleet.ProxyClient, res *result) {
+func (m *Measurer) restartStorm(ctx context.Context, name string, f *fleet.Fleet, srv *peer.Server, pcs *[]*fleet.ProxyClient, res *Result) {
 	p := m.plan
 	log := m.log.With("server", name)
 	if srv.Restart == nil {
-		res.note("M10: %s cannot be restarted by the harness", name)
+		res.Note("M10: %s cannot be restarted by the harness", name)
 		return
 	}
 	fleet.CloseAll(*pcs)
@@ -400,11 +412,11 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet.Fleet
 	down := time.Now()
 	proc, addr, err := srv.Restart(ctx)
 	if err != nil {
-		res.note("M10: restart: %v", err)
+		res.Note("M10: restart: %v", err)
 		return
 	}
 	srv.Proc, srv.Close, srv.Endpoint.Addr, f.Endpoint.Addr = proc, proc.Stop, addr, addr
-	res.set("M10.restart_s", time.Since(down).Seconds())
+	res.Set("M10.restart_s", time.Since(down).Seconds())
 	// --profile-dir: the storm's first seconds (DIR/<server>-M10.*).
 	profiled := m.profileWindow(ctx, srv, name+"-M10", stormTraceSeconds)
 	t0 := time.Now()
@@ -416,25 +428,25 @@ func (m *measurer) restartStorm(ctx context.Context, name string, f *fleet.Fleet
 	usage.LogSince(log, "M10")
 	*pcs = got
 	if err != nil {
-		res.note("M10: not every proxy was configured within %s after the restart: %v", p.FillTimeout, err)
+		res.Note("M10: not every proxy was configured within %s after the restart: %v", p.FillTimeout, err)
 	}
-	res.set("M10.all_configured_s", time.Since(t0).Seconds())
-	res.set("M10.resumed", float64(f.Resumed.Load()-resumed0))
+	res.Set("M10.all_configured_s", time.Since(t0).Seconds())
+	res.Set("M10.resumed", float64(f.Resumed.Load()-resumed0))
 	if cpu1, err := process.CPUSeconds(proc.PID()); err == nil && cpuErr == nil {
-		res.set("M10.server_cpu_s", cpu1-cpu0)
+		res.Set("M10.server_cpu_s", cpu1-cpu0)
 	}
 	if cpu1, err := process.CPUSeconds(os.Getpid()); err == nil && fleetErr == nil {
-		res.set("M10.fleet_cpu_s", cpu1-fleetCPU0)
+		res.Set("M10.fleet_cpu_s", cpu1-fleetCPU0)
 	}
 	log.Info("restart storm measured", "configured", len(got), "resumed", f.Resumed.Load()-resumed0, "took", time.Since(t0).Round(time.Millisecond))
 	if err := profiled(); err != nil {
-		res.note("M10: profile: %v", err)
+		res.Note("M10: profile: %v", err)
 	}
 }
 
 // storm is M6: every proxy in *pcs drops its connection and all reconnect
 // at once; *pcs becomes the reconnected fleet.
-func (m *measurer) storm(ctx context.Context, name string, f *fleet.Fleet, srv *peer.Server, pcs *[]*fleet.ProxyClient, res *result) {
+func (m *Measurer) storm(ctx context.Context, name string, f *fleet.Fleet, srv *peer.Server, pcs *[]*fleet.ProxyClient, res *Result) {
 	p := m.plan
 	w := p.Workload
 	log := m.log.With("server", name)
@@ -466,24 +478,24 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet.Fleet, srv *
 	usage.LogSince(log, "M6")
 	*pcs = got
 	if err != nil {
-		res.note("M6: not every proxy was configured within %s after the storm: %v", p.FillTimeout, err)
+		res.Note("M6: not every proxy was configured within %s after the storm: %v", p.FillTimeout, err)
 	}
-	res.set("M6.reconnects", float64(f.Retries.Load()-retries0))
-	res.set("M6.resumed", float64(f.Resumed.Load()-resumed0))
-	res.set("M6.all_configured_s", time.Since(t0).Seconds())
+	res.Set("M6.reconnects", float64(f.Retries.Load()-retries0))
+	res.Set("M6.resumed", float64(f.Resumed.Load()-resumed0))
+	res.Set("M6.all_configured_s", time.Since(t0).Seconds())
 	if cpu1, err := process.CPUSeconds(srv.Proc.PID()); err == nil && cpuErr == nil {
-		res.set("M6.server_cpu_s", cpu1-cpu0)
+		res.Set("M6.server_cpu_s", cpu1-cpu0)
 	}
 	if cpu1, err := process.CPUSeconds(os.Getpid()); err == nil && fleetErr == nil {
-		res.set("M6.fleet_cpu_s", cpu1-fleetCPU0)
+		res.Set("M6.fleet_cpu_s", cpu1-fleetCPU0)
 	}
-	res.setPerFleetCPU("M6.server_per_fleet_cpu", "M6.server_cpu_s", "M6.fleet_cpu_s")
+	res.SetPerFleetCPU("M6.server_per_fleet_cpu", "M6.server_cpu_s", "M6.fleet_cpu_s")
 	log.Info("reconnect storm measured", "configured", len(got), "took", time.Since(t0).Round(time.Millisecond))
 	if err := traced(); err != nil {
-		res.note("M6: trace: %v", err)
+		res.Note("M6: trace: %v", err)
 	}
 	if err := profiled(); err != nil {
-		res.note("M6: profile: %v", err)
+		res.Note("M6: profile: %v", err)
 	}
 	if log.Enabled(ctx, slog.LevelDebug) {
 		// How the storm went: proxies configured in each second, and the
@@ -512,9 +524,9 @@ func (m *measurer) storm(ctx context.Context, name string, f *fleet.Fleet, srv *
 	for _, pc := range got {
 		after += pc.Responses.Load()
 	}
-	res.set("M6.max_responses_per_proxy", float64(maxResp))
-	res.set("M6.responses_after_configured", float64(after-before))
-	res.set("M6.server_alive", boolf(srv.Proc.Alive()))
+	res.Set("M6.max_responses_per_proxy", float64(maxResp))
+	res.Set("M6.responses_after_configured", float64(after-before))
+	res.Set("M6.server_alive", boolf(srv.Proc.Alive()))
 }
 
 // Quiet is under quietCPU of CPU time over quietWindow: 5% of a core (O
@@ -530,7 +542,7 @@ const (
 // handles every proxy's ACK. Measured straight after, a change would pay
 // for the one before it (traced at 10,000 proxies: M3's first change
 // started with 5,700 of M2's last 10,000 ACKs still unread, 0.9 s).
-func (m *measurer) waitQuiet(ctx context.Context, pid int, res *result, metric string) time.Duration {
+func (m *Measurer) waitQuiet(ctx context.Context, pid int, res *Result, metric string) time.Duration {
 	if m.plan.QuietMax <= 0 {
 		return 0
 	}
@@ -549,7 +561,7 @@ func (m *measurer) waitQuiet(ctx context.Context, pid int, res *result, metric s
 		prev = now
 	}
 	if err == nil {
-		res.note("%s: the server was still busy %s after a change (more than 5%% of a core)", metric, m.plan.QuietMax)
+		res.Note("%s: the server was still busy %s after a change (more than 5%% of a core)", metric, m.plan.QuietMax)
 	}
 	return time.Since(start)
 }
@@ -562,11 +574,11 @@ func (m *measurer) waitQuiet(ctx context.Context, pid int, res *result, metric s
 // after another collection: what was allocated between the two is what
 // the metric allocated (see profileWindow for why a window of time alone
 // does not show it). The caller reads the server's CPU before calling it.
-func (m *measurer) startTrace(ctx context.Context, srv *peer.Server, res *result, name string, seconds int) (wait func() error) {
+func (m *Measurer) startTrace(ctx context.Context, srv *peer.Server, res *Result, name string, seconds int) (wait func() error) {
 	if m.plan.TraceDir == "" || srv.DebugAddr == "" {
 		return func() error { return nil }
 	}
-	res.note("%s: the first %d s measured under a runtime trace and a CPU profile of the server, and its allocations from their start to the metric's end (--trace-dir)", name, seconds)
+	res.Note("%s: the first %d s measured under a runtime trace and a CPU profile of the server, and its allocations from their start to the metric's end (--trace-dir)", name, seconds)
 	path := func(suffix string) string { return filepath.Join(m.plan.TraceDir, name+suffix) }
 	if err := os.MkdirAll(m.plan.TraceDir, 0o755); err != nil {
 		return func() error { return err }
@@ -594,7 +606,7 @@ func (m *measurer) startTrace(ctx context.Context, srv *peer.Server, res *result
 
 // measureWide is M9: the largest single message a proxy that sees every
 // service receives, at WideScale × the workload.
-func (m *measurer) measureWide(ctx context.Context, t target, res *result) error {
+func (m *Measurer) MeasureWide(ctx context.Context, t Target, res *Result) error {
 	w := m.plan.Workload
 	w.Services *= m.plan.WideScale
 	w.Proxies, w.Wide = 1, true
@@ -609,7 +621,7 @@ func (m *measurer) measureWide(ctx context.Context, t target, res *result) error
 	if err != nil {
 		return fmt.Errorf("M9: wide proxy: %w", err)
 	}
-	res.set("M9.largest_mib", float64(pcs[0].MaxMsg.Load())/(1<<20))
+	res.Set("M9.largest_mib", float64(pcs[0].MaxMsg.Load())/(1<<20))
 	return nil
 }
 
@@ -624,7 +636,7 @@ type changeResult struct {
 
 // change applies one endpoint change and collects the ACKs of the
 // responses that carry it.
-func (m *measurer) change(ctx context.Context, f *fleet.Fleet, srv *peer.Server, service, affected int) (changeResult, error) {
+func (m *Measurer) change(ctx context.Context, f *fleet.Fleet, srv *peer.Server, service, affected int) (changeResult, error) {
 	m.seq++
 	pr := &fleet.Probe{Seq: m.seq, Marker: workload.MarkerBytes(workload.ChangedAddr(m.seq)), Acks: make(chan fleet.AckEvent, affected)}
 	f.Probe.Store(pr)

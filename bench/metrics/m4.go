@@ -1,6 +1,6 @@
-package main
+package metrics
 
-// measureM4 is the hook for M4 (config generation for W: full ≤ 50 ms,
+// MeasureM4 is the hook for M4 (config generation for W: full ≤ 50 ms,
 // incremental ≤ 1 ms, one marshal per resource version). It is an
 // in-process figure: time internal/xds's render-and-publish function for
 // W's snapshot (full), then for W with one endpoint changed (incremental),
@@ -11,6 +11,6 @@ package main
 // M4 is measured by the Go micro-benchmarks BenchmarkFullGeneration and
 // BenchmarkIncrementalEndpointChange in internal/xds (W, one proxy per
 // service, with marshals/op), which `make bench` runs after the harness.
-func measureM4() (map[string]float64, string) {
+func MeasureM4() (map[string]float64, string) {
 	return nil, "M4 is measured in-process by internal/xds BenchmarkFullGeneration and BenchmarkIncrementalEndpointChange (see bench/results/micro.txt)"
 }
