@@ -5,8 +5,8 @@
 // are kept out of, with --profile-dir's and --trace-dir's profiles and
 // traces of those windows. It declares the Target it needs (a server kind
 // that starts a peer.Server) and returns each server's figures as a
-// Result; the report merges and prints them. It imports nothing of
-// osm-vm.
+// Result; the report merges and prints them. It imports no osm-vm
+// package itself (peer, whose Server it measures, does).
 package metrics
 
 import (

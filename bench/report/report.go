@@ -216,7 +216,7 @@ func (r *Report) Build() {
 			m.Met = &met
 		}
 		if strings.HasPrefix(d.ID, "M4.") {
-			m.Note = "not measured: M4 is an in-process figure; see measureM4 in cmd/osm-bench/m4.go"
+			m.Note = "not measured: M4 is an in-process figure; see MeasureM4 in bench/metrics/m4.go"
 		}
 		r.Metrics = append(r.Metrics, m)
 	}

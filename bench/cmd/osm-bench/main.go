@@ -18,20 +18,28 @@
 // the slowest joins waited.
 //
 // Results go to the terminal and to a JSON file (bench/results/latest.json
-// under make bench). The metrics (M1-M10) and their targets are listed in
-// report.go and explained in docs/performance.md.
+// under make bench). The metrics (M1-M10, HA) and their targets are listed
+// in bench/report and explained in docs/performance.md.
 //
-// The harness is a client of the product, never a part of it: it imports
-// of osm-vm only the wire and client packages an agent or an operator uses
-// (internal/mesh, internal/meshapi, internal/meshclient) and
-// internal/testaddr; nothing of the product imports it (deps_test.go).
+// This command is wiring: flags, the servers' order over rounds, and the
+// packages under bench/, one per job: fleet (the simulated proxies and
+// their connections), peer (the servers under test: O as a process, and
+// L, L-mux and F, which this same binary serves), metrics (M1-M10 against
+// one server), ha (the several-servers section), report (the table and
+// the JSON), tails (`osm-bench tails`), and their leaves workload (W),
+// wire, pki and process. The harness is a client of the product, never a
+// part of it: of osm-vm it imports only the wire and client packages an
+// agent uses (internal/mesh, internal/meshapi, internal/meshclient) and
+// internal/testaddr, and nothing of the product imports it (deps_test.go).
 //
 // It stays in the main module, not a module of its own: `go mod tidy`
 // without it takes nothing out of go.mod or go.sum (go-control-plane's
-// caches are internal/xds's, and consul/api brings golang.org/x/exp),
+// caches are internal/xds's too, and consul/api brings golang.org/x/exp),
 // and what a binary links is decided by its imports, which deps_test.go
-// checks; a second module would only add a go.mod to keep in step and
-// take the harness out of `./...` (build, vet, test, the import rules).
+// checks (no product package reaches bench/, x/exp/trace or
+// go-control-plane's server); a second module would only add a go.mod to
+// keep in step and take the harness out of `./...` (build, vet, test and
+// the import rules).
 package main
 
 import (
@@ -51,6 +59,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/bench/fleet"
+	"github.com/osm-vm/osm-vm/bench/ha"
 	"github.com/osm-vm/osm-vm/bench/metrics"
 	"github.com/osm-vm/osm-vm/bench/peer"
 	"github.com/osm-vm/osm-vm/bench/pki"
@@ -385,9 +394,9 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p metrics
 		if c.quick {
 			rest = 5 * time.Second
 		}
-		res, err = measureHA(ctx, log, haPlan{consul: c.consul, osmServer: c.osmServer, staticPlugin: c.staticPlugin,
-			dir: haDir, logw: logf, logLevel: c.serverLogLevel,
-			proxies: c.haProxies, services: 10, reps: c.haApplies, rest: rest, settle: settle})
+		res, err = ha.Measure(ctx, log, ha.Plan{Consul: c.consul, OSMServer: c.osmServer, StaticPlugin: c.staticPlugin,
+			Dir: haDir, LogW: logf, LogLevel: c.serverLogLevel,
+			Proxies: c.haProxies, Services: 10, Reps: c.haApplies, Rest: rest, Settle: settle})
 	} else {
 		res, err = m.Run(ctx, t)
 	}

@@ -1,4 +1,12 @@
-package main
+// Package ha is the benchmark's several-servers section: three
+// osm-server replicas (peer's O, as processes) on a three-server Consul
+// cluster, the fleet spread over them. It measures what the store costs
+// at rest (Consul's Raft commits, the replicas' memory beside one alone),
+// how long an apply takes to reach the proxies of the other replicas, and
+// a failover: one replica killed, its proxies reconnecting to the others.
+// It returns a metrics.Result with the HA.* figures. Of osm-vm it imports
+// only internal/meshapi (the wire types of the spec API).
+package ha
 
 import (
 	"bufio"
@@ -31,20 +39,20 @@ import (
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 )
 
-// haPlan sizes the HA section: three osm-server replicas on a three-server
+// Plan sizes the HA section: three osm-server replicas on a three-server
 // Consul cluster, the proxies spread over them.
-type haPlan struct {
-	consul       string // the consul binary; the section is skipped without it
-	osmServer    string
-	staticPlugin string
-	dir          string
-	logw         io.Writer
-	logLevel     string
-	proxies      int
-	services     int
-	reps         int
-	rest         time.Duration // the at-rest window
-	settle       time.Duration // wait for a change to reach every proxy
+type Plan struct {
+	Consul       string // the consul binary; the section is skipped without it
+	OSMServer    string
+	StaticPlugin string
+	Dir          string
+	LogW         io.Writer
+	LogLevel     string
+	Proxies      int
+	Services     int
+	Reps         int
+	Rest         time.Duration // the at-rest window
+	Settle       time.Duration // wait for a change to reach every proxy
 }
 
 // haReplicas is how many osm-servers the section runs.
@@ -68,27 +76,27 @@ type replica struct {
 	baseRSS, rssKB float64
 }
 
-// measureHA runs the section: apply on one replica -> last proxy ACKed on
+// Measure runs the section: apply on one replica -> last proxy ACKed on
 // the others (p50, p99), kill -9 of a replica -> its proxies configured
 // again on the others, Consul's Raft writes at rest, per change, per
 // enrollment and in the failover's reconnects, and each replica's RSS per
 // proxy.
-func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*metrics.Result, error) {
+func Measure(ctx context.Context, log *slog.Logger, p Plan) (*metrics.Result, error) {
 	res := &metrics.Result{Values: map[string]float64{}}
-	if p.consul == "" {
+	if p.Consul == "" {
 		return nil, fmt.Errorf("no consul binary (--consul; make bench builds it with hack/build-consul.sh): %w", process.ErrNotAvailable)
 	}
-	for _, f := range []string{p.consul, p.osmServer, p.staticPlugin} {
+	for _, f := range []string{p.Consul, p.OSMServer, p.StaticPlugin} {
 		if _, err := os.Stat(f); err != nil {
 			return nil, fmt.Errorf("%w: %w", err, process.ErrNotAvailable)
 		}
 	}
-	if err := os.MkdirAll(p.dir, 0o700); err != nil {
+	if err := os.MkdirAll(p.Dir, 0o700); err != nil {
 		return nil, err
 	}
-	w := workload.Workload{Services: p.services, Endpoints: 2, Proxies: p.proxies}
-	endpointsFile := filepath.Join(p.dir, "endpoints.yaml")
-	if err := os.WriteFile(endpointsFile, []byte(haEndpoints(w, p.reps)), 0o644); err != nil {
+	w := workload.Workload{Services: p.Services, Endpoints: 2, Proxies: p.Proxies}
+	endpointsFile := filepath.Join(p.Dir, "endpoints.yaml")
+	if err := os.WriteFile(endpointsFile, []byte(haEndpoints(w, p.Reps)), 0o644); err != nil {
 		return nil, err
 	}
 	// The single-server figure beside the replicas': the same services,
@@ -103,7 +111,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*metrics.Result
 	res.Set("HA.rss_per_proxy_single", single)
 	log.Info("HA: single-server RSS per proxy measured", "kib", single)
 
-	consul, err := startConsulCluster(ctx, p.consul, p.dir, p.logw)
+	consul, err := startConsulCluster(ctx, p.Consul, p.Dir, p.LogW)
 	if err != nil {
 		return nil, err
 	}
@@ -204,20 +212,20 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*metrics.Result
 	// At rest: every proxy connected, nothing changing.
 	raft0, err0 := raftIndex(ctx, consul)
 	commits0 = storeCommits(ctx, rs)
-	time.Sleep(p.rest) // a rate over a window
+	time.Sleep(p.Rest) // a rate over a window
 	raft1, err1 = raftIndex(ctx, consul)
 	commits1 = storeCommits(ctx, rs)
 	if err0 == nil && err1 == nil {
-		res.Set("HA.raft_per_s_rest", float64(raft1-raft0)/p.rest.Seconds())
+		res.Set("HA.raft_per_s_rest", float64(raft1-raft0)/p.Rest.Seconds())
 	}
-	res.Set("HA.commits_per_s_rest", (commits1-commits0)/p.rest.Seconds())
+	res.Set("HA.commits_per_s_rest", (commits1-commits0)/p.Rest.Seconds())
 
 	// Apply on replica 1 -> the last proxy on replicas 2 and 3 ACKed.
 	var lasts []float64
 	affected := len(rs[1].pcs) + len(rs[2].pcs)
 	raft0, err0 = raftIndex(ctx, consul)
 	commits0 = storeCommits(ctx, rs)
-	for seq := range p.reps {
+	for seq := range p.Reps {
 		pr := &fleet.Probe{Seq: seq + 1, Marker: []byte(haProbeService(seq)), Acks: make(chan fleet.AckEvent, affected)}
 		rs[1].fleet.Probe.Store(pr)
 		rs[2].fleet.Probe.Store(pr)
@@ -228,7 +236,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*metrics.Result
 			return nil, fmt.Errorf("HA: apply %d: %w", seq, err)
 		}
 		got, last := 0, 0.0
-		timeout := time.After(p.settle)
+		timeout := time.After(p.Settle)
 	wait:
 		for got < affected {
 			select {
@@ -236,7 +244,7 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*metrics.Result
 				got++
 				last = max(last, ms(ev.At.Sub(t0)))
 			case <-timeout:
-				res.Note("HA: apply %d: %d of %d proxies on the other replicas ACKed within %s", seq, got, affected, p.settle)
+				res.Note("HA: apply %d: %d of %d proxies on the other replicas ACKed within %s", seq, got, affected, p.Settle)
 				break wait
 			case <-ctx.Done():
 				return nil, ctx.Err()
@@ -252,9 +260,9 @@ func measureHA(ctx context.Context, log *slog.Logger, p haPlan) (*metrics.Result
 	res.Set("HA.apply_p50", report.Percentile(lasts, 50))
 	res.Set("HA.apply_p99", report.Percentile(lasts, 99))
 	if err0 == nil && err1 == nil {
-		res.Set("HA.raft_per_change", float64(raft1-raft0)/float64(p.reps))
+		res.Set("HA.raft_per_change", float64(raft1-raft0)/float64(p.Reps))
 	}
-	res.Set("HA.commits_per_change", (commits1-commits0)/float64(p.reps))
+	res.Set("HA.commits_per_change", (commits1-commits0)/float64(p.Reps))
 	log.Info("HA: applies measured", "reps", len(lasts), "p50_ms", report.Percentile(lasts, 50))
 
 	// kill -9 of replica 3: its proxies reconnect to replicas 1 and 2, as
@@ -327,7 +335,7 @@ func setUp(ctx context.Context, rs []*replica, w workload.Workload) (string, err
 
 // singleRSSPerProxy runs w on one osm-server on its bbolt file and
 // returns its RSS per connected proxy.
-func singleRSSPerProxy(ctx context.Context, p haPlan, w workload.Workload, endpointsFile string) (float64, error) {
+func singleRSSPerProxy(ctx context.Context, p Plan, w workload.Workload, endpointsFile string) (float64, error) {
 	r, err := startReplica(ctx, p, -1, "", endpointsFile)
 	if err != nil {
 		return 0, err
@@ -448,11 +456,11 @@ func startConsulCluster(ctx context.Context, bin, dir string, logw io.Writer) ([
 
 // startReplica starts osm-server replica i on consulAddr; i -1 is a
 // single server on its bbolt file.
-func startReplica(ctx context.Context, p haPlan, i int, consulAddr, endpointsFile string) (*replica, error) {
-	dir := filepath.Join(p.dir, fmt.Sprintf("replica-%d", i+1))
+func startReplica(ctx context.Context, p Plan, i int, consulAddr, endpointsFile string) (*replica, error) {
+	dir := filepath.Join(p.Dir, fmt.Sprintf("replica-%d", i+1))
 	store, env := []string{"--store", "consul"}, []string{"CONSUL_HTTP_ADDR=" + consulAddr}
 	if i < 0 { // the single server on its bbolt file
-		dir, store, env = filepath.Join(p.dir, "single"), nil, nil
+		dir, store, env = filepath.Join(p.Dir, "single"), nil, nil
 	}
 	dataDir := filepath.Join(dir, "data")
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
@@ -470,10 +478,10 @@ func startReplica(ctx context.Context, p haPlan, i int, consulAddr, endpointsFil
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	args := append([]string{"serve", "--config", cfgFile, "--data-dir", dataDir, "--plugin-dir", filepath.Dir(p.staticPlugin),
+	args := append([]string{"serve", "--config", cfgFile, "--data-dir", dataDir, "--plugin-dir", filepath.Dir(p.StaticPlugin),
 		"--debug-address", addrs[0], "--api-address", addrs[1], "--xds-address", addrs[2],
-		"--log-level", cmp.Or(p.logLevel, "warn")}, store...)
-	proc, _, err := process.StartChild(ctx, p.osmServer, args, env, p.logw, "")
+		"--log-level", cmp.Or(p.LogLevel, "warn")}, store...)
+	proc, _, err := process.StartChild(ctx, p.OSMServer, args, env, p.LogW, "")
 	if err != nil {
 		return nil, fmt.Errorf("HA: replica %d: %w", i+1, err)
 	}
