@@ -180,7 +180,7 @@ func (f *Fleet) Connect(ctx context.Context, id Identity) (*ProxyClient, error) 
 // Done is closed when the proxy's stream has ended.
 func (pc *ProxyClient) Done() <-chan struct{} { return pc.done }
 
-// close ends the stream and the connection and waits for the stream's goroutine.
+// Close ends the stream and the connection and waits for the stream's goroutine.
 func (pc *ProxyClient) Close() {
 	pc.cancel()
 	pc.conn.Close()
@@ -307,7 +307,7 @@ func edsClusterNames(anys [][]byte) ([]string, error) {
 	return names, nil
 }
 
-// connectAll connects ids with at most parallel handshakes in flight and
+// ConnectAll connects ids with at most parallel handshakes in flight and
 // waits until every proxy is configured, for at most timeout. The streams
 // live until ctx ends or they are closed. It returns the clients connected
 // so far either way.

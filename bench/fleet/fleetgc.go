@@ -49,7 +49,7 @@ func (c *Collector) read() (allocs, heap, trigger uint64) {
 	return allocs, heap, trigger
 }
 
-// beforeChange collects if the next change would likely start a
+// BeforeChange collects if the next change would likely start a
 // collection, and reports whether it did.
 func (c *Collector) BeforeChange() bool {
 	allocs, heap, trigger := c.read()
@@ -67,7 +67,7 @@ func (c *Collector) BeforeChange() bool {
 	return collect
 }
 
-// afterChange records what the change allocated.
+// AfterChange records what the change allocated.
 func (c *Collector) AfterChange() {
 	allocs, _, _ := c.read()
 	c.last = allocs - c.before

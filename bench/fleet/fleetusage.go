@@ -39,7 +39,7 @@ func ReadUsage() Usage {
 	}
 }
 
-// logSince logs at debug level what the fleet used since u, for window.
+// LogSince logs at debug level what the fleet used since u, for window.
 func (u Usage) LogSince(log *slog.Logger, window string) {
 	now := ReadUsage()
 	log.Debug("fleet usage", "window", window,

@@ -38,7 +38,7 @@ type Target interface {
 	Start(ctx context.Context, w workload.Workload, extra int) (*peer.Server, error)
 }
 
-// plan sizes one run.
+// Plan sizes one run.
 type Plan struct {
 	Workload    workload.Workload
 	Reps        int           // changes measured for M2 and M3
@@ -71,7 +71,7 @@ type Plan struct {
 	JoinsOut string
 }
 
-// want reports whether metric id is to be measured.
+// Want reports whether metric id is to be measured.
 func (p Plan) Want(id string) bool { return p.Metrics == nil || p.Metrics[id] }
 
 // traceSeconds is how long a --trace-dir trace runs: the first few
@@ -108,7 +108,7 @@ type Result struct {
 	Values map[string]float64
 	Notes  []string
 	// Latencies holds the samples behind report.Percentile figures (see
-	// pooledFigures): with --rounds, those figures are taken over every
+	// report.PooledFigures): with --rounds, those figures are taken over every
 	// round's samples together.
 	Latencies map[string][]float64
 }
@@ -120,7 +120,7 @@ func (r *Result) Set(id string, v float64) { r.Values[id] = v }
 // two.
 const MinFleetCPU = 0.1
 
-// setPerFleetCPU sets id to the server's CPU (the figure serverID) over
+// SetPerFleetCPU sets id to the server's CPU (the figure serverID) over
 // the fleet's in the same window (fleetID). The fleet does nearly the same
 // work whichever server it fills, so the ratio takes out how fast the
 // machine was in those seconds, which moves a 2-core VM's figures by
@@ -138,7 +138,7 @@ func (r *Result) Note(format string, a ...any) {
 	r.Notes = append(r.Notes, fmt.Sprintf(format, a...))
 }
 
-// run measures M1-M3 and M5-M9 (M4 is in-process, see measureM4) against t.
+// Run measures M1-M3 and M5-M10 (M4 is in-process, see MeasureM4) against t.
 func (m *Measurer) Run(ctx context.Context, t Target) (*Result, error) {
 	res := &Result{Values: map[string]float64{}}
 	p := m.plan
@@ -604,7 +604,7 @@ func (m *Measurer) startTrace(ctx context.Context, srv *peer.Server, res *Result
 	}
 }
 
-// measureWide is M9: the largest single message a proxy that sees every
+// MeasureWide is M9: the largest single message a proxy that sees every
 // service receives, at WideScale × the workload.
 func (m *Measurer) MeasureWide(ctx context.Context, t Target, res *Result) error {
 	w := m.plan.Workload

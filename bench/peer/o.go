@@ -357,7 +357,7 @@ func EnrollAll(ctx context.Context, apis []*APIClient, w workload.Workload, extr
 					continue
 				}
 				// The same shape as the other servers' identities
-				// (mintIdentities): X509KeyPair also keeps the parsed
+				// (fleet.MintIdentities): X509KeyPair also keeps the parsed
 				// certificate, which the fleet never reads (connect), and
 				// which made its heap 39 MB larger, and its collector
 				// busier, while it measured O and only O.

@@ -56,7 +56,7 @@ func NewCA() (*CA, error) {
 	return &CA{cert: cert, key: key, der: der}, nil
 }
 
-// issue signs a leaf for cn; server leaves get 127.0.0.1 as an IP SAN.
+// Issue signs a leaf for cn; server leaves get 127.0.0.1 as an IP SAN.
 func (ca *CA) Issue(cn string, serial int64, server bool) (tls.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -81,7 +81,7 @@ func (ca *CA) Issue(cn string, serial int64, server bool) (tls.Certificate, erro
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
 }
 
-// writeServerFiles writes ca.crt, server.crt and server.key into dir for a
+// WriteServerFiles writes ca.crt, server.crt and server.key into dir for a
 // serve-l or serve-f process.
 func (ca *CA) WriteServerFiles(dir string) error {
 	leaf, err := ca.Issue("osm-bench server", 2, true)

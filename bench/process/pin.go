@@ -39,7 +39,7 @@ func NewPinning() (*Pinning, error) {
 	return &Pinning{serverCPUs: "0", taskset: ts}, nil
 }
 
-// pinSelf moves every thread of this process to CPUs 1..N-1; threads
+// PinSelf moves every thread of this process to CPUs 1..N-1; threads
 // started later inherit it from the thread that starts them.
 func (p *Pinning) PinSelf() error {
 	var set unix.CPUSet
@@ -62,7 +62,7 @@ func (p *Pinning) PinSelf() error {
 	return nil
 }
 
-// wrap returns the command that runs path with args on the servers' CPU
+// Wrap returns the command that runs path with args on the servers' CPU
 // (path and args themselves when p is nil). taskset execs path, so the
 // process keeps its pid.
 func (p *Pinning) Wrap(path string, args []string) (string, []string) {
@@ -72,7 +72,7 @@ func (p *Pinning) Wrap(path string, args []string) (string, []string) {
 	return p.taskset, append([]string{"-c", p.serverCPUs, path}, args...)
 }
 
-// note is the table's and the JSON's word on it.
+// Note is the table's and the JSON's word on it.
 func (p *Pinning) Note() string {
 	fleet := "CPU 1"
 	if n := runtime.NumCPU(); n > 2 {
