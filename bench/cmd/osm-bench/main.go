@@ -385,9 +385,9 @@ func measureServer(ctx context.Context, log *slog.Logger, c runConfig, p metrics
 	if name == "HA" {
 		// Each round's replicas and Consul start from nothing: on the
 		// last round's data its applies would change nothing.
-		haDir, err := os.MkdirTemp(dir, "ha-")
-		if err != nil {
-			return report.Round{Err: err}
+		haDir, derr := os.MkdirTemp(dir, "ha-")
+		if derr != nil {
+			return report.Round{Err: derr}
 		}
 		settle := 30 * time.Second
 		rest := 10 * time.Second
