@@ -191,7 +191,8 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	// the startup grace every discovered endpoint is sent, so no caller
 	// sees its upstreams vanish.
 	model := catalog.NewModel(cat, sp, certs.TrustDomain(), cfg.StartupGrace)
-	publisher := xds.NewPublisher(log.With("component", "xds-publisher"), xdsCache, model, certs)
+	gwReports := xds.NewGatewayReports()
+	publisher := xds.NewPublisher(xds.PublisherOptions{Log: log.With("component", "xds-publisher"), Cache: xdsCache, Views: model, Certs: certs, UnusableCertificates: gwReports})
 	// Gateway machines' addresses follow their connections, for DNS.
 	gateways := dnspublish.NewGatewaySource(model)
 	xdsPresence := presences{model, gateways}
@@ -206,7 +207,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	xdsServer := xds.NewServer(log.With("component", "xds"), xdsCache, certs, xds.Options{Watcher: publisher, Presence: xdsPresence,
 		HandshakeTimeout: cfg.HandshakeTimeout, MaxStreamsPerProxy: cfg.XDSMaxStreamsPerProxy})
 	// A Gateway's Programmed status follows the machines connected as it.
-	gwMachines := newGatewayMachines(xdsServer, xdsCache, publisher)
+	gwMachines := xds.NewGatewayMachines(xds.GatewayMachinesOptions{Proxies: xdsServer, Status: xdsCache, Reports: gwReports, Refresher: publisher})
 	sp.SetGatewayMachines(gwMachines)
 	identity := api.NewIdentityRoutes(log.With("component", "identity"), certs, sp, api.IdentityOptions{
 		XDSAddress: xdsFor, Replicas: replicas.List, GatewayReports: gwMachines,

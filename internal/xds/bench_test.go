@@ -104,7 +104,7 @@ func publisherOver(b testing.TB, services, endpoints int, y string) (*Publisher,
 	cat.ReplaceProvider("bench", all)
 	c := cache.New(discard())
 	src := &testSpec{snap: sp.Snapshot()}
-	p := NewPublisher(discard(), c, &testViews{catalog.NewModel(cat, src, certs.TrustDomain(), 0), src}, certs)
+	p := NewPublisher(PublisherOptions{Log: discard(), Cache: c, Views: &testViews{catalog.NewModel(cat, src, certs.TrustDomain(), 0), src}, Certs: certs})
 	for i := range services {
 		svc := mesh.MeshService{Namespace: "bench", Name: fmt.Sprintf("svc-%05d", i)}
 		px := Proxy{NodeID: fmt.Sprintf("%08x-0000-4000-8000-000000000000.%s.bench", i, svc.Name), Service: svc, Flavor: render.Envoy, Address: netip.AddrFrom4([4]byte{10, 254, byte(i >> 8), byte(i)})}

@@ -321,13 +321,8 @@ func references(e render.Encoded) []cache.Reference {
 
 func (p *Publisher) renderProxy(px Proxy) render.Proxy {
 	rp := render.Proxy{Service: px.Service, Flavor: px.Flavor, Address: px.Address, GatewayCertDir: px.GatewayCertDir}
-	if px.Flavor == render.Gateway {
-		p.mu.Lock()
-		unusable := p.unusable
-		p.mu.Unlock()
-		if unusable != nil {
-			rp.UnusableCertificates = unusable(px.CN)
-		}
+	if px.Flavor == render.Gateway && p.unusable != nil {
+		rp.UnusableCertificates = p.unusable.UnusableCertificates(px.CN)
 	}
 	return rp
 }

@@ -46,13 +46,14 @@ type Publisher struct {
 	views ViewSource
 	certs CertSource
 
+	// unusable gives the Gateway listeners whose certificate files a
+	// gateway machine (by CN) reported unusable (nil: none).
+	unusable UnusableCertificates
+
 	mu       sync.Mutex
 	pending  []proxyEvent
 	requests []listenerRequest
 	refresh  map[string]bool // nodes to render again (Refresh)
-	// unusable returns the Gateway listeners whose certificate files a
-	// gateway machine (by CN) reported unusable (SetUnusableCertificates).
-	unusable func(cn string) []string
 	wake     chan struct{}
 	// joinCDS holds the CDS set of each rendered Envoy group, live or
 	// idle: ProxyConnected publishes it to a joining Envoy at once, so
@@ -148,11 +149,30 @@ type listenerRequest struct {
 	names  []string
 }
 
+// UnusableCertificates gives the Gateway listeners whose certificate
+// files the gateway machine cn reported unusable, sorted (GatewayReports).
+type UnusableCertificates interface {
+	UnusableCertificates(cn string) []string
+}
+
+// PublisherOptions is what a Publisher publishes from and into.
+type PublisherOptions struct {
+	Log   *slog.Logger
+	Cache *cache.Cache
+	Views ViewSource
+	Certs CertSource
+	// UnusableCertificates (may be nil) makes gateway proxies' listeners
+	// leave out the Gateway listeners it names for their CN; call Refresh
+	// for a CN whose answer changed.
+	UnusableCertificates UnusableCertificates
+}
+
 // NewPublisher returns a publisher of the views of the mesh model; Run
 // starts it.
-func NewPublisher(log *slog.Logger, c *cache.Cache, views ViewSource, certs CertSource) *Publisher {
+func NewPublisher(o PublisherOptions) *Publisher {
+	log, c, views := o.Log, o.Cache, o.Views
 	p := &Publisher{
-		log: log, cache: c, views: views, certs: certs,
+		log: log, cache: c, views: views, certs: o.Certs, unusable: o.UnusableCertificates,
 		wake:         make(chan struct{}, 1),
 		view:         views.View(),
 		workers:      runtime.GOMAXPROCS(0),
@@ -229,16 +249,6 @@ func (p *Publisher) ListenersRequested(nodeID string, stream uint64, names []str
 	p.requests = append(p.requests, listenerRequest{nodeID, stream, names})
 	p.mu.Unlock()
 	p.signal()
-}
-
-// SetUnusableCertificates makes gateway proxies' listeners leave out the
-// Gateway listeners f names for their CN (those whose certificate files
-// the machine's agent reported unusable); call Refresh for a CN whose
-// answer changed.
-func (p *Publisher) SetUnusableCertificates(f func(cn string) []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.unusable = f
 }
 
 // Refresh renders a connected node's configuration again in the next pass

@@ -69,7 +69,7 @@ func TestSecretsFollowAnnouncement(t *testing.T) {
 	cat := catalog.New()
 	c := cache.New(discard())
 	src := &testSpec{snap: sp.Snapshot()}
-	p := NewPublisher(discard(), c, &testViews{catalog.NewModel(cat, src, m.TrustDomain(), 0), src}, certs)
+	p := NewPublisher(PublisherOptions{Log: discard(), Cache: c, Views: &testViews{catalog.NewModel(cat, src, m.TrustDomain(), 0), src}, Certs: certs})
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
 	defer func() {

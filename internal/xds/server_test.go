@@ -119,7 +119,7 @@ func startEnvWith(t testing.TB, o envOptions) *env {
 	}
 	c := cache.New(log)
 	model := catalog.NewModel(cat, sp, certs.TrustDomain(), grace)
-	pub := NewPublisher(discard(), c, model, certs)
+	pub := NewPublisher(PublisherOptions{Log: discard(), Cache: c, Views: model, Certs: certs})
 	opts := o.server
 	opts.Watcher, opts.Presence = pub, model
 	srv := NewServer(log, c, certs, opts)
