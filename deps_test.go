@@ -42,6 +42,8 @@ var rules = []rule{
 		why: "the catalog joins mesh data and knows nothing of plugins, xDS or HTTP (meshapi, store and specstore come with spec: the wire types of its errors, the store contract's KV and Op its Store interface names, the stored layout that reads and writes it)"},
 	{pkg: module + "/internal/xds/cache", forbid: []string{module + "/..."}, allow: []string{module + "/internal/xds/cache", module + "/internal/xds/shard"},
 		why: "the xDS cache knows node IDs, type URLs and resources, not services or policies (its Interner's maps are shard.Maps)"},
+	{pkg: module + "/internal/xds/secrets", forbid: []string{module + "/internal/xds"},
+		why: "the publisher's secret sets are a part the publisher uses: they never import the publisher's package"},
 	{pkg: module + "/internal/xds/shard", forbid: []string{module + "/..."}, allow: []string{module + "/internal/xds/shard"},
 		why: "the sharded map the render workers share is a leaf"},
 	{pkg: module + "/internal/spec/...", forbid: []string{"github.com/envoyproxy/...", module + "/internal/xds/...", module + "/internal/catalog/..."},

@@ -247,9 +247,7 @@ func BenchmarkProxyRejoin(b *testing.B) {
 // forgetContent drops every interned Resource, the secret sets and what
 // the validators remember, so the next renderAll starts cold (benchmarks).
 func (p *Publisher) forgetContent() {
-	for sa := range p.secrets {
-		p.dropSecrets(sa)
-	}
+	p.secrets.DropAll()
 	p.interned.Reset()
 	for _, v := range p.validators {
 		v.Forget()

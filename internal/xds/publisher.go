@@ -7,16 +7,15 @@ import (
 	"sync"
 	"time"
 
-	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/sync/singleflight"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
+	"github.com/osm-vm/osm-vm/internal/xds/secrets"
 	"github.com/osm-vm/osm-vm/internal/xds/shard"
 )
 
@@ -88,18 +87,8 @@ type Publisher struct {
 	// eds holds the ClusterLoadAssignment of each service a group depends
 	// on (a shard.Map: groups render in parallel).
 	eds *shard.Map[mesh.MeshService, *edsSlot]
-	// secrets holds the secret set of each service account; secretsMu
-	// guards it, and secretsFlight makes parallel renders of one
-	// account's proxies build its set once.
-	secretsMu     sync.Mutex
-	secretsFlight singleflight.Group
-	secrets       map[mesh.ServiceAccount]*cache.Set
-	// root is the mesh CA's secret every set shares (see rootSecret),
-	// and the PEM it was rendered from; guarded by secretsMu.
-	root struct {
-		pem    []byte
-		secret *tlsv3.Secret
-	}
+	// secrets holds the secret set of each service account.
+	secrets *secrets.Sets
 	// wants holds the listener names each gRPC stream of a node asks
 	// for (by node ID and stream), refusing the nodes that hold refusal
 	// listeners, and refusalCluster and refusalCLA the resources their
@@ -181,7 +170,6 @@ func NewPublisher(o PublisherOptions) *Publisher {
 		idle:         map[groupKey]*group{},
 		nodes:        map[string]*node{},
 		eds:          shard.New[mesh.MeshService, *edsSlot](),
-		secrets:      map[mesh.ServiceAccount]*cache.Set{},
 		wants:        map[string]map[uint64][]string{},
 		joinCDS:      map[groupKey]*cache.Set{},
 		refusing:     map[*node]struct{}{},
@@ -206,6 +194,7 @@ func NewPublisher(o PublisherOptions) *Publisher {
 			v.ForgetMessages(ms...)
 		}
 	})
+	p.secrets = secrets.New(secrets.Options{Cache: c, Interner: p.interned, Certs: o.Certs})
 	return p
 }
 
@@ -430,12 +419,10 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 		}
 	}
 	if rotated[allAccounts] {
-		for sa := range p.secrets {
-			p.dropSecrets(sa)
-		}
+		p.secrets.DropAll()
 	}
 	for sa := range rotated {
-		p.dropSecrets(sa)
+		p.secrets.Drop(sa)
 	}
 	if len(changedEDS) > 0 {
 		p.publishEDS(changedEDS)

@@ -170,6 +170,38 @@ func (in *Interner) ForgetMessages() {
 	in.made.Clear()
 }
 
+// Hold is a holding of interned Resources: Interner.Hold counts one more
+// holder of each, and Release counts one less, once (a second Release,
+// and the zero Hold's, do nothing), forgetting those no longer held. A
+// holder keeps its Holds and releases them; it never counts by hand. A
+// Hold is a value: holding allocates nothing (it keeps the caller's
+// slice, which must not change while held).
+type Hold struct {
+	in *Interner
+	rs []*Resource
+}
+
+// Hold counts one more holder of each Resource, until the Hold's Release.
+// It may run in parallel with other Holds, not with a Release of the same
+// Resources.
+func (in *Interner) Hold(rs ...*Resource) Hold {
+	in.Retain(rs...)
+	return Hold{in: in, rs: rs}
+}
+
+// Release counts one holder less of each held Resource (see
+// Interner.Release) and empties h. Releases may run in parallel with one
+// another.
+func (h *Hold) Release() {
+	if h.in != nil {
+		h.in.Release(h.rs...)
+	}
+	*h = Hold{}
+}
+
+// Resources returns the held Resources.
+func (h Hold) Resources() []*Resource { return h.rs }
+
 // Retain counts one more holder of each Resource. It may run in parallel
 // with other Retains, not with a Release of the same Resources.
 func (in *Interner) Retain(rs ...*Resource) {
