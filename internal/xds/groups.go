@@ -17,6 +17,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
+	"github.com/osm-vm/osm-vm/internal/xds/eds"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 )
 
@@ -32,8 +33,7 @@ type group struct {
 	shared []*cache.Resource // listeners that do not depend on the address
 	rds    *cache.Set
 	cds    *cache.Set
-	slots  []*edsSlot // of the services whose endpoints it receives, sorted by EDS name
-	eds    *cache.Set // the slots' resources when last built (see Publisher.edsSet)
+	eds    eds.Group         // the load assignments of the services whose endpoints it receives
 	err    error
 }
 
@@ -72,7 +72,7 @@ func (p *Publisher) mesh() render.Mesh {
 // (after a change of the participant rule, and in benchmarks).
 func (p *Publisher) renderAll(ctx context.Context) {
 	p.newMemo()
-	p.dropAllEDS()
+	p.eds.DropAll()
 	p.rerender(ctx, slices.Collect(maps.Values(p.groups)))
 }
 
@@ -121,20 +121,19 @@ func (p *Publisher) renderChanged(ctx context.Context) {
 // lets go of what the groups held before (after, so that what renders the
 // same is found interned).
 func (p *Publisher) rerender(ctx context.Context, groups []*group) {
-	n, slots := 0, 0
+	n := 0
 	for _, g := range groups {
 		for _, rs := range g.holdings() {
 			n += len(rs)
 		}
-		slots += len(g.slots)
 	}
-	old, oldSlots := make([]*cache.Resource, 0, n), make([]*edsSlot, 0, slots)
+	old, oldEDS := make([]*cache.Resource, 0, n), make([]eds.Group, 0, len(groups))
 	for _, g := range groups {
 		for _, rs := range g.holdings() {
 			old = append(old, rs...)
 		}
-		oldSlots = append(oldSlots, g.slots...)
-		g.rds, g.cds, g.shared, g.slots, g.eds, g.err = nil, nil, nil, nil, nil, nil
+		oldEDS = append(oldEDS, g.eds)
+		g.rds, g.cds, g.shared, g.eds, g.err = nil, nil, nil, eds.Group{}, nil
 		p.setJoinCDS(g.key, nil)
 	}
 	if len(groups) > 0 {
@@ -150,7 +149,9 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 	p.parallel((len(old)+chunk-1)/chunk, func(i int) {
 		p.interned.Release(old[i*chunk : min((i+1)*chunk, len(old))]...)
 	})
-	p.releaseSlots(oldSlots)
+	for i := range oldEDS {
+		p.eds.Release(&oldEDS[i])
+	}
 }
 
 // publishNodes renders and publishes the nodes' configurations (see
@@ -270,13 +271,7 @@ func (p *Publisher) renderGroup(g *group, n *node) error {
 	if err != nil {
 		return err
 	}
-	deps := in.Dependencies()
-	slots := make([]*edsSlot, len(deps))
-	for i, d := range deps {
-		slots[i] = p.holdSlot(d)
-	}
-	slices.SortFunc(slots, func(a, b *edsSlot) int { return strings.Compare(a.name, b.name) })
-	g.inputs, g.rds, g.cds, g.slots, g.shared, g.eds = in, rds, cds, slots, shared, nil
+	g.inputs, g.rds, g.cds, g.shared, g.eds = in, rds, cds, shared, p.eds.HoldGroup(in.Dependencies())
 	for _, rs := range g.holdings() {
 		p.interned.Retain(rs...)
 	}
@@ -444,7 +439,7 @@ func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
 		return err
 	}
 	cds := g.cds
-	eds, err := p.edsSet(g)
+	eds, err := g.eds.Set(p.eds, p.mesh())
 	if err == nil && len(refused) > 0 {
 		// The refusal listeners' route needs its cluster, which is not
 		// the group's: this node's CDS and EDS sets are its own.

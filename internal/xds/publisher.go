@@ -14,9 +14,9 @@ import (
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
+	"github.com/osm-vm/osm-vm/internal/xds/eds"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 	"github.com/osm-vm/osm-vm/internal/xds/secrets"
-	"github.com/osm-vm/osm-vm/internal/xds/shard"
 )
 
 // ViewSource is the mesh model the publisher renders from: the catalog's
@@ -85,8 +85,8 @@ type Publisher struct {
 	// their streams (edsWakeEvery; tests set fewer).
 	edsWakeEvery int
 	// eds holds the ClusterLoadAssignment of each service a group depends
-	// on (a shard.Map: groups render in parallel).
-	eds *shard.Map[mesh.MeshService, *edsSlot]
+	// on.
+	eds *eds.Slots
 	// secrets holds the secret set of each service account.
 	secrets *secrets.Sets
 	// wants holds the listener names each gRPC stream of a node asks
@@ -169,7 +169,6 @@ func NewPublisher(o PublisherOptions) *Publisher {
 		groups:       map[groupKey]*group{},
 		idle:         map[groupKey]*group{},
 		nodes:        map[string]*node{},
-		eds:          shard.New[mesh.MeshService, *edsSlot](),
 		wants:        map[string]map[uint64][]string{},
 		joinCDS:      map[groupKey]*cache.Set{},
 		refusing:     map[*node]struct{}{},
@@ -194,6 +193,7 @@ func NewPublisher(o PublisherOptions) *Publisher {
 			v.ForgetMessages(ms...)
 		}
 	})
+	p.eds = eds.New(eds.Options{Cache: c, Interner: p.interned})
 	p.secrets = secrets.New(secrets.Options{Cache: c, Interner: p.interned, Certs: o.Certs})
 	return p
 }
@@ -383,7 +383,7 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 		case ruleChanged: // rebuilt below
 		case all:
 			// Every service's participants (the startup grace ended).
-			for svc := range p.eds.All() {
+			for svc := range p.eds.Services() {
 				changedEDS = append(changedEDS, svc)
 			}
 		default:
@@ -394,7 +394,7 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 		// backend that regains endpoints must not be routed to with its
 		// old, empty assignment).
 		for _, svc := range changedEDS {
-			p.dropEDS(svc)
+			p.eds.Drop(svc)
 		}
 		switch {
 		case ruleChanged:
@@ -520,7 +520,7 @@ func (p *Publisher) releaseGroup(g *group) {
 	for _, rs := range g.holdings() {
 		p.interned.Release(rs...)
 	}
-	p.releaseSlots(g.slots)
+	p.eds.Release(&g.eds)
 }
 
 // dropIdle releases the idle groups: rendered from an earlier

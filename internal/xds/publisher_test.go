@@ -104,7 +104,7 @@ func TestEndpointChangeReachesDependentsOnly(t *testing.T) {
 	t.Run("one service", func(t *testing.T) { change(t, 7) })
 	t.Run("the hub", func(t *testing.T) { change(t, 0) })
 	t.Run("two services", func(t *testing.T) { change(t, 0, 12) })
-	p.dropAllEDS()
+	p.eds.DropAll()
 	p.renderAll(ctx)
 	t.Run("after a full render", func(t *testing.T) { change(t, 20) })
 }
