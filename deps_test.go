@@ -46,6 +46,8 @@ var rules = []rule{
 		why: "the publisher's secret sets are a part the publisher uses: they never import the publisher's package"},
 	{pkg: module + "/internal/xds/eds", forbid: []string{module + "/internal/xds"},
 		why: "the publisher's EDS slots are a part the publisher uses: they never import the publisher's package"},
+	{pkg: module + "/internal/xds/refusals", forbid: []string{module + "/internal/xds"},
+		why: "the publisher's refusal listeners are a part the publisher uses: they never import the publisher's package"},
 	{pkg: module + "/internal/xds/shard", forbid: []string{module + "/..."}, allow: []string{module + "/internal/xds/shard"},
 		why: "the sharded map the render workers share is a leaf"},
 	{pkg: module + "/internal/spec/...", forbid: []string{"github.com/envoyproxy/...", module + "/internal/xds/...", module + "/internal/catalog/..."},

@@ -78,7 +78,11 @@ func (p *Publisher) publishEDS(changed []mesh.MeshService) {
 				continue
 			}
 			for id, n := range g.nodes {
-				p.publish(id, resource.EndpointType, p.withRefusalEDS(n, set))
+				if n.refused.Len() > 0 {
+					p.publish(id, resource.EndpointType, p.refusals.WithEDS(set))
+				} else {
+					p.publish(id, resource.EndpointType, set)
+				}
 				if published++; published%p.edsWakeEvery == 0 {
 					end()
 					end = p.cache.Batch()

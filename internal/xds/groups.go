@@ -18,6 +18,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 	"github.com/osm-vm/osm-vm/internal/xds/eds"
+	"github.com/osm-vm/osm-vm/internal/xds/refusals"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 )
 
@@ -33,7 +34,7 @@ type group struct {
 	shared []*cache.Resource // listeners that do not depend on the address
 	rds    *cache.Set
 	cds    *cache.Set
-	eds    eds.Group         // the load assignments of the services whose endpoints it receives
+	eds    eds.Group // the load assignments of the services whose endpoints it receives
 	err    error
 }
 
@@ -57,10 +58,15 @@ type node struct {
 	proxy Proxy
 	group *group
 	lds   *cache.Set
-	// refused holds the refusal listeners in lds, by name: the names
-	// its streams ask for that it may not have (see refusalNames).
-	refused map[string]refusal
-	capped  bool // more names were asked for than maxRefusals
+	// refused holds the refusal listeners in lds: the names its streams
+	// ask for that it may not have (see package refusals).
+	refused refusals.Held
+	capped  bool // more names were asked for than refusals.MaxRefusals
+}
+
+// refusalNode is n as package refusals sees it.
+func (n *node) refusalNode() refusals.Node {
+	return refusals.Node{ID: n.proxy.NodeID, Flavor: n.proxy.Flavor, Capped: &n.capped}
 }
 
 // mesh is what render reads: the current View, and the Memo.
@@ -328,8 +334,8 @@ type nodeRender struct {
 	n *node
 	// grouped is set when its group's resources were rendered (again).
 	grouped bool
-	// refused are the refusal listeners in lds, retained.
-	refused                 map[string]refusal
+	// refused are the refusal listeners in lds, held.
+	refused                 refusals.Held
 	cds, eds, sds, lds, rds *cache.Set
 	err                     error
 }
@@ -342,9 +348,9 @@ func (p *Publisher) commitNode(r nodeRender) {
 		p.dependents = nil
 	}
 	if r.err == nil {
-		p.releaseRefusals(n.refused)
+		n.refused.Release()
 		n.refused = r.refused
-		if len(r.refused) > 0 {
+		if r.refused.Len() > 0 {
 			p.refusing[n] = struct{}{}
 		} else {
 			delete(p.refusing, n)
@@ -361,7 +367,7 @@ func (p *Publisher) commitNode(r nodeRender) {
 		p.publish(id, resource.ListenerType, r.lds)
 		p.publish(id, resource.RouteType, r.rds)
 	} else {
-		p.releaseRefusals(r.refused)
+		r.refused.Release()
 	}
 	p.setErr(n.proxy.NodeID, r.err)
 	switch {
@@ -426,25 +432,23 @@ func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
 		_, ok := slices.BinarySearchFunc(g.shared, name, func(r *cache.Resource, name string) int { return strings.Compare(r.Name(), name) })
 		return ok || slices.ContainsFunc(lds[:ownCount], func(r *cache.Resource) bool { return r.Name() == name })
 	}
-	refused, err := p.refusals(n, real)
+	refused, err := p.refusals.Render(p.mesh(), n.refusalNode(), &n.refused, real)
 	if err != nil {
 		return err
 	}
 	r.refused = refused // released by commitNode if anything below fails
-	for _, r := range refused {
-		lds = append(lds, r.res)
-	}
+	lds = append(lds, refused.Resources()...)
 	ldsSet, err := cache.NewSet(lds...)
 	if err != nil {
 		return err
 	}
 	cds := g.cds
 	eds, err := g.eds.Set(p.eds, p.mesh())
-	if err == nil && len(refused) > 0 {
+	if err == nil && refused.Len() > 0 {
 		// The refusal listeners' route needs its cluster, which is not
 		// the group's: this node's CDS and EDS sets are its own.
-		if cds, err = cds.With(p.refusalCluster); err == nil {
-			eds = p.withRefusalEDSSet(eds)
+		if cds, err = cds.With(p.refusals.Cluster()); err == nil {
+			eds = p.refusals.WithEDS(eds)
 		}
 	}
 	if err != nil {

@@ -37,6 +37,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/testwait"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
+	"github.com/osm-vm/osm-vm/internal/xds/refusals"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 )
 
@@ -282,6 +283,9 @@ func timedCheck(t *testing.T, conn *grpc.ClientConn, timeout time.Duration) (err
 // refusedWithin is the bound a refused first RPC must fail within: far
 // from gRPC's 15 s does-not-exist timer (it takes tens of milliseconds).
 const refusedWithin = 5 * time.Second
+
+// maxRefusals is how many refusal listeners a node is given at most.
+const maxRefusals = refusals.MaxRefusals
 
 // TestDeniedGRPCCallerIsRefusedAtOnce: bookthief, a proxyless gRPC app
 // with the agent's files, dials bookstore, which no TrafficTarget lets it

@@ -15,6 +15,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 	"github.com/osm-vm/osm-vm/internal/xds/eds"
+	"github.com/osm-vm/osm-vm/internal/xds/refusals"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 	"github.com/osm-vm/osm-vm/internal/xds/secrets"
 )
@@ -89,16 +90,10 @@ type Publisher struct {
 	eds *eds.Slots
 	// secrets holds the secret set of each service account.
 	secrets *secrets.Sets
-	// wants holds the listener names each gRPC stream of a node asks
-	// for (by node ID and stream), refusing the nodes that hold refusal
-	// listeners, and refusalCluster and refusalCLA the resources their
-	// routes need (made once; see renderNode).
-	wants          map[string]map[uint64][]string
-	refusing       map[*node]struct{}
-	refusalOnce    sync.Once
-	refusalCluster *cache.Resource
-	refusalCLA     *cache.Resource
-	refusalErr     error
+	// refusals renders the refusal listeners of gRPC nodes (see
+	// renderNode); refusing holds the nodes that hold some.
+	refusals *refusals.Refusals
+	refusing map[*node]struct{}
 	// dependents indexes the rendered groups by the services whose
 	// endpoints they receive; nil when a group's dependencies changed.
 	dependents map[mesh.MeshService][]dependent
@@ -169,7 +164,6 @@ func NewPublisher(o PublisherOptions) *Publisher {
 		groups:       map[groupKey]*group{},
 		idle:         map[groupKey]*group{},
 		nodes:        map[string]*node{},
-		wants:        map[string]map[uint64][]string{},
 		joinCDS:      map[groupKey]*cache.Set{},
 		refusing:     map[*node]struct{}{},
 		errs:         map[string]string{},
@@ -193,6 +187,7 @@ func NewPublisher(o PublisherOptions) *Publisher {
 			v.ForgetMessages(ms...)
 		}
 	})
+	p.refusals = refusals.New(refusals.Options{Log: log, Cache: c, Interner: p.interned})
 	p.eds = eds.New(eds.Options{Cache: c, Interner: p.interned})
 	p.secrets = secrets.New(secrets.Options{Cache: c, Interner: p.interned, Certs: o.Certs})
 	return p
@@ -349,26 +344,14 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 	// Nodes whose refusal listeners may have to change: those whose
 	// streams asked for other names, and after a specification change
 	// those holding some (a name may have become a Service, or a real
-	// listener; checked without rendering in refusalsChanged).
+	// listener; checked without rendering by refusals.Changed).
 	var recheck map[string]bool
 	for _, r := range requests {
 		if recheck == nil {
 			recheck = map[string]bool{}
 		}
 		recheck[r.nodeID] = true
-		streams := p.wants[r.nodeID]
-		if len(r.names) == 0 {
-			delete(streams, r.stream)
-			if len(streams) == 0 {
-				delete(p.wants, r.nodeID)
-			}
-			continue
-		}
-		if streams == nil {
-			streams = map[uint64][]string{}
-			p.wants[r.nodeID] = streams
-		}
-		streams[r.stream] = r.names
+		p.refusals.Want(r.nodeID, r.stream, r.names)
 	}
 	// Which services' participant endpoints changed.
 	var changedEDS []mesh.MeshService
@@ -457,7 +440,7 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 		}
 	}
 	for id := range recheck {
-		if n := p.nodes[id]; n != nil && n.lds != nil && p.refusalsChanged(n) {
+		if n := p.nodes[id]; n != nil && n.lds != nil && p.refusals.Changed(p.mesh(), n.refusalNode(), &n.refused, n.lds) {
 			publish = append(publish, n)
 		}
 	}
@@ -498,8 +481,7 @@ func (p *Publisher) applyProxyEvent(e proxyEvent) {
 }
 
 func (p *Publisher) dropNode(n *node) {
-	p.releaseRefusals(n.refused)
-	n.refused = nil
+	n.refused.Release()
 	delete(p.refusing, n)
 	delete(p.nodes, n.proxy.NodeID)
 	delete(n.group.nodes, n.proxy.NodeID)
