@@ -499,10 +499,7 @@ func (p *Publisher) dropNode(n *node) {
 // releaseGroup lets go of what a group without proxies holds.
 func (p *Publisher) releaseGroup(g *group) {
 	p.setJoinCDS(g.key, nil)
-	for _, rs := range g.holdings() {
-		p.interned.Release(rs...)
-	}
-	p.eds.Release(&g.eds)
+	g.release(p.eds)
 }
 
 // dropIdle releases the idle groups: rendered from an earlier

@@ -14,7 +14,7 @@ import (
 // that producers that build equal resources for many proxies share one
 // Resource (and one marshal), and whatever remembers something per message
 // (a validator) sees each content once. A Resource stays interned while
-// something holds it: Retain and Release count the holders, and at 0 it is
+// something holds it: Hold and its Release count the holders, and at 0 it is
 // forgotten, and the forget function given to NewInterner is told (once
 // per Release, of every message it forgot).
 //
@@ -26,7 +26,7 @@ import (
 // two callers asking for the Resource of one message at once get one
 // Resource from one marshal. Parallel renderers intern, find what was
 // made and count holders in shard.Maps (looked up without a lock) and
-// atomic counts, not under one lock (see once, Retain and Release): the
+// atomic counts, not under one lock (see once, retain and release): the
 // Interner's lock (mu) serializes the calls of the forget function only,
 // which must not call the Interner.
 //
@@ -40,7 +40,7 @@ type Interner struct {
 	// resource's bytes by their first byte, until ForgetMessages (see
 	// once).
 	made *shard.Map[any, *marshalling]
-	held atomic.Int64 // Resources with at least one holder (see Retain)
+	held atomic.Int64 // Resources with at least one holder (see retain)
 }
 
 // marshalling is the Resource of a message: mu is held by the caller
@@ -185,16 +185,16 @@ type Hold struct {
 // It may run in parallel with other Holds, not with a Release of the same
 // Resources.
 func (in *Interner) Hold(rs ...*Resource) Hold {
-	in.Retain(rs...)
+	in.retain(rs...)
 	return Hold{in: in, rs: rs}
 }
 
 // Release counts one holder less of each held Resource (see
-// Interner.Release) and empties h. Releases may run in parallel with one
+// release) and empties h. Releases may run in parallel with one
 // another.
 func (h *Hold) Release() {
 	if h.in != nil {
-		h.in.Release(h.rs...)
+		h.in.release(h.rs...)
 	}
 	*h = Hold{}
 }
@@ -202,9 +202,9 @@ func (h *Hold) Release() {
 // Resources returns the held Resources.
 func (h Hold) Resources() []*Resource { return h.rs }
 
-// Retain counts one more holder of each Resource. It may run in parallel
-// with other Retains, not with a Release of the same Resources.
-func (in *Interner) Retain(rs ...*Resource) {
+// retain counts one more holder of each Resource. It may run in parallel
+// with other retains, not with a Release of the same Resources.
+func (in *Interner) retain(rs ...*Resource) {
 	for _, r := range rs {
 		if r.holders.Add(1) == 1 {
 			in.held.Add(1)
@@ -212,11 +212,11 @@ func (in *Interner) Retain(rs ...*Resource) {
 	}
 }
 
-// Release counts one holder less of each Resource, forgetting those no
+// release counts one holder less of each Resource, forgetting those no
 // longer held (and those never retained). Releases may run in parallel
 // with one another (a full generation releases every group's previous
-// resources on every core), not with a Retain of the same Resources.
-func (in *Interner) Release(rs ...*Resource) {
+// resources on every core), not with a retain of the same Resources.
+func (in *Interner) release(rs ...*Resource) {
 	var gone []proto.Message
 	for _, r := range rs {
 		if n := r.holders.Add(-1); n <= 0 {

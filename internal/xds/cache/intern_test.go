@@ -99,8 +99,8 @@ func TestEncodedResource(t *testing.T) {
 	if in.Intern(fromMsg) != fromMsg || in.Intern(enc) != fromMsg {
 		t.Error("equal content is not one interned Resource")
 	}
-	in.Retain(enc)
-	in.Release(enc)
+	in.retain(enc)
+	in.release(enc)
 	in.Forget(enc)
 	if len(forgot) != 0 {
 		t.Errorf("forget was told of %d messages of an encoded Resource", len(forgot))
@@ -176,8 +176,8 @@ func TestInternerKeyCollision(t *testing.T) {
 	if in.Intern(a) != a || in.Intern(b) != b {
 		t.Fatal("a colliding content was given another's Resource")
 	}
-	in.Retain(b)
-	in.Release(b)
+	in.retain(b)
+	in.release(b)
 	if in.Len() != 1 || in.Intern(a) != a {
 		t.Error("releasing the colliding Resource let go of the first")
 	}
@@ -211,9 +211,9 @@ func TestInternerConcurrentRelease(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in.Retain(r)
+		in.retain(r)
 		if i%2 == 0 {
-			in.Retain(r) // held twice: one Release leaves it interned
+			in.retain(r) // held twice: one Release leaves it interned
 		}
 		rs = append(rs, r)
 	}
@@ -222,7 +222,7 @@ func TestInternerConcurrentRelease(t *testing.T) {
 	for w := range releasers {
 		wg.Go(func() {
 			for i := w; i < len(rs); i += releasers {
-				in.Release(rs[i])
+				in.release(rs[i])
 			}
 		})
 	}

@@ -26,7 +26,7 @@ type Resource struct {
 	delta   atomic.Pointer[discovery.Resource] // made for the first Delta response (see deltaResource)
 	digest  uint64
 	key     uint64       // a hash of type URL, name and version: the Interner's key
-	holders atomic.Int32 // the Interner's count of its holders (see Interner.Retain)
+	holders atomic.Int32 // the Interner's count of its holders (see Interner.Hold)
 }
 
 // Name returns the resource name.
