@@ -7,17 +7,6 @@ import (
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 )
 
-// dependent is a group that receives a service's endpoints, and the index
-// of that service's slot in the group's slots.
-type dependent struct {
-	g    *group
-	slot int
-}
-
-// edsWakeEvery is how many proxies an endpoint change's publishing
-// answers before it wakes their streams (Publisher.edsWakeEvery).
-const edsWakeEvery = 1000
-
 // publishEDS rebuilds the changed services' endpoints and publishes them
 // to the proxies that depend on them in cache Batches of edsWakeEvery
 // proxies: each batch's streams are woken when it ends, and send on the

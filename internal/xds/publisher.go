@@ -1,10 +1,10 @@
 package xds
 
 import (
-	"context"
 	"log/slog"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -25,6 +25,12 @@ import (
 type ViewSource interface {
 	View() *catalog.View
 	Subscribe() (notify <-chan struct{}, cancel func())
+}
+
+// UnusableCertificates gives the Gateway listeners whose certificate
+// files the gateway machine cn reported unusable, sorted (GatewayReports).
+type UnusableCertificates interface {
+	UnusableCertificates(cn string) []string
 }
 
 // Publisher renders what each connected proxy receives and publishes it
@@ -133,12 +139,6 @@ type listenerRequest struct {
 	names  []string
 }
 
-// UnusableCertificates gives the Gateway listeners whose certificate
-// files the gateway machine cn reported unusable, sorted (GatewayReports).
-type UnusableCertificates interface {
-	UnusableCertificates(cn string) []string
-}
-
 // PublisherOptions is what a Publisher publishes from and into.
 type PublisherOptions struct {
 	Log   *slog.Logger
@@ -192,6 +192,10 @@ func NewPublisher(o PublisherOptions) *Publisher {
 	p.secrets = secrets.New(secrets.Options{Cache: c, Interner: p.interned, Certs: o.Certs})
 	return p
 }
+
+// edsWakeEvery is how many proxies an endpoint change's publishing
+// answers before it wakes their streams (Publisher.edsWakeEvery).
+const edsWakeEvery = 1000
 
 // ProxyConnected implements Watcher. A proxy joining a rendered Envoy
 // group gets the group's clusters at once (see joinCDS), before its join
@@ -280,235 +284,85 @@ func (p *Publisher) setErr(nodeID string, err error) {
 	}
 }
 
-// Run publishes until ctx is done. Bursts of changes coalesce: each pass
-// handles everything that arrived since the previous one.
-func (p *Publisher) Run(ctx context.Context) error {
-	viewCh, cancelViews := p.views.Subscribe()
-	defer cancelViews()
-	certCh, cancelCerts := p.certs.Subscribe()
-	defer cancelCerts()
-
-	viewChanged := true // since NewPublisher
-	for {
-		rotated := map[mesh.ServiceAccount]bool{}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-viewCh:
-			viewChanged = true
-		case a := <-certCh:
-			noteRotation(rotated, a)
-		case <-p.wake:
-		}
-		// Take everything else that is already waiting, so a burst is one pass.
-	drain:
-		for {
-			select {
-			case <-viewCh:
-				viewChanged = true
-			case a := <-certCh:
-				noteRotation(rotated, a)
-			default:
-				break drain
-			}
-		}
-		p.pass(ctx, viewChanged, rotated)
-		viewChanged = false
-	}
-}
-
-// pass applies one batch of changes: proxies joining and leaving, the
-// listener names gRPC streams ask for, a new View (if viewChanged) and
-// certificate rotations.
-func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh.ServiceAccount]bool) {
-	if p.generation != nil {
-		p.cache.BeginChange()
-		defer p.observePass(time.Now())
-	}
-	p.mu.Lock()
-	events := p.pending
-	p.pending = nil
-	requests := p.requests
-	p.requests = nil
-	refresh := p.refresh
-	p.refresh = nil
-	p.mu.Unlock()
-
-	var joined []*node
-	for _, e := range events {
-		p.applyProxyEvent(e)
-		if n := p.nodes[e.proxy.NodeID]; n != nil && e.connected {
-			joined = append(joined, n)
-		}
-	}
-	// Nodes whose refusal listeners may have to change: those whose
-	// streams asked for other names, and after a specification change
-	// those holding some (a name may have become a Service, or a real
-	// listener; checked without rendering by refusals.Changed).
-	var recheck map[string]bool
-	for _, r := range requests {
-		if recheck == nil {
-			recheck = map[string]bool{}
-		}
-		recheck[r.nodeID] = true
-		p.refusals.Want(r.nodeID, r.stream, r.names)
-	}
-	// Which services' participant endpoints changed.
-	var changedEDS []mesh.MeshService
-	if viewChanged {
-		next := p.views.View()
-		prev := p.view
-		p.view = next
-		changed, all := next.Changed(prev)
-		specChanged := next.Spec() != prev.Spec() // snapshots are immutable: a new one is a change
-		ruleChanged := specChanged && prev.Spec().RequireConnectedProxy() != next.Spec().RequireConnectedProxy()
-		switch {
-		case ruleChanged: // rebuilt below
-		case all:
-			// Every service's participants (the startup grace ended).
-			for svc := range p.eds.Services() {
-				changedEDS = append(changedEDS, svc)
-			}
-		default:
-			changedEDS = changed
-		}
-		// Dropped before rendering, so that a group rendered again below
-		// gets the new load assignments with its new routes (a split
-		// backend that regains endpoints must not be routed to with its
-		// old, empty assignment).
-		for _, svc := range changedEDS {
-			p.eds.Drop(svc)
-		}
-		switch {
-		case ruleChanged:
-			// The participant rule changed: everything is rebuilt.
-			p.renderAll(ctx)
-		case specChanged:
-			p.renderChanged(ctx)
-		case p.memo.Stale(next):
-			// A TrafficSplit's root or backend gained its first
-			// endpoints or lost its last: the routes of its callers
-			// change (see render's Policy), so the groups whose inputs
-			// changed are rendered again, as after a specification change.
-			p.renderChanged(ctx)
-		}
-		if specChanged {
-			for n := range p.refusing {
-				if recheck == nil {
-					recheck = map[string]bool{}
-				}
-				recheck[n.proxy.NodeID] = true
-			}
-		}
-	}
-	if rotated[allAccounts] {
-		p.secrets.DropAll()
-	}
-	for sa := range rotated {
-		p.secrets.Drop(sa)
-	}
-	if len(changedEDS) > 0 {
-		p.publishEDS(changedEDS)
-	}
-	if len(rotated) > 0 {
-		for _, g := range p.groups {
-			if g.key.flavor == render.GRPC {
-				continue
-			}
-			if rotated[allAccounts] || rotated[p.serviceAccount(g.key.service)] {
-				for _, n := range g.nodes {
-					p.publishSecrets(ctx, n)
-				}
-			}
-		}
-	}
-	// The proxies that joined, those to render again, and those whose
-	// refusals changed, each once, rendered in parallel by group (a
-	// burst of joins after a restart renders many groups).
-	var publish []*node
-	for _, n := range joined {
-		if p.nodes[n.proxy.NodeID] == n { // still connected at the end of the batch
-			publish = append(publish, n)
-			delete(recheck, n.proxy.NodeID)
-			delete(refresh, n.proxy.NodeID)
-		}
-	}
-	for id := range refresh {
-		if n := p.nodes[id]; n != nil {
-			publish = append(publish, n)
-			delete(recheck, id)
-		}
-	}
-	for id := range recheck {
-		if n := p.nodes[id]; n != nil && n.lds != nil && p.refusals.Changed(p.mesh(), n.refusalNode(), &n.refused, n.lds) {
-			publish = append(publish, n)
-		}
-	}
-	p.publishNodes(ctx, publish)
-}
-
-// applyProxyEvent adds a joining proxy to its group, or removes a leaving
-// one.
-func (p *Publisher) applyProxyEvent(e proxyEvent) {
-	px := e.proxy
-	if e.connected {
-		if old := p.nodes[px.NodeID]; old != nil {
-			p.dropNode(old)
-		}
-		k := groupKey{px.Service, px.Flavor}
-		g := p.groups[k]
-		if g == nil {
-			if g = p.idle[k]; g != nil {
-				delete(p.idle, k)
-				p.dependents = nil
-			} else {
-				g = &group{key: k, nodes: map[string]*node{}}
-			}
-			p.groups[k] = g
-		}
-		n := &node{proxy: px, group: g}
-		g.nodes[px.NodeID] = n
-		p.nodes[px.NodeID] = n
-		return
-	}
-	n := p.nodes[px.NodeID]
-	if n == nil {
-		return
-	}
-	p.dropNode(n)
-	p.cache.Forget(px.NodeID)
-	p.setErr(px.NodeID, nil)
-}
-
-func (p *Publisher) dropNode(n *node) {
-	n.refused.Release()
-	delete(p.refusing, n)
-	delete(p.nodes, n.proxy.NodeID)
-	delete(n.group.nodes, n.proxy.NodeID)
-	if g := n.group; len(g.nodes) == 0 {
-		delete(p.groups, g.key)
-		p.dependents = nil
-		if g.err == nil && g.cds != nil {
-			p.idle[g.key] = g // kept with what it holds (see idle)
-			return
-		}
-		p.releaseGroup(g)
-	}
-}
-
-// releaseGroup lets go of what a group without proxies holds.
-func (p *Publisher) releaseGroup(g *group) {
-	p.setJoinCDS(g.key, nil)
-	g.release(p.eds)
-}
-
-// dropIdle releases the idle groups: rendered from an earlier
-// specification, they would have to be compared with it to be used.
-func (p *Publisher) dropIdle() {
-	for k, g := range p.idle {
-		delete(p.idle, k)
-		p.releaseGroup(g)
-	}
-}
-
 func (p *Publisher) setRefuse(f func(nodeID string, err error)) { p.refuse = f }
+
+// Instrument registers the publisher's metric with reg:
+// osm_xds_config_generation_seconds, the time a pass takes to render,
+// validate and publish a batch of changes. The pass also marks the start of
+// a change for the cache's osm_xds_change_to_ack_seconds. Call it before
+// Run.
+func (p *Publisher) Instrument(reg prometheus.Registerer) error {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "osm_xds_config_generation_seconds",
+		Help:    "Time to render, validate and publish one batch of configuration changes.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 3, 12),
+	})
+	if err := reg.Register(h); err != nil {
+		return err
+	}
+	p.generation = h
+	return nil
+}
+
+// observePass is deferred by pass: it times the pass when instrumented.
+func (p *Publisher) observePass(start time.Time) {
+	if p.generation != nil {
+		p.generation.Observe(time.Since(start).Seconds())
+	}
+}
+
+// mesh is what render reads: the current View, and the Memo.
+func (p *Publisher) mesh() render.Mesh {
+	return render.Mesh{View: p.view, Memo: p.memo}
+}
+
+// serviceAccount returns the service account of svc's proxies.
+func (p *Publisher) serviceAccount(svc mesh.MeshService) mesh.ServiceAccount {
+	if info, ok := p.view.Spec().Service(svc); ok {
+		return info.ServiceAccount
+	}
+	return mesh.ServiceAccount{Namespace: svc.Namespace, Name: svc.Name}
+}
+
+func (p *Publisher) renderProxy(px Proxy) render.Proxy {
+	rp := render.Proxy{Service: px.Service, Flavor: px.Flavor, Address: px.Address, GatewayCertDir: px.GatewayCertDir}
+	if px.Flavor == render.Gateway && p.unusable != nil {
+		rp.UnusableCertificates = p.unusable.UnusableCertificates(px.CN)
+	}
+	return rp
+}
+
+// minParallel is the fewest items (groups) worked on in parallel: below
+// it (a specification change touching a few groups, a join) starting
+// goroutines costs more than it saves.
+const minParallel = 8
+
+// parallel calls f(i) for each i < n on up to p.workers goroutines, each
+// taking the next i not yet taken, and returns when all are done; with
+// fewer than minParallel items or one worker it calls them in order
+// itself. f must touch only what is its own or safe for concurrent use.
+func (p *Publisher) parallel(n int, f func(i int)) {
+	workers := min(p.workers, n)
+	if workers <= 1 || n < minParallel {
+		for i := range n {
+			f(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				f(i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+func (p *Publisher) publish(nodeID, typeURL string, set *cache.Set) {
+	if err := p.cache.Publish(nodeID, typeURL, set); err != nil {
+		p.log.Error("publish", "node", nodeID, "type", typeURL, "err", err)
+	}
+}

@@ -3,11 +3,8 @@ package xds
 import (
 	"context"
 
-	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-
 	"github.com/osm-vm/osm-vm/internal/certificate"
 	"github.com/osm-vm/osm-vm/internal/mesh"
-	"github.com/osm-vm/osm-vm/internal/xds/cache"
 )
 
 // CertSource gives the service certificates proxies receive by SDS. A
@@ -33,32 +30,4 @@ func noteRotation(rotated map[mesh.ServiceAccount]bool, a certificate.Announceme
 	case certificate.Resync:
 		rotated[allAccounts] = true
 	}
-}
-
-// serviceAccount returns the service account of svc's proxies.
-func (p *Publisher) serviceAccount(svc mesh.MeshService) mesh.ServiceAccount {
-	if info, ok := p.view.Spec().Service(svc); ok {
-		return info.ServiceAccount
-	}
-	return mesh.ServiceAccount{Namespace: svc.Namespace, Name: svc.Name}
-}
-
-// secretSet returns the SDS secrets of svc's service account, or nil (and
-// no error) while its certificate is being issued: the announcement of the
-// certificate brings them (see pass). Safe in parallel renders (see
-// publishGroups).
-func (p *Publisher) secretSet(ctx context.Context, svc mesh.MeshService) (*cache.Set, error) {
-	return p.secrets.Get(ctx, p.serviceAccount(svc))
-}
-
-func (p *Publisher) publishSecrets(ctx context.Context, n *node) {
-	set, err := p.secretSet(ctx, n.proxy.Service)
-	if err != nil {
-		p.log.Error("service certificate not published", "node", n.proxy.NodeID, "err", err)
-		return
-	}
-	if set == nil {
-		return // pending: published when it is announced
-	}
-	p.publish(n.proxy.NodeID, resource.SecretType, set)
 }
