@@ -29,7 +29,12 @@ type group struct {
 	// the group keeps them in (not copied into one: a full generation's
 	// releases and retains of every group's were 7% of what it allocated).
 	held [3]cache.Hold
-	err  error
+	// prev and prevEDS hold what held and eds held while rerender renders
+	// the group again, released after it (so that what renders the same
+	// is found interned), in place: no copy of every group's holdings.
+	prev    [3]cache.Hold
+	prevEDS eds.Group
+	err     error
 }
 
 // release lets go of what the group holds and forgets it.
@@ -46,7 +51,7 @@ type node struct {
 	lds   *cache.Set
 	// refused holds the refusal listeners in lds: the names its streams
 	// ask for that it may not have (see package refusals).
-	refused refusals.Held
+	refused *refusals.Held
 	capped  bool // more names were asked for than refusals.MaxRefusals
 }
 
@@ -69,7 +74,7 @@ type nodeRender struct {
 	// grouped is set when its group's resources were rendered (again).
 	grouped bool
 	// refused are the refusal listeners in lds, held.
-	refused                 refusals.Held
+	refused                 *refusals.Held
 	cds, eds, sds, lds, rds *cache.Set
 	err                     error
 }

@@ -176,7 +176,7 @@ func (p *Publisher) pass(ctx context.Context, viewChanged bool, rotated map[mesh
 		}
 	}
 	for id := range recheck {
-		if n := p.nodes[id]; n != nil && n.lds != nil && p.refusals.Changed(p.mesh(), n.refusalNode(), &n.refused, n.lds) {
+		if n := p.nodes[id]; n != nil && n.lds != nil && p.refusals.Changed(p.mesh(), n.refusalNode(), n.refused, n.lds) {
 			publish = append(publish, n)
 		}
 	}
@@ -218,6 +218,7 @@ func (p *Publisher) applyProxyEvent(e proxyEvent) {
 
 func (p *Publisher) dropNode(n *node) {
 	n.refused.Release()
+	n.refused = nil
 	delete(p.refusing, n)
 	delete(p.nodes, n.proxy.NodeID)
 	delete(n.group.nodes, n.proxy.NodeID)
@@ -300,13 +301,8 @@ func (p *Publisher) renderChanged(ctx context.Context) {
 // lets go of what the groups held before (after, so that what renders the
 // same is found interned).
 func (p *Publisher) rerender(ctx context.Context, groups []*group) {
-	type holding struct {
-		held [3]cache.Hold
-		eds  eds.Group
-	}
-	old := make([]holding, 0, len(groups))
 	for _, g := range groups {
-		old = append(old, holding{g.held, g.eds})
+		g.prev, g.prevEDS = g.held, g.eds
 		g.rds, g.cds, g.shared, g.eds, g.held, g.err = nil, nil, nil, eds.Group{}, [3]cache.Hold{}, nil
 		p.setJoinCDS(g.key, nil)
 	}
@@ -321,14 +317,14 @@ func (p *Publisher) rerender(ctx context.Context, groups []*group) {
 	// released on every core (Releases may run in parallel), the EDS
 	// slots after.
 	const chunk = 64 // groups
-	p.parallel((len(old)+chunk-1)/chunk, func(i int) {
-		for j := i * chunk; j < min((i+1)*chunk, len(old)); j++ {
-			for k := range old[j].held {
-				old[j].held[k].Release()
+	p.parallel((len(groups)+chunk-1)/chunk, func(i int) {
+		for _, g := range groups[i*chunk : min((i+1)*chunk, len(groups))] {
+			for k := range g.prev {
+				g.prev[k].Release()
 			}
 		}
 	})
-	for i := range old {
-		p.eds.Release(&old[i].eds)
+	for _, g := range groups {
+		p.eds.Release(&g.prevEDS)
 	}
 }

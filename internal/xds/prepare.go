@@ -108,7 +108,7 @@ func (p *Publisher) renderNode(ctx context.Context, r *nodeRender) error {
 		_, ok := slices.BinarySearchFunc(g.shared, name, func(r *cache.Resource, name string) int { return strings.Compare(r.Name(), name) })
 		return ok || slices.ContainsFunc(lds[:ownCount], func(r *cache.Resource) bool { return r.Name() == name })
 	}
-	refused, err := p.refusals.Render(p.mesh(), n.refusalNode(), &n.refused, real)
+	refused, err := p.refusals.Render(p.mesh(), n.refusalNode(), n.refused, real)
 	if err != nil {
 		return err
 	}

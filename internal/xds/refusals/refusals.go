@@ -88,23 +88,43 @@ type refusal struct {
 }
 
 // Held is the refusal listeners a node holds, by name, held interned until
-// Release. The zero Held holds none.
+// Release. A nil *Held holds none (a node without refusals keeps a nil
+// pointer, not a Held).
 type Held struct {
 	byName map[string]refusal
 	hold   cache.Hold
 }
 
 // Len returns the number of listeners held.
-func (h *Held) Len() int { return len(h.byName) }
+func (h *Held) Len() int {
+	if h == nil {
+		return 0
+	}
+	return len(h.byName)
+}
 
 // Has reports whether h holds a refusal listener named name.
-func (h *Held) Has(name string) bool { _, ok := h.byName[name]; return ok }
+func (h *Held) Has(name string) bool {
+	if h == nil {
+		return false
+	}
+	_, ok := h.byName[name]
+	return ok
+}
 
 // Resources returns the listeners held.
-func (h *Held) Resources() []*cache.Resource { return h.hold.Resources() }
+func (h *Held) Resources() []*cache.Resource {
+	if h == nil {
+		return nil
+	}
+	return h.hold.Resources()
+}
 
-// Release lets go of the listeners and empties h.
+// Release lets go of the listeners (once) and empties h.
 func (h *Held) Release() {
+	if h == nil {
+		return
+	}
 	h.hold.Release()
 	*h = Held{}
 }
@@ -146,13 +166,13 @@ func (r *Refusals) names(n Node, real func(string) bool) []string {
 	return names
 }
 
-// Render returns the refusal listeners n is to hold (see names), held,
-// reusing those of cur where the code is the same. The caller releases
-// cur or the result.
-func (r *Refusals) Render(m render.Mesh, n Node, cur *Held, real func(string) bool) (Held, error) {
+// Render returns the refusal listeners n is to hold (see names), held
+// (nil: none), reusing those of cur where the code is the same. The caller
+// releases cur or the result.
+func (r *Refusals) Render(m render.Mesh, n Node, cur *Held, real func(string) bool) (*Held, error) {
 	names := r.names(n, real)
 	if len(names) == 0 {
-		return Held{}, nil
+		return nil, nil
 	}
 	r.once.Do(func() {
 		c, err := r.cache.NewResource(render.RefusalClusterName, render.RefusalCluster())
@@ -169,30 +189,38 @@ func (r *Refusals) Render(m render.Mesh, n Node, cur *Held, real func(string) bo
 		r.cluster, r.cla = c, e
 	})
 	if r.err != nil {
-		return Held{}, r.err
+		return nil, r.err
 	}
 	out := make(map[string]refusal, len(names))
 	rs := make([]*cache.Resource, 0, len(names))
 	for _, name := range names {
 		code := render.RefusalCode(m, name)
-		if have, ok := cur.byName[name]; ok && have.code == code {
+		if have, ok := cur.get(name); ok && have.code == code {
 			out[name] = have
 			rs = append(rs, have.res)
 			continue
 		}
 		l, err := render.RefusalListener(m, name)
 		if err != nil {
-			return Held{}, err
+			return nil, err
 		}
 		res, err := r.cache.NewResource(name, l)
 		if err != nil {
-			return Held{}, err
+			return nil, err
 		}
 		res = r.interner.Intern(res)
 		out[name] = refusal{res: res, code: code}
 		rs = append(rs, res)
 	}
-	return Held{byName: out, hold: r.interner.Hold(rs...)}, nil
+	return &Held{byName: out, hold: r.interner.Hold(rs...)}, nil
+}
+
+func (h *Held) get(name string) (refusal, bool) {
+	if h == nil {
+		return refusal{}, false
+	}
+	r, ok := h.byName[name]
+	return r, ok
 }
 
 // Changed reports whether the refusal listeners n holds (cur, in its
@@ -205,7 +233,7 @@ func (r *Refusals) Changed(m render.Mesh, n Node, cur *Held, lds *cache.Set) boo
 		return true
 	}
 	for _, name := range names {
-		if have, ok := cur.byName[name]; !ok || have.code != render.RefusalCode(m, name) {
+		if have, ok := cur.get(name); !ok || have.code != render.RefusalCode(m, name) {
 			return true
 		}
 	}
