@@ -76,15 +76,16 @@ func (s *Sets) Drop(sa mesh.ServiceAccount) {
 	h.hold.Release()
 }
 
-// DropAll forgets every account's set.
+// DropAll forgets every account's set. The map is cleared in place (its
+// space kept for the sets built again), the sets released under the lock:
+// nothing the Interner calls takes it.
 func (s *Sets) DropAll() {
 	s.mu.Lock()
-	sets := s.sets
-	s.sets = map[mesh.ServiceAccount]held{}
-	s.mu.Unlock()
-	for _, h := range sets {
+	defer s.mu.Unlock()
+	for _, h := range s.sets {
 		h.hold.Release()
 	}
+	clear(s.sets)
 }
 
 // Get returns the SDS secrets of sa, or nil (and no error) while its
