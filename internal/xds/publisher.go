@@ -70,8 +70,8 @@ type Publisher struct {
 	// rerender and releaseGroup.
 	joinCDS map[groupKey]*cache.Set
 
-	// refuse ends a proxy's streams, telling it why (set by
-	// Server.SetWatcher, before Run): for a proxy whose configuration
+	// refuse ends a proxy's streams, telling it why (given by NewServer,
+	// whose Options.Watcher this is, before Run): for a proxy whose configuration
 	// cannot be rendered and that has none, which would otherwise wait in
 	// silence.
 	refuse func(nodeID string, err error)
