@@ -1,15 +1,11 @@
 package spec
 
 import (
-	"fmt"
-	"regexp"
-	"slices"
 	"strings"
-	"time"
 
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 )
 
 // Gateway API (gateway.networking.k8s.io) kinds, in the mesh profile
@@ -20,28 +16,17 @@ import (
 // spec, so the fields are the upstream ones; they are validated by the
 // rules of the upstream CRDs (their OpenAPI bounds and CEL rules), and
 // every field the mesh does not implement is refused at apply, not
-// ignored. A later Gateway kind reuses the types and checks here.
+// ignored. Those field rules and the CRDs' defaults are package gateway's;
+// the documents here call them, and resolve routes against the rest of
+// the specification.
 const (
-	APIVersionGateway        = "gateway.networking.k8s.io/v1"
-	APIVersionGatewayBeta    = "gateway.networking.k8s.io/v1beta1"
-	GroupGateway             = "gateway.networking.k8s.io"
-	KindHTTPRoute            = "HTTPRoute"
-	KindGRPCRoute            = "GRPCRoute"
-	KindReferenceGrant       = "ReferenceGrant"
-	kindGateway              = "Gateway"
-	maxRouteParentRefs       = 32
-	maxRouteRules            = 16
-	maxRuleMatches           = 64
-	maxRouteMatches          = 128
-	maxRuleFilters           = 16
-	maxRuleBackends          = 16
-	maxMatchHeaders          = 16
-	maxHeaderModifiers       = 16
-	maxBackendWeight         = 1000000
-	maxPathLength            = 1024
-	maxHeaderValueLength     = 4096
-	maxGRPCNameLength        = 1024
-	maxReferenceGrantEntries = 16
+	APIVersionGateway     = "gateway.networking.k8s.io/v1"
+	APIVersionGatewayBeta = "gateway.networking.k8s.io/v1beta1"
+	GroupGateway          = gateway.Group
+	KindHTTPRoute         = gateway.KindHTTPRoute
+	KindGRPCRoute         = gateway.KindGRPCRoute
+	KindReferenceGrant    = gateway.KindReferenceGrant
+	kindGateway           = gateway.KindGateway
 )
 
 // gatewayKinds are added to kinds (types.go), after the SMI kinds.
@@ -137,7 +122,7 @@ func validateWarnings(v *validator, o Object) {
 func (r *HTTPRoute) applyWarnings(v *validator) {
 	ignoredWarning(v, r.dropped)
 	validateWarnings(v, r)
-	if len(r.Spec.Hostnames) > 0 && !hasGatewayParent(r.Spec.ParentRefs) {
+	if len(r.Spec.Hostnames) > 0 && !gateway.HasGatewayParent(r.Spec.ParentRefs) {
 		v.warnf("spec.hostnames", "ignored: a route attached to a Service applies to every call to it, whatever the host name (GAMMA)")
 	}
 }
@@ -145,7 +130,7 @@ func (r *HTTPRoute) applyWarnings(v *validator) {
 func (r *GRPCRoute) applyWarnings(v *validator) {
 	ignoredWarning(v, r.dropped)
 	validateWarnings(v, r)
-	if len(r.Spec.Hostnames) > 0 && !hasGatewayParent(r.Spec.ParentRefs) {
+	if len(r.Spec.Hostnames) > 0 && !gateway.HasGatewayParent(r.Spec.ParentRefs) {
 		v.warnf("spec.hostnames", "ignored: a route attached to a Service applies to every call to it, whatever the host name (GAMMA)")
 	}
 }
@@ -156,584 +141,20 @@ func (g *ReferenceGrant) applyWarnings(v *validator) {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// setDefaults applies the CRD's defaults, as the API server would.
-func defaultParentRefs(refs []gwv1.ParentReference) {
-	for i := range refs {
-		p := &refs[i]
-		if p.Group == nil {
-			p.Group = ptr(gwv1.Group(GroupGateway))
-		}
-		if p.Kind == nil {
-			p.Kind = ptr(gwv1.Kind(kindGateway))
-		}
-	}
-}
-
-func defaultBackendRef(b *gwv1.BackendObjectReference) {
-	if b.Group == nil {
-		b.Group = ptr(gwv1.Group(""))
-	}
-	if b.Kind == nil {
-		b.Kind = ptr(gwv1.Kind(KindService))
-	}
-}
-
-func defaultFilters(fs []gwv1.HTTPRouteFilter) {
-	for i := range fs {
-		f := &fs[i]
-		if f.RequestMirror != nil {
-			defaultBackendRef(&f.RequestMirror.BackendRef)
-			if fr := f.RequestMirror.Fraction; fr != nil && fr.Denominator == nil {
-				fr.Denominator = ptr(int32(100))
-			}
-		}
-		if f.RequestRedirect != nil && f.RequestRedirect.StatusCode == nil {
-			f.RequestRedirect.StatusCode = ptr(302)
-		}
-	}
-}
-
 func (r *HTTPRoute) setDefaults() {
 	r.Status = nil
 	r.dropped = dropServerFields(&r.Metadata)
-	defaultParentRefs(r.Spec.ParentRefs)
-	if len(r.Spec.Rules) == 0 {
-		r.Spec.Rules = []gwv1.HTTPRouteRule{{}}
-	}
-	for i := range r.Spec.Rules {
-		rule := &r.Spec.Rules[i]
-		if len(rule.Matches) == 0 {
-			rule.Matches = []gwv1.HTTPRouteMatch{{}}
-		}
-		for j := range rule.Matches {
-			m := &rule.Matches[j]
-			if m.Path == nil {
-				m.Path = &gwv1.HTTPPathMatch{}
-			}
-			if m.Path.Type == nil {
-				m.Path.Type = ptr(gwv1.PathMatchPathPrefix)
-			}
-			if m.Path.Value == nil {
-				m.Path.Value = ptr("/")
-			}
-			for k := range m.Headers {
-				if m.Headers[k].Type == nil {
-					m.Headers[k].Type = ptr(gwv1.HeaderMatchExact)
-				}
-			}
-			for k := range m.QueryParams {
-				if m.QueryParams[k].Type == nil {
-					m.QueryParams[k].Type = ptr(gwv1.QueryParamMatchExact)
-				}
-			}
-		}
-		defaultFilters(rule.Filters)
-		for j := range rule.BackendRefs {
-			b := &rule.BackendRefs[j]
-			defaultBackendRef(&b.BackendObjectReference)
-			if b.Weight == nil {
-				b.Weight = ptr(int32(1))
-			}
-			defaultFilters(b.Filters)
-		}
-	}
+	gateway.DefaultHTTPRoute(&r.Spec)
 }
 
 func (r *GRPCRoute) setDefaults() {
 	r.Status = nil
 	r.dropped = dropServerFields(&r.Metadata)
-	defaultParentRefs(r.Spec.ParentRefs)
-	if len(r.Spec.Rules) == 0 {
-		r.Spec.Rules = []gwv1.GRPCRouteRule{{}}
-	}
-	for i := range r.Spec.Rules {
-		rule := &r.Spec.Rules[i]
-		for j := range rule.Matches {
-			m := &rule.Matches[j]
-			if m.Method != nil && m.Method.Type == nil {
-				m.Method.Type = ptr(gwv1.GRPCMethodMatchExact)
-			}
-			for k := range m.Headers {
-				if m.Headers[k].Type == nil {
-					m.Headers[k].Type = ptr(gwv1.GRPCHeaderMatchExact)
-				}
-			}
-		}
-		for j := range rule.Filters {
-			defaultGRPCFilter(&rule.Filters[j])
-		}
-		for j := range rule.BackendRefs {
-			b := &rule.BackendRefs[j]
-			defaultBackendRef(&b.BackendObjectReference)
-			if b.Weight == nil {
-				b.Weight = ptr(int32(1))
-			}
-			for k := range b.Filters {
-				defaultGRPCFilter(&b.Filters[k])
-			}
-		}
-	}
-}
-
-func defaultGRPCFilter(f *gwv1.GRPCRouteFilter) {
-	if f.RequestMirror != nil {
-		defaultBackendRef(&f.RequestMirror.BackendRef)
-		if fr := f.RequestMirror.Fraction; fr != nil && fr.Denominator == nil {
-			fr.Denominator = ptr(int32(100))
-		}
-	}
+	gateway.DefaultGRPCRoute(&r.Spec)
 }
 
 func (g *ReferenceGrant) setDefaults() { g.dropped = dropServerFields(&g.Metadata) }
 
-// Patterns of the upstream CRDs.
-var (
-	headerNamePattern  = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+\-.^_` + "`" + `|~]+$`)
-	pathPattern        = regexp.MustCompile(`^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%][0-9a-fA-F]{2})+$`)
-	preciseHostPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-	gwDurationPattern  = regexp.MustCompile(`^([0-9]{1,5}(h|m|s|ms)){1,4}$`)
-	grpcServicePattern = regexp.MustCompile(`(?i)^\.?[a-z_][a-z_0-9]*(\.[a-z_][a-z_0-9]*)*$`)
-	grpcMethodPattern  = regexp.MustCompile(`^[A-Za-z_][A-Za-z_0-9]*$`)
-	sectionNamePattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-)
-
-// isGatewayRef reports whether p names a Gateway.
-func isGatewayRef(p gwv1.ParentReference) bool {
-	return p.Group != nil && p.Kind != nil && string(*p.Group) == GroupGateway && string(*p.Kind) == KindGateway
-}
-
-func hasGatewayParent(refs []gwv1.ParentReference) bool {
-	return slices.ContainsFunc(refs, isGatewayRef)
-}
-
-// routeParents checks parentRefs: each names a Service (GAMMA) or a
-// Gateway, and
-// several refs to one parent need distinct sectionNames or ports.
-func routeParents(v *validator, refs []gwv1.ParentReference) {
-	if len(refs) == 0 {
-		v.errorf("spec.parentRefs", "no parentRefs: attach the route to a Service with {group: \"\", kind: Service, name: ...} or to a Gateway with {name: ...}")
-	}
-	if len(refs) > maxRouteParentRefs {
-		v.errorf("spec.parentRefs", "%d parentRefs, more than %d", len(refs), maxRouteParentRefs)
-	}
-	type parent struct{ group, kind, ns, name string }
-	seen := map[parent][]int{}
-	for i, p := range refs {
-		f := fmt.Sprintf("spec.parentRefs[%d]", i)
-		isGateway := isGatewayRef(p)
-		if !isGateway && (string(*p.Group) != "" || string(*p.Kind) != KindService) {
-			g := string(*p.Group)
-			v.errorf(f, "parent %s (group %q) is not supported: a route attaches to a Service (group: \"\", kind: Service; the mesh profile, GAMMA) or to a Gateway (group: %s, kind: Gateway)", *p.Kind, g, GroupGateway)
-			continue
-		}
-		what := "service name"
-		if isGateway {
-			what = "gateway name"
-		}
-		if err := mesh.ValidateLabel(what, string(p.Name)); err != nil {
-			v.errorf(f+".name", "%v", err)
-		}
-		ns := ""
-		if p.Namespace != nil {
-			ns = string(*p.Namespace)
-			if err := mesh.ValidateLabel("namespace", ns); err != nil {
-				v.errorf(f+".namespace", "%v", err)
-			}
-		}
-		if p.SectionName != nil && !sectionNamePattern.MatchString(string(*p.SectionName)) {
-			v.errorf(f+".sectionName", "%q is not a port or listener name: want a DNS-1123 label, the name of one of the Service's ports or the Gateway's listeners", *p.SectionName)
-		}
-		if p.Port != nil {
-			checkPort(v, f+".port", int(*p.Port))
-		}
-		k := parent{string(*p.Group), string(*p.Kind), ns, string(p.Name)}
-		seen[k] = append(seen[k], i)
-	}
-	for _, idx := range seen {
-		if len(idx) < 2 {
-			continue
-		}
-		names := map[string]int{}
-		for _, i := range idx {
-			p := refs[i]
-			if p.SectionName == nil {
-				v.errorf(fmt.Sprintf("spec.parentRefs[%d].sectionName", i), "sectionName must be specified when parentRefs includes 2 or more references to the same parent")
-				continue
-			}
-			if j, dup := names[string(*p.SectionName)]; dup {
-				v.errorf(fmt.Sprintf("spec.parentRefs[%d].sectionName", i), "sectionName must be unique when parentRefs includes 2 or more references to the same parent (also spec.parentRefs[%d])", j)
-			}
-			names[string(*p.SectionName)] = i
-		}
-	}
-}
-
-func checkHeaderName(v *validator, field, name string) {
-	switch {
-	case name == "":
-		v.errorf(field, "empty header name")
-	case len(name) > 256:
-		v.errorf(field, "header name is %d characters, more than 256", len(name))
-	case !headerNamePattern.MatchString(name):
-		v.errorf(field, "%q is not a header name: want letters, digits and !#$%%&'*+-.^_`|~ (an HTTP token)", name)
-	}
-}
-
-func checkHeaderMatches(v *validator, field string, n int, name func(int) string, typ func(int) string, value func(int) string, foldCase bool, what string) {
-	if n > maxMatchHeaders {
-		v.errorf(field, "%d %s, more than %d", n, what, maxMatchHeaders)
-	}
-	seen := map[string]int{}
-	for i := range n {
-		f := fmt.Sprintf("%s[%d]", field, i)
-		checkHeaderName(v, f+".name", name(i))
-		key := name(i)
-		if foldCase {
-			key = strings.ToLower(key)
-		}
-		if j, dup := seen[key]; dup {
-			v.errorf(f+".name", "%q is matched twice (also %s[%d]): combine them into one match", name(i), field, j)
-		}
-		seen[key] = i
-		switch typ(i) {
-		case "Exact":
-		case "RegularExpression":
-			checkRegex(v, f+".value", value(i))
-		default:
-			v.errorf(f+".type", "unsupported type %q: want Exact or RegularExpression", typ(i))
-		}
-		if len(value(i)) > maxHeaderValueLength {
-			v.errorf(f+".value", "%d characters, more than %d", len(value(i)), maxHeaderValueLength)
-		}
-		if value(i) == "" {
-			v.errorf(f+".value", "empty value: give the value to match")
-		}
-	}
-}
-
-// checkPathValue applies the CRD's rules for an Exact or PathPrefix path.
-func checkPathValue(v *validator, field, val string) {
-	switch {
-	case !strings.HasPrefix(val, "/"):
-		v.errorf(field, "value must be an absolute path and start with '/' when type one of ['Exact', 'PathPrefix']")
-	case len(val) > maxPathLength:
-		v.errorf(field, "%d characters, more than %d", len(val), maxPathLength)
-	case !pathPattern.MatchString(val):
-		v.errorf(field, "must only contain valid characters (matching ^(?:[-A-Za-z0-9/._~!$&'()*+,;=:@]|[%%][0-9a-fA-F]{2})+$) for types ['Exact', 'PathPrefix']")
-	}
-	for _, bad := range []string{"//", "/./", "/../", "%2f", "%2F", "#"} {
-		if strings.Contains(val, bad) {
-			v.errorf(field, "must not contain '%s' when type one of ['Exact', 'PathPrefix']", bad)
-		}
-	}
-	for _, bad := range []string{"/..", "/."} {
-		if strings.HasSuffix(val, bad) {
-			v.errorf(field, "must not end with '%s' when type one of ['Exact', 'PathPrefix']", bad)
-		}
-	}
-}
-
-var httpMethodsGW = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"}
-
-func checkHTTPMatch(v *validator, f string, m gwv1.HTTPRouteMatch) {
-	switch t := *m.Path.Type; t {
-	case gwv1.PathMatchExact, gwv1.PathMatchPathPrefix:
-		checkPathValue(v, f+".path.value", *m.Path.Value)
-	case gwv1.PathMatchRegularExpression:
-		if len(*m.Path.Value) > maxPathLength {
-			v.errorf(f+".path.value", "%d characters, more than %d", len(*m.Path.Value), maxPathLength)
-		}
-		checkRegex(v, f+".path.value", *m.Path.Value)
-	default:
-		v.errorf(f+".path.type", "type must be one of ['Exact', 'PathPrefix', 'RegularExpression'], not %q", t)
-	}
-	checkHeaderMatches(v, f+".headers", len(m.Headers), func(i int) string { return string(m.Headers[i].Name) },
-		func(i int) string { return string(*m.Headers[i].Type) }, func(i int) string { return m.Headers[i].Value }, true, "header matches")
-	checkHeaderMatches(v, f+".queryParams", len(m.QueryParams), func(i int) string { return string(m.QueryParams[i].Name) },
-		func(i int) string { return string(*m.QueryParams[i].Type) }, func(i int) string { return m.QueryParams[i].Value }, false, "query parameter matches")
-	if m.Method != nil && !slices.Contains(httpMethodsGW, string(*m.Method)) {
-		v.errorf(f+".method", "unsupported method %q: want one of %s%s", *m.Method, strings.Join(httpMethodsGW, ", "), didYouMean(string(*m.Method), httpMethodsGW))
-	}
-}
-
-func checkGRPCMatch(v *validator, f string, m gwv1.GRPCRouteMatch) {
-	if mm := m.Method; mm != nil {
-		if mm.Service == nil && mm.Method == nil {
-			v.errorf(f+".method", "One or both of 'service' or 'method' must be specified")
-		}
-		exact := *mm.Type == gwv1.GRPCMethodMatchExact
-		for _, p := range []struct {
-			name string
-			val  *string
-			re   *regexp.Regexp
-		}{{"service", mm.Service, grpcServicePattern}, {"method", mm.Method, grpcMethodPattern}} {
-			if p.val == nil {
-				continue
-			}
-			switch {
-			case len(*p.val) > maxGRPCNameLength:
-				v.errorf(f+".method."+p.name, "%d characters, more than %d", len(*p.val), maxGRPCNameLength)
-			case exact && !p.re.MatchString(*p.val):
-				v.errorf(f+".method."+p.name, "%s must only contain valid characters (matching %s)", p.name, p.re)
-			case !exact:
-				checkRegex(v, f+".method."+p.name, *p.val)
-			}
-		}
-		if t := *mm.Type; t != gwv1.GRPCMethodMatchExact && t != gwv1.GRPCMethodMatchRegularExpression {
-			v.errorf(f+".method.type", "unsupported type %q: want Exact or RegularExpression", t)
-		}
-	}
-	checkHeaderMatches(v, f+".headers", len(m.Headers), func(i int) string { return string(m.Headers[i].Name) },
-		func(i int) string { return string(*m.Headers[i].Type) }, func(i int) string { return m.Headers[i].Value }, true, "header matches")
-}
-
-// checkBackendRef checks a reference to a Service (the only backend kind).
-func checkBackendRef(v *validator, f string, b gwv1.BackendObjectReference) {
-	if string(*b.Group) != "" || string(*b.Kind) != KindService {
-		v.errorf(f, "backend %s (group %q) is not supported: a backendRef names a Service (group: \"\", kind: Service)", *b.Kind, *b.Group)
-		return
-	}
-	if err := mesh.ValidateLabel("service name", string(b.Name)); err != nil {
-		v.errorf(f+".name", "%v", err)
-	}
-	if b.Namespace != nil {
-		if err := mesh.ValidateLabel("namespace", string(*b.Namespace)); err != nil {
-			v.errorf(f+".namespace", "%v", err)
-		}
-	}
-	if b.Port == nil {
-		v.errorf(f+".port", "Must have port for Service reference: give the port of %q to call", b.Name)
-	} else {
-		checkPort(v, f+".port", int(*b.Port))
-	}
-}
-
-// checkGWDuration checks a Gateway API duration ("1h", "500ms", "1m30s").
-func checkGWDuration(v *validator, f string, d *gwv1.Duration) time.Duration {
-	if d == nil {
-		return 0
-	}
-	if !gwDurationPattern.MatchString(string(*d)) {
-		v.errorf(f, "%q is not a Gateway API duration: want up to four of a number (up to 5 digits) and h, m, s or ms, such as \"10s\" or \"1m30s\"", *d)
-		return 0
-	}
-	t, err := time.ParseDuration(string(*d))
-	if err != nil {
-		v.errorf(f, "%q: %v", *d, err)
-	}
-	return t
-}
-
-// ruleView is what the validation of HTTPRoute and GRPCRoute rules shares.
-type ruleView struct {
-	name       *gwv1.SectionName
-	matches    int
-	checkMatch func(v *validator, f string, j int)
-	filters    []gwv1.HTTPRouteFilter
-	backends   []gwv1.BackendRef
-	// backendFilters are each backendRef's filters.
-	backendFilters [][]gwv1.HTTPRouteFilter
-	// redirects is set when the rule redirects (then it has no backends).
-	redirects bool
-	// extra checks what only one kind has.
-	extra func(v *validator, f string)
-}
-
-// validateRoute applies the rules HTTPRoute and GRPCRoute share.
-func validateRoute(v *validator, parents []gwv1.ParentReference, useDefault gwv1.GatewayDefaultScope, hostnames []gwv1.Hostname, rules []ruleView, grpc bool) {
-	routeParents(v, parents)
-	// The CRD's bounds: at most 16, each a Hostname (a precise name or
-	// "*." and one), checked whether or not a Gateway parent uses them.
-	if len(hostnames) > 16 {
-		v.errorf("spec.hostnames", "%d host names, more than 16", len(hostnames))
-	}
-	for i, h := range hostnames {
-		checkGatewayHostname(v, fmt.Sprintf("spec.hostnames[%d]", i), h)
-	}
-	if useDefault != "" {
-		v.errorf("spec.useDefaultGateways", "not supported: a mesh route attaches to the Services its parentRefs name")
-	}
-	if len(rules) > maxRouteRules {
-		v.errorf("spec.rules", "%d rules, more than %d", len(rules), maxRouteRules)
-	}
-	total := 0
-	names := map[string]int{}
-	for i, rule := range rules {
-		f := fmt.Sprintf("spec.rules[%d]", i)
-		checkRuleName(v, f, rule.name, names, i)
-		total += rule.matches
-		if rule.matches > maxRuleMatches {
-			v.errorf(f+".matches", "%d matches, more than %d", rule.matches, maxRuleMatches)
-		}
-		for j := range rule.matches {
-			rule.checkMatch(v, fmt.Sprintf("%s.matches[%d]", f, j), j)
-		}
-		checkFilters(v, f+".filters", rule.filters, ruleFilters, grpc)
-		if rule.redirects && len(rule.backends) > 0 {
-			v.errorf(f, "RequestRedirect filter must not be used together with backendRefs")
-		}
-		if !rule.redirects && len(rule.backends) == 0 {
-			v.warnf(f+".backendRefs", "no backendRefs: every call this rule matches fails with 500 (name the Services to send them to)")
-		}
-		if len(rule.backends) > maxRuleBackends {
-			v.errorf(f+".backendRefs", "%d backendRefs, more than %d", len(rule.backends), maxRuleBackends)
-		}
-		for j, b := range rule.backends {
-			bf := fmt.Sprintf("%s.backendRefs[%d]", f, j)
-			checkBackendRef(v, bf, b.BackendObjectReference)
-			checkWeight(v, bf+".weight", *b.Weight)
-			checkFilters(v, bf+".filters", rule.backendFilters[j], backendFilters, grpc)
-		}
-		checkWeightSum(v, f+".backendRefs", len(rule.backends), func(j int) int32 { return *rule.backends[j].Weight })
-		rule.extra(v, f)
-	}
-	if total > maxRouteMatches {
-		v.errorf("spec.rules", "While 16 rules and 64 matches per rule are allowed, the total number of matches across all rules in a route must be less than 128 (this route has %d)", total)
-	}
-}
-
-func (r *HTTPRoute) validate(v *validator) {
-	rules := make([]ruleView, len(r.Spec.Rules))
-	for i, rule := range r.Spec.Rules {
-		rv := ruleView{name: rule.Name, matches: len(rule.Matches), filters: rule.Filters,
-			checkMatch: func(v *validator, f string, j int) { checkHTTPMatch(v, f, rule.Matches[j]) },
-			redirects:  slices.ContainsFunc(rule.Filters, func(fl gwv1.HTTPRouteFilter) bool { return fl.Type == gwv1.HTTPRouteFilterRequestRedirect }),
-			extra:      func(v *validator, f string) { checkHTTPRuleExtras(v, f, rule) }}
-		for _, b := range rule.BackendRefs {
-			rv.backends, rv.backendFilters = append(rv.backends, b.BackendRef), append(rv.backendFilters, b.Filters)
-		}
-		rules[i] = rv
-	}
-	validateRoute(v, r.Spec.ParentRefs, r.Spec.UseDefaultGateways, r.Spec.Hostnames, rules, false)
-}
-
-// checkHTTPRuleExtras checks what only HTTPRoute rules have: path
-// modifiers against the matches, timeouts, and the experimental fields.
-func checkHTTPRuleExtras(v *validator, f string, rule gwv1.HTTPRouteRule) {
-	for _, fl := range rule.Filters {
-		var pm *gwv1.HTTPPathModifier
-		what := ""
-		switch {
-		case fl.RequestRedirect != nil && fl.RequestRedirect.Path != nil:
-			pm, what = fl.RequestRedirect.Path, "RequestRedirect"
-		case fl.URLRewrite != nil && fl.URLRewrite.Path != nil:
-			pm, what = fl.URLRewrite.Path, "URLRewrite"
-		}
-		if pm != nil && pm.Type == gwv1.PrefixMatchHTTPPathModifier && pm.ReplacePrefixMatch != nil &&
-			(len(rule.Matches) != 1 || *rule.Matches[0].Path.Type != gwv1.PathMatchPathPrefix) {
-			v.errorf(f, "When using %s filter with path.replacePrefixMatch, exactly one PathPrefix match must be specified", what)
-		}
-	}
-	if t := rule.Timeouts; t != nil {
-		req := checkGWDuration(v, f+".timeouts.request", t.Request)
-		be := checkGWDuration(v, f+".timeouts.backendRequest", t.BackendRequest)
-		if t.Request != nil && t.BackendRequest != nil && req != 0 && be > req {
-			v.errorf(f+".timeouts", "backendRequest timeout cannot be longer than request timeout")
-		}
-	}
-	if rt := rule.Retry; rt != nil {
-		// The experimental channel's field, supported: its bounds.
-		for i, c := range rt.Codes {
-			if c < 400 || c > 599 {
-				v.errorf(fmt.Sprintf("%s.retry.codes[%d]", f, i), "status code %d is out of range: want 400-599", c)
-			}
-		}
-		if rt.Attempts != nil && *rt.Attempts < 1 {
-			v.errorf(f+".retry.attempts", "%d: want 1 or more (leave retry out for none)", *rt.Attempts)
-		}
-		checkGWDuration(v, f+".retry.backoff", rt.Backoff)
-	}
-	checkSessionPersistence(v, f, rule.SessionPersistence)
-}
-
-func checkSessionPersistence(v *validator, f string, sp *gwv1.SessionPersistence) {
-	if sp != nil {
-		v.errorf(f+".sessionPersistence", "not supported: session persistence is in the Gateway API's experimental channel and the mesh balances every call round robin")
-	}
-}
-
-func checkRuleName(v *validator, f string, name *gwv1.SectionName, names map[string]int, i int) {
-	if name == nil {
-		return
-	}
-	if !sectionNamePattern.MatchString(string(*name)) || len(*name) > 253 {
-		v.errorf(f+".name", "%q is not a rule name: want lower-case letters, digits, '-' and '.'", *name)
-	}
-	if j, dup := names[string(*name)]; dup {
-		v.errorf(f+".name", "Rule name must be unique within the route (also spec.rules[%d])", j)
-	}
-	names[string(*name)] = i
-}
-
-func checkWeight(v *validator, f string, w int32) {
-	if w < 0 || w > maxBackendWeight {
-		v.errorf(f, "weight %d is out of range: want 0-%d", w, maxBackendWeight)
-	}
-}
-
-func checkWeightSum(v *validator, f string, n int, w func(int) int32) {
-	total := 0
-	for i := range n {
-		if w(i) > 0 {
-			total += int(w(i))
-		}
-	}
-	if n > 0 && total == 0 {
-		v.warnf(f, "weights sum to 0: every call of this rule fails with 500 (give a backend a positive weight)")
-	}
-}
-
-func (r *GRPCRoute) validate(v *validator) {
-	rules := make([]ruleView, len(r.Spec.Rules))
-	for i, rule := range r.Spec.Rules {
-		rv := ruleView{name: rule.Name, matches: len(rule.Matches), filters: grpcFilters(rule.Filters),
-			checkMatch: func(v *validator, f string, j int) { checkGRPCMatch(v, f, rule.Matches[j]) },
-			extra:      func(v *validator, f string) { checkSessionPersistence(v, f, rule.SessionPersistence) }}
-		for _, b := range rule.BackendRefs {
-			rv.backends, rv.backendFilters = append(rv.backends, b.BackendRef), append(rv.backendFilters, grpcFilters(b.Filters))
-		}
-		rules[i] = rv
-	}
-	validateRoute(v, r.Spec.ParentRefs, r.Spec.UseDefaultGateways, r.Spec.Hostnames, rules, true)
-}
-
-// grpcFilters converts GRPCRoute filters to the HTTPRoute filters they
-// share their fields with.
-func grpcFilters(fs []gwv1.GRPCRouteFilter) []gwv1.HTTPRouteFilter {
-	out := make([]gwv1.HTTPRouteFilter, len(fs))
-	for i, f := range fs {
-		out[i] = gwv1.HTTPRouteFilter{Type: gwv1.HTTPRouteFilterType(f.Type), RequestHeaderModifier: f.RequestHeaderModifier,
-			ResponseHeaderModifier: f.ResponseHeaderModifier, RequestMirror: f.RequestMirror, ExtensionRef: f.ExtensionRef}
-	}
-	return out
-}
-
-func (g *ReferenceGrant) validate(v *validator) {
-	if len(g.Spec.From) == 0 || len(g.Spec.From) > maxReferenceGrantEntries {
-		v.errorf("spec.from", "want 1 to %d entries, got %d", maxReferenceGrantEntries, len(g.Spec.From))
-	}
-	if len(g.Spec.To) == 0 || len(g.Spec.To) > maxReferenceGrantEntries {
-		v.errorf("spec.to", "want 1 to %d entries, got %d", maxReferenceGrantEntries, len(g.Spec.To))
-	}
-	for i, f := range g.Spec.From {
-		ff := fmt.Sprintf("spec.from[%d]", i)
-		if string(f.Group) != GroupGateway || !slices.Contains([]gwv1.Kind{KindHTTPRoute, KindGRPCRoute, KindTCPRoute, KindTLSRoute}, f.Kind) {
-			v.warnf(ff, "grants to %s (group %q), which osm-vm does not have: it allows nothing here (routes are group %s, kind HTTPRoute, GRPCRoute, TCPRoute or TLSRoute)", f.Kind, f.Group, GroupGateway)
-		}
-		if err := mesh.ValidateLabel("namespace", string(f.Namespace)); err != nil {
-			v.errorf(ff+".namespace", "%v", err)
-		}
-	}
-	for i, t := range g.Spec.To {
-		tf := fmt.Sprintf("spec.to[%d]", i)
-		if string(t.Group) != "" || t.Kind != KindService {
-			v.warnf(tf, "grants access to %s (group %q), which osm-vm does not have: it allows nothing here (routes refer to group \"\", kind Service)", t.Kind, t.Group)
-		}
-		if t.Name != nil {
-			if err := mesh.ValidateLabel("name", string(*t.Name)); err != nil {
-				v.errorf(tf+".name", "%v", err)
-			}
-		}
-	}
-}
+func (r *HTTPRoute) validate(v *validator)      { gateway.ValidateHTTPRoute(v, &r.Spec) }
+func (r *GRPCRoute) validate(v *validator)      { gateway.ValidateGRPCRoute(v, &r.Spec) }
+func (g *ReferenceGrant) validate(v *validator) { gateway.ValidateReferenceGrant(v, &g.Spec) }

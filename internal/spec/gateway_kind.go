@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -13,6 +12,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 )
 
 // The Gateway kind (gateway.networking.k8s.io/v1): an ingress gateway.
@@ -25,17 +25,16 @@ import (
 const (
 	KindGateway = kindGateway
 	// GatewayClassName is the gatewayClassName every Gateway names.
-	GatewayClassName = "osm-vm"
+	GatewayClassName = gateway.ClassName
 	// GatewayControllerName is the controller of that class (Gateway
 	// status and the route status of Gateway parents).
-	GatewayControllerName = "osm-vm.io/gateway-controller"
+	GatewayControllerName = gateway.ControllerName
 	// GatewayCertDir is where a gateway machine keeps the certificates
 	// its HTTPS listeners' certificateRefs name, unless its agent says
 	// another directory: a reference to Secret <name> in namespace <ns>
 	// is the PEM files <GatewayCertDir>/<ns>/<name>/tls.crt and tls.key
 	// (Envoy reloads them when they change).
-	GatewayCertDir   = meshapi.DefaultGatewayCertDir
-	maxGatewayListen = 64
+	GatewayCertDir = meshapi.DefaultGatewayCertDir
 )
 
 // Gateway (gateway.networking.k8s.io/v1) is an ingress gateway: listeners
@@ -61,165 +60,10 @@ func (g *Gateway) applyWarnings(v *validator) {
 func (g *Gateway) setDefaults() {
 	g.Status = nil
 	g.dropped = dropServerFields(&g.Metadata)
-	for i := range g.Spec.Listeners {
-		l := &g.Spec.Listeners[i]
-		if l.AllowedRoutes == nil {
-			l.AllowedRoutes = &gwv1.AllowedRoutes{}
-		}
-		if l.AllowedRoutes.Namespaces == nil {
-			l.AllowedRoutes.Namespaces = &gwv1.RouteNamespaces{}
-		}
-		if l.AllowedRoutes.Namespaces.From == nil {
-			l.AllowedRoutes.Namespaces.From = ptr(gwv1.NamespacesFromSame)
-		}
-		for j := range l.AllowedRoutes.Kinds {
-			if l.AllowedRoutes.Kinds[j].Group == nil {
-				l.AllowedRoutes.Kinds[j].Group = ptr(gwv1.Group(GroupGateway))
-			}
-		}
-		if l.TLS != nil {
-			if l.TLS.Mode == nil {
-				l.TLS.Mode = ptr(gwv1.TLSModeTerminate)
-			}
-			for j := range l.TLS.CertificateRefs {
-				r := &l.TLS.CertificateRefs[j]
-				if r.Group == nil {
-					r.Group = ptr(gwv1.Group(""))
-				}
-				if r.Kind == nil {
-					r.Kind = ptr(gwv1.Kind("Secret"))
-				}
-			}
-		}
-	}
+	gateway.DefaultGateway(&g.Spec)
 }
 
-// wildcardHostPattern is the upstream Hostname pattern (a precise name,
-// or "*." and one).
-var wildcardHostPattern = regexp.MustCompile(`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
-
-func checkGatewayHostname(v *validator, f string, h gwv1.Hostname) {
-	if len(h) > 253 || !wildcardHostPattern.MatchString(string(h)) {
-		v.errorf(f, "%q: Hostname value must only contain valid characters (matching ^(\\*\\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$): want lower-case DNS labels, optionally after \"*.\" (such as shop.example.com or *.example.com)", h)
-	}
-}
-
-func (g *Gateway) validate(v *validator) {
-	s := g.Spec
-	if s.GatewayClassName != GatewayClassName {
-		v.errorf("spec.gatewayClassName", "%q is not a class osm-vm implements: set gatewayClassName: %s (its controller is %s)", s.GatewayClassName, GatewayClassName, GatewayControllerName)
-	}
-	unsupported := func(field string, set bool) {
-		if set {
-			v.errorf(field, "not supported: osm-vm's gateways listen on their machines' own addresses; remove it")
-		}
-	}
-	unsupported("spec.addresses", len(s.Addresses) > 0)
-	unsupported("spec.infrastructure", s.Infrastructure != nil)
-	unsupported("spec.allowedListeners", s.AllowedListeners != nil)
-	unsupported("spec.tls", s.TLS != nil)
-	unsupported("spec.defaultScope", s.DefaultScope != "")
-	if len(s.Listeners) == 0 || len(s.Listeners) > maxGatewayListen {
-		v.errorf("spec.listeners", "want 1 to %d listeners, got %d", maxGatewayListen, len(s.Listeners))
-	}
-	names := map[string]int{}
-	type phk struct {
-		port  int
-		proto gwv1.ProtocolType
-		host  string
-	}
-	seen := map[phk]int{}
-	protoOfPort := map[int]gwv1.ProtocolType{}
-	for i, l := range s.Listeners {
-		f := fmt.Sprintf("spec.listeners[%d]", i)
-		if !sectionNamePattern.MatchString(string(l.Name)) || len(l.Name) > 253 {
-			v.errorf(f+".name", "%q is not a listener name: want lower-case letters, digits, '-' and '.'", l.Name)
-		}
-		if j, dup := names[string(l.Name)]; dup {
-			v.errorf(f+".name", "Listener name must be unique within the Gateway (also spec.listeners[%d])", j)
-		}
-		names[string(l.Name)] = i
-		checkPort(v, f+".port", int(l.Port))
-		host := ""
-		if l.Hostname != nil {
-			host = string(*l.Hostname)
-			checkGatewayHostname(v, f+".hostname", *l.Hostname)
-		}
-		k := phk{int(l.Port), l.Protocol, host}
-		if j, dup := seen[k]; dup {
-			v.errorf(f, "Combination of port, protocol and hostname must be unique for each listener (also spec.listeners[%d])", j)
-		}
-		seen[k] = i
-		if p, ok := protoOfPort[int(l.Port)]; ok && p != l.Protocol {
-			v.errorf(f+".protocol", "port %d is %s in another listener: osm-vm serves one protocol per port; use another port", l.Port, p)
-		}
-		protoOfPort[int(l.Port)] = l.Protocol
-		switch l.Protocol {
-		case gwv1.HTTPProtocolType:
-			if l.TLS != nil {
-				v.errorf(f+".tls", "tls must not be specified for protocols ['HTTP', 'TCP', 'UDP']: use protocol HTTPS")
-			}
-		case gwv1.HTTPSProtocolType:
-			checkListenerTLS(v, f+".tls", l.TLS)
-		case gwv1.TLSProtocolType, gwv1.TCPProtocolType:
-			checkL4Listener(v, f, l)
-		case gwv1.UDPProtocolType:
-			v.errorf(f+".protocol", "protocol UDP is not supported: it takes UDPRoutes, which osm-vm does not implement (the mesh carries TCP only); use TCP, TLS, HTTP or HTTPS")
-		default:
-			v.errorf(f+".protocol", "unsupported protocol %q: want HTTP, HTTPS, TLS or TCP%s", l.Protocol, didYouMean(string(l.Protocol), []string{"HTTP", "HTTPS", "TLS", "TCP"}))
-		}
-		ar := l.AllowedRoutes
-		switch *ar.Namespaces.From {
-		case gwv1.NamespacesFromSame, gwv1.NamespacesFromAll, gwv1.NamespacesFromNone:
-		case gwv1.NamespacesFromSelector:
-			v.errorf(f+".allowedRoutes.namespaces.from", "Selector is not supported: osm-vm's namespaces have no labels; use Same or All")
-		default:
-			v.errorf(f+".allowedRoutes.namespaces.from", "unsupported value %q: want Same, All or None", *ar.Namespaces.From)
-		}
-		if ar.Namespaces.Selector != nil {
-			v.errorf(f+".allowedRoutes.namespaces.selector", "not supported: osm-vm's namespaces have no labels; remove it")
-		}
-		for j, rk := range ar.Kinds {
-			if ok := routeKinds(l.Protocol); string(*rk.Group) != GroupGateway || !slices.Contains(ok, rk.Kind) {
-				v.errorf(fmt.Sprintf("%s.allowedRoutes.kinds[%d]", f, j), "kind %s (group %q) cannot attach to an %s listener: want %s of group %s", rk.Kind, *rk.Group, l.Protocol, kindList(ok), GroupGateway)
-			}
-		}
-	}
-}
-
-func checkListenerTLS(v *validator, f string, t *gwv1.ListenerTLSConfig) {
-	if t == nil {
-		v.errorf(f, "an HTTPS listener needs tls: {certificateRefs: [{name: <secret>}]} (the certificate's files on the gateway machines; see docs/mesh-spec.md)")
-		return
-	}
-	if *t.Mode != gwv1.TLSModeTerminate {
-		v.errorf(f+".mode", "tls mode must be Terminate for protocol HTTPS (mode %s takes TLSRoutes: use protocol TLS)", *t.Mode)
-	}
-	switch len(t.CertificateRefs) {
-	case 0:
-		v.errorf(f+".certificateRefs", "certificateRefs or options must be specified when mode is Terminate: give one certificateRef (a Secret, whose PEM files are on the gateway machines)")
-	case 1:
-	default:
-		v.errorf(f+".certificateRefs", "%d certificateRefs: osm-vm wants exactly one (a Secret, whose PEM files are on the gateway machines)", len(t.CertificateRefs))
-	}
-	for i, r := range t.CertificateRefs {
-		rf := fmt.Sprintf("%s.certificateRefs[%d]", f, i)
-		if *r.Group != "" || *r.Kind != "Secret" {
-			v.errorf(rf, "kind %s (group %q) is not supported: refer to a Secret (group \"\", kind Secret)", *r.Kind, *r.Group)
-		}
-		if err := mesh.ValidateLabel("secret name", string(r.Name)); err != nil {
-			v.errorf(rf+".name", "%v", err)
-		}
-		if r.Namespace != nil {
-			if err := mesh.ValidateLabel("namespace", string(*r.Namespace)); err != nil {
-				v.errorf(rf+".namespace", "%v", err)
-			}
-		}
-	}
-	if len(t.Options) > 0 {
-		v.errorf(f+".options", "not supported: remove them")
-	}
-}
+func (g *Gateway) validate(v *validator) { gateway.ValidateGateway(v, &g.Spec) }
 
 // routeHostnames returns a route's hostnames.
 func (r *HTTPRoute) hostnames() []gwv1.Hostname { return r.Spec.Hostnames }
@@ -280,8 +124,8 @@ func listenerAllows(l gwv1.Listener, gwNS string, r route) (bool, string, string
 			return false, string(gwv1.RouteReasonNotAllowedByListeners), fmt.Sprintf("listener %s admits routes of namespace %q only (allowedRoutes.namespaces.from: Same; set All to admit others)", l.Name, gwNS)
 		}
 	}
-	if !slices.Contains(routeKinds(l.Protocol), gwv1.Kind(k.Kind)) {
-		return false, string(gwv1.RouteReasonNotAllowedByListeners), fmt.Sprintf("listener %s is %s: it admits %s", l.Name, l.Protocol, kindList(routeKinds(l.Protocol)))
+	if !slices.Contains(gateway.RouteKinds(l.Protocol), gwv1.Kind(k.Kind)) {
+		return false, string(gwv1.RouteReasonNotAllowedByListeners), fmt.Sprintf("listener %s is %s: it admits %s", l.Name, l.Protocol, gateway.KindList(gateway.RouteKinds(l.Protocol)))
 	}
 	if len(l.AllowedRoutes.Kinds) > 0 && !slices.ContainsFunc(l.AllowedRoutes.Kinds, func(rk gwv1.RouteGroupKind) bool { return string(rk.Kind) == k.Kind }) {
 		return false, string(gwv1.RouteReasonNotAllowedByListeners), fmt.Sprintf("listener %s admits no %s (allowedRoutes.kinds)", l.Name, k.Kind)
@@ -357,7 +201,7 @@ func gatewayStatus(st *state, g *Gateway) *gwv1.GatewayStatus {
 	for _, l := range g.Spec.Listeners {
 		kinds := l.AllowedRoutes.Kinds
 		if len(kinds) == 0 {
-			for _, k := range routeKinds(l.Protocol) {
+			for _, k := range gateway.RouteKinds(l.Protocol) {
 				kinds = append(kinds, gwv1.RouteGroupKind{Group: ptr(gwv1.Group(GroupGateway)), Kind: k})
 			}
 		}

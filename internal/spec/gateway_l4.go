@@ -2,13 +2,12 @@ package spec
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
-	"strings"
 
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 )
 
 // The Gateway API's layer-4 routes, attached to a Gateway's TCP and TLS
@@ -27,9 +26,8 @@ import (
 // osm-vm Service from a Kubernetes one, and one namespace/name holds one
 // of them.
 const (
-	KindTLSRoute            = "TLSRoute"
+	KindTLSRoute            = gateway.KindTLSRoute
 	APIVersionGatewayAlpha2 = "gateway.networking.k8s.io/v1alpha2"
-	maxTLSRouteHostnames    = 1024
 )
 
 // gatewayL4Kinds are added to kinds (types.go), after gatewayKinds.
@@ -114,30 +112,16 @@ type l4Route interface {
 	l4Rules() []gwv1.TCPRouteRule
 }
 
-func defaultL4Rules(rules []gwv1.TCPRouteRule) {
-	for _, rule := range rules {
-		for j := range rule.BackendRefs {
-			b := &rule.BackendRefs[j]
-			defaultBackendRef(&b.BackendObjectReference)
-			if b.Weight == nil {
-				b.Weight = ptr(int32(1))
-			}
-		}
-	}
-}
-
 func (r *GatewayTCPRoute) setDefaults() {
 	r.Status = nil
 	r.dropped = dropServerFields(&r.Metadata)
-	defaultParentRefs(r.Spec.ParentRefs)
-	defaultL4Rules(r.l4Rules())
+	gateway.DefaultL4Route(r.Spec.ParentRefs, r.l4Rules())
 }
 
 func (r *TLSRoute) setDefaults() {
 	r.Status = nil
 	r.dropped = dropServerFields(&r.Metadata)
-	defaultParentRefs(r.Spec.ParentRefs)
-	defaultL4Rules(r.l4Rules())
+	gateway.DefaultL4Route(r.Spec.ParentRefs, r.l4Rules())
 }
 
 func (r *GatewayTCPRoute) applyWarnings(v *validator) {
@@ -150,72 +134,8 @@ func (r *TLSRoute) applyWarnings(v *validator) {
 	validateWarnings(v, r)
 }
 
-func (r *GatewayTCPRoute) validate(v *validator) {
-	validateL4Route(v, r, r.Spec.UseDefaultGateways, "TCP")
-}
-
-func (r *TLSRoute) validate(v *validator) {
-	validateL4Route(v, r, r.Spec.UseDefaultGateways, "TLS")
-	hs := r.Spec.Hostnames
-	if len(hs) == 0 || len(hs) > maxTLSRouteHostnames {
-		v.errorf("spec.hostnames", "want 1 to %d host names (the SNI names the route serves), got %d", maxTLSRouteHostnames, len(hs))
-	}
-	for i, h := range hs {
-		f := fmt.Sprintf("spec.hostnames[%d]", i)
-		switch {
-		case isIPName(string(h)):
-			v.errorf(f, "%q: Hostnames cannot contain an IP (SNI carries names only, RFC 6066)", h)
-		case strings.Contains(string(h), "*") && (!strings.HasPrefix(string(h), "*.") || !preciseHostPattern.MatchString(string(h)[2:])):
-			v.errorf(f, "%q: Wildcards on hostnames must be the first label, and the rest of hostname must be valid based on RFC-1123 (such as *.example.com)", h)
-		case !strings.Contains(string(h), "*") && !preciseHostPattern.MatchString(string(h)):
-			v.errorf(f, "%q: Hostnames must be valid based on RFC-1123: want lower-case DNS labels (such as db.example.com)", h)
-		case len(h) > 253:
-			v.errorf(f, "%d characters, more than 253", len(h))
-		}
-	}
-}
-
-func isIPName(h string) bool {
-	_, err := netip.ParseAddr(h)
-	return err == nil
-}
-
-// validateL4Route applies the CRD's rules TCPRoute and TLSRoute share:
-// Gateway parents only, exactly one rule of 1 to 16 backendRefs.
-func validateL4Route(v *validator, r l4Route, useDefault gwv1.GatewayDefaultScope, proto string) {
-	kind := r.Key().Kind
-	routeParents(v, r.parentRefs())
-	for i, p := range r.parentRefs() {
-		if !isGatewayRef(p) && string(*p.Group) == "" && string(*p.Kind) == KindService {
-			v.errorf(fmt.Sprintf("spec.parentRefs[%d]", i), "a %s attaches to a Gateway's %s listeners ({name: <gateway>, sectionName: <listener>}), not to a Service: the mesh's own TCP traffic is routed by SMI TrafficSplits", kind, proto)
-		}
-	}
-	if useDefault != "" {
-		v.errorf("spec.useDefaultGateways", "not supported: a route attaches to the Gateways its parentRefs name")
-	}
-	rules := r.l4Rules()
-	if len(rules) != 1 {
-		v.errorf("spec.rules", "want exactly 1 rule (the CRD's bounds), got %d: put every backend into one rule's backendRefs", len(rules))
-	}
-	names := map[string]int{}
-	for i, rule := range rules {
-		f := fmt.Sprintf("spec.rules[%d]", i)
-		checkRuleName(v, f, rule.Name, names, i)
-		if len(rule.BackendRefs) == 0 || len(rule.BackendRefs) > maxRuleBackends {
-			v.errorf(f+".backendRefs", "want 1 to %d backendRefs, got %d", maxRuleBackends, len(rule.BackendRefs))
-		}
-		total := 0
-		for j, b := range rule.BackendRefs {
-			bf := fmt.Sprintf("%s.backendRefs[%d]", f, j)
-			checkBackendRef(v, bf, b.BackendObjectReference)
-			checkWeight(v, bf+".weight", *b.Weight)
-			total += max(int(*b.Weight), 0)
-		}
-		if len(rule.BackendRefs) > 0 && total == 0 {
-			v.warnf(f+".backendRefs", "weights sum to 0: every connection of this rule is refused (give a backend a positive weight)")
-		}
-	}
-}
+func (r *GatewayTCPRoute) validate(v *validator) { gateway.ValidateTCPRoute(v, &r.Spec) }
+func (r *TLSRoute) validate(v *validator)        { gateway.ValidateTLSRoute(v, &r.Spec) }
 
 // l4References checks a layer-4 route's backends against st (apply):
 // the gateway carries raw connections, so each backend port must be a tcp
@@ -235,49 +155,6 @@ func l4References(v *validator, st *state, r l4Route) {
 			if p.Port == int(*b.Port) && p.AppProtocol != "tcp" {
 				v.errorf(fr.field+".port", "port %d of Service %s is %s: a %s carries raw connections, which that port's inbound listener does not accept; name a port with appProtocol: tcp", p.Port, backendService(ns, b), p.AppProtocol, r.Key().Kind)
 			}
-		}
-	}
-}
-
-// routeKinds returns the route kinds a listener of protocol p admits.
-func routeKinds(p gwv1.ProtocolType) []gwv1.Kind {
-	switch p {
-	case gwv1.TCPProtocolType:
-		return []gwv1.Kind{KindTCPRoute}
-	case gwv1.TLSProtocolType:
-		return []gwv1.Kind{KindTLSRoute}
-	}
-	return []gwv1.Kind{KindHTTPRoute, KindGRPCRoute}
-}
-
-// checkL4Listener checks a TCP or TLS listener (Gateway.validate).
-func checkL4Listener(v *validator, f string, l gwv1.Listener) {
-	switch l.Protocol {
-	case gwv1.TCPProtocolType:
-		if l.TLS != nil {
-			v.errorf(f+".tls", "tls must not be specified for protocols ['HTTP', 'TCP', 'UDP']: use protocol TLS")
-		}
-		if l.Hostname != nil && *l.Hostname != "" {
-			v.errorf(f+".hostname", "hostname must not be specified for protocols ['TCP', 'UDP']: a TCP connection carries no host name (use protocol TLS to route by SNI)")
-		}
-	case gwv1.TLSProtocolType:
-		t := l.TLS
-		if t == nil {
-			v.errorf(f+".tls", "tls mode must be set for protocol TLS: give tls: {mode: Passthrough} (or mode: Terminate with one certificateRef)")
-			return
-		}
-		switch *t.Mode {
-		case gwv1.TLSModePassthrough:
-			if len(t.CertificateRefs) > 0 {
-				v.errorf(f+".tls.certificateRefs", "a Passthrough listener holds no certificate (the backends terminate the clients' TLS): remove them")
-			}
-			if len(t.Options) > 0 {
-				v.errorf(f+".tls.options", "not supported: remove them")
-			}
-		case gwv1.TLSModeTerminate:
-			checkListenerTLS(v, f+".tls", t)
-		default:
-			v.errorf(f+".tls.mode", "unsupported mode %q: want Passthrough or Terminate", *t.Mode)
 		}
 	}
 }
@@ -306,12 +183,4 @@ func (s *Snapshot) l4RulesOf(k Key, r l4Route) []GatewayRule {
 		out = append(out, gr)
 	}
 	return out
-}
-
-func kindList(ks []gwv1.Kind) string {
-	s := make([]string, len(ks))
-	for i, k := range ks {
-		s[i] = string(k)
-	}
-	return strings.Join(s, " or ")
 }

@@ -12,6 +12,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 )
 
 // ControllerName is the controllerName of the route status osm-server
@@ -70,7 +71,7 @@ func (r *GRPCRoute) backendRefs() []fieldRef {
 	var out []fieldRef
 	for i, rule := range r.Spec.Rules {
 		f := fmt.Sprintf("spec.rules[%d]", i)
-		out = append(out, mirrorRefs(f+".filters", grpcFilters(rule.Filters))...)
+		out = append(out, mirrorRefs(f+".filters", gateway.GRPCFilters(rule.Filters))...)
 		for j, b := range rule.BackendRefs {
 			out = append(out, fieldRef{fmt.Sprintf("%s.backendRefs[%d]", f, j), b.BackendObjectReference})
 		}
@@ -100,7 +101,7 @@ func resolveParents(st *state, r route) []attachment {
 		if p.Namespace != nil {
 			a.parent.Namespace = string(*p.Namespace)
 		}
-		if isGatewayRef(p) {
+		if gateway.IsGatewayRef(p) {
 			resolveGatewayParent(st, r, p, &a)
 			out = append(out, a)
 			continue
@@ -193,7 +194,7 @@ func resolveBackends(st *state, r route) []refProblem {
 
 func isParent(r route, s mesh.MeshService) bool {
 	for _, p := range r.parentRefs() {
-		if isGatewayRef(p) {
+		if gateway.IsGatewayRef(p) {
 			continue
 		}
 		ns := r.Key().Namespace
@@ -605,12 +606,12 @@ func (s *Snapshot) rulesOf(k Key) []GatewayRule {
 		}
 	case *GRPCRoute:
 		for i, rule := range r.Spec.Rules {
-			base := GatewayRule{Route: k, Rule: i, Filters: grpcFilters(rule.Filters)}
+			base := GatewayRule{Route: k, Rule: i, Filters: gateway.GRPCFilters(rule.Filters)}
 			if rule.Name != nil {
 				base.Name = string(*rule.Name)
 			}
 			for _, b := range rule.BackendRefs {
-				base.Backends = append(base.Backends, s.backendOf(r, k.Namespace, b.BackendRef, grpcFilters(b.Filters)))
+				base.Backends = append(base.Backends, s.backendOf(r, k.Namespace, b.BackendRef, gateway.GRPCFilters(b.Filters)))
 			}
 			if len(rule.Matches) == 0 {
 				out = append(out, base)
@@ -767,9 +768,9 @@ func grpcIgnored(v *validator, st *state, r route) {
 	case *GRPCRoute:
 		for i, rule := range o.Spec.Rules {
 			f := fmt.Sprintf("spec.rules[%d]", i)
-			filters(f+".filters", grpcFilters(rule.Filters))
+			filters(f+".filters", gateway.GRPCFilters(rule.Filters))
 			for j, b := range rule.BackendRefs {
-				filters(fmt.Sprintf("%s.backendRefs[%d].filters", f, j), grpcFilters(b.Filters))
+				filters(fmt.Sprintf("%s.backendRefs[%d].filters", f, j), gateway.GRPCFilters(b.Filters))
 			}
 		}
 	}

@@ -134,7 +134,7 @@ func TestGatewayRouteInvalid(t *testing.T) {
 func TestGatewayCELRulesCovered(t *testing.T) {
 	dir := moduleDir(t, "sigs.k8s.io/gateway-api@"+gatewayAPIVersion(t))
 	var src []byte
-	for _, f := range []string{"gateway.go", "gateway_filters.go", "gateway_kind.go", "gateway_l4.go"} {
+	for _, f := range []string{"gateway.go", "gateway_kind.go", "gateway_l4.go", "gateway/routes.go", "gateway/filters.go", "gateway/listeners.go", "gateway/defaults.go"} {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

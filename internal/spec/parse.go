@@ -104,6 +104,16 @@ func (v *validator) errorf(field, format string, args ...any) {
 	v.errs = append(v.errs, FieldError{Document: v.doc, Field: field, Message: fmt.Sprintf(format, args...)})
 }
 
+// Errorf, Warnf, CheckRegex, CheckPort and DidYouMean make a validator
+// the Checker of the Gateway API's field rules (package gateway).
+func (v *validator) Errorf(field, format string, args ...any) { v.errorf(field, format, args...) }
+func (v *validator) Warnf(field, format string, args ...any)  { v.warnf(field, format, args...) }
+func (v *validator) CheckRegex(field, re string)              { checkRegex(v, field, re) }
+func (v *validator) CheckPort(field string, port int)         { checkPort(v, field, port) }
+func (v *validator) DidYouMean(s string, candidates []string) string {
+	return didYouMean(s, candidates)
+}
+
 func (v *validator) warnf(field, format string, args ...any) {
 	fe := FieldError{Document: v.doc, Field: field, Message: fmt.Sprintf(format, args...)}
 	v.warnings = append(v.warnings, fe.Error())

@@ -1,4 +1,4 @@
-package spec
+package gateway
 
 // The checks of HTTPRoute and GRPCRoute filters (header modifiers, path
 // modifiers, redirects, rewrites, mirrors), by where a filter sits.
@@ -11,64 +11,64 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
 
-func checkHeaderFilter(v *validator, f string, h *gwv1.HTTPHeaderFilter) {
+func checkHeaderFilter(v Checker, f string, h *gwv1.HTTPHeaderFilter) {
 	seen := map[string]string{}
 	for _, list := range []struct {
 		name string
 		hs   []gwv1.HTTPHeader
 	}{{"set", h.Set}, {"add", h.Add}} {
 		if len(list.hs) > maxHeaderModifiers {
-			v.errorf(f+"."+list.name, "%d headers, more than %d", len(list.hs), maxHeaderModifiers)
+			v.Errorf(f+"."+list.name, "%d headers, more than %d", len(list.hs), maxHeaderModifiers)
 		}
 		for i, hd := range list.hs {
 			hf := fmt.Sprintf("%s.%s[%d]", f, list.name, i)
 			checkHeaderName(v, hf+".name", string(hd.Name))
 			key := list.name + "/" + strings.ToLower(string(hd.Name))
 			if _, dup := seen[key]; dup {
-				v.errorf(hf+".name", "header %q is listed twice in %s: give it once", hd.Name, list.name)
+				v.Errorf(hf+".name", "header %q is listed twice in %s: give it once", hd.Name, list.name)
 			}
 			seen[key] = hf
 			if len(hd.Value) > maxHeaderValueLength {
-				v.errorf(hf+".value", "%d characters, more than %d", len(hd.Value), maxHeaderValueLength)
+				v.Errorf(hf+".value", "%d characters, more than %d", len(hd.Value), maxHeaderValueLength)
 			}
 		}
 	}
 	if len(h.Remove) > maxHeaderModifiers {
-		v.errorf(f+".remove", "%d headers, more than %d", len(h.Remove), maxHeaderModifiers)
+		v.Errorf(f+".remove", "%d headers, more than %d", len(h.Remove), maxHeaderModifiers)
 	}
 	for i, name := range h.Remove {
 		checkHeaderName(v, fmt.Sprintf("%s.remove[%d]", f, i), name)
 	}
 	if len(h.Set)+len(h.Add)+len(h.Remove) == 0 {
-		v.errorf(f, "empty: give set, add or remove")
+		v.Errorf(f, "empty: give set, add or remove")
 	}
 }
 
-func checkPathModifier(v *validator, f string, p *gwv1.HTTPPathModifier) {
+func checkPathModifier(v Checker, f string, p *gwv1.HTTPPathModifier) {
 	switch p.Type {
 	case gwv1.FullPathHTTPPathModifier:
 		if p.ReplaceFullPath == nil {
-			v.errorf(f, "replaceFullPath must be specified when type is set to 'ReplaceFullPath'")
+			v.Errorf(f, "replaceFullPath must be specified when type is set to 'ReplaceFullPath'")
 		}
 		if p.ReplacePrefixMatch != nil {
-			v.errorf(f, "type must be 'ReplacePrefixMatch' when replacePrefixMatch is set")
+			v.Errorf(f, "type must be 'ReplacePrefixMatch' when replacePrefixMatch is set")
 		}
 	case gwv1.PrefixMatchHTTPPathModifier:
 		if p.ReplacePrefixMatch == nil {
-			v.errorf(f, "replacePrefixMatch must be specified when type is set to 'ReplacePrefixMatch'")
+			v.Errorf(f, "replacePrefixMatch must be specified when type is set to 'ReplacePrefixMatch'")
 		}
 		if p.ReplaceFullPath != nil {
-			v.errorf(f, "type must be 'ReplaceFullPath' when replaceFullPath is set")
+			v.Errorf(f, "type must be 'ReplaceFullPath' when replaceFullPath is set")
 		}
 	default:
-		v.errorf(f+".type", "unsupported type %q: want ReplaceFullPath or ReplacePrefixMatch", p.Type)
+		v.Errorf(f+".type", "unsupported type %q: want ReplaceFullPath or ReplacePrefixMatch", p.Type)
 	}
 	for _, s := range []*string{p.ReplaceFullPath, p.ReplacePrefixMatch} {
 		if s != nil && len(*s) > maxPathLength {
-			v.errorf(f, "%d characters, more than %d", len(*s), maxPathLength)
+			v.Errorf(f, "%d characters, more than %d", len(*s), maxPathLength)
 		}
 		if s != nil && !strings.HasPrefix(*s, "/") {
-			v.errorf(f, "%q is not an absolute path: start it with '/'", *s)
+			v.Errorf(f, "%q is not an absolute path: start it with '/'", *s)
 		}
 	}
 }
@@ -83,9 +83,9 @@ const (
 
 // checkFilters applies the CRD's rules to a filter list and refuses the
 // filters the mesh does not implement.
-func checkFilters(v *validator, field string, fs []gwv1.HTTPRouteFilter, where filterContext, grpc bool) {
+func checkFilters(v Checker, field string, fs []gwv1.HTTPRouteFilter, where filterContext, grpc bool) {
 	if len(fs) > maxRuleFilters {
-		v.errorf(field, "%d filters, more than %d", len(fs), maxRuleFilters)
+		v.Errorf(field, "%d filters, more than %d", len(fs), maxRuleFilters)
 	}
 	count := map[gwv1.HTTPRouteFilterType]int{}
 	for i, flt := range fs {
@@ -111,10 +111,10 @@ func checkFilters(v *validator, field string, fs []gwv1.HTTPRouteFilter, where f
 				sub = "urlRewrite"
 			}
 			if present[t] && flt.Type != t {
-				v.errorf(f+"."+sub, "filter.%s must be nil if the filter.type is not %s", sub, t)
+				v.Errorf(f+"."+sub, "filter.%s must be nil if the filter.type is not %s", sub, t)
 			}
 			if !present[t] && flt.Type == t {
-				v.errorf(f+"."+sub, "filter.%s must be specified for %s filter.type", sub, t)
+				v.Errorf(f+"."+sub, "filter.%s must be specified for %s filter.type", sub, t)
 			}
 		}
 		if !present[flt.Type] {
@@ -138,7 +138,7 @@ func checkFilters(v *validator, field string, fs []gwv1.HTTPRouteFilter, where f
 			if where == backendFilters {
 				place = "a backendRef"
 			}
-			v.errorf(f+".type", "filter %s is not supported on %s: osm-vm supports %s there", flt.Type, place, strings.Join(names, ", "))
+			v.Errorf(f+".type", "filter %s is not supported on %s: osm-vm supports %s there", flt.Type, place, strings.Join(names, ", "))
 			continue
 		}
 		switch flt.Type {
@@ -150,42 +150,42 @@ func checkFilters(v *validator, field string, fs []gwv1.HTTPRouteFilter, where f
 			m := flt.RequestMirror
 			checkBackendRef(v, f+".requestMirror.backendRef", m.BackendRef)
 			if m.Percent != nil && m.Fraction != nil {
-				v.errorf(f+".requestMirror", "Only one of percent or fraction may be specified in HTTPRequestMirrorFilter")
+				v.Errorf(f+".requestMirror", "Only one of percent or fraction may be specified in HTTPRequestMirrorFilter")
 			}
 			if m.Percent != nil && (*m.Percent < 0 || *m.Percent > 100) {
-				v.errorf(f+".requestMirror.percent", "%d is out of range: want 0-100", *m.Percent)
+				v.Errorf(f+".requestMirror.percent", "%d is out of range: want 0-100", *m.Percent)
 			}
 			if fr := m.Fraction; fr != nil {
 				switch {
 				case fr.Numerator < 0:
-					v.errorf(f+".requestMirror.fraction.numerator", "negative: want 0 or more")
+					v.Errorf(f+".requestMirror.fraction.numerator", "negative: want 0 or more")
 				case *fr.Denominator < 1:
-					v.errorf(f+".requestMirror.fraction.denominator", "want 1 or more")
+					v.Errorf(f+".requestMirror.fraction.denominator", "want 1 or more")
 				case fr.Numerator > *fr.Denominator:
-					v.errorf(f+".requestMirror.fraction", "numerator must be less than or equal to denominator")
+					v.Errorf(f+".requestMirror.fraction", "numerator must be less than or equal to denominator")
 				}
 			}
 		case gwv1.HTTPRouteFilterRequestRedirect:
 			r := flt.RequestRedirect
 			if r.Scheme != nil && *r.Scheme != "http" && *r.Scheme != "https" {
-				v.errorf(f+".requestRedirect.scheme", "unsupported scheme %q: want http or https", *r.Scheme)
+				v.Errorf(f+".requestRedirect.scheme", "unsupported scheme %q: want http or https", *r.Scheme)
 			}
 			if r.Hostname != nil && !preciseHostPattern.MatchString(string(*r.Hostname)) {
-				v.errorf(f+".requestRedirect.hostname", "%q is not a host name", *r.Hostname)
+				v.Errorf(f+".requestRedirect.hostname", "%q is not a host name", *r.Hostname)
 			}
 			if r.Path != nil {
 				checkPathModifier(v, f+".requestRedirect.path", r.Path)
 			}
 			if r.Port != nil {
-				checkPort(v, f+".requestRedirect.port", int(*r.Port))
+				v.CheckPort(f+".requestRedirect.port", int(*r.Port))
 			}
 			if !slices.Contains([]int{301, 302, 303, 307, 308}, *r.StatusCode) {
-				v.errorf(f+".requestRedirect.statusCode", "unsupported status code %d: want 301, 302, 303, 307 or 308", *r.StatusCode)
+				v.Errorf(f+".requestRedirect.statusCode", "unsupported status code %d: want 301, 302, 303, 307 or 308", *r.StatusCode)
 			}
 		case gwv1.HTTPRouteFilterURLRewrite:
 			r := flt.URLRewrite
 			if r.Hostname != nil && !preciseHostPattern.MatchString(string(*r.Hostname)) {
-				v.errorf(f+".urlRewrite.hostname", "%q is not a host name", *r.Hostname)
+				v.Errorf(f+".urlRewrite.hostname", "%q is not a host name", *r.Hostname)
 			}
 			if r.Path != nil {
 				checkPathModifier(v, f+".urlRewrite.path", r.Path)
@@ -195,10 +195,10 @@ func checkFilters(v *validator, field string, fs []gwv1.HTTPRouteFilter, where f
 	for _, t := range []gwv1.HTTPRouteFilterType{gwv1.HTTPRouteFilterRequestHeaderModifier, gwv1.HTTPRouteFilterResponseHeaderModifier,
 		gwv1.HTTPRouteFilterRequestRedirect, gwv1.HTTPRouteFilterURLRewrite, gwv1.HTTPRouteFilterCORS} {
 		if count[t] > 1 {
-			v.errorf(field, "%s filter cannot be repeated", t)
+			v.Errorf(field, "%s filter cannot be repeated", t)
 		}
 	}
 	if count[gwv1.HTTPRouteFilterRequestRedirect] > 0 && count[gwv1.HTTPRouteFilterURLRewrite] > 0 {
-		v.errorf(field, "May specify either httpRouteFilterRequestRedirect or httpRouteFilterRequestRewrite, but not both")
+		v.Errorf(field, "May specify either httpRouteFilterRequestRedirect or httpRouteFilterRequestRewrite, but not both")
 	}
 }
