@@ -1,9 +1,6 @@
 package xds
 
 import (
-	"context"
-	"crypto/tls"
-	"net"
 	"strings"
 	"testing"
 
@@ -19,22 +16,11 @@ func TestReadyFollowsTheListener(t *testing.T) {
 	if err := srv.Ready(); err == nil || !strings.Contains(err.Error(), "not open yet") {
 		t.Fatalf("Ready before Serve = %v, want the listener not open yet", err)
 	}
-	tlsCfg := &tls.Config{
-		MinVersion:     tls.VersionTLS13,
-		GetCertificate: e.certs.ServingCertificate([]string{"localhost", "127.0.0.1"}),
-		ClientAuth:     tls.RequireAndVerifyClientCert,
-		ClientCAs:      e.certs.CertPool(),
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, "127.0.0.1:0", tlsCfg, ready) }()
-	<-ready
+	_, stop := serveXDS(t, e, srv)
 	if err := srv.Ready(); err != nil {
 		t.Errorf("Ready while listening = %v, want nil", err)
 	}
-	cancel()
-	if err := <-done; err != nil {
+	if err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	if err := srv.Ready(); err == nil {

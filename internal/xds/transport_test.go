@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,23 +196,7 @@ func TestHandshakeTimeout(t *testing.T) {
 	e := startEnv(t)
 	const bound = 300 * time.Millisecond
 	srv := NewServer(discard(), cache.New(discard()), e.certs, Options{HandshakeTimeout: bound})
-	tlsCfg := &tls.Config{
-		MinVersion:     tls.VersionTLS13,
-		GetCertificate: e.certs.ServingCertificate([]string{"localhost", "127.0.0.1"}),
-		ClientAuth:     tls.RequireAndVerifyClientCert,
-		ClientCAs:      e.certs.CertPool(),
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	ready := make(chan net.Addr, 1)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, "127.0.0.1:0", tlsCfg, ready) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	addr := (<-ready).String()
+	addr, _ := serveXDS(t, e, srv)
 	for _, tc := range []struct {
 		name string
 		send []byte
@@ -294,4 +279,34 @@ func TestHandshakeTimeout(t *testing.T) {
 			t.Errorf("closed after %v (while the peer was still sending: %v); want it closed after the whole-handshake bound %v, while the peer still sends", took, stillSending, whole)
 		}
 	})
+}
+
+// serveXDS runs srv.Serve on a free loopback port with the env's serving
+// certificate until the test ends or stop is called; stop returns Serve's
+// error.
+func serveXDS(t *testing.T, e *env, srv *Server) (addr string, stop func() error) {
+	t.Helper()
+	tlsCfg := &tls.Config{
+		MinVersion:     tls.VersionTLS13,
+		GetCertificate: e.certs.ServingCertificate([]string{"localhost", "127.0.0.1"}),
+		ClientAuth:     tls.RequireAndVerifyClientCert,
+		ClientCAs:      e.certs.CertPool(),
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	ready := make(chan net.Addr, 1)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx, "127.0.0.1:0", tlsCfg, ready) }()
+	stop = sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	select {
+	case a := <-ready:
+		return a.String(), stop
+	case err := <-done:
+		t.Fatalf("xDS server did not start: %v", err)
+		return "", nil
+	}
 }
