@@ -10,7 +10,7 @@ import (
 
 // GatewaySource publishes ingress gateways: each precise host name a
 // Gateway serves (its listeners' and its attached routes' host names,
-// spec.GatewayInfo.HostNames) gets the addresses of the gateway machines
+// gateway.Info.HostNames) gets the addresses of the gateway machines
 // connected as that Gateway (their advertise addresses, on which their
 // Envoys listen). So records follow the gateways: a machine that connects
 // adds its address, one that leaves takes it away, and a name no Gateway

@@ -1,12 +1,8 @@
 package spec
 
 import (
-	"fmt"
-	"slices"
-
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
-	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 )
 
@@ -71,57 +67,16 @@ func (r *TLSRoute) Key() Key                   { return keyOf(r.TypeMeta, r.Meta
 func (r *TLSRoute) meta() *ObjectMeta          { return &r.Metadata.ObjectMeta }
 func (r *TLSRoute) typeMeta() *TypeMeta        { return &r.TypeMeta }
 
-func (r *GatewayTCPRoute) parentRefs() []gwv1.ParentReference { return r.Spec.ParentRefs }
-func (r *TLSRoute) parentRefs() []gwv1.ParentReference        { return r.Spec.ParentRefs }
-func (r *GatewayTCPRoute) hostnames() []gwv1.Hostname         { return nil }
-func (r *TLSRoute) hostnames() []gwv1.Hostname                { return r.Spec.Hostnames }
-
-// Layer-4 routes attach to Gateways only (validate refuses Service
-// parents).
-func (r *GatewayTCPRoute) attachesTo(string) bool { return false }
-func (r *TLSRoute) attachesTo(string) bool        { return false }
-
-func l4BackendRefs(rules []gwv1.TCPRouteRule) []fieldRef {
-	var out []fieldRef
-	for i, rule := range rules {
-		for j, b := range rule.BackendRefs {
-			out = append(out, fieldRef{fmt.Sprintf("spec.rules[%d].backendRefs[%d]", i, j), b.BackendObjectReference})
-		}
-	}
-	return out
-}
-
-// l4Rules returns the route's rules (a TLSRoute's in the TCPRoute form,
-// which has the same fields; the backendRefs are shared, not copied).
-func (r *GatewayTCPRoute) l4Rules() []gwv1.TCPRouteRule { return r.Spec.Rules }
-
-func (r *TLSRoute) l4Rules() []gwv1.TCPRouteRule {
-	out := make([]gwv1.TCPRouteRule, len(r.Spec.Rules))
-	for i, rule := range r.Spec.Rules {
-		out[i] = gwv1.TCPRouteRule(rule)
-	}
-	return out
-}
-
-func (r *GatewayTCPRoute) backendRefs() []fieldRef { return l4BackendRefs(r.l4Rules()) }
-func (r *TLSRoute) backendRefs() []fieldRef        { return l4BackendRefs(r.l4Rules()) }
-
-// l4Route is what TCPRoute and TLSRoute share.
-type l4Route interface {
-	route
-	l4Rules() []gwv1.TCPRouteRule
-}
-
 func (r *GatewayTCPRoute) setDefaults() {
 	r.Status = nil
 	r.dropped = dropServerFields(&r.Metadata)
-	gateway.DefaultL4Route(r.Spec.ParentRefs, r.l4Rules())
+	gateway.DefaultL4Route(r.Spec.ParentRefs, r.Spec.Rules)
 }
 
 func (r *TLSRoute) setDefaults() {
 	r.Status = nil
 	r.dropped = dropServerFields(&r.Metadata)
-	gateway.DefaultL4Route(r.Spec.ParentRefs, r.l4Rules())
+	gateway.DefaultL4Route(r.Spec.ParentRefs, gateway.TLSRules(r.Spec.Rules))
 }
 
 func (r *GatewayTCPRoute) applyWarnings(v *validator) {
@@ -136,51 +91,3 @@ func (r *TLSRoute) applyWarnings(v *validator) {
 
 func (r *GatewayTCPRoute) validate(v *validator) { gateway.ValidateTCPRoute(v, &r.Spec) }
 func (r *TLSRoute) validate(v *validator)        { gateway.ValidateTLSRoute(v, &r.Spec) }
-
-// l4References checks a layer-4 route's backends against st (apply):
-// the gateway carries raw connections, so each backend port must be a tcp
-// port (an http or grpc port's inbound listener speaks HTTP).
-func l4References(v *validator, st *state, r l4Route) {
-	ns := r.Key().Namespace
-	for _, fr := range r.backendRefs() {
-		b := fr.ref
-		if b.Port == nil {
-			continue
-		}
-		svc, ok := serviceOf(st.objects[serviceKey(backendService(ns, b))])
-		if !ok {
-			continue // resolveBackends says so
-		}
-		for _, p := range svc.Spec.Ports {
-			if p.Port == int(*b.Port) && p.AppProtocol != "tcp" {
-				v.errorf(fr.field+".port", "port %d of Service %s is %s: a %s carries raw connections, which that port's inbound listener does not accept; name a port with appProtocol: tcp", p.Port, backendService(ns, b), p.AppProtocol, r.Key().Kind)
-			}
-		}
-	}
-}
-
-// tcpPort reports whether port of svc exists and is a tcp port.
-func (s *Snapshot) tcpPort(svc mesh.MeshService, port int) bool {
-	info, ok := s.services[svc]
-	return ok && slices.ContainsFunc(info.Ports, func(p ServicePort) bool { return p.Port == port && p.AppProtocol == "tcp" })
-}
-
-// l4RulesOf returns the one rule of a layer-4 route as a GatewayRule
-// (no match: every connection the listener and host name give it). A
-// backend is valid when it resolves and its port is a tcp port.
-func (s *Snapshot) l4RulesOf(k Key, r l4Route) []GatewayRule {
-	var out []GatewayRule
-	for i, rule := range r.l4Rules() {
-		gr := GatewayRule{Route: k, Rule: i}
-		if rule.Name != nil {
-			gr.Name = string(*rule.Name)
-		}
-		for _, b := range rule.BackendRefs {
-			gb := s.backendOf(r, k.Namespace, b, nil)
-			gb.Valid = gb.Valid && s.tcpPort(gb.Service, gb.Port)
-			gr.Backends = append(gr.Backends, gb)
-		}
-		out = append(out, gr)
-	}
-	return out
-}

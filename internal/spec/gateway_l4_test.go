@@ -9,6 +9,7 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -108,8 +109,8 @@ func TestGatewayL4Attachment(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("hosts (-want +got):\n%s", diff)
 	}
-	db := g.Listeners[slices.IndexFunc(g.Listeners, func(l GatewayListener) bool { return l.Name == "db" })].Hosts[0].Rules[0]
-	wantDB := []GatewayBackend{{Service: mesh.MeshService{Namespace: "default", Name: "echo"}, Port: 9090, Weight: 3, Valid: true},
+	db := g.Listeners[slices.IndexFunc(g.Listeners, func(l gateway.Listener) bool { return l.Name == "db" })].Hosts[0].Rules[0]
+	wantDB := []gateway.Backend{{Service: mesh.MeshService{Namespace: "default", Name: "echo"}, Port: 9090, Weight: 3, Valid: true},
 		{Service: mesh.MeshService{Namespace: "default", Name: "store"}, Port: 5432, Weight: 1, Valid: true}}
 	if diff := cmp.Diff(wantDB, db.Backends); diff != "" {
 		t.Errorf("db backends (-want +got):\n%s", diff)

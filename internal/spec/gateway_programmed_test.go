@@ -7,13 +7,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
 // fixedMachines reports the same machines for every Gateway.
-type fixedMachines []GatewayMachine
+type fixedMachines []gateway.Machine
 
-func (f fixedMachines) GatewayMachines(mesh.MeshService) []GatewayMachine { return f }
+func (f fixedMachines) GatewayMachines(mesh.MeshService) []gateway.Machine { return f }
 
 // TestGatewayProgrammedStatus: the Programmed conditions of a Gateway and
 // its listeners follow the machines connected as it, and a certificate
@@ -35,7 +36,7 @@ spec:
 	}
 	for _, tc := range []struct {
 		name     string
-		machines []GatewayMachine
+		machines []gateway.Machine
 		gateway  cond
 		web      cond // listener web's Programmed
 		shop     cond // listener shop's Programmed
@@ -44,19 +45,19 @@ spec:
 		{"no machine", nil,
 			cond{metav1.ConditionFalse, "Pending", "install one with `osm-agent install --gateway ingress --service ingress --namespace default"},
 			cond{metav1.ConditionFalse, "Pending", "no gateway machine"}, cond{metav1.ConditionFalse, "Pending", ""}, cond{metav1.ConditionTrue, "ResolvedRefs", ""}},
-		{"connected, not acknowledged yet", []GatewayMachine{{Node: "a"}},
+		{"connected, not acknowledged yet", []gateway.Machine{{Node: "a"}},
 			cond{metav1.ConditionFalse, "Pending", "1 gateway machines connected; waiting"},
 			cond{metav1.ConditionFalse, "Pending", ""}, cond{metav1.ConditionFalse, "Pending", ""}, cond{metav1.ConditionTrue, "ResolvedRefs", ""}},
-		{"acknowledged", []GatewayMachine{{Node: "a", ACKed: true}, {Node: "b"}},
+		{"acknowledged", []gateway.Machine{{Node: "a", ACKed: true}, {Node: "b"}},
 			cond{metav1.ConditionTrue, "Programmed", "configured on 1 of 2 connected gateway machines"},
 			cond{metav1.ConditionTrue, "Programmed", ""}, cond{metav1.ConditionTrue, "Programmed", ""}, cond{metav1.ConditionTrue, "ResolvedRefs", ""}},
-		{"rejected", []GatewayMachine{{Node: "a", Rejected: "Invalid path: /x/tls.crt"}},
+		{"rejected", []gateway.Machine{{Node: "a", Rejected: "Invalid path: /x/tls.crt"}},
 			cond{metav1.ConditionFalse, "Invalid", "machine a rejected it: Invalid path: /x/tls.crt"},
 			cond{metav1.ConditionFalse, "Invalid", "Invalid path"}, cond{metav1.ConditionFalse, "Invalid", ""}, cond{metav1.ConditionTrue, "ResolvedRefs", ""}},
-		{"one of two rejected", []GatewayMachine{{Node: "a", ACKed: true}, {Node: "b", Rejected: "bad"}},
+		{"one of two rejected", []gateway.Machine{{Node: "a", ACKed: true}, {Node: "b", Rejected: "bad"}},
 			cond{metav1.ConditionTrue, "Programmed", "configured on 1 of 2 connected gateway machines; machine b rejected it: bad"},
 			cond{metav1.ConditionTrue, "Programmed", ""}, cond{metav1.ConditionTrue, "Programmed", ""}, cond{metav1.ConditionTrue, "ResolvedRefs", ""}},
-		{"certificate reported bad", []GatewayMachine{{Node: "a", ACKed: true, Certificates: map[string]string{"shop": "/etc/osm/gateway-tls/default/shop-cert/tls.crt does not exist"}}},
+		{"certificate reported bad", []gateway.Machine{{Node: "a", ACKed: true, Certificates: map[string]string{"shop": "/etc/osm/gateway-tls/default/shop-cert/tls.crt does not exist"}}},
 			cond{metav1.ConditionTrue, "Programmed", ""},
 			cond{metav1.ConditionTrue, "Programmed", ""},
 			cond{metav1.ConditionFalse, "Invalid", "machine a: /etc/osm/gateway-tls/default/shop-cert/tls.crt does not exist"},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 )
 
 // Snapshot is an immutable, versioned view of the mesh specification with
@@ -31,11 +32,7 @@ type Snapshot struct {
 	splits      []Key                                         // TrafficSplits, in key order
 	splitRoot   map[mesh.MeshService]Key                      // the first TrafficSplit of each root
 	pairs       map[[2]mesh.ServiceAccount]bool               // {source, destination} some TrafficTarget allows
-	gateway     gatewayIndex                                  // Gateway API routes by parent port
-	// gateways are the Gateways with their routes, built at the first
-	// question (rendering a gateway proxy, DNS publishing).
-	gatewaysOnce sync.Once
-	gateways     map[mesh.MeshService]GatewayInfo
+	gateway     *gateway.Index                                // Gateway API routes and Gateways
 	// inbound holds each destination account's []InboundRule, worked out
 	// at the first question (rendering asks several times per proxy).
 	inbound sync.Map
@@ -82,7 +79,7 @@ func newSnapshot(st *state, version uint64) *Snapshot {
 			}
 		}
 	}
-	s.gateway = newGatewayIndex(st, s.keys)
+	s.gateway = s.gatewayIndex()
 	for _, k := range s.keys {
 		info, ok := serviceInfoOf(st, k)
 		if !ok {
@@ -278,7 +275,7 @@ type Upstream struct {
 // allowed into it (Allows), without looking that up again: the render
 // of every proxy's outbound plan asks both.
 func (s *Snapshot) AllowedUpstreams(src mesh.ServiceAccount) []Upstream {
-	if !s.Permissive() && len(s.splits) == 0 && len(s.gateway.byParent) == 0 {
+	if !s.Permissive() && len(s.splits) == 0 && s.gateway.Empty() {
 		// Only TrafficTargets decide: the services of src's destinations,
 		// all allowed, without a set to gather them in (every proxy's
 		// plan asks this in a full generation).
@@ -314,7 +311,7 @@ func (s *Snapshot) AllowedUpstreams(src mesh.ServiceAccount) []Upstream {
 			}
 		}
 		direct = allowed
-		if len(s.splits) > 0 || len(s.gateway.byParent) > 0 { // they add to allowed
+		if len(s.splits) > 0 || !s.gateway.Empty() { // they add to allowed
 			direct = maps.Clone(allowed)
 		}
 		for _, k := range s.splits {
@@ -325,7 +322,7 @@ func (s *Snapshot) AllowedUpstreams(src mesh.ServiceAccount) []Upstream {
 				}
 			}
 		}
-		s.gatewayUpstreams(src, allowed)
+		s.gateway.Upstreams(src.Namespace, allowed)
 	}
 	out := make([]Upstream, 0, len(allowed))
 	for svc := range allowed {
@@ -432,7 +429,8 @@ func (s *Snapshot) withStatus(o Object) Object {
 	withRouteStatus(s.st, c)
 	if g, ok := c.(*Gateway); ok {
 		if m := s.machines.get(); m != nil {
-			programGatewayStatus(g.Status, g, m.GatewayMachines(mesh.MeshService{Namespace: g.Metadata.Namespace, Name: g.Metadata.Name}))
+			gw := mesh.MeshService{Namespace: g.Metadata.Namespace, Name: g.Metadata.Name}
+			gateway.ProgramStatus(g.Status, gw, m.GatewayMachines(gw))
 		}
 	}
 	return c
@@ -466,7 +464,7 @@ func nextSnapshot(prev *Snapshot, st *state, version uint64, touched []Key) *Sna
 		ttByDest: prev.ttByDest, dstBySource: prev.dstBySource, splits: prev.splits, splitRoot: prev.splitRoot, pairs: prev.pairs,
 		byAccount: maps.Clone(prev.byAccount),
 	}
-	s.gateway = newGatewayIndex(st, s.keys)
+	s.gateway = s.gatewayIndex()
 	var infos []ServiceInfo
 	accounts := map[mesh.ServiceAccount]bool{} // whose Services changed
 	for k := range changed {

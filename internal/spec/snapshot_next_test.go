@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
 
@@ -24,12 +25,12 @@ type snapshotIndexes struct {
 	Splits      []Key
 	SplitRoot   map[mesh.MeshService]Key
 	Pairs       map[[2]mesh.ServiceAccount]bool
-	Gateway     map[parentPort]map[string][]Key
+	Gateway     map[string]map[string][]gateway.RouteName
 	Config      MeshConfigSpec
 }
 
 func indexesOf(s *Snapshot) snapshotIndexes {
-	return snapshotIndexes{s.keys, s.services, s.ordered, s.byAccount, s.ttByDest, s.dstBySource, s.splits, s.splitRoot, s.pairs, s.gateway.byParent, s.config.Spec}
+	return snapshotIndexes{s.keys, s.services, s.ordered, s.byAccount, s.ttByDest, s.dstBySource, s.splits, s.splitRoot, s.pairs, s.gateway.Attached(), s.config.Spec}
 }
 
 // A snapshot published after a change of Services only, built from the
@@ -53,7 +54,7 @@ func TestSnapshotAfterServiceChangesIsAsBuiltFromScratch(t *testing.T) {
 		t.Helper()
 		got := s.Snapshot()
 		want := newSnapshot(got.st, got.version)
-		if diff := cmp.Diff(indexesOf(want), indexesOf(got), cmp.AllowUnexported(parentPort{}), cmpopts.EquateComparable(netip.Addr{}), cmpopts.EquateEmpty()); diff != "" {
+		if diff := cmp.Diff(indexesOf(want), indexesOf(got), cmpopts.EquateComparable(netip.Addr{}), cmpopts.EquateEmpty()); diff != "" {
 			t.Errorf("%s: snapshot (-from scratch +from the one before):\n%s", step, diff)
 		}
 	}

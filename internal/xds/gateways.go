@@ -11,7 +11,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
-	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 	"github.com/osm-vm/osm-vm/internal/xds/cache"
 	"github.com/osm-vm/osm-vm/internal/xds/render"
 )
@@ -79,7 +79,7 @@ type GatewayMachinesOptions struct {
 }
 
 // GatewayMachines gives the specification's Gateway status the machines
-// connected as each Gateway (spec.GatewayMachines): the xDS server's
+// connected as each Gateway (gateway.Machines): the xDS server's
 // connected gateway proxies, what each acknowledged or rejected (the xDS
 // cache's record), and the certificate problems their agents reported
 // (api.GatewayReports, kept in GatewayReports by proxy CN). A report is
@@ -103,14 +103,14 @@ func (g *GatewayMachines) SetGatewayReport(cn string, r meshapi.GatewayReport) {
 	}
 }
 
-// GatewayMachines implements spec.GatewayMachines.
-func (g *GatewayMachines) GatewayMachines(gw mesh.MeshService) []spec.GatewayMachine {
-	var out []spec.GatewayMachine
+// GatewayMachines implements gateway.Machines.
+func (g *GatewayMachines) GatewayMachines(gw mesh.MeshService) []gateway.Machine {
+	var out []gateway.Machine
 	for _, p := range g.o.Proxies.Proxies() {
 		if p.Flavor != render.Gateway || p.Service != gw {
 			continue
 		}
-		m := spec.GatewayMachine{Node: p.NodeID}
+		m := gateway.Machine{Node: p.NodeID}
 		m.ACKed, m.Rejected = answered(g.o.Status.Status(p.NodeID))
 		m.Certificates = g.o.Reports.certificates(p.CN)
 		out = append(out, m)

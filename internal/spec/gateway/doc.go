@@ -1,17 +1,20 @@
-// Package gateway holds the Gateway API's field rules for the mesh
-// specification: the CRDs' defaults (what the API server would fill in)
-// and the validation of each kind's spec (HTTPRoute, GRPCRoute,
-// ReferenceGrant, Gateway, TCPRoute, TLSRoute) by the upstream CRDs'
-// OpenAPI bounds and CEL rules and by what osm-vm supports. It works on
-// the upstream Go types (sigs.k8s.io/gateway-api/apis/v1) alone: the
-// documents that carry them, their registration as kinds, and the
-// checks against the rest of the specification (resolution of parents
-// and backends, status, the snapshot's Gateway queries) are spec's,
-// which calls in here.
+// Package gateway is the Gateway API in the mesh specification: the
+// CRDs' defaults (what the API server would fill in) and the validation
+// of each kind's spec (HTTPRoute, GRPCRoute, ReferenceGrant, Gateway,
+// TCPRoute, TLSRoute) by the upstream CRDs' OpenAPI bounds and CEL rules
+// and by what osm-vm supports; the resolution of routes' parents and
+// backends against the rest of the specification (a World); the status a
+// controller reports for routes and Gateways; and the Index that answers
+// rendering's questions for one snapshot (the rules that route calls to
+// a Service's port, each Gateway's listeners and hosts).
 //
+// It works on the upstream Go types (sigs.k8s.io/gateway-api/apis/v1).
 // It must not import spec or anything of ours but internal/mesh: spec
-// imports it, and the few checks it shares with spec's own kinds come in
-// through Checker.
+// imports it, holds the documents that carry those types and their
+// registration as kinds, and comes in through three small interfaces:
+// Checker (what validation reports to), World (the Services, Gateways,
+// ReferenceGrants, TrafficSplits and routes) and Machines (the gateway
+// machines connected, for the Programmed status).
 package gateway
 
 // Checker is what validation reports to and the checks it shares with

@@ -17,11 +17,11 @@ import (
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
-	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 )
 
 // Gateway API routes (HTTPRoute, GRPCRoute attached to a Service: see
-// spec.GatewayRoutes) replace the outbound route configuration of the
+// gateway.Routes) replace the outbound route configuration of the
 // Service's port for the callers they apply to. Its name is
 //
 //	outbound|<ns>/<svc>|<port>|gw[=<consumer ns>][|to=<ns>/<b1>,...][|grpc]
@@ -39,7 +39,7 @@ import (
 
 // gatewayPlan is the part of an outbound that Gateway API routes decide.
 type gatewayPlan struct {
-	routes spec.GatewayRoutes
+	routes gateway.Routes
 	// allowed lists the route's services the caller may call (sorted);
 	// subset is set when that is not all of them.
 	allowed []mesh.MeshService
@@ -112,7 +112,7 @@ func gatewayRouteConfig(o outbound, f Flavor) *routev3.RouteConfiguration {
 }
 
 // gatewayRouteName names an Envoy route after the rule and match it is.
-func gatewayRouteName(r spec.GatewayRule) string {
+func gatewayRouteName(r gateway.Rule) string {
 	s := fmt.Sprintf("%s/%s/rule%d", r.Route.Namespace, r.Route.Name, r.Rule)
 	if r.Name != "" {
 		s += "/" + r.Name
@@ -122,7 +122,7 @@ func gatewayRouteName(r spec.GatewayRule) string {
 
 // gatewayRoute renders one match of one rule; nil when no call of
 // flavour f can match it.
-func gatewayRoute(o outbound, r spec.GatewayRule, f Flavor) *routev3.Route {
+func gatewayRoute(o outbound, r gateway.Rule, f Flavor) *routev3.Route {
 	match := gatewayMatch(r, f)
 	if match == nil {
 		return nil
@@ -256,7 +256,7 @@ func retryPolicy(r *gwv1.HTTPRouteRetry, t *gwv1.HTTPRouteTimeouts) *routev3.Ret
 	return p
 }
 
-func mirrorService(r spec.GatewayRule, m *gwv1.HTTPRequestMirrorFilter) mesh.MeshService {
+func mirrorService(r gateway.Rule, m *gwv1.HTTPRequestMirrorFilter) mesh.MeshService {
 	s := mesh.MeshService{Namespace: r.Route.Namespace, Name: string(m.BackendRef.Name)}
 	if m.BackendRef.Namespace != nil {
 		s.Namespace = string(*m.BackendRef.Namespace)
@@ -322,7 +322,7 @@ var redirectCodes = map[int]routev3.RedirectAction_RedirectResponseCode{
 	307: routev3.RedirectAction_TEMPORARY_REDIRECT, 308: routev3.RedirectAction_PERMANENT_REDIRECT,
 }
 
-func redirectAction(rd *gwv1.HTTPRequestRedirectFilter, r spec.GatewayRule) *routev3.RedirectAction {
+func redirectAction(rd *gwv1.HTTPRequestRedirectFilter, r gateway.Rule) *routev3.RedirectAction {
 	a := &routev3.RedirectAction{ResponseCode: redirectCodes[*rd.StatusCode]}
 	if rd.Scheme != nil {
 		a.SchemeRewriteSpecifier = &routev3.RedirectAction_SchemeRedirect{SchemeRedirect: *rd.Scheme}
@@ -348,7 +348,7 @@ func redirectAction(rd *gwv1.HTTPRequestRedirectFilter, r spec.GatewayRule) *rou
 	return a
 }
 
-func rewrite(a *routev3.RouteAction, rw *gwv1.HTTPURLRewriteFilter, r spec.GatewayRule) {
+func rewrite(a *routev3.RouteAction, rw *gwv1.HTTPURLRewriteFilter, r gateway.Rule) {
 	if rw.Hostname != nil {
 		a.HostRewriteSpecifier = &routev3.RouteAction_HostRewriteLiteral{HostRewriteLiteral: string(*rw.Hostname)}
 	}
@@ -368,7 +368,7 @@ func rewrite(a *routev3.RouteAction, rw *gwv1.HTTPURLRewriteFilter, r spec.Gatew
 
 // prefixRegexRewrite replaces the matched prefix (with the slashes after
 // it) by rep ending in "/": /strip-prefix/three with rep "/" is /three.
-func prefixRegexRewrite(r spec.GatewayRule, rep string) *matcherv3.RegexMatchAndSubstitute {
+func prefixRegexRewrite(r gateway.Rule, rep string) *matcherv3.RegexMatchAndSubstitute {
 	prefix := "/"
 	if r.HTTP != nil && *r.HTTP.Path.Type == gwv1.PathMatchPathPrefix {
 		prefix = strings.TrimSuffix(*r.HTTP.Path.Value, "/")
@@ -378,7 +378,7 @@ func prefixRegexRewrite(r spec.GatewayRule, rep string) *matcherv3.RegexMatchAnd
 
 // gatewayMatch renders a rule's match; nil when no call of flavour f can
 // match it (gRPC clients: a method other than POST, query parameters).
-func gatewayMatch(r spec.GatewayRule, f Flavor) *routev3.RouteMatch {
+func gatewayMatch(r gateway.Rule, f Flavor) *routev3.RouteMatch {
 	rm := prefixMatch()
 	switch {
 	case r.HTTP != nil:

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
-	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 )
 
 // Gateway TCP and TLS listeners (TCPRoutes and TLSRoutes attached). Each
@@ -50,15 +50,15 @@ const GatewayRefuseCluster = "gateway|refuse"
 func isL4(protocol string) bool { return protocol == "TCP" || protocol == "TLS" }
 
 func (gp gatewayProxyPlan) hasL4() bool {
-	return slices.ContainsFunc(gp.info.Listeners, func(l spec.GatewayListener) bool { return isL4(l.Protocol) })
+	return slices.ContainsFunc(gp.info.Listeners, func(l gateway.Listener) bool { return isL4(l.Protocol) })
 }
 
 // gatewayL4Listener renders the TCP or TLS listeners ls of one port.
-func (b *builder) gatewayL4Listener(gp gatewayProxyPlan, p Proxy, ls []spec.GatewayListener) *listenerv3.Listener {
+func (b *builder) gatewayL4Listener(gp gatewayProxyPlan, p Proxy, ls []gateway.Listener) *listenerv3.Listener {
 	name := GatewayListenerName(gp.info.Gateway, ls[0].Port)
 	l := &listenerv3.Listener{Name: name, Address: socketAddress(p.Address, ls[0].Port), TrafficDirection: corev3.TrafficDirection_INBOUND}
 	if ls[0].Protocol == "TCP" {
-		var rules []spec.GatewayRule
+		var rules []gateway.Rule
 		for _, gl := range ls {
 			for _, h := range gl.Hosts {
 				rules = append(rules, h.Rules...)
@@ -103,9 +103,9 @@ func (b *builder) gatewayL4Listener(gp gatewayProxyPlan, p Proxy, ls []spec.Gate
 
 // bySpecificity orders a port's listeners as the Gateway API picks among
 // them: a precise hostname first, then longer wildcards, then none.
-func bySpecificity(ls []spec.GatewayListener) []spec.GatewayListener {
+func bySpecificity(ls []gateway.Listener) []gateway.Listener {
 	out := slices.Clone(ls)
-	rank := func(l spec.GatewayListener) int {
+	rank := func(l gateway.Listener) int {
 		switch {
 		case l.Hostname == "":
 			return 0
@@ -114,7 +114,7 @@ func bySpecificity(ls []spec.GatewayListener) []spec.GatewayListener {
 		}
 		return 2
 	}
-	slices.SortStableFunc(out, func(a, b spec.GatewayListener) int {
+	slices.SortStableFunc(out, func(a, b gateway.Listener) int {
 		return cmp.Or(cmp.Compare(rank(b), rank(a)), cmp.Compare(len(b.Hostname), len(a.Hostname)), strings.Compare(a.Name, b.Name))
 	})
 	return out
@@ -123,13 +123,13 @@ func bySpecificity(ls []spec.GatewayListener) []spec.GatewayListener {
 // tcpProxy forwards to the first rule of rules in precedence order (the
 // Gateway API: among routes attached alike, the first by namespace and
 // name), weighted among the backends the gateway may reach.
-func (gp gatewayProxyPlan) tcpProxy(statPrefix string, rules []spec.GatewayRule) *tcpproxyv3.TcpProxy {
+func (gp gatewayProxyPlan) tcpProxy(statPrefix string, rules []gateway.Rule) *tcpproxyv3.TcpProxy {
 	tp := &tcpproxyv3.TcpProxy{StatPrefix: statPrefix, ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: GatewayRefuseCluster}}
 	if len(rules) == 0 {
 		return tp
 	}
 	weights := map[mesh.MeshService]uint32{}
-	for _, bk := range spec.SortRules(rules)[0].Backends {
+	for _, bk := range gateway.SortRules(rules)[0].Backends {
 		if _, ok := slices.BinarySearchFunc(gp.allowed, bk.Service, mesh.MeshService.Compare); bk.Valid && bk.Weight > 0 && ok {
 			weights[bk.Service] += uint32(bk.Weight)
 		}

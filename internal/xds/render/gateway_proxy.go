@@ -20,6 +20,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 )
 
 // Ingress gateway proxies (flavour [Gateway]): the Envoy of a machine
@@ -56,7 +57,7 @@ func GatewayListenerName(gw mesh.MeshService, port int) string {
 // gatewayProxyPlan is what a gateway proxy is rendered from: its Gateway and
 // the backends its service account may call.
 type gatewayProxyPlan struct {
-	info    spec.GatewayInfo
+	info    gateway.Info
 	allowed []mesh.MeshService // sorted; each a Service that exists
 }
 
@@ -76,7 +77,7 @@ func planGateway(m Mesh, p Proxy) (gatewayProxyPlan, error) {
 
 // outboundFor is the outbound through which the shared route rendering
 // (gatewayRoute) sees one rule of a gateway listener.
-func (gp gatewayProxyPlan) outboundFor(r spec.GatewayRule) outbound {
+func (gp gatewayProxyPlan) outboundFor(r gateway.Rule) outbound {
 	port := spec.ServicePort{AppProtocol: "http"}
 	if r.Route.Kind == spec.KindGRPCRoute {
 		port.AppProtocol = "grpc"
@@ -85,19 +86,19 @@ func (gp gatewayProxyPlan) outboundFor(r spec.GatewayRule) outbound {
 }
 
 // ports returns the Gateway's ports, each with its listeners.
-func (gp gatewayProxyPlan) ports() [][]spec.GatewayListener {
-	var out [][]spec.GatewayListener
+func (gp gatewayProxyPlan) ports() [][]gateway.Listener {
+	var out [][]gateway.Listener
 	for _, l := range gp.info.Listeners { // sorted by port
 		if n := len(out); n > 0 && out[n-1][0].Port == l.Port {
 			out[n-1] = append(out[n-1], l)
 			continue
 		}
-		out = append(out, []spec.GatewayListener{l})
+		out = append(out, []gateway.Listener{l})
 	}
 	return out
 }
 
-func (gp gatewayProxyPlan) routeName(l spec.GatewayListener) string {
+func (gp gatewayProxyPlan) routeName(l gateway.Listener) string {
 	name := GatewayListenerName(gp.info.Gateway, l.Port)
 	if l.Protocol == "HTTPS" {
 		name += "|" + l.Name
@@ -218,7 +219,7 @@ func gatewayRoutes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 			continue
 		}
 		for _, l := range ls {
-			out = append(out, gp.routeConfig(gp.routeName(l), []spec.GatewayListener{l}))
+			out = append(out, gp.routeConfig(gp.routeName(l), []gateway.Listener{l}))
 		}
 	}
 	sortByName(out, (*routev3.RouteConfiguration).GetName)
@@ -227,16 +228,16 @@ func gatewayRoutes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 
 // routeConfig renders a virtual host per host name of the listeners (the
 // rules of listeners sharing a host name merged, in precedence order).
-func (gp gatewayProxyPlan) routeConfig(name string, ls []spec.GatewayListener) *routev3.RouteConfiguration {
+func (gp gatewayProxyPlan) routeConfig(name string, ls []gateway.Listener) *routev3.RouteConfiguration {
 	rc := &routev3.RouteConfiguration{Name: name}
-	var hosts []spec.GatewayHost
+	var hosts []gateway.Host
 	for _, l := range ls {
 		for _, h := range l.Hosts {
-			if i := slices.IndexFunc(hosts, func(x spec.GatewayHost) bool { return x.Hostname == h.Hostname }); i >= 0 {
+			if i := slices.IndexFunc(hosts, func(x gateway.Host) bool { return x.Hostname == h.Hostname }); i >= 0 {
 				hosts[i].Rules = slices.Concat(hosts[i].Rules, h.Rules)
 				continue
 			}
-			hosts = append(hosts, spec.GatewayHost{Hostname: h.Hostname, Rules: h.Rules})
+			hosts = append(hosts, gateway.Host{Hostname: h.Hostname, Rules: h.Rules})
 		}
 	}
 	for _, h := range hosts {
@@ -244,10 +245,10 @@ func (gp gatewayProxyPlan) routeConfig(name string, ls []spec.GatewayListener) *
 		// A request for this host name also matches the routes of the
 		// wildcards that cover it, after its own (the Gateway API's
 		// precedence: the most specific host name first).
-		rules := spec.SortRules(h.Rules)
+		rules := gateway.SortRules(h.Rules)
 		for _, o := range hosts {
 			if o.Hostname != h.Hostname && hostCovers(o.Hostname, h.Hostname) {
-				rules = append(rules, spec.SortRules(o.Rules)...)
+				rules = append(rules, gateway.SortRules(o.Rules)...)
 			}
 		}
 		for _, r := range rules {
