@@ -208,7 +208,6 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		HandshakeTimeout: cfg.HandshakeTimeout, MaxStreamsPerProxy: cfg.XDSMaxStreamsPerProxy})
 	// A Gateway's Programmed status follows the machines connected as it.
 	gwMachines := xds.NewGatewayMachines(xds.GatewayMachinesOptions{Proxies: xdsServer, Status: xdsCache, Reports: gwReports, Refresher: publisher})
-	sp.SetGatewayMachines(gwMachines)
 	identity := api.NewIdentityRoutes(log.With("component", "identity"), certs, sp, api.IdentityOptions{
 		XDSAddress: xdsFor, Replicas: replicas.List, GatewayReports: gwMachines,
 	})
@@ -216,7 +215,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	admin.Handle("/api/v1/tokens", enroll.NewTokenAdminHandler(log, tokens))
 	admin.Handle("/api/v1/tokens/", enroll.NewTokenAdminHandler(log, tokens))
 	identity.Admin(admin)
-	admin.Handle("/", spechttp.NewHandler(log.With("component", "spec"), sp, spechttp.Options{HasEndpoints: hasEndpoints(cat, host)}))
+	admin.Handle("/", spechttp.NewHandler(log.With("component", "spec"), sp, spechttp.Options{HasEndpoints: hasEndpoints(cat, host), GatewayMachines: gwMachines}))
 	enrollHandler := enroll.NewHandlerWithReplicas(log.With("component", "enroll"), tokens, certs, xdsFor, replicas.List, certificate.ErrNotFound, certificate.ErrRevoked, certificate.ErrExpired, certificate.ErrInvalidCSR)
 	public := append(identity.Public(), api.Route{Pattern: join.Prefix, Handler: join.NewHandler(log.With("component", "join"), certs.RootPEM(), cfg.agentPackageDir(), join.Limits{Downloads: cfg.JoinDownloads, PerClient: cfg.JoinDownloadsPerClient})})
 	for pattern, h := range enrollHandler.Routes() {

@@ -36,8 +36,6 @@ type Snapshot struct {
 	// inbound holds each destination account's []InboundRule, worked out
 	// at the first question (rendering asks several times per proxy).
 	inbound sync.Map
-	// machines, when set, give Gateway status its Programmed conditions.
-	machines *gatewayMachinesRef
 }
 
 // ServiceInfo is a Service with its virtual IP.
@@ -427,12 +425,6 @@ func (s *Snapshot) withStatus(o Object) Object {
 		}
 	}
 	withRouteStatus(s.st, c)
-	if g, ok := c.(*Gateway); ok {
-		if m := s.machines.get(); m != nil {
-			gw := mesh.MeshService{Namespace: g.Metadata.Namespace, Name: g.Metadata.Name}
-			gateway.ProgramStatus(g.Status, gw, m.GatewayMachines(gw))
-		}
-	}
 	return c
 }
 

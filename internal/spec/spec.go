@@ -85,10 +85,6 @@ type Spec struct {
 	subsMu sync.Mutex
 	subs   map[chan struct{}]struct{}
 
-	// machines are the gateway machines' state (SetGatewayMachines),
-	// shared with every snapshot.
-	machines gatewayMachinesRef
-
 	// stored re-validates what is read from the store.
 	stored storedCheck
 }
@@ -101,16 +97,8 @@ func New(ctx context.Context, log *slog.Logger, store Store) (*Spec, error) {
 		return nil, err
 	}
 	s.checkStored(st)
-	s.snap.Store(s.newSnapshot(st, l.Version()))
+	s.snap.Store(newSnapshot(st, l.Version()))
 	return s, nil
-}
-
-// newSnapshot builds a snapshot of st whose Gateway status reads the
-// Spec's gateway machines (SetGatewayMachines) when asked.
-func (s *Spec) newSnapshot(st *state, version uint64) *Snapshot {
-	sn := newSnapshot(st, version)
-	sn.machines = &s.machines
-	return sn
 }
 
 // Snapshot returns the current immutable snapshot.
@@ -200,9 +188,8 @@ func (s *Spec) publishChange(prev, st *state, ver uint64, touched []Key) {
 		var sn *Snapshot
 		if old != nil && prev != nil && old.st == prev && touched != nil {
 			sn = nextSnapshot(old, st, ver, touched)
-			sn.machines = &s.machines
 		} else {
-			sn = s.newSnapshot(st, ver)
+			sn = newSnapshot(st, ver)
 		}
 		if s.snap.CompareAndSwap(old, sn) {
 			break

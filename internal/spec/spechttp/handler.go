@@ -17,8 +17,10 @@ import (
 	"net/http"
 	"strconv"
 
+	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 )
 
 // NewHandler returns the REST API of the mesh specification, rooted at
@@ -53,6 +55,11 @@ type Options struct {
 	// leads to a service nobody serves (see [spec.ApplyOptions]); nil:
 	// no such warnings.
 	HasEndpoints spec.HasEndpoints
+	// GatewayMachines, when set, gives the Gateways served their
+	// Programmed conditions (gateway.ProgramStatus): what the machines
+	// connected as each Gateway did with its configuration. nil: the
+	// status says only that the Gateway was accepted for rendering.
+	GatewayMachines gateway.Machines
 }
 
 type handler struct {
@@ -186,6 +193,7 @@ func (h *handler) list(w http.ResponseWriter, r *http.Request) {
 		if ns != "" && o.Key().Namespace != ns {
 			continue
 		}
+		h.programmed(o)
 		b, err := json.Marshal(o)
 		if err != nil {
 			h.writeError(w, http.StatusInternalServerError, "Internal", err)
@@ -207,7 +215,20 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, http.StatusNotFound, "NotFound", err)
 		return
 	}
+	h.programmed(o)
 	writeJSON(w, http.StatusOK, o)
+}
+
+// programmed sets a Gateway's Programmed conditions from the machines
+// connected as it (o is the snapshot's copy, which the handler may
+// change).
+func (h *handler) programmed(o spec.Object) {
+	g, ok := o.(*spec.Gateway)
+	if !ok || h.opts.GatewayMachines == nil {
+		return
+	}
+	gw := mesh.MeshService{Namespace: g.Metadata.Namespace, Name: g.Metadata.Name}
+	gateway.ProgramStatus(g.Status, gw, h.opts.GatewayMachines.GatewayMachines(gw))
 }
 
 func (h *handler) deleteOne(w http.ResponseWriter, r *http.Request) {

@@ -1,12 +1,17 @@
-package spec
+package spechttp
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"reflect"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/spec/gateway"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
@@ -17,7 +22,7 @@ type fixedMachines []gateway.Machine
 func (f fixedMachines) GatewayMachines(mesh.MeshService) []gateway.Machine { return f }
 
 // TestGatewayProgrammedStatus: the Programmed conditions of a Gateway and
-// its listeners follow the machines connected as it, and a certificate
+// its listeners, as GET and list serve them, follow the machines connected as it, and a certificate
 // problem a machine reports makes that listener's ResolvedRefs False.
 func TestGatewayProgrammedStatus(t *testing.T) {
 	const gw = `apiVersion: gateway.networking.k8s.io/v1
@@ -64,14 +69,26 @@ spec:
 			cond{metav1.ConditionFalse, "InvalidCertificateRef", "machine a: /etc/osm/gateway-tls/default/shop-cert/tls.crt does not exist"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := newTestSpec(t, store.NewMemory())
-			applyYAML(t, s, gw)
-			s.SetGatewayMachines(fixedMachines(tc.machines))
-			o, err := s.Snapshot().Object(Key{Kind: KindGateway, Namespace: "default", Name: "ingress"})
+			s, err := spec.New(t.Context(), discard(), store.NewMemory())
 			if err != nil {
-				t.Fatal("no Gateway")
+				t.Fatalf("New: %v", err)
 			}
-			st := o.(*Gateway).Status
+			srv := httptest.NewServer(NewHandler(discard(), s, Options{GatewayMachines: fixedMachines(tc.machines)}))
+			t.Cleanup(srv.Close)
+			if code, body := do(t, "POST", srv.URL+"/api/v1/spec/apply", "application/yaml", gw); code != http.StatusOK {
+				t.Fatalf("apply: %d %s", code, body)
+			}
+			code, body := do(t, "GET", srv.URL+"/api/v1/spec/gateways/default/ingress", "", "")
+			var g spec.Gateway
+			if err := json.Unmarshal([]byte(body), &g); code != http.StatusOK || err != nil || g.Status == nil {
+				t.Fatalf("GET the Gateway: %d %v %s", code, err, body)
+			}
+			st := g.Status
+			code, body = do(t, "GET", srv.URL+"/api/v1/spec/gateways", "", "")
+			var list struct{ Items []spec.Gateway }
+			if err := json.Unmarshal([]byte(body), &list); code != http.StatusOK || err != nil || len(list.Items) != 1 || !reflect.DeepEqual(list.Items[0].Status, st) {
+				t.Errorf("the list's Gateway status differs from GET's: %d %v %s", code, err, body)
+			}
 			check := func(what string, cs []metav1.Condition, typ string, want cond) {
 				t.Helper()
 				for _, c := range cs {
