@@ -168,8 +168,9 @@ var rules = []rule{
 // package's rule: it holds nothing of the mesh and links into no binary.
 // internal/testwait bounds every test's waits by the test run's deadline,
 // the public SDK's and the plugins' included; internal/testaddr picks the
-// loopback ports of servers tests start in other processes.
-var testSupport = []string{module + "/internal/testwait", module + "/internal/testaddr"}
+// loopback ports of servers tests start in other processes;
+// internal/spec/spectest writes hostile documents (strings only).
+var testSupport = []string{module + "/internal/testwait", module + "/internal/testaddr", module + "/internal/spec/spectest"}
 
 // exempt packages from "..." rules.
 var exempt = map[string][]string{

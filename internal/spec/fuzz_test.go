@@ -1,11 +1,11 @@
 package spec
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
+
+	"github.com/osm-vm/osm-vm/internal/spec/spectest"
 )
 
 // FuzzParse checks that the parser never panics and that every document it
@@ -30,8 +30,8 @@ func FuzzParse(f *testing.F) {
 		"a: &a [*a, *a]\n",
 		"apiVersion: specs.smi-spec.io/v1alpha4\nkind: HTTPRouteGroup\nmetadata: {name: r}\nspec:\n  matches:\n    - {name: m, pathRegex: \"/a(\", headers: {x: \"[\"}}\n",
 		// Alias bombs: refused by their expanded size, not decoded.
-		aliasBomb(4<<10, 80),
-		nestedBomb(3, 1<<10),
+		spectest.AliasBomb(4<<10, 80),
+		spectest.NestedBomb(3, 1<<10),
 		"a: &a [&b [*c], &c [*b]]\n",
 		svcHead + "spec: &s {ports: [{port: 80}], x: *s}\n",
 		"- &x {apiVersion: osm-vm.io/v1alpha1, kind: Service, metadata: {name: a}, spec: {ports: [{port: 1}]}}\n- *x\n",
@@ -65,30 +65,4 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
-}
-
-// aliasBomb is a Service whose annotations repeat one large scalar by
-// alias: a few KiB of YAML that expands to scalar*refs bytes.
-func aliasBomb(scalar, refs int) string {
-	var b strings.Builder
-	b.WriteString("apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata:\n  name: web\n  annotations:\n")
-	fmt.Fprintf(&b, "    a0: &big %q\n", strings.Repeat("x", scalar))
-	for i := 1; i < refs; i++ {
-		fmt.Fprintf(&b, "    a%d: *big\n", i)
-	}
-	b.WriteString("spec: {ports: [{port: 80}]}\n")
-	return b.String()
-}
-
-// nestedBomb is an HTTPRouteGroup whose methods are a tree of aliased
-// lists, depth levels of fan-out 4 above a leaf of leaf bytes: too few
-// nodes for yaml.v3's alias check, leaf*4^depth bytes once expanded.
-func nestedBomb(depth, leaf int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "l0: &l0 %q\n", strings.Repeat("y", leaf))
-	for i := 1; i <= depth; i++ {
-		fmt.Fprintf(&b, "l%d: &l%d [*l%d, *l%d, *l%d, *l%d]\n", i, i, i-1, i-1, i-1, i-1)
-	}
-	fmt.Fprintf(&b, "apiVersion: specs.smi-spec.io/v1alpha4\nkind: HTTPRouteGroup\nmetadata: {name: r}\nspec: {matches: [{name: m, methods: *l%d}]}\n", depth)
-	return b.String()
 }

@@ -117,13 +117,20 @@ func boolParam(r *http.Request, name string) (bool, error) {
 	return b, nil
 }
 
-func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
+// readBatch reads a batch of documents and its dryRun parameter, or
+// answers the error.
+func (h *handler) readBatch(w http.ResponseWriter, r *http.Request) ([]spec.Document, bool, bool) {
 	dry, err := boolParam(r, "dryRun")
 	if err != nil {
 		h.writeError(w, http.StatusBadRequest, "BadRequest", err)
-		return
+		return nil, false, false
 	}
 	docs, ok := h.readDocs(w, r)
+	return docs, dry, ok
+}
+
+func (h *handler) apply(w http.ResponseWriter, r *http.Request) {
+	docs, dry, ok := h.readBatch(w, r)
 	if !ok {
 		return
 	}
@@ -141,12 +148,7 @@ func (h *handler) diff(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *handler) deleteDocs(w http.ResponseWriter, r *http.Request) {
-	dry, err := boolParam(r, "dryRun")
-	if err != nil {
-		h.writeError(w, http.StatusBadRequest, "BadRequest", err)
-		return
-	}
-	docs, ok := h.readDocs(w, r)
+	docs, dry, ok := h.readBatch(w, r)
 	if !ok {
 		return
 	}

@@ -11,33 +11,8 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/spectest"
 )
-
-// aliasBomb is a Service whose annotations repeat one large scalar by
-// alias: a few KiB of YAML that expands to scalar*refs bytes.
-func aliasBomb(scalar, refs int) string {
-	var b strings.Builder
-	b.WriteString("apiVersion: osm-vm.io/v1alpha1\nkind: Service\nmetadata:\n  name: web\n  annotations:\n")
-	fmt.Fprintf(&b, "    a0: &big %q\n", strings.Repeat("x", scalar))
-	for i := 1; i < refs; i++ {
-		fmt.Fprintf(&b, "    a%d: *big\n", i)
-	}
-	b.WriteString("spec: {ports: [{port: 80}]}\n")
-	return b.String()
-}
-
-// nestedBomb is an HTTPRouteGroup whose methods are a tree of aliased
-// lists, depth levels of fan-out 4 above a leaf of leaf bytes: too few
-// nodes for yaml.v3's alias check, leaf*4^depth bytes once expanded.
-func nestedBomb(depth, leaf int) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "l0: &l0 %q\n", strings.Repeat("y", leaf))
-	for i := 1; i <= depth; i++ {
-		fmt.Fprintf(&b, "l%d: &l%d [*l%d, *l%d, *l%d, *l%d]\n", i, i, i-1, i-1, i-1, i-1)
-	}
-	fmt.Fprintf(&b, "apiVersion: specs.smi-spec.io/v1alpha4\nkind: HTTPRouteGroup\nmetadata: {name: r}\nspec: {matches: [{name: m, methods: *l%d}]}\n", depth)
-	return b.String()
-}
 
 // listBomb is a List of Services that each stay under the document limit
 // but that together expand far beyond the request's.
@@ -58,11 +33,11 @@ func TestApplyRefusesAliasBombs(t *testing.T) {
 		name, body string
 		want       meshapi.FieldError
 	}{
-		{"large scalar repeated", aliasBomb(64<<10, 200), meshapi.FieldError{
+		{"large scalar repeated", spectest.AliasBomb(64<<10, 200), meshapi.FieldError{
 			Document: "Service default/web (bomb.yaml document 1, line 1)",
 			Message:  "more than 256 KiB with YAML aliases expanded, over the limit of 256 KiB per document: split it into smaller documents",
 		}},
-		{"nested aliases", nestedBomb(4, 4<<10), meshapi.FieldError{
+		{"nested aliases", spectest.NestedBomb(4, 4<<10), meshapi.FieldError{
 			Document: "HTTPRouteGroup default/r (bomb.yaml document 1, line 1)",
 			Message:  "more than 256 KiB with YAML aliases expanded, over the limit of 256 KiB per document: split it into smaller documents",
 		}},
