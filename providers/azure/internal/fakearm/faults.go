@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	azfake "github.com/Azure/azure-sdk-for-go/sdk/azcore/fake"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
 )
 
@@ -83,6 +84,25 @@ func (m *Model) begin(op string) (Fixture, *fault) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.fx.clone(), m.takeFaultLocked(op)
+}
+
+// beginList begins a list request for op, answering resp itself when
+// the request fails: with the fault set for op, or ResourceGroupNotFound
+// when a resourceGroup given does not exist. It returns the fixture to
+// list from and whether to list.
+func beginList[R any](m *Model, resp *azfake.PagerResponder[R], op string, resourceGroup ...string) (Fixture, bool) {
+	fx, f := m.begin(op)
+	if f != nil {
+		resp.AddResponseError(f.status, f.code)
+		return fx, false
+	}
+	for _, rg := range resourceGroup {
+		if !rgExists(fx, rg) {
+			resp.AddResponseError(http.StatusNotFound, "ResourceGroupNotFound")
+			return fx, false
+		}
+	}
+	return fx, true
 }
 
 // count counts a request (a page of a list counts as one).

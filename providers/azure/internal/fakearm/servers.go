@@ -38,13 +38,8 @@ func (m *Model) computeServers() *computefake.ServerFactory {
 	return &computefake.ServerFactory{
 		VirtualMachineScaleSetsServer: computefake.VirtualMachineScaleSetsServer{
 			NewListPager: func(rg string, _ *armcompute.VirtualMachineScaleSetsClientListOptions) (resp azfake.PagerResponder[armcompute.VirtualMachineScaleSetsClientListResponse]) {
-				fx, f := m.begin(OpListScaleSets)
-				if f != nil {
-					resp.AddResponseError(f.status, f.code)
-					return resp
-				}
-				if !rgExists(fx, rg) {
-					resp.AddResponseError(http.StatusNotFound, "ResourceGroupNotFound")
+				fx, ok := beginList(m, &resp, OpListScaleSets, rg)
+				if !ok {
 					return resp
 				}
 				var items []*armcompute.VirtualMachineScaleSet
@@ -59,9 +54,8 @@ func (m *Model) computeServers() *computefake.ServerFactory {
 				return resp
 			},
 			NewListAllPager: func(*armcompute.VirtualMachineScaleSetsClientListAllOptions) (resp azfake.PagerResponder[armcompute.VirtualMachineScaleSetsClientListAllResponse]) {
-				fx, f := m.begin(OpListAllScaleSets)
-				if f != nil {
-					resp.AddResponseError(f.status, f.code)
+				fx, ok := beginList(m, &resp, OpListAllScaleSets)
+				if !ok {
 					return resp
 				}
 				var items []*armcompute.VirtualMachineScaleSet
@@ -76,9 +70,8 @@ func (m *Model) computeServers() *computefake.ServerFactory {
 		},
 		VirtualMachineScaleSetVMsServer: computefake.VirtualMachineScaleSetVMsServer{
 			NewListPager: func(rg, name string, opts *armcompute.VirtualMachineScaleSetVMsClientListOptions) (resp azfake.PagerResponder[armcompute.VirtualMachineScaleSetVMsClientListResponse]) {
-				fx, f := m.begin(OpListScaleSetVMs)
-				if f != nil {
-					resp.AddResponseError(f.status, f.code)
+				fx, ok := beginList(m, &resp, OpListScaleSetVMs)
+				if !ok {
 					return resp
 				}
 				ss, ok := findScaleSet(fx, rg, name)
@@ -113,13 +106,8 @@ func (m *Model) computeServers() *computefake.ServerFactory {
 		},
 		VirtualMachinesServer: computefake.VirtualMachinesServer{
 			NewListPager: func(rg string, opts *armcompute.VirtualMachinesClientListOptions) (resp azfake.PagerResponder[armcompute.VirtualMachinesClientListResponse]) {
-				fx, f := m.begin(OpListVMs)
-				if f != nil {
-					resp.AddResponseError(f.status, f.code)
-					return resp
-				}
-				if !rgExists(fx, rg) {
-					resp.AddResponseError(http.StatusNotFound, "ResourceGroupNotFound")
+				fx, ok := beginList(m, &resp, OpListVMs, rg)
+				if !ok {
 					return resp
 				}
 				scaleSet, expand, ok := listVMOptions(opts)
@@ -134,9 +122,8 @@ func (m *Model) computeServers() *computefake.ServerFactory {
 				return resp
 			},
 			NewListAllPager: func(opts *armcompute.VirtualMachinesClientListAllOptions) (resp azfake.PagerResponder[armcompute.VirtualMachinesClientListAllResponse]) {
-				fx, f := m.begin(OpListAllVMs)
-				if f != nil {
-					resp.AddResponseError(f.status, f.code)
+				fx, ok := beginList(m, &resp, OpListAllVMs)
+				if !ok {
 					return resp
 				}
 				var lo *armcompute.VirtualMachinesClientListOptions
@@ -202,13 +189,8 @@ func (m *Model) networkServers() *networkfake.ServerFactory {
 	return &networkfake.ServerFactory{
 		InterfacesServer: networkfake.InterfacesServer{
 			NewListPager: func(rg string, _ *armnetwork.InterfacesClientListOptions) (resp azfake.PagerResponder[armnetwork.InterfacesClientListResponse]) {
-				fx, f := m.begin(OpListNICs)
-				if f != nil {
-					resp.AddResponseError(f.status, f.code)
-					return resp
-				}
-				if !rgExists(fx, rg) {
-					resp.AddResponseError(http.StatusNotFound, "ResourceGroupNotFound")
+				fx, ok := beginList(m, &resp, OpListNICs, rg)
+				if !ok {
 					return resp
 				}
 				addPages(&resp, fx, m.rgNICs(fx, rg), func(v []*armnetwork.Interface) armnetwork.InterfacesClientListResponse {
@@ -217,9 +199,8 @@ func (m *Model) networkServers() *networkfake.ServerFactory {
 				return resp
 			},
 			NewListAllPager: func(*armnetwork.InterfacesClientListAllOptions) (resp azfake.PagerResponder[armnetwork.InterfacesClientListAllResponse]) {
-				fx, f := m.begin(OpListAllNICs)
-				if f != nil {
-					resp.AddResponseError(f.status, f.code)
+				fx, ok := beginList(m, &resp, OpListAllNICs)
+				if !ok {
 					return resp
 				}
 				addPages(&resp, fx, m.rgNICs(fx, ""), func(v []*armnetwork.Interface) armnetwork.InterfacesClientListAllResponse {
@@ -228,9 +209,8 @@ func (m *Model) networkServers() *networkfake.ServerFactory {
 				return resp
 			},
 			NewListVirtualMachineScaleSetNetworkInterfacesPager: func(rg, name string, _ *armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesOptions) (resp azfake.PagerResponder[armnetwork.InterfacesClientListVirtualMachineScaleSetNetworkInterfacesResponse]) {
-				fx, f := m.begin(OpListScaleSetNICs)
-				if f != nil {
-					resp.AddResponseError(f.status, f.code)
+				fx, ok := beginList(m, &resp, OpListScaleSetNICs)
+				if !ok {
 					return resp
 				}
 				ss, ok := findScaleSet(fx, rg, name)
