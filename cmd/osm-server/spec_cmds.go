@@ -245,10 +245,11 @@ func newGetCmd() *cobra.Command {
 		Short: "List mesh services and policies",
 		Long: `List documents of a kind: services, policies (TrafficTargets, HTTPRouteGroups,
 TCPRoutes, TrafficSplits, EgressGateways, Egresses, ReferenceGrants, Gateways, HTTPRoutes,
-GRPCRoutes and TLSRoutes), traffictargets, httproutegroups, tcproutes (SMI's
-and the Gateway API's), trafficsplits,
+GRPCRoutes, TLSRoutes, UpstreamTrafficSettings, Retries and BackendTrafficPolicies),
+traffictargets, httproutegroups, tcproutes (SMI's and the Gateway API's), trafficsplits,
 egressgateways, egresses, referencegrants, gateways,
-httproutes, grpcroutes, tlsroutes, meshconfigs or all. A Service's status.vip is its
+httproutes, grpcroutes, tlsroutes, upstreamtrafficsettings, retries,
+backendtrafficpolicies, meshconfigs or all. A Service's status.vip is its
 virtual IP, reachable as <service>.<namespace>.mesh on every VM; a route's
 status has Accepted and ResolvedRefs per parentRef.`,
 		Args: cobra.RangeArgs(1, 2),

@@ -203,3 +203,100 @@ func TestApplyCommandErrors(t *testing.T) {
 		t.Errorf("apply with a wrong token: %v, want the server's 401", err)
 	}
 }
+
+// A file written for OSM with its failure-handling policies applies with
+// `osm-server apply -f`, and `get` lists them by kind and as policies.
+func TestApplyGetResiliencePolicies(t *testing.T) {
+	srv := newSpecTestServer(t)
+	file := filepath.Join(t.TempDir(), "osm.yaml")
+	osm := `apiVersion: v1
+kind: Service
+metadata: {name: httpbin, namespace: httpbin}
+spec:
+  ports: [{name: http, port: 14001}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: curl, namespace: curl}
+spec:
+  ports: [{name: http, port: 80}]
+---
+apiVersion: policy.openservicemesh.io/v1alpha1
+kind: UpstreamTrafficSetting
+metadata:
+  name: httpbin
+  namespace: httpbin
+spec:
+  host: httpbin.httpbin.svc.cluster.local
+  connectionSettings:
+    tcp:
+      maxConnections: 1
+    http:
+      maxPendingRequests: 1
+      maxRequestsPerConnection: 1
+---
+kind: Retry
+apiVersion: policy.openservicemesh.io/v1alpha1
+metadata:
+  name: retry
+  namespace: curl
+spec:
+  source:
+    kind: ServiceAccount
+    name: curl
+    namespace: curl
+  destinations:
+  - kind: Service
+    name: httpbin
+    namespace: httpbin
+  retryPolicy:
+    retryOn: "5xx"
+    perTryTimeout: 1s
+    numRetries: 5
+    retryBackoffBaseInterval: 1s
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: httpbin, namespace: httpbin}
+spec:
+  targetRefs: [{group: "", kind: Service, name: httpbin}]
+  outlierDetection: {consecutiveGatewayErrors: 3}
+`
+	if err := os.WriteFile(file, []byte(osm), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := runCmd(t, srv, "", newApplyCmd, "-f", file)
+	if err != nil {
+		t.Fatalf("apply: %v\n%s", err, stderr)
+	}
+	want := `service/httpbin -n httpbin created
+service/curl -n curl created
+upstreamtrafficsetting/httpbin -n httpbin created
+retry/retry -n curl created
+backendtrafficpolicy/httpbin -n httpbin created
+`
+	if diff := cmp.Diff(want, out); diff != "" || stderr != "" {
+		t.Errorf("apply output (-want +got):\n%s\nstderr: %s", diff, stderr)
+	}
+	for _, tc := range []struct{ kind, want string }{
+		{"upstreamtrafficsettings", "KIND                     NAMESPACE   NAME\nUpstreamTrafficSetting   httpbin     httpbin\n"},
+		{"retries", "KIND    NAMESPACE   NAME\nRetry   curl        retry\n"},
+		{"backendtrafficpolicies", "KIND                   NAMESPACE   NAME\nBackendTrafficPolicy   httpbin     httpbin\n"},
+		{"policies", "KIND                     NAMESPACE   NAME\nUpstreamTrafficSetting   httpbin     httpbin\nRetry                    curl        retry\nBackendTrafficPolicy     httpbin     httpbin\n"},
+	} {
+		out, _, err := runCmd(t, srv, "", newGetCmd, tc.kind)
+		if err != nil {
+			t.Fatalf("get %s: %v", tc.kind, err)
+		}
+		if diff := cmp.Diff(tc.want, out); diff != "" {
+			t.Errorf("get %s (-want +got):\n%s", tc.kind, diff)
+		}
+	}
+	out, _, err = runCmd(t, srv, "", newGetCmd, "retries", "retry", "-n", "curl", "-o", "yaml")
+	if err != nil {
+		t.Fatalf("get retry -o yaml: %v", err)
+	}
+	if !strings.Contains(out, "retryBackoffBaseInterval: 1s") || !strings.Contains(out, "apiVersion: policy.openservicemesh.io/v1alpha1") {
+		t.Errorf("get retry -o yaml:\n%s\nwant OSM's fields as applied", out)
+	}
+}

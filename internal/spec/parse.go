@@ -330,6 +330,8 @@ func jsonTypeName(t reflect.Type) string {
 	switch t.Kind() {
 	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint16:
 		return "whole number"
+	case reflect.Float64:
+		return "number"
 	case reflect.String:
 		return "string"
 	case reflect.Bool:
@@ -387,6 +389,12 @@ func unknownFields(v any, t reflect.Type, path string) []unknownField {
 			return []unknownField{{path, fmt.Sprintf("got %s, want a whole number", describeValue(v))}}
 		}
 		return nil
+	case reflect.Float64:
+		switch v.(type) {
+		case int, float64:
+			return nil
+		}
+		return []unknownField{{path, fmt.Sprintf("got %s, want a number", describeValue(v))}}
 	case reflect.String:
 		if _, ok := v.(string); !ok {
 			return []unknownField{{path, fmt.Sprintf("got %s, want a string (quote it)", describeValue(v))}}

@@ -14,6 +14,7 @@ func checkReferences(v *validator, st *state, obj Object) {
 		w.applyWarnings(v)
 	}
 	gatewayReferences(v, st, obj)
+	resilienceReferences(v, st, obj)
 	checkGatewayNames(v, st, obj)
 	switch o := obj.(type) {
 	case *Egress:

@@ -33,6 +33,10 @@ type Snapshot struct {
 	splitRoot   map[mesh.MeshService]Key                      // the first TrafficSplit of each root
 	pairs       map[[2]mesh.ServiceAccount]bool               // {source, destination} some TrafficTarget allows
 	gateway     *gateway.Index                                // Gateway API routes and Gateways
+	resilience  *resilienceIndex                              // failure-handling policies
+	// resilienceCache holds this snapshot's answers of ServiceResilience
+	// and CallResilience.
+	resilienceCache resilienceCache
 	// inbound holds each destination account's []InboundRule, worked out
 	// at the first question (rendering asks several times per proxy).
 	inbound sync.Map
@@ -78,6 +82,7 @@ func newSnapshot(st *state, version uint64) *Snapshot {
 		}
 	}
 	s.gateway = s.gatewayIndex()
+	s.resilience = newResilienceIndex(st, s.keys, s.config)
 	for _, k := range s.keys {
 		info, ok := serviceInfoOf(st, k)
 		if !ok {
@@ -454,7 +459,8 @@ func nextSnapshot(prev *Snapshot, st *state, version uint64, touched []Key) *Sna
 		keys:     mergeSorted(prev.keys, func(k Key) bool { return changed[k] }, added, Key.compare),
 		services: maps.Clone(prev.services),
 		ttByDest: prev.ttByDest, dstBySource: prev.dstBySource, splits: prev.splits, splitRoot: prev.splitRoot, pairs: prev.pairs,
-		byAccount: maps.Clone(prev.byAccount),
+		resilience: prev.resilience,
+		byAccount:  maps.Clone(prev.byAccount),
 	}
 	s.gateway = s.gatewayIndex()
 	var infos []ServiceInfo

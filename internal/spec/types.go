@@ -2,8 +2,9 @@
 // and Kubernetes v1), the SMI policies (TrafficTarget, HTTPRouteGroup,
 // TCPRoute, TrafficSplit), Egress and EgressGateway, the Gateway API
 // kinds (Gateway, HTTPRoute, GRPCRoute, TCPRoute, TLSRoute,
-// ReferenceGrant) with their route and Gateway status, and the MeshConfig
-// singleton. It parses and strictly validates YAML or JSON documents,
+// ReferenceGrant) with their route and Gateway status, the failure
+// handling policies (OSM's UpstreamTrafficSetting and Retry, and
+// BackendTrafficPolicy), and the MeshConfig singleton. It parses and strictly validates YAML or JSON documents,
 // applies batches atomically, allocates each Service a stable virtual IP,
 // and publishes immutable, versioned Snapshots that the catalog and the
 // xDS layer query.
@@ -22,6 +23,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/osm-vm/osm-vm/internal/spec/resilience"
 )
 
 // API versions and kinds this package accepts.
@@ -65,7 +68,7 @@ var kinds = slices.Concat([]kindInfo{
 	{KindTrafficSplit, APIVersionSplit, "trafficsplits", true, func() Object { return &TrafficSplit{} }},
 	{KindEgressGateway, APIVersionOSM, "egressgateways", true, func() Object { return &EgressGateway{} }},
 	{KindEgress, APIVersionOSM, "egresses", true, func() Object { return &Egress{} }},
-}, gatewayKinds, gatewayL4Kinds)
+}, gatewayKinds, gatewayL4Kinds, resilienceKinds)
 
 func lookupKind(kind string) (kindInfo, bool) {
 	for _, k := range kinds {
@@ -89,7 +92,7 @@ func kindOrder(kind string) int {
 }
 
 // PolicyKinds are the kinds `get policies` lists.
-var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindEgressGateway, KindEgress, KindReferenceGrant, KindGateway, KindHTTPRoute, KindGRPCRoute, KindTLSRoute}
+var policyKinds = []string{KindTrafficTarget, KindHTTPRouteGroup, KindTCPRoute, KindTrafficSplit, KindEgressGateway, KindEgress, KindReferenceGrant, KindGateway, KindHTTPRoute, KindGRPCRoute, KindTLSRoute, KindUpstreamTrafficSetting, KindRetry, KindBackendTrafficPolicy}
 
 // ResolveKinds maps a kind as typed by a user ("services", "service",
 // "Service", "svc", "policies", "all") to the kinds it names.
@@ -370,6 +373,10 @@ type MeshConfigSpec struct {
 	Endpoints   EndpointsConfig   `json:"endpoints"`
 	// Egress allows Egresses to reach internal names and addresses.
 	Egress EgressConfig `json:"egress,omitzero"`
+	// Resilience holds the failure handling every call gets unless a
+	// policy says otherwise (nil: the built-in defaults, see package
+	// resilience).
+	Resilience *resilience.Defaults `json:"resilience,omitempty"`
 }
 
 // TrafficConfig holds traffic settings.

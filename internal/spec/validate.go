@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/spec/resilience"
 )
 
 var appProtocols = []string{"http", "tcp", "grpc"}
@@ -215,6 +216,7 @@ func (c *MeshConfig) validate(v *validator) {
 		v.errorf("spec.outbound.vipRange", "%q has host bits set: write %s", c.Spec.Outbound.VIPRange, p.Masked())
 	}
 	validateEgressConfig(v, c.Spec.Egress)
+	resilience.ValidateDefaults(v, "spec.resilience", c.Spec.Resilience)
 	for _, l := range []struct {
 		field, example string
 		d              Duration

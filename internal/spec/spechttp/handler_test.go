@@ -94,7 +94,7 @@ func TestHandler(t *testing.T) {
 		{"get meshconfig", "GET", "/meshconfigs/mesh", "", "", 200, `"vipRange": "127.77.0.0/16"`},
 		{"list policies", "GET", "/policies", "", "", 200, `"kind": "TrafficSplit"`},
 		{"list all", "GET", "", "", "", 200, `"kind": "MeshConfig"`},
-		{"unknown kind", "GET", "/servics", "", "", 404, `unknown kind \"servics\": want one of all, policies, meshconfigs, services, httproutegroups, tcproutes, traffictargets, trafficsplits, egressgateways, egresses, gateways, referencegrants, httproutes, grpcroutes, tlsroutes (did you mean \"services\"?)`},
+		{"unknown kind", "GET", "/servics", "", "", 404, `unknown kind \"servics\": want one of all, policies, meshconfigs, services, httproutegroups, tcproutes, traffictargets, trafficsplits, egressgateways, egresses, gateways, referencegrants, httproutes, grpcroutes, tlsroutes, upstreamtrafficsettings, retries, backendtrafficpolicies (did you mean \"services\"?)`},
 		{"get missing", "GET", "/services/default/bookstor", "", "", 404, `"error": "Service default/bookstor does not exist (did you mean \"bookstore\"?)"`},
 		{"apply invalid lists all errors", "POST", "/apply?source=bad.yaml", "application/yaml",
 			svcHead + "spec: {ports: [{port: 0, appProtocol: udp}]}\n", 400,
