@@ -24,7 +24,7 @@ type Options struct {
 	// Settings are what Apply applied.
 	Settings Settings
 	// Load reads the server's arrivals (the xDS server's); nil runs no
-	// governor.
+	// governor, and the idle collector then reads allocation only.
 	Load func() Load
 	// IdleCollection runs the idle collector (config idleCollection),
 	// unless the collector is off.
@@ -45,7 +45,7 @@ func New(log *slog.Logger, opts Options) *Tuner {
 		t.gov = newGCGovernor(log, opts.Settings, opts.Load)
 	}
 	if opts.IdleCollection && opts.Settings.GCPercent >= 0 {
-		t.idle = newIdleCollector(log)
+		t.idle = newIdleCollector(log, opts.Load)
 	}
 	return t
 }

@@ -48,6 +48,11 @@ type gcSample struct {
 	cycles uint64 // collections completed since the process started
 	live   uint64 // bytes the last collection marked live
 	goal   uint64 // the heap size at which the current cycle is meant to end
+	// connecting: connections arrived since the last tick or handshakes
+	// are in flight. A lull in a fleet's reconnecting is not idle: the
+	// storm goes on, the governor has raised the target for it, and a
+	// collection then (its heap is the largest) is paid in the storm.
+	connecting bool
 }
 
 // trigger is the lowest heap size at which the runtime may start the next
@@ -85,13 +90,20 @@ type idleCollector struct {
 	next   int // where in bursts the next goes
 }
 
-func newIdleCollector(log *slog.Logger) *idleCollector {
-	return &idleCollector{log: log, read: newGCSampler(), collect: runtime.GC}
+// newIdleCollector reads the runtime and, when load is not nil, the
+// server's connections (see gcSample.connecting).
+func newIdleCollector(log *slog.Logger, load func() Load) *idleCollector {
+	return &idleCollector{log: log, read: newGCSampler(load), collect: runtime.GC}
 }
 
 // newGCSampler returns a function that reads a gcSample from
-// runtime/metrics.
-func newGCSampler() func() gcSample {
+// runtime/metrics and load (nil: never connecting).
+func newGCSampler(load func() Load) func() gcSample {
+	var arrived uint64
+	if load != nil {
+		l := load()
+		arrived = l.Accepted + l.Opened
+	}
 	s := []metrics.Sample{
 		{Name: "/gc/heap/allocs:bytes"},
 		{Name: "/gc/cycles/total:gc-cycles"},
@@ -100,12 +112,18 @@ func newGCSampler() func() gcSample {
 	}
 	return func() gcSample {
 		metrics.Read(s)
-		return gcSample{
+		g := gcSample{
 			allocs: s[0].Value.Uint64(),
 			cycles: s[1].Value.Uint64(),
 			live:   s[2].Value.Uint64(),
 			goal:   s[3].Value.Uint64(),
 		}
+		if load != nil {
+			l := load()
+			g.connecting = l.Accepted+l.Opened != arrived || l.Handshaking > 0
+			arrived = l.Accepted + l.Opened
+		}
+		return g
 	}
 }
 
@@ -116,7 +134,8 @@ func (c *idleCollector) observe(s gcSample) {
 }
 
 // step takes a tick's sample and reports whether to collect now: the
-// tick is idle, the one before it was busy, and the heap plus
+// tick is idle (it allocated little and no connection arrived or is in
+// its handshake), the one before it was busy, and the heap plus
 // idleBurstMargin times the largest recent burst reaches the next cycle's
 // earliest trigger. heap is the heap's estimated size and expected what
 // the next burst is expected to allocate, both 0 unless a burst just
@@ -127,7 +146,7 @@ func (c *idleCollector) step(s gcSample) (collect bool, heap, expected uint64) {
 	if s.cycles != prev.cycles {
 		c.atCycle = prev.allocs // the cycle ended during the tick
 	}
-	if s.allocs-prev.allocs >= idleAlloc {
+	if s.allocs-prev.allocs >= idleAlloc || s.connecting {
 		if !c.busy {
 			c.busy, c.start = true, prev
 		}
