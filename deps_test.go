@@ -154,6 +154,12 @@ var rules = []rule{
 		why: "a leaf of the harness"},
 	{pkg: module + "/bench/tails", forbid: []string{module + "/..."}, allow: []string{module + "/bench/tails"},
 		why: "a leaf of the harness"},
+	{pkg: module + "/internal/testrig/...", forbid: []string{module + "/..."}, allow: []string{module + "/internal/testrig"},
+		why: "the resilience rig's backend and callers are ordinary gRPC programs: of osm-vm they link nothing, and tests reach them through their processes"},
+	{pkg: module + "/...", forbid: []string{module + "/internal/testrig/..."},
+		why:       "the resilience rig is test support: no product package links it",
+		testAllow: []string{module + "/internal/testrig"},
+		testWhy:   "the resilience tests drive the rig's processes with its control client and its caller driver"},
 	{pkg: "...", forbid: []string{"k8s.io/client-go/..."}, allow: []string{},
 		why: "only providers/kubernetes may import client-go"},
 	{pkg: "...", forbid: []string{"github.com/Azure/azure-sdk-for-go/..."},
@@ -181,6 +187,7 @@ var exempt = map[string][]string{
 	"github.com/hashicorp/consul/...":                      {module + "/providers/consul/..."},
 	"golang.org/x/exp/trace":                               {module + "/bench/..."},
 	"github.com/envoyproxy/go-control-plane/pkg/server/v3": {module + "/bench/..."},
+	module + "/internal/testrig/...":                       {module + "/internal/testrig/..."},
 }
 
 var bannedNames = []string{"utils", "util", "common", "types", "constants", "models", "helpers"}
