@@ -41,7 +41,7 @@ func TestPolyglotGatewayAPI(t *testing.T) {
 			}
 		}
 	})
-	p.serve("bookstore", "./examples/bookstore/bookstore")
+	p.serve(bookstoreEndpoints(false), "bookstore", "./examples/bookstore/bookstore")
 	out := p.admin("apply", "-f", "../examples/bookstore/gateway-api/mesh.yaml")
 	t.Logf("apply:\n%s", out)
 

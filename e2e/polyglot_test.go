@@ -177,8 +177,9 @@ func (p *polyglot) admin(args ...string) string {
 
 // serve builds osm-server, the static provider, osm-agent and the extra
 // binaries (name, package pairs), and runs osm-server with the static
-// provider reading the file endpoints writes, until the test ends.
-func (p *polyglot) serve(extra ...string) {
+// provider reading the file writeEndpoints writes (first with endpoints),
+// until the test ends.
+func (p *polyglot) serve(endpoints string, extra ...string) {
 	p.t.Helper()
 	pkgs := map[string]string{"osm-server": "./cmd/osm-server", "osm-provider-static": "./providers/static", "osm-agent": "./cmd/osm-agent"}
 	for i := 0; i+1 < len(extra); i += 2 {
@@ -195,7 +196,7 @@ func (p *polyglot) serve(extra ...string) {
 	xds := freeAddr(p.t)
 	p.debug = freeAddr(p.t)
 	p.serverDir = filepath.Join(p.dir, "server")
-	p.endpoints(false)
+	p.writeEndpoints(endpoints)
 	config := fmt.Sprintf("dataDir: %s\npluginDir: %s\ndebugAddress: %s\napiAddress: %s\nxdsAddress: %s\nproviders:\n  - {name: onprem, plugin: osm-provider-static, config: {file: %s}}\n",
 		p.serverDir, p.bin, p.debug, p.api, xds, filepath.Join(p.dir, "endpoints.yaml"))
 	os.WriteFile(filepath.Join(p.dir, "server.yaml"), []byte(config), 0o600)
@@ -209,9 +210,14 @@ func (p *polyglot) serve(extra ...string) {
 // given) go to the log named name.
 func (p *polyglot) start(name string, env []string, stdout io.Writer, path string, args ...string) {
 	p.t.Helper()
+	p.startCmd(name, env, stdout, exec.Command(path, args...))
+}
+
+// startCmd is start for a command made by the caller (with its stdin).
+func (p *polyglot) startCmd(name string, env []string, stdout io.Writer, cmd *exec.Cmd) {
+	p.t.Helper()
 	log := &testlog.Buffer{}
 	p.logs[name] = log
-	cmd := exec.Command(path, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stderr = log
 	cmd.Stdout = log
@@ -268,11 +274,16 @@ func waitFile(t *testing.T, path string, log *testlog.Buffer) {
 	waitLog(t, path, log, func(string) bool { _, err := os.Stat(path); return err == nil })
 }
 
-// endpoints writes the static provider's file; extraV1 adds a second
-// bookstore-v1 machine, 127.0.30.6, and gone names the backends
-// (bookstore-v1, bookstore-v2) left without their machines.
+// endpoints writes the static provider's file of the bookstore; extraV1
+// adds a second bookstore-v1 machine, 127.0.30.6, and gone names the
+// backends (bookstore-v1, bookstore-v2) left without their machines.
 func (p *polyglot) endpoints(extraV1 bool, gone ...string) {
 	p.t.Helper()
+	p.writeEndpoints(bookstoreEndpoints(extraV1, gone...))
+}
+
+// bookstoreEndpoints is the static provider's file of endpoints.
+func bookstoreEndpoints(extraV1 bool, gone ...string) string {
 	v1 := "[{ip: 127.0.30.3, port: 14001, labels: {version: v1}}"
 	if extraV1 {
 		v1 += ", {ip: 127.0.30.6, port: 14001, labels: {version: v1}}"
@@ -293,6 +304,12 @@ func (p *polyglot) endpoints(extraV1 bool, gone ...string) {
 		"  - {name: bookstore, namespace: default, endpoints: [{ip: 127.0.30.3, port: 14001}, {ip: 127.0.30.4, port: 14001}]}\n" +
 		"  - {name: bookstore-v1, namespace: default, endpoints: " + v1 + "}\n" +
 		"  - {name: bookstore-v2, namespace: default, endpoints: " + v2 + "}\n"
+	return doc
+}
+
+// writeEndpoints replaces the static provider's file with doc.
+func (p *polyglot) writeEndpoints(doc string) {
+	p.t.Helper()
 	path := filepath.Join(p.dir, "endpoints.yaml")
 	if err := os.WriteFile(path+".tmp", []byte(doc), 0o644); err != nil {
 		p.t.Fatal(err)
@@ -352,7 +369,7 @@ func TestPolyglotProxyless(t *testing.T) {
 			}
 		}
 	})
-	p.serve("bookthief", "./examples/bookstore/bookthief")
+	p.serve(bookstoreEndpoints(false), "bookthief", "./examples/bookstore/bookthief")
 	applied := p.admin("apply", "-f", "../examples/bookstore/mesh.yaml", "-f", "../examples/bookstore/grpc.yaml")
 	// No machine serves bookwarehouse here: apply says so, naming the
 	// TrafficTarget that leads to it.
@@ -563,8 +580,10 @@ type debugProxy struct {
 	NodeID  string
 	Service struct{ Name string }
 	Types   []struct {
-		TypeURL string
-		NACK    json.RawMessage
+		TypeURL                string
+		Published, Sent, ACKed string
+		SentAt                 time.Time
+		NACK                   json.RawMessage
 	}
 }
 
