@@ -19,6 +19,9 @@ import (
 	"github.com/osm-vm/osm-vm/internal/spec"
 )
 
+// connectTimeout is the connect timeout of the clusters no
+// failure-handling policy governs: the local application's (loopback),
+// egress and gateway clusters.
 const connectTimeout = time.Second
 
 // Clusters returns the proxy's clusters, sorted by name: an EDS cluster per
@@ -70,7 +73,7 @@ func clusters(m Mesh, p Proxy, encode bool, enc []Encoded) ([]*clusterv3.Cluster
 			}
 		}
 		out = append(out, memoised(m, b, memoKey{kind: memoCluster, svc: svc, flavor: p.Flavor}, func() *clusterv3.Cluster {
-			return b.edsCluster(m, info, p.Flavor)
+			return b.edsCluster(m, info, p.Flavor, clusterPolicyOf(m.Spec().ServiceResilience(svc), p.Flavor))
 		}))
 	}
 	if p.Flavor == Envoy {
@@ -92,7 +95,9 @@ func clusters(m Mesh, p Proxy, encode bool, enc []Encoded) ([]*clusterv3.Cluster
 	return out, enc, nil
 }
 
-func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor) *clusterv3.Cluster {
+// edsCluster is the cluster of calls to info's service, with its
+// failure-handling policy pol (see resilience.go).
+func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor, pol clusterPolicy) *clusterv3.Cluster {
 	eds := EDSName(info.Service)
 	c := &clusterv3.Cluster{
 		Name:                 clusterName(eds, f),
@@ -108,14 +113,13 @@ func (b *builder) edsCluster(m Mesh, info spec.ServiceInfo, f Flavor) *clusterv3
 	if eds != c.Name {
 		c.EdsClusterConfig.ServiceName = eds
 	}
-	if f == Envoy {
-		c.ConnectTimeout = durationpb.New(connectTimeout)
-	}
+	pol.apply(c, f)
 	if f == Envoy && hasHTTP(info) {
 		// The upstream is an Envoy inbound listener that speaks HTTP/1.1
 		// and HTTP/2; ALPN picks, so gRPC keeps HTTP/2 end to end.
 		c.TypedExtensionProtocolOptions = map[string]*anypb.Any{httpProtocolOpts: b.any(&httpv3.HttpProtocolOptions{
-			UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_AutoConfig{AutoConfig: &httpv3.HttpProtocolOptions_AutoHttpConfig{}},
+			CommonHttpProtocolOptions: pol.commonHTTPOptions(),
+			UpstreamProtocolOptions:   &httpv3.HttpProtocolOptions_AutoConfig{AutoConfig: &httpv3.HttpProtocolOptions_AutoHttpConfig{}},
 		})}
 	}
 	return c

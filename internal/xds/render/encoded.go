@@ -23,6 +23,9 @@ type shapeKey struct {
 	flavor Flavor
 	http   bool             // the upstream has an HTTP port (EDS clusters)
 	port   spec.ServicePort // the port (local clusters, outbound listeners)
+	// policy is an EDS cluster's failure handling: its numbers are not
+	// holes, so each policy is a shape.
+	policy clusterPolicy
 }
 
 // shape is the stamp of one shape, with where the names go in the
@@ -194,18 +197,19 @@ var (
 // placeholderService is the service namePlaceholders name.
 var placeholderService = mesh.MeshService{Namespace: namePlaceholders[0], Name: namePlaceholders[1]}
 
-// encodedEDSCluster returns edsCluster(m, info, f) written from the stamp
+// encodedEDSCluster returns edsCluster(m, info, f, its policy) written from the stamp
 // of its shape, once per service and flavour while m.Memo serves m; false
 // if it cannot be (see Memo.stamped).
 func encodedEDSCluster(m Mesh, info spec.ServiceInfo, f Flavor) (Encoded, bool) {
 	return m.Memo.once(m, memoKey{kind: memoCluster, svc: info.Service, flavor: f}, func() (Encoded, bool) {
-		key := shapeKey{kind: memoCluster, flavor: f, http: hasHTTP(info)}
+		pol := clusterPolicyOf(m.Spec().ServiceResilience(info.Service), f)
+		key := shapeKey{kind: memoCluster, flavor: f, http: hasHTTP(info), policy: pol}
 		return m.Memo.stamped(m, key, f, edsPlaceholders, nil, func() (proto.Message, error) {
 			tb := &builder{}
 			tmpl := info
 			tmpl.Service = placeholderService
 			tmpl.ServiceAccount = mesh.ServiceAccount{Namespace: edsPlaceholders[2], Name: edsPlaceholders[3]}
-			return tb.edsCluster(m, tmpl, f), tb.err
+			return tb.edsCluster(m, tmpl, f, pol), tb.err
 		}, ClusterName(info.Service, f), []string{info.Service.Namespace, info.Service.Name, info.ServiceAccount.Namespace, info.ServiceAccount.Name}, nil)
 	})
 }

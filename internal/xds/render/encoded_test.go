@@ -49,6 +49,7 @@ func stampMeshes(t *testing.T) map[string]Mesh {
 		"split-matches-root": splitMatchesEmptyRoot(t),
 		"policy":             policyMesh(t),
 		"tcp-only":           tcpOnlyMesh(t),
+		"resilience":         meshOf(resilienceSpec(t).Snapshot(), eps),
 	}
 }
 

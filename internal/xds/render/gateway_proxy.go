@@ -271,7 +271,7 @@ func gatewayClusters(m Mesh, p Proxy) ([]*clusterv3.Cluster, error) {
 	for _, svc := range gp.allowed {
 		info, _ := m.Spec().Service(svc)
 		out = append(out, memoised(m, b, memoKey{kind: memoCluster, svc: svc, flavor: Envoy}, func() *clusterv3.Cluster {
-			return b.edsCluster(m, info, Envoy)
+			return b.edsCluster(m, info, Envoy, clusterPolicyOf(m.Spec().ServiceResilience(svc), Envoy))
 		}))
 	}
 	if gp.hasL4() {
@@ -295,6 +295,7 @@ func gatewayInputs(m Mesh, p Proxy) (Inputs, error) {
 		info, _ := m.Spec().Service(svc)
 		in.upstreams = append(in.upstreams, info)
 	}
+	in.policies = upstreamPolicies(m, gp.allowed)
 	return in, nil
 }
 

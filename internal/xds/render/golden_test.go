@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/osm-vm/osm-vm/internal/spec"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -24,6 +26,9 @@ type goldenCase struct {
 	// emptyRoot renders the mesh of splitMatchesEmptyRoot: the
 	// TrafficSplit limited to a route group, its root without endpoints.
 	emptyRoot bool
+	// resilience adds testdata/resilience.yaml's failure-handling
+	// policies to the bookstore mesh.
+	resilience bool
 }
 
 func goldenCases() []goldenCase {
@@ -42,6 +47,11 @@ func goldenCases() []goldenCase {
 	}
 	for _, f := range []Flavor{Envoy, GRPC} {
 		cases = append(cases, goldenCase{name: "split-matches-empty-root-" + f.String() + "-bookbuyer", service: "bookbuyer", flavor: f, emptyRoot: true})
+	}
+	for _, f := range []Flavor{Envoy, GRPC} {
+		for _, s := range []string{"bookbuyer", "bookstore-v1", "bookwarehouse"} {
+			cases = append(cases, goldenCase{name: "resilience-" + f.String() + "-" + s, service: s, flavor: f, resilience: true})
+		}
 	}
 	return cases
 }
@@ -68,12 +78,16 @@ func TestGolden(t *testing.T) {
 		true:  meshOf(bookstoreSpec(t, true).Snapshot(), eps),
 	}
 	emptyRoot := splitMatchesEmptyRoot(t)
+	withPolicies := meshOf(resilienceSpec(t).Snapshot(), eps)
 	for _, tc := range goldenCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			p := Proxy{Service: svc(tc.service), Flavor: tc.flavor, Address: proxyAddr(t, addrs, tc.service)}
 			m := specs[tc.permissive]
 			if tc.emptyRoot {
 				m = emptyRoot
+			}
+			if tc.resilience {
+				m = withPolicies
 			}
 			r := renderAll(t, m, p)
 			if err := Validate(tc.flavor, r.all()...); err != nil {
@@ -132,6 +146,19 @@ func TestSharedResourcesAreIdentical(t *testing.T) {
 			})
 		}
 	}
+}
+
+// resilienceSpec is the bookstore mesh with testdata/resilience.yaml's
+// policies.
+func resilienceSpec(t *testing.T) *spec.Spec {
+	t.Helper()
+	s := bookstoreSpec(t, false)
+	b, err := os.ReadFile(filepath.Join("testdata", "resilience.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applyYAML(t, s, string(b))
+	return s
 }
 
 // compareGolden compares got with testdata/<name>.golden, or writes it

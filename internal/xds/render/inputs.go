@@ -31,7 +31,10 @@ type Inputs struct {
 	inbound    []spec.InboundRule
 	plan       []outbound
 	upstreams  []spec.ServiceInfo
-	egress     []spec.EgressRoute
+	// policies are the failure handling of each upstream's cluster (as
+	// Envoy's, which keeps all that gRPC's keeps).
+	policies []clusterPolicy
+	egress   []spec.EgressRoute
 	// gateway is a gateway proxy's Gateway (its Fingerprint).
 	gateway string
 }
@@ -61,7 +64,20 @@ func InputsOf(m Mesh, p Proxy) (Inputs, error) {
 		info, _ := m.Spec().Service(svc)
 		in.upstreams = append(in.upstreams, info)
 	}
+	in.policies = upstreamPolicies(m, svcs)
 	return in, nil
+}
+
+// upstreamPolicies returns the cluster policy of each of svcs.
+func upstreamPolicies(m Mesh, svcs []mesh.MeshService) []clusterPolicy {
+	if len(svcs) == 0 {
+		return nil
+	}
+	out := make([]clusterPolicy, len(svcs))
+	for i, svc := range svcs {
+		out[i] = clusterPolicyOf(m.Spec().ServiceResilience(svc), Envoy)
+	}
+	return out
 }
 
 // Equal reports whether a and b are the same inputs. It compares field by
@@ -72,7 +88,7 @@ func (a Inputs) Equal(b Inputs) bool {
 	return a.permissive == b.permissive && serviceInfoEqual(a.self, b.self) &&
 		slices.EqualFunc(a.inbound, b.inbound, inboundRuleEqual) &&
 		slices.EqualFunc(a.plan, b.plan, outboundEqual) &&
-		slices.EqualFunc(a.upstreams, b.upstreams, serviceInfoEqual) &&
+		slices.EqualFunc(a.upstreams, b.upstreams, serviceInfoEqual) && slices.Equal(a.policies, b.policies) &&
 		slices.EqualFunc(a.egress, b.egress, egressRouteEqual) && a.gateway == b.gateway
 }
 

@@ -521,7 +521,7 @@ func TestRenderingIsByteStable(t *testing.T) {
 // a field added to any type it compares must be added there too, and here.
 func TestInputsEqualCoversEveryField(t *testing.T) {
 	compared := map[reflect.Type][]string{
-		reflect.TypeFor[Inputs]():                 {"self", "permissive", "inbound", "plan", "upstreams", "egress", "gateway"},
+		reflect.TypeFor[Inputs]():                 {"self", "permissive", "inbound", "plan", "upstreams", "policies", "egress", "gateway"}, // policies: slices.Equal: ==
 		reflect.TypeFor[spec.ServiceInfo]():       {"Service", "ServiceAccount", "Ports", "VIP"},
 		reflect.TypeFor[spec.ServicePort]():       {"Name", "Port", "TargetPort", "AppProtocol"}, // slices.Equal: ==
 		reflect.TypeFor[spec.InboundRule]():       {"Policy", "Sources", "Port", "HTTP", "TCPPorts", "TCPAllPorts"},

@@ -28,7 +28,7 @@ func TestStampEDSClusterNameLengths(t *testing.T) {
 			tmpl.Service = placeholderService
 			tmpl.ServiceAccount = mesh.ServiceAccount{Namespace: edsPlaceholders[2], Name: edsPlaceholders[3]}
 			b := &builder{}
-			return b.edsCluster(m, tmpl, f), b.err
+			return b.edsCluster(m, tmpl, f, clusterPolicyOf(m.Spec().ServiceResilience(svc("bookstore")), f)), b.err
 		})
 		if sh.err != nil {
 			t.Fatal(sh.err)
@@ -39,7 +39,7 @@ func TestStampEDSClusterNameLengths(t *testing.T) {
 			in.Service = mesh.MeshService{Namespace: vals[0], Name: vals[1]}
 			in.ServiceAccount = mesh.ServiceAccount{Namespace: vals[2], Name: vals[3]}
 			b := &builder{}
-			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(b.edsCluster(m, in, f))
+			want, err := proto.MarshalOptions{Deterministic: true}.Marshal(b.edsCluster(m, in, f, clusterPolicyOf(m.Spec().ServiceResilience(svc("bookstore")), f)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -312,8 +312,55 @@ func (v *validation) cluster(c *clusterv3.Cluster) {
 	default:
 		v.fail("cluster type %s is not rendered here: want EDS, STATIC, LOGICAL_DNS or a dynamic forward proxy", c.GetType())
 	}
-	if v.flavor == GRPC && c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN && c.GetLbPolicy() != clusterv3.Cluster_RING_HASH && c.GetLbPolicy() != clusterv3.Cluster_LEAST_REQUEST {
-		v.fail("lb_policy %s is not supported by gRPC", c.GetLbPolicy())
+	if v.flavor == GRPC && c.GetLbPolicy() != clusterv3.Cluster_ROUND_ROBIN && c.GetLbPolicy() != clusterv3.Cluster_RING_HASH {
+		// gRPC-Go takes LEAST_REQUEST; C-core 1.51 and grpc-js NACK it.
+		v.fail("lb_policy %s: proxyless gRPC clients take only ROUND_ROBIN and RING_HASH (C-core 1.51 and grpc-js NACK the cluster otherwise)", c.GetLbPolicy())
+	}
+	v.outlierDetection(c.GetOutlierDetection())
+	v.ringHash(c)
+}
+
+// outlierDetection checks what would make a proxyless client NACK a
+// cluster, or the data planes differ: every percentage at most 100, and
+// enforcing_success_rate written (unset, Envoy and gRPC-Go enable
+// success-rate ejection and C-core does not).
+func (v *validation) outlierDetection(od *clusterv3.OutlierDetection) {
+	if od == nil {
+		return
+	}
+	if od.GetEnforcingSuccessRate() == nil {
+		v.fail("outlier_detection without enforcing_success_rate: write it (0 or 100) so that every data plane does the same")
+	}
+	for name, p := range map[string]interface{ GetValue() uint32 }{
+		"max_ejection_percent": od.GetMaxEjectionPercent(), "enforcing_success_rate": od.GetEnforcingSuccessRate(),
+		"failure_percentage_threshold": od.GetFailurePercentageThreshold(), "enforcing_failure_percentage": od.GetEnforcingFailurePercentage(),
+	} {
+		if p.GetValue() > 100 {
+			v.fail("outlier_detection.%s %d is over 100", name, p.GetValue())
+		}
+	}
+}
+
+// ringHash checks a ring hash's sizes as C-core 1.51 does (it NACKs a
+// minimum over the maximum), and its hash function (gRPC takes XX_HASH
+// only).
+func (v *validation) ringHash(c *clusterv3.Cluster) {
+	rh := c.GetRingHashLbConfig()
+	if rh == nil {
+		return
+	}
+	lo, hi := uint64(envoyMinRingSize), uint64(envoyMaxRingSize)
+	if rh.GetMinimumRingSize() != nil {
+		lo = rh.GetMinimumRingSize().GetValue()
+	}
+	if rh.GetMaximumRingSize() != nil {
+		hi = rh.GetMaximumRingSize().GetValue()
+	}
+	if lo < 1 || lo > hi || hi > envoyMaxRingSize {
+		v.fail("ring_hash_lb_config: sizes %d-%d: want 1 <= minimum <= maximum <= %d", lo, hi, envoyMaxRingSize)
+	}
+	if rh.GetHashFunction() != clusterv3.Cluster_RingHashLbConfig_XX_HASH {
+		v.fail("ring_hash_lb_config.hash_function %s: gRPC takes XX_HASH only", rh.GetHashFunction())
 	}
 }
 

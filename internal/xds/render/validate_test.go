@@ -240,6 +240,24 @@ func TestValidateRejects(t *testing.T) {
 		{"gRPC: secrets", GRPC, grpc, func(t *testing.T, s set) set {
 			return append(s, &tlsv3.Secret{Name: RootCASecret})
 		}, "gRPC has no SDS"},
+		{"gRPC: LEAST_REQUEST (C-core 1.51 and grpc-js NACK it)", GRPC, grpc, func(t *testing.T, s set) set {
+			s.find(t, grpcV1).(*clusterv3.Cluster).LbPolicy = clusterv3.Cluster_LEAST_REQUEST
+			return s
+		}, "proxyless gRPC clients take only ROUND_ROBIN and RING_HASH"},
+		{"outlier detection without enforcing_success_rate", Envoy, envoy, func(t *testing.T, s set) set {
+			s.find(t, v1Cluster).(*clusterv3.Cluster).OutlierDetection.EnforcingSuccessRate = nil
+			return s
+		}, "outlier_detection without enforcing_success_rate"},
+		{"gRPC: max_ejection_percent over 100", GRPC, grpc, func(t *testing.T, s set) set {
+			s.find(t, grpcV1).(*clusterv3.Cluster).OutlierDetection = &clusterv3.OutlierDetection{EnforcingSuccessRate: wrapperspb.UInt32(0), MaxEjectionPercent: wrapperspb.UInt32(101)}
+			return s
+		}, "outlier_detection.max_ejection_percent 101 is over 100"},
+		{"gRPC: ring sizes minimum over maximum (C-core 1.51 NACKs it)", GRPC, grpc, func(t *testing.T, s set) set {
+			c := s.find(t, grpcV1).(*clusterv3.Cluster)
+			c.LbPolicy = clusterv3.Cluster_RING_HASH
+			c.LbConfig = &clusterv3.Cluster_RingHashLbConfig_{RingHashLbConfig: &clusterv3.Cluster_RingHashLbConfig{MinimumRingSize: wrapperspb.UInt64(4096), MaximumRingSize: wrapperspb.UInt64(2048)}}
+			return s
+		}, "ring_hash_lb_config: sizes 4096-2048"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := cloneSet(tc.base)
