@@ -15,15 +15,15 @@ import (
 // change them all).
 func TestConstantsValidAndUnchanged(t *testing.T) {
 	before := map[proto.Message][]byte{}
-	shared := []proto.Message{adsSource, sdsServiceCert, sdsRootCA, routerHTTPFilter, downstreamSocket[Envoy], downstreamSocket[GRPC]}
+	shared := []proto.Message{adsSource, sdsServiceCert, sdsRootCA, routerHTTPFilter, faultHTTPFilter, downstreamSocket[Envoy], downstreamSocket[GRPC]}
 	for a, m := range constants {
 		if err := m.(interface{ ValidateAll() error }).ValidateAll(); err != nil {
 			t.Errorf("constant %s: %v", a.GetTypeUrl(), err)
 		}
 		shared = append(shared, a, m)
 	}
-	if len(constants) != 3 {
-		t.Errorf("%d constants, want 3 (the router and both downstream TLS contexts)", len(constants))
+	if len(constants) != 4 {
+		t.Errorf("%d constants, want 4 (the router, the empty fault filter and both downstream TLS contexts)", len(constants))
 	}
 	for _, m := range shared {
 		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/resilience"
 )
 
 // shapeKey names a shape of resource: what, besides the names a stamp
@@ -26,6 +27,11 @@ type shapeKey struct {
 	// policy is an EDS cluster's failure handling: its numbers are not
 	// holes, so each policy is a shape.
 	policy clusterPolicy
+	// call is an outbound route's failure handling (its callKey), or the
+	// Retry in an outbound listener's name; fault whether an outbound
+	// listener has the fault filter.
+	call  string
+	fault bool
 }
 
 // shape is the stamp of one shape, with where the names go in the
@@ -250,10 +256,10 @@ func encodedOutboundListener(m Mesh, o outbound) (Encoded, bool) {
 	}
 	name := o.routeName(Envoy)
 	return m.Memo.once(m, memoKey{kind: memoOutboundListener, name: name}, func() (Encoded, bool) {
-		key := shapeKey{kind: memoOutboundListener, port: o.port}
+		key := shapeKey{kind: memoOutboundListener, port: o.port, fault: o.call.Fault != nil, call: o.retrySrc}
 		return m.Memo.stamped(m, key, Envoy, outboundListenerPlaceholders, nil, func() (proto.Message, error) {
 			tb := &builder{}
-			tmpl := outbound{info: o.info, port: o.port, direct: o.direct}
+			tmpl := outbound{info: o.info, port: o.port, direct: o.direct, call: resilience.Route{Fault: o.call.Fault}, retrySrc: o.retrySrc}
 			tmpl.info.Service, tmpl.info.VIP = placeholderService, vipPlaceholder
 			return tb.outboundListener(tmpl), tb.err
 		}, name, []string{o.info.Service.Namespace, o.info.Service.Name, vip.String()}, nil)
@@ -281,9 +287,9 @@ func encodedOutboundRoute(m Mesh, o outbound, f Flavor) (Encoded, bool) {
 	}
 	name := o.routeName(f)
 	return m.Memo.once(m, memoKey{kind: memoRoute, name: name}, func() (Encoded, bool) {
-		key := shapeKey{kind: memoRoute, flavor: f, port: o.port}
+		key := shapeKey{kind: memoRoute, flavor: f, port: o.port, call: o.callKey}
 		return m.Memo.stamped(m, key, f, namePlaceholders, nil, func() (proto.Message, error) {
-			tmpl := outbound{info: o.info, port: o.port, direct: true}
+			tmpl := outbound{info: o.info, port: o.port, direct: true, call: o.call, callKey: o.callKey, retrySrc: o.retrySrc}
 			tmpl.info.Service = placeholderService
 			return outboundRoutes(tmpl, f), nil
 		}, name, []string{o.info.Service.Namespace, o.info.Service.Name}, nil)

@@ -82,6 +82,9 @@ func (g *gatewayPlan) routeName(o outbound, f Flavor) string {
 		}
 		b.WriteString("|to=" + strings.Join(names, ","))
 	}
+	if o.retrySrc != "" {
+		b.WriteString("|retry=" + o.retrySrc)
+	}
 	if f == GRPC {
 		b.WriteString("|grpc")
 	}
@@ -185,6 +188,7 @@ func gatewayRoute(o outbound, r gateway.Rule, f Flavor) *routev3.Route {
 		action.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: &routev3.WeightedCluster{Clusters: ws}}
 	}
 	routeAction(o.port, action)
+	applyCall(rt, action, o, f, r.Timeouts != nil, r.Retry != nil)
 	if f == Envoy && r.Retry != nil {
 		action.RetryPolicy = retryPolicy(r.Retry, r.Timeouts)
 	}

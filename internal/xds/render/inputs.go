@@ -123,8 +123,9 @@ func routeMatchEqual(a, b spec.HTTPRouteMatch) bool {
 }
 
 func outboundEqual(a, b outbound) bool {
-	// name and grpcName are worked out from the rest (see buildPlan).
-	return a.port == b.port && a.direct == b.direct && a.subset == b.subset && serviceInfoEqual(a.info, b.info) &&
+	// name and grpcName are worked out from the rest (see buildPlan);
+	// call by callKey, what rendering takes from it (with retrySrc).
+	return a.port == b.port && a.callKey == b.callKey && a.direct == b.direct && a.subset == b.subset && serviceInfoEqual(a.info, b.info) &&
 		slices.Equal(a.split, b.split) && slices.EqualFunc(a.splitMatches, b.splitMatches, routeMatchEqual) &&
 		gatewayPlanEqual(a.gw, b.gw)
 }

@@ -526,9 +526,9 @@ func TestInputsEqualCoversEveryField(t *testing.T) {
 		reflect.TypeFor[spec.ServicePort]():       {"Name", "Port", "TargetPort", "AppProtocol"}, // slices.Equal: ==
 		reflect.TypeFor[spec.InboundRule]():       {"Policy", "Sources", "Port", "HTTP", "TCPPorts", "TCPAllPorts"},
 		reflect.TypeFor[spec.HTTPRouteMatch]():    {"Group", "Name", "PathRegex", "Methods", "Headers"},
-		reflect.TypeFor[outbound]():               {"info", "port", "direct", "split", "subset", "splitMatches", "gw", "name", "grpcName"}, // name, grpcName: worked out from the others
-		reflect.TypeFor[gatewayPlan]():            {"routes", "allowed", "subset"},                                                         // routes by their Fingerprint, the JSON of all of it
-		reflect.TypeFor[backend]():                {"svc", "weight"},                                                                       // slices.Equal: ==
+		reflect.TypeFor[outbound]():               {"info", "port", "direct", "split", "subset", "splitMatches", "gw", "name", "grpcName", "call", "callKey", "retrySrc"}, // name, grpcName: worked out from the others; call by callKey
+		reflect.TypeFor[gatewayPlan]():            {"routes", "allowed", "subset"},                                                                                        // routes by their Fingerprint, the JSON of all of it
+		reflect.TypeFor[backend]():                {"svc", "weight"},                                                                                                      // slices.Equal: ==
 		reflect.TypeFor[spec.EgressRoute]():       {"Host", "VIP", "EgressPort", "Matches", "RestrictedBy", "Gateway"},
 		reflect.TypeFor[spec.EgressGatewayInfo](): {"Service", "ServiceAccount", "Port"},                // ==
 		reflect.TypeFor[spec.EgressPort]():        {"Number", "Protocol", "TargetPort", "OriginateTLS"}, // ==

@@ -220,7 +220,7 @@ func (b *builder) outboundListener(o outbound) *listenerv3.Listener {
 	name := o.routeName(Envoy)
 	var filter *listenerv3.Filter
 	if isHTTP(o.port) {
-		filter = b.networkFilter(hcmFilter, rdsHCM(name, name, routerHTTPFilter))
+		filter = b.networkFilter(hcmFilter, rdsHCM(name, name, o.httpFilters()...))
 	} else {
 		tp := &tcpproxyv3.TcpProxy{StatPrefix: name}
 		if len(o.split) > 0 {
@@ -246,8 +246,18 @@ func (b *builder) apiListener(o outbound) *listenerv3.Listener {
 	name := APIListenerName(o.info, o.port.Port)
 	return &listenerv3.Listener{
 		Name:        name,
-		ApiListener: &listenerv3.ApiListener{ApiListener: b.any(rdsHCM(name, o.routeName(GRPC), routerHTTPFilter))},
+		ApiListener: &listenerv3.ApiListener{ApiListener: b.any(rdsHCM(name, o.routeName(GRPC), o.httpFilters()...))},
 	}
+}
+
+// httpFilters are the HTTP filters of an outbound's listener: the fault
+// filter (empty: its routes' typed_per_filter_config says what) when its
+// routes inject faults, and the router, last.
+func (o outbound) httpFilters() []*hcmv3.HttpFilter {
+	if o.call.Fault != nil {
+		return []*hcmv3.HttpFilter{faultHTTPFilter, routerHTTPFilter}
+	}
+	return []*hcmv3.HttpFilter{routerHTTPFilter}
 }
 
 // grpcServerListener is what an xDS-enabled gRPC server on Address:port

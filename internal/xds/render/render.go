@@ -94,6 +94,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/resilience"
 )
 
 // Flavor selects the kind of xDS client the output is for.
@@ -278,6 +279,13 @@ type outbound struct {
 	// service looks its upstreams' listeners and routes up by it.
 	name     string
 	grpcName bool
+	// call is the caller's failure handling of its calls to the port
+	// (see resilience_routes.go); callKey is what rendering takes from
+	// it, retrySrc the Retry (<ns>/<name>) that names the caller, if one
+	// governs its retry.
+	call     resilience.Route
+	callKey  string
+	retrySrc string
 }
 
 func isHTTP(p spec.ServicePort) bool { return p.AppProtocol != "tcp" }
@@ -291,7 +299,7 @@ func (o outbound) routeName(f Flavor) string {
 		return o.name
 	}
 	base := "outbound|" + o.info.Service.Namespace + "/" + o.info.Service.Name + "|" + strconv.Itoa(o.port.Port)
-	if !o.subset && (len(o.splitMatches) == 0 || o.direct) && f != GRPC {
+	if !o.subset && (len(o.splitMatches) == 0 || o.direct) && f != GRPC && o.retrySrc == "" {
 		return base
 	}
 	var b strings.Builder
@@ -306,6 +314,9 @@ func (o outbound) routeName(f Flavor) string {
 	if len(o.splitMatches) > 0 && !o.direct {
 		// Requests outside the split's matches have nowhere to go.
 		b.WriteString("|split-only")
+	}
+	if o.retrySrc != "" {
+		b.WriteString("|retry=" + o.retrySrc)
 	}
 	if f == GRPC {
 		b.WriteString("|grpc")
@@ -395,6 +406,9 @@ func buildPlan(m Mesh, p Proxy, self spec.ServiceInfo) []outbound {
 			}
 			o := base
 			o.port = port
+			if isHTTP(port) {
+				o.setCall(m.Spec().CallResilience(src, svc, port.Port))
+			}
 			if routed && gatewayPort(m, p, src, &o) {
 				out = append(out, o)
 				continue

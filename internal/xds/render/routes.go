@@ -155,6 +155,9 @@ func outboundRoutes(o outbound, f Flavor) *routev3.RouteConfiguration {
 			Action: &routev3.Route_Route{Route: routeAction(o.port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: ClusterName(o.info.Service, f)}})},
 		})
 	}
+	for _, rt := range routes {
+		applyCall(rt, rt.GetRoute(), o, f, false, false)
+	}
 	return routeConfig(o.routeName(f), routes...)
 }
 

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"regexp"
 	"slices"
+	"strings"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -79,6 +80,7 @@ var checks = func() map[protoreflect.FullName]check {
 	add(checkOf((*validation).cluster))
 	add(checkOf((*validation).loadAssignment))
 	add(checkOf((*validation).dnsCache))
+	add(checkOf((*validation).fault))
 	return m
 }()
 
@@ -137,6 +139,25 @@ func (v *validation) routeAction(m *routev3.RouteAction) {
 	}
 	for _, mp := range m.GetRequestMirrorPolicies() {
 		v.ref("cluster", mp.GetCluster())
+	}
+	if rp := m.GetRetryPolicy(); rp != nil {
+		// gRPC NACKs num_retries 0; C-core and grpc-js take retry_on
+		// tokens as they are (no trimming).
+		if n := rp.GetNumRetries(); n != nil && n.GetValue() == 0 {
+			v.fail("retry_policy.num_retries 0: leave the retry policy out instead (gRPC NACKs it)")
+		}
+		if strings.Contains(rp.GetRetryOn(), " ") {
+			v.fail("retry_policy.retry_on %q holds a space: join the conditions with commas only", rp.GetRetryOn())
+		}
+	}
+}
+
+// fault checks a fault filter's config: every delay and abort has a
+// percentage (grpc-js NACKs one without).
+func (v *validation) fault(m *faultv3.HTTPFault) {
+	v.meet(m)
+	if m.GetDelay() != nil && m.GetDelay().GetPercentage() == nil || m.GetAbort() != nil && m.GetAbort().GetPercentage() == nil {
+		v.fail("fault filter: a delay or abort without a percentage (grpc-js NACKs it)")
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -240,6 +241,21 @@ func TestValidateRejects(t *testing.T) {
 		{"gRPC: secrets", GRPC, grpc, func(t *testing.T, s set) set {
 			return append(s, &tlsv3.Secret{Name: RootCASecret})
 		}, "gRPC has no SDS"},
+		{"gRPC: num_retries 0", GRPC, grpc, func(t *testing.T, s set) set {
+			rc := s.find(t, `route configuration "outbound|default/bookstore|14001|grpc"`).(*routev3.RouteConfiguration)
+			rc.VirtualHosts[0].Routes[0].GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "unavailable", NumRetries: wrapperspb.UInt32(0)}
+			return s
+		}, "retry_policy.num_retries 0"},
+		{"retry_on with a space", Envoy, envoy, func(t *testing.T, s set) set {
+			rc := s.find(t, splitRoute).(*routev3.RouteConfiguration)
+			rc.VirtualHosts[0].Routes[0].GetRoute().RetryPolicy = &routev3.RetryPolicy{RetryOn: "5xx, reset"}
+			return s
+		}, "holds a space"},
+		{"gRPC: fault abort without a percentage (grpc-js NACKs it)", GRPC, grpc, func(t *testing.T, s set) set {
+			rc := s.find(t, `route configuration "outbound|default/bookstore|14001|grpc"`).(*routev3.RouteConfiguration)
+			rc.VirtualHosts[0].Routes[0].TypedPerFilterConfig = map[string]*anypb.Any{faultFilter: mustAny(&faultv3.HTTPFault{Abort: &faultv3.FaultAbort{ErrorType: &faultv3.FaultAbort_GrpcStatus{GrpcStatus: 14}}})}
+			return s
+		}, "without a percentage"},
 		{"gRPC: LEAST_REQUEST (C-core 1.51 and grpc-js NACK it)", GRPC, grpc, func(t *testing.T, s set) set {
 			s.find(t, grpcV1).(*clusterv3.Cluster).LbPolicy = clusterv3.Cluster_LEAST_REQUEST
 			return s
