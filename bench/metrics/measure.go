@@ -309,6 +309,13 @@ func (m *Measurer) Run(ctx context.Context, t Target) (*Result, error) {
 		res.Set(c.metric+".affected", float64(affected))
 	}
 
+	// M11: a failure-handling policy on one service (O only).
+	if p.Want("M11") && srv.Apply != nil {
+		if err := m.measurePolicy(ctx, f, srv, pcs, res); err != nil {
+			return nil, err
+		}
+	}
+
 	// M5: a new proxy joins the full fleet.
 	var joins []float64
 	var joinStarts []time.Time
@@ -650,26 +657,7 @@ func (m *Measurer) change(ctx context.Context, f *fleet.Fleet, srv *peer.Server,
 	if err := srv.Change(ctx, service, m.seq); err != nil {
 		return changeResult{}, err
 	}
-	r := changeResult{start: t0}
-	timeout := time.NewTimer(m.plan.Settle)
-	defer timeout.Stop()
-	for r.got < affected {
-		select {
-		case ev := <-pr.Acks:
-			r.got++
-			d := ms(ev.At.Sub(t0))
-			r.each = append(r.each, d)
-			r.last = max(r.last, d)
-			if ev.CLABytes > 0 {
-				r.bytes, r.claBytes = ev.Bytes, ev.CLABytes
-			}
-		case <-timeout.C:
-			return r, nil
-		case <-ctx.Done():
-			return r, ctx.Err()
-		}
-	}
-	return r, nil
+	return m.collect(ctx, pr, t0, affected)
 }
 
 func countLive(pcs []*fleet.ProxyClient) int {

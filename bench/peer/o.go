@@ -263,6 +263,9 @@ providers:
 		Change: func(ctx context.Context, u, seq int) error {
 			return os.Rename(endpointsFile+".tmp", endpointsFile)
 		},
+		Apply: func(ctx context.Context, doc string) error {
+			return api.Do(ctx, http.MethodPost, "/api/v1/spec/apply?source=osm-bench", "application/yaml", []byte(doc), nil)
+		},
 		Close: proc.Stop,
 		Restart: func(ctx context.Context) (*process.Child, string, error) {
 			proc.Stop()

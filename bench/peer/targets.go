@@ -134,7 +134,10 @@ type Server struct {
 	// prepare, when set, readies that change before the clock starts (O:
 	// writes the new endpoints file that change renames into place).
 	Prepare func(u, seq int) error
-	Close   func()
+	// Apply applies a spec document through the server's API (O only:
+	// nil for the peers, which have no policies).
+	Apply func(ctx context.Context, doc string) error
+	Close func()
 	// restart stops the server process and starts it again on the same
 	// state (O: its data directory; L and F: the workload), waits until it
 	// serves xDS and returns the new process and xDS address (O keeps its

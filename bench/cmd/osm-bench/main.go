@@ -18,13 +18,13 @@
 // the slowest joins waited.
 //
 // Results go to the terminal and to a JSON file (bench/results/latest.json
-// under make bench). The metrics (M1-M10, HA) and their targets are listed
+// under make bench). The metrics (M1-M11, HA) and their targets are listed
 // in bench/report and explained in docs/performance.md.
 //
 // This command is wiring: flags, the servers' order over rounds, and the
 // packages under bench/, one per job: fleet (the simulated proxies and
 // their connections), peer (the servers under test: O as a process, and
-// L, L-mux and F, which this same binary serves), metrics (M1-M10 against
+// L, L-mux and F, which this same binary serves), metrics (M1-M11 against
 // one server), ha (the several-servers section), report (the table and
 // the JSON), tails (`osm-bench tails`), and their leaves workload (W),
 // wire, pki and process. The harness is a client of the product, never a
@@ -217,12 +217,12 @@ func parseRunFlags(args []string, stderr io.Writer) (runConfig, error) {
 		c.plan.Metrics = map[string]bool{}
 		for _, m := range strings.Split(metrics, ",") {
 			switch m = strings.TrimSpace(m); m {
-			case "M1", "M2", "M3", "M5", "M6", "M7", "M8", "M9", "M10":
+			case "M1", "M2", "M3", "M5", "M6", "M7", "M8", "M9", "M10", "M11":
 				c.plan.Metrics[m] = true
 			case "M4":
 				return c, errors.New("run: --metrics: M4 is measured by Go benchmarks in internal/xds, not by the harness")
 			default:
-				return c, fmt.Errorf("run: --metrics: unknown metric %q (want M1-M10)", m)
+				return c, fmt.Errorf("run: --metrics: unknown metric %q (want M1-M11)", m)
 			}
 		}
 	}
