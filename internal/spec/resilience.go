@@ -3,6 +3,7 @@ package spec
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -125,7 +126,11 @@ func resilienceReferences(v *validator, st *state, obj Object) {
 		if err != nil {
 			return // validation said so
 		}
-		missingService(v, st, "spec.host", ns, name, "the setting applies to nothing until it exists")
+		if missingService(v, st, "spec.host", ns, name, "the setting applies to nothing until it exists") {
+			if ports := grpcPorts(st, ns, []portTarget{{mesh.MeshService{Namespace: ns, Name: name}, ""}}); ports != "" {
+				resilience.WarnProxylessUpstream(v, &o.Spec, ports)
+			}
+		}
 		for _, other := range namesOfKind(st, KindUpstreamTrafficSetting, ns) {
 			if other == o.Metadata.Name {
 				continue
@@ -141,16 +146,24 @@ func resilienceReferences(v *validator, st *state, obj Object) {
 		if _, found := slices.BinarySearch(accounts, s.Name); !found {
 			v.warnf("spec.source", "no Service runs as service account %q in namespace %q yet: the retry applies to no caller until one does%s", s.Name, s.Namespace, didYouMean(s.Name, accounts))
 		}
+		var targets []portTarget
 		for i, d := range o.Spec.Destinations {
-			missingService(v, st, fmt.Sprintf("spec.destinations[%d]", i), d.Namespace, d.Name, "the retry applies to no call to it until it exists")
+			if missingService(v, st, fmt.Sprintf("spec.destinations[%d]", i), d.Namespace, d.Name, "the retry applies to no call to it until it exists") {
+				targets = append(targets, portTarget{mesh.MeshService{Namespace: d.Namespace, Name: d.Name}, ""})
+			}
+		}
+		if ports := grpcPorts(st, o.Metadata.Namespace, targets); ports != "" {
+			resilience.WarnProxylessRetry(v, &o.Spec, ports)
 		}
 	case *BackendTrafficPolicy:
 		ns := o.Metadata.Namespace
+		var targets []portTarget
 		for i, t := range o.Spec.TargetRefs {
 			f := fmt.Sprintf("spec.targetRefs[%d]", i)
 			if !missingService(v, st, f+".name", ns, t.Name, "the policy applies to nothing there until it exists") {
 				continue
 			}
+			targets = append(targets, portTarget{mesh.MeshService{Namespace: ns, Name: t.Name}, t.SectionName})
 			svc, _ := serviceOf(st.objects[Key{Kind: KindService, Namespace: ns, Name: t.Name}])
 			var names []string
 			for _, p := range svc.Spec.Ports {
@@ -163,7 +176,94 @@ func resilienceReferences(v *validator, st *state, obj Object) {
 			}
 		}
 		btpOverlaps(v, st, o)
+		if ports := grpcPorts(st, ns, targets); ports != "" {
+			resilience.WarnProxyless(v, &o.Spec, ports)
+		}
+	case *MeshConfig:
+		if ports := meshGRPCPorts(st); ports != "" {
+			resilience.WarnProxylessDefaults(v, "spec.resilience", o.Spec.Resilience, ports)
+		}
 	}
+}
+
+// portTarget is a Service a policy governs, and the name of the one
+// port it governs ("": all).
+type portTarget struct {
+	svc     mesh.MeshService
+	section string
+}
+
+// grpcPorts names the grpc ports of targets, as the proxyless warnings
+// of a policy of namespace ns name them: `Service web's grpc port
+// "rpc"` (a Service of another namespace as ns/name, a port without a
+// name by number); "" when none is a grpc port.
+func grpcPorts(st *state, ns string, targets []portTarget) string {
+	var parts []string
+	var seen []mesh.MeshService
+	for i, t := range targets {
+		if slices.Contains(seen, t.svc) {
+			continue
+		}
+		seen = append(seen, t.svc)
+		svc, ok := serviceOf(st.objects[Key{Kind: KindService, Namespace: t.svc.Namespace, Name: t.svc.Name}])
+		if !ok {
+			continue
+		}
+		var ports []string
+		for _, p := range svc.Spec.Ports {
+			governed := slices.ContainsFunc(targets[i:], func(u portTarget) bool { return u.svc == t.svc && (u.section == "" || u.section == p.Name) })
+			if p.AppProtocol != "grpc" || !governed {
+				continue
+			}
+			if p.Name != "" {
+				ports = append(ports, strconv.Quote(p.Name))
+			} else {
+				ports = append(ports, strconv.Itoa(p.Port))
+			}
+		}
+		if len(ports) == 0 {
+			continue
+		}
+		name := t.svc.Name
+		if t.svc.Namespace != ns {
+			name = t.svc.String()
+		}
+		plural := ""
+		if len(ports) > 1 {
+			plural = "s"
+		}
+		parts = append(parts, fmt.Sprintf("Service %s's grpc port%s %s", name, plural, strings.Join(ports, ", ")))
+	}
+	return strings.Join(parts, " and ")
+}
+
+// maxNamedServices bounds the Services a MeshConfig warning names.
+const maxNamedServices = 3
+
+// meshGRPCPorts names the Services of st with grpc ports, as a
+// MeshConfig's proxyless warnings name them: "the grpc ports of
+// Services shop/api, shop/web and 2 more"; "" when none has one.
+func meshGRPCPorts(st *state) string {
+	var names []string
+	n := 0
+	for _, k := range sortedObjectKeys(st.objects) {
+		svc, ok := serviceOf(st.objects[k])
+		if !ok || !slices.ContainsFunc(svc.Spec.Ports, func(p ServicePort) bool { return p.AppProtocol == "grpc" }) {
+			continue
+		}
+		if n++; n <= maxNamedServices {
+			names = append(names, k.Namespace+"/"+k.Name)
+		}
+	}
+	switch {
+	case n == 0:
+		return ""
+	case n == 1:
+		return "the grpc ports of Service " + names[0]
+	case n > maxNamedServices:
+		return fmt.Sprintf("the grpc ports of Services %s and %d more", strings.Join(names, ", "), n-maxNamedServices)
+	}
+	return "the grpc ports of Services " + strings.Join(names[:n-1], ", ") + " and " + names[n-1]
 }
 
 // missingService warns when ns/name is not a Service in st, and reports

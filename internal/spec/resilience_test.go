@@ -359,3 +359,168 @@ func resilienceAnswers(s *Snapshot, callers []mesh.ServiceAccount) map[string]an
 	}
 	return out
 }
+
+// apply warns, once per field, of what the proxyless gRPC callers of a
+// Service's grpc ports ignore or replace of a policy, naming the ports;
+// a policy of Services or ports without grpc gets no such warning.
+func TestApplyProxylessWarnings(t *testing.T) {
+	s := newTestSpec(t, store.NewMemory())
+	applyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {ports: [{name: http, port: 80}, {name: rpc, port: 9000, appProtocol: grpc}]}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: ring, namespace: shop}
+spec: {ports: [{port: 7000, appProtocol: grpc}]}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: od, namespace: shop}
+spec: {ports: [{name: grpc, port: 9000, appProtocol: grpc}]}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: api, namespace: shop}
+spec: {ports: [{name: http, port: 80}]}
+`)
+	res := applyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: web, namespace: shop}
+spec:
+  targetRefs: [{group: "", kind: Service, name: web}]
+  timeouts: {connect: 2s, request: 10s, idle: 1m}
+  retry: {attempts: 5, retryOn: [unavailable, connect-failure, 5xx], perTryTimeout: 1s, backoff: {base: 50ms}, budget: {percent: 25}}
+  circuitBreaker: {maxConnections: 100, maxPendingRequests: 50, maxRequests: 500, maxRetries: 10, maxRequestsPerConnection: 1000}
+  outlierDetection: {consecutiveGatewayErrors: 3, failurePercentage: {threshold: 50}}
+  loadBalancer: {type: LeastRequest}
+  faultInjection: {abort: {grpcStatus: 14, percentage: 10}}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: web-http, namespace: shop}
+spec:
+  targetRefs: [{group: "", kind: Service, name: web, sectionName: http}]
+  timeouts: {request: 5s, idle: 1m}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: ring, namespace: shop}
+spec:
+  targetRefs: [{group: "", kind: Service, name: ring}]
+  loadBalancer: {type: RingHash, hashOn: [{header: x-user}, {sourceIP: true}, {cookie: {name: s}}]}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: od, namespace: shop}
+spec:
+  targetRefs: [{group: "", kind: Service, name: od}]
+  retry: {attempts: 3}
+  outlierDetection: {consecutiveErrors: 5, consecutiveGatewayErrors: 3}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: api, namespace: shop}
+spec:
+  targetRefs: [{group: "", kind: Service, name: api}]
+  loadBalancer: {type: LeastRequest}
+  outlierDetection: {consecutiveGatewayErrors: 3}
+---
+apiVersion: policy.openservicemesh.io/v1alpha1
+kind: UpstreamTrafficSetting
+metadata: {name: web, namespace: shop}
+spec:
+  host: web.shop.svc.cluster.local
+  connectionSettings:
+    tcp: {maxConnections: 100, connectTimeout: 3s}
+    http: {maxRequests: 500, maxPendingRequests: 50, maxRetries: 10, maxRequestsPerConnection: 100}
+  rateLimit: {local: {http: {requests: 50, unit: second}}}
+  httpRoutes: [{path: /books/.*, rateLimit: {local: {requests: 5, unit: second}}}]
+---
+apiVersion: policy.openservicemesh.io/v1alpha1
+kind: Retry
+metadata: {name: to-ring, namespace: shop}
+spec:
+  source: {kind: ServiceAccount, name: web}
+  destinations: [{kind: Service, name: ring}, {kind: Service, name: api}]
+  retryPolicy: {retryOn: "5xx,unavailable", perTryTimeout: 1s, numRetries: 6, retryBackoffBaseInterval: 25ms}
+---
+apiVersion: policy.openservicemesh.io/v1alpha1
+kind: Retry
+metadata: {name: to-od, namespace: shop}
+spec:
+  source: {kind: ServiceAccount, name: web}
+  destinations: [{kind: Service, name: od}]
+  retryPolicy: {retryOn: connect-failure, perTryTimeout: 0s, numRetries: 2, retryBackoffBaseInterval: 25ms}
+`)
+	var got []string
+	for _, r := range res.Results {
+		got = append(got, r.Warnings...)
+	}
+	const (
+		web      = `BackendTrafficPolicy shop/web (document 1, line 1): `
+		webPorts = `proxyless gRPC callers of Service web's grpc port "rpc" `
+		grpcOnly = `they retry on gRPC status names only (cancelled, deadline-exceeded, internal, resource-exhausted, unavailable)`
+		ejectors = `ignore it: they eject by successRate and failurePercentage only (gRFC A50); Envoy callers honour it`
+		uts      = `UpstreamTrafficSetting shop/web (document 6, line 43): `
+		ring     = `Retry shop/to-ring (document 7, line 54): `
+		ringPort = `proxyless gRPC callers of Service ring's grpc port 7000 `
+	)
+	want := []string{
+		web + `spec.timeouts.connect: 2s: ` + webPorts + `ignore it: gRPC's own connect timeout (20s) applies; Envoy callers honour it`,
+		web + `spec.timeouts.request: 10s: ` + webPorts + `get it as max_stream_duration: gRPC-Go and grpc-js end a call at it, but C-core 1.51 (Debian 12's python3-grpcio) ends every call far sooner, within milliseconds, with DEADLINE_EXCEEDED: give a Service that C-core callers call no request timeout; Envoy callers end a call at it`,
+		web + `spec.timeouts.idle: 1m: ` + webPorts + `ignore it: gRPC has no idle timeout for a call; Envoy callers honour it`,
+		web + `spec.retry.retryOn: connect-failure, 5xx: ` + webPorts + `ignore them: ` + grpcOnly + `, and gRPC itself retries a call that never left the client; Envoy callers honour them`,
+		web + `spec.retry.attempts: 5: ` + webPorts + `make at most 5 attempts (4 retries): gRPC caps a call's attempts at 5; Envoy callers make every retry`,
+		web + `spec.retry.perTryTimeout: 1s: ` + webPorts + `ignore it: a retry may take what is left of the call's deadline; Envoy callers honour it`,
+		web + `spec.retry.budget: ` + webPorts + `ignore it: only attempts bounds their retries; Envoy callers honour it`,
+		web + `spec.circuitBreaker.maxConnections: 100: ` + webPorts + `ignore it: a gRPC client keeps one connection to each backend; Envoy callers honour it`,
+		web + `spec.circuitBreaker.maxPendingRequests: 50: ` + webPorts + `ignore it: only maxRequests limits their calls; Envoy callers honour it`,
+		web + `spec.circuitBreaker.maxRetries: 10: ` + webPorts + `ignore it: only attempts bounds their retries; Envoy callers honour it`,
+		web + `spec.circuitBreaker.maxRequestsPerConnection: 1000: ` + webPorts + `ignore it: a gRPC client keeps its connection to a backend however many calls it carried; Envoy callers honour it`,
+		web + `spec.outlierDetection.consecutiveGatewayErrors: ` + webPorts + ejectors,
+		web + `spec.loadBalancer.type: LeastRequest: ` + webPorts + `use round robin (C-core 1.51 and grpc-js refuse least request, so no proxyless client is sent it); Envoy callers use least request`,
+		`BackendTrafficPolicy shop/ring (document 3, line 20): spec.loadBalancer.hashOn[1].sourceIP: ` + ringPort + `ignore it: they hash headers only, and a call with no header to hash goes to a random backend; Envoy callers honour it`,
+		`BackendTrafficPolicy shop/ring (document 3, line 20): spec.loadBalancer.hashOn[2].cookie: ` + ringPort + `ignore it: they hash headers only, and a call with no header to hash goes to a random backend; Envoy callers honour it`,
+		`BackendTrafficPolicy shop/od (document 4, line 27): spec.retry: proxyless gRPC callers of Service od's grpc port "grpc" retry nothing: retryOn is connect-failure, refused-stream unless set, and ` + grpcOnly + `; add unavailable to retryOn to retry their calls; Envoy callers retry on connect-failure, refused-stream`,
+		`BackendTrafficPolicy shop/od (document 4, line 27): spec.outlierDetection: consecutiveErrors, consecutiveGatewayErrors only: proxyless gRPC callers of Service od's grpc port "grpc" eject no backend: they eject by successRate and failurePercentage only (gRFC A50), counting every failed call; add failurePercentage, such as {threshold: 50, minHosts: 2} (minHosts: how many backends must have had requestVolume calls), to eject for them too; Envoy callers eject by consecutiveErrors, consecutiveGatewayErrors`,
+		uts + `spec.connectionSettings.tcp.connectTimeout: 3s: ` + webPorts + `ignore it: gRPC's own connect timeout (20s) applies; Envoy callers honour it`,
+		uts + `spec.connectionSettings.tcp.maxConnections: 100: ` + webPorts + `ignore it: a gRPC client keeps one connection to each backend; Envoy callers honour it`,
+		uts + `spec.connectionSettings.http.maxPendingRequests: 50: ` + webPorts + `ignore it: only maxRequests limits their calls; Envoy callers honour it`,
+		uts + `spec.connectionSettings.http.maxRetries: 10: ` + webPorts + `ignore it: only attempts bounds their retries; Envoy callers honour it`,
+		uts + `spec.connectionSettings.http.maxRequestsPerConnection: 100: ` + webPorts + `ignore it: a gRPC client keeps its connection to a backend however many calls it carried; Envoy callers honour it`,
+		uts + `spec.rateLimit.local: proxyless gRPC servers of Service web's grpc port "rpc" do not enforce it: gRPC servers have no local rate limit`,
+		uts + `spec.httpRoutes[0].rateLimit.local: proxyless gRPC servers of Service web's grpc port "rpc" do not enforce it: gRPC servers have no local rate limit`,
+		ring + `spec.retryPolicy.retryOn: 5xx: ` + ringPort + `ignore them: ` + grpcOnly + `, and gRPC itself retries a call that never left the client; Envoy callers honour them`,
+		ring + `spec.retryPolicy.numRetries: 6: ` + ringPort + `make at most 5 attempts (4 retries): gRPC caps a call's attempts at 5; Envoy callers make every retry`,
+		ring + `spec.retryPolicy.perTryTimeout: 1s: ` + ringPort + `ignore it: a retry may take what is left of the call's deadline; Envoy callers honour it`,
+		`Retry shop/to-od (document 8, line 62): spec.retryPolicy.retryOn: connect-failure: proxyless gRPC callers of Service od's grpc port "grpc" retry nothing: ` + grpcOnly + `, and gRPC itself retries a call that never left the client; add unavailable to retry their calls too; Envoy callers honour them`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+
+	// MeshConfig's defaults: outlier detection that proxyless callers
+	// ignore is said, naming the Services with grpc ports; and the field
+	// rules' warnings (a default retry of what may have run) are too.
+	res = applyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
+kind: MeshConfig
+metadata: {name: mesh}
+spec:
+  resilience:
+    retry: {retryOn: [connect-failure, 5xx]}
+    outlierDetection: {interval: 5s}
+`)
+	got = nil
+	for _, r := range res.Results {
+		got = append(got, r.Warnings...)
+	}
+	want = []string{
+		`MeshConfig mesh (document 1, line 1): spec.resilience.retry.retryOn: 5xx retry calls a backend may already have run, and this is every call in the mesh: a call that is not idempotent (a POST that pays) may run twice; keep the mesh's default to connect-failure, refused-stream, reset-before-request and retry more per Service with a BackendTrafficPolicy`,
+		`MeshConfig mesh (document 1, line 1): spec.resilience.outlierDetection: consecutiveGatewayErrors only: proxyless gRPC callers of the grpc ports of Services shop/od, shop/ring and shop/web eject no backend: they eject by successRate and failurePercentage only (gRFC A50), counting every failed call; add failurePercentage, such as {threshold: 50, minHosts: 2} (minHosts: how many backends must have had requestVolume calls), to eject for them too; Envoy callers eject by consecutiveGatewayErrors`,
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("MeshConfig warnings (-want +got):\n%s", diff)
+	}
+}

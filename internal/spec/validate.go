@@ -198,6 +198,10 @@ func (s *TrafficSplit) validate(v *validator) {
 	}
 }
 
+// applyWarnings adds the warnings of the field rules (spec.resilience's),
+// which parsing drops.
+func (c *MeshConfig) applyWarnings(v *validator) { validateWarnings(v, c) }
+
 func (c *MeshConfig) validate(v *validator) {
 	if c.Metadata.Name != MeshConfigName {
 		v.errorf("metadata.name", "MeshConfig is a singleton named %q, not %q: rename it", MeshConfigName, c.Metadata.Name)
