@@ -4,7 +4,9 @@
 // osm-vm's BackendTrafficPolicy (osm-vm.io/v1alpha1) and of MeshConfig's
 // spec.resilience defaults; their defaults and field validation; and the
 // effective policy rendering reads, with the Merge functions that work
-// it out and the source of each part.
+// it out and the source of each part; and what proxyless gRPC clients do
+// with each field (ProxylessSupport, the support matrix), with the
+// warnings apply gives of what they ignore or replace.
 //
 // It must not import spec or anything of ours but internal/mesh: spec
 // imports it, holds the documents that carry these specs, registers them

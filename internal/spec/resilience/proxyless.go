@@ -8,9 +8,10 @@ package resilience
 // proxyless callers of a Service's grpc ports ignore or replace, and
 // docs/operator-guide.md's matrix is this table (a test compares them).
 //
-// The verdicts are the clients' as the mesh configures them, from their
-// sources (gRPC-Go 1.85, the C-core 1.51.1 of Debian 12's python3-grpcio,
-// grpc-js-xds 1.14) and from running them (e2e TestPolyglotResilience).
+// The verdicts are the clients' as the mesh configures them: read from
+// their sources (gRPC-Go 1.85, the C-core 1.51.1 of Debian 12's
+// python3-grpcio, grpc-js-xds 1.14), and for the request timeout seen by
+// running them (e2e TestPolyglotResilience).
 
 import (
 	"fmt"
