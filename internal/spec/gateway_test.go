@@ -453,3 +453,44 @@ spec:
 		t.Errorf("consumer route filters = %+v", f)
 	}
 }
+
+// An HTTPRoute with a timeout on a grpc port warns that C-core 1.51
+// clients end its calls at once; one on an http port, or with a 0s
+// timeout (none), does not.
+func TestApplyRouteTimeoutProxylessWarning(t *testing.T) {
+	s := newTestSpec(t, store.NewMemory())
+	applyYAML(t, s, `apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec: {ports: [{name: http, port: 80}, {name: rpc, port: 9000, appProtocol: grpc}]}
+`)
+	res := applyYAML(t, s, `apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: rpc, namespace: shop}
+spec:
+  parentRefs: [{group: "", kind: Service, name: web, port: 9000}]
+  rules:
+    - backendRefs: [{name: web, port: 9000}]
+      timeouts: {request: 500ms}
+    - matches: [{path: {type: PathPrefix, value: /slow}}]
+      backendRefs: [{name: web, port: 9000}]
+      timeouts: {request: 0s}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: http, namespace: shop}
+spec:
+  parentRefs: [{group: "", kind: Service, name: web, port: 80}]
+  rules:
+    - backendRefs: [{name: web, port: 80}]
+      timeouts: {request: 500ms}
+`)
+	var got []string
+	for _, r := range res.Results {
+		got = append(got, r.Warnings...)
+	}
+	want := []string{`HTTPRoute shop/rpc (document 1, line 1): spec.rules[0].timeouts: proxyless gRPC clients of the route's grpc ports get it as max_stream_duration: gRPC-Go and grpc-js end a call at it, but C-core 1.51 (Debian 12's python3-grpcio) ends every call far sooner, within milliseconds, with DEADLINE_EXCEEDED: give a route that C-core clients call no timeout`}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	gwv1 "sigs.k8s.io/gateway-api/apis/v1"
 )
@@ -123,6 +124,9 @@ func grpcIgnored(v Checker, w World, r Route) {
 			if rule.Retry != nil {
 				say(f+".retry", "retry on HTTP status codes is not applied (gRPC clients retry by gRPC status)")
 			}
+			if t := rule.Timeouts; t != nil && (nonZero(t.Request) || nonZero(t.BackendRequest)) {
+				v.Warnf(f+".timeouts", "proxyless gRPC clients of the route's grpc ports get it as max_stream_duration: gRPC-Go and grpc-js end a call at it, but C-core 1.51 (Debian 12's python3-grpcio) ends every call far sooner, within milliseconds, with DEADLINE_EXCEEDED: give a route that C-core clients call no timeout")
+			}
 		}
 	case r.GRPC != nil:
 		for i, rule := range r.GRPC.Rules {
@@ -133,4 +137,14 @@ func grpcIgnored(v Checker, w World, r Route) {
 			}
 		}
 	}
+}
+
+// nonZero reports whether d is a duration other than 0 (validation
+// checked its syntax).
+func nonZero(d *gwv1.Duration) bool {
+	if d == nil {
+		return false
+	}
+	v, err := time.ParseDuration(string(*d))
+	return err == nil && v != 0
 }
