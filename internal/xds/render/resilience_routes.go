@@ -10,7 +10,7 @@ package render
 //
 // An HTTPRoute's or GRPCRoute's own timeouts and retry win over these
 // (gatewayRoute). gRPC gets what every proxyless client honours: the
-// request timeout as max_stream_duration, the retry on gRPC status names
+// request timeout a policy sets (not the default) as max_stream_duration, the retry on gRPC status names
 // with num_retries >= 1 and no per-try timeout, a header hash policy, and
 // the fault filter's config as a bare Any with its percentages.
 
@@ -63,7 +63,7 @@ func callKeyOf(r resilience.Route, retrySrc string) string {
 	}
 	var b strings.Builder
 	if t := r.RequestTimeout; t != nil {
-		fmt.Fprintf(&b, "req=%d;", t.Duration)
+		fmt.Fprintf(&b, "req=%d/%t;", t.Duration, t.Source == resilience.SourceDefault)
 	}
 	if t := r.IdleTimeout; t != nil {
 		fmt.Fprintf(&b, "idle=%d;", t.Duration)
@@ -98,6 +98,11 @@ func applyCall(rt *routev3.Route, a *routev3.RouteAction, o outbound, f Flavor, 
 	r := o.call
 	if t := r.RequestTimeout; t != nil && !ownTimeout {
 		switch {
+		case f == GRPC && t.Source == resilience.SourceDefault:
+			// MeshConfig's default (15s on http ports) is Envoy's own
+			// route timeout; gRPC has none, and C-core 1.51 ends calls
+			// with a max_stream_duration within milliseconds: proxyless
+			// callers get a request timeout from a policy only.
 		case f == GRPC && t.Duration > 0:
 			a.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: durationpb.New(t.Duration)}
 		case f != GRPC && (t.Duration != envoyRouteTimeout || a.Timeout != nil):
