@@ -113,7 +113,7 @@ const (
 	maxHashOn           = 8
 	maxRetryOn          = 16
 	maxHTTPRoutes       = 64
-	maxHeadersToAdd     = 16
+	maxHeadersToAdd     = 10 // Envoy's bound on a local rate limit's response_headers_to_add
 	maxHeaderNameLength = 256
 	maxHeaderValueLen   = 4096
 	maxChoiceCount      = 100
