@@ -32,6 +32,9 @@ type shapeKey struct {
 	// listener has the fault filter.
 	call  string
 	fault bool
+	// limit is the inbound rate limit of an inbound listener or route
+	// configuration (its rateLimitKey): its numbers are not holes.
+	limit string
 }
 
 // shape is the stamp of one shape, with where the names go in the
@@ -266,13 +269,13 @@ func encodedOutboundListener(m Mesh, o outbound) (Encoded, bool) {
 	})
 }
 
-// encodedInboundRoute returns inboundRoute(svc, port) written from the
-// stamp of its shape (one per port); false if it cannot be (see
-// Memo.stamped).
-func encodedInboundRoute(m Mesh, svc mesh.MeshService, port spec.ServicePort) (Encoded, bool) {
-	key := shapeKey{kind: memoInboundRoute, flavor: Envoy, port: port}
+// encodedInboundRoute returns inboundRoute(svc, port, rl) written from
+// the stamp of its shape (one per port and rate limit); false if it
+// cannot be (see Memo.stamped).
+func encodedInboundRoute(m Mesh, svc mesh.MeshService, port spec.ServicePort, rl *resilience.RateLimit) (Encoded, bool) {
+	key := shapeKey{kind: memoInboundRoute, flavor: Envoy, port: port, limit: rateLimitKey(rl)}
 	return m.Memo.stamped(m, key, Envoy, namePlaceholders, nil, func() (proto.Message, error) {
-		return inboundRoute(placeholderService, port), nil
+		return inboundRoute(placeholderService, port, rl), nil
 	}, InboundName(svc, port.Port), []string{svc.Namespace, svc.Name}, nil)
 }
 
@@ -334,10 +337,11 @@ func encodedInboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.Se
 	if !rules.ok {
 		return Encoded{}, false
 	}
-	key := shapeKey{kind: memoInboundListener, flavor: Envoy, port: port}
+	rl := m.Spec().InboundRateLimit(self.Service)
+	key := shapeKey{kind: memoInboundListener, flavor: Envoy, port: port, limit: rateLimitKey(rl)}
 	return mm.stamped(m, key, Envoy, inboundListenerPlaceholders, [][]byte{rulesSpliceBytes}, func() (proto.Message, error) {
 		tb := &builder{}
-		l := inboundListenerOf(InboundName(placeholderService, port.Port), inboundAddrPlaceholder, port, tb.inboundChain(placeholderService, port, rulesSplice))
+		l := inboundListenerOf(InboundName(placeholderService, port.Port), inboundAddrPlaceholder, port, tb.inboundChain(placeholderService, port, rulesSplice, rl))
 		return l, tb.err
 	}, name, []string{self.Service.Namespace, self.Service.Name, p.Address.String()}, [][]byte{rules.b})
 }

@@ -50,6 +50,7 @@ func stampMeshes(t *testing.T) map[string]Mesh {
 		"policy":             policyMesh(t),
 		"tcp-only":           tcpOnlyMesh(t),
 		"resilience":         meshOf(resilienceSpec(t).Snapshot(), eps),
+		"rate-limit":         rateLimitMesh(t),
 	}
 }
 
@@ -245,7 +246,7 @@ func TestRouteResourcesStampEqualsBuilt(t *testing.T) {
 			rc := x.(*routev3.RouteConfiguration)
 			for _, vh := range rc.GetVirtualHosts() {
 				for _, r := range vh.GetRoutes() {
-					if r.GetRoute().GetWeightedClusters() != nil || r.GetName() != "" {
+					if r.GetRoute().GetWeightedClusters() != nil || r.GetName() != "" && !strings.HasPrefix(r.GetName(), "rate-limit-") {
 						return false // a split's
 					}
 				}

@@ -14,8 +14,9 @@ import (
 // (resolved against their route groups), the upstream ports it may call
 // (with their splits, as the View's endpoints shape them: a root without
 // endpoints passes all its traffic to the backends, a backend without
-// endpoints takes no share) and the Service of every upstream and split
-// backend.
+// endpoints takes no share), the Service of every upstream and split
+// backend, their failure handling and an Envoy proxy's inbound rate
+// limits.
 // Given the same trust domain, flavour and address, two specifications
 // that give a proxy equal Inputs give it byte-identical resources, so a
 // server can keep a proxy's configuration across a specification change
@@ -37,6 +38,8 @@ type Inputs struct {
 	egress   []spec.EgressRoute
 	// gateway is a gateway proxy's Gateway (its Fingerprint).
 	gateway string
+	// limit is an Envoy proxy's inbound rate limits (their rateLimitKey).
+	limit string
 }
 
 // InputsOf returns p's Inputs under m (with m's Memo, the plan it
@@ -55,6 +58,9 @@ func InputsOf(m Mesh, p Proxy) (Inputs, error) {
 	in := Inputs{self: self, permissive: m.Spec().Permissive(), plan: plan(m, p, self), egress: egressRoutes(m, p, self)}
 	if !in.permissive {
 		in.inbound = m.Spec().Inbound(p.Service)
+	}
+	if p.Flavor == Envoy {
+		in.limit = rateLimitKey(m.Spec().InboundRateLimit(p.Service))
 	}
 	svcs := upstreamServices(in.plan)
 	if len(svcs) > 0 {
@@ -89,7 +95,7 @@ func (a Inputs) Equal(b Inputs) bool {
 		slices.EqualFunc(a.inbound, b.inbound, inboundRuleEqual) &&
 		slices.EqualFunc(a.plan, b.plan, outboundEqual) &&
 		slices.EqualFunc(a.upstreams, b.upstreams, serviceInfoEqual) && slices.Equal(a.policies, b.policies) &&
-		slices.EqualFunc(a.egress, b.egress, egressRouteEqual) && a.gateway == b.gateway
+		slices.EqualFunc(a.egress, b.egress, egressRouteEqual) && a.gateway == b.gateway && a.limit == b.limit
 }
 
 func egressRouteEqual(a, b spec.EgressRoute) bool {

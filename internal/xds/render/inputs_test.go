@@ -30,6 +30,9 @@ type randomMesh struct {
 	targets    []randomTarget
 	splits     []randomSplit
 	routes     []randomRoute
+	// limits are the inbound rate limits of some services (by index): an
+	// UpstreamTrafficSetting's rateLimit.local and httpRoutes.
+	limits map[int]randomLimit
 	// config is more of MeshConfig's spec, such as
 	// "certificate: {serviceLifetime: 1s}"; empty for none.
 	config string
@@ -74,6 +77,17 @@ func newRandomRoute(r *rand.Rand) randomRoute {
 		rt.backends[fmt.Sprintf("s%d", r.IntN(5))] = pick(r, []int{0, 10, 50, 90})
 	}
 	return rt
+}
+
+// randomLimit is an UpstreamTrafficSetting's local rate limits: of
+// connections, of requests, of the requests of one path, each of n a
+// second (0: none).
+type randomLimit struct {
+	tcp, http, route int
+}
+
+func newRandomLimit(r *rand.Rand) randomLimit {
+	return randomLimit{tcp: pick(r, []int{0, 10}), http: pick(r, []int{0, 5, 50}), route: pick(r, []int{0, 5})}
 }
 
 type randomSplit struct {
@@ -125,6 +139,9 @@ func newRandomMesh(r *rand.Rand) randomMesh {
 	for range r.IntN(3) {
 		m.routes = append(m.routes, newRandomRoute(r))
 	}
+	if r.IntN(2) == 0 {
+		m.limits = map[int]randomLimit{r.IntN(5): newRandomLimit(r)}
+	}
 	return m
 }
 
@@ -156,7 +173,12 @@ func (m randomMesh) mutate(r *rand.Rand) randomMesh {
 	m.targets = append([]randomTarget(nil), m.targets...)
 	m.splits = append([]randomSplit(nil), m.splits...)
 	m.routes = append([]randomRoute(nil), m.routes...)
-	switch r.IntN(10) {
+	limits := map[int]randomLimit{}
+	for i, l := range m.limits {
+		limits[i] = l
+	}
+	m.limits = limits
+	switch r.IntN(11) {
 	case 0:
 		m.permissive = !m.permissive
 	case 1:
@@ -210,6 +232,12 @@ func (m randomMesh) mutate(r *rand.Rand) randomMesh {
 			m.routes[i].backends = backends
 		default:
 			m.routes = append(m.routes, newRandomRoute(r))
+		}
+	case 10:
+		if i := r.IntN(5); r.IntN(3) == 0 {
+			delete(m.limits, i)
+		} else {
+			m.limits[i] = newRandomLimit(r)
 		}
 	}
 	return m
@@ -339,6 +367,28 @@ func (m randomMesh) yaml() string {
 			gw = ", {name: gw}"
 		}
 		fmt.Fprintf(&b, "---\napiVersion: gateway.networking.k8s.io/v1\nkind: HTTPRoute\nmetadata: {name: route%d, namespace: default}\nspec:\n  parentRefs: [{group: \"\", kind: Service, name: %s%s}%s]\n  rules: %s\n", i, rt.parent, port, gw, rules)
+	}
+	for i := range 5 {
+		l, ok := m.limits[i]
+		if !ok || l == (randomLimit{}) {
+			continue
+		}
+		var local []string
+		if l.tcp > 0 {
+			local = append(local, fmt.Sprintf("tcp: {connections: %d, unit: second}", l.tcp))
+		}
+		if l.http > 0 {
+			local = append(local, fmt.Sprintf("http: {requests: %d, unit: second, burst: 1, responseStatusCode: 503, responseHeadersToAdd: [{name: x-limited, value: %q}]}", l.http, fmt.Sprint(l.http)))
+		}
+		routes := ""
+		if l.route > 0 {
+			routes = fmt.Sprintf(", httpRoutes: [{path: /a.*, rateLimit: {local: {requests: %d, unit: minute}}}]", l.route)
+		}
+		rateLimit := ""
+		if len(local) > 0 {
+			rateLimit = fmt.Sprintf(", rateLimit: {local: {%s}}", strings.Join(local, ", "))
+		}
+		fmt.Fprintf(&b, "---\napiVersion: policy.openservicemesh.io/v1alpha1\nkind: UpstreamTrafficSetting\nmetadata: {name: s%d, namespace: default}\nspec: {host: s%d%s%s}\n", i, i, rateLimit, routes)
 	}
 	// An ingress Gateway whose account is a source wherever "shared" or s0 is.
 	b.WriteString("---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: gw, namespace: default}\nspec: {gatewayClassName: osm-vm, listeners: [{name: web, port: 80, protocol: HTTP}]}\n")
@@ -521,7 +571,7 @@ func TestRenderingIsByteStable(t *testing.T) {
 // a field added to any type it compares must be added there too, and here.
 func TestInputsEqualCoversEveryField(t *testing.T) {
 	compared := map[reflect.Type][]string{
-		reflect.TypeFor[Inputs]():                 {"self", "permissive", "inbound", "plan", "upstreams", "policies", "egress", "gateway"}, // policies: slices.Equal: ==
+		reflect.TypeFor[Inputs]():                 {"self", "permissive", "inbound", "plan", "upstreams", "policies", "egress", "gateway", "limit"}, // policies: slices.Equal: ==
 		reflect.TypeFor[spec.ServiceInfo]():       {"Service", "ServiceAccount", "Ports", "VIP"},
 		reflect.TypeFor[spec.ServicePort]():       {"Name", "Port", "TargetPort", "AppProtocol"}, // slices.Equal: ==
 		reflect.TypeFor[spec.InboundRule]():       {"Policy", "Sources", "Port", "HTTP", "TCPPorts", "TCPAllPorts"},

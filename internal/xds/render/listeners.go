@@ -17,6 +17,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/resilience"
 )
 
 // Listeners returns the proxy's listeners, sorted by name: those of
@@ -183,25 +184,39 @@ func rdsHCM(statPrefix, routeName string, filters ...*hcmv3.HttpFilter) *hcmv3.H
 func (b *builder) inboundListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) *listenerv3.Listener {
 	name := InboundName(self.Service, port.Port)
 	chain := memoised(m, b, memoKey{kind: memoInboundChain, name: name}, func() *listenerv3.FilterChain {
-		return b.inboundChain(self.Service, port, inboundRBAC(m, self.Service, port, Envoy))
+		return b.inboundChain(self.Service, port, inboundRBAC(m, self.Service, port, Envoy), m.Spec().InboundRateLimit(self.Service))
 	})
 	return inboundListenerOf(name, p.Address, port, chain)
 }
 
 // inboundChain is the filter chain of svc's inbound listener on port,
-// allowing what rules allow.
-func (b *builder) inboundChain(svc mesh.MeshService, port spec.ServicePort, rules *rbacv3.RBAC) *listenerv3.FilterChain {
+// allowing what rules allow, limited by rl (the Service's inbound rate
+// limits; nil: none, see ratelimit.go).
+func (b *builder) inboundChain(svc mesh.MeshService, port spec.ServicePort, rules *rbacv3.RBAC, rl *resilience.RateLimit) *listenerv3.FilterChain {
 	name := InboundName(svc, port.Port)
+	var limit *listenerv3.Filter
+	if rl != nil && rl.TCP != nil {
+		limit = b.tcpRateLimitFilter(name, rl.TCP)
+	}
 	var filters []*listenerv3.Filter
 	if isHTTP(port) {
-		filters = append(filters, b.networkFilter(hcmFilter, rdsHCM(name, name, b.httpRBACFilter(rules), routerHTTPFilter)))
+		httpFilters := []*hcmv3.HttpFilter{b.httpRBACFilter(rules), routerHTTPFilter}
+		if limitsHTTP(rl) {
+			httpFilters = []*hcmv3.HttpFilter{httpFilters[0], b.httpRateLimitHTTPFilter(name), routerHTTPFilter}
+		}
+		if limit != nil {
+			filters = append(filters, limit)
+		}
+		filters = append(filters, b.networkFilter(hcmFilter, rdsHCM(name, name, httpFilters...)))
 	} else {
-		filters = append(filters,
-			b.networkFilter(networkRBACFilter, &rbacnetv3.RBAC{StatPrefix: name, Rules: rules}),
-			b.networkFilter(tcpProxyFilter, &tcpproxyv3.TcpProxy{
-				StatPrefix:       name,
-				ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: LocalClusterName(svc, port.Port)},
-			}))
+		filters = append(filters, b.networkFilter(networkRBACFilter, &rbacnetv3.RBAC{StatPrefix: name, Rules: rules}))
+		if limit != nil {
+			filters = append(filters, limit)
+		}
+		filters = append(filters, b.networkFilter(tcpProxyFilter, &tcpproxyv3.TcpProxy{
+			StatPrefix:       name,
+			ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: LocalClusterName(svc, port.Port)},
+		}))
 	}
 	return &listenerv3.FilterChain{Filters: filters, TransportSocket: downstreamSocket[Envoy]}
 }
@@ -262,7 +277,8 @@ func (o outbound) httpFilters() []*hcmv3.HttpFilter {
 
 // grpcServerListener is what an xDS-enabled gRPC server on Address:port
 // asks for: mTLS requiring a client certificate, the inbound RBAC and a
-// non-forwarding route (gRPC serves the RPC itself).
+// non-forwarding route (gRPC serves the RPC itself). It has no inbound
+// rate limit: gRPC's xDS server does not support local rate limiting.
 func (b *builder) grpcServerListener(m Mesh, p Proxy, self spec.ServiceInfo, port spec.ServicePort) *listenerv3.Listener {
 	addr := netip.AddrPortFrom(p.Address, uint16(port.Port))
 	name := InboundName(self.Service, port.Port)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/resilience"
 )
 
 // Routes returns the proxy's route configurations, sorted by name: one per
@@ -53,17 +54,18 @@ func routes(m Mesh, p Proxy, encode bool, enc []Encoded) ([]*routev3.RouteConfig
 		enc = slices.Grow(enc, len(self.Ports)+len(outbounds))
 	}
 	if p.Flavor == Envoy {
+		rl := m.Spec().InboundRateLimit(self.Service)
 		for _, port := range sortedPorts(self) {
 			if !isHTTP(port) {
 				continue
 			}
 			if encode {
-				if e, ok := encodedInboundRoute(m, self.Service, port); ok {
+				if e, ok := encodedInboundRoute(m, self.Service, port, rl); ok {
 					enc = append(enc, e)
 					continue
 				}
 			}
-			out = append(out, inboundRoute(self.Service, port))
+			out = append(out, inboundRoute(self.Service, port, rl))
 		}
 	}
 	for _, o := range outbounds {
@@ -90,12 +92,16 @@ func routes(m Mesh, p Proxy, encode bool, enc []Encoded) ([]*routev3.RouteConfig
 }
 
 // inboundRoute is the route configuration of an Envoy inbound HTTP or
-// gRPC port: everything to the local application.
-func inboundRoute(svc mesh.MeshService, port spec.ServicePort) *routev3.RouteConfiguration {
-	return routeConfig(InboundName(svc, port.Port), &routev3.Route{
-		Match:  prefixMatch(),
-		Action: &routev3.Route_Route{Route: routeAction(port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: LocalClusterName(svc, port.Port)}})},
-	})
+// gRPC port: everything to the local application, limited by rl (the
+// Service's inbound rate limits; nil: none, see ratelimit.go).
+func inboundRoute(svc mesh.MeshService, port spec.ServicePort, rl *resilience.RateLimit) *routev3.RouteConfiguration {
+	name := InboundName(svc, port.Port)
+	action := func() *routev3.Route_Route {
+		return &routev3.Route_Route{Route: routeAction(port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: LocalClusterName(svc, port.Port)}})}
+	}
+	rc := routeConfig(name, append(rateLimitedRoutes(name, rl, action), &routev3.Route{Match: prefixMatch(), Action: action()})...)
+	rateLimitHost(rc, name, rl)
+	return rc
 }
 
 func routeConfig(name string, routes ...*routev3.Route) *routev3.RouteConfiguration {

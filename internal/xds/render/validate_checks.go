@@ -19,9 +19,11 @@ import (
 	dfpclusterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/dynamic_forward_proxy/v3"
 	dfpcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/dynamic_forward_proxy/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	localratelimithttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	rbachttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	localratelimitnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/local_ratelimit/v3"
 	rbacnetv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/rbac/v3"
 	setfilterstatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/set_filter_state/v3"
 	snidfpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/sni_dynamic_forward_proxy/v3"
@@ -29,6 +31,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -39,9 +42,9 @@ var (
 	downstreamTLSName         = nameOf(&tlsv3.DownstreamTlsContext{})
 	upstreamTLSName, httpOpts = nameOf(&tlsv3.UpstreamTlsContext{}), nameOf(&httpv3.HttpProtocolOptions{})
 	networkFilterTypes        = []protoreflect.FullName{nameOf(&hcmv3.HttpConnectionManager{}), nameOf(&tcpproxyv3.TcpProxy{}), nameOf(&rbacnetv3.RBAC{}),
-		nameOf(&setfilterstatev3.Config{}), nameOf(&snidfpv3.FilterConfig{})}
+		nameOf(&setfilterstatev3.Config{}), nameOf(&snidfpv3.FilterConfig{}), nameOf(&localratelimitnetv3.LocalRateLimit{})}
 	dfpClusterName  = nameOf(&dfpclusterv3.ClusterConfig{})
-	httpFilterTypes = []protoreflect.FullName{nameOf(&routerv3.Router{}), nameOf(&rbachttpv3.RBAC{}), nameOf(&faultv3.HTTPFault{})}
+	httpFilterTypes = []protoreflect.FullName{nameOf(&routerv3.Router{}), nameOf(&rbachttpv3.RBAC{}), nameOf(&faultv3.HTTPFault{}), nameOf(&localratelimithttpv3.LocalRateLimit{})}
 )
 
 func anyIs(a *anypb.Any, want ...protoreflect.FullName) bool {
@@ -81,6 +84,8 @@ var checks = func() map[protoreflect.FullName]check {
 	add(checkOf((*validation).loadAssignment))
 	add(checkOf((*validation).dnsCache))
 	add(checkOf((*validation).fault))
+	add(checkOf((*validation).httpRateLimit))
+	add(checkOf((*validation).networkRateLimit))
 	return m
 }()
 
@@ -159,6 +164,34 @@ func (v *validation) fault(m *faultv3.HTTPFault) {
 	if m.GetDelay() != nil && m.GetDelay().GetPercentage() == nil || m.GetAbort() != nil && m.GetAbort().GetPercentage() == nil {
 		v.fail("fault filter: a delay or abort without a percentage (grpc-js NACKs it)")
 	}
+}
+
+// httpRateLimit checks an HTTP local rate limit config: Envoy's only
+// (gRPC's xDS server refuses a listener with it), and a bucket (a route's
+// or virtual host's) enabled and enforced for every request (unset, Envoy
+// limits none).
+func (v *validation) httpRateLimit(m *localratelimithttpv3.LocalRateLimit) {
+	v.meet(m)
+	if v.flavor == GRPC {
+		v.fail("local rate limit %q: gRPC does not support local rate limiting (its xDS server refuses the listener)", m.GetStatPrefix())
+	}
+	if m.GetTokenBucket() != nil && (!everyOf(m.GetFilterEnabled()) || !everyOf(m.GetFilterEnforced())) {
+		v.fail("local rate limit %q: a token bucket without filter_enabled and filter_enforced at 100%% limits no request", m.GetStatPrefix())
+	}
+}
+
+// networkRateLimit checks a network local rate limit filter: Envoy's only.
+func (v *validation) networkRateLimit(m *localratelimitnetv3.LocalRateLimit) {
+	v.meet(m)
+	if v.flavor == GRPC {
+		v.fail("local rate limit %q: gRPC does not support local rate limiting", m.GetStatPrefix())
+	}
+}
+
+// everyOf reports whether p is 100% of requests.
+func everyOf(p *corev3.RuntimeFractionalPercent) bool {
+	d := p.GetDefaultValue()
+	return d != nil && d.GetDenominator() == typev3.FractionalPercent_HUNDRED && d.GetNumerator() == 100
 }
 
 func (v *validation) weightedClusters(m *routev3.WeightedCluster) {
