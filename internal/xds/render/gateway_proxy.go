@@ -21,6 +21,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/mesh"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/spec/gateway"
+	"github.com/osm-vm/osm-vm/internal/spec/resilience"
 )
 
 // Ingress gateway proxies (flavour [Gateway]): the Envoy of a machine
@@ -76,13 +77,96 @@ func planGateway(m Mesh, p Proxy) (gatewayProxyPlan, error) {
 }
 
 // outboundFor is the outbound through which the shared route rendering
-// (gatewayRoute) sees one rule of a gateway listener.
-func (gp gatewayProxyPlan) outboundFor(r gateway.Rule) outbound {
+// (gatewayRoute) sees one rule of a gateway listener, with the failure
+// handling of the gateway's calls by the rule (see call).
+func (gp gatewayProxyPlan) outboundFor(m Mesh, r gateway.Rule) outbound {
 	port := spec.ServicePort{AppProtocol: "http"}
 	if r.Route.Kind == spec.KindGRPCRoute {
 		port.AppProtocol = "grpc"
 	}
-	return outbound{port: port, gw: &gatewayPlan{allowed: gp.allowed}}
+	o := outbound{port: port, gw: &gatewayPlan{allowed: gp.allowed}}
+	o.setCall(gp.call(m, r))
+	return o
+}
+
+// call is the failure handling of the gateway's calls by rule r, as a
+// mesh caller's (applyCall; the rule's own timeouts and retry win): the
+// Route policy of each Service port the rule sends to that the gateway
+// may call, the gateway's service account as the caller (spec's
+// CallResilience: a Retry whose source is that account applies, as
+// TrafficTargets naming it do), each part taken where every such backend
+// has it the same. A route's timeouts, retry and fault are the route's,
+// not a backend's, so a part the backends differ on is left out.
+func (gp gatewayProxyPlan) call(m Mesh, r gateway.Rule) resilience.Route {
+	var out resilience.Route
+	first := true
+	for _, b := range r.Backends {
+		if !b.Valid || b.Weight <= 0 {
+			continue
+		}
+		if _, ok := slices.BinarySearchFunc(gp.allowed, b.Service, mesh.MeshService.Compare); !ok {
+			continue
+		}
+		c := m.Spec().CallResilience(gp.info.ServiceAccount, b.Service, b.Port)
+		if first {
+			out, first = c, false
+			continue
+		}
+		out = agreed(out, c)
+	}
+	return out
+}
+
+// agreed is the parts of a that b has the same (rendering the same).
+func agreed(a, b resilience.Route) resilience.Route {
+	same := func(x, y resilience.Route) bool { return callKeyOf(x, "") == callKeyOf(y, "") }
+	if !same(resilience.Route{RequestTimeout: a.RequestTimeout}, resilience.Route{RequestTimeout: b.RequestTimeout}) {
+		a.RequestTimeout = nil
+	}
+	if !same(resilience.Route{IdleTimeout: a.IdleTimeout}, resilience.Route{IdleTimeout: b.IdleTimeout}) {
+		a.IdleTimeout = nil
+	}
+	if !same(resilience.Route{Retry: a.Retry}, resilience.Route{Retry: b.Retry}) {
+		a.Retry = nil
+	}
+	if !same(resilience.Route{Fault: a.Fault}, resilience.Route{Fault: b.Fault}) {
+		a.Fault = nil
+	}
+	if !same(resilience.Route{HashPolicy: a.HashPolicy}, resilience.Route{HashPolicy: b.HashPolicy}) {
+		a.HashPolicy = nil
+	}
+	return a
+}
+
+// faults reports whether a rule of the listeners ls injects faults.
+func (gp gatewayProxyPlan) faults(m Mesh, ls []gateway.Listener) bool {
+	for _, l := range ls {
+		for _, h := range l.Hosts {
+			for _, r := range h.Rules {
+				if gp.outboundFor(m, r).call.Fault != nil {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// calls returns the key of the failure handling of the gateway's calls
+// by each rule of its HTTP and HTTPS listeners (the Inputs' part of it).
+func (gp gatewayProxyPlan) calls(m Mesh) []string {
+	var out []string
+	for _, l := range gp.info.Listeners {
+		if isL4(l.Protocol) {
+			continue
+		}
+		for _, h := range l.Hosts {
+			for _, r := range h.Rules {
+				out = append(out, gp.outboundFor(m, r).callKey)
+			}
+		}
+	}
+	return out
 }
 
 // ports returns the Gateway's ports, each with its listeners.
@@ -121,7 +205,7 @@ func gatewayListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 		name := GatewayListenerName(gp.info.Gateway, ls[0].Port)
 		l := &listenerv3.Listener{Name: name, Address: socketAddress(p.Address, ls[0].Port), TrafficDirection: corev3.TrafficDirection_INBOUND}
 		if ls[0].Protocol == "HTTP" {
-			l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{b.networkFilter(hcmFilter, gatewayHCM(name, name, b))}}}
+			l.FilterChains = []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{b.networkFilter(hcmFilter, gatewayHCM(name, name, gp.faults(m, ls), b))}}}
 		} else {
 			l.ListenerFilters = []*listenerv3.ListenerFilter{{Name: tlsInspector,
 				ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: b.any(&tlsinspectorv3.TlsInspector{})}}}
@@ -131,7 +215,7 @@ func gatewayListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 				}
 				fc := &listenerv3.FilterChain{
 					Name:            gl.Name,
-					Filters:         []*listenerv3.Filter{b.networkFilter(hcmFilter, gatewayHCM(name+"|"+gl.Name, gp.routeName(gl), b))},
+					Filters:         []*listenerv3.Filter{b.networkFilter(hcmFilter, gatewayHCM(name+"|"+gl.Name, gp.routeName(gl), gp.faults(m, []gateway.Listener{gl}), b))},
 					TransportSocket: b.transportSocket(gatewayTLS(p.GatewayCertDir, gl.Certificate)),
 				}
 				if gl.Hostname != "" {
@@ -157,9 +241,13 @@ func gatewayListeners(m Mesh, p Proxy) ([]*listenerv3.Listener, error) {
 // slashes, escaped slashes unescaped and redirected); headers with
 // underscores are refused; idle connections and slow request headers
 // time out; HTTP/2 streams and windows are bounded. The Host header's
-// port is ignored when matching virtual hosts.
-func gatewayHCM(statPrefix, routeName string, b *builder) *hcmv3.HttpConnectionManager {
+// port is ignored when matching virtual hosts. With fault, its routes
+// inject faults: the fault filter (empty) comes before the router.
+func gatewayHCM(statPrefix, routeName string, fault bool, b *builder) *hcmv3.HttpConnectionManager {
 	h := rdsHCM(statPrefix, routeName, routerHTTPFilter)
+	if fault {
+		h.HttpFilters = []*hcmv3.HttpFilter{faultHTTPFilter, routerHTTPFilter}
+	}
 	h.UseRemoteAddress = wrapperspb.Bool(true)
 	h.StripPortMode = &hcmv3.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true}
 	h.NormalizePath = wrapperspb.Bool(true)
@@ -215,11 +303,11 @@ func gatewayRoutes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 			continue // no RDS: see gateway_l4.go
 		}
 		if ls[0].Protocol == "HTTP" {
-			out = append(out, gp.routeConfig(gp.routeName(ls[0]), ls))
+			out = append(out, gp.routeConfig(m, gp.routeName(ls[0]), ls))
 			continue
 		}
 		for _, l := range ls {
-			out = append(out, gp.routeConfig(gp.routeName(l), []gateway.Listener{l}))
+			out = append(out, gp.routeConfig(m, gp.routeName(l), []gateway.Listener{l}))
 		}
 	}
 	sortByName(out, (*routev3.RouteConfiguration).GetName)
@@ -228,7 +316,7 @@ func gatewayRoutes(m Mesh, p Proxy) ([]*routev3.RouteConfiguration, error) {
 
 // routeConfig renders a virtual host per host name of the listeners (the
 // rules of listeners sharing a host name merged, in precedence order).
-func (gp gatewayProxyPlan) routeConfig(name string, ls []gateway.Listener) *routev3.RouteConfiguration {
+func (gp gatewayProxyPlan) routeConfig(m Mesh, name string, ls []gateway.Listener) *routev3.RouteConfiguration {
 	rc := &routev3.RouteConfiguration{Name: name}
 	var hosts []gateway.Host
 	for _, l := range ls {
@@ -252,7 +340,7 @@ func (gp gatewayProxyPlan) routeConfig(name string, ls []gateway.Listener) *rout
 			}
 		}
 		for _, r := range rules {
-			if rt := gatewayRoute(gp.outboundFor(r), r, Envoy); rt != nil {
+			if rt := gatewayRoute(gp.outboundFor(m, r), r, Envoy); rt != nil {
 				vh.Routes = append(vh.Routes, rt)
 			}
 		}
@@ -296,6 +384,7 @@ func gatewayInputs(m Mesh, p Proxy) (Inputs, error) {
 		in.upstreams = append(in.upstreams, info)
 	}
 	in.policies = upstreamPolicies(m, gp.allowed)
+	in.calls = gp.calls(m)
 	return in, nil
 }
 

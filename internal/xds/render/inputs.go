@@ -40,6 +40,9 @@ type Inputs struct {
 	gateway string
 	// limit is an Envoy proxy's inbound rate limits (their rateLimitKey).
 	limit string
+	// calls are a gateway proxy's failure handling of each of its rules'
+	// calls (their callKeys, see gatewayProxyPlan.calls).
+	calls []string
 }
 
 // InputsOf returns p's Inputs under m (with m's Memo, the plan it
@@ -95,7 +98,8 @@ func (a Inputs) Equal(b Inputs) bool {
 		slices.EqualFunc(a.inbound, b.inbound, inboundRuleEqual) &&
 		slices.EqualFunc(a.plan, b.plan, outboundEqual) &&
 		slices.EqualFunc(a.upstreams, b.upstreams, serviceInfoEqual) && slices.Equal(a.policies, b.policies) &&
-		slices.EqualFunc(a.egress, b.egress, egressRouteEqual) && a.gateway == b.gateway && a.limit == b.limit
+		slices.EqualFunc(a.egress, b.egress, egressRouteEqual) && a.gateway == b.gateway && a.limit == b.limit &&
+		slices.Equal(a.calls, b.calls)
 }
 
 func egressRouteEqual(a, b spec.EgressRoute) bool {

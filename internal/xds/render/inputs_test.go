@@ -81,13 +81,15 @@ func newRandomRoute(r *rand.Rand) randomRoute {
 
 // randomLimit is an UpstreamTrafficSetting's local rate limits: of
 // connections, of requests, of the requests of one path, each of n a
-// second (0: none).
+// second (0: none); and a BackendTrafficPolicy's request timeout of
+// timeout seconds (0: none).
 type randomLimit struct {
 	tcp, http, route int
+	timeout          int
 }
 
 func newRandomLimit(r *rand.Rand) randomLimit {
-	return randomLimit{tcp: pick(r, []int{0, 10}), http: pick(r, []int{0, 5, 50}), route: pick(r, []int{0, 5})}
+	return randomLimit{tcp: pick(r, []int{0, 10}), http: pick(r, []int{0, 5, 50}), route: pick(r, []int{0, 5}), timeout: pick(r, []int{0, 0, 3})}
 }
 
 type randomSplit struct {
@@ -370,7 +372,13 @@ func (m randomMesh) yaml() string {
 	}
 	for i := range 5 {
 		l, ok := m.limits[i]
-		if !ok || l == (randomLimit{}) {
+		if !ok {
+			continue
+		}
+		if l.timeout > 0 {
+			fmt.Fprintf(&b, "---\napiVersion: osm-vm.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: s%d, namespace: default}\nspec: {targetRefs: [{group: \"\", kind: Service, name: s%d}], timeouts: {request: %ds}}\n", i, i, l.timeout)
+		}
+		if l.tcp == 0 && l.http == 0 && l.route == 0 {
 			continue
 		}
 		var local []string
@@ -571,7 +579,7 @@ func TestRenderingIsByteStable(t *testing.T) {
 // a field added to any type it compares must be added there too, and here.
 func TestInputsEqualCoversEveryField(t *testing.T) {
 	compared := map[reflect.Type][]string{
-		reflect.TypeFor[Inputs]():                 {"self", "permissive", "inbound", "plan", "upstreams", "policies", "egress", "gateway", "limit"}, // policies: slices.Equal: ==
+		reflect.TypeFor[Inputs]():                 {"self", "permissive", "inbound", "plan", "upstreams", "policies", "egress", "gateway", "limit", "calls"}, // policies: slices.Equal: ==
 		reflect.TypeFor[spec.ServiceInfo]():       {"Service", "ServiceAccount", "Ports", "VIP"},
 		reflect.TypeFor[spec.ServicePort]():       {"Name", "Port", "TargetPort", "AppProtocol"}, // slices.Equal: ==
 		reflect.TypeFor[spec.InboundRule]():       {"Policy", "Sources", "Port", "HTTP", "TCPPorts", "TCPAllPorts"},
