@@ -140,11 +140,11 @@ func httpRateLimitConfig(statPrefix string, l *resilience.HTTPRateLimit) *localr
 	return c
 }
 
-// rateLimitedRoutes returns the routes of an inbound route configuration
-// (named name) limited by rl: a route per httpRoutes entry, matching the
-// entry's path, with the action action() gives and the entry's bucket;
-// the catch-all route (the last) after them. rateLimitedHost sets the
-// Service's bucket on the virtual host.
+// rateLimitedRoutes returns the routes an inbound route configuration
+// (named name) has for rl before its catch-all: one per httpRoutes entry,
+// matching the entry's path, with the action action() gives and the
+// entry's bucket. rateLimitHost sets the Service's bucket on the virtual
+// host.
 func rateLimitedRoutes(name string, rl *resilience.RateLimit, action func() *routev3.Route_Route) []*routev3.Route {
 	if rl == nil {
 		return nil
