@@ -199,7 +199,8 @@ type Header struct {
 }
 
 // RouteRateLimit limits the requests whose path matches PathRegex (the
-// whole path), on top of the Service's limit.
+// whole path) instead of the Service's limit: such a request takes a
+// token from this bucket only (as in Envoy and OSM).
 type RouteRateLimit struct {
 	PathRegex string        `json:"pathRegex"`
 	Limit     HTTPRateLimit `json:"limit"`

@@ -120,13 +120,17 @@ func everyRequest() *corev3.RuntimeFractionalPercent {
 }
 
 // httpRateLimitConfig is the per-route (or virtual host) config of the
-// HTTP local rate limit filter holding l's bucket.
-func httpRateLimitConfig(statPrefix string, l *resilience.HTTPRateLimit) *localratelimithttpv3.LocalRateLimit {
+// HTTP local rate limit filter holding l's bucket. On a gRPC port a
+// limited call ends RESOURCE_EXHAUSTED, not Envoy's default UNAVAILABLE,
+// which callers' retry policies retry (often on another backend, with
+// its own bucket) and outlier detection may count.
+func httpRateLimitConfig(statPrefix string, l *resilience.HTTPRateLimit, grpc bool) *localratelimithttpv3.LocalRateLimit {
 	c := &localratelimithttpv3.LocalRateLimit{
-		StatPrefix:     statPrefix,
-		TokenBucket:    tokenBucket(l.TokenBucket),
-		FilterEnabled:  everyRequest(),
-		FilterEnforced: everyRequest(),
+		StatPrefix:                     statPrefix,
+		TokenBucket:                    tokenBucket(l.TokenBucket),
+		FilterEnabled:                  everyRequest(),
+		FilterEnforced:                 everyRequest(),
+		RateLimitedAsResourceExhausted: grpc,
 	}
 	if l.Status != envoyRateLimitStatus && l.Status != 0 {
 		c.Status = &typev3.HttpStatus{Code: typev3.StatusCode(l.Status)}
@@ -145,7 +149,7 @@ func httpRateLimitConfig(statPrefix string, l *resilience.HTTPRateLimit) *localr
 // matching the entry's path, with the action action() gives and the
 // entry's bucket. rateLimitHost sets the Service's bucket on the virtual
 // host.
-func rateLimitedRoutes(name string, rl *resilience.RateLimit, action func() *routev3.Route_Route) []*routev3.Route {
+func rateLimitedRoutes(name string, rl *resilience.RateLimit, grpc bool, action func() *routev3.Route_Route) []*routev3.Route {
 	if rl == nil {
 		return nil
 	}
@@ -157,7 +161,7 @@ func rateLimitedRoutes(name string, rl *resilience.RateLimit, action func() *rou
 			Name:                 id,
 			Match:                &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: r.PathRegex}}},
 			Action:               action(),
-			TypedPerFilterConfig: map[string]*anypb.Any{httpRateLimitFilter: mustAny(httpRateLimitConfig(name+"|"+id, &r.Limit))},
+			TypedPerFilterConfig: map[string]*anypb.Any{httpRateLimitFilter: mustAny(httpRateLimitConfig(name+"|"+id, &r.Limit, grpc))},
 		})
 	}
 	return out
@@ -165,8 +169,8 @@ func rateLimitedRoutes(name string, rl *resilience.RateLimit, action func() *rou
 
 // rateLimitHost sets rl's Service-wide request bucket on the inbound
 // route configuration rc (named name).
-func rateLimitHost(rc *routev3.RouteConfiguration, name string, rl *resilience.RateLimit) {
+func rateLimitHost(rc *routev3.RouteConfiguration, name string, rl *resilience.RateLimit, grpc bool) {
 	if rl != nil && rl.HTTP != nil {
-		rc.VirtualHosts[0].TypedPerFilterConfig = map[string]*anypb.Any{httpRateLimitFilter: mustAny(httpRateLimitConfig(name, rl.HTTP))}
+		rc.VirtualHosts[0].TypedPerFilterConfig = map[string]*anypb.Any{httpRateLimitFilter: mustAny(httpRateLimitConfig(name, rl.HTTP, grpc))}
 	}
 }

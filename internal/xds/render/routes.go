@@ -99,8 +99,9 @@ func inboundRoute(svc mesh.MeshService, port spec.ServicePort, rl *resilience.Ra
 	action := func() *routev3.Route_Route {
 		return &routev3.Route_Route{Route: routeAction(port, &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: LocalClusterName(svc, port.Port)}})}
 	}
-	rc := routeConfig(name, append(rateLimitedRoutes(name, rl, action), &routev3.Route{Match: prefixMatch(), Action: action()})...)
-	rateLimitHost(rc, name, rl)
+	grpc := port.AppProtocol == "grpc"
+	rc := routeConfig(name, append(rateLimitedRoutes(name, rl, grpc, action), &routev3.Route{Match: prefixMatch(), Action: action()})...)
+	rateLimitHost(rc, name, rl, grpc)
 	return rc
 }
 
