@@ -12,6 +12,22 @@ import (
 	"github.com/osm-vm/osm-vm/internal/spec/resilience"
 )
 
+// inputsChanged reports whether the Inputs of a proxy of service (of
+// flavour f) differ between the meshes before and after.
+func inputsChanged(t *testing.T, before, after Mesh, service string, f Flavor) bool {
+	t.Helper()
+	p := Proxy{Service: svc(service), Flavor: f, Address: netip.MustParseAddr("10.0.0.2")}
+	a, err := InputsOf(before, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := InputsOf(after, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return !a.Equal(b)
+}
+
 // TestPolicyChangesInputs: a failure-handling policy on an upstream
 // changes its callers' Inputs (so the publisher renders them again), and
 // not those of a proxy that does not call it.
@@ -28,16 +44,7 @@ func TestPolicyChangesInputs(t *testing.T) {
 		{"bookthief", false},   // calls nothing with a policy in SMI mode
 	} {
 		for _, f := range []Flavor{Envoy, GRPC} {
-			p := Proxy{Service: svc(tc.service), Flavor: f, Address: netip.MustParseAddr("10.0.0.2")}
-			a, err := InputsOf(before, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := InputsOf(after, p)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := !a.Equal(b); got != tc.changed {
+			if got := inputsChanged(t, before, after, tc.service, f); got != tc.changed {
 				t.Errorf("%s %s: inputs changed = %v, want %v", f, tc.service, got, tc.changed)
 			}
 		}
