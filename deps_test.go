@@ -62,6 +62,8 @@ var rules = []rule{
 		why: "the Gateway API's field rules work on the upstream types alone: spec imports them and hands in what it shares through gateway.Checker, never the other way"},
 	{pkg: module + "/internal/spec/resilience", forbid: []string{module + "/..."}, allow: []string{module + "/internal/spec/resilience", module + "/internal/mesh"},
 		why: "failure handling's wire types, field rules and precedence are a leaf: spec imports them and hands in what it shares through resilience.Checker, never the other way; rendering reads its effective types"},
+	{pkg: module + "/internal/spec/resilienceview", forbid: []string{module + "/..."}, allow: []string{module + "/internal/spec/resilienceview", module + "/internal/spec", module + "/internal/spec/gateway", module + "/internal/spec/resilience", module + "/internal/spec/specstore", module + "/internal/mesh", module + "/internal/meshapi", module + "/internal/store"},
+		why: "what governs a call is read from spec's queries and shown: no HTTP edge, no client, no rendering; the server's handler, the CLI and the dashboard import it"},
 	{pkg: module + "/internal/spec/specclient", forbid: []string{module + "/internal/spec/spechttp"},
 		why: "the CLI's client of the spec API shares the API's wire types (in spec) with the server, not the server's handler"},
 	{pkg: module + "/internal/cli", forbid: []string{module + "/..."}, allow: []string{module + "/internal/cli"},

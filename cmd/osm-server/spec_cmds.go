@@ -20,6 +20,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/resilienceview"
 )
 
 // errDiffFound is returned by diff when the files differ from the live
@@ -241,7 +242,7 @@ func newGetCmd() *cobra.Command {
 		output    string
 	)
 	cmd := &cobra.Command{
-		Use:   "get services|policies|KIND [NAME] [-n NAMESPACE] [-o yaml|json]",
+		Use:   "get services|policies|KIND [NAME] [-n NAMESPACE] [-o yaml|json] | get resilience SERVICE [-n NAMESPACE]",
 		Short: "List mesh services and policies",
 		Long: `List documents of a kind: services, policies (TrafficTargets, HTTPRouteGroups,
 TCPRoutes, TrafficSplits, EgressGateways, Egresses, ReferenceGrants, Gateways, HTTPRoutes,
@@ -251,7 +252,13 @@ egressgateways, egresses, referencegrants, gateways,
 httproutes, grpcroutes, tlsroutes, upstreamtrafficsettings, retries,
 backendtrafficpolicies, meshconfigs or all. A Service's status.vip is its
 virtual IP, reachable as <service>.<namespace>.mesh on every VM; a route's
-status has Accepted and ResolvedRefs per parentRef.`,
+status has Accepted and ResolvedRefs per parentRef.
+
+get resilience SERVICE shows what governs the calls to a Service: the
+connect timeout, circuit breaker, retry budget, outlier detection and load
+balancer every caller shares, then for each Service that may call it and
+each port the request and idle timeouts, retry, fault injection and hash
+policy, each with the policy that set it.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if !slices.Contains([]string{"", "yaml", "json"}, output) {
@@ -260,6 +267,23 @@ status has Accepted and ResolvedRefs per parentRef.`,
 			c, err := cf.specClient()
 			if err != nil {
 				return err
+			}
+			if args[0] == "resilience" {
+				if len(args) != 2 {
+					return errors.New("get resilience: name the Service: get resilience SERVICE [-n NAMESPACE]")
+				}
+				view, err := c.Resilience(cmd.Context(), namespace, args[1])
+				if err != nil {
+					return err
+				}
+				if output == "" {
+					return resilienceview.WriteTable(cmd.OutOrStdout(), view)
+				}
+				raw, err := json.Marshal(view)
+				if err != nil {
+					return err
+				}
+				return printItems(cmd.OutOrStdout(), output, []json.RawMessage{raw}, true)
 			}
 			var items []json.RawMessage
 			if len(args) == 2 {

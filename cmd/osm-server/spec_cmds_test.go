@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/resilienceview"
 	"github.com/osm-vm/osm-vm/internal/spec/spechttp"
 	"github.com/osm-vm/osm-vm/internal/store"
 )
@@ -298,5 +299,89 @@ backendtrafficpolicy/httpbin -n httpbin created
 	}
 	if !strings.Contains(out, "retryBackoffBaseInterval: 1s") || !strings.Contains(out, "apiVersion: policy.openservicemesh.io/v1alpha1") {
 		t.Errorf("get retry -o yaml:\n%s\nwant OSM's fields as applied", out)
+	}
+}
+
+func TestGetResilienceCommand(t *testing.T) {
+	srv := newSpecTestServer(t)
+	mesh := `apiVersion: osm-vm.io/v1alpha1
+kind: MeshConfig
+metadata: {name: mesh}
+spec:
+  traffic: {permissive: true}
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: web, namespace: shop}
+spec:
+  ports: [{name: http, port: 8080, appProtocol: http}]
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: Service
+metadata: {name: db, namespace: shop}
+spec:
+  ports: [{name: api, port: 9090, appProtocol: grpc}, {name: sql, port: 5432, appProtocol: tcp}]
+---
+apiVersion: osm-vm.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: db, namespace: shop}
+spec:
+  targetRefs: [{group: "", kind: Service, name: db}]
+  outlierDetection: {consecutiveGatewayErrors: 3}
+---
+apiVersion: policy.openservicemesh.io/v1alpha1
+kind: Retry
+metadata: {name: web-retry, namespace: shop}
+spec:
+  source: {kind: ServiceAccount, name: web, namespace: shop}
+  destinations: [{kind: Service, name: db, namespace: shop}]
+  retryPolicy: {retryOn: "unavailable", perTryTimeout: 0s, numRetries: 3, retryBackoffBaseInterval: 100ms}
+`
+	if _, stderr, err := runCmd(t, srv, mesh, newApplyCmd, "-f", "-"); err != nil {
+		t.Fatalf("apply: %v\n%s", err, stderr)
+	}
+
+	out, _, err := runCmd(t, srv, "", newGetCmd, "resilience", "db", "-n", "shop")
+	if err != nil {
+		t.Fatalf("get resilience: %v", err)
+	}
+	want := `Service shop/db: every caller's proxy
+PART               SETTING                                                                                      SOURCE
+connectTimeout     5s                                                                                           MeshConfig default
+circuitBreaker     unlimited                                                                                    MeshConfig default
+retryBudget        20% of requests in flight, at least 3                                                        MeshConfig default
+outlierDetection   3 consecutive gateway errors; every 10s, ejected 30s (at most 5m), at most 10% of backends   BackendTrafficPolicy shop/db
+loadBalancer       RoundRobin                                                                                   -
+
+Calls to shop/db, per caller and port (a route's own timeouts and retry win for the calls it matches):
+CALLER     PORT              REQUEST-TIMEOUT             IDLE-TIMEOUT       RETRY                                                          FAULT-INJECTION   HASH-POLICY   ROUTES
+shop/web   9090 (api)/grpc   none [MeshConfig default]   unset (Envoy 5m)   3 on unavailable, backoff 100ms to 1s [Retry shop/web-retry]   none              none          -
+shop/web   5432 (sql)/tcp    -                           -                  -                                                              -                 -             -
+`
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("get resilience (-want +got):\n%s", diff)
+	}
+
+	out, _, err = runCmd(t, srv, "", newGetCmd, "resilience", "db", "-n", "shop", "-o", "json")
+	if err != nil {
+		t.Fatalf("get resilience -o json: %v", err)
+	}
+	var view resilienceview.Service
+	if err := json.Unmarshal([]byte(out), &view); err != nil {
+		t.Fatalf("get resilience -o json: %v\n%s", err, out)
+	}
+	if got, want := view.Calls[0].Parts[2], (resilienceview.Part{Part: "retry", Setting: "3 on unavailable, backoff 100ms to 1s", Source: "Retry shop/web-retry"}); got != want {
+		t.Errorf("-o json: web's retry on port 9090 = %+v, want %+v", got, want)
+	}
+	out, _, err = runCmd(t, srv, "", newGetCmd, "resilience", "db", "-n", "shop", "-o", "yaml")
+	if err != nil || !strings.Contains(out, "source: BackendTrafficPolicy shop/db") {
+		t.Errorf("get resilience -o yaml: %v\n%s\nwant the outlier detection's source", err, out)
+	}
+
+	if _, _, err := runCmd(t, srv, "", newGetCmd, "resilience", "dbb", "-n", "shop"); err == nil || !strings.Contains(err.Error(), `Service "dbb" not found in namespace "shop"`) || !errors.Is(err, spec.ErrNotFound) {
+		t.Errorf("get resilience dbb: %v, want Service not found", err)
+	}
+	if _, _, err := runCmd(t, srv, "", newGetCmd, "resilience"); err == nil || !strings.Contains(err.Error(), "name the Service") {
+		t.Errorf("get resilience without a name: %v, want an error saying to name the Service", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/resilienceview"
 )
 
 // Client calls the mesh specification REST API of a running osm-server
@@ -80,6 +81,14 @@ func (c *Client) Get(ctx context.Context, kind, namespace, name string) (json.Ra
 	var raw json.RawMessage
 	err := c.do(ctx, http.MethodGet, objectPath(kind, namespace, name), "", nil, &raw)
 	return raw, err
+}
+
+// Resilience returns the effective failure handling of Service
+// namespace/name: what governs each caller's calls to it.
+func (c *Client) Resilience(ctx context.Context, namespace, name string) (resilienceview.Service, error) {
+	var out resilienceview.Service
+	err := c.do(ctx, http.MethodGet, "/api/v1/spec/services/"+url.PathEscape(namespace)+"/"+url.PathEscape(name)+"/resilience", "", nil, &out)
+	return out, err
 }
 
 func objectPath(kind, namespace, name string) string {

@@ -21,6 +21,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/spec/gateway"
+	"github.com/osm-vm/osm-vm/internal/spec/resilienceview"
 )
 
 // NewHandler returns the REST API of the mesh specification, rooted at
@@ -34,6 +35,7 @@ import (
 //	GET    /api/v1/spec/{kind}[?namespace=NS]               kind, plural, "policies" -> ListBody
 //	GET    /api/v1/spec/{kind}/{namespace}/{name}           one document (MeshConfig: /meshconfigs/mesh)
 //	DELETE /api/v1/spec/{kind}/{namespace}/{name}           -> BatchResult
+//	GET    /api/v1/spec/services/{namespace}/{name}/resilience  -> resilienceview.Service
 func NewHandler(log *slog.Logger, sp *spec.Spec, opts Options) http.Handler {
 	h := &handler{log: log, sp: sp, opts: opts}
 	mux := http.NewServeMux()
@@ -46,6 +48,7 @@ func NewHandler(log *slog.Logger, sp *spec.Spec, opts Options) http.Handler {
 	mux.HandleFunc("GET /api/v1/spec/{kind}/{namespace}/{name}", h.get)
 	mux.HandleFunc("DELETE /api/v1/spec/{kind}/{name}", h.deleteOne)
 	mux.HandleFunc("DELETE /api/v1/spec/{kind}/{namespace}/{name}", h.deleteOne)
+	mux.HandleFunc("GET /api/v1/spec/services/{namespace}/{name}/resilience", h.resilience)
 	return mux
 }
 
@@ -219,6 +222,18 @@ func (h *handler) get(w http.ResponseWriter, r *http.Request) {
 	}
 	h.programmed(o)
 	writeJSON(w, http.StatusOK, o)
+}
+
+// resilience answers a Service's effective failure handling: what
+// governs each caller's calls to it, and which policy set each part.
+func (h *handler) resilience(w http.ResponseWriter, r *http.Request) {
+	svc := mesh.MeshService{Namespace: r.PathValue("namespace"), Name: r.PathValue("name")}
+	view, ok := resilienceview.Of(h.sp.Snapshot(), svc)
+	if !ok {
+		h.writeError(w, http.StatusNotFound, "NotFound", fmt.Errorf("Service %q not found in namespace %q: osm-server get services lists them", svc.Name, svc.Namespace))
+		return
+	}
+	writeJSON(w, http.StatusOK, view)
 }
 
 // programmed sets a Gateway's Programmed conditions from the machines
