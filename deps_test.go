@@ -66,6 +66,8 @@ var rules = []rule{
 		why: "what governs a call is read from spec's queries and shown: no HTTP edge, no client, no rendering; the server's handler, the CLI and the dashboard import it"},
 	{pkg: module + "/internal/spec/specclient", forbid: []string{module + "/internal/spec/spechttp"},
 		why: "the CLI's client of the spec API shares the API's wire types (in spec) with the server, not the server's handler"},
+	{pkg: module + "/internal/ejections", forbid: []string{module + "/..."}, allow: []string{module + "/internal/ejections", module + "/internal/meshapi", module + "/internal/mesh"},
+		why: "the agents' ejection reports are kept apart from the xDS server: the API fills them and the dashboard reads them, off the configuration hot path"},
 	{pkg: module + "/internal/cli", forbid: []string{module + "/..."}, allow: []string{module + "/internal/cli"},
 		why: "the commands' shared edge (logger flags, version) imports nothing of ours"},
 	{pkg: module + "/internal/atomicfile", forbid: []string{module + "/..."}, allow: []string{module + "/internal/atomicfile"},

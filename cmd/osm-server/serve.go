@@ -25,6 +25,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/cli"
 	"github.com/osm-vm/osm-vm/internal/dashboard"
 	"github.com/osm-vm/osm-vm/internal/dnspublish"
+	"github.com/osm-vm/osm-vm/internal/ejections"
 	"github.com/osm-vm/osm-vm/internal/enroll"
 	"github.com/osm-vm/osm-vm/internal/gctune"
 	"github.com/osm-vm/osm-vm/internal/join"
@@ -208,8 +209,10 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		HandshakeTimeout: cfg.HandshakeTimeout, MaxStreamsPerProxy: cfg.XDSMaxStreamsPerProxy})
 	// A Gateway's Programmed status follows the machines connected as it.
 	gwMachines := xds.NewGatewayMachines(xds.GatewayMachinesOptions{Proxies: xdsServer, Status: xdsCache, Reports: gwReports, Refresher: publisher})
+	// The backends each Envoy reports ejected.
+	ejected := ejections.New(nil)
 	identity := api.NewIdentityRoutes(log.With("component", "identity"), certs, sp, api.IdentityOptions{
-		XDSAddress: xdsFor, Replicas: replicas.List, GatewayReports: gwMachines,
+		XDSAddress: xdsFor, Replicas: replicas.List, GatewayReports: gwMachines, Ejections: ejected,
 	})
 	admin := http.NewServeMux()
 	admin.Handle("/api/v1/tokens", enroll.NewTokenAdminHandler(log, tokens))

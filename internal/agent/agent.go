@@ -102,6 +102,10 @@ type Options struct {
 	// Metrics, when set, is the registry the agent registers its metrics
 	// with and serves on the config's metricsAddress (metrics.go).
 	Metrics *prometheus.Registry
+	// EjectionCheck is how often the agent reads which backends its Envoy
+	// has ejected, to report them (DefaultEjectionCheck when not
+	// positive).
+	EjectionCheck time.Duration
 }
 
 // Agent runs one machine's part of the mesh. Build it with New.
@@ -148,6 +152,9 @@ func New(cfg Config, log *slog.Logger, e Enroller, driver sidecar.Driver, opts O
 	}
 	if opts.RetryMax <= 0 {
 		opts.RetryMax = time.Minute
+	}
+	if opts.EjectionCheck <= 0 {
+		opts.EjectionCheck = DefaultEjectionCheck
 	}
 	if opts.Supervisor.DrainTime == 0 {
 		opts.Supervisor.DrainTime = cfg.DrainTimeout
@@ -243,6 +250,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { a.serveMetrics(ctx); return nil })
 	if a.cfg.Gateway != "" {
 		g.Go(func() error { a.watchGatewayCertificates(ctx); return nil })
+	}
+	if a.cfg.Proxy == envoy.Name { // proxyless gRPC clients report no ejections
+		g.Go(func() error { a.reportEjections(ctx); return nil })
 	}
 	g.Go(func() error {
 		select {

@@ -61,6 +61,11 @@ type harness struct {
 	gateway  *meshapi.GatewayConfig
 	// reports receives the gateway reports the agent sends.
 	reports chan meshapi.GatewayReport
+	// ejections receives the ejection reports the agent sends.
+	ejections chan meshapi.EjectionReport
+	// ejectionCheck is the agent's Options.EjectionCheck (its default
+	// when zero).
+	ejectionCheck time.Duration
 }
 
 const token = "abcdef.0123456789abcdef"
@@ -69,7 +74,7 @@ func newHarness(t *testing.T) *harness {
 	t.Helper()
 	t.Setenv(agenttest.FakeEnvoyEnv, "1")
 	t.Setenv(agenttest.FakeEnvoyCrashEnv, "")
-	h := &harness{ca: agenttest.NewCA(t), reports: make(chan meshapi.GatewayReport, 100)}
+	h := &harness{ca: agenttest.NewCA(t), reports: make(chan meshapi.GatewayReport, 100), ejections: make(chan meshapi.EjectionReport, 100)}
 	h.ads = agenttest.StartADS(t, h.ca)
 	h.enroller = &agenttest.Enroller{CA: h.ca, Token: token, XDSAddress: h.ads.Addr}
 	svcCert, svcKey := h.ca.KeyPair(t, "bookstore.default.svc", time.Hour)
@@ -82,6 +87,19 @@ func newHarness(t *testing.T) *harness {
 			}
 			select {
 			case h.reports <- rep:
+			default:
+			}
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if r.URL.Path == "/api/v1/agent/ejections" && r.Method == http.MethodPost && len(r.TLS.PeerCertificates) > 0 {
+			var rep meshapi.EjectionReport
+			if err := json.NewDecoder(r.Body).Decode(&rep); err != nil {
+				http.Error(w, `{"error":"bad report"}`, http.StatusBadRequest)
+				return
+			}
+			select {
+			case h.ejections <- rep:
 			default:
 			}
 			w.WriteHeader(http.StatusNoContent)
@@ -171,7 +189,7 @@ func (h *harness) startWith(t *testing.T, d sidecar.Driver, onEvent func(sidecar
 	a := agent.New(h.cfg, log, h.enroller, d, agent.Options{
 		Version: "test", RetryInitial: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 		Supervisor: sidecar.SupervisorOptions{OnEvent: onEvent},
-		Metrics:    h.metrics,
+		Metrics:    h.metrics, EjectionCheck: h.ejectionCheck,
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{agent: a, logs: logs, cancel: cancel, done: make(chan error, 1)}

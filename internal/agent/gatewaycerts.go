@@ -146,17 +146,7 @@ func (a *Agent) reportGatewayCertificates(ctx context.Context, problems []meshap
 	if err != nil {
 		return err
 	}
-	a.mu.Lock()
-	var servers []string
-	for _, r := range a.replicas {
-		if r.API != "" && !slices.Contains(servers, r.API) {
-			servers = append(servers, r.API)
-		}
-	}
-	a.mu.Unlock()
-	if len(servers) == 0 {
-		servers = a.apiServers()
-	}
+	servers := a.reportServers()
 	var errs []error
 	for _, s := range servers {
 		if err := meshclient.SendGatewayReport(ctx, s, id.CAPEM, cert, meshapi.GatewayReport{Certificates: problems}); err != nil {
@@ -170,6 +160,25 @@ func (a *Agent) reportGatewayCertificates(ctx context.Context, problems []meshap
 		a.log.Warn("gateway certificate report not taken by every osm-server replica; sent again at the next check", "err", errors.Join(errs...))
 	}
 	return nil
+}
+
+// reportServers are the API servers a report goes to: every osm-server
+// replica the agent knows (its proxy may be connected to any of them, and
+// each shows what was reported to it), or the configured servers before
+// it learned the replicas.
+func (a *Agent) reportServers() []string {
+	a.mu.Lock()
+	var servers []string
+	for _, r := range a.replicas {
+		if r.API != "" && !slices.Contains(servers, r.API) {
+			servers = append(servers, r.API)
+		}
+	}
+	a.mu.Unlock()
+	if len(servers) == 0 {
+		servers = a.apiServers()
+	}
+	return servers
 }
 
 // watchGatewayCertificates checks the certificate files again, and reports

@@ -53,6 +53,14 @@ type IdentityOptions struct {
 	// GatewayReports keeps what POST /api/v1/agent/gateway-report
 	// receives; nil: the reports are checked and dropped.
 	GatewayReports GatewayReports
+	// Ejections keeps what POST /api/v1/agent/ejections receives; nil:
+	// the reports are checked and dropped.
+	Ejections Ejections
+}
+
+// Ejections keeps, by proxy CN, the backends each Envoy reports ejected.
+type Ejections interface {
+	SetEjections(cn string, r meshapi.EjectionReport)
 }
 
 // GatewayReports keeps what the agents of gateway machines report of their
@@ -72,6 +80,7 @@ func (ir *IdentityRoutes) Public() []Route {
 		{Pattern: "GET /api/v1/ca", Handler: http.HandlerFunc(ir.ca)},
 		{Pattern: "GET /api/v1/agent/config", Handler: http.HandlerFunc(ir.agentConfig)},
 		{Pattern: "POST /api/v1/agent/gateway-report", Handler: http.HandlerFunc(ir.gatewayReport)},
+		{Pattern: "POST /api/v1/agent/ejections", Handler: http.HandlerFunc(ir.ejections)},
 	}
 }
 
@@ -214,6 +223,48 @@ func (ir *IdentityRoutes) gatewayReport(w http.ResponseWriter, r *http.Request) 
 		ir.opts.GatewayReports.SetGatewayReport(rec.CN, rep)
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// ejections takes the backends an agent's Envoy has ejected.
+func (ir *IdentityRoutes) ejections(w http.ResponseWriter, r *http.Request) {
+	rec, ok := ir.verifyAgent(w, r, "report")
+	if !ok {
+		return
+	}
+	var rep meshapi.EjectionReport
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4<<20)).Decode(&rep); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("ejection report: %w (send a meshapi.EjectionReport as JSON)", err))
+		return
+	}
+	if err := checkEjectionReport(rep); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("ejection report: %w", err))
+		return
+	}
+	if ir.opts.Ejections != nil {
+		ir.opts.Ejections.SetEjections(rec.CN, rep)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// checkEjectionReport checks an ejection report's bounds.
+func checkEjectionReport(rep meshapi.EjectionReport) error {
+	if n := len(rep.Clusters); n > meshapi.MaxEjectedClusters {
+		return fmt.Errorf("clusters: %d, more than %d: send the first %d", n, meshapi.MaxEjectedClusters, meshapi.MaxEjectedClusters)
+	}
+	for i, c := range rep.Clusters {
+		if c.Cluster == "" || len(c.Cluster) > meshapi.MaxEjectionText {
+			return fmt.Errorf("clusters[%d].cluster: want a cluster name of 1 to %d bytes", i, meshapi.MaxEjectionText)
+		}
+		if n := len(c.Hosts); n > meshapi.MaxEjectedHosts {
+			return fmt.Errorf("clusters[%d].hosts: %d, more than %d", i, n, meshapi.MaxEjectedHosts)
+		}
+		for j, h := range c.Hosts {
+			if h == "" || len(h) > meshapi.MaxEjectionText {
+				return fmt.Errorf("clusters[%d].hosts[%d]: want an address of 1 to %d bytes", i, j, meshapi.MaxEjectionText)
+			}
+		}
+	}
+	return nil
 }
 
 // truncate shortens s to at most n bytes, on a rune boundary.

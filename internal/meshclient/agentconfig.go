@@ -40,6 +40,19 @@ func SendGatewayReport(ctx context.Context, server string, caPEM []byte, cert tl
 	return nil
 }
 
+// SendEjectionReport sends the backends the agent's Envoy has ejected
+// (POST /api/v1/agent/ejections), as FetchAgentConfig authenticates.
+func SendEjectionReport(ctx context.Context, server string, caPEM []byte, cert tls.Certificate, r meshapi.EjectionReport) error {
+	body, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := agentCall(ctx, server, caPEM, cert, http.MethodPost, "/api/v1/agent/ejections", bytes.NewReader(body), nil); err != nil {
+		return fmt.Errorf("ejection report: %w", err)
+	}
+	return nil
+}
+
 // agentCall makes one request of the agent API over mTLS with the proxy
 // certificate and decodes the answer into out (unless nil).
 func agentCall(ctx context.Context, server string, caPEM []byte, cert tls.Certificate, method, path string, body io.Reader, out any) error {

@@ -119,6 +119,9 @@ func FakeEnvoyMain(args []string) int {
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "control_plane.connected_state: %d\n", connected.Load())
 	})
+	// The clusters, with their hosts' health flags, as Envoy's admin
+	// lists them (FakeEnvoyClustersEnv adds the ones a test wants).
+	mux.HandleFunc("GET /clusters", serveClusters(b))
 	srv := &http.Server{Handler: mux}
 	go srv.Serve(lis)
 	defer srv.Close()
