@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	meshtypes "github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
+	"github.com/osm-vm/osm-vm/internal/meshclient"
 	"github.com/osm-vm/osm-vm/internal/testlog"
 	"github.com/osm-vm/osm-vm/internal/xds/xdstest"
 )
@@ -19,7 +21,10 @@ import (
 // the bookstore mesh, with a connected proxy, in headless Chromium driven by
 // playwright-core (e2e/browser/dashboard.mjs): the graph shows bookbuyer ->
 // bookstore and not bookthief -> bookstore, a split changed with
-// `osm-server apply` appears without a reload, and a screenshot is saved
+// `osm-server apply` appears without a reload, bookstore's failure
+// handling shows the policy that set each part, the backend its caller's
+// Envoy ejected and that its proxyless caller reports none, and a
+// screenshot is saved
 // in the test's artifact directory (go test -artifacts keeps it).
 //
 // It needs Debian's chromium and the npm packages of e2e/browser
@@ -34,7 +39,29 @@ func TestDashboardInChromium(t *testing.T) {
 	osm := adminCLI{bin: bin, api: api, dataDir: serverDir}
 	osm.apply(t, "../examples/bookstore/mesh.yaml")
 	xs := xdstest.Server{API: api, XDS: xdsAddr, DataDir: serverDir}
-	xs.Connect(t, xs.Enroll(t, meshtypes.MeshService{Namespace: "default", Name: "bookbuyer"}), "127.0.0.1")
+	buyer := meshtypes.MeshService{Namespace: "default", Name: "bookbuyer"}
+	buyerCert := xs.Enroll(t, buyer)
+	xs.Connect(t, buyerCert, "127.0.0.1")
+	// Failure handling: a policy on bookstore, a backend its Envoy caller
+	// reports ejected through the agent API (as osm-agent does), and a
+	// proxyless caller, which reports none.
+	xs.Apply(t, `apiVersion: osm-vm.io/v1alpha1
+kind: BackendTrafficPolicy
+metadata: {name: bookstore, namespace: default}
+spec:
+  targetRefs: [{group: "", kind: Service, name: bookstore}]
+  outlierDetection: {consecutiveGatewayErrors: 3}
+`)
+	caPEM, err := os.ReadFile(filepath.Join(serverDir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := meshclient.SendEjectionReport(t.Context(), "https://"+api, caPEM, buyerCert, meshapi.EjectionReport{Clusters: []meshapi.EjectedCluster{
+		{Cluster: "default/bookstore", Hosts: []string{"127.0.0.9:14001"}},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	xs.ConnectGRPC(t, xs.Enroll(t, buyer), "127.0.0.2")
 
 	splitFile, _ := filepath.Abs("../examples/bookstore/split-50-50.yaml")
 	applyCmd, _ := json.Marshal(osm.cmd("apply", "-f", splitFile))

@@ -209,7 +209,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 		HandshakeTimeout: cfg.HandshakeTimeout, MaxStreamsPerProxy: cfg.XDSMaxStreamsPerProxy})
 	// A Gateway's Programmed status follows the machines connected as it.
 	gwMachines := xds.NewGatewayMachines(xds.GatewayMachinesOptions{Proxies: xdsServer, Status: xdsCache, Reports: gwReports, Refresher: publisher})
-	// The backends each Envoy reports ejected.
+	// The backends each Envoy reports ejected, for the dashboard.
 	ejected := ejections.New(nil)
 	identity := api.NewIdentityRoutes(log.With("component", "identity"), certs, sp, api.IdentityOptions{
 		XDSAddress: xdsFor, Replicas: replicas.List, GatewayReports: gwMachines, Ejections: ejected,
@@ -245,7 +245,7 @@ func serve(ctx context.Context, log *slog.Logger, cfg Config) error {
 	debugOpts := api.Options{
 		XDS: xdsDebug{xds.Debug{Server: xdsServer, Cache: xdsCache, Publisher: publisher}},
 		Dashboard: dashboard.New(dashboard.Sources{Spec: sp, Catalog: cat, Providers: host,
-			Proxies: dashboardProxies(xds.Debug{Server: xdsServer, Cache: xdsCache}), Certificates: dashboardCertificates(certs)}),
+			Proxies: dashboardProxies(xds.Debug{Server: xdsServer, Cache: xdsCache}), Certificates: dashboardCertificates(certs), Ejections: ejected.Reports}),
 		Metrics:     reg,
 		ReadyChecks: readyChecks,
 	}

@@ -34,6 +34,25 @@ try {
   if (!(await page.evaluate(() => window.__sameDocument === true))) fail("the page reloaded to show the split change");
   console.log("split after: bookstore-v1 weight " + (await weight("default/bookstore-v1").textContent()));
 
+  // Failure handling: bookstore's effective policy with each part's
+  // source, the backend bookbuyer's Envoy ejected, and the note on the
+  // proxyless caller.
+  await page.waitForSelector('[data-ejected="default/bookstore 127.0.0.9:14001"]', { state: "attached", timeout: 15000 });
+  await page.selectOption("#resilience-service", "default/bookstore");
+  const od = '[data-testid="resilience-cluster"] [data-part="outlierDetection"]';
+  await page.waitForFunction((sel) => document.querySelector(sel)?.textContent.includes("BackendTrafficPolicy default/bookstore"), od, { timeout: 15000 });
+  const odText = await page.locator(od).textContent();
+  if (!odText.includes("3 consecutive gateway errors")) fail("bookstore's outlier detection shows " + odText);
+  const ct = await page.locator('[data-testid="resilience-cluster"] [data-part="connectTimeout"]').textContent();
+  if (!ct.includes("MeshConfig default")) fail("bookstore's connect timeout shows " + ct);
+  const ejected = await page.locator('[data-testid="resilience-ejected"]').textContent();
+  if (!ejected.includes("127.0.0.9:14001") || !ejected.includes("default/bookbuyer")) fail("bookstore's ejected backends show " + ejected);
+  const proxyless = await page.locator('[data-testid="resilience-proxyless"]').textContent();
+  if (!proxyless.includes("default/bookbuyer")) fail("the proxyless caller's note shows " + proxyless);
+  const retry = await page.locator('[data-call="default/bookbuyer 14001"] [data-part="retry"]').textContent();
+  if (!retry.includes("MeshConfig default")) fail("bookbuyer's retry to bookstore shows " + retry);
+  console.log("failure handling: " + odText + " | ejected: " + ejected);
+
   for (const id of ["services", "proxies", "certificates", "providers"]) {
     if ((await page.locator(`#${id} tr`).count()) < 2) fail(`the ${id} table is empty`);
   }
@@ -41,6 +60,7 @@ try {
   if (offsite.length) fail("the page fetched from elsewhere: " + offsite.join(", "));
   if (errors.length) fail("the page logged errors: " + errors.join("; "));
   await page.screenshot({ path: process.env.SCREENSHOT, fullPage: true });
+  await page.locator("#resilience").screenshot({ path: process.env.SCREENSHOT.replace(/\.png$/, "-resilience.png") });
   console.log("screenshot: " + process.env.SCREENSHOT);
 } finally {
   await browser.close();

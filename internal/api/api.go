@@ -301,6 +301,9 @@ type Dashboard interface {
 	Page(prefix string) http.Handler
 	// State serves the JSON state the page polls.
 	State() http.Handler
+	// ServiceDetailHandler serves one Service's detail the page asks for
+	// when the operator picks it (?service=namespace/name).
+	ServiceDetailHandler() http.Handler
 }
 
 // DashboardPath is where the debug listener serves the dashboard's page.
@@ -311,4 +314,5 @@ func (s *Server) serveDashboard(d Dashboard) {
 	s.dashboard = true
 	s.mux.Handle("GET "+DashboardPath, d.Page(DashboardPath))
 	s.admin("GET /debug/dashboard", d.State().ServeHTTP)
+	s.admin("GET /debug/dashboard/service", d.ServiceDetailHandler().ServeHTTP)
 }

@@ -67,6 +67,12 @@ func (fakeDashboard) State() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, `{"state":1}`) })
 }
 
+func (fakeDashboard) ServiceDetailHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"detail":"`+r.URL.Query().Get("service")+`"}`)
+	})
+}
+
 type fakeXDS struct{}
 
 func (fakeXDS) Proxies() any { return []string{"p1"} }
@@ -171,6 +177,7 @@ func TestRoutes(t *testing.T) {
 		// The dashboard's page is open (it holds no data); its state is not.
 		{"/dashboard/", "", 200, "<html>page</html>"},
 		{"/debug/dashboard", "", 401, "Authorization: Bearer <token>"},
+		{"/debug/dashboard/service?service=shop/db", "", 401, "Authorization: Bearer <token>"},
 		// The /debug/ routes need the admin token, and say how to pass it.
 		{"/debug/proxies", "", 401, "Authorization: Bearer <token>"},
 		{"/debug/config/p1", "", 401, "<data-dir>/admin.token"},
@@ -182,6 +189,7 @@ func TestRoutes(t *testing.T) {
 		{"/debug/proxies", "Bearer wrong", 401, "wrong admin token"},
 		{"/debug/proxies", bearer, 200, `"p1"`},
 		{"/debug/dashboard", bearer, 200, `{"state":1}`},
+		{"/debug/dashboard/service?service=shop/db", bearer, 200, `{"detail":"shop/db"}`},
 		{"/debug/config/p1", bearer, 200, `"of p1"`},
 		{"/debug/pprof/goroutine?debug=1", bearer, 200, "goroutine profile"},
 	} {

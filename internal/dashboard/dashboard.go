@@ -2,8 +2,11 @@
 // page (its assets embedded in the binary, nothing fetched from elsewhere)
 // and the JSON state it polls. The page shows the services and who may call
 // whom, traffic splits with their weights, each service's endpoints with
-// their provider and health, the connected proxies with their last ACK and
-// NACK, and certificate expiry.
+// their provider and health and the backends its callers' Envoys have
+// ejected right now, the connected proxies with their last ACK and NACK,
+// and certificate expiry; and, on demand, one Service's detail: its
+// effective failure handling (package resilienceview) and its ejected
+// backends by caller.
 //
 // The page itself carries no data and is served openly; the state is
 // served by the debug listener behind the admin token (see internal/api and
@@ -29,8 +32,11 @@ import (
 
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/clip"
+	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
+	"github.com/osm-vm/osm-vm/internal/spec/resilienceview"
 )
 
 //go:embed assets
@@ -74,6 +80,9 @@ type Sources struct {
 	Providers    Providers
 	Proxies      func() []Proxy
 	Certificates func() (ca Certificate, services []Certificate)
+	// Ejections are the latest ejection reports of the proxies, by CN
+	// (only those of connected proxies are shown).
+	Ejections func() map[string]meshapi.EjectionReport
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
 }
@@ -154,6 +163,16 @@ type Service struct {
 	VIP            string     `json:"vip,omitempty"`
 	InSpec         bool       `json:"inSpec"`
 	Endpoints      []Endpoint `json:"endpoints"`
+	// Ejected are the backends of the service its callers' Envoys have
+	// ejected right now (outlier detection), as they report them.
+	Ejected []Ejected `json:"ejected,omitempty"`
+}
+
+// Ejected is one ejected backend and the callers whose Envoy ejected it.
+type Ejected struct {
+	Backend string `json:"backend"` // ip:port
+	// By are the callers: "namespace/service (proxy CN)".
+	By []string `json:"by"`
 }
 
 // Endpoint is one discovered endpoint and its health.
@@ -268,6 +287,11 @@ func (d *Dashboard) Build() State {
 			st.Services[i].Endpoints = append(st.Services[i].Endpoints, Endpoint{Address: addr, Provider: e.Provider, Health: health})
 		}
 	}
+	for svc, ej := range d.ejected(st.Proxies) {
+		if i, ok := byName[svc.String()]; ok {
+			st.Services[i].Ejected = ej
+		}
+	}
 	slices.SortFunc(st.Services, func(a, b Service) int { return strings.Compare(a.Name, b.Name) })
 
 	if !st.Permissive {
@@ -309,4 +333,107 @@ func (d *Dashboard) Build() State {
 		}
 	}
 	return st
+}
+
+// ejected returns, for each Service, the backends the connected proxies
+// report ejected. An Envoy's cluster for a mesh Service is named by the
+// Service (namespace/name); its other clusters are passed over.
+func (d *Dashboard) ejected(proxies []Proxy) map[mesh.MeshService][]Ejected {
+	if d.src.Ejections == nil {
+		return nil
+	}
+	byCN := map[string]Proxy{}
+	for _, p := range proxies {
+		byCN[p.CN] = p
+	}
+	by := map[mesh.MeshService]map[string][]string{} // backend -> callers
+	for cn, rep := range d.src.Ejections() {
+		p, ok := byCN[cn]
+		if !ok {
+			continue // not connected: its report is not news
+		}
+		for _, c := range rep.Clusters {
+			ns, name, ok := strings.Cut(c.Cluster, "/")
+			svc := mesh.MeshService{Namespace: ns, Name: name}
+			if !ok || svc.Validate() != nil {
+				continue
+			}
+			if by[svc] == nil {
+				by[svc] = map[string][]string{}
+			}
+			for _, h := range c.Hosts {
+				by[svc][h] = append(by[svc][h], p.Service+" ("+cn+")")
+			}
+		}
+	}
+	out := make(map[mesh.MeshService][]Ejected, len(by))
+	for svc, hosts := range by {
+		for h, callers := range hosts {
+			slices.Sort(callers)
+			out[svc] = append(out[svc], Ejected{Backend: h, By: callers})
+		}
+		slices.SortFunc(out[svc], func(a, b Ejected) int { return strings.Compare(a.Backend, b.Backend) })
+	}
+	return out
+}
+
+// ServiceDetail is one Service as the page shows it when chosen: its
+// effective failure handling and its ejected backends.
+type ServiceDetail struct {
+	Resilience resilienceview.Service `json:"resilience"`
+	Ejected    []Ejected              `json:"ejected"`
+	// ProxylessCallers are the connected proxyless gRPC proxies of the
+	// Service's callers ("namespace/service (CN)"): gRPC clients report no
+	// ejections, so theirs are not in Ejected.
+	ProxylessCallers []string `json:"proxylessCallers"`
+}
+
+// Detail returns the detail of svc; false when the specification has no
+// such Service.
+func (d *Dashboard) Detail(svc mesh.MeshService) (ServiceDetail, bool) {
+	snap := d.src.Spec.Snapshot()
+	view, ok := resilienceview.Of(snap, svc)
+	if !ok {
+		return ServiceDetail{}, false
+	}
+	var proxies []Proxy
+	if d.src.Proxies != nil {
+		proxies = d.src.Proxies()
+	}
+	out := ServiceDetail{Resilience: view, Ejected: d.ejected(proxies)[svc], ProxylessCallers: []string{}}
+	if out.Ejected == nil {
+		out.Ejected = []Ejected{}
+	}
+	callers := map[string]bool{}
+	for _, c := range resilienceview.Callers(snap, svc) {
+		callers[c.Service.String()] = true
+	}
+	for _, p := range proxies {
+		if p.Flavor == "grpc" && callers[p.Service] {
+			out.ProxylessCallers = append(out.ProxylessCallers, p.Service+" ("+p.CN+")")
+		}
+	}
+	slices.Sort(out.ProxylessCallers)
+	return out, true
+}
+
+// ServiceDetailHandler serves Detail: GET ...?service=namespace/name.
+func (d *Dashboard) ServiceDetailHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.URL.Query().Get("service")
+		ns, n, _ := strings.Cut(name, "/")
+		svc := mesh.MeshService{Namespace: ns, Name: n}
+		if err := svc.Validate(); err != nil {
+			http.Error(w, fmt.Sprintf("service=%q: want namespace/name: %v", name, err), http.StatusBadRequest)
+			return
+		}
+		detail, ok := d.Detail(svc)
+		if !ok {
+			http.Error(w, fmt.Sprintf("Service %s not found in the mesh specification", svc), http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store")
+		json.NewEncoder(w).Encode(detail)
+	})
 }

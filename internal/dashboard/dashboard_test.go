@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/osm-vm/osm-vm/internal/catalog"
 	"github.com/osm-vm/osm-vm/internal/mesh"
+	"github.com/osm-vm/osm-vm/internal/meshapi"
 	"github.com/osm-vm/osm-vm/internal/pluginhost"
 	"github.com/osm-vm/osm-vm/internal/spec"
 	"github.com/osm-vm/osm-vm/internal/store"
@@ -189,6 +192,77 @@ func TestLargeNACKIsBoundedInTheState(t *testing.T) {
 	for _, w := range st.Warnings {
 		if len(w) > MaxWarning {
 			t.Errorf("warning of %d bytes, want at most %d", len(w), MaxWarning)
+		}
+	}
+}
+
+// TestEjectedAndDetail: the backends connected proxies report ejected show
+// on the Service they belong to, by which callers; a Service's detail adds
+// its effective failure handling and names the proxyless callers, which
+// report none.
+func TestEjectedAndDetail(t *testing.T) {
+	sp, cat := newMesh(t, 4)
+	d := New(Sources{
+		Spec: sp, Catalog: cat, Providers: providers{},
+		Proxies: func() []Proxy {
+			return []Proxy{{CN: "p1", Service: "default/svc-0", Flavor: "envoy"}, {CN: "p2", Service: "default/svc-0", Flavor: "grpc"}, {CN: "p3", Service: "default/svc-2", Flavor: "envoy"}}
+		},
+		Ejections: func() map[string]meshapi.EjectionReport {
+			return map[string]meshapi.EjectionReport{
+				"p1": {Clusters: []meshapi.EjectedCluster{{Cluster: "default/svc-1", Hosts: []string{"10.0.0.2:8080"}}, {Cluster: "local|default/svc-0|8080", Hosts: []string{"127.0.0.1:8080"}}}},
+				"p3": {Clusters: []meshapi.EjectedCluster{{Cluster: "default/svc-1", Hosts: []string{"10.0.0.2:8080", "10.0.0.7:8080"}}}},
+				// Not connected: not shown.
+				"gone": {Clusters: []meshapi.EjectedCluster{{Cluster: "default/svc-1", Hosts: []string{"10.0.0.9:8080"}}}},
+			}
+		},
+	})
+	want := []Ejected{{Backend: "10.0.0.2:8080", By: []string{"default/svc-0 (p1)", "default/svc-2 (p3)"}}, {Backend: "10.0.0.7:8080", By: []string{"default/svc-2 (p3)"}}}
+	for _, s := range d.Build().Services {
+		var w []Ejected
+		if s.Name == "default/svc-1" {
+			w = want
+		}
+		if diff := cmp.Diff(w, s.Ejected); diff != "" {
+			t.Errorf("state: %s ejected (-want +got):\n%s", s.Name, diff)
+		}
+	}
+
+	srv := httptest.NewServer(d.ServiceDetailHandler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "?service=default/svc-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got ServiceDetail
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got.Ejected); diff != "" {
+		t.Errorf("detail ejected (-want +got):\n%s", diff)
+	}
+	if want := []string{"default/svc-0 (p2)"}; !cmp.Equal(got.ProxylessCallers, want) {
+		t.Errorf("proxyless callers = %q, want %q", got.ProxylessCallers, want)
+	}
+	var callers []string
+	for _, c := range got.Resilience.Calls {
+		callers = append(callers, c.Caller)
+	}
+	// svc-2 calls svc-1 through the split whose backend it may call.
+	if want := []string{"default/svc-0", "default/svc-2"}; !cmp.Equal(callers, want) {
+		t.Errorf("detail callers = %q, want %q", callers, want)
+	}
+	if got := got.Resilience.Cluster[0]; got.Part != "connectTimeout" || got.Source != "MeshConfig default" {
+		t.Errorf("detail connect timeout = %+v, want MeshConfig's", got)
+	}
+	for q, code := range map[string]int{"?service=default/nope": http.StatusNotFound, "?service=nope": http.StatusBadRequest} {
+		resp, err := http.Get(srv.URL + q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != code {
+			t.Errorf("GET %s: %d, want %d", q, resp.StatusCode, code)
 		}
 	}
 }

@@ -85,6 +85,9 @@ const sections = [
   { id: "graph", of: (s) => [s.permissive, s.edgesTruncated, s.services.map((v) => [v.name, v.inSpec]), s.edges], draw: renderGraph },
   { id: "splits", of: (s) => s.splits, draw: drawSplits },
   { id: "services", of: (s) => s.services, draw: drawServices },
+  // The chosen Service's detail is fetched again when its ejections
+  // change and every few seconds (a policy change is not in the state).
+  { id: "resilience", of: (s) => [s.services.filter((v) => v.inSpec).map((v) => v.name), s.services.map((v) => v.ejected || [])], draw: drawResilience, refresh: 5000 },
   { id: "proxies", of: (s) => s.proxies, draw: drawProxies, refresh: 1000 },
   { id: "certificates", of: (s) => [s.ca, s.certificates], draw: drawCertificates, refresh: 60000 },
   { id: "providers", of: (s) => s.providers, draw: drawProviders, refresh: 1000 },
@@ -127,7 +130,58 @@ function drawSplits(s) {
 function drawServices(s) {
   $("services").innerHTML = "<tr><th>Service</th><th>Account</th><th>VIP</th><th>Endpoints (provider, health)</th></tr>" +
     s.services.map((v) => `<tr><td>${esc(v.name)}${v.inSpec ? "" : " <i>(no Service document)</i>"}</td><td>${esc(v.serviceAccount || "")}</td><td>${esc(v.vip || "")}</td><td>` +
-      (v.endpoints.length ? v.endpoints.map((e) => `${esc(e.address)} <small>${esc(e.provider)}</small> <span class="health-${esc(e.health)}">${esc(e.health)}</span>`).join("<br>") : "none") + "</td></tr>").join("");
+      (v.endpoints.length ? v.endpoints.map((e) => `${esc(e.address)} <small>${esc(e.provider)}</small> <span class="health-${esc(e.health)}">${esc(e.health)}</span>`).join("<br>") : "none") +
+      (v.ejected || []).map((e) => `<br><span class="ejected" data-ejected="${esc(v.name + " " + e.backend)}">ejected ${esc(e.backend)}</span> <small>by ${esc(e.by.join(", "))}</small>`).join("") + "</td></tr>").join("");
+}
+
+// drawResilience lists the Services to choose from and shows the chosen
+// one's failure handling: what every caller shares, what each caller gets
+// per port, each part with the policy that set it, and the backends
+// ejected right now by which callers.
+const detailURL = "/debug/dashboard/service";
+function drawResilience(s) {
+  const sel = $("resilience-service"), names = s.services.filter((v) => v.inSpec).map((v) => v.name);
+  const chosen = sel.value || names[0] || "";
+  const options = names.map((n) => `<option value="${esc(n)}"${n === chosen ? " selected" : ""}>${esc(n)}</option>`).join("");
+  if (options !== sel.dataset.options) { sel.innerHTML = options; sel.dataset.options = options; } // an open list stays open
+  loadDetail();
+}
+$("resilience-service").addEventListener("change", loadDetail);
+
+async function loadDetail() {
+  const name = $("resilience-service").value;
+  if (!name) { $("resilience").textContent = "No Service in the specification."; return; }
+  try {
+    const r = await fetch(detailURL + "?service=" + encodeURIComponent(name), { headers: { Authorization: "Bearer " + token }, cache: "no-store" });
+    if (!r.ok) throw new Error(r.status + " " + (await r.text()));
+    const d = await r.json();
+    if ($("resilience-service").value === name) $("resilience").innerHTML = detailHTML(d);
+  } catch (err) {
+    $("resilience").textContent = "not available: " + err.message;
+  }
+}
+
+const partCell = (p) => esc(p.setting) + (p.source ? `<br><span class="source">${esc(p.source)}</span>` : "");
+
+function detailHTML(d) {
+  const v = d.resilience;
+  let h = `<h3>Every caller's proxy</h3><table data-testid="resilience-cluster"><tr><th>Part</th><th>Setting</th><th>Set by</th></tr>` +
+    v.cluster.map((p) => `<tr data-part="${esc(p.part)}"><td>${esc(p.part)}</td><td>${esc(p.setting)}</td><td class="source">${esc(p.source || "—")}</td></tr>`).join("") + "</table>";
+  h += "<h3>Ejected now</h3>";
+  h += d.ejected.length ? `<ul data-testid="resilience-ejected">` + d.ejected.map((e) => `<li><span class="ejected">${esc(e.backend)}</span> by ${esc(e.by.join(", "))}</li>`).join("") + "</ul>" :
+    "<p>No backend is ejected by a caller's Envoy.</p>";
+  if (d.proxylessCallers.length) {
+    h += `<p data-testid="resilience-proxyless">Proxyless gRPC callers do not report ejections, so theirs are not shown: ${esc(d.proxylessCallers.join(", "))}.</p>`;
+  }
+  h += "<h3>Per caller and port</h3>";
+  if (!v.calls.length) return h + "<p>No Service may call it.</p>";
+  const names = (v.calls.find((c) => c.parts.length) || { parts: [] }).parts.map((p) => p.part);
+  h += `<table data-testid="resilience-calls"><tr><th>Caller</th><th>Port</th>` + names.map((n) => `<th>${esc(n)}</th>`).join("") + "<th>Routes</th></tr>" +
+    v.calls.map((c) => `<tr data-call="${esc(c.caller + " " + c.port)}"><td>${esc(c.caller)}</td><td>${c.port}/${esc(c.appProtocol)}</td>` +
+      (c.parts.length ? c.parts.map((p) => `<td data-part="${esc(p.part)}">${partCell(p)}</td>`).join("") : `<td colspan="${names.length}">tcp: the shared parts above apply</td>`) +
+      `<td>${esc((c.routes || []).join(", "))}</td></tr>`).join("") + "</table>";
+  if (v.callsTruncated) h += "<p>More callers are left out.</p>";
+  return h;
 }
 
 function drawProxies(s) {

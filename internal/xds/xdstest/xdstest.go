@@ -133,6 +133,14 @@ func (s Server) ConnectAs(t *testing.T, cert tls.Certificate, flavor, address st
 	return s.connect(t, cert, flavor, address, true, eds, nil)
 }
 
+// ConnectGRPC opens the ADS stream of a proxyless gRPC client (node
+// metadata osm.flavor "grpc") announcing address, subscribing to the EDS
+// resources named.
+func (s Server) ConnectGRPC(t *testing.T, cert tls.Certificate, address string, eds ...string) *Proxy {
+	t.Helper()
+	return s.connect(t, cert, "grpc", address, false, eds, nil)
+}
+
 // ConnectRejecting is ConnectAs for a proxy that rejects (NACKs) every
 // response of the type URLs in reject, with the error detail given.
 func (s Server) ConnectRejecting(t *testing.T, cert tls.Certificate, flavor, address string, reject map[string]string) *Proxy {
