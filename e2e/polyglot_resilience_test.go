@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -202,8 +204,9 @@ func (r *resilienceRig) delete(t *testing.T, kind, name string) {
 
 // converged waits until every caller's proxy has been sent, since the
 // given time, and has ACKed a configuration in which has holds for the
-// resources of some type (has sees one type's resources as JSON).
-func (r *resilienceRig) converged(t *testing.T, what string, since time.Time, has func(resources string) bool) {
+// resources of some type (has sees the type's URL and its resources as
+// compact JSON).
+func (r *resilienceRig) converged(t *testing.T, what string, since time.Time, has func(typeURL, resources string) bool) {
 	t.Helper()
 	testwait.Until(t, "every caller ACKed "+what, func() (bool, string) {
 		b, err := r.p.debugGet(r.p.debug, "/debug/proxies")
@@ -233,7 +236,11 @@ func (r *resilienceRig) converged(t *testing.T, what string, since time.Time, ha
 				if len(ty.NACK) > 0 && string(ty.NACK) != "null" {
 					t.Fatalf("%s NACKed %s: %s", px.NodeID, ty.TypeURL, ty.NACK)
 				}
-				if !has(string(config[ty.TypeURL])) {
+				var compact bytes.Buffer
+				if err := json.Compact(&compact, config[ty.TypeURL]); err != nil {
+					return false, fmt.Sprintf("%s: %s: %v", px.NodeID, ty.TypeURL, err)
+				}
+				if !has(ty.TypeURL, compact.String()) {
 					continue
 				}
 				found = true
@@ -245,40 +252,213 @@ func (r *resilienceRig) converged(t *testing.T, what string, since time.Time, ha
 				return false, fmt.Sprintf("%s: no configuration published with %s", px.NodeID, what)
 			}
 		}
-		return n == len(r.callers), fmt.Sprintf("%d caller proxies connected, want %d", n, len(r.callers))
+		var all []string
+		for _, px := range body.Proxies {
+			all = append(all, px.NodeID)
+		}
+		return n == len(r.callers), fmt.Sprintf("%d caller proxies connected, want %d (proxies: %v)", n, len(r.callers), all)
+	})
+}
+
+// setAll sets every backend's behaviour.
+func (r *resilienceRig) setAll(t *testing.T, b testrig.Behaviour) {
+	t.Helper()
+	for i := range r.backends {
+		r.set(t, i, b)
+	}
+}
+
+// total is the backends' counters summed: calls in flight, calls, failed.
+func (r *resilienceRig) total(t *testing.T) testrig.State {
+	t.Helper()
+	var sum testrig.State
+	for i := range r.backends {
+		s := r.state(t, i)
+		sum.InFlight += s.InFlight
+		sum.Calls += s.Calls
+		sum.Failed += s.Failed
+	}
+	return sum
+}
+
+// policy applies doc, a document of kind named name, and waits until every
+// caller ACKed a configuration where has holds. The returned remove
+// deletes it and waits until every caller ACKed one where gone holds; it
+// runs at the test's end if the test did not call it.
+func (r *resilienceRig) policy(t *testing.T, kind, name, doc string, has, gone func(typeURL, resources string) bool) (remove func()) {
+	t.Helper()
+	applied := time.Now()
+	r.apply(t, name, doc)
+	removed := false
+	remove = func() {
+		t.Helper()
+		if removed {
+			return
+		}
+		removed = true
+		deleted := time.Now()
+		r.delete(t, kind, name)
+		r.converged(t, kind+" "+name+" removed", deleted, gone)
+	}
+	t.Cleanup(remove)
+	r.converged(t, kind+" "+name, applied, has)
+	return remove
+}
+
+// The resource types of converged's conditions: the clusters (CDS) and
+// route configurations (RDS) a caller is sent.
+const (
+	cds = "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	rds = "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+)
+
+// holds is a converged condition: the resources of type typeURL hold
+// every one of want.
+func holds(typeURL string, want ...string) func(string, string) bool {
+	return func(ty, cfg string) bool {
+		if ty != typeURL {
+			return false
+		}
+		for _, w := range want {
+			if !strings.Contains(cfg, w) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// lacks is a converged condition: the resources of type typeURL hold
+// none of unwanted.
+func lacks(typeURL string, unwanted ...string) func(string, string) bool {
+	return func(ty, cfg string) bool {
+		if ty != typeURL {
+			return false
+		}
+		for _, u := range unwanted {
+			if strings.Contains(cfg, u) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// btp is a BackendTrafficPolicy named name on the Service flaky, whose
+// spec holds body (YAML lines indented by two).
+func btp(name, body string) string {
+	return "apiVersion: osm-vm.io/v1alpha1\nkind: BackendTrafficPolicy\nmetadata: {name: " + name + ", namespace: default}\nspec:\n" +
+		"  targetRefs: [{group: \"\", kind: Service, name: flaky}]\n" + body
+}
+
+// tally counts results by code and by the backend that answered.
+type tally struct {
+	codes map[string]int
+	from  map[string]int
+	ok    int
+}
+
+func tallyOf(l []testrig.Result) tally {
+	t := tally{codes: map[string]int{}, from: map[string]int{}}
+	for _, k := range l {
+		t.codes[k.Code]++
+		if k.From != "" {
+			t.from[k.From]++
+		}
+		if k.OK {
+			t.ok++
+		}
+	}
+	return t
+}
+
+// hangingCallsEnd runs n calls per caller, in turn, to hanging backends,
+// with the callers' own deadline of 10s, and checks that they end at
+// timeout, the policy's: max_stream_duration.
+func (r *resilienceRig) hangingCallsEnd(t *testing.T, timeout time.Duration) {
+	t.Helper()
+	r.setAll(t, testrig.Behaviour{Hang: true})
+	defer r.setAll(t, testrig.Behaviour{})
+	const n = 8
+	r.inTurn(t, fmt.Sprintf("calls end at the policy's %v", timeout), func(t *testing.T, c *testrig.Caller) {
+		before := r.total(t)
+		// The callers' own deadline is 10s: a call that ends after 5s did
+		// not get the policy's timeout. The lower bound is the timeout
+		// less the clocks' difference (the client starts its timer before
+		// the caller's). The backend gets the deadline too (grpc-timeout)
+		// and gRPC-Go's server resets the stream when it passes
+		// (RST_STREAM CANCEL): a client that reads the reset before its
+		// own timer fires reports CANCELLED (seen with grpc-js), at the
+		// same time.
+		lo, hi := timeout-timeout/10, 5*time.Second
+		if c.Name() == "Python (C-core)" {
+			// C-core 1.51 (Debian's python3-grpcio) ends each call far
+			// sooner than the route's max_stream_duration, with
+			// DEADLINE_EXCEEDED: at 0.5s in a few milliseconds, before
+			// the call reaches the backend; at 1.5s within 200ms, after.
+			// Asserted as it is, so that a C-core that honours the
+			// timeout fails here and is noticed.
+			lo, hi = 0, lo
+		}
+		var slowest time.Duration
+		l := r.run(t, c, testrig.Batch{N: n, Concurrency: 4, DeadlineMS: 10_000})
+		for _, k := range l {
+			slowest = max(slowest, k.Duration())
+			if (k.Code != "DEADLINE_EXCEEDED" && k.Code != "CANCELLED") || k.Duration() < lo || k.Duration() >= hi {
+				t.Errorf("%s: %v, want DEADLINE_EXCEEDED (or CANCELLED) after %v to %v (the policy's timeout is %v, the caller's deadline 10s)", c.Name(), k, lo, hi, timeout)
+			}
+		}
+		t.Logf("%s: %d calls to hanging backends: %v, the slowest ended after %v", c.Name(), n, tallyOf(l).codes, slowest.Round(time.Millisecond))
+		// Each call reached a backend once, and ended there too.
+		testwait.Until(t, "no call in flight at the backends", func() (bool, string) {
+			s := r.total(t)
+			return s.InFlight == 0, fmt.Sprintf("%+v", s)
+		})
+		got := r.total(t).Calls - before.Calls
+		t.Logf("%s: the backends got %d calls", c.Name(), got)
+		if got != n && c.Name() != "Python (C-core)" {
+			t.Errorf("%s: the backends got %d calls, want %d", c.Name(), got, n)
+		}
 	})
 }
 
 // TestPolyglotResilience runs the resilience rig (internal/testrig)
-// through the mesh, for each of gRPC-Go, C-core (Python) and grpc-js
-// (Node), configured only by their agents' bootstraps: a backend failing
-// every call is seen as UNAVAILABLE, and a hanging backend's calls end at
-// an HTTPRoute's request timeout (max_stream_duration), not at the
-// callers' own deadline.
+// through the mesh with three backends, for each of gRPC-Go, C-core
+// (Python) and grpc-js (Node), configured only by their agents'
+// bootstraps, and checks what each does with the mesh's failure handling
+// (BackendTrafficPolicy, UpstreamTrafficSetting, HTTPRoute timeouts):
+// request timeouts, retries, outlier detection, a concurrency limit, fault
+// injection and a policy changed while calls run. Where a client does not
+// do what the policy says, the test asserts what it does, says so, and
+// docs/operator-guide.md's support matrix says it too.
 func TestPolyglotResilience(t *testing.T) {
-	r := newResilienceRig(t, 1)
+	start := time.Now()
+	r := newResilienceRig(t, 3)
+	t.Logf("the rig (osm-server, 3 backends, 3 callers, 6 agents) started in %v", time.Since(start).Round(time.Millisecond))
+	backends := map[string]bool{"flaky-1": true, "flaky-2": true, "flaky-3": true}
 
-	// The baseline of the retry tests: no policy, so every call reaches
-	// the backend once and fails with its status.
-	t.Run("a backend failing every call", func(t *testing.T) {
-		before := r.set(t, 0, testrig.Behaviour{Fail: 1})
-		const n = 20
-		r.each(t, "is UNAVAILABLE", func(t *testing.T, c *testrig.Caller) {
+	// The baseline of the retry tests: no policy (MeshConfig's default
+	// retry, connect-failure and refused-stream, is none for gRPC), so
+	// every call reaches a backend once and fails with its status.
+	t.Run("backends failing every call", func(t *testing.T) {
+		r.setAll(t, testrig.Behaviour{Fail: 1})
+		defer r.setAll(t, testrig.Behaviour{})
+		before := r.total(t)
+		const n = 21
+		r.each(t, "are UNAVAILABLE", func(t *testing.T, c *testrig.Caller) {
 			for _, k := range r.run(t, c, testrig.Batch{N: n, Concurrency: 4, DeadlineMS: 10_000}) {
-				if k.OK || k.Code != "UNAVAILABLE" || k.From != "flaky-1" || !strings.Contains(k.Error, "testrig backend flaky-1 fails 1 of its calls") || k.Duration() > 5*time.Second {
-					t.Errorf("%s: %v, want UNAVAILABLE from flaky-1 (its trailer) with its message, at once", c.Name(), k)
+				if k.OK || k.Code != "UNAVAILABLE" || !backends[k.From] || !strings.Contains(k.Error, "testrig backend "+k.From+" fails 1 of its calls") || k.Duration() > 5*time.Second {
+					t.Errorf("%s: %v, want UNAVAILABLE from a backend (its trailer) with its message, at once", c.Name(), k)
 				}
 			}
 		})
-		after := r.set(t, 0, testrig.Behaviour{})
-		if got, want := after.Failed-before.Failed, int64(n*len(r.callers)); got != want {
-			t.Errorf("the backend failed %d calls, want %d: each call once (no retries without a policy)", got, want)
+		if got, want := r.total(t).Failed-before.Failed, int64(n*len(r.callers)); got != want {
+			t.Errorf("the backends failed %d calls, want %d: each call once (no retries without a policy)", got, want)
 		}
 	})
 
-	t.Run("a hanging backend, a route timeout of 500ms", func(t *testing.T) {
-		applied := time.Now()
-		r.apply(t, "route-timeout", `apiVersion: gateway.networking.k8s.io/v1
+	t.Run("hanging backends, an HTTPRoute's timeout of 500ms", func(t *testing.T) {
+		r.policy(t, "httproute", "flaky-timeout", `apiVersion: gateway.networking.k8s.io/v1
 kind: HTTPRoute
 metadata: {name: flaky-timeout, namespace: default}
 spec:
@@ -286,54 +466,323 @@ spec:
   rules:
     - backendRefs: [{name: flaky, port: 14001}]
       timeouts: {request: 500ms}
-`)
-		t.Cleanup(func() { r.delete(t, "httproute", "flaky-timeout") })
-		r.converged(t, "the route's max_stream_duration of 0.5s", applied, func(cfg string) bool {
-			return strings.Contains(cfg, `"maxStreamDuration"`) && strings.Contains(cfg, `"0.500s"`)
-		})
-		r.set(t, 0, testrig.Behaviour{Hang: true})
-		const n = 8
-		r.inTurn(t, "calls end at the route's timeout", func(t *testing.T, c *testrig.Caller) {
-			before := r.state(t, 0)
-			// The callers' own deadline is 10s: a call that ends after
-			// 5s did not get the route's timeout. The lower bound is the
-			// timeout less the clocks' difference (the client starts its
-			// timer before the caller's). The backend gets the deadline
-			// too (grpc-timeout) and gRPC-Go's server resets the stream
-			// when it passes (RST_STREAM CANCEL): a client that reads
-			// the reset before its own timer fires reports CANCELLED
-			// (seen with grpc-js), at the same time.
-			lo, hi := 450*time.Millisecond, 5*time.Second
-			if c.Name() == "Python (C-core)" {
-				// C-core 1.51 (Debian's python3-grpcio) ends each call
-				// far sooner than the route's max_stream_duration, with
-				// DEADLINE_EXCEEDED: at 0.5s in a few milliseconds,
-				// before the call reaches the backend; at 1.5s within
-				// 200ms, after. Asserted as it is, so that a C-core that
-				// honours the timeout fails here and is noticed.
-				lo, hi = 0, 450*time.Millisecond
+`, holds(rds, `"maxStreamDuration":"0.500s"`), lacks(rds, `"maxStreamDuration"`))
+		r.hangingCallsEnd(t, 500*time.Millisecond)
+	})
+
+	t.Run("hanging backends, a BackendTrafficPolicy's request timeout of 700ms", func(t *testing.T) {
+		r.policy(t, "backendtrafficpolicy", "flaky-timeout", btp("flaky-timeout", "  timeouts: {request: 700ms}\n"),
+			holds(rds, `"maxStreamDuration":"0.700s"`), lacks(rds, `"maxStreamDuration"`))
+		r.hangingCallsEnd(t, 700*time.Millisecond)
+	})
+
+	t.Run("backends failing 30% of calls, a retry of unavailable", func(t *testing.T) {
+		r.policy(t, "backendtrafficpolicy", "flaky-retry", btp("flaky-retry", "  retry: {attempts: 4, retryOn: [unavailable]}\n"),
+			holds(rds, `"retryOn":"unavailable"`, `"numRetries":4`), lacks(rds, `"retryPolicy"`))
+		r.setAll(t, testrig.Behaviour{Fail: 0.3})
+		defer r.setAll(t, testrig.Behaviour{})
+		// 4 retries: 5 attempts, gRPC's cap (maxAttempts 5 in all three),
+		// so a call fails with probability 0.3^5 = 0.24%, and more than 1%
+		// of 600 calls fail with probability under 0.1%.
+		const n = 600
+		r.inTurn(t, "at least 99% succeed, retried at the backends", func(t *testing.T, c *testrig.Caller) {
+			before := r.total(t)
+			got := tallyOf(r.run(t, c, testrig.Batch{N: n, Concurrency: 8, DeadlineMS: 10_000}))
+			after := r.total(t)
+			calls, failed := after.Calls-before.Calls, after.Failed-before.Failed
+			t.Logf("%s: %d calls: %v; the backends got %d attempts, failed %d (%.1f%%), so %d retries", c.Name(), n, got.codes, calls, failed, 100*float64(failed)/float64(calls), calls-n)
+			if got.ok*100 < n*99 || got.ok+got.codes["UNAVAILABLE"] != n {
+				t.Errorf("%s: %d of %d calls succeeded (%v), want at least 99%%, the rest UNAVAILABLE", c.Name(), got.ok, n, got.codes)
 			}
-			codes := map[string]int{}
-			var slowest time.Duration
-			for _, k := range r.run(t, c, testrig.Batch{N: n, Concurrency: 4, DeadlineMS: 10_000}) {
-				codes[k.Code]++
-				slowest = max(slowest, k.Duration())
-				if (k.Code != "DEADLINE_EXCEEDED" && k.Code != "CANCELLED") || k.Duration() < lo || k.Duration() >= hi {
-					t.Errorf("%s: %v, want DEADLINE_EXCEEDED (or CANCELLED) after %v to %v (the route's timeout is 500ms, the caller's deadline 10s)", c.Name(), k, lo, hi)
+			// Each call's attempts but its last failed at a backend, and
+			// each success is one attempt that did not: the backends'
+			// counters account for every call.
+			if calls-failed != int64(got.ok) || calls <= n {
+				t.Errorf("%s: the backends got %d attempts and failed %d of them, for %d calls of which %d succeeded: want one success per successful call, and a retry per failed attempt", c.Name(), calls, failed, n, got.ok)
+			}
+		})
+	})
+
+	t.Run("one of three backends failing every call: outlier detection", func(t *testing.T) {
+		// Proxyless clients run only the success-rate and failure-
+		// percentage detectors (gRFC A50); the consecutive ones are
+		// Envoy's. Every 500ms, a backend with at least 5 calls of which
+		// more than 50% failed is ejected, with 3 backends or more, for
+		// 10s the first time.
+		const ejection = 10 * time.Second
+		od := `  outlierDetection:
+    failurePercentage: {threshold: 50, minHosts: 3, requestVolume: 5}
+    interval: 500ms
+    baseEjectionTime: 10s
+    maxEjectionPercent: 50
+`
+		r.policy(t, "backendtrafficpolicy", "flaky-outliers", btp("flaky-outliers", od),
+			holds(cds, `"enforcingFailurePercentage":100`, `"failurePercentageThreshold":50`, `"failurePercentageRequestVolume":5`), lacks(cds, `"outlierDetection"`))
+		failing := time.Now()
+		r.set(t, 2, testrig.Behaviour{Fail: 1})
+		defer r.set(t, 2, testrig.Behaviour{})
+		ejected := map[string]time.Time{}
+		// ejects waits until c sends no call to flaky-3, then counts at
+		// flaky-3 what reaches it of n more calls.
+		ejects := func(t *testing.T, c *testrig.Caller) {
+			t.Helper()
+			testwait.Until(t, c.Name()+": no call reaches flaky-3", func() (bool, string) {
+				got := tallyOf(r.run(t, c, testrig.Batch{N: 30, Concurrency: 3, DeadlineMS: 5000}))
+				return got.from["flaky-3"] == 0, fmt.Sprintf("30 calls: %v", got.from)
+			})
+			ejected[c.Name()] = time.Now()
+			const n = 300
+			before := r.state(t, 2).Calls
+			got := tallyOf(r.run(t, c, testrig.Batch{N: n, Concurrency: 6, DeadlineMS: 5000}))
+			reached := r.state(t, 2).Calls - before
+			t.Logf("%s: flaky-3 ejected within %v of failing; then %d calls, %v: %d reached flaky-3", c.Name(), ejected[c.Name()].Sub(failing).Round(time.Millisecond), n, got.from, reached)
+			if reached*100 > n || got.ok+int(reached) < n {
+				t.Errorf("%s: %d of %d calls reached flaky-3 and %d succeeded (%v), want at most 1%% at flaky-3, every other call answered (ejected %v ago, for %v)", c.Name(), reached, n, got.ok, got.codes, time.Since(ejected[c.Name()]), ejection)
+			}
+		}
+		r.inTurn(t, "ejects flaky-3: at most 1% of calls reach it", func(t *testing.T, c *testrig.Caller) {
+			if c.Name() != "Node (grpc-js)" {
+				ejects(t, c)
+				return
+			}
+			// grpc-js-xds 1.14.1 drops a Cluster update whose decoded
+			// form only adds keys to the one it has (its deepEqual,
+			// xds-resource-type.ts, walks the old object's keys only):
+			// outlier detection added to a cluster that had none (a
+			// cluster without it decodes to {child_policy: []}) never
+			// reaches a running channel. Asserted as it is, over 8
+			// intervals with the volume to eject: a grpc-js that applies
+			// it fails here and is noticed.
+			from := time.Now()
+			reached := 0
+			for time.Since(from) < 8*500*time.Millisecond {
+				reached += tallyOf(r.run(t, c, testrig.Batch{N: 30, Concurrency: 3, DeadlineMS: 5000})).from["flaky-3"]
+			}
+			t.Logf("%s: outlier detection added to a running channel: %d calls reached flaky-3 over %v", c.Name(), reached, time.Since(from).Round(time.Millisecond))
+			if reached == 0 {
+				t.Errorf("%s: flaky-3 ejected: grpc-js now applies outlier detection added to a running channel (update the test and docs/operator-guide.md)", c.Name())
+			}
+		})
+		// A change grpc-js notices (the circuit breaker's limit, written
+		// for every cluster) brings the outlier detection with it.
+		changed := time.Now()
+		r.apply(t, "flaky-outliers", btp("flaky-outliers", od+"  circuitBreaker: {maxRequests: 1000}\n"))
+		r.converged(t, "the outlier detection with a circuit breaker", changed, holds(cds, `"enforcingFailurePercentage":100`, `"maxRequests":1000`))
+		r.inTurn(t, "with a change grpc-js notices", func(t *testing.T, c *testrig.Caller) {
+			if c.Name() == "Node (grpc-js)" {
+				ejects(t, c)
+			}
+		})
+		r.set(t, 2, testrig.Behaviour{})
+		r.each(t, "it comes back after the ejection time, healthy", func(t *testing.T, c *testrig.Caller) {
+			testwait.Until(t, c.Name()+": calls reach flaky-3 again", func() (bool, string) {
+				got := tallyOf(r.run(t, c, testrig.Batch{N: 6, Concurrency: 3, DeadlineMS: 5000}))
+				return got.from["flaky-3"] > 0 && got.ok == 6, fmt.Sprintf("6 calls: %v %v", got.codes, got.from)
+			})
+			back := time.Since(ejected[c.Name()])
+			t.Logf("%s: flaky-3 back %v after its ejection was seen", c.Name(), back.Round(time.Millisecond))
+			if back < ejection-time.Second {
+				t.Errorf("%s: flaky-3 back %v after its ejection was seen, before the ejection time (%v) could pass", c.Name(), back, ejection)
+			}
+		})
+	})
+
+	t.Run("a concurrency limit of 4 (UpstreamTrafficSetting), hanging backends", func(t *testing.T) {
+		const limit = 4
+		r.policy(t, "upstreamtrafficsetting", "flaky-limit", `apiVersion: policy.openservicemesh.io/v1alpha1
+kind: UpstreamTrafficSetting
+metadata: {name: flaky-limit, namespace: default}
+spec:
+  host: flaky.default.svc.cluster.local
+  connectionSettings:
+    http: {maxRequests: 4}
+`, holds(cds, `"maxRequests":4}`), lacks(cds, `"maxRequests":4}`))
+		r.inTurn(t, "call N+1 fails fast", func(t *testing.T, c *testrig.Caller) {
+			r.setAll(t, testrig.Behaviour{Hang: true})
+			defer r.setAll(t, testrig.Behaviour{})
+			before := r.total(t)
+			type held struct {
+				l   []testrig.Result
+				err error
+			}
+			heldc := make(chan held, 1)
+			go func() {
+				l, err := c.Run(t.Context(), testrig.Batch{N: limit, Concurrency: limit, DeadlineMS: 30_000})
+				heldc <- held{l, err}
+			}()
+			testwait.Until(t, fmt.Sprintf("%d calls held at the backends", limit), func() (bool, string) {
+				s := r.total(t)
+				return s.InFlight == limit, fmt.Sprintf("%+v", s)
+			})
+			// The callers' deadline is 10s: queued, a call would wait
+			// for it (or for the held calls to end).
+			over := r.run(t, c, testrig.Batch{N: 3, Concurrency: 1, DeadlineMS: 10_000})
+			for _, k := range over {
+				if k.OK || k.Code != "UNAVAILABLE" || k.Duration() > time.Second {
+					t.Errorf("%s: a call over the limit: %v, want UNAVAILABLE at once", c.Name(), k)
 				}
 			}
-			t.Logf("%s: %d calls to a hanging backend: %v, the slowest ended after %v", c.Name(), n, codes, slowest.Round(time.Millisecond))
-			// Each call reached the backend once, and ended there too.
-			testwait.Until(t, "no call in flight at the backend", func() (bool, string) {
-				s := r.state(t, 0)
-				return s.InFlight == 0, fmt.Sprintf("%+v", s)
-			})
-			got := r.state(t, 0).Calls - before.Calls
-			t.Logf("%s: the backend got %d calls", c.Name(), got)
-			if got != n && c.Name() != "Python (C-core)" {
-				t.Errorf("%s: the backend got %d calls, want %d", c.Name(), got, n)
+			t.Logf("%s: calls over the limit of %d: %v, e.g. %v", c.Name(), limit, tallyOf(over).codes, over[0])
+			if s := r.total(t); s.Calls != before.Calls+limit {
+				t.Errorf("%s: the backends got %d calls, want the %d held: the calls over the limit reached one", c.Name(), s.Calls-before.Calls, limit)
+			}
+			r.setAll(t, testrig.Behaviour{}) // answers the held calls
+			h := <-heldc
+			if h.err != nil {
+				t.Fatal(h.err)
+			}
+			if got := tallyOf(h.l); got.ok != limit {
+				t.Errorf("%s: the held calls: %v, want every one answered", c.Name(), got.codes)
+			}
+			if got := tallyOf(r.run(t, c, testrig.Batch{N: 2 * limit, Concurrency: limit, DeadlineMS: 10_000})); got.ok != 2*limit {
+				t.Errorf("%s: calls after the held ones ended: %v, want every one answered", c.Name(), got.codes)
 			}
 		})
-		r.set(t, 0, testrig.Behaviour{})
 	})
+
+	t.Run("a 10% abort fault", func(t *testing.T) {
+		fault := "  faultInjection:\n    abort: {grpcStatus: 10, percentage: 10}\n"
+		remove := r.policy(t, "backendtrafficpolicy", "flaky-fault", btp("flaky-fault", fault),
+			holds(rds, `"grpcStatus":10`), lacks(rds, `"grpcStatus"`))
+		const n = 2000
+		// aborts makes n calls on c and returns how many were ABORTED,
+		// checking that the others were answered and that no aborted
+		// call reached a backend.
+		aborts := func(t *testing.T, c *testrig.Caller) int {
+			t.Helper()
+			before := r.total(t)
+			got := tallyOf(r.run(t, c, testrig.Batch{N: n, Concurrency: 16, DeadlineMS: 10_000}))
+			calls := r.total(t).Calls - before.Calls
+			aborted := got.codes["ABORTED"]
+			t.Logf("%s: %d calls: %v (%.1f%% aborted); the backends got %d", c.Name(), n, got.codes, 100*float64(aborted)/n, calls)
+			if got.ok+aborted != n || calls != int64(got.ok) {
+				t.Errorf("%s: %d calls: %v, the backends got %d: want the calls not aborted answered, the aborted ones never sent", c.Name(), n, got.codes, calls)
+			}
+			return aborted
+		}
+		inRange := func(t *testing.T, c *testrig.Caller, aborted int) {
+			if aborted < n*7/100 || aborted > n*13/100 {
+				t.Errorf("%s: %d of %d calls ABORTED, want 10%% ± 3%% (140 to 260)", c.Name(), aborted, n)
+			}
+		}
+		r.inTurn(t, "10% ± 3% of 2,000 calls are ABORTED", func(t *testing.T, c *testrig.Caller) {
+			aborted := aborts(t, c)
+			if c.Name() != "Node (grpc-js)" {
+				inRange(t, c, aborted)
+				return
+			}
+			// grpc-js-xds 1.14.1 drops a RouteConfiguration update whose
+			// decoded form only adds keys to the one it has (as with
+			// outlier detection): the fault's typed_per_filter_config
+			// added to a route that had none never reaches a running
+			// channel, so no call is aborted. Asserted as it is: a
+			// grpc-js that applies it fails here and is noticed.
+			if aborted != 0 {
+				t.Errorf("%s: %d of %d calls ABORTED: grpc-js now applies a fault added to a running channel's route (update the test and docs/operator-guide.md)", c.Name(), aborted, n)
+			}
+		})
+		// A change grpc-js notices (a request timeout, which no call
+		// here reaches) brings the fault with it.
+		changed := time.Now()
+		r.apply(t, "flaky-fault", btp("flaky-fault", fault+"  timeouts: {request: 30s}\n"))
+		r.converged(t, "the fault with a request timeout", changed, holds(rds, `"grpcStatus":10`, `"maxStreamDuration":"30s"`))
+		r.inTurn(t, "with a change grpc-js notices", func(t *testing.T, c *testrig.Caller) {
+			if c.Name() == "Node (grpc-js)" {
+				inRange(t, c, aborts(t, c))
+			}
+		})
+		remove()
+		r.each(t, "none after the policy's removal", func(t *testing.T, c *testrig.Caller) {
+			if got := tallyOf(r.run(t, c, testrig.Batch{N: 500, Concurrency: 16, DeadlineMS: 10_000})); got.ok != 500 {
+				t.Errorf("%s: 500 calls after the fault's removal: %v, want every one answered", c.Name(), got.codes)
+			}
+		})
+	})
+
+	t.Run("policies changed while calls run", func(t *testing.T) {
+		type stream struct {
+			mu      sync.Mutex
+			results []testrig.Result
+			err     error
+		}
+		streams := make([]*stream, len(r.callers))
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, c := range r.callers {
+			s := &stream{}
+			streams[i] = s
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					l, err := c.Run(t.Context(), testrig.Batch{N: 20, Concurrency: 2, DeadlineMS: 10_000})
+					s.mu.Lock()
+					s.results, s.err = append(s.results, l...), err
+					s.mu.Unlock()
+					if err != nil {
+						return
+					}
+				}
+			})
+		}
+		stopped := false
+		halt := func() {
+			if !stopped {
+				stopped = true
+				close(stop)
+				wg.Wait()
+			}
+		}
+		defer halt()
+		// flowing waits until every caller made 40 more calls.
+		flowing := func(what string) {
+			t.Helper()
+			var from []int
+			for _, s := range streams {
+				s.mu.Lock()
+				from = append(from, len(s.results))
+				s.mu.Unlock()
+			}
+			testwait.Until(t, "calls flowing "+what, func() (bool, string) {
+				var got []int
+				ok := true
+				for i, s := range streams {
+					s.mu.Lock()
+					got = append(got, len(s.results))
+					if s.err != nil {
+						t.Fatalf("%s: %v", r.callers[i].Name(), s.err)
+					}
+					s.mu.Unlock()
+					ok = ok && got[i] >= from[i]+40
+				}
+				return ok, fmt.Sprintf("calls made: %v, want 40 more than %v", got, from)
+			})
+		}
+		flowing("before any policy")
+		remove := r.policy(t, "backendtrafficpolicy", "flaky-change", btp("flaky-change", "  timeouts: {request: 10s}\n  retry: {attempts: 2, retryOn: [unavailable]}\n"),
+			holds(rds, `"maxStreamDuration":"10s"`, `"numRetries":2`), lacks(rds, `"retryPolicy"`, `"maxStreamDuration"`))
+		flowing("with a timeout of 10s and 2 retries")
+		changed := time.Now()
+		r.apply(t, "flaky-change", btp("flaky-change", "  timeouts: {request: 5s}\n  retry: {attempts: 3, retryOn: [unavailable, cancelled]}\n"))
+		r.converged(t, "the changed policy", changed, holds(rds, `"maxStreamDuration":"5s"`, `"numRetries":3`, `"retryOn":"unavailable,cancelled"`))
+		flowing("with a timeout of 5s and 3 retries")
+		remove()
+		flowing("after the policy's removal")
+		halt()
+		for i, s := range streams {
+			got := tallyOf(s.results)
+			t.Logf("%s: %d calls while the policy was applied, changed and removed: %v", r.callers[i].Name(), len(s.results), got.codes)
+			if got.ok != len(s.results) {
+				for _, k := range s.results {
+					if !k.OK {
+						t.Errorf("%s: %v, want every call answered", r.callers[i].Name(), k)
+					}
+				}
+			}
+		}
+	})
+	t.Logf("TestPolyglotResilience took %v", time.Since(start).Round(time.Millisecond))
 }
