@@ -208,6 +208,7 @@ func (r *resilienceRig) delete(t *testing.T, kind, name string) {
 // compact JSON).
 func (r *resilienceRig) converged(t *testing.T, what string, since time.Time, has func(typeURL, resources string) bool) {
 	t.Helper()
+	defer func() { t.Logf("every caller ACKed %s %v after the change", what, time.Since(since).Round(time.Millisecond)) }()
 	testwait.Until(t, "every caller ACKed "+what, func() (bool, string) {
 		b, err := r.p.debugGet(r.p.debug, "/debug/proxies")
 		var body struct{ Proxies []debugProxy }
@@ -483,8 +484,8 @@ spec:
 		defer r.setAll(t, testrig.Behaviour{})
 		// 4 retries: 5 attempts, gRPC's cap (maxAttempts 5 in all three),
 		// so a call fails with probability 0.3^5 = 0.24%, and more than 1%
-		// of 600 calls fail with probability under 0.1%.
-		const n = 600
+		// of 1,000 calls (2.4 expected) fail with probability about 1e-4.
+		const n = 1000
 		r.inTurn(t, "at least 99% succeed, retried at the backends", func(t *testing.T, c *testrig.Caller) {
 			before := r.total(t)
 			got := tallyOf(r.run(t, c, testrig.Batch{N: n, Concurrency: 8, DeadlineMS: 10_000}))
