@@ -208,7 +208,9 @@ func (r *resilienceRig) delete(t *testing.T, kind, name string) {
 // compact JSON).
 func (r *resilienceRig) converged(t *testing.T, what string, since time.Time, has func(typeURL, resources string) bool) {
 	t.Helper()
-	defer func() { t.Logf("every caller ACKed %s %v after the change", what, time.Since(since).Round(time.Millisecond)) }()
+	defer func() {
+		t.Logf("every caller ACKed %s %v after the change", what, time.Since(since).Round(time.Millisecond))
+	}()
 	testwait.Until(t, "every caller ACKed "+what, func() (bool, string) {
 		b, err := r.p.debugGet(r.p.debug, "/debug/proxies")
 		var body struct{ Proxies []debugProxy }
