@@ -144,8 +144,17 @@ func (p clusterPolicy) apply(c *clusterv3.Cluster, f Flavor) {
 	if th := p.thresholds(f); th != nil {
 		c.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{th}}
 	}
-	if p.hasOD {
+	switch {
+	case p.hasOD:
 		c.OutlierDetection = p.od.render(f)
+	case f == GRPC:
+		// Outlier detection that detects nothing (gRFC A50: no
+		// algorithm, no ejection), so that every proxyless cluster has
+		// it from the start: grpc-js-xds 1.14 drops a cluster update that
+		// only adds keys to the one it holds (its deepEqual walks the old
+		// object's keys), so outlier detection added later to a cluster
+		// without it never reached a running channel.
+		c.OutlierDetection = &clusterv3.OutlierDetection{EnforcingSuccessRate: wrapperspb.UInt32(0)}
 	}
 	if p.hasLB {
 		switch p.lbType {
