@@ -29,10 +29,8 @@ func unservedWarnings(st *state, d Document, has HasEndpoints) []string {
 	case *TrafficTarget:
 		field = "spec.destination"
 		d := o.Spec.Destination
-		for _, k := range sortedObjectKeys(st.objects) {
-			if s, ok := st.objects[k].(*Service); ok && k.Namespace == d.Namespace && s.Spec.ServiceAccount == d.Name {
-				svcs = append(svcs, mesh.MeshService{Namespace: k.Namespace, Name: k.Name})
-			}
+		for _, name := range st.index().runAs[[2]string{d.Namespace, d.Name}] {
+			svcs = append(svcs, mesh.MeshService{Namespace: d.Namespace, Name: name})
 		}
 	default:
 		return nil
@@ -57,9 +55,10 @@ func unservedWarnings(st *state, d Document, has HasEndpoints) []string {
 // splitBackendsOf returns the backends (of non-zero weight) of the first
 // TrafficSplit, by name, whose root is root, and whether one has endpoints.
 func splitBackendsOf(st *state, root mesh.MeshService, has HasEndpoints) (backends []string, served bool) {
-	for _, k := range sortedObjectKeys(st.objects) {
+	for _, name := range namesOfKind(st, KindTrafficSplit, root.Namespace) {
+		k := Key{Kind: KindTrafficSplit, Namespace: root.Namespace, Name: name}
 		ts, ok := st.objects[k].(*TrafficSplit)
-		if !ok || k.Namespace != root.Namespace || ts.Spec.Service != root.Name {
+		if !ok || ts.Spec.Service != root.Name {
 			continue
 		}
 		for _, b := range ts.Spec.Backends {

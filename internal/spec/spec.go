@@ -582,6 +582,10 @@ type kindIndex struct {
 	// accounts is each namespace's service accounts that Services run
 	// as, sorted, each once: a TrafficTarget's check reads it.
 	accounts map[string][]string
+	// runAs is the names of the Services (of kind Service) that run as
+	// each {namespace, service account}, sorted: what a TrafficTarget's
+	// destination names, read for each one applied.
+	runAs map[[2]string][]string
 }
 
 // reindex is called after objects changed.
@@ -596,14 +600,22 @@ func (st *state) index() *kindIndex {
 	idx.once.Do(func() {
 		idx.names = map[[2]string][]string{}
 		idx.accounts = map[string][]string{}
+		idx.runAs = map[[2]string][]string{}
 		for k, obj := range st.objects {
 			key := [2]string{k.Kind, k.Namespace}
 			idx.names[key] = append(idx.names[key], k.Name)
 			if s, ok := serviceOf(obj); ok {
 				idx.accounts[s.Metadata.Namespace] = append(idx.accounts[s.Metadata.Namespace], s.Spec.ServiceAccount)
 			}
+			if s, ok := obj.(*Service); ok {
+				sa := [2]string{k.Namespace, s.Spec.ServiceAccount}
+				idx.runAs[sa] = append(idx.runAs[sa], k.Name)
+			}
 		}
 		for _, names := range idx.names {
+			slices.Sort(names)
+		}
+		for _, names := range idx.runAs {
 			slices.Sort(names)
 		}
 		for ns, a := range idx.accounts {
