@@ -17,21 +17,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/osm-vm/osm-vm/internal/testrig"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testrig backend: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { testrig.Main("backend", run) }
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("backend", flag.ContinueOnError)

@@ -17,9 +17,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"sync"
-	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -30,15 +28,7 @@ import (
 	"github.com/osm-vm/osm-vm/internal/testrig"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:])
-	stop()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "testrig caller: %v\n", err)
-		os.Exit(1)
-	}
-}
+func main() { testrig.Main("caller", run) }
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("caller", flag.ContinueOnError)
